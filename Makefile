@@ -1,0 +1,46 @@
+# The two commands of the README are `make all` and `make test`.
+# Everything else is a step of those two.
+PY = $(shell cat build/python 2>/dev/null || echo .venv/bin/python)
+JB = $(dir $(PY))jupyter-book
+PROFILE ?= default
+PYTEST_ARGS ?=
+
+.PHONY: all setup measure notebooks book summary test test-unit test-notebooks clean sweep doctor
+
+## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site
+all: setup
+	$(PY) -m tools measure --profile $(PROFILE)
+	$(MAKE) --no-print-directory notebooks book
+	$(PY) -m tools summary
+
+setup:
+	bash tools/setup.sh
+
+measure: setup
+	$(PY) -m tools measure --profile $(PROFILE)
+
+## notebooks: re-execute every chapter in explain mode so stored outputs follow data/
+notebooks:
+	$(PY) -m tools refresh
+
+## book: render the stored notebooks into _build/html, warnings are errors
+book:
+	$(JB) build . --all -W -n --keep-going
+	@echo "site: $(CURDIR)/_build/html/index.html"
+
+summary:
+	$(PY) -m tools summary
+
+## test: set up, then unit tests, quick collect runs (root), nbval, book build
+test: setup
+	$(PY) -m pytest tests chapters --nbval --nbval-current-env \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+
+sweep:
+	$(PY) -m tools sweep
+
+doctor:
+	$(PY) -m tools doctor
+
+clean:
+	rm -rf build _build

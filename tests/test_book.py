@@ -1,0 +1,40 @@
+"""The whole book builds with Sphinx warnings as errors, and every chapter renders."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+
+def _chapters():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def test_every_registered_chapter_is_in_the_toc():
+    from tools.chapters import CHAPTERS
+    toc = set(_chapters())
+    for ch in CHAPTERS:
+        assert ch.notebook.removesuffix(".ipynb") in toc, f"{ch.name} is not in _toc.yml"
+        assert ch.path.is_file()
+
+
+@pytest.mark.slow
+def test_book_builds_without_warnings(tmp_path):
+    jb = Path(sys.executable).with_name("jupyter-book")
+    r = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(tmp_path), "-W", "-n",
+                        "--keep-going"], capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    html = tmp_path / "_build" / "html"
+    assert (html / "index.html").is_file()
+    for page in _chapters():
+        f = html / f"{page}.html"
+        assert f.is_file(), f"{page} did not render"
+        text = f.read_text()
+        assert "{glue" not in text and "glue:text" not in text, f"unresolved glue reference in {page}"
+        if page.startswith("chapters/"):
+            assert "<img" in text, f"{page} has no figure"

@@ -1,0 +1,98 @@
+"""Datasets are atomic, never overwritten, and publish no identifying facts."""
+import json
+import os
+import pwd
+import socket
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tools import dataset, hostinfo, lock
+from tools.errors import DatasetError, LockBusy
+
+
+def _write(data, run_id="20260101T000000Z", fail=False):
+    with dataset.DatasetWriter("unit", data, {"x": 1}, run_id=run_id) as w:
+        w.add_table("samples", pd.DataFrame({"a": [1, 2]}))
+        if fail:
+            raise RuntimeError("boom")
+    return w.published
+
+
+def test_publish_and_load(scratch_data):
+    out = _write(scratch_data)
+    assert (out / "samples.csv").is_file() and (out / "manifest.json").is_file()
+    df = dataset.load_table("unit", "samples", scratch_data)
+    assert list(df.columns) == ["host_id", "run_id", "a"] and len(df) == 2
+    man = dataset.load_manifests("unit", scratch_data)[0]
+    for key in ("host", "tools", "parameters", "started", "finished", "git"):
+        assert key in man
+    for key in ("cpu_model", "cpus_online", "kernel_release", "virtualization", "clocksource", "tsc_flags"):
+        assert key in man["host"]
+
+
+def test_failure_leaves_nothing(scratch_data):
+    with pytest.raises(RuntimeError):
+        _write(scratch_data, fail=True)
+    assert not any(p for p in (scratch_data / "runs").rglob("*") if p.is_file())
+    assert dataset.list_runs("unit", scratch_data) == []
+
+
+def test_never_overwrites(scratch_data):
+    _write(scratch_data)
+    with pytest.raises(DatasetError, match="refusing to overwrite"):
+        _write(scratch_data)
+    assert len(dataset.list_runs("unit", scratch_data)) == 1
+
+
+def test_unwritable_data_dir_is_a_clear_error(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "runs").write_text("a file where a directory should be")
+    with pytest.raises(DatasetError, match="not writable"):
+        _write(ro)
+
+
+def test_manifest_has_no_identifying_facts(scratch_data):
+    text = (_write(scratch_data) / "manifest.json").read_text()
+    secrets = {socket.gethostname(), pwd.getpwuid(os.getuid()).pw_name, os.path.expanduser("~")}
+    try:
+        secrets.add(open("/etc/machine-id").read().strip())
+    except OSError:
+        pass
+    for s in secrets:
+        if s and s not in ("root", "/root") and len(s) > 3:
+            assert s not in text, f"manifest leaks {s!r}"
+    assert not any(ch in text for ch in ("ether ", "inet "))
+    man = json.loads(text)
+    assert man["host"]["host_id"].startswith("h-") or "PERFBOOK_HOST_ID" in os.environ
+
+
+def test_host_id_is_stable_and_overridable(monkeypatch):
+    a, b = hostinfo.host_id(), hostinfo.host_id()
+    assert a == b
+    monkeypatch.setenv("PERFBOOK_HOST_ID", "lab-box-2")
+    assert hostinfo.host_id() == "lab-box-2"
+    monkeypatch.setenv("PERFBOOK_HOST_ID", "../evil")
+    with pytest.raises(Exception, match="not a valid id"):
+        hostinfo.host_id()
+
+
+def test_lock_excludes_a_second_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
+    code = ("import os; os.environ['PERFBOOK_LOCK_WAIT']='0'\n"
+            "from tools.lock import measure_lock\n"
+            "from tools.errors import LockBusy\n"
+            "try:\n    with measure_lock('t'): print('got it')\n"
+            "except LockBusy as e: print('busy:', e)\n")
+    with lock.measure_lock("holder", wait=0):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
+        assert r.stdout.startswith("busy:"), r.stdout + r.stderr
+        with lock.measure_lock("re-entrant", wait=0):
+            pass
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
+    assert r.stdout.strip() == "got it"

@@ -1,0 +1,55 @@
+"""environment.yml is the one list of pins; the pip route installs exactly it."""
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+import yaml
+
+from conftest import ROOT
+
+
+def env_pins():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return dict(p.split("==") for p in pip)
+
+
+def test_every_pip_dependency_is_pinned_exactly():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert pip, "environment.yml has no pip list"
+    for line in pip:
+        assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[A-Za-z0-9_.+\-]+", line), f"not an exact pin: {line}"
+
+
+def test_required_packages_are_listed():
+    pins = {k.lower() for k in env_pins()}
+    for name in ("jupyter-book", "pandas", "seaborn", "papermill", "nbval", "pyelftools",
+                 "ipykernel", "pytest", "scipy", "myst-nb"):
+        assert name in pins, f"{name} is missing from environment.yml"
+    assert env_pins()["jupyter-book"].startswith("1."), "the book is Jupyter Book 1.x (Sphinx engine)"
+
+
+def test_setup_reads_the_same_pins(tmp_path):
+    """tools/setup.sh's parser turns environment.yml into exactly these requirements."""
+    script = (ROOT / "tools" / "setup.sh").read_text()
+    parser = script.split("<<'PY'\n", 1)[1].split("\nPY\n", 1)[0]
+    (tmp_path / "p.py").write_text(parser)
+    out = subprocess.run([sys.executable, str(tmp_path / "p.py"), str(ROOT / "environment.yml")],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert dict(p.split("==") for p in out) == env_pins()
+
+
+def test_installed_versions_match_the_pins():
+    """The environment running the tests is the pinned one: nothing drifted."""
+    drift = []
+    for name, want in env_pins().items():
+        try:
+            have = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            drift.append(f"{name}: not installed")
+            continue
+        if have != want:
+            drift.append(f"{name}: installed {have}, pinned {want}")
+    assert not drift, "installed packages differ from environment.yml: " + "; ".join(drift)

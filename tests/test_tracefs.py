@@ -1,0 +1,113 @@
+"""Tracing state is restored on success, on exceptions, on SIGINT/SIGTERM, and
+swept after SIGKILL. These tests change real kernel state, so they need root."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import need_root
+from tools import cbuild, elfsym, tracefs
+
+
+@pytest.fixture
+def root_tracefs():
+    need_root("tracefs")
+    reasons = tracefs.preflight()
+    if reasons:
+        pytest.skip(reasons[0])
+    from tools.lock import measure_lock
+    with measure_lock("tests/test_tracefs.py"):
+        before = tracefs.snapshot()
+        yield before
+        after = tracefs.snapshot()
+    assert after == before, "tracing state changed across the test"
+
+
+def _probench():
+    return cbuild.binary("probench")
+
+
+def test_session_restores_everything(root_tracefs):
+    b = _probench()
+    with tracefs.TraceSession("unit") as s:
+        inst = s.instance
+        assert inst is not None and inst.is_dir()
+        ev = s.add_uprobe("u1", b, elfsym.file_offset(b, "pb_ret"))
+        ev2 = s.add_uprobe("u2", b, elfsym.file_offset(b, "pb_ret"), ret=True)
+        s.enable(ev)
+        s.enable(ev2)
+        s.set_option("trace_clock", "mono")
+        # disturb the global settings the way a careless tool would
+        root = s.root
+        tracefs._write(root / "tracing_on", "0" if s.saved.tracing_on == "1" else "1")
+        tracefs._write(root / "trace_clock", "global" if s.saved.trace_clock != "global" else "local")
+        assert any(ev.split("/")[1] in line for line in (root / "uprobe_events").read_text().splitlines())
+    assert not inst.exists()
+
+
+def test_session_restores_on_exception(root_tracefs):
+    b = _probench()
+    with pytest.raises(ZeroDivisionError):
+        with tracefs.TraceSession("unit") as s:
+            s.enable(s.add_uprobe("u1", b, elfsym.file_offset(b, "pb_push")))
+            1 / 0
+
+
+def test_kernel_rejection_is_a_clear_error(root_tracefs):
+    b = _probench()
+    with tracefs.TraceSession("unit") as s:
+        with pytest.raises(tracefs.TraceError, match="refused uprobe"):
+            s.add_uprobe("bad", "/nonexistent/perfbook-binary", 0x10)
+
+
+ARMED = r"""
+import sys, time
+from tools import cbuild, elfsym
+from tools.tracefs import TraceSession
+b = cbuild.binary("probench")
+with TraceSession("sig") as s:
+    s.enable(s.add_uprobe("held", b, elfsym.file_offset(b, "pb_ret")))
+    s.set_option("trace_clock", "x86-tsc" if "x86-tsc" in open(s.root / "trace_clock").read() else "mono")
+    print("armed", s.instance, flush=True)
+    time.sleep(60)
+"""
+
+
+def _start_armed():
+    p = subprocess.Popen([sys.executable, "-c", ARMED], stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("armed"), line
+    return p, line.split()[1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_mid_run_restores(root_tracefs, sig):
+    p, inst = _start_armed()
+    assert os.path.isdir(inst)
+    p.send_signal(sig)
+    p.wait(timeout=30)
+    assert not os.path.exists(inst)
+
+
+def test_sigkill_leftovers_are_swept_next_time(root_tracefs):
+    p, inst = _start_armed()
+    p.kill()
+    p.wait()
+    assert os.path.isdir(inst), "SIGKILL can't be caught: the instance is still there"
+    stale = tracefs.snapshot()
+    assert stale["our_probes"] and stale["our_instances"]
+    removed = tracefs.sweep_stale(tracefs.find_tracefs(), log=lambda *_: None)
+    assert any(r.startswith("instance") for r in removed)
+    assert any(r.startswith("uprobe") for r in removed)
+    assert not os.path.exists(inst)
+
+
+def test_sweep_leaves_live_owners_alone(root_tracefs):
+    b = _probench()
+    with tracefs.TraceSession("live") as s:
+        s.add_uprobe("mine", b, elfsym.file_offset(b, "pb_ret"))
+        assert tracefs.sweep_stale(s.root, log=lambda *_: None) == []
+        assert s.instance.exists()

@@ -1,0 +1,43 @@
+"""The chapter registry: which notebook goes with which tools module.
+
+The measure CLI walks this list. A chapter module provides:
+  CHAPTER: str                  -- its dataset name (data/runs/<host>/<CHAPTER>/)
+  TITLE: str
+  PROFILES: dict[str, dict]     -- 'quick' (tests), 'default' (minutes), 'full'
+  params(profile, **overrides) -> dict  -- merged, validated (ParameterError)
+  preflight() -> list[str]      -- why collect can't run here (empty: it can)
+  collect(data_dir=None, profile='default', **overrides) -> Path
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from .paths import repo_root
+
+
+@dataclass(frozen=True)
+class Chapter:
+    name: str
+    module: str
+    notebook: str
+
+    def load(self):
+        return importlib.import_module(self.module)
+
+    @property
+    def path(self):
+        return repo_root() / self.notebook
+
+
+CHAPTERS: list[Chapter] = [
+    Chapter("trace_overhead", "tools.trace_overhead", "chapters/trace_overhead.ipynb"),
+]
+
+
+def by_name(name: str) -> Chapter:
+    for c in CHAPTERS:
+        if c.name == name:
+            return c
+    from .errors import ParameterError
+    raise ParameterError(f"unknown chapter {name!r}; known: {', '.join(c.name for c in CHAPTERS)}")

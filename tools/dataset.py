@@ -1,0 +1,192 @@
+"""Datasets: data/runs/<host-id>/<chapter>/<run-id>/{*.csv, manifest.json}.
+
+Writing is atomic: everything goes into a hidden temporary directory next to
+the destination, which is renamed into place only when the run succeeded. An
+existing dataset is never overwritten. Reading gathers every run of a chapter,
+all hosts, into tidy pandas frames with host_id and run_id columns.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from . import hostinfo
+from .errors import DatasetError
+from .paths import runs_dir
+
+MANIFEST = "manifest.json"
+SCHEMA = 1
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id() -> str:
+    now = _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def check_writable(data_dir: Path) -> None:
+    """Fail early, before any measurement, if datasets can't be written there."""
+    target = runs_dir(data_dir)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / f".perfbook-write-test-{os.getpid()}"
+        probe.write_text("x")
+        probe.unlink()
+    except OSError as e:
+        raise DatasetError(
+            f"data directory {data_dir} is not writable ({e.strerror}); "
+            "pass a writable data_dir parameter") from None
+
+
+class DatasetWriter:
+    """Collects tables and a manifest, then publishes them atomically.
+
+    Use as a context manager: on an exception the temporary directory is
+    removed and nothing appears under data/runs.
+    """
+
+    def __init__(self, chapter: str, data_dir: Path, parameters: dict,
+                 run_id: str | None = None):
+        self.chapter = chapter
+        self.data_dir = Path(data_dir)
+        self.parameters = dict(parameters)
+        self.host = hostinfo.host_facts()
+        self.run_id = run_id or new_run_id()
+        self.dest = runs_dir(self.data_dir) / self.host["host_id"] / chapter / self.run_id
+        self.tmp = self.dest.parent / f".tmp-{self.run_id}-{uuid.uuid4().hex[:8]}"
+        self.tables: dict[str, int] = {}
+        self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.extra: dict = {}
+        self.started = utc_now()
+        self.published: Path | None = None
+
+    def __enter__(self):
+        check_writable(self.data_dir)
+        if self.dest.exists():
+            raise DatasetError(f"dataset {self.dest} exists already; refusing to overwrite it")
+        self.tmp.mkdir(parents=True)
+        return self
+
+    def __exit__(self, etype, exc, tb):
+        if etype is None:
+            self._publish()
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+        return False
+
+    def _prune_empty(self):
+        for d in (self.dest.parent, self.dest.parent.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+    def path(self, name: str) -> Path:
+        """A file inside the (temporary) dataset directory, for raw artefacts."""
+        return self.tmp / name
+
+    def add_table(self, name: str, df) -> Path:
+        """Store a tidy pandas DataFrame as <name>.csv."""
+        if not name.replace("_", "").isalnum():
+            raise DatasetError(f"table name {name!r} must be alphanumeric")
+        p = self.tmp / f"{name}.csv"
+        df.to_csv(p, index=False)
+        self.tables[name] = int(len(df))
+        return p
+
+    def skip(self, part: str, reason: str) -> None:
+        """Record that part of the experiment was not measured, and why."""
+        self.skipped[part] = reason
+
+    def manifest(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "chapter": self.chapter,
+            "run_id": self.run_id,
+            "host": self.host,
+            "parameters": self.parameters,
+            "tools": hostinfo.tool_versions(self.extra.pop("_tool_cmds", None)),
+            "git": hostinfo.git_commit(),
+            "started": self.started,
+            "finished": utc_now(),
+            "tables": self.tables,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            **self.extra,
+        }
+
+    def _publish(self):
+        if not self.tables:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise DatasetError("the run produced no table; nothing was saved")
+        with open(self.tmp / MANIFEST, "w") as f:
+            json.dump(self.manifest(), f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+        if self.dest.exists():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
+        os.rename(self.tmp, self.dest)
+        self.published = self.dest
+
+
+def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
+    """Every published dataset of a chapter, all hosts, sorted by host then run."""
+    base = runs_dir(data_dir)
+    if not base.is_dir():
+        return []
+    found = []
+    for host in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        chap = host / chapter
+        if chap.is_dir():
+            found += sorted(r for r in chap.iterdir()
+                            if r.is_dir() and not r.name.startswith(".") and (r / MANIFEST).is_file())
+    return found
+
+
+def load_manifest(run: Path) -> dict:
+    with open(Path(run) / MANIFEST) as f:
+        return json.load(f)
+
+
+def load_table(chapter: str, table: str, data_dir: Path | None = None):
+    """Concatenate <table>.csv of every run of `chapter`, with host_id/run_id columns."""
+    import pandas as pd
+    frames = []
+    for run in list_runs(chapter, data_dir):
+        p = run / f"{table}.csv"
+        if not p.is_file():
+            continue
+        df = pd.read_csv(p)
+        man = load_manifest(run)
+        df.insert(0, "run_id", man["run_id"])
+        df.insert(0, "host_id", man["host"]["host_id"])
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
+    return [load_manifest(r) for r in list_runs(chapter, data_dir)]
+
+
+def load_reference(name: str, data_dir: Path | None = None):
+    """A seed's historical figures: data/reference/<name>.csv (provenance in columns)."""
+    import pandas as pd
+    from .paths import reference_dir
+    p = reference_dir(data_dir) / f"{name}.csv"
+    if not p.is_file():  # a scratch data_dir (tests) has runs only: use the committed ones
+        p = reference_dir() / f"{name}.csv"
+    if not p.is_file():
+        raise DatasetError(f"reference table {p} is missing")
+    return pd.read_csv(p)

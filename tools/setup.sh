@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Set up this checkout: system packages (root on Debian), the pinned Python
+# environment, the tools package and the C harnesses. Idempotent and quick when
+# nothing changed. Prints what is missing and which chapters that affects.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+say() { printf '[setup] %s\n' "$*"; }
+
+# ---- 1. system packages -------------------------------------------------------
+pkgs=(); cmds=(); comps=(); uses=()
+while read -r pkg cmd comp use; do
+  [[ -z "$pkg" || "$pkg" == \#* ]] && continue
+  pkgs+=("$pkg"); cmds+=("$cmd"); comps+=("$comp"); uses+=("$use")
+done < tools/system-packages.txt
+
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+missing=()
+for i in "${!pkgs[@]}"; do
+  if command -v dpkg-query >/dev/null; then have_pkg "${pkgs[$i]}" || missing+=("$i")
+  elif [[ "${cmds[$i]}" != "-" ]]; then command -v "${cmds[$i]}" >/dev/null || missing+=("$i"); fi
+done
+
+enable_nonfree() {
+  # netperf lives in Debian's non-free component; add it only if it's absent.
+  local f=/etc/apt/sources.list.d/debian.sources
+  if [[ -f $f ]]; then
+    if ! grep -Eq '^Components:.*\bnon-free\b' "$f"; then
+      say "enabling Debian's non-free component in $f (needed by: netperf)"
+      sed -i -E '/^Components:/{/\bnon-free\b/!s/$/ non-free/}' "$f"
+      return 0
+    fi
+  elif [[ -f /etc/apt/sources.list ]] && ! grep -Eq '^deb .* non-free' /etc/apt/sources.list; then
+    say "enabling Debian's non-free component in /etc/apt/sources.list (needed by: netperf)"
+    sed -i -E '/^deb .*debian/{/ non-free( |$)/!s/$/ non-free/}' /etc/apt/sources.list
+    return 0
+  fi
+  return 1
+}
+
+if (( ${#missing[@]} )); then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null && [[ -f /etc/debian_version ]]; then
+    names=(); need_nonfree=0
+    for i in "${missing[@]}"; do names+=("${pkgs[$i]}"); [[ "${comps[$i]}" == non-free ]] && need_nonfree=1; done
+    (( need_nonfree )) && enable_nonfree || true
+    say "installing Debian packages: ${names[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+    # one by one, so that one unavailable package doesn't block the others
+    for n in "${names[@]}"; do
+      apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "$n" >/dev/null 2>&1 \
+        || say "could not install $n (see: apt-get install $n)"
+    done
+    still=(); for i in "${missing[@]}"; do have_pkg "${pkgs[$i]}" || still+=("$i"); done
+    missing=("${still[@]+"${still[@]}"}")
+  fi
+  if (( ${#missing[@]} )); then
+    say "missing system packages (run this setup as root on Debian to install them):"
+    for i in "${missing[@]}"; do say "  ${pkgs[$i]}: ${uses[$i]}"; done
+  fi
+else
+  say "system packages: all present"
+fi
+
+# ---- 2. Python environment -----------------------------------------------------
+# conda users who activated the env from environment.yml keep it; everyone
+# else gets .venv with exactly the same pins.
+reqs=build/requirements.txt
+mkdir -p build
+python3 - environment.yml > "$reqs" <<'PY'
+import sys, re
+pins, in_pip = [], False
+for line in open(sys.argv[1]):
+    s = line.rstrip()
+    if re.match(r"^\s+- pip:\s*$", s):
+        in_pip = True; continue
+    if in_pip:
+        m = re.match(r"^\s{4,}- (\S+==\S+)\s*$", s)
+        if m: pins.append(m.group(1))
+        elif s.strip() and not s.strip().startswith("#"): in_pip = False
+print("\n".join(pins))
+PY
+stamp_want=$(sha256sum environment.yml pyproject.toml | sha256sum | cut -c1-16)
+if [[ -n "${CONDA_PREFIX:-}" && "$(basename "${CONDA_PREFIX}")" == perfbook ]]; then
+  PY="$CONDA_PREFIX/bin/python"; say "using the active conda env $CONDA_PREFIX"
+else
+  PY="$ROOT/.venv/bin/python"
+  if [[ ! -x $PY ]]; then
+    say "creating .venv"
+    python3 -m venv .venv || { say "python3 -m venv failed: install python3-venv"; exit 1; }
+  fi
+fi
+stamp="$(dirname "$PY")/../.perfbook-stamp"
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
+  say "installing the pinned Python packages ($(wc -l < "$reqs") pins from environment.yml)"
+  "$PY" -m pip install -q --disable-pip-version-check -r "$reqs"
+  "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >build/pip-editable.log 2>&1 \
+    || { cat build/pip-editable.log; exit 1; }
+  echo "$stamp_want" > "$stamp"
+else
+  say "Python packages: up to date"
+fi
+echo "$PY" > build/python
+
+# ---- 3. C harnesses ---------------------------------------------------------------
+if command -v gcc >/dev/null; then
+  "$PY" -c 'import tools.cbuild as c, pathlib
+for s in sorted(pathlib.Path("tools/c").glob("*.c")): print("[setup] built", c.binary(s.stem))'
+else
+  say "no gcc: the C harnesses are not built; chapters render from committed data only"
+fi
+say "done"

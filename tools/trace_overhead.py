@@ -1,0 +1,474 @@
+"""Chapter 'trace_overhead': what one user-space trace point costs.
+
+The C harness tools/c/probench.c calls a target in timed batches; this module
+arms the mechanism around it (a write to a private instance's trace_marker, a
+uprobe or uretprobe defined through uprobe_events, a uprobe counted by perf, a
+BPF program on a uprobe via bpftrace), checks that every call really hit the
+tracer, and disarms it again. Rounds interleave the mechanisms in a shuffled
+order so that drift does not favour one of them.
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import time
+from io import StringIO
+from pathlib import Path
+
+from . import cbuild, elfsym, hostinfo
+from .dataset import DatasetWriter
+from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .lock import measure_lock
+from .progress import Progress
+from .tracefs import TraceSession, preflight as tracefs_preflight
+
+CHAPTER = "trace_overhead"
+TITLE = "Trace overhead: ftrace marker versus uprobes"
+
+# mechanism -> what the harness calls, and what is armed around it
+MECHANISMS: dict[str, dict] = {
+    "none":        {"target": "ret", "what": "empty function, nothing armed (harness cost)"},
+    "syscall":     {"target": "syscall", "what": "write(2) of 9 bytes to /dev/null"},
+    "marker":      {"target": "marker", "file": "trace_marker",
+                    "what": "write(2) of 9 bytes to trace_marker"},
+    "marker_raw":  {"target": "marker_raw", "file": "trace_marker_raw",
+                    "what": "write(2) of id + 4 bytes to trace_marker_raw"},
+    "uprobe":      {"target": "ret", "probe": "pb_ret",
+                    "what": "uprobe event on `ret` (single-stepped out of line)"},
+    "uprobe_push": {"target": "push", "probe": "pb_push",
+                    "what": "uprobe event on `push %rbp` (emulated)"},
+    "uprobe_nop5": {"target": "nop5", "probe": "pb_nop5",
+                    "what": "uprobe event on a 5-byte nop (optimizable)"},
+    "uretprobe":   {"target": "ret", "probe": "pb_ret", "ret": True,
+                    "what": "uretprobe event on pb_ret"},
+    "perf_stat":   {"target": "ret", "probe": "pb_ret", "tool": "perf",
+                    "what": "uprobe on `ret` counted by perf stat (no ftrace buffer)"},
+    "bpf_uprobe":  {"target": "ret", "tool": "bpftrace",
+                    "what": "bpftrace: BPF count() on a uprobe on `ret`"},
+}
+DEFAULT_MECHANISMS = tuple(MECHANISMS)
+
+PROFILES = {
+    "quick":   {"iterations": 2000, "batches": 3, "rounds": 2, "warmup": 1},
+    "default": {"iterations": 20000, "batches": 10, "rounds": 7, "warmup": 2},
+    "full":    {"iterations": 100000, "batches": 20, "rounds": 15, "warmup": 3},
+}
+COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1}
+
+
+def params(profile: str = "default", **overrides) -> dict:
+    """Merge a profile with overrides and validate everything (ParameterError)."""
+    if profile not in PROFILES:
+        raise ParameterError(f"profile must be one of {tuple(PROFILES)}, got {profile!r}")
+    p = {**PROFILES[profile], **COMMON}
+    for k, v in overrides.items():
+        if k not in p:
+            raise ParameterError(f"unknown parameter {k!r}; known: {', '.join(sorted(p))}")
+        if v is not None:
+            p[k] = v
+    for k, lo in (("iterations", 1), ("batches", 1), ("rounds", 1), ("warmup", 0)):
+        v = p[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ParameterError(f"{k} must be an integer >= {lo}, got {v!r}")
+    mechs = p["mechanisms"]
+    if mechs is None:
+        mechs = list(DEFAULT_MECHANISMS)
+    elif isinstance(mechs, str):
+        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
+    unknown = [m for m in mechs if m not in MECHANISMS]
+    if unknown or not mechs:
+        raise ParameterError(f"unknown mechanism {', '.join(unknown) or '(empty list)'}; "
+                             f"choose from {', '.join(MECHANISMS)}")
+    if "none" not in mechs:
+        mechs = ["none", *mechs]  # every comparison needs the baseline
+    p["mechanisms"] = list(dict.fromkeys(mechs))
+    cpu = p["pin_cpu"]
+    ncpu = os.cpu_count() or 1
+    if cpu == "auto":
+        cpu = ncpu - 1
+    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not -1 <= cpu < ncpu):
+        raise ParameterError(f"pin_cpu must be 'auto', -1 (no pinning) or a CPU in 0..{ncpu - 1}, got {cpu!r}")
+    p["pin_cpu"] = -1 if cpu is None else cpu
+    return p
+
+
+def preflight() -> list[str]:
+    reasons = tracefs_preflight(need_uprobes=True)
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        reasons.append("no C compiler to build the probench harness (apt-get install gcc)")
+    return reasons
+
+
+def _optional_tools() -> dict[str, str]:
+    """Mechanisms that need a tool this host lacks -> reason."""
+    missing = {}
+    if not shutil.which("perf"):
+        missing["perf_stat"] = "perf is not installed (apt-get install linux-perf)"
+    if not shutil.which("bpftrace"):
+        missing["bpf_uprobe"] = "bpftrace is not installed (apt-get install bpftrace)"
+    return missing
+
+
+# Kernel symbols whose presence tells which uprobe fast paths this kernel has.
+KERNEL_FEATURES = {
+    "push_emulate_op": "x86 uprobes emulate `push` instead of single-stepping it",
+    "branch_emulate_op": "x86 uprobes emulate jumps/calls instead of single-stepping them",
+    "__x64_sys_uretprobe": "uretprobe syscall: return probes return via a syscall, not a trap",
+    "__x64_sys_uprobe": "uprobe syscall: optimized uprobes enter via a syscall, not int3",
+    "arch_uprobe_optimize": "uprobes on a 5-byte nop can be rewritten into a call",
+}
+
+
+def kernel_features() -> dict[str, bool]:
+    names = set()
+    try:
+        with open("/proc/kallsyms") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and parts[2] in KERNEL_FEATURES:
+                    names.add(parts[2])
+    except OSError:
+        pass
+    return {k: (k in names) for k in KERNEL_FEATURES}
+
+
+def parse_harness(text: str):
+    """probench stdout -> (DataFrame[batch, iters, ns], timer_ns)."""
+    import pandas as pd
+    m = re.search(r"timer_ns=(\d+)", text)
+    if not m:
+        raise PerfbookError("probench output has no header line")
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    return pd.read_csv(StringIO(body)), int(m.group(1))
+
+
+class _Runner:
+    def __init__(self, p: dict, session: TraceSession, binary: Path, log):
+        self.p, self.s, self.bin, self.log = p, session, binary, log
+
+    def harness_cmd(self, target: str, marker: Path | None = None) -> list[str]:
+        p = self.p
+        cmd = [str(self.bin), "--target", target, "--iters", str(p["iterations"]),
+               "--batches", str(p["batches"]), "--warmup", str(p["warmup"]),
+               "--cpu", str(p["pin_cpu"])]
+        if marker is not None:
+            cmd += ["--marker", str(marker)]
+        return cmd
+
+    @property
+    def calls(self) -> int:
+        return self.p["iterations"] * (self.p["batches"] + self.p["warmup"])
+
+    def run(self, mech: str):
+        """Run one mechanism once: (samples frame, timer_ns, observed hits)."""
+        spec = MECHANISMS[mech]
+        if spec.get("tool") == "bpftrace":
+            return self._run_bpftrace(spec)
+        marker = self.s.file(spec["file"]) if "file" in spec else None
+        probe = None
+        if "probe" in spec:
+            off = elfsym.file_offset(self.bin, spec["probe"])
+            probe = self.s.add_uprobe(f"{mech}", self.bin, off, ret=spec.get("ret", False))
+            if spec.get("tool") != "perf":
+                self.s.enable(probe)
+        self.s.clear()
+        try:
+            cmd = self.harness_cmd(spec["target"], marker)
+            if spec.get("tool") == "perf":
+                cmd = ["perf", "stat", "-x", ",", "-e", probe.replace("/", ":"), "--", *cmd]
+            r = _run(cmd)
+            if r.returncode != 0:
+                raise PerfbookError(f"probench ({mech}) failed: {r.stderr.strip().splitlines()[-1:]}")
+            df, timer = parse_harness(r.stdout)
+            if spec.get("tool") == "perf":
+                hits = _perf_count(r.stderr)
+            elif probe is not None:
+                hits = self.s.uprobe_hits().get(probe, 0)
+            elif marker is not None:
+                st = self.s.buffer_stats()
+                hits = st.get("entries", 0) + st.get("overrun", 0)
+            else:
+                hits = None
+        finally:
+            if probe is not None:
+                self.s.remove_uprobe(probe)
+        return df, timer, hits
+
+    def _run_bpftrace(self, spec):
+        prog = f"uprobe:{self.bin}:pb_ret {{ @hits = count(); }}"
+        bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        out = []
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                line = bt.stdout.readline()
+                if not line:
+                    raise PerfbookError("bpftrace exited before attaching: " + " ".join(out)[-200:])
+                out.append(line.strip())
+                if line.startswith("Attaching"):
+                    break
+                if time.monotonic() > deadline:
+                    raise PerfbookError("bpftrace did not attach within 60 s")
+            time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
+            r = _run(self.harness_cmd(spec["target"]))
+            if r.returncode != 0:
+                raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
+            df, timer = parse_harness(r.stdout)
+            bt.send_signal(signal.SIGINT)
+            rest, _ = bt.communicate(timeout=30)
+            m = re.search(r"@hits:\s*(\d+)", rest)
+            hits = int(m.group(1)) if m else None
+            return df, timer, hits
+        finally:
+            if bt.poll() is None:
+                os.killpg(bt.pid, signal.SIGKILL)
+                bt.wait()
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run a harness (or perf + harness) in its own process group, and make sure
+    nothing of it survives an exception or a signal in this process."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate()
+    finally:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
+def _perf_count(stderr: str) -> int | None:
+    for line in stderr.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].strip().isdigit() and ":" in parts[2]:
+            return int(parts[0])
+    return None
+
+
+def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
+    """Measure this host; returns the new dataset's directory."""
+    import pandas as pd
+    from .paths import resolve_data_dir
+    p = params(profile, **overrides)
+    reasons = preflight()
+    if reasons:
+        raise MissingPrerequisite(reasons[0])
+    data = resolve_data_dir(data_dir)
+    binary = cbuild.binary("probench")
+    missing = _optional_tools()
+    mechs = [m for m in p["mechanisms"] if m not in missing]
+    rng = random.Random(p["seed"])
+    with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, {**p, "profile": profile}) as w:
+        for m in p["mechanisms"]:
+            if m in missing:
+                w.skip(m, missing[m])
+        w.extra["kernel_features"] = kernel_features()
+        w.extra["harness"] = {"source": "tools/c/probench.c", "cflags": cbuild.CFLAGS,
+                              "targets": {m: MECHANISMS[m]["what"] for m in mechs}}
+        w.extra["_tool_cmds"] = {"bpftrace": ["bpftrace", "--version"]}
+        w.extra["symbols"] = {sym: {k: v for k, v in vars(elfsym.locate(binary, sym)).items()
+                                    if k != "path"} for sym in ("pb_ret", "pb_push", "pb_nop5")}
+        samples, checks = [], []
+        prog = Progress(CHAPTER, p["rounds"] * len(mechs))
+        with TraceSession("probench") as s:
+            s.set_option("buffer_size_kb", "1024")
+            runner = _Runner(p, s, binary, prog.note)
+            w.extra["perf_probe_check"] = _perf_probe_check(binary, s) if "perf_stat" in mechs else None
+            for rnd in range(p["rounds"]):
+                order = mechs[:]
+                rng.shuffle(order)
+                for pos, m in enumerate(order):
+                    df, timer, hits = runner.run(m)
+                    df.insert(0, "mechanism", m)
+                    df.insert(0, "position", pos)
+                    df.insert(0, "round", rnd)
+                    df["timer_ns"] = timer
+                    samples.append(df)
+                    checks.append({"round": rnd, "mechanism": m, "expected_hits": runner.calls
+                                   if m not in ("none", "syscall") else None, "observed_hits": hits})
+                    prog.step(f"round {rnd + 1}/{p['rounds']} {m}")
+        table = pd.concat(samples, ignore_index=True)
+        table["ns_per_call"] = table["ns"] / table["iters"]
+        w.add_table("samples", table)
+        w.add_table("checks", pd.DataFrame(checks))
+        base = table.loc[table.mechanism == "none", "ns_per_call"].median()
+        if base > 200:
+            w.notes.append(f"the unprobed baseline costs {base:.0f} ns per call, far above a plain "
+                           "function call: another tracer may be attached to the harness binary")
+        bad = [c for c in checks if c["expected_hits"] and c["observed_hits"] != c["expected_hits"]]
+        if bad:
+            w.notes.append(f"{len(bad)} run(s) where the tracer saw a different number of hits "
+                           f"than calls (first: {bad[0]})")
+    return w.published
+
+
+def _perf_probe_check(binary: Path, s: TraceSession) -> dict:
+    """Where does `perf probe` put a uprobe on each target, versus pyelftools?"""
+    out = {}
+    for sym in ("pb_ret", "pb_push", "pb_nop5"):
+        ours = elfsym.file_offset(binary, sym)
+        name = f"{s.group}:chk_{sym}"
+        r = subprocess.run(["perf", "probe", "-q", "-x", str(binary), "-a", f"{name}={sym}"],
+                           capture_output=True, text=True)
+        perf_off = None
+        if r.returncode == 0:
+            s.adopt_probe(name.replace(":", "/"))
+            for line in (s.root / "uprobe_events").read_text().splitlines():
+                if line.split()[0].endswith(f"/chk_{sym}"):
+                    perf_off = int(line.split(":")[-1], 16)
+            s.remove_uprobe(name.replace(":", "/"))
+        out[sym] = {"pyelftools": ours, "perf_probe": perf_off,
+                    "perf_error": r.stderr.strip()[-200:] if r.returncode else None}
+    return out
+
+
+# ---------------------------------------------------------------- explain side
+def summary_table(samples):
+    """Per host and mechanism: median per-call ns with CI, percentiles, n."""
+    from .stats import summarize_frame
+    t = summarize_frame(samples, ["host_id", "mechanism"], "ns_per_call")
+    return t
+
+
+def round_cv(samples):
+    """Coefficient of variation of the per-round medians, per host and mechanism."""
+    from .stats import cv
+    med = samples.groupby(["host_id", "mechanism", "round"])["ns_per_call"].median().reset_index()
+    return (med.groupby(["host_id", "mechanism"])["ns_per_call"]
+               .agg(rounds="count", cv=cv).reset_index())
+
+
+def overhead_table(summary, baseline: str = "none"):
+    """Median cost above the baseline, with a conservative interval."""
+    import pandas as pd
+    from .stats import diff_ci
+    rows = []
+    for host, g in summary.groupby("host_id"):
+        base = g[g.mechanism == baseline]
+        if base.empty:
+            continue
+        b = base.iloc[0]
+        for _, r in g.iterrows():
+            lo, hi = diff_ci(r.ci_low, r.ci_high, b.ci_low, b.ci_high)
+            rows.append({"host_id": host, "mechanism": r.mechanism,
+                         "overhead_ns": r["median"] - b["median"], "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows)
+
+
+def load(data_dir=None) -> dict:
+    """Everything the chapter shows: samples, checks, manifests, the seed's figures."""
+    from .dataset import load_manifests, load_reference, load_table
+    samples = load_table(CHAPTER, "samples", data_dir)
+    return {
+        "samples": samples,
+        "checks": load_table(CHAPTER, "checks", data_dir),
+        "manifests": load_manifests(CHAPTER, data_dir),
+        "reference": load_reference(CHAPTER, data_dir),
+    }
+
+
+def latest(manifests: list[dict]) -> dict | None:
+    """The newest dataset (by run id): the one the chapter's prose talks about."""
+    return max(manifests, key=lambda m: m["run_id"]) if manifests else None
+
+
+def host_labels(manifests: list[dict]) -> dict[str, str]:
+    out = {}
+    for m in sorted(manifests, key=lambda m: m["run_id"]):
+        h = m["host"]
+        out[h["host_id"]] = f"{h['host_id']}: {h['description']}, Linux {h['kernel_release']}"
+    return out
+
+
+def comparison(summary, reference, manifests):
+    """Seed vs our hosts, per mechanism, in microseconds per call (tidy)."""
+    import pandas as pd
+    ref = reference[reference.run == "uprobe-based event tracer"]
+    rows = [{"source": f"seed 2013 ({r.seed_file[:3]}), Linux 3.x", "mechanism": r.mechanism,
+             "per_call_us": r.per_call_us} for r in ref.itertuples()]
+    st = reference[reference.mechanism == "systemtap"]
+    rows += [{"source": f"seed 2013 ({r.seed_file[:3]}), Linux 3.x", "mechanism": "systemtap / BPF",
+              "per_call_us": r.per_call_us} for r in st.itertuples()]
+    labels = {m["host"]["host_id"]: f"{m['host']['host_id']}, Linux {m['host']['kernel_release']}"
+              for m in manifests}
+    for r in summary.itertuples():
+        mech = {"bpf_uprobe": "systemtap / BPF"}.get(r.mechanism, r.mechanism)
+        if mech in ("none", "marker", "uprobe", "systemtap / BPF"):
+            rows.append({"source": labels.get(r.host_id, r.host_id), "mechanism": mech,
+                         "per_call_us": r.median / 1000})
+    return pd.DataFrame(rows)
+
+
+def plot_costs(summary, labels):
+    """Median cost per call and its CI, per mechanism and host, log scale."""
+    import matplotlib.pyplot as plt
+    order = [m for m in MECHANISMS if m in set(summary.mechanism)]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(order) + 1.2))
+    hosts = sorted(summary.host_id.unique())
+    for i, h in enumerate(hosts):
+        g = summary[summary.host_id == h].set_index("mechanism").reindex(order)
+        y = [k + (i - (len(hosts) - 1) / 2) * 0.25 for k in range(len(order))]
+        ax.errorbar(g["median"], y, xerr=[g["median"] - g.ci_low, g.ci_high - g["median"]],
+                    fmt="o", capsize=3, label=labels.get(h, h))
+        ax.scatter(g["p95"], y, marker="|", s=120, color="grey")
+    ax.set_yticks(range(len(order)), order)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ns per call (median, 95 % CI; grey tick: p95)")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_comparison(comp):
+    import seaborn as sns
+    g = sns.catplot(data=comp, kind="bar", x="mechanism", y="per_call_us", hue="source",
+                    order=["marker", "uprobe", "systemtap / BPF"], height=4, aspect=1.9)
+    g.set_axis_labels("", "µs per trace point")
+    sns.move_legend(g, "upper left", bbox_to_anchor=(0.08, 0.98), frameon=True, fontsize="small")
+    return g
+
+
+STEPS = [
+    ("marker_buffer", "ring-buffer write of a marker", "marker - syscall"),
+    ("syscall_entry", "system call of a 9-byte write", "syscall - none"),
+    ("trap_emulate", "int3 trap + emulated push + event", "uprobe_push - none"),
+    ("sstep", "single step out of line (vs emulation)", "uprobe - uprobe_push"),
+    ("optimized", "optimized probe on nop5 (uprobe syscall)", "uprobe_nop5 - none"),
+    ("ret", "return probe on top of the entry probe", "uretprobe - uprobe"),
+    ("consumer_perf", "perf counting instead of an ftrace record", "perf_stat - uprobe"),
+    ("consumer_bpf", "BPF count() instead of an ftrace record", "bpf_uprobe - uprobe"),
+]
+
+
+def decompose(medians):
+    """Differences between mechanisms that isolate one step each (ns per call)."""
+    import math
+    import pandas as pd
+    rows = []
+    for key, step, expr in STEPS:
+        a, b = (x.strip() for x in expr.split("-"))
+        ns = medians[a] - medians[b] if a in medians and b in medians else math.nan
+        rows.append({"key": key, "step": step, "computed as": expr, "ns": ns})
+    return pd.DataFrame(rows)
+
+
+def not_measured(manifests):
+    import pandas as pd
+    rows = []
+    for m in sorted(manifests, key=lambda m: m["run_id"]):
+        for part, why in m.get("skipped", {}).items():
+            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why})
+        for note in m.get("notes", []):
+            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
+    return pd.DataFrame(rows, columns=["host", "run", "what", "why"])

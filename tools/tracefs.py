@@ -1,0 +1,412 @@
+"""ftrace / uprobe state that we change, and always put back.
+
+A TraceSession:
+  * finds tracefs (mounting it at /sys/kernel/tracing if needed, and unmounting
+    it again at the end);
+  * sweeps probes and instances that a killed run of ours left behind
+    (group / instance names carry the owner's pid: perfbook_<pid>...);
+  * snapshots the global settings we could disturb (tracing_on, trace_clock,
+    current_tracer, the set of enabled top-level events);
+  * creates a private instance (instances/perfbook_<pid>_<tag>) where events
+    are enabled, so the top-level buffer is never touched;
+  * on exit -- normal, exception, SIGINT or SIGTERM -- disables our events,
+    deletes our probe definitions (they are global, even when enabled only in
+    an instance), removes the instance and restores the snapshot.
+SIGKILL can't be caught: the next session's sweep removes what it left.
+"""
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import re
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import MissingPrerequisite, PerfbookError
+
+PREFIX = "perfbook_"
+_GROUP_RE = re.compile(r"^[pr]:(" + PREFIX + r"(\d+))/(\S+)\s")
+_INST_RE = re.compile("^" + PREFIX + r"(\d+)_")
+DEFAULT_MOUNT = Path("/sys/kernel/tracing")
+
+
+def _mounts() -> list[tuple[str, str]]:
+    out = []
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                out.append((parts[1], parts[2]))
+    except OSError:
+        pass
+    return out
+
+
+def find_tracefs() -> Path | None:
+    """The tracefs directory if it is mounted somewhere, else None."""
+    for mnt, fstype in _mounts():
+        if fstype == "tracefs":
+            return Path(mnt)
+    for mnt, fstype in _mounts():
+        if fstype == "debugfs" and (Path(mnt) / "tracing" / "trace").exists():
+            return Path(mnt) / "tracing"
+    return None
+
+
+def preflight(need_uprobes: bool = True) -> list[str]:
+    """Reasons this host can't run a trace session (empty list = fine)."""
+    reasons = []
+    if os.geteuid() != 0:
+        reasons.append("not root: tracefs, uprobes and trace_marker need root (run the measure step with sudo)")
+        return reasons
+    root = find_tracefs()
+    if root is None:
+        if not DEFAULT_MOUNT.is_dir():
+            reasons.append("no tracefs: /sys/kernel/tracing is missing (kernel built without CONFIG_FTRACE?)")
+            return reasons
+        fstypes = Path("/proc/filesystems").read_text() if Path("/proc/filesystems").exists() else ""
+        if "tracefs" not in fstypes:
+            reasons.append("no tracefs: the kernel does not offer the tracefs filesystem")
+            return reasons
+        root = DEFAULT_MOUNT  # mountable; the session mounts it
+        return reasons
+    if not (root / "instances").is_dir():
+        reasons.append(f"tracefs at {root} has no instances directory (kernel too old for private instances)")
+    if need_uprobes and not (root / "uprobe_events").exists():
+        reasons.append(f"no uprobe_events in {root} (kernel built without CONFIG_UPROBE_EVENTS)")
+    return reasons
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write(path: Path, text: str, append: bool = False) -> None:
+    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class GlobalState:
+    tracing_on: str
+    trace_clock: str
+    current_tracer: str
+    set_event: list[str]
+    our_probes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, root: Path) -> "GlobalState":
+        clock = (root / "trace_clock").read_text()
+        m = re.search(r"\[(\S+)\]", clock)
+        return cls(
+            tracing_on=(root / "tracing_on").read_text().strip(),
+            trace_clock=m.group(1) if m else clock.strip(),
+            current_tracer=(root / "current_tracer").read_text().strip(),
+            set_event=sorted((root / "set_event").read_text().split()),
+            our_probes=[line for line in _read_lines(root / "uprobe_events")
+                        if line.startswith(("p:" + PREFIX, "r:" + PREFIX))],
+        )
+
+
+def _read_lines(p: Path) -> list[str]:
+    try:
+        return [line for line in p.read_text().splitlines() if line.strip()]
+    except OSError:
+        return []
+
+
+def sweep_stale(root: Path, log=print) -> list[str]:
+    """Remove instances and probe definitions left by dead perfbook processes."""
+    removed = []
+    inst_dir = root / "instances"
+    if inst_dir.is_dir():
+        for d in inst_dir.iterdir():
+            m = _INST_RE.match(d.name)
+            if m and not _pid_alive(int(m.group(1))):
+                try:
+                    d.rmdir()
+                    removed.append(f"instance {d.name}")
+                except OSError as e:
+                    log(f"warning: could not remove stale instance {d.name}: {e.strerror}")
+    for line in _read_lines(root / "uprobe_events"):
+        m = _GROUP_RE.match(line + " ")
+        if m and not _pid_alive(int(m.group(2))):
+            ev = f"{m.group(1)}/{m.group(3)}"
+            _disable_everywhere(root, m.group(1), m.group(3))
+            try:
+                _write(root / "uprobe_events", f"-:{ev}\n", append=True)
+                removed.append(f"uprobe {ev}")
+            except OSError as e:
+                log(f"warning: could not remove stale uprobe {ev}: {e.strerror}")
+    if removed:
+        log("swept stale state from a killed run: " + ", ".join(removed))
+    return removed
+
+
+def _disable_everywhere(root: Path, group: str, event: str) -> None:
+    places = [root] + [d for d in (root / "instances").iterdir()] if (root / "instances").is_dir() else [root]
+    for base in places:
+        en = base / "events" / group / event / "enable"
+        try:
+            if en.exists() and en.read_text().strip() != "0":
+                _write(en, "0")
+        except OSError:
+            pass
+
+
+class TraceError(PerfbookError):
+    pass
+
+
+class TraceSession:
+    """Private tracing state for one measurement, restored on every exit path."""
+
+    def __init__(self, tag: str = "run", use_instance: bool = True, log=print):
+        if not re.fullmatch(r"[a-z0-9_]{1,20}", tag):
+            raise ValueError("tag must be [a-z0-9_]{1,20}")
+        self.tag = tag
+        self.use_instance = use_instance
+        self.log = log
+        self.group = f"{PREFIX}{os.getpid()}"
+        self.root: Path | None = None
+        self.mounted_by_us = False
+        self.instance: Path | None = None
+        self.probes: list[str] = []          # "group/event"
+        self.enabled: list[Path] = []        # enable files we wrote 1 to
+        self.saved: GlobalState | None = None
+        self._old_handlers: dict = {}
+        self._closed = True
+
+    # -- setup -------------------------------------------------------------
+    def __enter__(self):
+        reasons = preflight(need_uprobes=False)
+        if reasons:
+            raise MissingPrerequisite(reasons[0])
+        self._closed = False
+        self._install_signals()
+        atexit.register(self.close)
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _open(self):
+        root = find_tracefs()
+        if root is None:
+            r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(DEFAULT_MOUNT)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
+            self.mounted_by_us = True
+            root = DEFAULT_MOUNT
+        self.root = root
+        sweep_stale(root, self.log)
+        self.saved = GlobalState.read(root)
+        if self.use_instance and (root / "instances").is_dir():
+            self.instance = root / "instances" / f"{self.group}_{self.tag}"
+            self.instance.mkdir()
+        else:
+            self.instance = None
+
+    def _install_signals(self):
+        import threading
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def _term(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+        self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, _term)
+        # SIGINT already raises KeyboardInterrupt unless someone ignored it.
+        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+            self._old_handlers[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    # -- paths ---------------------------------------------------------------
+    @property
+    def buffer(self) -> Path:
+        """The directory holding this session's trace, trace_marker, events ..."""
+        assert self.root is not None
+        return self.instance if self.instance is not None else self.root
+
+    def file(self, name: str) -> Path:
+        return self.buffer / name
+
+    # -- probes ----------------------------------------------------------------
+    def add_uprobe(self, event: str, path: str | Path, offset: int, ret: bool = False,
+                   args: str = "") -> str:
+        """Define a uprobe (or uretprobe) at a *file offset* of `path`."""
+        assert self.root is not None
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", event):
+            raise ValueError(f"bad event name {event!r}")
+        kind = "r" if ret else "p"
+        line = f"{kind}:{self.group}/{event} {Path(path).resolve()}:{offset:#x}"
+        if args:
+            line += " " + args
+        try:
+            _write(self.root / "uprobe_events", line + "\n", append=True)
+        except OSError as e:
+            raise TraceError(f"the kernel refused uprobe '{line}': {e.strerror}; "
+                             f"{self._error_log_tail()}") from None
+        name = f"{self.group}/{event}"
+        self.probes.append(name)
+        return name
+
+    def _error_log_tail(self) -> str:
+        lines = _read_lines(self.root / "error_log") if self.root else []
+        return ("error_log: " + " | ".join(lines[-2:])) if lines else "error_log is empty"
+
+    def enable(self, event: str) -> None:
+        """Enable 'group/event' (ours or a static one like 'block/block_rq_issue')."""
+        en = self.buffer / "events" / event / "enable"
+        if not en.exists():
+            raise TraceError(f"no event {event} in {self.buffer}/events")
+        _write(en, "1")
+        self.enabled.append(en)
+
+    def disable(self, event: str) -> None:
+        en = self.buffer / "events" / event / "enable"
+        _write(en, "0")
+        if en in self.enabled:
+            self.enabled.remove(en)
+
+    def remove_uprobe(self, name: str) -> None:
+        self._disable_probe(name)
+        _write(self.root / "uprobe_events", f"-:{name}\n", append=True)
+        self.probes.remove(name)
+
+    def _disable_probe(self, name: str):
+        group, event = name.split("/")
+        _disable_everywhere(self.root, group, event)
+        self.enabled = [e for e in self.enabled if f"/{group}/{event}/" not in str(e)]
+
+    def set_option(self, name: str, value: str) -> None:
+        """Write a per-buffer setting (tracing_on, trace_clock, buffer_size_kb, ...)."""
+        if self.instance is None and name not in ("tracing_on",):
+            raise TraceError(f"refusing to change global {name} without a private instance")
+        _write(self.buffer / name, value)
+
+    def clear(self) -> None:
+        _write(self.buffer / "trace", "")
+
+    def buffer_stats(self) -> dict:
+        """Summed per-CPU ring-buffer statistics of this session's buffer."""
+        tot: dict[str, int] = {}
+        per_cpu = self.buffer / "per_cpu"
+        for cpu in sorted(per_cpu.glob("cpu*")):
+            for line in _read_lines(cpu / "stats"):
+                k, _, v = line.partition(":")
+                v = v.strip().split()[0] if v.strip() else ""
+                if v.isdigit():
+                    tot[k.strip()] = tot.get(k.strip(), 0) + int(v)
+        return tot
+
+    def uprobe_hits(self) -> dict[str, int]:
+        """Hit counts of our probes from uprobe_profile ('path event hits')."""
+        ours = {name.split("/", 1)[1]: name for name in self.probes}
+        out = {}
+        for line in _read_lines(self.root / "uprobe_profile"):
+            parts = line.split()
+            if len(parts) >= 3 and parts[-2] in ours and parts[-1].isdigit():
+                out[ours[parts[-2]]] = int(parts[-1])
+        return out
+
+    def adopt_probe(self, name: str) -> None:
+        """Take ownership of a probe another tool (perf probe) defined in our group."""
+        if not name.startswith(self.group + "/"):
+            raise ValueError(f"{name} is not in our group {self.group}")
+        self.probes.append(name)
+
+    # -- teardown ----------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        errors = []
+        try:
+            if self.root is not None:
+                for en in list(self.enabled):
+                    try:
+                        _write(en, "0")
+                    except OSError as e:
+                        errors.append(f"disable {en}: {e.strerror}")
+                self.enabled.clear()
+                for name in list(self.probes):
+                    try:
+                        self.remove_uprobe(name)
+                    except OSError as e:
+                        errors.append(f"remove {name}: {e.strerror}")
+                if self.instance is not None and self.instance.exists():
+                    for _ in range(50):
+                        try:
+                            self.instance.rmdir()
+                            break
+                        except OSError as e:
+                            if e.errno != errno.EBUSY:
+                                errors.append(f"rmdir {self.instance}: {e.strerror}")
+                                break
+                            import time
+                            time.sleep(0.02)
+                self._restore_globals(errors)
+                if self.mounted_by_us:
+                    subprocess.run(["umount", str(self.root)], capture_output=True)
+        finally:
+            self._closed = True
+            for sig, h in self._old_handlers.items():
+                signal.signal(sig, h)
+            self._old_handlers.clear()
+            try:
+                atexit.unregister(self.close)
+            except Exception:
+                pass
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if errors:
+            self.log("warning: tracing cleanup incomplete: " + "; ".join(errors))
+
+    def _restore_globals(self, errors: list[str]) -> None:
+        if self.saved is None:
+            return
+        now = GlobalState.read(self.root)
+        if now.tracing_on != self.saved.tracing_on:
+            _write(self.root / "tracing_on", self.saved.tracing_on)
+        if now.trace_clock != self.saved.trace_clock:
+            _write(self.root / "trace_clock", self.saved.trace_clock)
+        if now.current_tracer != self.saved.current_tracer:
+            _write(self.root / "current_tracer", self.saved.current_tracer)
+        if now.set_event != self.saved.set_event:
+            errors.append("top-level set_event changed during the run (not by us?)")
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def snapshot(root: Path | None = None) -> dict:
+    """Observable tracing state, for tests: what must be identical before/after."""
+    root = root or find_tracefs()
+    if root is None:
+        return {"mounted": False}
+    st = GlobalState.read(root)
+    return {
+        "mounted": True,
+        "tracing_on": st.tracing_on,
+        "trace_clock": st.trace_clock,
+        "current_tracer": st.current_tracer,
+        "set_event": st.set_event,
+        "our_probes": [l for l in _read_lines(root / "uprobe_events") if PREFIX in l],
+        "our_instances": sorted(d.name for d in (root / "instances").iterdir()
+                                if d.name.startswith(PREFIX)) if (root / "instances").is_dir() else [],
+    }
