@@ -80,19 +80,43 @@ def test_host_id_is_stable_and_overridable(monkeypatch):
         hostinfo.host_id()
 
 
-def test_lock_excludes_a_second_process(tmp_path, monkeypatch):
+HOLD = """
+import sys, time
+from tools.lock import measure_lock
+with measure_lock('holder', wait=0):
+    print('held', flush=True)
+    time.sleep(60)
+"""
+TRY = """
+from tools.lock import measure_lock
+from tools.errors import LockBusy
+try:
+    with measure_lock('t', wait=0): print('got it')
+except LockBusy as e: print('busy:', e)
+"""
+
+
+def test_lock_excludes_a_second_process(tmp_path):
+    env = {**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = subprocess.run([sys.executable, "-c", TRY], capture_output=True, text=True, env=env)
+        assert r.stdout.startswith("busy:") and "holder" in r.stdout, r.stdout + r.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    r = subprocess.run([sys.executable, "-c", TRY], capture_output=True, text=True, env=env)
+    assert r.stdout.strip() == "got it", "a dead holder's lock is released (flock)"
+
+
+def test_lock_is_reentrant_and_passes_to_children(tmp_path, monkeypatch):
+    """`python -m tools measure` holds the lock while papermill's kernel, its
+    child, runs collect(): the child must not wait for its own parent."""
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
-    code = ("import os; os.environ['PERFBOOK_LOCK_WAIT']='0'\n"
-            "from tools.lock import measure_lock\n"
-            "from tools.errors import LockBusy\n"
-            "try:\n    with measure_lock('t'): print('got it')\n"
-            "except LockBusy as e: print('busy:', e)\n")
-    with lock.measure_lock("holder", wait=0):
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
-        assert r.stdout.startswith("busy:"), r.stdout + r.stderr
-        with lock.measure_lock("re-entrant", wait=0):
+    with lock.measure_lock("outer", wait=0):
+        with lock.measure_lock("inner", wait=0):
             pass
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
-    assert r.stdout.strip() == "got it"
+        r = subprocess.run([sys.executable, "-c", TRY], capture_output=True, text=True,
+                           env={**os.environ})
+        assert r.stdout.strip() == "got it", r.stdout + r.stderr

@@ -169,6 +169,7 @@ def host_facts() -> dict:
         "cpu_flags_hypervisor": "hypervisor" in ci["flags"],
         "mitigations": mitigations(),
         "governor": governor(),
+        "kvm_modules": sorted(p.name for p in Path("/sys/module").glob("kvm*")),
         "hz_guess": _config_hz(),
         "preempt": _preempt(),
     }

@@ -425,7 +425,7 @@ def plot_costs(summary, labels):
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("ns per call (median, 95 % CI; grey tick: p95)")
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.4, -0.12 - 0.6 / len(order)), fontsize="small")
     fig.tight_layout()
     return fig
 
@@ -435,7 +435,8 @@ def plot_comparison(comp):
     g = sns.catplot(data=comp, kind="bar", x="mechanism", y="per_call_us", hue="source",
                     order=["marker", "uprobe", "systemtap / BPF"], height=4, aspect=1.9)
     g.set_axis_labels("", "µs per trace point")
-    sns.move_legend(g, "upper left", bbox_to_anchor=(0.08, 0.98), frameon=True, fontsize="small")
+    sns.move_legend(g, "upper center", bbox_to_anchor=(0.45, 0.0), frameon=False, fontsize="small",
+                    ncol=1, title=None)
     return g
 
 
