@@ -33,6 +33,7 @@ class Chapter:
 CHAPTERS: list[Chapter] = [
     Chapter("trace_overhead", "tools.trace_overhead", "chapters/trace_overhead.ipynb"),
     Chapter("tsc_alignment", "tools.tsc_alignment", "chapters/tsc_alignment.ipynb"),
+    Chapter("virtio_features", "tools.virtio_features", "chapters/virtio_features.ipynb"),
 ]
 
 

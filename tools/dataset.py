@@ -180,7 +180,7 @@ def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
     return [load_manifest(r) for r in list_runs(chapter, data_dir)]
 
 
-def load_reference(name: str, data_dir: Path | None = None):
+def load_reference(name: str, data_dir: Path | None = None, dtype=None):
     """A seed's historical figures: data/reference/<name>.csv (provenance in columns)."""
     import pandas as pd
     from .paths import reference_dir
@@ -189,4 +189,4 @@ def load_reference(name: str, data_dir: Path | None = None):
         p = reference_dir() / f"{name}.csv"
     if not p.is_file():
         raise DatasetError(f"reference table {p} is missing")
-    return pd.read_csv(p)
+    return pd.read_csv(p, dtype=dtype)

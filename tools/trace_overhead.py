@@ -24,6 +24,8 @@ from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .progress import Progress
+from .params import check_ints, choose_list, merge
+from .proc import kill_group, run_group
 from .tracefs import TraceSession, preflight as tracefs_preflight
 
 CHAPTER = "trace_overhead"
@@ -62,27 +64,9 @@ COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1}
 
 def params(profile: str = "default", **overrides) -> dict:
     """Merge a profile with overrides and validate everything (ParameterError)."""
-    if profile not in PROFILES:
-        raise ParameterError(f"profile must be one of {tuple(PROFILES)}, got {profile!r}")
-    p = {**PROFILES[profile], **COMMON}
-    for k, v in overrides.items():
-        if k not in p:
-            raise ParameterError(f"unknown parameter {k!r}; known: {', '.join(sorted(p))}")
-        if v is not None:
-            p[k] = v
-    for k, lo in (("iterations", 1), ("batches", 1), ("rounds", 1), ("warmup", 0)):
-        v = p[k]
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ParameterError(f"{k} must be an integer >= {lo}, got {v!r}")
-    mechs = p["mechanisms"]
-    if mechs is None:
-        mechs = list(DEFAULT_MECHANISMS)
-    elif isinstance(mechs, str):
-        mechs = [m.strip() for m in mechs.split(",") if m.strip()]
-    unknown = [m for m in mechs if m not in MECHANISMS]
-    if unknown or not mechs:
-        raise ParameterError(f"unknown mechanism {', '.join(unknown) or '(empty list)'}; "
-                             f"choose from {', '.join(MECHANISMS)}")
+    p = merge(profile, PROFILES, COMMON, overrides)
+    check_ints(p, {"iterations": 1, "batches": 1, "rounds": 1, "warmup": 0})
+    mechs = choose_list(p["mechanisms"], list(MECHANISMS), "mechanism", DEFAULT_MECHANISMS)
     if "none" not in mechs:
         mechs = ["none", *mechs]  # every comparison needs the baseline
     p["mechanisms"] = list(dict.fromkeys(mechs))
@@ -180,7 +164,7 @@ class _Runner:
             cmd = self.harness_cmd(spec["target"], marker)
             if spec.get("tool") == "perf":
                 cmd = ["perf", "stat", "-x", ",", "-e", probe.replace("/", ":"), "--", *cmd]
-            r = _run(cmd)
+            r = run_group(cmd)
             if r.returncode != 0:
                 raise PerfbookError(f"probench ({mech}) failed: {r.stderr.strip().splitlines()[-1:]}")
             df, timer = parse_harness(r.stdout)
@@ -215,7 +199,7 @@ class _Runner:
                 if time.monotonic() > deadline:
                     raise PerfbookError("bpftrace did not attach within 60 s")
             time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
-            r = _run(self.harness_cmd(spec["target"]))
+            r = run_group(self.harness_cmd(spec["target"]))
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
             df, timer = parse_harness(r.stdout)
@@ -225,26 +209,7 @@ class _Runner:
             hits = int(m.group(1)) if m else None
             return df, timer, hits
         finally:
-            if bt.poll() is None:
-                os.killpg(bt.pid, signal.SIGKILL)
-                bt.wait()
-
-
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    """Run a harness (or perf + harness) in its own process group, and make sure
-    nothing of it survives an exception or a signal in this process."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate()
-    finally:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+            kill_group(bt)
 
 
 def _perf_count(stderr: str) -> int | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import MissingPrerequisite, PerfbookError
+from .proc import pid_alive
 
 PREFIX = "perfbook_"
 _GROUP_RE = re.compile(r"^[pr]:(" + PREFIX + r"(\d+))/(\S+)\s")
@@ -80,16 +81,6 @@ def preflight(need_uprobes: bool = True) -> list[str]:
     return reasons
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _write(path: Path, text: str, append: bool = False) -> None:
     flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
     fd = os.open(path, flags)
@@ -135,7 +126,7 @@ def sweep_stale(root: Path, log=print) -> list[str]:
     if inst_dir.is_dir():
         for d in inst_dir.iterdir():
             m = _INST_RE.match(d.name)
-            if m and not _pid_alive(int(m.group(1))):
+            if m and not pid_alive(int(m.group(1))):
                 try:
                     d.rmdir()
                     removed.append(f"instance {d.name}")
@@ -143,7 +134,7 @@ def sweep_stale(root: Path, log=print) -> list[str]:
                     log(f"warning: could not remove stale instance {d.name}: {e.strerror}")
     for line in _read_lines(root / "uprobe_events"):
         m = _GROUP_RE.match(line + " ")
-        if m and not _pid_alive(int(m.group(2))):
+        if m and not pid_alive(int(m.group(2))):
             ev = f"{m.group(1)}/{m.group(3)}"
             _disable_everywhere(root, m.group(1), m.group(3))
             try:

@@ -1,0 +1,746 @@
+"""A tiny Linux guest under QEMU, for chapters that look at a machine from inside.
+
+The guest is made of Debian's own packages, extracted and never installed:
+
+* the kernel (``linux-image-<abi>-cloud-amd64`` by default) and the few
+  modules it needs for virtio over PCI (virtio_pci, virtio_blk and their
+  dependencies, read from each module's ``.modinfo`` section);
+* ``busybox-static`` as the whole user space, in a gzip'd cpio initramfs that
+  this module writes itself (no cpio tool needed).
+
+They are cached under ``build/guest/<kernel-abi>/`` (git ignores build/).
+
+A run boots QEMU with scratch virtio-blk disks (sparse raw files in a
+``/var/tmp/perfbook-guest-*`` directory we create), runs a shell script as the
+guest's only job and returns what the script printed. The script's output
+travels over a second serial port (``ttyS1``) between two markers, so kernel
+messages on the console (``ttyS0``) never mix with it.
+
+Acceleration: ``accel="auto"`` tries KVM first and keeps it only if the guest's
+init starts within ``kvm_boot_timeout`` seconds; otherwise QEMU is stopped and
+the same guest is booted under TCG. Every result says which accelerator ran it
+and why (``GuestResult.accel``, ``GuestResult.accel_note``).
+
+Cleanup: QEMU is killed and the scratch directory removed on success, on an
+exception, on SIGINT and on SIGTERM (the handler turns SIGTERM into
+KeyboardInterrupt while a run is active). QEMU also gets PR_SET_PDEATHSIG, so
+it dies with us even on SIGKILL; ``sweep_stale()`` removes a scratch directory
+whose owner process is gone.
+
+Usage::
+
+    from tools import guest
+    reasons = guest.preflight()            # [] if QEMU is here
+    with guest.Runner(progress=print) as r:
+        res = r.run("cat /sys/block/vda/cache_type",
+                    guest.GuestConfig(disks=[guest.DiskSpec(label="wt", cache="writethrough")]))
+    res.accel, res.output, res.boot_seconds
+
+``GuestConfig(files={"bin/tool": Path("build/bin/tool")})`` adds host files
+(static binaries, data) to the guest. ``DiskSpec`` covers the -drive cache mode
+and aio and the virtio-blk-pci properties (write-cache, config-wce, scsi,
+num-queues, packed, event_idx, indirect_desc, disable-modern/legacy, discard,
+write-zeroes, and anything else through ``extra``). Disks appear in the guest as
+/dev/vda, vdb ... in order; ``/sys/block/vdX/serial`` holds each disk's label.
+Hold ``tools.lock.measure_lock()`` around runs that measure anything.
+"""
+from __future__ import annotations
+
+import ctypes
+import gzip
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .paths import build_dir
+
+QEMU = "qemu-system-x86_64"
+KERNEL_META = "linux-image-cloud-amd64"   # resolved to linux-image-<abi>-cloud-amd64
+BUSYBOX_PKG = "busybox-static"
+SCRATCH_PREFIX = "perfbook-guest-"
+SCRATCH_PARENT = Path("/var/tmp")
+BEGIN = "@@PERFBOOK-BEGIN@@"
+END_RE = re.compile(r"@@PERFBOOK-END rc=(-?\d+)@@")
+INIT_MARK = "@@PERFBOOK-INIT@@"
+# modules the guest loads (with their dependencies), in this order
+BASE_MODULES = ("virtio_pci", "virtio_blk")
+OPTIONAL_MODULES = ("virtio_rng", "virtio_balloon", "virtio-rng")
+CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
+ARTEFACT_VERSION = 1  # bump when the initramfs layout changes
+
+
+# --------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------
+def _onoff(v) -> str:
+    return "on" if v else "off"
+
+
+@dataclass
+class DiskSpec:
+    """One virtio-blk disk: a -drive backend plus a virtio-blk-pci front end.
+
+    None leaves QEMU's default in place. `extra` adds any other device
+    property (name -> value), e.g. {"queue-size": "128"}.
+    """
+    label: str = "disk"
+    size_mib: int = 16
+    cache: str = "writeback"              # -drive cache=
+    aio: str | None = None                # -drive aio= (threads, native, io_uring)
+    write_cache: bool | None = None       # device write-cache=on/off (None: auto)
+    config_wce: bool | None = None        # device config-wce=
+    scsi: bool | None = None              # device scsi= (needs a legacy device)
+    num_queues: int | None = None         # device num-queues=
+    packed: bool | None = None            # device packed=
+    event_idx: bool | None = None         # device event_idx=
+    indirect_desc: bool | None = None     # device indirect_desc=
+    disable_modern: bool | None = None    # legacy-only (virtio 0.9) device
+    disable_legacy: bool | None = None
+    discard: bool | None = None
+    write_zeroes: bool | None = None
+    readonly: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,19}", self.label):
+            raise ParameterError(f"disk label {self.label!r}: use 1-20 letters, digits, '.', '_' or '-'")
+        if self.cache not in CACHE_MODES:
+            raise ParameterError(f"disk {self.label}: cache must be one of {CACHE_MODES}, got {self.cache!r}")
+        if self.aio not in (None, "threads", "native", "io_uring"):
+            raise ParameterError(f"disk {self.label}: aio must be threads, native or io_uring")
+        if self.aio == "native" and self.cache not in ("none", "directsync"):
+            raise ParameterError(f"disk {self.label}: aio=native needs cache=none or directsync")
+        if not (1 <= int(self.size_mib) <= 4096):
+            raise ParameterError(f"disk {self.label}: size_mib must be 1..4096")
+        if self.num_queues is not None and not (1 <= int(self.num_queues) <= 64):
+            raise ParameterError(f"disk {self.label}: num_queues must be 1..64")
+        for k in self.extra:
+            if not re.fullmatch(r"[a-z][a-z0-9_-]*", str(k)):
+                raise ParameterError(f"disk {self.label}: bad device property name {k!r}")
+
+    def device_props(self) -> dict[str, str]:
+        p: dict[str, str] = {}
+        for attr, name in (("write_cache", "write-cache"), ("config_wce", "config-wce"),
+                           ("scsi", "scsi"), ("packed", "packed"), ("event_idx", "event_idx"),
+                           ("indirect_desc", "indirect_desc"), ("discard", "discard"),
+                           ("write_zeroes", "write-zeroes"), ("disable_modern", "disable-modern")):
+            v = getattr(self, attr)
+            if v is not None:
+                p[name] = _onoff(v)
+        if self.disable_legacy is not None:
+            p["disable-legacy"] = _onoff(self.disable_legacy)
+        if self.num_queues is not None:
+            p["num-queues"] = str(int(self.num_queues))
+        p.update({str(k): str(v) for k, v in self.extra.items()})
+        return p
+
+    def describe(self) -> str:
+        """QEMU options in a short human form: 'cache=writeback write-cache=off'."""
+        parts = [f"cache={self.cache}"] + ([f"aio={self.aio}"] if self.aio else [])
+        parts += [f"{k}={v}" for k, v in self.device_props().items()]
+        return " ".join(parts)
+
+
+@dataclass
+class GuestConfig:
+    disks: list[DiskSpec] = field(default_factory=lambda: [DiskSpec()])
+    cpus: int = 1
+    memory_mib: int = 256
+    rng: bool = False          # add a virtio-rng-pci device
+    balloon: bool = False      # add a virtio-balloon-pci device
+    machine: str = "pc"
+    extra_args: list[str] = field(default_factory=list)
+    # extra files for the guest: guest path (relative, e.g. "bin/probe") -> host Path or bytes;
+    # they are made executable (0755) and ride in the per-run initramfs
+    files: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.disks:
+            raise ParameterError("a guest needs at least one disk")
+        labels = [d.label for d in self.disks]
+        if len(set(labels)) != len(labels):
+            raise ParameterError(f"disk labels must be unique, got {labels}")
+        if len(self.disks) > 20:
+            raise ParameterError("at most 20 disks per guest (PCI slots)")
+        for d in self.disks:
+            d.validate()
+        if not (1 <= int(self.cpus) <= 8):
+            raise ParameterError("cpus must be 1..8")
+        if not (96 <= int(self.memory_mib) <= 4096):
+            raise ParameterError("memory_mib must be 96..4096")
+        for gp, src in self.files.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", str(gp)) or ".." in str(gp):
+                raise ParameterError(f"guest file path {gp!r} must be relative, without '..'")
+            if not isinstance(src, (bytes, bytearray)) and not Path(src).is_file():
+                raise ParameterError(f"guest file {gp}: {src} is not a file")
+
+
+@dataclass
+class GuestResult:
+    output: str                 # what the script printed (between the markers)
+    rc: int | None              # the script's exit status (None: no END marker)
+    accel: str                  # 'kvm' or 'tcg'
+    accel_note: str             # why this accelerator
+    boot_seconds: float | None  # QEMU start -> guest init
+    total_seconds: float
+    kernel: str                 # kernel package and version
+    qemu_version: str | None
+    cmdline: list[str]
+    console: str                # the guest's console log (ttyS0), for diagnosis
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("console")
+        return d
+
+
+# --------------------------------------------------------------------------
+# preflight
+# --------------------------------------------------------------------------
+def qemu_version() -> str | None:
+    exe = shutil.which(QEMU)
+    if not exe:
+        return None
+    try:
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"version (\S+)", r.stdout)
+    return m.group(1) if m else (r.stdout.strip().splitlines() or [None])[0]
+
+
+def kvm_usable() -> tuple[bool, str]:
+    if not os.path.exists("/dev/kvm"):
+        return False, "/dev/kvm is missing"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False, "/dev/kvm is not accessible to this user"
+    return True, "/dev/kvm is present"
+
+
+def preflight() -> list[str]:
+    """Why no guest can run here ([] = it can, with KVM or TCG)."""
+    reasons = []
+    if not shutil.which(QEMU):
+        reasons.append(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
+    if not SCRATCH_PARENT.is_dir() or not os.access(SCRATCH_PARENT, os.W_OK):
+        reasons.append(f"{SCRATCH_PARENT} is not writable for scratch disks")
+    have = artefacts_cached()
+    if have is None and not shutil.which("apt-get"):
+        reasons.append("no cached guest kernel in build/guest and no apt-get to fetch Debian's kernel")
+    if have is None and not shutil.which("dpkg-deb"):
+        reasons.append("dpkg-deb is missing: it extracts the guest kernel and busybox packages")
+    return reasons
+
+
+# --------------------------------------------------------------------------
+# artefacts: kernel, modules, busybox, initramfs
+# --------------------------------------------------------------------------
+def guest_root() -> Path:
+    return build_dir() / "guest"
+
+
+def artefacts_cached(kernel_pkg: str | None = None) -> dict | None:
+    """The newest complete cached artefact set (its info dict), or None."""
+    root = guest_root()
+    if not root.is_dir():
+        return None
+    best = None
+    for info_file in sorted(root.glob("*/artefacts.json")):
+        try:
+            info = json.loads(info_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if info.get("artefact_version") != ARTEFACT_VERSION:
+            continue
+        if kernel_pkg and info.get("kernel_package") != kernel_pkg:
+            continue
+        d = info_file.parent
+        if (d / "vmlinuz").is_file() and (d / "initramfs.cpio.gz").is_file():
+            info["dir"] = str(d)
+            best = info
+    return best
+
+
+def _run(cmd: list[str], cwd: Path | None = None, timeout: float = 300) -> str:
+    try:
+        r = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise MissingPrerequisite(f"{cmd[0]} is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise PerfbookError(f"{' '.join(cmd[:3])} timed out after {timeout:.0f} s") from None
+    if r.returncode != 0:
+        last = (r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}").splitlines()[-1]
+        raise MissingPrerequisite(f"{' '.join(cmd[:3])} failed: {last}")
+    return r.stdout
+
+
+def resolve_kernel_package(meta: str = KERNEL_META) -> str:
+    """linux-image-cloud-amd64 -> linux-image-6.1.0-NN-cloud-amd64 (from apt's lists)."""
+    out = _run(["apt-cache", "depends", meta])
+    for line in out.splitlines():
+        m = re.match(r"\s*Depends:\s*(linux-image-\S+)", line)
+        if m and not m.group(1).endswith("-unsigned"):
+            return m.group(1)
+    raise MissingPrerequisite(f"apt-cache does not know {meta}; run apt-get update")
+
+
+def _deb_version(deb: Path) -> str:
+    return _run(["dpkg-deb", "-f", str(deb), "Version"]).strip()
+
+
+def modinfo_depends(ko: Path) -> list[str]:
+    """The 'depends=' list of a kernel module, read from its .modinfo strings."""
+    data = ko.read_bytes()
+    for m in re.finditer(rb"(?:^|\x00)depends=([^\x00]*)", data):
+        val = m.group(1).decode(errors="replace")
+        return [d for d in val.split(",") if d]
+    return []
+
+
+def module_closure(names, index: dict[str, Path]) -> list[str]:
+    """Names of `names` and their dependencies, dependencies first.
+
+    A dependency that is not in `index` is assumed built in and skipped.
+    """
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(n: str, stack: tuple = ()):
+        key = n.replace("-", "_")
+        if key in seen or key not in index:
+            return
+        if key in stack:
+            raise PerfbookError(f"module dependency cycle at {key}")
+        for dep in modinfo_depends(index[key]):
+            visit(dep, stack + (key,))
+        seen.add(key)
+        order.append(key)
+
+    for n in names:
+        visit(n)
+    return order
+
+
+# -- cpio (newc) ------------------------------------------------------------
+def _cpio_entry(name: str, mode: int, data: bytes = b"", ino: int = 1) -> bytes:
+    nb = name.encode() + b"\x00"
+    hdr = "070701" + "".join(f"{v:08X}" for v in (
+        ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nb), 0))
+    out = hdr.encode() + nb
+    out += b"\x00" * ((4 - len(out) % 4) % 4)
+    out += data
+    out += b"\x00" * ((4 - len(data) % 4) % 4)
+    return out
+
+
+def build_cpio(entries: list[tuple[str, int, bytes]]) -> bytes:
+    """A newc cpio archive from (path, mode, data) entries; mode includes the type bits."""
+    buf = io.BytesIO()
+    for i, (name, mode, data) in enumerate(entries, start=2):
+        buf.write(_cpio_entry(name.lstrip("/"), mode, data, ino=i))
+    buf.write(_cpio_entry("TRAILER!!!", 0, b"", ino=0))
+    return buf.getvalue()
+
+
+DIR, REG, LNK = 0o040000, 0o100000, 0o120000
+
+INIT_SCRIPT = r"""#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+echo "@@PERFBOOK-INIT@@ $(cut -d' ' -f1 /proc/uptime)" > /dev/console
+for m in $(cat /etc/modules.order); do
+  insmod /lib/modules/$m.ko 2>/dev/console || echo "insmod $m failed" > /dev/console
+done
+# give asynchronous probing a moment: wait until every virtio device has a driver
+i=0
+while [ $i -lt 50 ]; do
+  pending=0
+  for d in /sys/bus/virtio/devices/*; do
+    [ -e "$d" ] || continue
+    [ -e "$d/driver" ] || pending=1
+  done
+  [ $pending -eq 0 ] && break
+  sleep 0.1; i=$((i+1))
+done
+echo 1 > /proc/sys/kernel/printk
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+{
+  echo "@@PERFBOOK-BEGIN@@"
+  sh /perfbook/script.sh
+  echo "@@PERFBOOK-END rc=$?@@"
+} > /dev/ttyS1 2>&1
+sync
+reboot -f
+"""
+
+
+def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
+    """Kernel + initramfs for the guest, fetched and built once, then cached.
+
+    Returns the artefact info: dir, kernel_package, kernel_version, busybox_version,
+    modules. Raises MissingPrerequisite (one line) if Debian's packages can't be had.
+    """
+    say = progress or (lambda s: None)
+    have = artefacts_cached(kernel_pkg)
+    if have is not None:
+        return have
+    for tool in ("apt-get", "apt-cache", "dpkg-deb"):
+        if not shutil.which(tool):
+            raise MissingPrerequisite(f"{tool} is missing: the guest kernel comes from Debian's packages")
+    pkg = kernel_pkg or resolve_kernel_package()
+    abi = pkg.removeprefix("linux-image-")
+    root = guest_root()
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=root))
+    try:
+        say(f"fetching {pkg} and {BUSYBOX_PKG} with apt-get download (once; cached in build/guest)")
+        _run(["apt-get", "download", pkg, BUSYBOX_PKG], cwd=work, timeout=600)
+        debs = {p.name.split("_")[0]: p for p in work.glob("*.deb")}
+        if pkg not in debs or BUSYBOX_PKG not in debs:
+            raise MissingPrerequisite(f"apt-get download did not deliver {pkg} and {BUSYBOX_PKG}")
+        kver, bver = _deb_version(debs[pkg]), _deb_version(debs[BUSYBOX_PKG])
+        xk, xb = work / "k", work / "b"
+        _run(["dpkg-deb", "-x", str(debs[pkg]), str(xk)])
+        _run(["dpkg-deb", "-x", str(debs[BUSYBOX_PKG]), str(xb)])
+        vmlinuz = next((xk / "boot").glob("vmlinuz-*"), None)
+        busybox = xb / "bin" / "busybox"
+        if vmlinuz is None or not busybox.is_file():
+            raise PerfbookError(f"{pkg} or {BUSYBOX_PKG} has an unexpected layout")
+        index = {p.name[:-3].replace("-", "_"): p for p in (xk / "lib" / "modules").rglob("*.ko")}
+        order = module_closure(BASE_MODULES, index)
+        config = "".join(p.read_text(errors="replace") for p in (xk / "boot").glob("config-*"))
+        for mod, opt in (("virtio_pci", "CONFIG_VIRTIO_PCI"), ("virtio_blk", "CONFIG_VIRTIO_BLK")):
+            if mod not in order and f"{opt}=y" not in config:
+                raise PerfbookError(f"{pkg} has neither {mod}.ko nor {opt}=y: the guest could not see its disks")
+        opt = [m for m in module_closure(OPTIONAL_MODULES, index) if m not in order]
+        order += opt
+        entries = [("bin", DIR | 0o755, b""), ("dev", DIR | 0o755, b""), ("proc", DIR | 0o755, b""),
+                   ("sys", DIR | 0o755, b""), ("etc", DIR | 0o755, b""), ("tmp", DIR | 0o1777, b""),
+                   ("lib", DIR | 0o755, b""), ("lib/modules", DIR | 0o755, b""),
+                   ("perfbook", DIR | 0o755, b""),
+                   ("bin/busybox", REG | 0o755, busybox.read_bytes()),
+                   ("bin/sh", LNK | 0o777, b"busybox"),
+                   ("init", REG | 0o755, INIT_SCRIPT.encode()),
+                   ("etc/modules.order", REG | 0o644, ("\n".join(order) + "\n").encode())]
+        entries += [(f"lib/modules/{m}.ko", REG | 0o644, index[m].read_bytes()) for m in order]
+        dest = root / abi
+        tmpdest = Path(tempfile.mkdtemp(prefix=f".{abi}-", dir=root))
+        shutil.copy2(vmlinuz, tmpdest / "vmlinuz")
+        with gzip.open(tmpdest / "initramfs.cpio.gz", "wb", compresslevel=6) as f:
+            f.write(build_cpio(entries))
+        info = {"artefact_version": ARTEFACT_VERSION, "kernel_package": pkg, "kernel_version": kver,
+                "kernel_release": vmlinuz.name.removeprefix("vmlinuz-"),
+                "busybox_package": BUSYBOX_PKG, "busybox_version": bver, "modules": order}
+        (tmpdest / "artefacts.json").write_text(json.dumps(info, indent=2) + "\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.rename(tmpdest, dest)
+        info["dir"] = str(dest)
+        say(f"guest kernel {pkg} {kver}, busybox {bver}, modules: {', '.join(order)}")
+        return info
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for stale in root.glob(f".{abi}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
+# scratch directories and processes
+# --------------------------------------------------------------------------
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
+    """Remove scratch directories whose owner (pid in the 'owner' file) is gone."""
+    removed = []
+    for d in parent.glob(SCRATCH_PREFIX + "*"):
+        try:
+            pid = int((d / "owner").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            # no owner file: only remove if old (a crash between mkdtemp and the write)
+            try:
+                if time.time() - d.stat().st_mtime < 3600:
+                    continue
+            except OSError:
+                continue
+            pid = -1
+        if pid > 0 and _pid_alive(pid):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+def _pdeathsig():
+    """In the child: die with the parent (PR_SET_PDEATHSIG = 1, SIGKILL)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+
+
+def _kill(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+    except ProcessLookupError:
+        pass
+
+
+class BootTimeout(PerfbookError):
+    pass
+
+
+class Runner:
+    """Boots guests; owns one scratch directory and at most one QEMU at a time.
+
+    Use as a context manager. `accel` is 'auto' (KVM if the guest boots within
+    kvm_boot_timeout, else TCG), 'kvm' or 'tcg'. The first auto decision is kept
+    for later runs of the same Runner.
+    """
+
+    def __init__(self, accel: str = "auto", kvm_boot_timeout: float = 10.0,
+                 timeout: float = 180.0, progress=None, kernel_pkg: str | None = None):
+        if accel not in ("auto", "kvm", "tcg"):
+            raise ParameterError(f"accel must be auto, kvm or tcg, got {accel!r}")
+        if kvm_boot_timeout <= 0 or timeout <= 0:
+            raise ParameterError("timeouts must be positive")
+        self.accel = accel
+        self.kvm_boot_timeout = float(kvm_boot_timeout)
+        self.timeout = float(timeout)
+        self.say = progress or (lambda s: None)
+        self.kernel_pkg = kernel_pkg
+        self.scratch: Path | None = None
+        self.proc: subprocess.Popen | None = None
+        self.artefacts: dict | None = None
+        self._decided: tuple[str, str] | None = None
+        self._old_term = None
+
+    # -- lifetime ------------------------------------------------------------
+    def __enter__(self):
+        if self.scratch is not None:  # entered already (idempotent)
+            return self
+        reasons = preflight()
+        if reasons:
+            raise MissingPrerequisite(reasons[0])
+        self._install_signals()
+        try:
+            sweep_stale()
+            self.artefacts = ensure_artefacts(self.say, self.kernel_pkg)
+            self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=SCRATCH_PARENT))
+            (self.scratch / "owner").write_text(f"{os.getpid()} tools.guest\n")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) \
+            if threading.current_thread() is threading.main_thread() else None
+        try:
+            _kill(self.proc)
+            self.proc = None
+            if self.scratch is not None:
+                shutil.rmtree(self.scratch, ignore_errors=True)
+                self.scratch = None
+        finally:
+            if self._old_term is not None:
+                signal.signal(signal.SIGTERM, self._old_term)
+                self._old_term = None
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def _install_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def _term(signum, frame):
+            raise KeyboardInterrupt(f"signal {signum}")
+        self._old_term = signal.signal(signal.SIGTERM, _term)
+
+    # -- running -----------------------------------------------------------------
+    def cmdline(self, cfg: GuestConfig, accel: str, rundir: Path, initrd: Path) -> list[str]:
+        a = self.artefacts
+        assert a is not None
+        cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+               "-machine", cfg.machine, "-accel", accel, "-m", str(int(cfg.memory_mib)),
+               "-smp", str(int(cfg.cpus)),
+               "-kernel", str(Path(a["dir"]) / "vmlinuz"), "-initrd", str(initrd),
+               "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
+               "-serial", f"file:{rundir / 'console.log'}",
+               "-serial", f"file:{rundir / 'result.log'}"]
+        for i, d in enumerate(cfg.disks):
+            img = rundir / f"disk{i}.img"
+            drive = f"file={img},format=raw,if=none,id=d{i},cache={d.cache}"
+            if d.aio:
+                drive += f",aio={d.aio}"
+            if d.readonly:
+                drive += ",readonly=on"
+            dev = f"virtio-blk-pci,drive=d{i},serial={d.label}"
+            dev += "".join(f",{k}={v}" for k, v in d.device_props().items())
+            cmd += ["-drive", drive, "-device", dev]
+        if cfg.rng:
+            cmd += ["-device", "virtio-rng-pci"]
+        if cfg.balloon:
+            cmd += ["-device", "virtio-balloon-pci"]
+        return cmd + list(cfg.extra_args)
+
+    def run(self, script: str, cfg: GuestConfig | None = None) -> GuestResult:
+        """Boot a guest with `cfg`, run `script` (busybox sh) in it, return its output."""
+        if self.scratch is None:
+            raise PerfbookError("Runner.run() outside its 'with' block")
+        cfg = cfg or GuestConfig()
+        cfg.validate()
+        if self._decided:
+            accels = [self._decided]
+        elif self.accel == "auto":
+            ok, why = kvm_usable()
+            accels = [("kvm", "KVM: the guest booted within "
+                       f"{self.kvm_boot_timeout:.0f} s")] if ok else []
+            accels.append(("tcg", "TCG fallback: " + (why if not ok else "")))
+        else:
+            accels = [(self.accel, f"{self.accel} requested")]
+        last_err = None
+        for accel, note in accels:
+            try:
+                res = self._boot(script, cfg, accel, note,
+                                 boot_timeout=self.kvm_boot_timeout
+                                 if (accel == "kvm" and self.accel == "auto" and not self._decided)
+                                 else None)
+            except BootTimeout as e:
+                last_err = e
+                self.say(f"{e}; falling back to TCG")
+                # fix up the note of the next candidate
+                accels[-1] = ("tcg", f"TCG fallback: {e}")
+                continue
+            if self.accel == "auto" and not self._decided:
+                self._decided = (res.accel, res.accel_note)
+            return res
+        raise last_err or PerfbookError("no accelerator could boot the guest")
+
+    def _boot(self, script: str, cfg: GuestConfig, accel: str, note: str,
+              boot_timeout: float | None) -> GuestResult:
+        assert self.scratch is not None and self.artefacts is not None
+        rundir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
+        try:
+            for i, d in enumerate(cfg.disks):
+                with open(rundir / f"disk{i}.img", "wb") as f:
+                    f.truncate(int(d.size_mib) * 1024 * 1024)
+            # the per-run script rides in a second cpio archive appended to the base one
+            initrd = rundir / "initrd.img"
+            with open(initrd, "wb") as out:
+                out.write((Path(self.artefacts["dir"]) / "initramfs.cpio.gz").read_bytes())
+                extra, dirs = [], set()
+                for gp, src in sorted(cfg.files.items()):
+                    parts = str(gp).split("/")
+                    for i in range(1, len(parts)):
+                        d = "/".join(parts[:i])
+                        if d not in dirs:
+                            dirs.add(d)
+                            extra.append((d, DIR | 0o755, b""))
+                    data = bytes(src) if isinstance(src, (bytes, bytearray)) else Path(src).read_bytes()
+                    extra.append((str(gp), REG | 0o755, data))
+                out.write(gzip.compress(build_cpio(extra + [
+                    ("perfbook", DIR | 0o755, b""),
+                    ("perfbook/script.sh", REG | 0o755, script.encode())])))
+            cmd = self.cmdline(cfg, accel, rundir, initrd)
+            self.say(f"booting a {accel.upper()} guest with {len(cfg.disks)} disk(s)")
+            t0 = time.monotonic()
+            with open(rundir / "qemu.log", "wb") as qlog:
+                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
+                                             stderr=subprocess.STDOUT, preexec_fn=_pdeathsig)
+            console, result = rundir / "console.log", rundir / "result.log"
+            booted_at = None
+            deadline = t0 + self.timeout
+            rc = None
+            while True:
+                now = time.monotonic()
+                con = console.read_text(errors="replace") if console.exists() else ""
+                if booted_at is None and INIT_MARK in con:
+                    booted_at = now - t0
+                res = result.read_text(errors="replace") if result.exists() else ""
+                m = END_RE.search(res)
+                if m:
+                    rc = int(m.group(1))
+                    break
+                if self.proc.poll() is not None:
+                    if boot_timeout is not None and booted_at is None:
+                        qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
+                        raise BootTimeout("KVM QEMU exited before the guest's init ran"
+                                          + (f" ({qerr.splitlines()[-1][:160]})" if qerr else ""))
+                    break
+                if boot_timeout is not None and booted_at is None and now - t0 > boot_timeout:
+                    _kill(self.proc)
+                    raise BootTimeout(f"KVM guest did not reach init within {boot_timeout:.0f} s")
+                if now > deadline:
+                    _kill(self.proc)
+                    qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
+                    raise PerfbookError(
+                        f"{accel.upper()} guest did not finish within {self.timeout:.0f} s"
+                        + (f" (qemu: {qerr.splitlines()[-1]})" if qerr else
+                           f" (console: {con.strip().splitlines()[-1] if con.strip() else 'empty'})"))
+                time.sleep(0.05)
+            # let the guest reboot (QEMU exits with -no-reboot); don't wait long
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill(self.proc)
+            total = time.monotonic() - t0
+            qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
+            con = console.read_text(errors="replace") if console.exists() else ""
+            res = result.read_text(errors="replace") if result.exists() else ""
+            if rc is None:
+                why = qerr.splitlines()[-1] if qerr else (
+                    con.strip().splitlines()[-1] if con.strip() else "no output")
+                raise PerfbookError(f"QEMU ({accel}) stopped before the script finished: {why}")
+            body = res.replace("\r", "")
+            start = body.find(BEGIN)
+            body = body[start + len(BEGIN):] if start >= 0 else body
+            body = END_RE.split(body)[0].lstrip("\n")
+            return GuestResult(output=body, rc=rc, accel=accel, accel_note=note,
+                               boot_seconds=None if booted_at is None else round(booted_at, 2),
+                               total_seconds=round(total, 2),
+                               kernel=f"{self.artefacts['kernel_package']} {self.artefacts['kernel_version']}",
+                               qemu_version=qemu_version(), cmdline=[str(c) for c in cmd],
+                               console=con.replace("\r", ""))
+        finally:
+            _kill(self.proc)
+            self.proc = None
+            shutil.rmtree(rundir, ignore_errors=True)
+
+
+def run_script(script: str, cfg: GuestConfig | None = None, **runner_kw) -> GuestResult:
+    """One guest, one script: a Runner used once."""
+    with Runner(**runner_kw) as r:
+        return r.run(script, cfg)
