@@ -1,0 +1,349 @@
+"""Tests of the qcow2 reader (tools/qcow2.py) and the qcow2_overlap chapter module."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, need_tool, need_preflight
+from tools import qcow2_overlap as qo
+from tools.errors import MissingPrerequisite, ParameterError
+from tools.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
+
+MiB = 1 << 20
+
+
+def qemu_img() -> str:
+    return need_tool("qemu-img", "qemu-utils")
+
+
+def run(*cmd):
+    subprocess.run(list(map(str, cmd)), check=True, capture_output=True)
+
+
+def info(path) -> dict:
+    r = subprocess.run(["qemu-img", "info", "--output=json", str(path)], check=True,
+                       capture_output=True, text=True)
+    return json.loads(r.stdout)
+
+
+def qemu_children() -> list[str]:
+    """qemu-img/qemu-io processes whose parent is this test process."""
+    r = subprocess.run(["ps", "-o", "pid=,ppid=,comm=", "-e"], capture_output=True, text=True)
+    out = []
+    for line in r.stdout.splitlines():
+        pid, ppid, comm = line.split(None, 2)
+        if comm.strip() in ("qemu-img", "qemu-io") and int(ppid) == os.getpid():
+            out.append(line)
+    return out
+
+
+# --- the reader -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cs,size", [(512, 4 * MiB), (4096, 64 * MiB), (65536, 1024 * MiB)])
+def test_reader_header_and_l2_count(tmp_path, cs, size):
+    qemu_img()
+    img = tmp_path / "a.qcow2"
+    run("qemu-img", "create", "-q", "-f", "qcow2", "-o",
+        f"cluster_size={cs},preallocation=metadata", img, size)
+    q = Qcow2Image(img)
+    h, i = q.header, info(img)
+    assert h.cluster_size == i["cluster-size"] == cs
+    assert h.size == i["virtual-size"] == size
+    assert h.version == 3 and h.refcount_bits == 16
+    # preallocation allocates every L2 table: one per (cs / 8) guest clusters
+    per_l2 = cs // 8 * cs
+    expected_l2 = -(-size // per_l2)
+    m = q.metadata_clusters()
+    assert len(m["active_l2"]) == expected_l2
+    assert h.l1_size >= expected_l2
+    # every metadata cluster is referenced exactly once
+    for kind in ("header", "active_l1", "refcount_table", "active_l2", "refcount_block"):
+        for c in m[kind][:50]:
+            assert q.refcount(c) == 1, (kind, c)
+    # refcount blocks must cover every cluster of the file
+    st = os.stat(img)
+    assert len(m["refcount_block"]) >= -(-st.st_size // cs) / h.refblock_entries
+    s = q.metadata_summary()
+    assert s["n_formula_scope"] == expected_l2 + len(m["refcount_block"])
+    assert s["metadata_runs"] <= s["n_metadata"]
+
+
+def test_reader_guest_to_host_matches_qemu_img_map(tmp_path):
+    qemu_img()
+    need_tool("qemu-io", "qemu-utils")
+    img = tmp_path / "m.qcow2"
+    run("qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=4096", img, 8 * MiB)
+    for off in (0, 3 * MiB + 4096, 7 * MiB):
+        run("qemu-io", "-c", f"write -P 0x5a {off} 4k", img)
+    q = Qcow2Image(img)
+    r = subprocess.run(["qemu-img", "map", "--output=json", str(img)], check=True,
+                       capture_output=True, text=True)
+    extents = [e for e in json.loads(r.stdout) if e["data"]]
+    assert len(extents) == 3
+    for e in extents:
+        assert q.guest_to_host(e["start"]) == e["offset"]
+        with open(img, "rb") as f:
+            f.seek(e["offset"])
+            assert f.read(4096) == b"\x5a" * 4096
+    assert q.guest_to_host(1 * MiB) is None
+    assert q.refcount(q.guest_to_host(0) // 4096) == 1
+
+
+def test_reader_snapshots_and_inactive_l2(tmp_path):
+    qemu_img()
+    need_tool("qemu-io", "qemu-utils")
+    img = tmp_path / "s.qcow2"
+    run("qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=512", img, 2 * MiB)
+    run("qemu-io", "-c", "write 0 64k", img)
+    run("qemu-img", "snapshot", "-c", "first", img)
+    run("qemu-img", "snapshot", "-c", "second-snapshot", img)
+    q0 = Qcow2Image(img)
+    snaps = q0.snapshots()
+    assert [s.name for s in snaps] == ["first", "second-snapshot"]
+    assert [s.name for s in snaps] == [s["name"] for s in info(img)["snapshots"]]
+    assert all(s.l1_size == q0.header.l1_size for s in snaps)
+    m0 = q0.metadata_clusters()
+    assert m0["inactive_l2"] == []  # all L2 tables are still shared with the active L1
+    shared = m0["active_l2"][0]
+    assert q0.refcount(shared) == 3
+    # a write after the snapshots copies the L2 table: the old one becomes inactive-only
+    run("qemu-io", "-c", "write 0 512", img)
+    m1 = Qcow2Image(img).metadata_clusters()
+    assert shared in m1["inactive_l2"]
+    assert Qcow2Image(img).refcount(shared) == 2
+
+
+def test_reader_refuses_non_qcow2(tmp_path):
+    p = tmp_path / "raw.img"
+    p.write_bytes(b"\0" * 4096)
+    with pytest.raises(ValueError, match="not a qcow2 image"):
+        Qcow2Image(p)
+    with pytest.raises(ValueError, match="version"):
+        parse_header(b"QFI\xfb" + (9).to_bytes(4, "big") + b"\0" * 100)
+
+
+def test_formula_matches_the_seed_arithmetic():
+    # the seed: 266 MB disk size at 512-byte clusters -> about 42 kB of list
+    assert round(formula_bytes(266 * MiB, 512) / 1024) == 42
+    assert formula_clusters(2 ** 40, 65536) == pytest.approx(2560.0)
+    assert formula_bytes(2 ** 40, 65536) == pytest.approx(10 * 1024)  # "10 kB for 1 TB"
+
+
+# --- parameters -------------------------------------------------------------------------
+
+def test_params_defaults_and_baseline():
+    p = qo.params("quick")
+    assert p["modes"] == list(qo.MODES)
+    assert qo.params("quick", modes="cached")["modes"] == ["none", "cached"]
+    assert qo.params("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
+
+
+@pytest.mark.parametrize("over,match", [
+    ({"modes": "fast"}, "unknown overlap-check mode"),
+    ({"modes": ""}, "unknown overlap-check mode"),
+    ({"repeats": 0}, "repeats must be"),
+    ({"repeats": "3"}, "repeats must be"),
+    ({"warmup": True}, "warmup must be"),
+    ({"bench_size": 1000}, "bench_size must be"),
+    ({"bench_size": 3 * MiB + 1}, "multiple of 1 MiB"),
+    ({"prealloc_sizes_512": []}, "prealloc_sizes_512 must be"),
+    ({"prealloc_sizes_512": [12345]}, "prealloc_sizes_512 must be"),
+    ({"formula_sizes_512": [16 << 30]}, "take hours"),
+    ({"colour": 1}, "unknown parameter 'colour'"),
+])
+def test_params_rejects_bad_input(over, match):
+    with pytest.raises(ParameterError, match=match):
+        qo.params("quick", **over)
+
+
+def test_bad_profile_and_no_dataset(tmp_path):
+    with pytest.raises(ParameterError, match="profile must be"):
+        qo.collect(data_dir=tmp_path, profile="huge")
+    with pytest.raises(ParameterError):
+        qo.collect(data_dir=tmp_path, profile="quick", modes="turbo")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_missing_qemu_img_is_a_prerequisite(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no qemu-img on this PATH
+    assert any("qemu-img is not installed" in r for r in qo.preflight())
+    with pytest.raises(MissingPrerequisite, match="apt-get install qemu-utils"):
+        qo.collect(data_dir=tmp_path, profile="quick")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_image_opts_syntax_is_accepted(tmp_path):
+    """The option string we build is what the installed QEMU parses."""
+    qemu_img()
+    img = tmp_path / "o.qcow2"
+    run("qemu-img", "create", "-q", "-f", "qcow2", img, MiB)
+    for mode in qo.MODES:
+        run("qemu-img", "info", "--image-opts", qo.image_opts(img, mode))
+    r = subprocess.run(["qemu-img", "info", "--image-opts", qo.image_opts(img, "sometimes")],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "overlap" in r.stderr.lower()
+
+
+def test_perf_symbol_check_says_why():
+    c = qo.perf_symbol_check()
+    assert c["symbol"] == "qcow2_check_metadata_overlap"
+    assert c["resolvable"] or c["reason"]
+
+
+# --- cleanup --------------------------------------------------------------------------------
+
+def test_scratch_removed_on_error(tmp_path):
+    qemu_img()
+    before = set(qo.stale_scratch_dirs())
+    with pytest.raises(Exception, match="failed"):
+        with qo.Scratch() as s:
+            d = s.dir
+            s.run(qo.create_cmd(s.path("x.qcow2"), 512, 4 * MiB), "qemu-img create")
+            assert (d / "x.qcow2").exists()
+            s.run(["qemu-img", "info", str(s.path("missing.qcow2"))], "qemu-img info")
+    assert not d.exists()
+    assert set(qo.stale_scratch_dirs()) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_collect_interrupted_leaves_nothing(tmp_path, sig):
+    """SIGINT/SIGTERM in the middle of a collect: no scratch dir, no qemu-img, no dataset."""
+    qemu_img()
+    need_preflight(qo)
+    before = set(qo.stale_scratch_dirs())
+    data = tmp_path / "data"
+    code = ("import tools.qcow2_overlap as q\n"
+            f"q.collect(data_dir={str(data)!r}, profile='quick', repeats=50,"
+            " prealloc_sizes_512=[64 << 20])\n")
+    env = {**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # wait until it is busy (scratch dir exists and a qemu-img is running)
+    deadline = time.monotonic() + 30
+    mine = []
+    while time.monotonic() < deadline:
+        mine = [d for d in qo.stale_scratch_dirs() if d not in before]
+        if mine and _children_of(proc.pid):
+            break
+        time.sleep(0.05)
+    assert mine, "collect never created its scratch directory"
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not any(d.exists() for d in mine), "scratch directory left behind"
+    assert _children_of(proc.pid) == []
+    assert not _qemu_processes_using(mine)
+    runs = data / "runs"  # no dataset, and no half-written one either
+    assert not runs.exists() or not any(p.name.startswith(("2", ".tmp-")) for p in runs.rglob("*"))
+
+
+def _children_of(pid: int) -> list[str]:
+    r = subprocess.run(["ps", "-o", "pid=,ppid=,comm=", "-e"], capture_output=True, text=True)
+    return [l for l in r.stdout.splitlines()
+            if l.split()[1] == str(pid) and l.split()[2] in ("qemu-img", "qemu-io")]
+
+
+def _qemu_processes_using(dirs) -> list[str]:
+    r = subprocess.run(["ps", "-o", "pid=,args=", "-e"], capture_output=True, text=True)
+    return [l for l in r.stdout.splitlines()
+            if "qemu-" in l and any(str(d) in l for d in dirs)]
+
+
+# --- a real (quick) collect run ----------------------------------------------------------------
+
+def test_quick_collect(scratch_data):
+    qemu_img()
+    need_preflight(qo)
+    before = set(qo.stale_scratch_dirs())
+    out = qo.collect(data_dir=scratch_data, profile="quick")
+    assert set(qo.stale_scratch_dirs()) == before
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["tables"]["prealloc"] > 0 and man["tables"]["writes"] > 0
+    assert man["tools"]["qemu-img"].startswith("qemu-img version")
+    d = qo.load(scratch_data)
+    pre = d["prealloc"]
+    p = qo.params("quick")
+    assert set(pre["mode"]) == set(qo.MODES)
+    pre = pre[pre.command == "resize_no_flush"]
+    assert len(pre) == (len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) \
+        * len(qo.MODES) * p["repeats"]
+    assert (pre.cpu_s > 0).all() and (pre.wall_s > 0).all()
+    # every mode produced the same metadata layout
+    meta = d["metadata"]
+    pm = meta[meta.experiment == "prealloc"]
+    assert pm.groupby(["cluster_size", "virtual_size"]).n_active_l2.nunique().eq(1).all()
+    ft = qo.formula_table(meta)
+    assert (ft.measured_clusters > 0).all()
+    summ = qo.summary(pre, ["cluster_size", "image_size", "mode"])
+    ov = qo.overhead(summ, ["cluster_size", "image_size", "mode"])
+    assert set(ov["mode"]) == set(qo.MODES)
+    assert qo_children_none()
+
+
+def qo_children_none() -> bool:
+    return qemu_children() == []
+
+
+# --- analysis on canned input and on the committed data (runs everywhere) ----------------------
+
+PERF_TEXT = """# Total Lost Samples: 0
+#
+# Samples: 1K  of event 'cpu-clock:ppp'
+# Event count (approx.): 223611750
+#
+# Overhead  Symbol
+# ........  ......
+#
+    22.15%  [k] finish_task_switch.isra.0
+     3.80%  [.] qcow2_check_metadata_overlap
+     0.20%  [.] qcow2_pre_write_overlap_check
+"""
+
+
+def test_parse_perf_report():
+    shares, event, total = qo.parse_perf_report(PERF_TEXT)
+    assert event == "cpu-clock:ppp" and total == 1000  # no -n counts: the header's 1K
+    shares, _, total = qo.parse_perf_report(PERF_TEXT.replace("22.15%", "22.15%    1107")
+                                            .replace("3.80%", "3.80%     190"))
+    assert total == 1297 and shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
+    assert shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
+    assert shares["qcow2_pre_write_overlap_check"] == pytest.approx(0.20)
+    assert shares["_top"] == "finish_task_switch.isra.0"
+
+
+def test_committed_data_tells_a_consistent_story():
+    d = qo.load()
+    if not d["manifests"]:
+        pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
+    h = qo.headline(d)
+    # the formula with IS = virtual size is a close upper estimate of L2 tables + refblocks
+    assert 0.95 < h["formula_ratio_min"] <= h["formula_ratio_max"] < 1.1
+    # reference figures come from the seed's table, not from the code
+    assert h["seed_pct_create"] == pytest.approx(48.91)
+    ft = qo.formula_table(qo.this_run(d["metadata"], qo.latest(d["manifests"])))
+    assert (ft.l2_tables > 0).all()
+    ref = d["reference"]
+    assert {"seed_file", "title", "date", "environment", "note"} <= set(ref.columns)
+    assert (ref.seed_file == qo.SEED).all()
+
+
+def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
+    """A qemu-img that fails mid-run: one-line error, no dataset, no scratch directory."""
+    qemu_img()
+    need_preflight(qo)
+    monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))  # fails within a second
+    monkeypatch.setattr(qo, "prealloc_cmd", lambda path, size, mode: ["qemu-img", "resize", "--no-such-option"])
+    before = set(qo.stale_scratch_dirs())
+    data = tmp_path / "data"
+    with pytest.raises(qo.PerfbookError) as e:
+        qo.collect(data_dir=data, profile="quick")
+    assert "failed (exit" in str(e.value) and "\n" not in str(e.value)
+    assert set(qo.stale_scratch_dirs()) == before
+    runs = data / "runs"
+    assert not runs.exists() or not any(p.name.startswith(("2", ".tmp-")) for p in runs.rglob("*"))
