@@ -33,7 +33,9 @@ class Chapter:
 CHAPTERS: list[Chapter] = [
     Chapter("trace_overhead", "tools.trace_overhead", "chapters/trace_overhead.ipynb"),
     Chapter("tsc_alignment", "tools.tsc_alignment", "chapters/tsc_alignment.ipynb"),
+    Chapter("netperf_latency", "tools.netperf_latency", "chapters/netperf_latency.ipynb"),
     Chapter("qcow2_overlap", "tools.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
+    Chapter("iostat_internals", "tools.iostat_internals", "chapters/iostat_internals.ipynb"),
     Chapter("virtio_features", "tools.virtio_features", "chapters/virtio_features.ipynb"),
 ]
 

@@ -1,0 +1,215 @@
+"""/proc/diskstats and /sys/block/*/stat, and the iostat -x columns computed from them.
+
+Pure functions, no kernel state: parsing, the sysstat 12.x formulas, a parser for
+`iostat -x -k` plain-text reports, and the invariants the chapter checks.
+
+Field order (Documentation/admin-guide/iostats.rst, block/genhd.c diskstats_show):
+
+    1 rd_ios  2 rd_merges  3 rd_sectors  4 rd_ticks      (reads: completed, merged, sectors, ms)
+    5 wr_ios  6 wr_merges  7 wr_sectors  8 wr_ticks      (writes)
+    9 in_flight  10 io_ticks (ms)  11 time_in_queue (ms)
+   12 dc_ios 13 dc_merges 14 dc_sectors 15 dc_ticks      (discards, kernel >= 4.18)
+   16 fl_ios 17 fl_ticks                                 (flushes, kernel >= 5.5)
+
+Older kernels print 11 numbers (or, before 2.6.25, only 4 for partitions:
+rd_ios rd_sectors wr_ios wr_sectors). Fields they lack parse as 0, and
+`fields_present` says how many the kernel printed.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+FIELDS = ("rd_ios", "rd_merges", "rd_sectors", "rd_ticks",
+          "wr_ios", "wr_merges", "wr_sectors", "wr_ticks",
+          "in_flight", "io_ticks", "time_in_queue",
+          "dc_ios", "dc_merges", "dc_sectors", "dc_ticks",
+          "fl_ios", "fl_ticks")
+# The kernel prints these as 32-bit "%u" (milliseconds): deltas wrap modulo 2**32.
+U32_FIELDS = ("rd_ticks", "wr_ticks", "io_ticks", "time_in_queue", "dc_ticks", "fl_ticks")
+OLD_PARTITION_FIELDS = ("rd_ios", "rd_sectors", "wr_ios", "wr_sectors")
+
+# sysstat 12.x `iostat -x` column order (plain text, one device per line).
+COLUMNS = ("r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz",
+           "w/s", "wkB/s", "wrqm/s", "%wrqm", "w_await", "wareq-sz",
+           "d/s", "dkB/s", "drqm/s", "%drqm", "d_await", "dareq-sz",
+           "f/s", "f_await", "aqu-sz", "%util")
+
+
+class ParseError(ValueError):
+    pass
+
+
+@dataclass
+class DiskStat:
+    major: int
+    minor: int
+    name: str
+    fields_present: int
+    values: dict = field(default_factory=dict)
+
+    def __getitem__(self, k):
+        return self.values[k]
+
+
+def _numbers(tokens: list[str], where: str) -> list[int]:
+    try:
+        return [int(t) for t in tokens]
+    except ValueError:
+        raise ParseError(f"{where}: expected only integers, got {' '.join(tokens)!r}") from None
+
+
+def parse_fields(nums: list[int], where: str = "stat") -> tuple[dict, int]:
+    """Counters from the numbers after the device name (4, 11, 15 or 17 of them)."""
+    n = len(nums)
+    vals = dict.fromkeys(FIELDS, 0)
+    if n == 4:
+        vals.update(zip(OLD_PARTITION_FIELDS, nums))
+    elif n in (11, 15, 17) or n > 17:
+        # a future kernel may append fields: we keep the 17 we know
+        vals.update(zip(FIELDS, nums[:17]))
+    else:
+        raise ParseError(f"{where}: {n} numbers; a kernel prints 4, 11, 15 or 17")
+    return vals, n
+
+
+def parse_diskstats(text: str) -> dict[str, DiskStat]:
+    """/proc/diskstats text -> {device name: DiskStat}."""
+    out = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        tok = line.split()
+        if not tok:
+            continue
+        if len(tok) < 7:
+            raise ParseError(f"diskstats line {lineno}: too few fields: {line.strip()!r}")
+        major, minor = _numbers(tok[:2], f"diskstats line {lineno}")
+        vals, n = parse_fields(_numbers(tok[3:], f"diskstats line {lineno}"),
+                               f"diskstats line {lineno} ({tok[2]})")
+        out[tok[2]] = DiskStat(major, minor, tok[2], n, vals)
+    return out
+
+
+def parse_sys_stat(text: str, name: str = "?") -> DiskStat:
+    """/sys/block/<dev>/stat text (no major/minor/name) -> DiskStat."""
+    nums = _numbers(text.split(), f"/sys/block/{name}/stat")
+    vals, n = parse_fields(nums, f"/sys/block/{name}/stat")
+    return DiskStat(-1, -1, name, n, vals)
+
+
+def delta(prev: dict, curr: dict) -> dict:
+    """Counter differences; 32-bit millisecond fields wrap like the C unsigned ints."""
+    d = {}
+    for k in FIELDS:
+        if k == "in_flight":
+            d[k] = curr[k]
+            continue
+        v = curr[k] - prev[k]
+        if k in U32_FIELDS and v < 0:
+            v %= 2 ** 32
+        d[k] = v
+    return d
+
+
+def _div(a, b):
+    return a / b if b else 0.0
+
+
+def compute_columns(prev: dict, curr: dict, interval_s: float) -> dict:
+    """Every `iostat -x -k` column from two snapshots, with sysstat 12.x formulas.
+
+    sysstat's S_VALUE(m, n, p) is (n - m) / p * 100 with p in 1/100 s; here the
+    interval is in seconds, which is the same thing. kB = sectors / 2.
+    """
+    if not interval_s or interval_s <= 0 or math.isnan(interval_s):
+        raise ValueError(f"interval must be > 0 s, got {interval_s!r}")
+    d = delta(prev, curr)
+    T = float(interval_s)
+    c = {}
+    for p, ios, merges, sectors, ticks in (("r", "rd_ios", "rd_merges", "rd_sectors", "rd_ticks"),
+                                           ("w", "wr_ios", "wr_merges", "wr_sectors", "wr_ticks"),
+                                           ("d", "dc_ios", "dc_merges", "dc_sectors", "dc_ticks")):
+        c[f"{p}/s"] = d[ios] / T
+        c[f"{p}kB/s"] = d[sectors] / T / 2
+        c[f"{p}rqm/s"] = d[merges] / T
+        c[f"%{p}rqm"] = _div(d[merges], d[merges] + d[ios]) * 100
+        c[f"{p}_await"] = _div(d[ticks], d[ios])
+        c[f"{p}areq-sz"] = _div(d[sectors], d[ios]) / 2
+    c["f/s"] = d["fl_ios"] / T
+    c["f_await"] = _div(d["fl_ticks"], d["fl_ios"])
+    c["aqu-sz"] = d["time_in_queue"] / T / 1000
+    c["%util"] = d["io_ticks"] / (T * 1000) * 100
+    # sysstat's extra figures (iostat -s / sar): all of r, w, d together
+    nr = d["rd_ios"] + d["wr_ios"] + d["dc_ios"]
+    c["await"] = _div(d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"], nr)
+    c["areq-sz"] = _div(d["rd_sectors"] + d["wr_sectors"] + d["dc_sectors"], nr) / 2
+    return {k: c[k] for k in (*COLUMNS, "await", "areq-sz")}
+
+
+# ---- sysstat's own output ----------------------------------------------------------
+
+_HEADER_RE = re.compile(r"^Device\s+r/s\s")
+
+
+def parse_iostat_report_line(header: list[str], line: str, device: str) -> dict | None:
+    """One `iostat -x` device line -> {column: float}, None if it's another device."""
+    tok = line.split()
+    if not tok or tok[0] != device:
+        return None
+    if len(tok) != len(header):
+        raise ParseError(f"iostat line has {len(tok)} fields, header has {len(header)}")
+    out = {}
+    for k, v in zip(header[1:], tok[1:]):
+        try:
+            out[k] = float(v.replace(",", "."))
+        except ValueError:
+            raise ParseError(f"iostat column {k}: not a number: {v!r}") from None
+    return out
+
+
+def parse_iostat_text(text: str, device: str) -> list[dict]:
+    """All reports for `device` in `iostat -x` plain-text output, in order."""
+    header = None
+    rows = []
+    for line in text.splitlines():
+        if _HEADER_RE.match(line):
+            header = line.split()
+            continue
+        if header is not None:
+            r = parse_iostat_report_line(header, line, device)
+            if r is not None:
+                rows.append(r)
+    return rows
+
+
+def is_header(line: str) -> bool:
+    return bool(_HEADER_RE.match(line))
+
+
+# ---- invariants ----------------------------------------------------------------------
+
+def await_mix(c: dict) -> float:
+    """await as the request-weighted mix of r_await, w_await and d_await."""
+    n = c["r/s"] + c["w/s"] + c["d/s"]
+    return _div(c["r/s"] * c["r_await"] + c["w/s"] * c["w_await"] + c["d/s"] * c["d_await"], n)
+
+
+def little_prediction(c: dict) -> float:
+    """aqu-sz predicted by Little's law: throughput x mean time in the system.
+
+    time_in_queue sums the latency of completed reads, writes, discards and
+    flushes, so the flush term is part of the prediction.
+    """
+    return ((c["r/s"] * c["r_await"] + c["w/s"] * c["w_await"] + c["d/s"] * c["d_await"]
+             + c["f/s"] * c["f_await"]) / 1000.0)
+
+
+def tiq_residual_ms(prev: dict, curr: dict) -> int:
+    """time_in_queue delta minus the summed per-operation ticks deltas (ms).
+
+    Zero up to truncation (each field is a separate ns->ms division: |r| <= 4)
+    where time_in_queue is the sum of completed requests' latencies (kernel >= 5.x);
+    on 3.x kernels it integrated in-flight x elapsed and differs under load.
+    """
+    d = delta(prev, curr)
+    return d["time_in_queue"] - (d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"] + d["fl_ticks"])
