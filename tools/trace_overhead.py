@@ -301,15 +301,15 @@ def _perf_probe_check(binary: Path, s: TraceSession) -> dict:
 def summary_table(samples):
     """Per host and mechanism: median per-call ns with CI, percentiles, n."""
     from .stats import summarize_frame
-    t = summarize_frame(samples, ["host_id", "mechanism"], "ns_per_call")
+    t = summarize_frame(samples, ["dataset", "mechanism"], "ns_per_call")
     return t
 
 
 def round_cv(samples):
     """Coefficient of variation of the per-round medians, per host and mechanism."""
     from .stats import cv
-    med = samples.groupby(["host_id", "mechanism", "round"])["ns_per_call"].median().reset_index()
-    return (med.groupby(["host_id", "mechanism"])["ns_per_call"]
+    med = samples.groupby(["dataset", "mechanism", "round"])["ns_per_call"].median().reset_index()
+    return (med.groupby(["dataset", "mechanism"])["ns_per_call"]
                .agg(rounds="count", cv=cv).reset_index())
 
 
@@ -318,14 +318,14 @@ def overhead_table(summary, baseline: str = "none"):
     import pandas as pd
     from .stats import diff_ci
     rows = []
-    for host, g in summary.groupby("host_id"):
+    for ds, g in summary.groupby("dataset"):
         base = g[g.mechanism == baseline]
         if base.empty:
             continue
         b = base.iloc[0]
         for _, r in g.iterrows():
             lo, hi = diff_ci(r.ci_low, r.ci_high, b.ci_low, b.ci_high)
-            rows.append({"host_id": host, "mechanism": r.mechanism,
+            rows.append({"dataset": ds, "mechanism": r.mechanism,
                          "overhead_ns": r["median"] - b["median"], "ci_low": lo, "ci_high": hi})
     return pd.DataFrame(rows)
 
@@ -334,9 +334,13 @@ def load(data_dir=None) -> dict:
     """Everything the chapter shows: samples, checks, manifests, the seed's figures."""
     from .dataset import load_manifests, load_reference, load_table
     samples = load_table(CHAPTER, "samples", data_dir)
+    checks = load_table(CHAPTER, "checks", data_dir)
+    for t in (samples, checks):
+        if not t.empty:
+            t.insert(0, "dataset", t.host_id + "/" + t.run_id)
     return {
         "samples": samples,
-        "checks": load_table(CHAPTER, "checks", data_dir),
+        "checks": checks,
         "manifests": load_manifests(CHAPTER, data_dir),
         "reference": load_reference(CHAPTER, data_dir),
     }
@@ -347,11 +351,16 @@ def latest(manifests: list[dict]) -> dict | None:
     return max(manifests, key=lambda m: m["run_id"]) if manifests else None
 
 
+def dataset_key(m: dict) -> str:
+    """How a dataset is named in tables and plots: '<host id>/<run id>'."""
+    return f"{m['host']['host_id']}/{m['run_id']}"
+
+
 def host_labels(manifests: list[dict]) -> dict[str, str]:
     out = {}
     for m in sorted(manifests, key=lambda m: m["run_id"]):
         h = m["host"]
-        out[h["host_id"]] = f"{h['host_id']}: {h['description']}, Linux {h['kernel_release']}"
+        out[dataset_key(m)] = f"{dataset_key(m)}: {h['description']}, Linux {h['kernel_release']}"
     return out
 
 
@@ -364,12 +373,12 @@ def comparison(summary, reference, manifests):
     st = reference[reference.mechanism == "systemtap"]
     rows += [{"source": f"seed 2013 ({r.seed_file[:3]}), Linux 3.x", "mechanism": "systemtap / BPF",
               "per_call_us": r.per_call_us} for r in st.itertuples()]
-    labels = {m["host"]["host_id"]: f"{m['host']['host_id']}, Linux {m['host']['kernel_release']}"
+    labels = {dataset_key(m): f"{dataset_key(m)}, Linux {m['host']['kernel_release']}"
               for m in manifests}
     for r in summary.itertuples():
         mech = {"bpf_uprobe": "systemtap / BPF"}.get(r.mechanism, r.mechanism)
         if mech in ("none", "marker", "uprobe", "systemtap / BPF"):
-            rows.append({"source": labels.get(r.host_id, r.host_id), "mechanism": mech,
+            rows.append({"source": labels.get(r.dataset, r.dataset), "mechanism": mech,
                          "per_call_us": r.median / 1000})
     return pd.DataFrame(rows)
 
@@ -379,9 +388,9 @@ def plot_costs(summary, labels):
     import matplotlib.pyplot as plt
     order = [m for m in MECHANISMS if m in set(summary.mechanism)]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(order) + 1.2))
-    hosts = sorted(summary.host_id.unique())
+    hosts = sorted(summary.dataset.unique())  # one row of points per dataset
     for i, h in enumerate(hosts):
-        g = summary[summary.host_id == h].set_index("mechanism").reindex(order)
+        g = summary[summary.dataset == h].set_index("mechanism").reindex(order)
         y = [k + (i - (len(hosts) - 1) / 2) * 0.25 for k in range(len(order))]
         ax.errorbar(g["median"], y, xerr=[g["median"] - g.ci_low, g.ci_high - g["median"]],
                     fmt="o", capsize=3, label=labels.get(h, h))
