@@ -1,0 +1,358 @@
+"""The cpu_pinning chapter: parameters, parsers, knob restoration, harness, quick and interrupted runs."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import papermill as pm
+import pytest
+
+from conftest import ROOT, need_preflight, need_root, need_tool
+from tools import cpu_pinning as P, tracefs
+from tools.errors import ParameterError, PerfbookError
+
+NB = ROOT / "chapters" / "cpu_pinning.ipynb"
+FIX = ROOT / "tests" / "fixtures" / "cpu_pinning"
+
+
+# ------------------------------------------------------------------ parameters --
+@pytest.mark.parametrize("bad,match", [
+    ({"rounds": 0}, r"rounds must be an integer in \[1, 500\]"),
+    ({"rounds": 2.5}, "rounds must be an integer"),
+    ({"duration_ms": True}, "duration_ms must be an integer"),
+    ({"variants": "pinned,turbo"}, "unknown variant turbo"),
+    ({"variants": ""}, "unknown variant"),
+    ({"loads": "burst"}, "unknown load burst"),
+    ({"workers": 0}, "workers must be 'auto' or an integer"),
+    ({"workers": "many"}, "workers must be 'auto' or an integer"),
+    ({"ws_kib": 1}, "ws_kib must be 'auto' or an integer"),
+    ({"rate_fraction": 1.5}, r"rate_fraction must be a number in \[0.05, 1.0\]"),
+    ({"trace": "yes"}, "trace must be True or False"),
+    ({"colour": "red"}, "unknown parameter 'colour'"),
+])
+def test_bad_parameters_are_one_clear_error(bad, match):
+    with pytest.raises(ParameterError, match=match):
+        P.params("quick", **bad)
+
+
+def test_parameters_merge_and_keep_the_baseline():
+    p = P.params("default", variants="pinned", rounds=3)
+    assert p["variants"] == ["unpinned", "pinned"]
+    assert p["rounds"] == 3 and p["duration_ms"] == P.PROFILES["default"]["duration_ms"]
+    assert p["loads"] == list(P.LOADS)
+    assert p["workers"] == os.cpu_count()
+    l2 = P.l2_bytes()
+    if l2:
+        assert p["ws_kib"] == int(l2 * 0.75) // 1024
+    with pytest.raises(ParameterError, match="profile"):
+        P.params("huge")
+
+
+# ------------------------------------------------------------------- parsers --
+def test_parse_harness_output_fixture():
+    out = P.parse_output((FIX / "prefork_output.txt").read_text())
+    sc = out["scalars"]
+    assert sc["completed"] == 4399 and sc["window_ns"] == 10**9 and sc["lat_p99_ns"] == 513496
+    td = {(t["role"], t["idx"]): t for t in P.thread_deltas(out["threads"])}
+    assert set(td) == {("worker", 0), ("worker", 1), ("loadgen", 0), ("backend", 0)}
+    assert td[("worker", 1)]["exec_ns"] == 973062229 - 221944378
+    assert td[("loadgen", 0)]["migrations"] == 611 - 211
+    assert td[("worker", 0)]["nivcsw"] == 1118 - 290
+    cd = P.cpu_deltas(out["cpus"])
+    assert [c["cpu"] for c in cd] == [0, 1]  # the "cpu " total line is not a CPU
+    c0 = cd[0]
+    assert c0["total_ticks"] == 10 + 7 + 71 + 5  # user, system, idle, softirq
+    assert c0["busy_frac"] == pytest.approx((93 - 71) / 93)
+    assert sum(h["count"] for h in out["hist"]) == 610 + 1152 + 1316 + 1 + 1
+    assert len(out["rusage"]) == 2
+
+
+def test_parse_output_rejects_truncated_output():
+    text = (FIX / "prefork_output.txt").read_text().replace("end=ok\n", "")
+    with pytest.raises(PerfbookError, match="incomplete"):
+        P.parse_output(text)
+
+
+TRACE = """\
+# tracer: nop
+#
+      pf-loadgen-100   [000] .....  10.000000: tracing_mark_write: pf_window_start
+       pf-worker-101   [001] d..2.  10.100000: sched_migrate_task: comm=pf-worker pid=102 prio=120 orig_cpu=0 dest_cpu=1
+          <idle>-0     [000] dNh2.  10.200000: sched_migrate_task: comm=pf-loadgen pid=100 prio=120 orig_cpu=1 dest_cpu=0
+     kworker/0:1-55    [000] d..2.  10.300000: sched_migrate_task: comm=kworker/1:0 pid=56 prio=120 orig_cpu=1 dest_cpu=0
+      pf-loadgen-100   [000] .....  11.000000: tracing_mark_write: pf_window_end
+       pf-worker-101   [001] d..2.  11.100000: sched_migrate_task: comm=pf-worker pid=101 prio=120 orig_cpu=1 dest_cpu=0
+"""
+
+
+def test_parse_migrations_counts_our_tasks_inside_the_window():
+    mg = P.parse_migrations(TRACE, {100: "loadgen", 101: "worker", 102: "worker"})
+    assert mg["by_role"] == {"worker": 1, "loadgen": 1}  # the kworker and the late one don't count
+    assert mg["markers"] == 2 and mg["window_s"] == pytest.approx(1.0)
+    assert mg["events"][0][1:] == (102, "worker", 0, 1)
+
+
+def test_sched_debug_and_perf_parsers():
+    text = "sysctl_sched\n  .sysctl_sched_base_slice                 : 1.400000\n" \
+           "  .sysctl_sched_tunable_scaling            : 1 (logarithmic)\n"
+    assert P.parse_sched_debug(text) == {"sysctl_sched_base_slice": "1.400000",
+                                         "sysctl_sched_tunable_scaling": "1 (logarithmic)"}
+    perf = "1234,,cache-misses,1000,100.00,,\n<not supported>,,cycles,0,100.00,,\n"
+    got = P.parse_perf(perf)
+    assert got["cache-misses"] == 1234 and pd.isna(got["cycles"])
+
+
+def test_paired_effects_and_summary():
+    rows = []
+    for rnd in range(6):
+        for v, cpu in (("unpinned", 200.0), ("pinned", 180.0)):
+            rows.append({"host_id": "h", "run_id": "r", "load": "rate", "round": rnd, "variant": v,
+                         "cpu_per_req_us": cpu + rnd})
+    t = pd.DataFrame(rows)
+    eff = P.paired_effects(t, metrics=("cpu_per_req_us",))
+    assert len(eff) == 1 and eff.iloc[0].variant == "pinned" and eff.iloc[0].n_rounds == 6
+    assert -10.0 < eff.iloc[0].change_pct < -9.0 and eff.iloc[0].ci_low <= eff.iloc[0].change_pct
+    s = P.summary(t, metrics=("cpu_per_req_us",))
+    assert set(s.variant) == {"unpinned", "pinned"} and (s.n == 6).all()
+
+
+# ------------------------------------------------------- knob restoration --
+def _fake_debugfs(tmp_path):
+    root = tmp_path / "debug"
+    (root / "sched").mkdir(parents=True)
+    (root / "sched" / "base_slice_ns").write_text("1400000\n")
+    (root / "sched" / "migration_cost_ns").write_text("500000\n")
+    return root
+
+
+def test_knobs_are_restored_after_an_exception(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    with pytest.raises(RuntimeError):
+        with P.SchedKnobs(root=root, mount=False) as k:
+            k.set("base_slice_ns", "10000000")
+            k.set("base_slice_ns", "20000000")  # the first saved value wins
+            assert (root / "sched/base_slice_ns").read_text() == "20000000"
+            raise RuntimeError("boom")
+    assert (root / "sched/base_slice_ns").read_text() == "1400000"
+    assert (root / "sched/migration_cost_ns").read_text() == "500000\n"
+
+
+KNOB_RUN = r"""
+import sys, time
+from pathlib import Path
+from tools import cpu_pinning as P
+with P.SchedKnobs(root=Path(sys.argv[1]), mount=False) as k:
+    k.set("base_slice_ns", "10000000")
+    print("set", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_knobs_are_restored_on_signals(tmp_path, sig):
+    """The mechanism on a fake tree (this host's lockdown forbids writing the real knobs)."""
+    root = _fake_debugfs(tmp_path)
+    code = KNOB_RUN
+    if sig == signal.SIGTERM:  # collect() turns SIGTERM into KeyboardInterrupt the same way
+        code = "import tools.cpu_pinning as P; P._sigterm_guard()\n" + KNOB_RUN
+    p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "set"
+    assert (root / "sched/base_slice_ns").read_text() == "10000000"
+    p.send_signal(sig)
+    p.communicate(timeout=30)
+    assert p.returncode != 0
+    assert (root / "sched/base_slice_ns").read_text() == "1400000"
+
+
+def test_unreadable_knob_is_never_written(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    with P.SchedKnobs(root=root, mount=False) as k:
+        with pytest.raises(PerfbookError, match="refusing to write"):
+            k.set("no_such_knob", "1")
+
+
+# -------------------------------------------------------------- the harness --
+def test_harness_rejects_bad_arguments():
+    need_tool("gcc")
+    b = str(P.cbuild.binary("prefork"))
+    for args, msg in ((["--mode", "fast"], "--mode must be sat or rate"),
+                      (["--mode", "rate"], "--mode rate needs --rate"),
+                      (["--mode", "sat", "--workers", "0"], "--workers must be an integer in [1, 64]"),
+                      (["--mode", "sat", "--policy", "fifo"], "--policy must be normal or batch"),
+                      (["--mode", "sat", "--bogus", "1"], "unknown option '--bogus'")):
+        r = subprocess.run([b, *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr, r.stderr
+
+
+def test_harness_applies_the_variant_to_its_tasks():
+    """A short run: requests complete, and the workers really got the pinning,
+    policy and slice asked for (read back from /proc/<pid>/sched and /proc/<pid>/status)."""
+    need_tool("gcc")
+    b = str(P.cbuild.binary("prefork"))
+    r = subprocess.run([b, "--mode", "sat", "--workers", "2", "--pin", "1", "--policy", "batch",
+                        "--slice-ns", "3000000", "--all-tasks", "1", "--warmup-ms", "20",
+                        "--duration-ms", "100", "--lookups", "2000", "--ws-bytes", "65536"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = P.parse_output(r.stdout)
+    assert out["scalars"]["completed"] > 0 and out["scalars"]["lat_n"] == out["scalars"]["completed"]
+    td = P.thread_deltas(out["threads"])
+    assert {t["role"] for t in td} == {"worker", "loadgen", "backend"}
+    for t in td:
+        assert t["policy"] == 3 and t["slice_ns"] == 3000000, t  # SCHED_BATCH, our slice
+    wk = [t for t in td if t["role"] == "worker"]
+    assert sum(t["migrations"] for t in wk) == 0  # pinned workers never move
+    assert all(t["exec_ns"] > 0 for t in wk)  # both workers served requests
+    sc = out["scalars"]  # closed loop: one request in flight per worker (Little's law)
+    in_flight = sc["completed"] * sc["lat_mean_ns"] / sc["window_ns"]
+    assert in_flight > 0.8 * 2, in_flight
+
+
+# --------------------------------------------------------- notebook errors --
+def _papermill_error(tmp_path, **params):
+    out = tmp_path / "out.ipynb"
+    with pytest.raises(pm.PapermillExecutionError) as ei:
+        pm.execute_notebook(str(NB), str(out), parameters={"mode": "collect", **params},
+                            progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    return ei.value
+
+
+@pytest.mark.parametrize("params,text", [
+    ({"rounds": -5}, "rounds must be an integer in [1, 500], got -5"),
+    ({"variants": "pinned,bogus"}, "unknown variant bogus"),
+    ({"mode": "measure"}, "mode must be one of"),
+])
+def test_papermill_bad_parameters(tmp_path, scratch_data, params, text):
+    err = _papermill_error(tmp_path, data_dir=str(scratch_data), **params)
+    assert err.ename == "ParameterError" and text in err.evalue
+    assert len(err.traceback) == 1, "the notebook shows one line, not a traceback wall"
+    assert not any(p.is_file() for p in (scratch_data / "runs").rglob("*"))
+
+
+# ------------------------------------------------------------ live runs --
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _tracing_state() -> dict:
+    """tracefs.snapshot(), ignoring instances and probes of *other live* perfbook runs
+    (other chapters may trace at the same time); a leak of ours has a dead owner."""
+    snap = tracefs.snapshot()
+    for key in ("our_instances", "our_probes"):
+        snap[key] = sorted(x for x in snap.get(key, [])
+                           if not any(_pid_alive(int(n)) for n in re.findall(r"perfbook_(\d+)", x)))
+    return snap
+
+
+def _sched_state() -> dict:
+    """What collect may touch and must leave as it was."""
+    st = {"debugfs_mounted": P.debugfs_mounted(), "tracing": _tracing_state()}
+    was = st["debugfs_mounted"]
+    if not was:
+        subprocess.run(["mount", "-t", "debugfs", "none", str(P.DEBUGFS)], check=True)
+    try:
+        k = P.SchedKnobs(mount=False)
+        st["knobs"] = {n: k.probe(n)["value"] for n in k.files() if n != "debug"}
+        st["sched_debug"] = P.parse_sched_debug((P.DEBUGFS / "sched/debug").read_text())
+    finally:
+        if not was:
+            subprocess.run(["umount", str(P.DEBUGFS)], check=True)
+    return st
+
+
+def _our_processes() -> str:
+    r = subprocess.run(["pgrep", "-a", "^pf-(worker|loadgen|backend)$"], capture_output=True, text=True)
+    return r.stdout.strip()
+
+
+def test_quick_collect_through_papermill(tmp_path, scratch_data):
+    need_preflight(P)
+    need_root("a live cpu_pinning run (debugfs, ftrace instance)")
+    before = _sched_state()
+    pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
+                        parameters={"mode": "collect", "profile": "quick",
+                                    "data_dir": str(scratch_data)},
+                        progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    assert _sched_state() == before
+    assert not _our_processes()
+    d = P.load(scratch_data)
+    assert len(d["manifests"]) == 1
+    m = d["manifests"][0]
+    t = d["trials"]
+    p = P.params("quick")
+    measured = m["variants_measured"]
+    assert set(t.variant) == set(measured) and "unpinned" in measured
+    assert len(t) == len(measured) * len(p["loads"]) * p["rounds"]
+    assert (t.completed > 0).all() and t.policy_ok.all() and t.slice_ok.all()
+    assert (t[t.load == "sat"].in_flight > 0.8 * p["workers"]).all()
+    # pinned workers do not migrate; the two migration sources agree where both exist
+    assert (t[t.variant.isin(["pinned", "pinned_tuned"])].worker_migrations == 0).all()
+    if "worker_migrations_trace" in t:  # snapshot and marker are microseconds apart
+        assert ((t.worker_migrations_trace - t.worker_migrations).abs() <= 2).all()
+    # every variant the host can't run is explained in the manifest
+    for v in set(P.VARIANTS) - set(measured):
+        assert v in m["skipped"]
+    assert not d["knobs"].empty and d["knobs"].exists_here.any()
+    cores = d["cores"]
+    assert set(cores.cpu) == set(range(os.cpu_count())) and cores.busy_frac.between(0, 1).all()
+
+
+RUN = r"""
+import sys
+from tools import cpu_pinning as P
+P.collect(sys.argv[1], profile="quick", rounds=50)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_collect_restores_state_and_writes_nothing(scratch_data, sig):
+    need_preflight(P)
+    need_root("the restoration test (debugfs, ftrace instance)")
+    before = _sched_state()
+    p = subprocess.Popen([sys.executable, "-c", RUN, str(scratch_data)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    seen = []
+    for line in p.stdout:  # wait until it is in the middle of the rounds
+        seen.append(line)
+        if "round 2/50" in line:
+            break
+    assert any("round 2/50" in s for s in seen), "".join(seen)
+    deadline = time.monotonic() + 5
+    while not _our_processes() and time.monotonic() < deadline:  # the next trial is starting
+        time.sleep(0.02)
+    assert _our_processes(), "the harness should be running when we interrupt it"
+    p.send_signal(sig)
+    p.communicate(timeout=60)
+    assert p.returncode != 0
+    deadline = time.monotonic() + 5
+    while _our_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _our_processes(), f"processes left behind: {_our_processes()}"
+    assert _sched_state() == before
+    assert not any(q for q in (scratch_data / "runs").rglob("*") if q.is_file())
+    assert not list((scratch_data / "runs").rglob(".tmp-*"))
+
+
+def test_committed_data_is_consistent():
+    d = P.load()
+    if d["trials"].empty:
+        pytest.skip("no committed cpu_pinning dataset")
+    t = d["trials"]
+    assert t.policy_ok.all() and t.slice_ok.all()
+    assert (t.completed > 0).all()
+    for m in d["manifests"]:
+        assert BASE_KEYS <= set(m), m.keys()
+        assert set(t[t.run_id == m["run_id"]].variant) == set(m["variants_measured"])
+
+
+BASE_KEYS = {"host", "parameters", "skipped", "calibration", "variants_measured", "debugfs"}
