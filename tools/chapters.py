@@ -37,6 +37,7 @@ CHAPTERS: list[Chapter] = [
     Chapter("qcow2_overlap", "tools.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
     Chapter("iostat_internals", "tools.iostat_internals", "chapters/iostat_internals.ipynb"),
     Chapter("virtio_features", "tools.virtio_features", "chapters/virtio_features.ipynb"),
+    Chapter("qemu_cache_modes", "tools.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
     Chapter("cpu_pinning", "tools.cpu_pinning", "chapters/cpu_pinning.ipynb"),
 ]
 

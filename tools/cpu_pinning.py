@@ -46,6 +46,7 @@ from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .params import merge
+from .proc import kill_group
 from .progress import Progress
 
 CHAPTER = "cpu_pinning"
@@ -497,25 +498,11 @@ def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(p)
+        kill_group(p)
         raise PerfbookError(f"prefork did not finish within {timeout:.0f} s") from None
     finally:
-        _kill_group(p)
+        kill_group(p)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
-
-
-def _kill_group(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
-    else:  # the master exited; its workers die with it (PDEATHSIG), but make sure
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # ---------------------------------------------------------------- perf stat --

@@ -62,6 +62,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .proc import pid_alive
 from .paths import build_dir
 
 QEMU = "qemu-system-x86_64"
@@ -460,16 +461,6 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
 # --------------------------------------------------------------------------
 # scratch directories and processes
 # --------------------------------------------------------------------------
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
     """Remove scratch directories whose owner (pid in the 'owner' file) is gone."""
     removed = []
@@ -484,7 +475,7 @@ def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
             except OSError:
                 continue
             pid = -1
-        if pid > 0 and _pid_alive(pid):
+        if pid > 0 and pid_alive(pid):
             continue
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)

@@ -17,13 +17,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def kill_group(p: subprocess.Popen) -> None:
-    """SIGKILL the process group that `p` leads (started with start_new_session)."""
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        p.wait()
+    """SIGKILL the process group that `p` leads (started with start_new_session),
+    even when `p` itself has exited: its children may still be in the group."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    p.wait()
 
 
 def run_group(cmd: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
