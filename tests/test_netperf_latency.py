@@ -246,7 +246,10 @@ def test_live_quick_collect(scratch_data):
     d = _check_dataset(scratch_data, crossval=False)
     man = d["manifests"][0]
     if "sched breakdown" not in man["skipped"]:
-        assert not d["sched"].empty and (d["sched"]["wakeups"] > 0).all()
+        # a role whose reply always arrives before it blocks is never woken (seen once in
+        # a quick run); the breakdown still needs wake-ups to measure in some role
+        assert not d["sched"].empty and (d["sched"]["wakeups"] > 0).any()
+        assert set(d["sched"]["role"]) == {"client", "server"}
     assert _our_leftovers(os.getpid()) == []
     assert _pids("netserver") - before == set()
     assert _pids("rrbench") == set()
