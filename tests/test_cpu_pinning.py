@@ -157,7 +157,7 @@ def test_knobs_are_restored_on_signals(tmp_path, sig):
     root = _fake_debugfs(tmp_path)
     code = KNOB_RUN
     if sig == signal.SIGTERM:  # collect() turns SIGTERM into KeyboardInterrupt the same way
-        code = "import tools.cpu_pinning as P; P._sigterm_guard()\n" + KNOB_RUN
+        code = "from tools.proc import sigterm_as_interrupt; sigterm_as_interrupt()\n" + KNOB_RUN
     p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert p.stdout.readline().strip() == "set"

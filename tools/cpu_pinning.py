@@ -44,9 +44,10 @@ from pathlib import Path
 from . import cbuild
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .hostinfo import mounts
 from .lock import measure_lock
 from .params import merge
-from .proc import kill_group
+from .proc import kill_group, sigterm_as_interrupt
 from .progress import Progress
 
 CHAPTER = "cpu_pinning"
@@ -181,20 +182,8 @@ def preflight() -> list[str]:
 
 
 # ------------------------------------------------------------ debugfs knobs --
-def _mounts() -> list[tuple[str, str]]:
-    out = []
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3:
-                out.append((parts[1], parts[2]))
-    except OSError:
-        pass
-    return out
-
-
 def debugfs_mounted(root: Path = DEBUGFS) -> bool:
-    return any(m == str(root) and t == "debugfs" for m, t in _mounts())
+    return any(m == str(root) and t == "debugfs" for m, t in mounts())
 
 
 class SchedKnobs:
@@ -538,19 +527,6 @@ def parse_perf(stderr: str) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ collect --
-def _sigterm_guard():
-    """SIGTERM behaves like SIGINT (KeyboardInterrupt) while we hold kernel state."""
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    old = signal.getsignal(signal.SIGTERM)
-
-    def _term(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, _term)
-    return old
-
-
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
@@ -568,7 +544,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     shutil.copy2(cbuild.binary(HELPER), binary)
     rng = random.Random(p["seed"])
     is_root = os.geteuid() == 0
-    old_term = _sigterm_guard()
+    old_term = sigterm_as_interrupt()
     try:
         with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, p) as w:
             prog = Progress(CHAPTER, 1)
@@ -882,7 +858,6 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
 def core_balance(cores, trials=None):
     """Per host/run/load/variant and CPU: median busy fraction over rounds, and the spread
     between the busiest and the idlest CPU per trial."""
-    import pandas as pd
     keys = ["host_id", "run_id", "load", "variant"]
     per = cores.groupby(keys + ["cpu"]).busy_frac.median().reset_index()
     spread = (cores.groupby(keys + ["round"]).busy_frac.agg(lambda s: s.max() - s.min())
@@ -894,15 +869,7 @@ def latest(manifests: list[dict]) -> dict | None:
     return max(manifests, key=lambda m: m["run_id"]) if manifests else None
 
 
-def not_measured(manifests):
-    import pandas as pd
-    rows = []
-    for m in sorted(manifests, key=lambda m: m["run_id"]):
-        for part, why in m.get("skipped", {}).items():
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why})
-        for note in m.get("notes", []):
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
-    return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
+from .dataset import skipped_table as not_measured  # noqa: E402  (the chapter's name for it)
 
 
 ORDER = list(VARIANTS)

@@ -190,3 +190,15 @@ def load_reference(name: str, data_dir: Path | None = None, dtype=None):
     if not p.is_file():
         raise DatasetError(f"reference table {p} is missing")
     return pd.read_csv(p, dtype=dtype)
+
+
+def skipped_table(manifests: list[dict]):
+    """What each dataset did not measure, and why (its skips and notes)."""
+    import pandas as pd
+    rows = []
+    for m in sorted(manifests, key=lambda m: m["run_id"]):
+        for part, why in m.get("skipped", {}).items():
+            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why})
+        for note in m.get("notes", []):
+            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
+    return pd.DataFrame(rows, columns=["host", "run", "what", "why"])

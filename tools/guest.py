@@ -62,7 +62,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
-from .proc import pid_alive
+from .proc import sweep_scratch
 from .paths import build_dir
 
 QEMU = "qemu-system-x86_64"
@@ -463,23 +463,7 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
 # --------------------------------------------------------------------------
 def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
     """Remove scratch directories whose owner (pid in the 'owner' file) is gone."""
-    removed = []
-    for d in parent.glob(SCRATCH_PREFIX + "*"):
-        try:
-            pid = int((d / "owner").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            # no owner file: only remove if old (a crash between mkdtemp and the write)
-            try:
-                if time.time() - d.stat().st_mtime < 3600:
-                    continue
-            except OSError:
-                continue
-            pid = -1
-        if pid > 0 and pid_alive(pid):
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
-    return removed
+    return sweep_scratch(parent, SCRATCH_PREFIX)
 
 
 def _pdeathsig():

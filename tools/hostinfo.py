@@ -25,6 +25,19 @@ def _read(path: str | Path, default: str | None = None) -> str | None:
         return default
 
 
+def mounts() -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of every mount, from /proc/mounts."""
+    out = []
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3:
+                out.append((parts[1], parts[2]))
+    except OSError:
+        pass
+    return out
+
+
 def cpuinfo() -> dict:
     model, flags = None, set()
     text = _read("/proc/cpuinfo", "") or ""

@@ -36,6 +36,7 @@ from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .params import choose_list, merge
+from .proc import sigterm_as_interrupt
 from .progress import Progress
 from .tracefs import TraceSession, preflight as tracefs_preflight
 
@@ -572,12 +573,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     if not Path(f"/sys/block/{dev}/mq").is_dir() and "tracepoints" not in optional:
         optional["tracepoints"] = f"{dev} is not a request-based (blk-mq) device: no block_io_* events"
 
-    old_term = signal.getsignal(signal.SIGTERM)
-
-    def _term(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _term)
+    old_term = sigterm_as_interrupt()
     scratch = None
     iostat = None
     work = None
@@ -688,7 +684,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             _kill(iostat)
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-        if threading.current_thread() is threading.main_thread():
+        if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
 
 
@@ -853,7 +849,6 @@ COUNT_OF = {**{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rr
 
 def compare_with_sysstat(intervals, clock: str = "monotonic"):
     """Tidy frame: one row per interval and column with ours, sysstat's and the gap."""
-    import pandas as pd
     ours = our_columns(intervals, clock)
     keys = ["run_id", "seq"] if "run_id" in ours else ["seq"]
     sys_cols = {f"sysstat {c}": c for c in ds.COLUMNS}

@@ -918,7 +918,6 @@ def pooled(hist):
 def ladder(runs, hist):
     """Per cell: pooled P50/P90/P99/P99.9 of every recorded transaction (from the
     log bins, relative resolution 1.2 %), the largest single latency, and n."""
-    import pandas as pd
     q = hist_quantiles(pooled(hist), (0.5, 0.9, 0.99, 0.999))
     rr = runs[runs["tool"] == "rrbench"].groupby(CELL, as_index=False).agg(
         max_us=("max_us", "max"), runs=("n", "size"), rate_tps=("rate_tps", "median"))

@@ -239,23 +239,8 @@ class Scratch:
 
 def sweep_stale(parent: str = SCRATCH_PARENT) -> list[Path]:
     """Remove scratch directories of this chapter whose owner process is gone (SIGKILL)."""
-    from .proc import pid_alive
-    removed = []
-    for d in Path(parent).glob(SCRATCH_PREFIX + "*"):
-        try:
-            pid = int((d / "owner").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            try:
-                if time.time() - d.stat().st_mtime < 3600:
-                    continue
-            except OSError:
-                continue
-            pid = -1
-        if pid > 0 and pid_alive(pid):
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
-    return removed
+    from .proc import sweep_scratch
+    return sweep_scratch(parent, SCRATCH_PREFIX)
 
 
 def stale_scratch_dirs(parent: str = SCRATCH_PARENT) -> list[Path]:
@@ -1204,12 +1189,4 @@ def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=Non
     return pd.DataFrame(rows)
 
 
-def not_measured(manifests):
-    import pandas as pd
-    rows = []
-    for m in sorted(manifests, key=lambda m: m["run_id"]):
-        for part, why in m.get("skipped", {}).items():
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why})
-        for note in m.get("notes", []):
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
-    return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
+from .dataset import skipped_table as not_measured  # noqa: E402  (the chapter's name for it)

@@ -1,8 +1,10 @@
 """ftrace / uprobe state that we change, and always put back.
 
 A TraceSession:
-  * finds tracefs (mounting it at /sys/kernel/tracing if needed, and unmounting
-    it again at the end);
+  * finds tracefs, mounting it at /sys/kernel/tracing if needed. Sessions
+    register in /run/lock/perfbook-tracefs/ (user.<pid>.*, and 'mounted' when
+    we mounted it); the last live session out unmounts what we mounted, and a
+    sweep does the same after a SIGKILL;
   * sweeps probes and instances that a killed run of ours left behind
     (group / instance names carry the owner's pid: perfbook_<pid>...);
   * snapshots the global settings we could disturb (tracing_on, trace_clock,
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import MissingPrerequisite, PerfbookError
+from .hostinfo import mounts
 from .proc import pid_alive
 
 PREFIX = "perfbook_"
@@ -34,24 +37,12 @@ _INST_RE = re.compile("^" + PREFIX + r"(\d+)_")
 DEFAULT_MOUNT = Path("/sys/kernel/tracing")
 
 
-def _mounts() -> list[tuple[str, str]]:
-    out = []
-    try:
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3:
-                out.append((parts[1], parts[2]))
-    except OSError:
-        pass
-    return out
-
-
 def find_tracefs() -> Path | None:
     """The tracefs directory if it is mounted somewhere, else None."""
-    for mnt, fstype in _mounts():
+    for mnt, fstype in mounts():
         if fstype == "tracefs":
             return Path(mnt)
-    for mnt, fstype in _mounts():
+    for mnt, fstype in mounts():
         if fstype == "debugfs" and (Path(mnt) / "tracing" / "trace").exists():
             return Path(mnt) / "tracing"
     return None
@@ -119,8 +110,43 @@ def _read_lines(p: Path) -> list[str]:
         return []
 
 
+def _mount_dir() -> Path:
+    """Where sessions record that they use tracefs, and whether we mounted it."""
+    from .lock import lock_path
+    d = lock_path().parent / "perfbook-tracefs"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def _live_users(exclude: str | None = None) -> list[Path]:
+    users = []
+    for f in _mount_dir().glob("user.*"):
+        try:
+            pid = int(f.name.split(".")[1])
+        except (IndexError, ValueError):
+            continue
+        if f.name != exclude and pid_alive(pid):
+            users.append(f)
+    return users
+
+
+def release_mount(root: Path, exclude: str | None = None) -> bool:
+    """Unmount tracefs if a perfbook session mounted it and no live session uses it.
+
+    The 'mounted' flag survives a SIGKILLed session, so the next session (or a
+    sweep) unmounts what the killed one mounted."""
+    d = _mount_dir()
+    flag = d / "mounted"
+    if not flag.exists() or _live_users(exclude):
+        return False
+    r = subprocess.run(["umount", str(root)], capture_output=True)
+    flag.unlink(missing_ok=True)
+    return r.returncode == 0
+
+
 def sweep_stale(root: Path, log=print) -> list[str]:
-    """Remove instances and probe definitions left by dead perfbook processes."""
+    """Remove instances, probe definitions and session marks left by dead perfbook
+    processes, and unmount tracefs if we mounted it and no live session uses it."""
     removed = []
     inst_dir = root / "instances"
     if inst_dir.is_dir():
@@ -142,6 +168,15 @@ def sweep_stale(root: Path, log=print) -> list[str]:
                 removed.append(f"uprobe {ev}")
             except OSError as e:
                 log(f"warning: could not remove stale uprobe {ev}: {e.strerror}")
+    for f in _mount_dir().glob("user.*"):
+        try:
+            dead = not pid_alive(int(f.name.split(".")[1]))
+        except (IndexError, ValueError):
+            dead = True
+        if dead:
+            f.unlink(missing_ok=True)
+    if release_mount(root):  # a no-op while any live session (the caller's too) uses it
+        removed.append(f"tracefs mount at {root}")
     if removed:
         log("swept stale state from a killed run: " + ", ".join(removed))
     return removed
@@ -173,7 +208,6 @@ class TraceSession:
         self.log = log
         self.group = f"{PREFIX}{os.getpid()}"
         self.root: Path | None = None
-        self.mounted_by_us = False
         self.instance: Path | None = None
         self.probes: list[str] = []          # "group/event"
         self.enabled: list[Path] = []        # enable files we wrote 1 to
@@ -203,9 +237,11 @@ class TraceSession:
                                capture_output=True, text=True)
             if r.returncode != 0:
                 raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
-            self.mounted_by_us = True
+            (_mount_dir() / "mounted").write_text(f"{os.getpid()}\n")
             root = DEFAULT_MOUNT
         self.root = root
+        self._user = _mount_dir() / f"user.{os.getpid()}.{id(self)}"
+        self._user.write_text(self.tag + "\n")
         sweep_stale(root, self.log)
         self.saved = GlobalState.read(root)
         if self.use_instance and (root / "instances").is_dir():
@@ -352,8 +388,10 @@ class TraceSession:
                             import time
                             time.sleep(0.02)
                 self._restore_globals(errors)
-                if self.mounted_by_us:
-                    subprocess.run(["umount", str(self.root)], capture_output=True)
+                user = getattr(self, "_user", None)
+                if user is not None:
+                    user.unlink(missing_ok=True)
+                release_mount(self.root)
         finally:
             self._closed = True
             for sig, h in self._old_handlers.items():

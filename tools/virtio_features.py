@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ParameterError
+from .errors import ParameterError, PerfbookError
 
 SOURCES = {
     "uapi-6.1": "Linux 6.1 uapi headers, Debian linux-libc-dev 6.1.187-1 (/usr/include/linux/virtio_*.h)",
