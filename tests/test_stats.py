@@ -41,3 +41,136 @@ def test_summarize_and_cv():
 
 def test_diff_ci_is_conservative():
     assert stats.diff_ci(10, 12, 1, 2) == (8, 11)
+
+
+# ---------------------------------------------------------------- compare
+def test_compare_detects_a_shift_and_sizes_it():
+    rng = np.random.default_rng(1)
+    b = rng.lognormal(mean=np.log(100), sigma=0.05, size=60)
+    a = b * 1.10 + rng.normal(0, 0.5, size=60)
+    c = stats.compare(a, b, names=("new", "old"))
+    assert c.significant and c.p_value < 1e-6
+    assert c.magnitude == "large" and c.cliffs_delta > 0.474
+    assert 0.07 < c.rel_shift < 0.13
+    assert c.shift_low <= c.shift <= c.shift_high
+    assert "higher" in c.verdict and "new" in c.verdict
+
+
+def test_compare_says_not_significant_for_the_same_distribution():
+    rng = np.random.default_rng(2)
+    c = stats.compare(rng.normal(50, 5, 40), rng.normal(50, 5, 40))
+    assert not c.significant
+    assert "not significant" in c.verdict
+    assert c.shift_low <= 0 <= c.shift_high
+
+
+def test_compare_false_positive_rate_is_near_alpha():
+    rng = np.random.default_rng(3)
+    hits = sum(stats.compare(rng.exponential(size=25), rng.exponential(size=25)).significant
+               for _ in range(300))
+    assert hits / 300 < 0.09
+
+
+def test_hodges_lehmann_ci_coverage_by_simulation():
+    rng = np.random.default_rng(4)
+    hits = 0
+    for _ in range(300):
+        a = rng.lognormal(size=20) + 2.0
+        b = rng.lognormal(size=25)
+        _, lo, hi = stats.hodges_lehmann(a, b)
+        hits += lo <= 2.0 <= hi
+    assert hits / 300 >= 0.92
+
+
+def test_compare_frame_per_host():
+    import pandas as pd
+    rng = np.random.default_rng(5)
+    rows = [{"host_id": h, "variant": v, "x": rng.normal(10 + (v == "fast") * -3, 1)}
+            for h in ("h1", "h2") for v in ("base", "fast", "same") for _ in range(12)]
+    out = stats.compare_frame(pd.DataFrame(rows), by="variant", value="x", baseline="base",
+                              within="host_id")
+    assert len(out) == 4
+    fast = out[out.variant == "fast"]
+    assert fast["significant"].all() and (fast["shift"] < 0).all()
+
+
+def test_compare_needs_two_values():
+    with pytest.raises(ValueError):
+        stats.compare([1.0], [1.0, 2.0])
+
+
+# ---------------------------------------------------------------- repetition
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_repetition_stops_at_the_ci_target_and_drops_warmup():
+    rng = np.random.default_rng(6)
+    clock = FakeClock()
+    rep = stats.Repetition("tight", keys=["a", "b"], target=0.05, min_runs=5,
+                           max_runs=500, budget_s=1000, warmup=2, clock=clock)
+    for r in rep.rounds():
+        clock.t += 1
+        rep.add("a", 1000.0 if r.warmup else rng.normal(100, 2))
+        rep.add("b", rng.normal(50, 1))
+    assert rep.stopped_by == stats.STOP_TARGET
+    recs = {r["key"]: r for r in rep.records()}
+    assert recs["a"]["warmup"] == 2 and recs["b"]["warmup"] == 2
+    assert max(rep.values["a"]) < 200          # the warm-up outlier was dropped
+    assert all(r["met_target"] and r["rel_ci_width"] <= 0.05 for r in recs.values())
+    assert recs["a"]["n"] == rep.n >= 5
+
+
+def test_repetition_stops_at_the_time_budget_when_noise_is_high():
+    rng = np.random.default_rng(7)
+    clock = FakeClock()
+    rep = stats.Repetition("noisy", target=0.01, min_runs=3, max_runs=10_000,
+                           budget_s=30, warmup=1, clock=clock)
+    for _ in rep.rounds():
+        clock.t += 2
+        rep.add("value", rng.lognormal(0, 1))
+    assert rep.stopped_by == stats.STOP_BUDGET
+    assert rep.elapsed_s >= 30 and rep.n == 14     # 15 rounds of 2 s, one warm-up
+    assert not rep.records()[0]["met_target"]
+
+
+def test_repetition_max_runs_and_summary():
+    import pandas as pd
+    clock = FakeClock()
+    rep = stats.Repetition("capped", target=0.0001, min_runs=2, max_runs=4,
+                           budget_s=100, warmup=0, clock=clock)
+    for i in rep.rounds():
+        rep.add("value", 1 + i.index)
+    assert rep.stopped_by == stats.STOP_MAX and rep.n == 4
+    s = stats.repetition_summary(pd.DataFrame(rep.records()))
+    assert s["experiments"] == 1 and s[stats.STOP_MAX] == 1 and s["keys_met"] == 0
+
+
+def test_repetition_rejects_bad_settings():
+    with pytest.raises(ValueError):
+        stats.Repetition("x", target=0)
+    with pytest.raises(ValueError):
+        stats.Repetition("x", min_runs=5, max_runs=2)
+
+
+# ---------------------------------------------------------------- captions
+def test_caption_states_n_ci_warmup_and_host():
+    cap = stats.caption("Per-call cost by mechanism", n=[70, 70, 68], unit="batches",
+                        warmup=5, hosts=[("h-abc", "AMD EPYC, 2 CPUs, kvm guest")])
+    assert "n = 68–70 batches" in cap
+    assert "after 5 warm-up batches (excluded)" in cap
+    assert "95 % distribution-free" in cap
+    assert "Host h-abc (AMD EPYC, 2 CPUs, kvm guest)." in cap
+    two = stats.caption("x", n=3, unit="runs", warmup=[0, 1], hosts=["h-a", "h-b"], ci=False)
+    assert "Hosts h-a; h-b." in two and "distribution-free" not in two
+
+
+def test_hosts_of_manifests():
+    ms = [{"host": {"host_id": "h-1", "description": "d1"}},
+          {"host": {"host_id": "h-1", "description": "d1"}},
+          {"host": {"host_id": "h-2", "description": "d2"}}]
+    assert stats.hosts_of(ms) == [("h-1", "d1"), ("h-2", "d2")]

@@ -26,9 +26,13 @@ def _status_file() -> Path:
 
 def cmd_measure(args) -> int:
     import papermill as pm
-    from .chapters import CHAPTERS, by_name
+    from .chapters import CHAPTERS, PAGES, by_name
+    from .errors import ParameterError
     from .lock import measure_lock
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS
+    pages = [c.name for c in chapters if c in PAGES]
+    if pages:
+        raise ParameterError(f"{', '.join(pages)}: a page that only reads data; nothing to measure")
     status = _status_file()
     status.parent.mkdir(parents=True, exist_ok=True)
     status.write_text("")
@@ -67,8 +71,8 @@ def cmd_measure(args) -> int:
 def cmd_refresh(args) -> int:
     import nbformat
     from nbclient import NotebookClient
-    from .chapters import CHAPTERS, by_name
-    chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS
+    from .chapters import CHAPTERS, PAGES, by_name
+    chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
     for ch in chapters:
         t0 = time.monotonic()
         nb = nbformat.read(ch.path, as_version=4)

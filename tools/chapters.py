@@ -42,8 +42,14 @@ CHAPTERS: list[Chapter] = [
 ]
 
 
+# Pages that read data/ but measure nothing: refreshed like the chapters.
+PAGES: list[Chapter] = [
+    Chapter("hosts", "tools.hosts", "hosts.ipynb"),
+]
+
+
 def by_name(name: str) -> Chapter:
-    for c in CHAPTERS:
+    for c in CHAPTERS + PAGES:
         if c.name == name:
             return c
     from .errors import ParameterError

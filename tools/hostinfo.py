@@ -185,7 +185,27 @@ def host_facts() -> dict:
         "kvm_modules": sorted(p.name for p in Path("/sys/module").glob("kvm*")),
         "hz_guess": _config_hz(),
         "preempt": _preempt(),
+        "virtio_devices": virtio_devices(),
     }
+
+
+VIRTIO_DEVICE_NAMES = {1: "net", 2: "blk", 3: "console", 4: "rng", 5: "balloon",
+                       8: "scsi", 9: "9p", 16: "gpu", 18: "input", 19: "vsock",
+                       26: "fs"}
+
+
+def virtio_devices() -> list[dict]:
+    """This machine's own virtio devices (if it is a guest): type and feature bits."""
+    out = []
+    for d in sorted(Path("/sys/bus/virtio/devices").glob("virtio*")):
+        dev = _read(d / "device")
+        try:
+            kind = VIRTIO_DEVICE_NAMES.get(int(dev, 16), dev) if dev else None
+        except ValueError:
+            kind = dev
+        bits = _read(d / "features") or ""
+        out.append({"device": kind, "features": [i for i, c in enumerate(bits) if c == "1"]})
+    return sorted(out, key=lambda x: (str(x["device"]), x["features"]))
 
 
 def _os_release() -> str | None:

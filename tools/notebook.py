@@ -60,3 +60,12 @@ def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Pat
     _status(module.CHAPTER, "measured", str(out))
     print(f"new dataset: {out}")
     return out
+
+
+def show_figure(fig, caption: str) -> None:
+    """Display a figure followed by its caption (generated from data, see stats.caption)."""
+    import matplotlib.pyplot as plt
+    from IPython.display import Markdown, display
+    display(fig)
+    plt.close(fig)
+    display(Markdown(f"**Figure.** {caption}"))

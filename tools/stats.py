@@ -6,6 +6,11 @@
 * summarize: n, median + CI, mean, stddev, CV and tail percentiles of a sample.
 * diff_ci: a conservative interval for a difference of two medians.
 * cv: coefficient of variation, for run-to-run stability.
+* compare / compare_frame: Mann-Whitney U, Cliff's delta and the Hodges-Lehmann
+  shift with its CI; says "not significant" when p >= alpha.
+* Repetition: adaptive repetition until every median's CI is narrower than a
+  target or a time budget runs out (the reason is recorded); warm-up excluded.
+* caption: figure captions stating n, CI method, warm-up and host, from data.
 """
 from __future__ import annotations
 
@@ -105,3 +110,332 @@ def cv(values) -> float:
     if len(x) < 2 or np.mean(x) == 0:
         return math.nan
     return float(np.std(x, ddof=1) / np.mean(x))
+
+
+# --------------------------------------------------------------------------
+# comparisons: a rank test, an effect size, a shift estimate with its CI
+# --------------------------------------------------------------------------
+COMPARE_METHOD = ("two-sided Mann-Whitney U test; effect size Cliff's delta; "
+                  "Hodges-Lehmann shift with its distribution-free CI")
+# Romano et al. (2006) thresholds for |Cliff's delta|
+_DELTA_LABELS = ((0.147, "negligible"), (0.33, "small"), (0.474, "medium"), (math.inf, "large"))
+_MAX_PAIRS = 4_000_000  # pairwise differences kept exactly up to this many
+
+
+@dataclass
+class Comparison:
+    n_a: int
+    n_b: int
+    median_a: float
+    median_b: float
+    shift: float            # Hodges-Lehmann estimate of a - b
+    shift_low: float
+    shift_high: float
+    rel_shift: float        # shift / median_b
+    rel_low: float
+    rel_high: float
+    p_value: float
+    cliffs_delta: float     # P(a > b) - P(a < b), in [-1, 1]
+    magnitude: str          # negligible / small / medium / large
+    significant: bool
+    alpha: float
+    verdict: str            # one line, e.g. "a is 4.1 % higher (p = 0.002, large)"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pairwise_diffs(a: np.ndarray, b: np.ndarray, rng_seed: int = 0) -> np.ndarray:
+    if len(a) * len(b) <= _MAX_PAIRS:
+        return (a[:, None] - b[None, :]).ravel()
+    # Too many pairs to hold: a fixed-seed random sample of pairs (deterministic).
+    rng = np.random.default_rng(rng_seed)
+    i = rng.integers(0, len(a), _MAX_PAIRS)
+    j = rng.integers(0, len(b), _MAX_PAIRS)
+    return a[i] - b[j]
+
+
+def hodges_lehmann(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high) of the location shift a - b.
+
+    The estimate is the median of all pairwise differences; the interval takes
+    the order statistics of those differences whose ranks come from the
+    null distribution of U (normal approximation with continuity), as in
+    Moses' distribution-free interval. No normality of the data is assumed.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    n, m = len(a), len(b)
+    if n == 0 or m == 0:
+        return (math.nan, math.nan, math.nan)
+    d = np.sort(_pairwise_diffs(a, b))
+    est = float(np.median(d))
+    nm = n * m
+    z = _st.norm.ppf(0.5 + confidence / 2)
+    k = int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
+    if k < 0:
+        return (est, float(d[0]), float(d[-1]))
+    scale = len(d) / nm  # sampled pairs: map ranks proportionally
+    lo_i = min(len(d) - 1, int(k * scale))
+    hi_i = max(0, len(d) - 1 - int(k * scale))
+    return (est, float(d[lo_i]), float(d[hi_i]))
+
+
+def compare(a, b, alpha: float = 0.05, confidence: float = 0.95,
+            names: tuple[str, str] = ("a", "b")) -> Comparison:
+    """Compare sample `a` against baseline `b` without assuming normality.
+
+    Significance comes from the two-sided Mann-Whitney U test; the size of the
+    difference from Cliff's delta (dominance) and from the Hodges-Lehmann shift
+    with its CI, also relative to median(b). `verdict` says "not significant"
+    when p >= alpha, whatever the point estimates say.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    n, m = len(a), len(b)
+    if n < 2 or m < 2:
+        raise ValueError(f"compare needs at least 2 values per side, got {n} and {m}")
+    res = _st.mannwhitneyu(a, b, alternative="two-sided")
+    u = float(res.statistic)
+    p = float(res.pvalue)
+    delta = 2.0 * u / (n * m) - 1.0   # U counts (a > b) + 0.5 ties
+    mag = next(lbl for thr, lbl in _DELTA_LABELS if abs(delta) < thr)
+    est, lo, hi = hodges_lehmann(a, b, confidence)
+    med_b = float(np.median(b))
+    rel = (lambda v: v / med_b if med_b else math.nan)
+    sig = p < alpha
+    na, nb = names
+    if sig:
+        word = "higher" if est > 0 else "lower"
+        verdict = (f"{na} is {abs(rel(est)) * 100:.1f} % {word} than {nb} "
+                   f"(p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})")
+    else:
+        verdict = (f"{na} vs {nb}: not significant (p = {p:.2g}, "
+                   f"Cliff's delta {delta:+.2f}, {mag})")
+    return Comparison(n, m, float(np.median(a)), med_b, est, lo, hi,
+                      rel(est), rel(lo), rel(hi), p, delta, mag, sig, alpha, verdict)
+
+
+def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float = 0.05):
+    """One Comparison row per group of `by` against its `baseline` group.
+
+    `within` (a column or list) repeats the comparison inside each of its
+    groups, e.g. per host. Returns a DataFrame.
+    """
+    import pandas as pd
+    within_l = [] if within is None else ([within] if isinstance(within, str) else list(within))
+    groups = df.groupby(within_l, sort=True) if within_l else [((), df)]
+    rows = []
+    for key, g in groups:
+        key = key if isinstance(key, tuple) else (key,)
+        base = g.loc[g[by] == baseline, value]
+        for variant, gv in g.groupby(by, sort=True):
+            if variant == baseline or len(base) < 2 or len(gv) < 2:
+                continue
+            c = compare(gv[value], base, alpha=alpha, names=(str(variant), str(baseline)))
+            rows.append({**dict(zip(within_l, key)), by: variant, "baseline": baseline,
+                         **c.as_dict()})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------
+# adaptive repetition
+# --------------------------------------------------------------------------
+STOP_TARGET = "ci_target"
+STOP_BUDGET = "time_budget"
+STOP_MAX = "max_runs"
+
+
+class Repetition:
+    """Repeat an experiment until every tracked median is tight enough, or time is up.
+
+    Usage (one round = one repetition of every variant, interleaved)::
+
+        rep = Repetition("marker", keys=["a", "b"], target=0.05, min_runs=5,
+                         max_runs=200, budget_s=30, warmup=2)
+        for rnd in rep.rounds():            # yields Round(index, warmup)
+            for k in keys:
+                rep.add(k, run_one(k))      # warm-up rounds' values are dropped, counted
+        rep.records()                       # one row per key for the dataset
+
+    Stops after a round when (a) at least `min_runs` measured rounds are in and
+    every key's relative CI width (high - low) / median is <= `target`
+    ("ci_target"), or (b) the measured rounds reach `max_runs` ("max_runs"),
+    or (c) `budget_s` seconds have passed since the first round began
+    ("time_budget"; checked after each round, so a round is never cut short).
+    Warm-up rounds count toward the time budget but never toward n.
+    """
+
+    def __init__(self, experiment: str, keys=("value",), *, target: float = 0.05,
+                 min_runs: int = 5, max_runs: int = 200, budget_s: float = 60.0,
+                 warmup: int = 1, confidence: float = 0.95, clock=None):
+        import time as _time
+        if not (0 < target < 10):
+            raise ValueError("target is a relative CI width, e.g. 0.05 for 5 %")
+        if min_runs < 1 or max_runs < min_runs:
+            raise ValueError("need 1 <= min_runs <= max_runs")
+        if budget_s <= 0 or warmup < 0:
+            raise ValueError("budget_s must be > 0 and warmup >= 0")
+        self.experiment = experiment
+        self.keys = list(keys)
+        self.target, self.min_runs, self.max_runs = float(target), int(min_runs), int(max_runs)
+        self.budget_s, self.warmup, self.confidence = float(budget_s), int(warmup), confidence
+        self.clock = clock or _time.monotonic
+        self.values: dict = {k: [] for k in self.keys}
+        self.warmup_values: dict = {k: 0 for k in self.keys}
+        self._in_warmup = False
+        self._t0: float | None = None
+        self.elapsed_s = 0.0
+        self.stopped_by: str | None = None
+        self.rounds_done = 0
+
+    # -- per-key state
+    def rel_ci(self, key) -> float:
+        x = self.values[key]
+        if len(x) < 2:
+            return math.inf
+        lo, hi, _ = median_ci(x, self.confidence)
+        med = float(np.median(x))
+        return abs(hi - lo) / abs(med) if med else math.inf
+
+    def met(self, key) -> bool:
+        return len(self.values[key]) >= self.min_runs and self.rel_ci(key) <= self.target
+
+    @property
+    def n(self) -> int:
+        return min((len(v) for v in self.values.values()), default=0)
+
+    def add(self, key, value) -> None:
+        if key not in self.values:
+            raise KeyError(f"{self.experiment}: unknown key {key!r}")
+        if self._in_warmup:
+            self.warmup_values[key] += 1
+        else:
+            self.values[key].append(float(value))
+
+    def _decide(self) -> str | None:
+        if self.n >= self.min_runs and all(self.met(k) for k in self.keys):
+            return STOP_TARGET
+        if self.n >= self.max_runs:
+            return STOP_MAX
+        if self.elapsed_s >= self.budget_s:
+            return STOP_BUDGET
+        return None
+
+    def rounds(self):
+        """Yield Round(index, warmup) until a stop rule fires."""
+        self._t0 = self.clock()
+        i = 0
+        while True:
+            self._in_warmup = i < self.warmup
+            yield Round(i, self._in_warmup)
+            i += 1
+            self.rounds_done = i
+            self.elapsed_s = self.clock() - self._t0
+            if not self._in_warmup:
+                why = self._decide()
+                if why:
+                    self.stopped_by = why
+                    self._in_warmup = False
+                    return
+
+    def status(self) -> str:
+        worst = max((self.rel_ci(k) for k in self.keys), default=math.inf)
+        w = "inf" if math.isinf(worst) else f"{worst * 100:.1f} %"
+        return f"n={self.n}, widest CI {w} (target {self.target * 100:.0f} %), {self.elapsed_s:.0f}/{self.budget_s:.0f} s"
+
+    def records(self) -> list[dict]:
+        """One row per key: n, warm-ups, the CI reached and why repetition stopped."""
+        rows = []
+        for k in self.keys:
+            x = self.values[k]
+            s = summarize(x, self.confidence)
+            rel = self.rel_ci(k)
+            rows.append({
+                "experiment": self.experiment, "key": str(k), "n": len(x),
+                "warmup": self.warmup_values[k], "median": s.median,
+                "ci_low": s.ci_low, "ci_high": s.ci_high,
+                "rel_ci_width": rel if math.isfinite(rel) else math.nan,
+                "target": self.target, "min_runs": self.min_runs, "max_runs": self.max_runs,
+                "budget_s": self.budget_s, "elapsed_s": round(self.elapsed_s, 3),
+                "met_target": self.met(k),
+                # the experiment's reason, and per key whether the target was reached
+                "stopped_by": self.stopped_by or "not run",
+            })
+        return rows
+
+
+@dataclass
+class Round:
+    index: int
+    warmup: bool
+
+
+def repetition_summary(df) -> dict:
+    """Counts over a `repetition` table: experiments by stop reason, keys meeting target."""
+    if df is None or len(df) == 0:
+        return {"experiments": 0, STOP_TARGET: 0, STOP_BUDGET: 0, STOP_MAX: 0,
+                "keys": 0, "keys_met": 0}
+    cols = [c for c in ("host_id", "run_id", "experiment") if c in df.columns]
+    exp = df.drop_duplicates(cols)
+    out = {"experiments": len(exp), "keys": len(df), "keys_met": int(df["met_target"].sum())}
+    for why in (STOP_TARGET, STOP_BUDGET, STOP_MAX):
+        out[why] = int((exp["stopped_by"] == why).sum())
+    return out
+
+
+# --------------------------------------------------------------------------
+# captions generated from the data
+# --------------------------------------------------------------------------
+def _n_text(n) -> str:
+    vals = sorted({int(v) for v in np.atleast_1d(n) if not (isinstance(v, float) and math.isnan(v))})
+    if not vals:
+        return "n = 0"
+    return f"n = {vals[0]}" if len(vals) == 1 else f"n = {vals[0]}–{vals[-1]}"
+
+
+def host_text(hosts) -> str:
+    """'host h-1db0… (AMD EPYC, 2 CPUs, kvm guest)' for one or more (id, description)."""
+    items = []
+    seen = set()
+    for h in hosts:
+        hid, desc = (h, None) if isinstance(h, str) else (h[0], h[1] if len(h) > 1 else None)
+        if hid in seen:
+            continue
+        seen.add(hid)
+        items.append(f"{hid} ({desc})" if desc else str(hid))
+    word = "host" if len(items) == 1 else "hosts"
+    return f"{word} " + "; ".join(items) if items else "no host"
+
+
+def caption(what: str, *, n, unit: str, warmup, hosts, confidence: float = 0.95,
+            ci: bool = True, extra: str = "") -> str:
+    """A figure caption stating n, the CI method, warm-up and host, from data.
+
+    `n` and `warmup` may be scalars or sequences (per group); ranges are shown
+    as lo–hi. `hosts` is a list of host ids or (id, description) pairs.
+    """
+    parts = [what.rstrip(".") + "."]
+    parts.append(f"{_n_text(n)} {unit} per group")
+    w = sorted({int(v) for v in np.atleast_1d(warmup)})
+    wt = (f"{w[0]}" if len(w) == 1 else f"{w[0]}–{w[-1]}") if w else "0"
+    parts[-1] += f", after {wt} warm-up {unit} (excluded)."
+    if ci:
+        parts.append(f"Bars/bands: {confidence * 100:.0f} % {CI_METHOD}.")
+    parts.append(host_text(hosts)[0].upper() + host_text(hosts)[1:] + ".")
+    if extra:
+        parts.append(extra.rstrip(".") + ".")
+    return " ".join(parts)
+
+
+def hosts_of(manifests) -> list[tuple[str, str]]:
+    """(host_id, description) pairs from manifests, in first-seen order."""
+    out = []
+    for m in manifests:
+        h = m.get("host", {})
+        pair = (h.get("host_id", "?"), h.get("description"))
+        if pair not in out:
+            out.append(pair)
+    return out

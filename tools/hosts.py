@@ -1,0 +1,141 @@
+"""The hosts in the data: who measured what, and how two hosts' environments differ.
+
+* ``host_table()``: one row per host id found in any manifest under data/runs,
+  with its key facts and how many datasets it contributed, per chapter.
+* ``env_facts(manifest)``: the flat environment facts a comparison needs
+  (kernel, CPU, virtualization, clocksource, mitigations, governor, this
+  machine's virtio features, QEMU and tool versions).
+* ``env_diff(manifests)``: only the facts that differ between hosts, one
+  column per host. A chapter shows it wherever two hosts disagree.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .dataset import list_runs, load_manifest, load_manifests
+from .paths import resolve_data_dir
+
+# (section, label) in display order; facts outside this list still diff, after them
+KEY_FACTS = (
+    ("kernel", "kernel_release"), ("kernel", "preempt"), ("kernel", "os_release"),
+    ("cpu", "cpu_model"), ("cpu", "cpus_online"), ("cpu", "mem_total_gib"),
+    ("cpu", "tsc_flags"), ("virtualization", "virtualization"),
+    ("virtualization", "container"), ("virtualization", "kvm_modules"),
+    ("clock", "clocksource"), ("cpu", "governor"),
+)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v)) if v else "(none)"
+    return str(v)
+
+
+def env_facts(manifest: dict) -> dict[str, str]:
+    """Flatten a manifest into {fact name: text} for comparison."""
+    h = manifest.get("host", {})
+    out: dict[str, str] = {}
+    for _, key in KEY_FACTS:
+        val = h.get(key)
+        if key == "clocksource" and isinstance(val, dict):
+            val = val.get("current")
+        out[key] = _fmt(val)
+    for name, val in sorted((h.get("mitigations") or {}).items()):
+        out[f"mitigation: {name}"] = _fmt(val)
+    for dev in h.get("virtio_devices") or []:
+        out[f"virtio {dev.get('device')} features"] = _fmt(dev.get("features"))
+    tools = manifest.get("tools") or {}
+    for name, val in sorted(tools.items()):
+        if name == "python_packages" and isinstance(val, dict):
+            for pkg, ver in sorted(val.items()):
+                out[f"python: {pkg}"] = _fmt(ver)
+        elif not isinstance(val, dict):
+            out[f"tool: {name}"] = _fmt(val)
+    return out
+
+
+def latest_per_host(manifests: list[dict]) -> dict[str, dict]:
+    """The most recent manifest of each host (run ids sort by time)."""
+    best: dict[str, dict] = {}
+    for m in manifests:
+        hid = m.get("host", {}).get("host_id", "?")
+        if hid not in best or str(m.get("run_id", "")) > str(best[hid].get("run_id", "")):
+            best[hid] = m
+    return dict(sorted(best.items()))
+
+
+def env_diff(manifests: list[dict], only_different: bool = True):
+    """DataFrame: fact x host, keeping only facts whose values differ between hosts.
+
+    A fact a host does not report at all shows as "(not recorded)".
+    """
+    import pandas as pd
+    per_host = {hid: env_facts(m) for hid, m in latest_per_host(manifests).items()}
+    if not per_host:
+        return pd.DataFrame(columns=["fact"])
+    order = [k for _, k in KEY_FACTS]
+    names = list(dict.fromkeys(order + sorted({k for f in per_host.values() for k in f})))
+    rows = []
+    for name in names:
+        vals = {hid: f.get(name, "(not recorded)") for hid, f in per_host.items()}
+        if only_different and len(set(vals.values())) < 2:
+            continue
+        rows.append({"fact": name, **vals})
+    return pd.DataFrame(rows, columns=["fact", *per_host])
+
+
+def chapter_env_diff(chapter: str, data_dir: Path | None = None):
+    """env_diff over the datasets of one chapter (empty with fewer than two hosts)."""
+    return env_diff(load_manifests(chapter, data_dir))
+
+
+def all_manifests(data_dir: Path | None = None) -> list[dict]:
+    root = resolve_data_dir(data_dir) / "runs"
+    out = []
+    for chapter_dir in sorted(p for p in root.glob("*/*") if p.is_dir()):
+        for run in list_runs(chapter_dir.name, resolve_data_dir(data_dir)):
+            if run.parent == chapter_dir:
+                out.append(load_manifest(run))
+    return out
+
+
+def host_table(data_dir: Path | None = None):
+    """One row per host: key facts, datasets per chapter, first and last run."""
+    import pandas as pd
+    ms = all_manifests(data_dir)
+    rows = []
+    for hid, m in latest_per_host(ms).items():
+        mine = [x for x in ms if x.get("host", {}).get("host_id") == hid]
+        h = m.get("host", {})
+        cs = h.get("clocksource")
+        rows.append({
+            "host_id": hid,
+            "description": h.get("description"),
+            "note": h.get("note") or "",
+            "kernel": h.get("kernel_release"),
+            "os": h.get("os_release"),
+            "cpu": h.get("cpu_model"),
+            "cpus": h.get("cpus_online"),
+            "mem_gib": h.get("mem_total_gib"),
+            "virtualization": h.get("virtualization"),
+            "container": h.get("container"),
+            "clocksource": cs.get("current") if isinstance(cs, dict) else cs,
+            "chapters": len({x.get("chapter") for x in mine}),
+            "datasets": len(mine),
+            "first_run": min(str(x.get("run_id")) for x in mine),
+            "last_run": max(str(x.get("run_id")) for x in mine),
+        })
+    return pd.DataFrame(rows)
+
+
+def datasets_per_chapter(data_dir: Path | None = None):
+    """host x chapter counts of datasets."""
+    import pandas as pd
+    ms = all_manifests(data_dir)
+    rows = [{"host_id": m.get("host", {}).get("host_id"), "chapter": m.get("chapter")} for m in ms]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    return df.groupby(["chapter", "host_id"]).size().unstack(fill_value=0)
