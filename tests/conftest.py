@@ -35,3 +35,55 @@ def scratch_data(tmp_path):
     d = tmp_path / "data"
     (d / "runs").mkdir(parents=True)
     return d
+
+
+# ---- the built site, shared by tests/test_book.py and tests/test_site_browser.py ----------
+
+# The test build's launch buttons point here unless PERFBOOK_REPOSITORY_URL is set; a placeholder,
+# so that the buttons are rendered and checked. The published site gets the real repository.
+TEST_REPOSITORY_URL = "https://github.com/perfbook-test/perfbook"
+
+
+def toc_pages() -> list[str]:
+    """Every page of the book in _toc.yml order (root first), as Sphinx docnames."""
+    import yaml
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for e in entries or []:
+            if "file" in e:
+                pages.append(e["file"])
+            walk(e.get("sections"))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return [p.removesuffix(".md").removesuffix(".ipynb") for p in pages]
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory):
+    """The whole book built once per session with Sphinx warnings as errors (the `make book`
+    flags); returns (returncode, log, html dir, repository url used for the launch buttons)."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+    out = tmp_path_factory.mktemp("book")
+    env = dict(os.environ)
+    env.setdefault("PERFBOOK_REPOSITORY_URL", TEST_REPOSITORY_URL)
+    env.setdefault("PERFBOOK_REPOSITORY_BRANCH", "main")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    r = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
+                        "--keep-going"], capture_output=True, text=True, env=env)
+    return SimpleNamespace(returncode=r.returncode, log=(r.stdout + r.stderr),
+                           html=out / "_build" / "html",
+                           repository_url=env["PERFBOOK_REPOSITORY_URL"].rstrip("/").removesuffix(".git"),
+                           branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main")
+
+
+def scratch_owner(d: Path) -> int | None:
+    """The pid in a scratch directory's 'owner' file (the convention of tools.proc.sweep_scratch)."""
+    try:
+        return int((d / "owner").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -120,3 +120,20 @@ def test_lock_is_reentrant_and_passes_to_children(tmp_path, monkeypatch):
         r = subprocess.run([sys.executable, "-c", TRY], capture_output=True, text=True,
                            env={**os.environ})
         assert r.stdout.strip() == "got it", r.stdout + r.stderr
+
+
+def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
+    import pandas as pd
+    from tools.dataset import newest, only_shown, shown_datasets
+    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "parameters": {"profile": "default"}},
+          {"host": {"host_id": "h-a"}, "run_id": "r3", "parameters": {"profile": "quick"}},
+          {"host": {"host_id": "h-b"}, "run_id": "r2", "parameters": {}},   # no profile: a default run
+          {"host": {"host_id": "h-c"}, "run_id": "r4", "parameters": {"profile": "quick"}}]
+    assert newest(ms)["run_id"] == "r1", "a run of a known real profile comes first"
+    assert newest(ms[1:])["run_id"] == "r2", "then one that does not record its profile"
+    assert newest(ms[:2])["run_id"] == "r1", "a newer quick run does not replace a real one"
+    assert newest([ms[1]])["run_id"] == "r3" and newest([]) is None
+    assert shown_datasets(ms) == {"h-a": "r1", "h-b": "r2", "h-c": "r4"}
+    assert shown_datasets(ms, ref=ms[1])["h-a"] == "r3"
+    df = pd.DataFrame({"host_id": ["h-a", "h-a", "h-b", "h-c"], "run_id": ["r1", "r3", "r2", "r4"], "x": range(4)})
+    assert only_shown(df, ms).x.tolist() == [0, 2, 3]

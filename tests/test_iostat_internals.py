@@ -116,9 +116,11 @@ def test_params_defaults_and_errors():
     p = m.params("quick")
     assert p["phases"] == m.QUICK_PHASES and p["device"] == "auto"
     assert m.params("default", phases="fsync_4k,discard")["phases"] == ["fsync_4k", "discard"]
-    for bad in ({"phases": "nope"}, {"phases": []}, {"phase_seconds": 1}, {"rounds": 0},
+    for bad in ({"phases": "nope"}, {"phases": []}, {"phase_seconds": 1}, {"rounds": 2},
                 {"trace_window_s": 2.0}, {"device": "../x"}, {"trace": "yes"}, {"frobnicate": 1},
-                {"scratch_parent": "relative/dir"}):
+                {"scratch_parent": "relative/dir"}, {"rep_target": 0}, {"rep_target": "5 %"},
+                {"rep_min_runs": 0}, {"rep_min_runs": 3, "rep_max_runs": 2}, {"rep_budget_s": -1},
+                {"rep_warmup": -1}, {"rep_max_runs": 2.5}):
         with pytest.raises(ParameterError):
             m.params("quick", **bad)
     with pytest.raises(ParameterError):
@@ -131,11 +133,28 @@ def test_collect_bad_parameter_writes_nothing(scratch_data):
     assert list((scratch_data / "runs").iterdir()) == []
 
 
+def test_params_repetition_settings_per_profile():
+    for prof in m.PROFILES:
+        p = m.params(prof)
+        assert 0 < p["rep_target"] <= 0.05 and p["rep_min_runs"] <= p["rep_max_runs"]
+    # the default profile must keep the book's measure run short: its budget is < 2 minutes
+    assert m.params("default")["rep_budget_s"] <= 120
+    assert m.params("quick")["rep_budget_s"] <= 10
+    assert m.params("default", rep_budget_s=30, rep_max_runs=8)["rep_max_runs"] == 8
+
+
 def test_order_rotates_phases():
-    p = m.params("default", phases="fsync_4k,discard,randread_4k_qd1", rounds=2)
-    o = m._order(p)
-    assert [x for _, x in o[:3]] == ["fsync_4k", "discard", "randread_4k_qd1"]
-    assert [x for _, x in o[3:]] == ["discard", "randread_4k_qd1", "fsync_4k"]
+    p = m.params("default", phases="fsync_4k,discard,randread_4k_qd1")
+    assert m._round_order(p, 0) == ["fsync_4k", "discard", "randread_4k_qd1"]
+    assert m._round_order(p, 1) == ["discard", "randread_4k_qd1", "fsync_4k"]
+    assert m._round_order(p, 3) == m._round_order(p, 0)
+
+
+def test_steady_iops_counts_reads_writes_and_discards():
+    a = {"t_ns": 0, "rd_ios": 10, "wr_ios": 5, "dc_ios": 0, "fl_ios": 7}
+    c = {"t_ns": 2_000_000_000, "rd_ios": 110, "wr_ios": 105, "dc_ios": 20, "fl_ios": 1000}
+    assert m.steady_iops(a, c) == pytest.approx(110.0)
+    assert m.steady_iops(c, c) != m.steady_iops(c, c)     # no time: NaN, not a division error
 
 
 # ---- tracepoint parsing and pairing ---------------------------------------------------
@@ -284,6 +303,12 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     if keep:                       # for a post-mortem of a failing live comparison
         import shutil
         shutil.copytree(out, Path(keep) / out.name, dirs_exist_ok=True)
+    rep = pd.read_csv(out / "repetition.csv")
+    assert set(rep["key"]) == set(m.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
+    assert rep["stopped_by"].iloc[0] in ("ci_target", "time_budget", "max_runs")
+    ph = pd.read_csv(out / "phases.csv")
+    assert rep.set_index("key")["n"].to_dict() == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
+    assert (ph["steady_iops"] > 0).all() and (ph["steady_s"] > 0.5).all()
     iv = pd.read_csv(out / "intervals.csv")
     assert len(iv) >= 6
     _check_against_sysstat(iv)
@@ -373,7 +398,11 @@ def test_chapter_prose_keys_are_all_glued():
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
             for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
-    assert used and used <= set(m.PROSE_KEYS), sorted(used - set(m.PROSE_KEYS))
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    in_cells = set(re.findall(r'glue\(f?"([A-Za-z0-9_]+)"', code))
+    in_cells |= {f"rep_{k}" for k in re.findall(r'for k in \(([^)]*)\):\n    glue\(f"rep_\{k\}"', code)
+                 for k in re.findall(r'"(\w+)"', k)}
+    assert used and used <= set(m.PROSE_KEYS) | in_cells, sorted(used - set(m.PROSE_KEYS) - in_cells)
     # and with a dataset that has no trace tables, figures() still fills them
     iv = _fixture("intervals")
     man = __import__("json").loads((RUN / "manifest.json").read_text())

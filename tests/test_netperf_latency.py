@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tools import netperf_latency as N
@@ -28,20 +29,26 @@ FIX_DATA = FIX / "data"
 # ------------------------------------------------------------------ parameters
 def test_params_defaults_and_overrides():
     p = N.params("quick")
-    assert p["paths"] == ["loopback", "veth"] and p["reps"] == 1
-    p = N.params("default", pins="none,same", reps=2, seconds=1)
-    assert p["pins"] == ["none", "same"] and p["reps"] == 2 and p["seconds"] == 1.0
+    assert p["paths"] == ["loopback", "veth"] and p["rep_min_runs"] == p["rep_max_runs"] == 1
+    p = N.params("default", pins="none,same", reps=2, seconds=1)   # reps fixes the rounds
+    assert p["pins"] == ["none", "same"] and p["rep_min_runs"] == p["rep_max_runs"] == 2
+    assert p["seconds"] == 1.0
+    p = N.params("default", rep_target=0.1, rep_budget_s=5)
+    assert p["rep_target"] == 0.1 and p["rep_min_runs"] == N.PROFILES["default"]["rep_min_runs"]
 
 
 @pytest.mark.parametrize("bad", [
     {"profile": "huge"}, {"paths": "loopback,wifi"}, {"protos": []}, {"reps": 0},
     {"reps": 1.5}, {"seconds": -1}, {"netperf_seconds": 0}, {"bogus": 1}, {"pins": "all"},
+    {"rep_target": 0}, {"rep_target": 2}, {"rep_budget_s": 0}, {"rep_warmup": -1},
+    {"rep_min_runs": 0}, {"rep_min_runs": 9, "rep_max_runs": 3}, {"rep_max_runs": "many"},
 ])
 def test_params_rejects_bad_input(bad):
     bad = dict(bad)
     profile = bad.pop("profile", "quick")
-    with pytest.raises(ParameterError):
+    with pytest.raises(ParameterError) as ei:
         N.params(profile, **bad)
+    assert "\n" not in str(ei.value)
 
 
 def test_bad_parameter_writes_nothing(scratch_data):
@@ -239,8 +246,18 @@ def test_sweep_removes_a_dead_owners_namespace():
 def test_live_quick_collect(scratch_data):
     _live_ready()
     before = _pids("netserver")
-    out = N.collect(data_dir=scratch_data, profile="quick")
+    out = N.collect(data_dir=scratch_data, profile="quick", rep_warmup=1)
     assert (out / "manifest.json").is_file()
+    # the repetition table: one experiment per path, one key per cell and tool; the
+    # warm-up round is counted there and absent from the runs table
+    rep = pd.read_csv(out / "repetition.csv")
+    runs = pd.read_csv(out / "runs.csv")
+    p = N.params("quick")
+    assert set(rep["experiment"]) == set(p["paths"])
+    assert len(rep) == len(p["paths"]) * len(p["protos"]) * len(p["pins"]) * 2
+    assert (rep["warmup"] == 1).all() and (rep["n"] == 1).all()
+    assert set(rep["stopped_by"]) <= {"ci_target", "max_runs"}
+    assert set(runs["rep"]) == {0} and len(runs) == len(rep)
     # one repetition: a single disturbed run on this shared machine may spoil one P99, so
     # the cross-validation proper is test_live_crossval (medians of three repetitions)
     d = _check_dataset(scratch_data, crossval=False)
@@ -286,9 +303,9 @@ def test_signal_mid_run_restores_everything(tmp_path, sig):
             if not line:
                 break
             seen.append(line)
-            if " rep 1/5 " in line:  # mid-run: netserver up, namespaces in place
+            if " round 1 (at most 5) " in line:  # mid-run: netserver up, namespaces in place
                 break
-        assert any(" rep 1/5 " in s for s in seen), "".join(seen)
+        assert any(" round 1 (at most 5) " in s for s in seen), "".join(seen)
         assert _our_leftovers(proc.pid), "the run should hold its namespaces at this point"
         proc.send_signal(sig)
         rest, _ = proc.communicate(timeout=30)
@@ -301,3 +318,35 @@ def test_signal_mid_run_restores_everything(tmp_path, sig):
     assert _pids("netserver") - before == set()
     assert _pids("rrbench") == set()
     assert not any(p.is_dir() for p in (data / "runs").rglob("2*")), "no dataset may be published"
+
+
+def test_hosts_side_by_side_and_pin_comparison(tmp_path):
+    """Two hosts (the fixture and a copy under another id): comparisons and captions."""
+    import json
+    data = tmp_path / "data"
+    shutil.copytree(FIX_DATA, data)
+    src = next((data / "runs").glob("*/netperf_latency/*"))
+    dst = data / "runs" / "h-00000000fa4e" / "netperf_latency" / "20300101T000000Z"
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m["host"]["host_id"], m["run_id"] = "h-00000000fa4e", dst.name
+    m["parameters"]["profile"] = "quick"
+    (dst / "manifest.json").write_text(json.dumps(m))
+    d = N.load(data)
+    ms = d["manifests"]
+    ref = N.latest(ms)
+    assert ref["run_id"] != dst.name, "a newer quick run does not become the prose's dataset"
+    assert set(N.shown_datasets(ms)) == {ref["host"]["host_id"], "h-00000000fa4e"}
+    # the fixture has one run per cell; three slightly different copies make a comparison
+    runs = pd.concat([d["runs"].assign(rep=k, p50_us=d["runs"]["p50_us"] * (1 + 0.001 * k))
+                      for k in range(3)], ignore_index=True)
+    hc = N.host_comparison(runs, ms)
+    assert len(hc) == 2 * 2 * 2 and (hc["baseline"] == ref["host"]["host_id"]).all()
+    assert not hc["significant"].any(), "identical data on both hosts: nothing differs"
+    assert hc["verdict"].str.contains("not significant").all()
+    pc = N.pin_comparison(runs)
+    assert set(pc["pin"]) <= {"same", "split"} and (pc["baseline"] == "none").all()
+    assert pc["shift_low"].le(pc["shift_high"]).all()
+    cap = N.caption_for(d["runs"], ms, "Exceedance")
+    assert "runs per group" in cap and "h-00000000fa4e" in cap and "unrecorded transactions" in cap
+    assert N.host_comparison(d["runs"], ms[:1]).empty

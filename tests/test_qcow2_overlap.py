@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
 import pytest
 
 from conftest import ROOT, need_tool, need_preflight
@@ -142,6 +143,9 @@ def test_params_defaults_and_baseline():
     assert p["modes"] == list(qo.MODES)
     assert qo.params("quick", modes="cached")["modes"] == ["none", "cached"]
     assert qo.params("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
+    fixed = qo.params("default", repeats=3)  # a fixed number of rounds, as before
+    assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
+    assert qo.params("default")["rep_target"] == 0.05
 
 
 @pytest.mark.parametrize("over,match", [
@@ -149,7 +153,12 @@ def test_params_defaults_and_baseline():
     ({"modes": ""}, "unknown overlap-check mode"),
     ({"repeats": 0}, "repeats must be"),
     ({"repeats": "3"}, "repeats must be"),
-    ({"warmup": True}, "warmup must be"),
+    ({"rep_warmup": True}, "rep_warmup must be"),
+    ({"warmup": 1}, "unknown parameter 'warmup'"),
+    ({"rep_target": -0.1}, "rep_target must be a relative CI width"),
+    ({"rep_budget_s": float("nan")}, "rep_budget_s must be a number of seconds"),
+    ({"rep_min_runs": 0}, "rep_min_runs must be an integer"),
+    ({"rep_min_runs": 6, "rep_max_runs": 2}, "rep_max_runs .2. must be >= rep_min_runs .6."),
     ({"bench_size": 1000}, "bench_size must be"),
     ({"bench_size": 3 * MiB + 1}, "multiple of 1 MiB"),
     ({"prealloc_sizes_512": []}, "prealloc_sizes_512 must be"),
@@ -219,7 +228,7 @@ def test_collect_interrupted_leaves_nothing(tmp_path, sig):
     before = set(qo.stale_scratch_dirs())
     data = tmp_path / "data"
     code = ("import tools.qcow2_overlap as q\n"
-            f"q.collect(data_dir={str(data)!r}, profile='quick', repeats=50,"
+            f"q.collect(data_dir={str(data)!r}, profile='quick', repeats=50, rep_budget_s=3600,"
             " prealloc_sizes_512=[64 << 20])\n")
     env = {**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
@@ -263,6 +272,14 @@ def test_quick_collect(scratch_data):
     before = set(qo.stale_scratch_dirs())
     out = qo.collect(data_dir=scratch_data, profile="quick")
     assert set(qo.stale_scratch_dirs()) == before
+    p = qo.params("quick")
+    # the repetition table: one row per experiment and mode, the warm-up round counted there
+    rep = pd.read_csv(out / "repetition.csv")
+    n_cases = len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])
+    assert rep.experiment.nunique() == n_cases + 4  # + create with flushes, 3 write workloads
+    assert (rep.warmup == p["rep_warmup"]).all()
+    assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
+    assert rep.n.between(1, p["rep_max_runs"]).all()
     man = json.loads((out / "manifest.json").read_text())
     assert man["tables"]["prealloc"] > 0 and man["tables"]["writes"] > 0
     assert man["tools"]["qemu-img"].startswith("qemu-img version")
@@ -271,8 +288,10 @@ def test_quick_collect(scratch_data):
     p = qo.params("quick")
     assert set(pre["mode"]) == set(qo.MODES)
     pre = pre[pre.command == "resize_no_flush"]
-    assert len(pre) == (len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) \
-        * len(qo.MODES) * p["repeats"]
+    n_pre = rep[rep.experiment.str.startswith("prealloc")].groupby("experiment").n.first()
+    assert len(pre) == int(n_pre.sum()) * len(qo.MODES), "warm-up rounds are not in the table"
+    assert pre.groupby(["cluster_size", "image_size"])["repeat"].nunique().sort_values().tolist() \
+        == sorted(n_pre.tolist())
     assert (pre.cpu_s > 0).all() and (pre.wall_s > 0).all()
     # every mode produced the same metadata layout
     meta = d["metadata"]
@@ -280,9 +299,9 @@ def test_quick_collect(scratch_data):
     assert pm.groupby(["cluster_size", "virtual_size"]).n_active_l2.nunique().eq(1).all()
     ft = qo.formula_table(meta)
     assert (ft.measured_clusters > 0).all()
-    summ = qo.summary(pre, ["cluster_size", "image_size", "mode"])
-    ov = qo.overhead(summ, ["cluster_size", "image_size", "mode"])
+    ov = qo.overhead(pre, ["cluster_size", "image_size", "mode"])
     assert set(ov["mode"]) == set(qo.MODES)
+    assert ov.extra_ci_low.le(ov.extra_ci_high).all()
     assert qo_children_none()
 
 
@@ -315,6 +334,40 @@ def test_parse_perf_report():
     assert shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
     assert shares["qcow2_pre_write_overlap_check"] == pytest.approx(0.20)
     assert shares["_top"] == "finish_task_switch.isra.0"
+
+
+def test_overhead_is_a_rank_comparison_against_none():
+    import numpy as np
+    rng = np.random.default_rng(3)
+    rows = [{"host_id": "h", "case": 1, "mode": m, "cpu_s": base * (1 + rng.normal(0, 0.01))}
+            for m, base in (("none", 1.0), ("constant", 1.0), ("cached", 1.3)) for _ in range(8)]
+    ov = qo.overhead(pd.DataFrame(rows), ["host_id", "case", "mode"]).set_index("mode")
+    assert ov.loc["cached", "extra"] == pytest.approx(0.3, abs=0.03)
+    assert ov.loc["cached", "significant"] and ov.loc["cached", "extra_ci_low"] > 0
+    assert not ov.loc["constant", "significant"]
+    assert "not significant" in ov.loc["constant", "verdict"]
+
+
+def test_host_comparison_and_caption(tmp_path):
+    """A second host (a copy of a dataset under another id) shows up side by side."""
+    d0 = qo.load()
+    if not d0["manifests"]:
+        pytest.skip("no committed qcow2_overlap dataset")
+    import shutil
+    from tools.paths import data_dir
+    src = data_dir() / "runs" / d0["manifests"][0]["host"]["host_id"] / qo.CHAPTER / d0["manifests"][0]["run_id"]
+    dst = tmp_path / "runs" / "h-00000000fa4e" / qo.CHAPTER / "20300101T000000Z"
+    shutil.copytree(src, dst)
+    man = json.loads((dst / "manifest.json").read_text())
+    man["host"]["host_id"], man["run_id"] = "h-00000000fa4e", dst.name
+    (dst / "manifest.json").write_text(json.dumps(man))
+    shutil.copytree(src, tmp_path / "runs" / d0["manifests"][0]["host"]["host_id"] / qo.CHAPTER / src.name)
+    d = qo.load(tmp_path)
+    assert qo.shown(d["prealloc"], d["manifests"]).host_id.nunique() == 2
+    hc = qo.host_comparison(d)
+    assert len(hc) and not hc["significant"].any(), "the same runs under two ids: no difference"
+    cap = qo.caption_for(d["writes"], d["manifests"], "CPU", by=["host_id", "workload", "mode"])
+    assert "h-00000000fa4e" in cap and "runs per group" in cap
 
 
 def test_committed_data_tells_a_consistent_story():

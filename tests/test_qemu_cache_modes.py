@@ -41,11 +41,18 @@ def test_params_validate():
                 {"bench_flush_intervals": [-1]}, {"accel": "xen"}, {"sem_writes": 100},
                 {"dd_mib": 0}, {"dd_mib": 5000}, {"kvm_boot_timeout": "soon"}, {"boot_timeout": 0},
                 {"bench_aio": "posix"}, {"sem_aio": "io_uring"}, {"guest_modes": "safe"},
-                {"bench_warmup": 0}, {"colour": 1}):
+                {"bench_warmup": 0}, {"colour": 1}, {"bench_repeats": 9}, {"bench_target": 0},
+                {"bench_min_runs": 0}, {"bench_min_runs": 9, "bench_max_runs": 3},
+                {"bench_budget_s": "long"}, {"host_dd_budget_s": 0}, {"host_dd_warmup": -1},
+                {"host_dd_max_runs": 1.5}):
         with pytest.raises(ParameterError):
             Q.params("quick", **bad)
     with pytest.raises(ParameterError):
         Q.params("huge")
+    # adaptive repetition: the default budgets keep the book's measure run short
+    d = Q.params("default")
+    assert d["bench_budget_s"] <= 60 and d["host_dd_budget_s"] <= 15 and d["bench_warmup"] >= 1
+    assert Q.params("quick")["bench_budget_s"] <= 30
 
 
 def test_bad_parameter_writes_no_dataset(scratch_data):
@@ -293,10 +300,16 @@ def test_quick_collect_live(scratch_data):
     man = json.loads((out / "manifest.json").read_text())
     assert man["chapter"] == Q.CHAPTER and man["skipped"] == {}
     assert set(man["tables"]) == {"trace", "bench", "host_dd", "guest_dd", "guest_boots",
-                                  "pagecache", "pagecache_samples"}
+                                  "pagecache", "pagecache_samples", "repetition"}
     p = Q.params("quick")
     bench = pd.read_csv(out / "bench.csv")
-    assert len(bench) == len(Q.bench_configs(p)) * p["bench_repeats"]
+    rep = pd.read_csv(out / "repetition.csv")
+    configs = Q.bench_configs(p)
+    assert set(rep.experiment) == {Q.bench_experiment(c) for c in configs} | {"host_dd"}
+    assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
+    bn = rep[rep.experiment != "host_dd"].set_index(["experiment", "key"])["n"]
+    assert len(bench) == bn.sum() and (rep[rep.experiment != "host_dd"].warmup == p["bench_warmup"]).all()
+    assert len(pd.read_csv(out / "host_dd.csv")) == rep[rep.experiment == "host_dd"]["n"].sum()
     assert (bench["mb_per_s"] > 0).all() and (bench["count"] >= p["bench_count"]).all()
     boots = pd.read_csv(out / "guest_boots.csv").set_index("mode")
     assert set(boots["accel"]) <= {"kvm", "tcg"} and boots["accel_note"].notna().all()
@@ -322,7 +335,7 @@ def test_no_strace_skips_the_semantics(monkeypatch, scratch_data):
     out = Q.collect(scratch_data, "quick", parts="semantics,host_dd")
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"]["semantics"].startswith("strace is not installed")
-    assert set(man["tables"]) == {"host_dd"}
+    assert set(man["tables"]) == {"host_dd", "repetition"}
     assert "left out by the parts parameter" in man["skipped"]["bench"]
 
 
@@ -340,7 +353,8 @@ def test_signal_cleans_up(tmp_path, part, sig, wait_for):
     (data / "runs").mkdir(parents=True)
     prog = textwrap.dedent(f"""
         from tools import qemu_cache_modes as Q
-        Q.collect({str(data)!r}, "quick", parts={part!r}, accel="tcg", bench_repeats=50,
+        Q.collect({str(data)!r}, "quick", parts={part!r}, accel="tcg", bench_min_runs=50, bench_max_runs=50,
+                  bench_budget_s=600.0,
                   dd_repeats=30, sem_writes=64, sem_formats="raw,qcow2", sem_aio="threads,native")
     """)
     p = subprocess.Popen([sys.executable, "-c", prog], cwd=ROOT, stdout=subprocess.PIPE,

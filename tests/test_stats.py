@@ -174,3 +174,9 @@ def test_hosts_of_manifests():
           {"host": {"host_id": "h-1", "description": "d1"}},
           {"host": {"host_id": "h-2", "description": "d2"}}]
     assert stats.hosts_of(ms) == [("h-1", "d1"), ("h-2", "d2")]
+
+
+def test_caption_singular_warmup():
+    cap = stats.caption("x", n=6, unit="batches", warmup=1, hosts=["h-a"])
+    assert "after 1 warm-up batch (excluded)" in cap
+    assert "after 1 warm-up round (excluded)" in stats.caption("x", n=6, unit="rounds", warmup=1, hosts=["h"])

@@ -20,7 +20,13 @@ NB = ROOT / "chapters" / "trace_overhead.ipynb"
 @pytest.mark.parametrize("bad,match", [
     ({"iterations": -5}, "iterations must be an integer >= 1"),
     ({"iterations": 0}, "iterations must be an integer >= 1"),
-    ({"rounds": 1.5}, "rounds must be an integer"),
+    ({"rep_min_runs": 1.5}, "rep_min_runs must be an integer"),
+    ({"rep_warmup": -1}, "rep_warmup must be an integer"),
+    ({"rep_target": 0}, "rep_target must be a relative CI width"),
+    ({"rep_target": "5%"}, "rep_target must be a relative CI width"),
+    ({"rep_budget_s": -3}, "rep_budget_s must be a number of seconds"),
+    ({"rep_min_runs": 8, "rep_max_runs": 4}, "rep_max_runs .4. must be >= rep_min_runs .8."),
+    ({"rounds": 0}, "rounds must be an integer >= 1"),
     ({"warmup": True}, "warmup must be an integer"),
     ({"mechanisms": "marker,kprobe"}, "unknown mechanism kprobe"),
     ({"mechanisms": ""}, "unknown mechanism"),
@@ -35,9 +41,11 @@ def test_bad_parameters_are_one_clear_error(bad, match):
 def test_parameters_merge_and_keep_the_baseline():
     p = T.params("default", mechanisms="uprobe,marker", iterations=10)
     assert p["mechanisms"] == ["none", "uprobe", "marker"]
-    assert p["iterations"] == 10 and p["rounds"] == T.PROFILES["default"]["rounds"]
+    assert p["iterations"] == 10 and p["rep_min_runs"] == T.PROFILES["default"]["rep_min_runs"]
     with pytest.raises(ParameterError, match="profile"):
         T.params("huge")
+    fixed = T.params("quick", rounds=3)  # a fixed number of rounds, as before adaptive repetition
+    assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
 
 
 def test_harness_output_and_errors():
@@ -55,13 +63,56 @@ def test_harness_output_and_errors():
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr
 
 
-def test_decompose_isolates_steps():
-    med = pd.Series({"none": 2.0, "syscall": 200.0, "marker": 600.0, "uprobe": 4000.0,
-                     "uprobe_push": 1000.0, "uprobe_nop5": 800.0, "uretprobe": 5000.0,
-                     "perf_stat": 3900.0})
-    steps = T.decompose(med).set_index("key").ns
-    assert steps["marker_buffer"] == 400 and steps["sstep"] == 3000 and steps["ret"] == 1000
-    assert pd.isna(steps["consumer_bpf"])  # bpf_uprobe was not measured
+def _fake_samples(medians: dict, n: int = 12, spread: float = 0.002, seed: int = 0, dataset="h-a/r1"):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    rows = [{"dataset": dataset, "host_id": dataset.split("/")[0], "run_id": dataset.split("/")[1],
+             "mechanism": m, "round": i,
+             "ns_per_call": v * (1 + rng.normal(0, spread))}
+            for m, v in medians.items() for i in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_decompose_isolates_steps_and_says_not_significant():
+    med = {"none": 2.0, "syscall": 200.0, "marker": 600.0, "uprobe": 4000.0,
+           "uprobe_push": 1000.0, "uprobe_nop5": 800.0, "uretprobe": 5000.0,
+           "perf_stat": 4000.0}
+    steps = T.decompose(_fake_samples(med)).set_index("key")
+    assert steps.ns["marker_buffer"] == pytest.approx(400, rel=0.02)
+    assert steps.ns["sstep"] == pytest.approx(3000, rel=0.02)
+    assert steps.ns["ret"] == pytest.approx(1000, rel=0.05)
+    assert steps.ci_low["sstep"] <= steps.ns["sstep"] <= steps.ci_high["sstep"]
+    assert steps.verdict["sstep"].startswith("significant")
+    # perf_stat costs the same as uprobe here: the comparison must say so
+    assert steps.verdict["consumer_perf"] == "not significant"
+    assert pd.isna(steps.ns["consumer_bpf"]) and steps.verdict["consumer_bpf"] == "not measured"
+
+
+def test_overhead_and_host_comparison():
+    med = {"none": 2.0, "marker": 600.0, "uprobe": 4000.0}
+    a = _fake_samples(med, dataset="h-a/r1")
+    b = _fake_samples({**med, "uprobe": 4400.0}, seed=1, dataset="h-b/r2")
+    over = T.overhead_table(pd.concat([a, b])).set_index(["dataset", "mechanism"])
+    assert over.loc[("h-b/r2", "uprobe"), "overhead_ns"] == pytest.approx(4398, rel=0.01)
+    assert "none" not in over.index.get_level_values("mechanism")
+    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "parameters": {"profile": "default"}},
+          {"host": {"host_id": "h-b"}, "run_id": "r2", "parameters": {"profile": "quick"}}]
+    assert T.latest(ms)["run_id"] == "r1", "a newer quick run does not become the prose's dataset"
+    hc = T.host_comparison(pd.concat([a, b]), ms).set_index("mechanism")
+    assert (hc.baseline == "h-a").all() and (hc.host_id == "h-b").all()
+    assert hc.loc["uprobe", "significant"] and "higher" in hc.loc["uprobe", "verdict"]
+    assert "not significant" in hc.loc["marker", "verdict"]
+    assert T.host_comparison(a, ms[:1]).empty
+
+
+def test_caption_counts_warmup_batches():
+    s = _fake_samples({"none": 2.0, "marker": 600.0}, n=3)
+    old = {"host": {"host_id": "h-a", "description": "box"}, "run_id": "r1",
+           "parameters": {"warmup": 2, "batches": 10}}
+    cap = T.caption_for(s, [old], "Cost")
+    assert "n = 3 batches" in cap and "after 6 warm-up batches" in cap and "h-a (box)" in cap
+    new = {**old, "parameters": {"warmup": 2, "batches": 10, "rep_warmup": 1}}
+    assert "after 18 warm-up batches" in T.caption_for(s, [new], "Cost")  # (3+1)*2 + 1*10
 
 
 def test_committed_data_is_consistent():
@@ -74,6 +125,10 @@ def test_committed_data_is_consistent():
     assert {"none", "marker", "uprobe"} <= set(d["samples"].mechanism)
     for m in d["manifests"]:
         assert m["host"]["host_id"] and m["kernel_features"] is not None
+    rep = d["repetition"]
+    for ds, g in (rep.groupby("dataset") if len(rep) else []):
+        rounds = d["samples"][d["samples"].dataset == ds]["round"].nunique()
+        assert (g.n == rounds).all(), "the repetition table counts the rounds in the samples"
 
 
 def _papermill_error(tmp_path, **params):
@@ -109,18 +164,29 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     need_preflight(T)
     before = tracefs.snapshot()
     pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
-                        parameters={"mode": "collect", "profile": "quick", "data_dir": str(scratch_data)},
+                        parameters={"mode": "collect", "profile": "quick", "data_dir": str(scratch_data),
+                                    "rep_warmup": 1},
                         progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
     assert tracefs.snapshot() == before
     runs = T.load(scratch_data)
     assert len(runs["manifests"]) == 1
     m = runs["manifests"][0]
-    assert m["parameters"]["profile"] == "quick" and m["git"]["commit"] is not None or True
+    assert m["parameters"]["profile"] == "quick" and m["parameters"]["rep_warmup"] == 1
     s = runs["samples"]
     measured = set(T.MECHANISMS) - set(m["skipped"])
     assert set(s.mechanism) == measured
     p = T.params("quick")
-    assert len(s) == len(measured) * p["rounds"] * p["batches"]
+    # the repetition table: one row per mechanism, the warm-up round dropped and counted
+    rep = runs["repetition"].set_index("key")
+    assert set(rep.index) == measured and set(rep.experiment) == {T.EXPERIMENT}
+    assert (rep.warmup == 1).all() and rep.n.nunique() == 1
+    n = int(rep.n.iloc[0])
+    assert p["rep_min_runs"] <= n <= p["rep_max_runs"]
+    assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
+    assert sorted(s["round"].unique()) == list(range(n)), "warm-up rounds are not in the samples"
+    assert len(s) == len(measured) * n * p["batches"]
+    med = s.groupby(["mechanism", "round"]).ns_per_call.median().groupby("mechanism").median()
+    assert (abs(rep["median"] - med.reindex(rep.index)) <= 1e-6 * med.reindex(rep.index)).all()
     chk = runs["checks"].dropna(subset=["expected_hits"])
     assert (chk.expected_hits == chk.observed_hits).all(), chk
     # the armed mechanisms cost more than the bare loop, every time
@@ -132,7 +198,8 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
 RUN = r"""
 import sys
 from tools import trace_overhead as T
-T.collect(sys.argv[1], profile="quick", iterations=20000, rounds=50)
+T.collect(sys.argv[1], profile="quick", iterations=20000, rep_min_runs=50, rep_max_runs=50,
+          rep_budget_s=3600)
 """
 
 
@@ -145,7 +212,7 @@ def test_interrupted_collect_restores_state_and_writes_nothing(scratch_data, sig
     seen = []
     for line in p.stdout:  # wait until it is in the middle of a run
         seen.append(line)
-        if "round 1/50" in line and len(seen) >= 3:
+        if "round 1 (at most 50)" in line and len(seen) >= 3:
             break
     p.send_signal(sig)
     p.communicate(timeout=60)

@@ -21,7 +21,7 @@ U64 = 1 << 64
 # ------------------------------------------------------------ parameters --
 def test_params_defaults_and_errors():
     p = m.params("quick")
-    assert p["rounds"] == m.PROFILES["quick"]["rounds"] and p["cpus"]
+    assert p["rep_min_runs"] == m.PROFILES["quick"]["rep_min_runs"] and p["cpus"]
     with pytest.raises(ParameterError, match="profile"):
         m.params("huge")
     with pytest.raises(ParameterError, match="unknown parameter"):
@@ -34,6 +34,13 @@ def test_params_defaults_and_errors():
         m.params("quick", cpus="0,9999")
     with pytest.raises(ParameterError, match="cpus"):
         m.params("quick", cpus="zero")
+    for bad, msg in (({"rep_target": 0}, "rep_target must be a relative CI width"),
+                     ({"rep_budget_s": "long"}, "rep_budget_s must be a number of seconds"),
+                     ({"rep_warmup": -1}, "rep_warmup must be an integer"),
+                     ({"rep_min_runs": 10, "rep_max_runs": 5}, "rep_max_runs .5. must be >= rep_min_runs"),
+                     ({"rounds": 8}, "unknown parameter 'rounds'")):
+        with pytest.raises(ParameterError, match=msg):
+            m.params("quick", **bad)
 
 
 def test_signed():
@@ -122,7 +129,7 @@ def test_skew_bounds_contain_a_known_skew():
 
 def test_params_reject_before_touching_anything(tmp_path):
     with pytest.raises(ParameterError):
-        m.collect(data_dir=tmp_path, profile="quick", rounds=0)
+        m.collect(data_dir=tmp_path, profile="quick", rep_min_runs=0)
     assert not (tmp_path / "runs").exists()
 
 
@@ -245,11 +252,25 @@ def test_live_alignment_inside_bracket_after_not_before():
 def test_quick_collect(scratch_data):
     need_root("collect (ftrace + /dev/kvm)")
     before = _snap()
-    out = m.collect(data_dir=scratch_data, profile="quick")
+    out = m.collect(data_dir=scratch_data, profile="quick", rep_warmup=1)
     assert (out / "manifest.json").is_file() and (out / "tsc_facts.csv").is_file()
     if not m.kvm_problem():
-        for t in ("bracket", "kvm_ops", "tsc_offset_events", "timeline_events"):
+        for t in ("bracket", "kvm_ops", "tsc_offset_events", "timeline_events", "repetition"):
             assert (out / f"{t}.csv").is_file(), t
+        rep = pd.read_csv(out / "repetition.csv").set_index("key")
+        assert set(rep.index) == set(m.VARIANTS) and set(rep.experiment) == {m.EXPERIMENT}
+        assert (rep.warmup == 1).all()
+        assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
+        b = pd.read_csv(out / "bracket.csv")
+        warm = b[b["warmup_round"]]
+        assert len(warm) and (warm["warmup"] == 1).all() and set(warm["round"]) == {0}
+        measured = b[(b["round"] >= 0) & ~b["warmup_round"]]
+        assert (rep.n == measured["round"].nunique()).all()
+        p = m.params("quick")
+        assert p["rep_min_runs"] <= rep.n.iloc[0] <= p["rep_max_runs"]
+        w = m.bracket_frame(measured[measured["warmup"] == 0])
+        per_round = w.groupby(["variant", "round"])["width"].median().groupby("variant").median()
+        assert (rep["median"] == per_round.reindex(rep.index)).all()
     assert _snap() == before
     assert not _kvm_fds() and not _helper_pids()
 
@@ -261,7 +282,8 @@ def test_signal_mid_run_restores_everything(tmp_path, sig):
     (data / "runs").mkdir(parents=True)
     before = _snap()
     code = ("from tools import tsc_alignment as m; "
-            f"m.collect(data_dir={str(data)!r}, profile='full', rounds=200, samples=100000)")
+            f"m.collect(data_dir={str(data)!r}, profile='full', rep_min_runs=200, rep_max_runs=200, "
+            "rep_budget_s=3600, samples=100000)")
     env = dict(os.environ, PERFBOOK_LOCK_WAIT="600")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -298,3 +320,18 @@ def test_helper_exits_cleanly_on_sigint():
     assert kvm_open, "the helper held KVM fds while running"
     assert proc.returncode == 130
     assert proc.pid not in _helper_pids()
+
+
+def test_interactive_helper_stops_when_told():
+    """--interactive 1: one round per 'next'; 'stop' or end of input ends the run cleanly."""
+    _need_kvm()
+    from tools.cbuild import binary
+    args = [str(binary("kvmtsc")), "run", "--cpus", "0", "--rounds", "50", "--samples", "5",
+            "--warmup", "1", "--variants", "attr", "--interactive", "1"]
+    for stdin, rounds in (("next\nnext\nstop\n", 3), ("", 1)):
+        r = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        parsed = m.parse_helper(r.stdout)
+        assert parsed["samples"]["round"].nunique() == rounds
+        assert r.stdout.count("round_done,") == rounds
+    assert not _kvm_fds() and not _helper_pids()

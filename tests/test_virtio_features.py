@@ -302,6 +302,8 @@ def test_quick_collect_live(scratch_data):
     assert "RING_PACKED" not in set(gb[gb["config"] == "default"]["name"])
     legacy = set(gb[gb["config"] == "legacy+scsi=on"]["name"])
     assert "VERSION_1" not in legacy and "SCSI" not in legacy  # offered, but 6.x drivers never take it
+    # a one-shot readout: nothing is repeated until tight, so there is no repetition table
+    assert "repetition" not in man["tables"]
     assert not _qemu_children(os.getpid())
     assert not _owned_by(os.getpid())
 
@@ -427,3 +429,21 @@ def test_unfetchable_guest_kernel_skips_the_guest_part(monkeypatch, scratch_data
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"] == {"guests": why} and set(man["tables"]) == {"sysfs"}
     assert not _owned_by(os.getpid())
+
+
+def test_host_bit_diff_is_a_set_difference_per_device_type():
+    """Two hosts are compared bit by bit (exact readouts), from each host's newest dataset."""
+    import pandas as pd
+    ms = [{"host": {"host_id": h}, "run_id": r} for h, r in
+          (("h-a", "20260101T000000Z"), ("h-b", "20260101T000000Z"), ("h-b", "20260202T000000Z"))]
+    rows = [("h-a", "20260101T000000Z", "block", "FLUSH"), ("h-a", "20260101T000000Z", "block", "VERSION_1"),
+            ("h-a", "20260101T000000Z", "net", "CSUM"),
+            ("h-b", "20260101T000000Z", "block", "SCSI"),                      # older run: ignored
+            ("h-b", "20260202T000000Z", "block", "VERSION_1"), ("h-b", "20260202T000000Z", "block", "MQ")]
+    bits = pd.DataFrame([{"host_id": h, "run_id": r, "source": "host", "type": t, "name": n}
+                         for h, r, t, n in rows])
+    d = vf.host_bit_diff(bits, ms).set_index("type")
+    assert d.loc["block", "only on this host"] == "MQ" and d.loc["block", "only on the baseline"] == "FLUSH"
+    assert d.loc["net", "only on this host"] == "(no such device)"
+    assert (d["baseline"] == "h-a").all() and (d["host_id"] == "h-b").all()
+    assert vf.host_bit_diff(bits[bits.host_id == "h-a"], ms[:1]).empty

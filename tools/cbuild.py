@@ -16,6 +16,7 @@ from .paths import build_dir, repo_root
 CFLAGS = ["-O2", "-g", "-Wall", "-Wextra", "-fno-omit-frame-pointer"]
 # Per-binary extra flags (kept here so that Makefile and Python agree).
 EXTRA: dict[str, list[str]] = {}
+EXTRA["seqread"] = ["-static"]  # also runs in the tiny guest, whose user space is busybox only
 LIBS: dict[str, list[str]] = {}
 
 

@@ -38,6 +38,7 @@ CHAPTERS: list[Chapter] = [
     Chapter("iostat_internals", "tools.iostat_internals", "chapters/iostat_internals.ipynb"),
     Chapter("virtio_features", "tools.virtio_features", "chapters/virtio_features.ipynb"),
     Chapter("qemu_cache_modes", "tools.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
+    Chapter("virtio_blk_latency", "tools.virtio_blk_latency", "chapters/virtio_blk_latency.ipynb"),
     Chapter("cpu_pinning", "tools.cpu_pinning", "chapters/cpu_pinning.ipynb"),
 ]
 

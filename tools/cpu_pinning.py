@@ -41,7 +41,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from . import cbuild
+from . import cbuild, stats
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .hostinfo import mounts
@@ -71,14 +71,22 @@ VARIANTS: dict[str, dict] = {
 BASELINE = "unpinned"
 LOADS = ("sat", "rate")
 
+# Rounds repeat adaptively (tools.stats.Repetition, settings rep_*): one experiment per load,
+# whose keys are the variants and whose tracked value is the worker CPU time per request. Both
+# experiments share the rounds (one shuffled order of every variant x load still running), and
+# each stops on its own: CI target, time budget or maximum number of rounds. A default round
+# takes about 15 s on 2 CPUs: its budget gives one warm-up and about 7 measured rounds.
 PROFILES: dict[str, dict] = {
-    "quick": {"rounds": 2, "warmup_ms": 100, "duration_ms": 300, "calib_runs": 1},
-    "default": {"rounds": 10, "warmup_ms": 300, "duration_ms": 1000, "calib_runs": 3},
-    "full": {"rounds": 20, "warmup_ms": 500, "duration_ms": 2000, "calib_runs": 5},
+    "quick": {"warmup_ms": 100, "duration_ms": 300, "calib_runs": 1, "rep_target": 0.05,
+              "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 60.0, "rep_warmup": 0},
+    "default": {"warmup_ms": 300, "duration_ms": 1000, "calib_runs": 3, "rep_target": 0.05,
+                "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 120.0, "rep_warmup": 1},
+    "full": {"warmup_ms": 500, "duration_ms": 2000, "calib_runs": 5, "rep_target": 0.05,
+             "rep_min_runs": 10, "rep_max_runs": 60, "rep_budget_s": 600.0, "rep_warmup": 1},
 }
 COMMON = {"variants": None, "loads": None, "workers": "auto", "ws_kib": "auto",
           "lookups": 20000, "rate_fraction": 0.6, "seed": 1, "trace": True}
-LIMITS = {"rounds": (1, 500), "warmup_ms": (0, 60000), "duration_ms": (50, 600000),
+LIMITS = {"warmup_ms": (0, 60000), "duration_ms": (50, 600000),
           "calib_runs": (1, 20), "lookups": (100, 10_000_000), "seed": (0, 1 << 30)}
 
 DEBUGFS = Path("/sys/kernel/debug")
@@ -143,6 +151,7 @@ def params(profile: str = "default", **overrides) -> dict:
     p = merge(profile, PROFILES, COMMON, overrides)
     for k in LIMITS:
         _int_param(p, k)
+    stats.repetition_settings(p, "rep_")
     variants = _list_param(p["variants"], tuple(VARIANTS), "variants")
     if BASELINE not in variants:
         variants = [BASELINE, *variants]  # every effect is relative to it
@@ -627,8 +636,7 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
     timeout = 60 + 3 * (p["warmup_ms"] + p["duration_ms"]) / 1000
     marker = session.file("trace_marker") if session is not None else None
     trials, tasks, cores, hists, migr = [], [], [], [], []
-    n_trials = p["rounds"] * len(variants) * len(p["loads"])
-    prog.total = max(p["calib_runs"] * ("rate" in p["loads"]) + n_trials, 1)
+    prog.total = max(p["calib_runs"] * ("rate" in p["loads"]) + len(variants) * len(p["loads"]), 1)
     # calibration: the fixed rate is a fraction of the baseline's saturation throughput
     rate = None
     calib = []
@@ -644,12 +652,19 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
                   "baseline saturation throughput)")
     w.extra["calibration"] = {"saturation_req_s": calib, "rate_req_s": rate,
                               "rate_fraction": p["rate_fraction"]}
-    pairs = [(v, ld) for v in variants for ld in p["loads"]]
-    for rnd in range(p["rounds"]):
-        order = pairs[:]
+    reps = {ld: stats.repetition(ld, variants, p, "rep_") for ld in p["loads"]}
+    warm = []
+    for rounds in stats.interleave(reps.values()):
+        # every load still running gets the same round number; warm-up rounds are negative
+        rd = next(iter(rounds.values()))
+        rnd = rd.index - p["rep_warmup"]
+        if rd.index:
+            prog.note("; ".join(f"{ld}: {reps[ld].status()}" for ld in rounds))
+        order = [(v, ld) for v in variants for ld in p["loads"] if ld in rounds]
         rng.shuffle(order)
+        prog.expect(len(order))
         for pos, (variant, load) in enumerate(order):
-            seed = p["seed"] + rnd
+            seed = p["seed"] + rd.index
             if session is not None:
                 session.clear()
             for name, value in VARIANTS[variant].get("debugfs", {}).items():
@@ -662,6 +677,12 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
             key = {"round": rnd, "position": pos, "variant": variant, "load": load}
             sc = r["scalars"]
             td = thread_deltas(r["threads"])
+            reps[load].add(variant, sum(t["exec_ns"] for t in td if t["role"] == "worker")
+                           / max(sc["completed"], 1) / 1e3)
+            if rounds[load].warmup:      # counted by the Repetition, kept apart from the data
+                warm.append({**key, "completed": sc["completed"], "window_s": sc["window_ns"] / 1e9})
+                prog.step(f"warm-up round {variant} {load}")
+                continue
             cd = cpu_deltas(r["cpus"])
             row = {**key, "offered_rate": rate if load == "rate" else None,
                    "window_s": sc["window_ns"] / 1e9, "completed": sc["completed"],
@@ -705,11 +726,16 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
             tasks += [{**key, **t} for t in td]
             cores += [{**key, **c} for c in cd]
             hists += [{**key, **h} for h in r["hist"]]
-            prog.step(f"round {rnd + 1}/{p['rounds']} {variant} {load}: "
+            prog.step(f"round {rnd + 1} {variant} {load}: "
                       f"{sc['completed'] / (sc['window_ns'] / 1e9):.0f} req/s, "
                       f"p99 {sc['lat_p99_ns'] / 1e3:.0f} us")
+    prog.note("repetition stopped: " + "; ".join(f"{ld} by {r.stopped_by} ({r.status()})"
+                                                 for ld, r in reps.items()))
     tdf = pd.DataFrame(trials)
     w.add_table("trials", tdf)
+    w.add_table("repetition", pd.DataFrame([r for rp in reps.values() for r in rp.records()]))
+    if warm:
+        w.add_table("warmup_trials", pd.DataFrame(warm))
     w.add_table("tasks", pd.DataFrame(tasks))
     w.add_table("cores", pd.DataFrame(cores))
     w.add_table("latency_hist", pd.DataFrame(hists))
@@ -753,7 +779,8 @@ def load(data_dir=None) -> dict:
     """Everything the chapter shows: the tables of every run, manifests, the seed's figures."""
     from .dataset import load_manifests, load_reference, load_table
     out = {t: load_table(CHAPTER, t, data_dir)
-           for t in ("trials", "tasks", "cores", "latency_hist", "migrations", "knobs")}
+           for t in ("trials", "tasks", "cores", "latency_hist", "migrations", "knobs",
+                     "repetition")}
     out["manifests"] = load_manifests(CHAPTER, data_dir)
     out["reference"] = load_reference(CHAPTER, data_dir)
     if not out["trials"].empty:
@@ -785,6 +812,39 @@ def derive(trials):
     if "worker_migrations_trace" in t:
         t["worker_migr_trace_per_s"] = t["worker_migrations_trace"] / t["window_s"]
     return t
+
+
+def warmup_rounds(repetition, run_id) -> int:
+    """Warm-up rounds of one dataset (0 for datasets from before adaptive repetition)."""
+    if repetition is None or repetition.empty:
+        return 0
+    r = repetition[repetition.run_id == run_id]
+    return int(r["warmup"].max()) if len(r) else 0
+
+
+def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline: str = BASELINE):
+    """Every variant against the baseline, per host, run and load, with tools.stats.compare
+    (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift) over undisturbed trials."""
+    import pandas as pd
+    from .stats import compare_frame
+    t = undisturbed(trials)
+    frames = [compare_frame(t, by="variant", value=m, baseline=baseline,
+                            within=["host_id", "run_id", "load"]).assign(metric=m)
+              for m in metrics if m in t]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def compare_hosts(trials, manifests, metric: str = "cpu_per_req_us"):
+    """Each host's shown dataset (tools.dataset.only_shown) against the first host's, per
+    load and variant."""
+    from .dataset import only_shown
+    from .stats import compare_frame
+    t = undisturbed(only_shown(trials, manifests))
+    if t.empty or t.host_id.nunique() < 2:
+        return t.iloc[0:0]
+    base = sorted(t.host_id.unique())[0]
+    return compare_frame(t, by="host_id", value=metric, baseline=base, within=["load", "variant"])
 
 
 METRICS = {
@@ -866,10 +926,13 @@ def core_balance(cores, trials=None):
 
 
 def latest(manifests: list[dict]) -> dict | None:
-    return max(manifests, key=lambda m: m["run_id"]) if manifests else None
+    """The dataset the prose quotes (tools.dataset.newest: a quick test run never wins)."""
+    from .dataset import newest
+    return newest(manifests)
 
 
 from .dataset import skipped_table as not_measured  # noqa: E402  (the chapter's name for it)
+from .dataset import only_shown  # noqa: E402,F401  (one dataset per host, side by side)
 
 
 ORDER = list(VARIANTS)

@@ -202,3 +202,34 @@ def skipped_table(manifests: list[dict]):
         for note in m.get("notes", []):
             rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
     return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
+
+
+def newest(manifests: list[dict], profiles=("default", "full")) -> dict | None:
+    """The dataset a chapter's prose quotes: the newest (by run id) measured with one of
+    `profiles`, so that a quick test run does not replace a real one; else the newest that
+    does not record its profile (older manifests); else the newest of all."""
+    if not manifests:
+        return None
+    prof = [m.get("parameters", {}).get("profile") for m in manifests]
+    real = [m for m, q in zip(manifests, prof) if q in profiles]
+    unknown = [m for m, q in zip(manifests, prof) if q is None]
+    return max(real or unknown or manifests, key=lambda m: m["run_id"])
+
+
+def shown_datasets(manifests: list[dict], ref: dict | None = None) -> dict[str, str]:
+    """host_id -> run_id of the one dataset per host a chapter shows side by side: the
+    prose's dataset `ref` (default: newest()) for its host, newest() of each other host's."""
+    hosts = sorted({m["host"]["host_id"] for m in manifests})
+    chosen = {h: newest([m for m in manifests if m["host"]["host_id"] == h])["run_id"] for h in hosts}
+    ref = ref if ref is not None else newest(manifests)
+    if ref is not None:
+        chosen[ref["host"]["host_id"]] = ref["run_id"]
+    return chosen
+
+
+def only_shown(df, manifests: list[dict], ref: dict | None = None):
+    """The rows of a loaded table (host_id, run_id columns) from shown_datasets()."""
+    if df is None or len(df) == 0:
+        return df
+    chosen = shown_datasets(manifests, ref)
+    return df[[chosen.get(h) == r for h, r in zip(df["host_id"], df["run_id"])]]

@@ -111,6 +111,9 @@ class DiskSpec:
     write_zeroes: bool | None = None
     readonly: bool = False
     extra: dict = field(default_factory=dict)
+    # an existing raw image file to attach instead of a fresh sparse one (the caller owns it,
+    # keeps it in its own scratch directory and removes it; size_mib is then ignored)
+    path: Path | None = None
 
     def validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,19}", self.label):
@@ -128,6 +131,8 @@ class DiskSpec:
         for k in self.extra:
             if not re.fullmatch(r"[a-z][a-z0-9_-]*", str(k)):
                 raise ParameterError(f"disk {self.label}: bad device property name {k!r}")
+        if self.path is not None and not Path(self.path).is_file():
+            raise ParameterError(f"disk {self.label}: image {self.path} is not a file")
 
     def device_props(self) -> dict[str, str]:
         p: dict[str, str] = {}
@@ -164,6 +169,9 @@ class GuestConfig:
     # extra files for the guest: guest path (relative, e.g. "bin/probe") -> host Path or bytes;
     # they are made executable (0755) and ride in the per-run initramfs
     files: dict = field(default_factory=dict)
+    # called with QEMU's pid right after QEMU starts (e.g. to point host tracing at its
+    # threads); an exception stops the run and QEMU with it
+    on_start: object = None
 
     def validate(self) -> None:
         if not self.disks:
@@ -198,6 +206,7 @@ class GuestResult:
     qemu_version: str | None
     cmdline: list[str]
     console: str                # the guest's console log (ttyS0), for diagnosis
+    qemu_pid: int | None = None  # QEMU's process id while it ran
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -250,9 +259,13 @@ def guest_root() -> Path:
     return build_dir() / "guest"
 
 
-def artefacts_cached(kernel_pkg: str | None = None) -> dict | None:
-    """The newest complete cached artefact set (its info dict), or None."""
-    root = guest_root()
+def artefacts_cached(kernel_pkg: str | None = None, root: Path | None = None,
+                     extra_modules=()) -> dict | None:
+    """The newest complete cached artefact set (its info dict), or None.
+
+    `root` is the cache directory (default build/guest); with `extra_modules`,
+    only a set built with at least those extra modules counts."""
+    root = Path(root) if root is not None else guest_root()
     if not root.is_dir():
         return None
     best = None
@@ -264,6 +277,8 @@ def artefacts_cached(kernel_pkg: str | None = None) -> dict | None:
         if info.get("artefact_version") != ARTEFACT_VERSION:
             continue
         if kernel_pkg and info.get("kernel_package") != kernel_pkg:
+            continue
+        if not set(extra_modules) <= set(info.get("extra_modules", ())):
             continue
         d = info_file.parent
         if (d / "vmlinuz").is_file() and (d / "initramfs.cpio.gz").is_file():
@@ -388,26 +403,31 @@ reboot -f
 """
 
 
-def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
+def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str = KERNEL_META,
+                     extra_modules=(), root: Path | None = None) -> dict:
     """Kernel + initramfs for the guest, fetched and built once, then cached.
 
     Returns the artefact info: dir, kernel_package, kernel_version, busybox_version,
     modules. Raises MissingPrerequisite (one line) if Debian's packages can't be had.
+    `meta` is the Debian meta package that names the kernel when `kernel_pkg` is None;
+    `extra_modules` are loaded after the base ones (with their dependencies; each
+    must be a module of the package or built in); `root` is the cache directory
+    (default build/guest). The kernel's config is kept beside it as 'config'.
     """
     say = progress or (lambda s: None)
-    have = artefacts_cached(kernel_pkg)
+    have = artefacts_cached(kernel_pkg, root=root, extra_modules=extra_modules)
     if have is not None:
         return have
     for tool in ("apt-get", "apt-cache", "dpkg-deb"):
         if not shutil.which(tool):
             raise MissingPrerequisite(f"{tool} is missing: the guest kernel comes from Debian's packages")
-    pkg = kernel_pkg or resolve_kernel_package()
+    pkg = kernel_pkg or resolve_kernel_package(meta)
     abi = pkg.removeprefix("linux-image-")
-    root = guest_root()
+    root = Path(root) if root is not None else guest_root()
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=root))
     try:
-        say(f"fetching {pkg} and {BUSYBOX_PKG} with apt-get download (once; cached in build/guest)")
+        say(f"fetching {pkg} and {BUSYBOX_PKG} with apt-get download (once; cached in {root})")
         _run(["apt-get", "download", pkg, BUSYBOX_PKG], cwd=work, timeout=600)
         debs = {p.name.split("_")[0]: p for p in work.glob("*.deb")}
         if pkg not in debs or BUSYBOX_PKG not in debs:
@@ -428,6 +448,12 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
                 raise PerfbookError(f"{pkg} has neither {mod}.ko nor {opt}=y: the guest could not see its disks")
         opt = [m for m in module_closure(OPTIONAL_MODULES, index) if m not in order]
         order += opt
+        builtin = "".join(p.read_text(errors="replace") for p in (xk / "lib" / "modules").glob("*/modules.builtin"))
+        builtin_names = {Path(line.strip()).name[:-3].replace("-", "_") for line in builtin.splitlines() if line.strip()}
+        missing = [m for m in extra_modules if m.replace("-", "_") not in index and m.replace("-", "_") not in builtin_names]
+        if missing:
+            raise PerfbookError(f"{pkg} has no module {missing[0]} (neither a .ko nor built in)")
+        order += [m for m in module_closure(extra_modules, index) if m not in order]
         entries = [("bin", DIR | 0o755, b""), ("dev", DIR | 0o755, b""), ("proc", DIR | 0o755, b""),
                    ("sys", DIR | 0o755, b""), ("etc", DIR | 0o755, b""), ("tmp", DIR | 0o1777, b""),
                    ("lib", DIR | 0o755, b""), ("lib/modules", DIR | 0o755, b""),
@@ -440,11 +466,13 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None) -> dict:
         dest = root / abi
         tmpdest = Path(tempfile.mkdtemp(prefix=f".{abi}-", dir=root))
         shutil.copy2(vmlinuz, tmpdest / "vmlinuz")
+        (tmpdest / "config").write_text(config)
         with gzip.open(tmpdest / "initramfs.cpio.gz", "wb", compresslevel=6) as f:
             f.write(build_cpio(entries))
         info = {"artefact_version": ARTEFACT_VERSION, "kernel_package": pkg, "kernel_version": kver,
                 "kernel_release": vmlinuz.name.removeprefix("vmlinuz-"),
-                "busybox_package": BUSYBOX_PKG, "busybox_version": bver, "modules": order}
+                "busybox_package": BUSYBOX_PKG, "busybox_version": bver, "modules": order,
+                "extra_modules": list(extra_modules)}
         (tmpdest / "artefacts.json").write_text(json.dumps(info, indent=2) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
@@ -500,6 +528,20 @@ class Runner:
     for later runs of the same Runner.
     """
 
+    # what a subclass (tools.secondhost.Machine) changes: scratch prefix, owner tag,
+    # and where preflight, artefacts and the stale-scratch sweep come from
+    scratch_prefix = SCRATCH_PREFIX
+    owner_tag = "tools.guest"
+
+    def _preflight(self) -> list[str]:
+        return preflight()
+
+    def _artefacts(self) -> dict:
+        return ensure_artefacts(self.say, self.kernel_pkg)
+
+    def _sweep(self) -> None:
+        sweep_stale()
+
     def __init__(self, accel: str = "auto", kvm_boot_timeout: float = 10.0,
                  timeout: float = 180.0, progress=None, kernel_pkg: str | None = None):
         if accel not in ("auto", "kvm", "tcg"):
@@ -521,15 +563,15 @@ class Runner:
     def __enter__(self):
         if self.scratch is not None:  # entered already (idempotent)
             return self
-        reasons = preflight()
+        reasons = self._preflight()
         if reasons:
             raise MissingPrerequisite(reasons[0])
         self._install_signals()
         try:
-            sweep_stale()
-            self.artefacts = ensure_artefacts(self.say, self.kernel_pkg)
-            self.scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=SCRATCH_PARENT))
-            (self.scratch / "owner").write_text(f"{os.getpid()} tools.guest\n")
+            self._sweep()
+            self.artefacts = self._artefacts()
+            self.scratch = Path(tempfile.mkdtemp(prefix=self.scratch_prefix, dir=SCRATCH_PARENT))
+            (self.scratch / "owner").write_text(f"{os.getpid()} {self.owner_tag}\n")
         except BaseException:
             self.close()
             raise
@@ -575,7 +617,7 @@ class Runner:
                "-serial", f"file:{rundir / 'console.log'}",
                "-serial", f"file:{rundir / 'result.log'}"]
         for i, d in enumerate(cfg.disks):
-            img = rundir / f"disk{i}.img"
+            img = Path(d.path) if d.path is not None else rundir / f"disk{i}.img"
             drive = f"file={img},format=raw,if=none,id=d{i},cache={d.cache}"
             if d.aio:
                 drive += f",aio={d.aio}"
@@ -629,6 +671,8 @@ class Runner:
         rundir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
         try:
             for i, d in enumerate(cfg.disks):
+                if d.path is not None:
+                    continue  # the caller's own image
                 with open(rundir / f"disk{i}.img", "wb") as f:
                     f.truncate(int(d.size_mib) * 1024 * 1024)
             # the per-run script rides in a second cpio archive appended to the base one
@@ -654,6 +698,9 @@ class Runner:
             with open(rundir / "qemu.log", "wb") as qlog:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
                                              stderr=subprocess.STDOUT, preexec_fn=_pdeathsig)
+            qemu_pid = self.proc.pid
+            if callable(cfg.on_start):
+                cfg.on_start(qemu_pid)
             console, result = rundir / "console.log", rundir / "result.log"
             booted_at = None
             deadline = t0 + self.timeout
@@ -708,7 +755,7 @@ class Runner:
                                total_seconds=round(total, 2),
                                kernel=f"{self.artefacts['kernel_package']} {self.artefacts['kernel_version']}",
                                qemu_version=qemu_version(), cmdline=[str(c) for c in cmd],
-                               console=con.replace("\r", ""))
+                               console=con.replace("\r", ""), qemu_pid=qemu_pid)
         finally:
             _kill(self.proc)
             self.proc = None

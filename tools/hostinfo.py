@@ -168,6 +168,7 @@ def host_facts() -> dict:
         "host_id": host_id(),
         "description": describe(label),
         "label_opt_in": bool(label),
+        "note": os.environ.get("PERFBOOK_HOST_NOTE") or None,  # opt-in: what kind of machine this is
         "cpu_model": ci["model"],
         "cpus_online": os.cpu_count(),
         "mem_total_gib": mem_total_gib(),

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from . import diskstats as ds
+from . import stats
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
@@ -75,13 +76,20 @@ PHASES: dict[str, dict] = {
 }
 QUICK_PHASES = ["randread_4k_qd1", "randwrite_4k_qd16", "fsync_4k"]
 
+# Rounds are repeated adaptively (tools.stats.Repetition, settings rep_*): one round runs every
+# phase once; the value tracked per phase is the device's IOPS over the phase's steady part.
+# A round of the default profile takes about a minute, so its budget allows two rounds and its
+# min_runs (6, the smallest n with a real 95 % interval of the median) is reached only in "full".
 PROFILES = {
-    "quick":   {"phases": QUICK_PHASES, "phase_seconds": 3, "rounds": 1, "file_mb": 64,
-                "trace_window_s": 0.3},
-    "default": {"phases": list(PHASES), "phase_seconds": 5, "rounds": 2, "file_mb": 256,
-                "trace_window_s": 0.5},
-    "full":    {"phases": list(PHASES), "phase_seconds": 15, "rounds": 3, "file_mb": 1024,
-                "trace_window_s": 1.0},
+    "quick":   {"phases": QUICK_PHASES, "phase_seconds": 3, "file_mb": 64, "trace_window_s": 0.3,
+                "rep_target": 0.05, "rep_min_runs": 1, "rep_max_runs": 2, "rep_budget_s": 5.0,
+                "rep_warmup": 0},
+    "default": {"phases": list(PHASES), "phase_seconds": 5, "file_mb": 256, "trace_window_s": 0.5,
+                "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 12, "rep_budget_s": 100.0,
+                "rep_warmup": 0},
+    "full":    {"phases": list(PHASES), "phase_seconds": 10, "file_mb": 1024, "trace_window_s": 1.0,
+                "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 20, "rep_budget_s": 660.0,
+                "rep_warmup": 0},
 }
 COMMON = {"device": "auto", "trace": True, "trace_sample": 1000, "scratch_parent": "/var/tmp",
           "seed": 1}
@@ -102,7 +110,8 @@ def params(profile: str = "default", **overrides) -> dict:
     if p["phases"] is None:
         raise ParameterError(f"phases must be a non-empty list (or comma-separated string) of {', '.join(PHASES)}")
     p["phases"] = choose_list(p["phases"], list(PHASES), "phase")
-    for k, lo, hi in (("phase_seconds", 2, 600), ("rounds", 1, 50), ("file_mb", 16, 65536),
+    stats.repetition_settings(p, "rep_")
+    for k, lo, hi in (("phase_seconds", 2, 600), ("file_mb", 16, 65536),
                       ("trace_sample", 0, 10 ** 6), ("seed", 0, 2 ** 31)):
         v = p[k]
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -587,8 +596,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                                  **_queue_facts(dev)}
             w.extra["_tool_cmds"] = {"fio": ["fio", "--version"], "iostat": ["iostat", "-V"]}
             w.extra["clock"] = {"CONFIG_HZ": _config_hz(), "USER_HZ": os.sysconf("SC_CLK_TCK")}
-            order = _order(p)
-            prog = Progress(CHAPTER, total=1 + len(order))
+            rep = stats.repetition("phases", p["phases"], p, "rep_")
+            prog = Progress(CHAPTER, total=1 + len(p["phases"]))
             prog.note(f"device {dev} ({major}:{minor}); scratch file of {p['file_mb']} MiB under {parent}")
             _layout(scratch, p)
             prog.step("scratch file laid out")
@@ -613,40 +622,58 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             with (session_cm or _Null()) as session:
                 if session is not None:
                     _arm(session, major, minor)
-                for i, (rnd, name) in enumerate(order):
-                    state["round"], state["phase"] = rnd, name
-                    t0 = time.monotonic_ns()
-                    work = _Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)
-                    work.start()
-                    time.sleep(1.0)                 # warm-up before the window
-                    wid = len(win_rows) // 2
-                    if session is not None:
-                        session.clear()
-                        session.set_option("tracing_on", "1")
-                        time.sleep(TRACE_PREROLL_S)    # requests completing in the window started after this
-                    with _realtime():
-                        a = snapshot(dev)
-                    time.sleep(p["trace_window_s"])
-                    with _realtime():
-                        b = snapshot(dev)
-                    if session is not None:
-                        time.sleep(TRACE_POSTROLL_S)
-                        session.set_option("tracing_on", "0")
-                    for edge, s in (("start", a), ("end", b)):
-                        win_rows.append({"window": wid, "round": rnd, "phase": name, "edge": edge, **s})
-                    if session is not None:
-                        # parsed after the run: parsing here would hold the GIL and delay the
-                        # iostat follower's snapshots
-                        raw_traces.append((wid, rnd, name, a["t_ns"] + a["read_ns"] // 2,
-                                   b["t_ns"] + b["read_ns"] // 2,
-                                           session.buffer_stats().get("overrun", 0),
-                                           session.file("trace").read_bytes()))
-                    res = work.wait(timeout=p["phase_seconds"] + 60)
-                    work = None
-                    t1 = time.monotonic_ns()
-                    phase_rows.append({"round": rnd, "phase": name, "what": PHASES[name]["what"],
-                                       "t_start_ns": t0, "t_end_ns": t1, **res})
-                    prog.step(f"round {rnd + 1}/{p['rounds']} {name}")
+                i = 0
+                for rd in rep.rounds():
+                    # rounds are numbered from 0 after the warm-up rounds (those are negative)
+                    rnd = rd.index - rep.warmup
+                    if rd.index:
+                        prog.note(f"after round {rd.index}: {rep.status()}")
+                    prog.expect(len(p["phases"]))
+                    for name in _round_order(p, rd.index):
+                        state["round"], state["phase"] = rnd, name
+                        t0 = time.monotonic_ns()
+                        work = _Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)
+                        i += 1
+                        work.start()
+                        time.sleep(1.0)                 # warm-up before the window
+                        wid = len(phase_rows)          # one trace window per phase run
+                        if session is not None:
+                            session.clear()
+                            session.set_option("tracing_on", "1")
+                            time.sleep(TRACE_PREROLL_S)    # requests completing in the window started after this
+                        with _realtime():
+                            a = snapshot(dev)
+                        time.sleep(p["trace_window_s"])
+                        with _realtime():
+                            b = snapshot(dev)
+                        if session is not None:
+                            time.sleep(TRACE_POSTROLL_S)
+                            session.set_option("tracing_on", "0")
+                        # the steady part of the phase ends just before the workload does
+                        time.sleep(max(0.0, (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9)
+                                             - time.monotonic_ns()) / 1e9))
+                        with _realtime():
+                            c = snapshot(dev)
+                        steady = steady_iops(a, c)
+                        rep.add(name, steady)
+                        for edge, s in (("start", a), ("end", b), ("phase_end", c)):
+                            win_rows.append({"window": wid, "round": rnd, "phase": name, "edge": edge, **s})
+                        if session is not None:
+                            # parsed after the run: parsing here would hold the GIL and delay the
+                            # iostat follower's snapshots
+                            raw_traces.append((wid, rnd, name, a["t_ns"] + a["read_ns"] // 2,
+                                       b["t_ns"] + b["read_ns"] // 2,
+                                               session.buffer_stats().get("overrun", 0),
+                                               session.file("trace").read_bytes()))
+                        res = work.wait(timeout=p["phase_seconds"] + 60)
+                        work = None
+                        t1 = time.monotonic_ns()
+                        phase_rows.append({"round": rnd, "phase": name, "what": PHASES[name]["what"],
+                                           "warmup": rd.warmup, "t_start_ns": t0, "t_end_ns": t1,
+                                           "steady_s": (c["t_ns"] - a["t_ns"]) / 1e9,
+                                           "steady_iops": steady, **res})
+                        prog.step(f"round {rd.index + 1}{' (warm-up)' if rd.warmup else ''} {name}")
+                prog.note(f"repetition stopped ({rep.stopped_by}): {rep.status()}")
                 state["phase"] = "idle"
             if follower is not None:
                 time.sleep(1.2)                     # one more report covers the last phase's end
@@ -671,6 +698,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                 w.notes.append("no sysstat: intervals were not recorded")
             import pandas as pd
             w.add_table("phases", pd.DataFrame(phase_rows))
+            w.add_table("repetition", pd.DataFrame(rep.records()))
             w.add_table("windows", pd.DataFrame(win_rows))
             if tw_rows:
                 w.add_table("trace_windows", pd.DataFrame(tw_rows))
@@ -696,14 +724,23 @@ class _Null:
         return False
 
 
-def _order(p: dict) -> list[tuple[int, str]]:
-    """Phases per round; every round starts one phase later (rotation) so order effects spread."""
-    out = []
+def _round_order(p: dict, r: int) -> list[str]:
+    """The phases of round r: every round starts one phase later (rotation), so order effects spread."""
     ph = p["phases"]
-    for r in range(p["rounds"]):
-        k = r % len(ph)
-        out += [(r, x) for x in ph[k:] + ph[:k]]
-    return out
+    k = r % len(ph)
+    return ph[k:] + ph[:k]
+
+
+PHASE_TAIL_S = 0.25   # the steady part of a phase ends this long before its nominal end
+
+
+def steady_iops(a: dict, c: dict) -> float:
+    """Completed reads + writes + discards per second between two snapshots (the value
+    adaptive repetition tracks per phase)."""
+    T = (c["t_ns"] - a["t_ns"]) / 1e9
+    if T <= 0:
+        return float("nan")
+    return sum(c[k] - a[k] for k in ("rd_ios", "wr_ios", "dc_ios")) / T
 
 
 def _layout(scratch: Path, p: dict) -> None:
@@ -973,7 +1010,9 @@ def load(data_dir=None) -> dict:
 
 
 def newest(manifests: list[dict]) -> dict | None:
-    return max(manifests, key=lambda m: m["run_id"]) if manifests else None
+    """The dataset the prose quotes (tools.dataset.newest: a quick test run never wins)."""
+    from .dataset import newest as newest_real
+    return newest_real(manifests)
 
 
 def only_run(df, run_id):
@@ -981,8 +1020,8 @@ def only_run(df, run_id):
 
 
 def steady(ours):
-    """Intervals that lie wholly inside one phase."""
-    return ours[~ours["phase"].isin(["transition", "idle"])]
+    """Intervals that lie wholly inside one phase of a measured (not warm-up) round."""
+    return ours[~ours["phase"].isin(["transition", "idle"]) & (ours["round"] >= 0)]
 
 
 def phase_summary(ours):
@@ -1124,6 +1163,78 @@ def analyse(D: dict) -> dict:
     return out
 
 
+def analyse_hosts(D: dict) -> dict[str, dict]:
+    """analyse() of the dataset shown for each host (tools.dataset.shown_datasets: the prose's
+    dataset for its host, the newest non-quick one of every other host), keyed by host id."""
+    from .dataset import shown_datasets
+    out = {}
+    for hid, rid in sorted(shown_datasets(D["manifests"]).items()):
+        out[hid] = analyse({**D, "manifests": [m for m in D["manifests"]
+                                               if m["host"]["host_id"] == hid and m["run_id"] == rid]})
+    return out
+
+
+def host_overview(AH: dict[str, dict]):
+    """One row per host (its newest dataset): how well its counters agree with sysstat and
+    with the tracepoints."""
+    import pandas as pd
+    rows = []
+    for hid, A in AH.items():
+        man = A["manifest"]
+        row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
+               "device": man.get("device", {}).get("name"),
+               "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man.get("device", {}).get("scheduler") or "?"),
+               "rounds": figures(A)["rounds"]}
+        if "cmp" in A:
+            c = A["cmp"]
+            row.update({"intervals": len(A["ours"]), "values compared": len(c),
+                        "within tolerance %": round(100 * c["within"].mean(), 2),
+                        "agree %": round(100 * c["agree"].mean(), 2)})
+        if "trace_await" in A:
+            ta = A["trace_await"]
+            main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
+            rel = (main["diff_ms"] / main["await_ms"]).abs()
+            row.update({"trace windows": int(ta["window"].nunique()),
+                        "median |trace - await| %": round(100 * rel.median(), 2)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def steady_intervals(AH: dict[str, dict]):
+    """Every host's steady 1-s intervals (newest dataset each), with IOPS, in one frame."""
+    import pandas as pd
+    frames = []
+    for hid, A in AH.items():
+        if "ours" not in A:
+            continue
+        st = steady(A["ours"]).copy()
+        st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
+        st.insert(0, "host_id", hid)
+        frames.append(st)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def phase_summary_hosts(AH: dict[str, dict]):
+    """phase_summary() of every host, with a host column."""
+    import pandas as pd
+    frames = [A["phase_summary"].assign(host_id=hid) for hid, A in AH.items() if "phase_summary" in A]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    return df[["host_id", *[c for c in df.columns if c != "host_id"]]]
+
+
+def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
+    """Each host against the first (sorted) host, per phase, on a column of the steady
+    intervals (tools.stats.compare_frame: Mann-Whitney U, Cliff's delta, Hodges-Lehmann)."""
+    from .stats import compare_frame
+    st = steady_intervals(AH)
+    if st.empty or st["host_id"].nunique() < 2:
+        return st.iloc[0:0]
+    base = sorted(st["host_id"].unique())[0]
+    return compare_frame(st, by="host_id", value=value, baseline=base, within="phase")
+
+
 def figures(A: dict) -> dict[str, str]:
     """Every number the chapter's prose quotes, formatted, keyed by glue name."""
     man = A["manifest"]
@@ -1142,7 +1253,10 @@ def figures(A: dict) -> dict[str, str]:
     f["nr_hw_queues"] = str(dev.get("nr_hw_queues"))
     f["hz"] = str(man.get("clock", {}).get("CONFIG_HZ"))
     f["phase_seconds"] = str(p["phase_seconds"])
-    f["rounds"] = str(p["rounds"])
+    ph_ = A.get("phases")
+    measured = (ph_[ph_["round"] >= 0]["round"].nunique() if ph_ is not None and len(ph_)
+                else p.get("rounds"))
+    f["rounds"] = str(measured)
     f["n_phases"] = str(len(p["phases"]))
     f["window_ms"] = _fmt(p["trace_window_s"] * 1000, 0)
     hz = man.get("clock", {}).get("CONFIG_HZ")

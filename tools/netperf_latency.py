@@ -40,6 +40,7 @@ import numpy as np
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .proc import pid_alive
+from .stats import repetition, repetition_settings
 
 CHAPTER = "netperf_latency"
 TITLE = "Network round-trip latency with netperf"
@@ -51,20 +52,29 @@ PIN_HELP = {"none": "no pinning (scheduler decides)",
             "split": "client on CPU 0, server on CPU 1",
             "same": "client and server both on CPU 1"}
 
+# Cells repeat in rounds, adaptively (tools.stats.Repetition), one experiment per path:
+# a round runs every protocol x pinning cell of the path with both tools, in a shuffled
+# order, and rounds are added until every cell's per-run P50 has a 95 % CI narrower
+# than rep_target (relative), or rep_budget_s (per path) runs out, or rep_max_runs.
+# `reps` instead fixes the number of rounds (rep_min_runs = rep_max_runs = reps).
 PROFILES = {
     "quick": {"paths": ["loopback", "veth"], "protos": ["udp", "tcp"], "pins": ["none", "split"],
-              "reps": 1, "seconds": 0.5, "warmup": 0.2, "netperf_seconds": 1,
+              "rep_target": 0.05, "rep_min_runs": 1, "rep_max_runs": 1, "rep_budget_s": 30.0,
+              "rep_warmup": 0, "seconds": 0.5, "warmup": 0.2, "netperf_seconds": 1,
               "request_size": 1, "response_size": 1, "ping_count": 2000, "seed": 7,
               "sched_seconds": 0.2},
     "default": {"paths": ["loopback", "veth"], "protos": ["udp", "tcp"], "pins": list(PINS),
-                "reps": 3, "seconds": 1.5, "warmup": 0.3, "netperf_seconds": 1,
+                "rep_target": 0.05, "rep_min_runs": 5, "rep_max_runs": 20, "rep_budget_s": 45.0,
+                "rep_warmup": 0, "seconds": 0.5, "warmup": 0.2, "netperf_seconds": 1,
                 "request_size": 1, "response_size": 1, "ping_count": 20000, "seed": 7,
                 "sched_seconds": 0.3},
     "full": {"paths": ["loopback", "veth"], "protos": ["udp", "tcp"], "pins": list(PINS),
-             "reps": 7, "seconds": 5.0, "warmup": 0.5, "netperf_seconds": 5,
+             "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 50, "rep_budget_s": 400.0,
+             "rep_warmup": 1, "seconds": 2.0, "warmup": 0.5, "netperf_seconds": 2,
              "request_size": 1, "response_size": 1, "ping_count": 100000, "seed": 7,
              "sched_seconds": 1.0},
 }
+COMMON = {"reps": None}
 
 NS_PREFIX = "perfbook_"
 VETH_NET = "198.18.7."          # RFC 2544 benchmarking range, only inside our namespaces
@@ -80,7 +90,7 @@ HIST_LO_US = 0.1
 def params(profile: str = "default", **overrides) -> dict:
     if profile not in PROFILES:
         raise ParameterError(f"profile must be one of {tuple(PROFILES)}, got {profile!r}")
-    p = {k: (list(v) if isinstance(v, list) else v) for k, v in PROFILES[profile].items()}
+    p = {k: (list(v) if isinstance(v, list) else v) for k, v in {**PROFILES[profile], **COMMON}.items()}
     for k, v in overrides.items():
         if v is None:
             continue
@@ -97,7 +107,13 @@ def params(profile: str = "default", **overrides) -> dict:
         if bad:
             raise ParameterError(f"{k}: {bad[0]!r} is not one of {allowed}")
         p[k] = list(dict.fromkeys(v))
-    for k, lo, hi in (("reps", 1, 100), ("netperf_seconds", 1, 60), ("request_size", 1, 65000),
+    if p["reps"] is not None:
+        v = p["reps"]
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100:
+            raise ParameterError(f"reps must be an integer in [1, 100], got {v!r}")
+        p["rep_min_runs"] = p["rep_max_runs"] = v
+    repetition_settings(p, "rep_")
+    for k, lo, hi in (("netperf_seconds", 1, 60), ("request_size", 1, 65000),
                       ("response_size", 1, 65000), ("ping_count", 0, 1_000_000), ("seed", 0, 2**31)):
         v = p[k]
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -653,14 +669,17 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     ncpu = len(os.sched_getaffinity(0))
     pins = [x for x in p["pins"] if x == "none" or ncpu >= 2]
 
-    cells = [(path, proto, pin) for path in p["paths"] for proto in p["protos"] for pin in pins]
-    total = p["reps"] * len(cells) * (2 if have_netperf else 1) + len(p["paths"]) * (1 + have_ping)
+    cells = [(proto, pin) for proto in p["protos"] for pin in pins]
+    tools = ["rrbench", "netperf"] if have_netperf else ["rrbench"]
+    runs_per_round = len(cells) * len(tools)
+    total = (p["rep_warmup"] + p["rep_min_runs"]) * runs_per_round * len(p["paths"])
+    total += len(p["paths"]) * (1 + have_ping)
     total += len([x for x in SCHED_PINS if x in pins]) if p["sched_seconds"] > 0 else 0
     prog = Progress(CHAPTER, total)
     rows, hist_rows, kv_rows, ping_rows = [], [], [], []
 
     with measure_lock(f"{CHAPTER} collect"), \
-            DatasetWriter(CHAPTER, data, p) as w, \
+            DatasetWriter(CHAPTER, data, {**p, "profile": profile}) as w, \
             Lab(log=prog.note) as lab, \
             tempfile.TemporaryDirectory(prefix="perfbook-rr-") as tmp:
         tmp = Path(tmp)
@@ -702,61 +721,89 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         rng = random.Random(p["seed"])
         order = 0
         t0 = time.monotonic()
-        for rep in range(p["reps"]):
-            seq = cells[:]
-            rng.shuffle(seq)
-            for path, proto, pin in seq:
-                tools = ["rrbench", "netperf"] if have_netperf else ["rrbench"]
-                if (rep + order) % 2:
-                    tools.reverse()
-                for tool in tools:
-                    order += 1
-                    key = dict(rep=rep, order=order, path=path, proto=proto, pin=pin, tool=tool,
-                               t_s=round(time.monotonic() - t0, 3),
-                               request_size=p["request_size"], response_size=p["response_size"])
-                    if tool == "rrbench":
-                        f = tmp / f"rr-{order}.bin"
-                        summ, lat, phase = run_rrbench(lab, binary, path, proto, pin, p, f)
-                        f.unlink()
-                        st = sample_stats(lat)
-                        nq = netperf_style_percentiles(lat, phase)
-                        rows.append({**key, "n": summ["n"], "lost": summ["lost"],
-                                     "seconds": summ["elapsed_ns"] / 1e9,
-                                     "rate_tps": summ["n"] / (summ["elapsed_ns"] / 1e9),
-                                     **st, "rt_latency_us": math.nan,
-                                     "nq_p50_us": nq[0.5], "nq_p90_us": nq[0.9], "nq_p99_us": nq[0.99]})
-                        bins, counts = log_histogram(lat)
-                        for b, c in zip(bins.tolist(), counts.tolist()):
-                            hist_rows.append({"rep": rep, "order": order, "path": path, "proto": proto,
-                                              "pin": pin, "bin": b, "count": c})
-                    else:
-                        kv = run_netperf(lab, servers[path], path, proto, pin, p)
-                        rate = _num(kv.get("THROUGHPUT"))
-                        secs = _num(kv.get("ELAPSED_TIME"))
-                        rows.append({**key, "n": int(round(rate * secs)) if rate == rate else -1,
-                                     "lost": 0, "seconds": secs, "rate_tps": rate,
-                                     "min_us": _num(kv.get("MIN_LATENCY")),
-                                     "mean_us": _num(kv.get("MEAN_LATENCY")),
-                                     "std_us": _num(kv.get("STDDEV_LATENCY")),
-                                     "p50_us": _num(kv.get("P50_LATENCY")),
-                                     "p90_us": _num(kv.get("P90_LATENCY")),
-                                     "p99_us": _num(kv.get("P99_LATENCY")),
-                                     "p999_us": math.nan,
-                                     "max_us": _num(kv.get("MAX_LATENCY")),
-                                     "rt_latency_us": _num(kv.get("RT_LATENCY")),
-                                     "nq_p50_us": math.nan, "nq_p90_us": math.nan, "nq_p99_us": math.nan})
-                        for k, v in kv.items():
-                            if k in ("UUID", "COMMAND_LINE"):
+        reps = []
+        for path in p["paths"]:
+            rep = repetition(path, [f"{proto}/{pin}/{tool}" for proto, pin in cells for tool in tools],
+                             p, "rep_")
+            reps.append(rep)
+            for rd in rep.rounds():
+                if rd.index:
+                    prog.note(f"{path} after {rd.index} round(s): {rep.status()}")
+                if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
+                    prog.total += runs_per_round
+                rnd = rd.index - rep.warmup  # measured rounds are numbered from 0 per path
+                label = (f"{path} warm-up round {rd.index + 1}" if rd.warmup
+                         else f"{path} round {rnd + 1} (at most {rep.max_runs})")
+                seq = cells[:]
+                rng.shuffle(seq)
+                for proto, pin in seq:
+                    pair = tools[:]
+                    if (rd.index + order) % 2:
+                        pair.reverse()
+                    for tool in pair:
+                        order += 1
+                        key = dict(rep=rnd, order=order, path=path, proto=proto, pin=pin, tool=tool,
+                                   t_s=round(time.monotonic() - t0, 3),
+                                   request_size=p["request_size"], response_size=p["response_size"])
+                        if tool == "rrbench":
+                            f = tmp / f"rr-{order}.bin"
+                            summ, lat, phase = run_rrbench(lab, binary, path, proto, pin, p, f)
+                            f.unlink()
+                            st = sample_stats(lat)
+                            rep.add(f"{proto}/{pin}/{tool}", st["p50_us"])
+                            if rd.warmup:
+                                prog.step(f"{label} {proto}/{pin} {tool}")
                                 continue
-                            kv_rows.append({"rep": rep, "order": order, "path": path, "proto": proto,
-                                            "pin": pin, "key": k, "value": v})
-                    prog.step(f"rep {rep + 1}/{p['reps']} {path}/{proto}/{pin} {tool}")
+                            nq = netperf_style_percentiles(lat, phase)
+                            rows.append({**key, "n": summ["n"], "lost": summ["lost"],
+                                         "seconds": summ["elapsed_ns"] / 1e9,
+                                         "rate_tps": summ["n"] / (summ["elapsed_ns"] / 1e9),
+                                         **st, "rt_latency_us": math.nan,
+                                         "nq_p50_us": nq[0.5], "nq_p90_us": nq[0.9], "nq_p99_us": nq[0.99]})
+                            bins, counts = log_histogram(lat)
+                            for b, c in zip(bins.tolist(), counts.tolist()):
+                                hist_rows.append({"rep": rnd, "order": order, "path": path, "proto": proto,
+                                                  "pin": pin, "bin": b, "count": c})
+                        else:
+                            kv = run_netperf(lab, servers[path], path, proto, pin, p)
+                            rep.add(f"{proto}/{pin}/{tool}", _num(kv.get("P50_LATENCY")))
+                            if rd.warmup:
+                                prog.step(f"{label} {proto}/{pin} {tool}")
+                                continue
+                            rate = _num(kv.get("THROUGHPUT"))
+                            secs = _num(kv.get("ELAPSED_TIME"))
+                            rows.append({**key, "n": int(round(rate * secs)) if rate == rate else -1,
+                                         "lost": 0, "seconds": secs, "rate_tps": rate,
+                                         "min_us": _num(kv.get("MIN_LATENCY")),
+                                         "mean_us": _num(kv.get("MEAN_LATENCY")),
+                                         "std_us": _num(kv.get("STDDEV_LATENCY")),
+                                         "p50_us": _num(kv.get("P50_LATENCY")),
+                                         "p90_us": _num(kv.get("P90_LATENCY")),
+                                         "p99_us": _num(kv.get("P99_LATENCY")),
+                                         "p999_us": math.nan,
+                                         "max_us": _num(kv.get("MAX_LATENCY")),
+                                         "rt_latency_us": _num(kv.get("RT_LATENCY")),
+                                         "nq_p50_us": math.nan, "nq_p90_us": math.nan,
+                                         "nq_p99_us": math.nan})
+                            for k, v in kv.items():
+                                if k in ("UUID", "COMMAND_LINE"):
+                                    continue
+                                kv_rows.append({"rep": rnd, "order": order, "path": path, "proto": proto,
+                                                "pin": pin, "key": k, "value": v})
+                        prog.step(f"{label} {proto}/{pin} {tool}")
+            prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * runs_per_round
+            prog.note(f"{path} stopped by {rep.stopped_by}: {rep.status()}")
         for s in servers.values():
             s.stop()
         sched_rows = []
         if p["sched_seconds"] > 0:
             sched_rows = sched_stage(lab, binary, p, pins, tmp, w, prog)
         w.add_table("runs", pd.DataFrame(rows))
+        w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
+        w.extra["warmup_runs"] = {
+            "netperf_per_path_and_protocol": 1 if have_netperf else 0,
+            "rrbench_unrecorded_seconds_per_run": p["warmup"],
+            "warmup_rounds_per_path": p["rep_warmup"]}
         if sched_rows:
             w.add_table("sched", pd.DataFrame(sched_rows))
         w.add_table("hist", pd.DataFrame(hist_rows))
@@ -782,6 +829,7 @@ def load(data_dir=None) -> dict:
         lo, hi = bin_edges_us(hist["bin"])
         hist["lo_us"], hist["hi_us"] = lo, hi
     return {"runs": runs, "hist": hist, "ping": load_table(CHAPTER, "ping", data_dir),
+            "repetition": load_table(CHAPTER, "repetition", data_dir),
             "sched": load_table(CHAPTER, "sched", data_dir),
             "netperf_all": load_table(CHAPTER, "netperf_all", data_dir),
             "manifests": load_manifests(CHAPTER, data_dir)}
@@ -891,17 +939,26 @@ PCT_ORDER = ["P50", "P90", "P99", "P99.9", "max"]
 
 
 def latest(manifests: list[dict]) -> dict:
-    return sorted(manifests, key=lambda m: (m["started"], m["run_id"]))[-1]
+    """The dataset the prose quotes: the newest default/full run (a quick run is a test)."""
+    from .dataset import newest
+    return newest(manifests)
 
 
-def datasets_table(manifests):
+def datasets_table(manifests, runs=None):
+    """One row per dataset; `rounds` is the number of measured rounds per path (from `runs`)."""
     import pandas as pd
     rows = []
     for m in manifests:
         p, h = m["parameters"], m["host"]
+        rounds = "?"
+        if runs is not None and len(runs):
+            r = runs[(runs["host_id"] == h["host_id"]) & (runs["run_id"] == m["run_id"])]
+            per_path = r.groupby("path")["rep"].nunique()
+            rounds = ", ".join(f"{k}: {v}" for k, v in per_path.items())
         rows.append({"host_id": h["host_id"], "run_id": m["run_id"], "host": h["description"],
                      "kernel": h["kernel_release"], "virtualization": h["virtualization"],
-                     "reps": p["reps"], "rrbench s/run": p["seconds"], "netperf s/run": p["netperf_seconds"],
+                     "repetition": "adaptive" if "rep_target" in p else "fixed",
+                     "rounds": rounds, "rrbench s/run": p["seconds"], "netperf s/run": p["netperf_seconds"],
                      "pins": ",".join(p["pins"]), "skipped": "; ".join(m.get("skipped", {})) or "-"})
     return pd.DataFrame(rows)
 
@@ -1084,3 +1141,49 @@ def max_clusters(runs, resolution_us=100.0):
     """How the per-run maxima (both tools) group when rounded to `resolution_us`."""
     v = (runs["max_us"] / resolution_us).round() * resolution_us
     return v.value_counts().rename_axis("max_us_rounded").reset_index(name="runs")
+
+
+# ------------------------------------------------- hosts, pinning, captions
+from .dataset import only_shown, shown_datasets  # noqa: E402  (one dataset per host, side by side)
+
+
+def pin_comparison(runs, tool="rrbench"):
+    """split and same against none, per dataset, path and protocol, on the per-run P50
+    (tools.stats.compare: Mann-Whitney, Cliff's delta, Hodges-Lehmann shift)."""
+    import dataclasses
+    from .stats import Comparison, compare_frame
+    within = ["host_id", "run_id", "path", "proto"]
+    t = compare_frame(runs[runs["tool"] == tool], by="pin", value="p50_us", baseline="none",
+                      within=within)
+    if t.empty:  # fewer than two runs per cell: the same columns, no rows
+        t = t.reindex(columns=[*within, "pin", "baseline",
+                               *(f.name for f in dataclasses.fields(Comparison))])
+    return t
+
+
+def host_comparison(runs, manifests, tool="rrbench"):
+    """Each other host's shown dataset against the prose's, per cell, on the per-run P50."""
+    import pandas as pd
+    from .stats import compare_frame
+    if len(shown_datasets(manifests)) < 2:
+        return pd.DataFrame()
+    r = only_shown(runs[runs["tool"] == tool], manifests)
+    return compare_frame(r, by="host_id", value="p50_us", baseline=latest(manifests)["host"]["host_id"],
+                         within=["path", "proto", "pin"])
+
+
+def caption_for(runs, manifests, what: str, extra: str = "") -> str:
+    """Caption for a figure of pooled rrbench transactions: runs per cell, warm-up, hosts."""
+    from .stats import caption, hosts_of
+    r = runs[runs["tool"] == "rrbench"]
+    g = r.groupby(["host_id", "run_id", "path", "proto", "pin"])
+    shown = {(m["host"]["host_id"], m["run_id"]) for m in manifests}
+    ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in
+          set(zip(r["host_id"], r["run_id"])) & shown]
+    wu = [m["parameters"].get("rep_warmup", 0) for m in ms] or [0]
+    secs = sorted({m["parameters"]["warmup"] for m in ms})
+    tx = g["n"].sum()
+    text = (f"Pooled transactions per cell: {int(tx.min()):,}–{int(tx.max()):,}; every run began with "
+            f"{'/'.join(f'{s:g}' for s in secs)} s of unrecorded transactions")
+    return caption(what, n=g.size().to_numpy(), unit="runs", warmup=wu, hosts=hosts_of(ms), ci=False,
+                   extra=text + (". " + extra if extra else ""))

@@ -69,3 +69,82 @@ def show_figure(fig, caption: str) -> None:
     display(fig)
     plt.close(fig)
     display(Markdown(f"**Figure.** {caption}"))
+
+
+FIXED_REPETITION = "fixed repetition, before adaptive repetition existed"
+
+
+def repetition_overview(chapter: str, data_dir=None):
+    """(table, counts) of how every dataset of `chapter` repeated its measurements.
+
+    One row per (host, run, experiment) of the datasets' `repetition` tables: keys, n
+    (a range over the keys), warm-up rounds, the widest relative CI reached, the target,
+    the budget and the stop rule. A dataset without that table (older than adaptive
+    repetition) gets one row whose stop rule says so. `counts` has stats.repetition_summary's
+    numbers plus `datasets` and `fixed` (datasets with fixed repetition).
+    """
+    import pandas as pd
+    from . import stats
+    from .dataset import list_runs, load_manifest
+    from .paths import resolve_data_dir
+    rows, tables = [], []
+    for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
+        man = load_manifest(run)
+        base = {"host_id": man["host"]["host_id"], "run_id": man["run_id"]}
+        p = run / "repetition.csv"
+        if not p.is_file():
+            rows.append({**base, "experiment": "(all)", "stopped_by": FIXED_REPETITION})
+            continue
+        t = pd.read_csv(p)
+        tables.append(t.assign(**base))
+        for exp, g in t.groupby("experiment", sort=False):
+            n_lo, n_hi = int(g["n"].min()), int(g["n"].max())
+            rows.append({**base, "experiment": exp, "keys": len(g),
+                         "n": str(n_lo) if n_lo == n_hi else f"{n_lo}–{n_hi}",
+                         "warm-up": int(g["warmup"].max()),
+                         "widest CI %": round(100 * g["rel_ci_width"].max(), 2),
+                         "target %": round(100 * g["target"].max(), 2),
+                         "budget s": g["budget_s"].max(), "elapsed s": round(g["elapsed_s"].max(), 1),
+                         "keys met": f"{int(g['met_target'].sum())}/{len(g)}",
+                         "stopped_by": g["stopped_by"].iloc[0]})
+    cols = ["host_id", "run_id", "experiment", "keys", "n", "warm-up", "widest CI %", "target %",
+            "budget s", "elapsed s", "keys met", "stopped_by"]
+    table = pd.DataFrame(rows, columns=cols)
+    counts = stats.repetition_summary(pd.concat(tables, ignore_index=True) if tables else None)
+    counts["datasets"] = int(table[["host_id", "run_id"]].drop_duplicates().shape[0])
+    counts["fixed"] = int((table["stopped_by"] == FIXED_REPETITION).sum())
+    return table, counts
+
+
+def env_diff_view(chapter: str, data_dir=None):
+    """What differs between the hosts of a chapter (hosts.chapter_env_diff), or a sentence
+    saying that there is only one host, ready to display."""
+    from IPython.display import Markdown
+    from .dataset import load_manifests
+    from .hosts import env_diff
+    from .paths import resolve_data_dir
+    ms = load_manifests(chapter, resolve_data_dir(data_dir) if data_dir else None)
+    hosts = sorted({m["host"]["host_id"] for m in ms})
+    if len(hosts) < 2:
+        return Markdown(f"Only one host ({', '.join(hosts) or 'none'}) has data for this chapter: "
+                        "there is no environment to compare.")
+    d = env_diff(ms)
+    return d.set_index("fact") if len(d) else Markdown(
+        f"The {len(hosts)} hosts' manifests record no differing facts.")
+
+
+# repetition_overview() counts -> glue names (after a prefix, "rep_" by default)
+REPETITION_GLUE = (("experiments", "experiments"), ("ci_target", "target_hit"),
+                   ("time_budget", "budget_hit"), ("max_runs", "max_hit"), ("keys", "keys"),
+                   ("keys_met", "keys_met"), ("fixed", "fixed"))
+
+
+def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
+    """repetition_overview()'s table, with its counts glued for the prose as
+    <prefix>experiments, <prefix>target_hit, <prefix>budget_hit, <prefix>max_hit,
+    <prefix>keys, <prefix>keys_met and <prefix>fixed."""
+    from myst_nb import glue
+    table, counts = repetition_overview(chapter, data_dir)
+    for key, name in REPETITION_GLUE:
+        glue(prefix + name, counts[key], display=False)
+    return table

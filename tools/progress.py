@@ -28,3 +28,7 @@ class Progress:
 
     def note(self, text: str) -> None:
         print(f"[{self.label}] {text}", file=self.stream, flush=True)
+
+    def expect(self, more: int) -> None:
+        """An open-ended loop (adaptive repetition) goes on: at least `more` steps remain."""
+        self.total = max(self.total, self.done + int(more))

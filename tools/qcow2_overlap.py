@@ -37,6 +37,7 @@ from .lock import measure_lock
 from .params import check_ints, is_int, merge
 from .progress import Progress
 from .qcow2 import Qcow2Image, formula_bytes, formula_clusters
+from .stats import repetition, repetition_settings
 
 CHAPTER = "qcow2_overlap"
 TITLE = "The CPU cost of qcow2 metadata overlap checks"
@@ -48,7 +49,8 @@ MiB, GiB = 1 << 20, 1 << 30
 
 PROFILES = {
     "quick": {
-        "repeats": 2, "warmup": 1,
+        "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 20.0,
+        "rep_warmup": 1,
         "prealloc_sizes_512": [8 * MiB, 16 * MiB], "prealloc_sizes_64k": [4 * GiB],
         "bench_size": 16 * MiB, "bench_count": 2000,
         "alloc_size": 8 * MiB,
@@ -58,7 +60,8 @@ PROFILES = {
         "flush_size": 4 * MiB, "perf_repeats": 1, "perf_prealloc_size": 16 * MiB,
     },
     "default": {
-        "repeats": 5, "warmup": 1,
+        "rep_target": 0.05, "rep_min_runs": 5, "rep_max_runs": 6, "rep_budget_s": 50.0,
+        "rep_warmup": 1,
         "prealloc_sizes_512": [64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB],
         "prealloc_sizes_64k": [256 * GiB],
         "bench_size": 256 * MiB, "bench_count": 20000,
@@ -70,7 +73,8 @@ PROFILES = {
         "flush_size": 32 * MiB, "perf_repeats": 2, "perf_prealloc_size": 256 * MiB,
     },
     "full": {
-        "repeats": 9, "warmup": 1,
+        "rep_target": 0.03, "rep_min_runs": 9, "rep_max_runs": 30, "rep_budget_s": 300.0,
+        "rep_warmup": 1,
         "prealloc_sizes_512": [64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB, 1 * GiB, 2 * GiB],
         "prealloc_sizes_64k": [64 * GiB, 1024 * GiB, 4096 * GiB],
         "bench_size": 1 * GiB, "bench_count": 50000,
@@ -82,8 +86,13 @@ PROFILES = {
         "flush_size": 256 * MiB, "perf_repeats": 5, "perf_prealloc_size": 1 * GiB,
     },
 }
-COMMON = {"modes": None, "seed": 1, "bench_step_clusters": 7919}
-INT_KEYS = {"repeats": 1, "warmup": 0, "bench_size": MiB, "bench_count": 1, "alloc_size": MiB,
+# Every timed experiment (one preallocation size, the create with flushes, each write
+# workload) repeats in rounds of all its modes, shuffled, adaptively (tools.stats.Repetition):
+# after rep_warmup dropped rounds, until every mode's median CPU time (wall time for the
+# create with flushes) has a 95 % CI narrower than rep_target (relative), or rep_budget_s
+# per experiment runs out, or rep_max_runs. `repeats` fixes the number of rounds instead.
+COMMON = {"modes": None, "seed": 1, "bench_step_clusters": 7919, "repeats": None}
+INT_KEYS = {"bench_size": MiB, "bench_count": 1, "alloc_size": MiB,
             "snapshots": 1, "snap_size": MiB, "snap_count": 1, "seed": 0,
             "bench_step_clusters": 1, "flush_size": MiB, "perf_repeats": 0,
             "perf_prealloc_size": MiB}
@@ -96,6 +105,10 @@ def params(profile: str = "default", **overrides) -> dict:
     """Merge a profile with overrides and validate everything (ParameterError)."""
     p = merge(profile, PROFILES, COMMON, overrides)
     check_ints(p, INT_KEYS)
+    if p["repeats"] is not None:
+        check_ints(p, {"repeats": 1})
+        p["rep_min_runs"] = p["rep_max_runs"] = p["repeats"]
+    repetition_settings(p, "rep_")
     for k in ("bench_size", "alloc_size", "snap_size", "flush_size", "perf_prealloc_size"):
         if p[k] % MiB:
             raise ParameterError(f"{k} must be a multiple of 1 MiB (1048576), got {p[k]!r}")
@@ -274,12 +287,11 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     data = resolve_data_dir(data_dir)
     rng = random.Random(p["seed"])
     modes = p["modes"]
-    R, W = p["repeats"], p["warmup"]
-    n_prealloc = ((len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(modes) + 1) \
-        * (R + W)
-    n_bench = 2 * len(modes) * (R + W)
+    RW = p["rep_min_runs"] + p["rep_warmup"]  # rounds at least; adaptive repetition may add more
+    n_prealloc = ((len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(modes) + 1) * RW
+    n_bench = 2 * len(modes) * RW
     snap_modes = [m for m in modes if m in ("none", "cached", "all")]
-    n_snap = len(snap_modes) * (R + W)
+    n_snap = len(snap_modes) * RW
     n_formula = sum(len(p[k]) for k in ("formula_sizes_512", "formula_sizes_4k", "formula_sizes_64k"))
     perf_modes = [m for m in modes if m in ("cached", "all")]
     n_perf = len(PERF_WORKLOADS) * len(perf_modes) * p["perf_repeats"]
@@ -299,9 +311,10 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             if m not in modes:
                 w.skip(f"mode_{m}", "left out by the modes parameter")
 
-        prealloc, meta = _prealloc(s, p, rng, prog)
-        writes = _writes(s, p, rng, prog)
-        snaps, snap_meta = _snapshots(s, p, rng, prog, snap_modes)
+        reps: list = []
+        prealloc, meta = _prealloc(s, p, rng, prog, reps)
+        writes = _writes(s, p, rng, prog, reps)
+        snaps, snap_meta = _snapshots(s, p, rng, prog, snap_modes, reps)
         formula = _formula(s, p, prog)
         cycles = []
         if p["perf_repeats"] and not shutil.which("perf"):
@@ -311,6 +324,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         if cycles:
             w.add_table("cycles", pd.DataFrame(cycles))
         w.add_table("prealloc", pd.DataFrame(prealloc))
+        w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
         w.add_table("writes", pd.DataFrame(writes + snaps))
         w.add_table("metadata", pd.DataFrame(meta + snap_meta + formula))
         leftovers = [x.name for x in s.dir.iterdir() if not x.name.startswith(".")]
@@ -335,76 +349,102 @@ def _meta_row(img: Path, experiment: str, **extra) -> dict:
     return {"experiment": experiment, **extra, **Qcow2Image(img).metadata_summary()}
 
 
-def _prealloc(s: Scratch, p: dict, rng, prog) -> tuple[list[dict], list[dict]]:
+def _rounds(rep, prog, steps_per_round: int):
+    """rep.rounds() as (measured round index, warm-up?), with progress while it goes on."""
+    for rd in rep.rounds():
+        if rd.index:
+            prog.note(f"{rep.experiment} after {rd.index} round(s): {rep.status()}")
+        if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
+            prog.total += steps_per_round
+        yield rd.index - rep.warmup, rd.warmup
+    # stopped by the budget before the planned rounds: those steps will not come
+    prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * steps_per_round
+    prog.note(f"{rep.experiment}: stopped by {rep.stopped_by}: {rep.status()}")
+
+
+def _prealloc(s: Scratch, p: dict, rng, prog, reps: list) -> tuple[list[dict], list[dict]]:
     rows, meta = [], []
     cases = [(512, z) for z in p["prealloc_sizes_512"]] + [(65536, z) for z in p["prealloc_sizes_64k"]]
     img = s.path("prealloc.qcow2")
     for cs, size in cases:
-        for rep in range(-p["warmup"], p["repeats"]):
-            for pos, mode in enumerate(_rotations(p["modes"], rep, rng)):
+        rep = repetition(f"prealloc cs={cs} size={size >> 20} MiB", p["modes"], p, "rep_")
+        reps.append(rep)
+        for r, warm in _rounds(rep, prog, len(p["modes"])):
+            for pos, mode in enumerate(_rotations(p["modes"], r, rng)):
                 if img.exists():
                     img.unlink()
                 s.run(create_cmd(img, cs), "qemu-img create")
                 t = s.run(prealloc_cmd(img, size, mode), "qemu-img resize --preallocation=metadata")
-                if rep >= 0:
+                rep.add(mode, t["cpu_s"])
+                if not warm:
                     rows.append({"command": "resize_no_flush", "cluster_size": cs,
                                  "image_size": size, "mode": mode,
-                                 "repeat": rep, "position": pos, **t})
-                    if rep == 0:
+                                 "repeat": r, "position": pos, **t})
+                    if r == 0:
                         meta.append(_meta_row(img, "prealloc", mode=mode))
                 img.unlink()
                 prog.step(f"prealloc cs={cs} size={size >> 20} MiB {mode}"
-                          + (" (warm-up)" if rep < 0 else ""))
+                          + (" (warm-up)" if warm else f" round {r + 1}"))
     # the real command, flushes included (qemu-img create offers no overlap-check option:
-    # it opens the new image with the default, cached)
-    for rep in range(-p["warmup"], p["repeats"]):
+    # it opens the new image with the default, cached); its wall time is what it is about
+    rep = repetition("create_with_flushes (wall time)", ["cached"], p, "rep_")
+    reps.append(rep)
+    for r, warm in _rounds(rep, prog, 1):
         t = s.run(create_cmd(img, 512, p["flush_size"], "metadata"),
                   "qemu-img create -o preallocation=metadata")
         img.unlink()
-        if rep >= 0:
+        rep.add("cached", t["wall_s"])
+        if not warm:
             rows.append({"command": "create_with_flushes", "cluster_size": 512,
                          "image_size": p["flush_size"], "mode": "cached",
-                         "repeat": rep, "position": 0, **t})
-        prog.step("qemu-img create with flushes" + (" (warm-up)" if rep < 0 else ""))
+                         "repeat": r, "position": 0, **t})
+        prog.step("qemu-img create with flushes" + (" (warm-up)" if warm else f" round {r + 1}"))
     return rows, meta
 
 
-def _writes(s: Scratch, p: dict, rng, prog) -> list[dict]:
+def _writes(s: Scratch, p: dict, rng, prog, reps: list) -> list[dict]:
     rows = []
     # scattered 512-byte overwrites of a metadata-preallocated 512-byte-cluster image
     over = s.path("overwrite.qcow2")
     s.run(create_cmd(over, 512), "qemu-img create")
     s.run(prealloc_cmd(over, p["bench_size"], "none"), "qemu-img resize")
     step = 512 * p["bench_step_clusters"]
-    alloc = s.path("alloc.qcow2")
-    for rep in range(-p["warmup"], p["repeats"]):
-        for pos, mode in enumerate(_rotations(p["modes"], rep, rng)):
+    rep = repetition("overwrite_scattered_512", p["modes"], p, "rep_")
+    reps.append(rep)
+    for r, warm in _rounds(rep, prog, len(p["modes"])):
+        for pos, mode in enumerate(_rotations(p["modes"], r, rng)):
             t = s.run(bench_cmd(over, mode, p["bench_count"], 512, step), "qemu-img bench")
-            if rep >= 0:
+            rep.add(mode, t["cpu_s"])
+            if not warm:
                 rows.append({"workload": "overwrite_scattered_512", "cluster_size": 512,
                              "image_size": p["bench_size"], "snapshots": 0, "mode": mode,
                              "requests": p["bench_count"], "request_bytes": 512,
-                             "repeat": rep, "position": pos, **t})
-            prog.step(f"writes overwrite {mode}" + (" (warm-up)" if rep < 0 else ""))
-        # sequential 64 KiB writes that allocate every cluster of an empty image
-        for pos, mode in enumerate(_rotations(p["modes"], rep, rng)):
+                             "repeat": r, "position": pos, **t})
+            prog.step(f"writes overwrite {mode}" + (" (warm-up)" if warm else f" round {r + 1}"))
+    over.unlink()
+    # sequential 64 KiB writes that allocate every cluster of an empty image
+    alloc = s.path("alloc.qcow2")
+    n = p["alloc_size"] // 65536
+    rep = repetition("allocate_sequential_64k", p["modes"], p, "rep_")
+    reps.append(rep)
+    for r, warm in _rounds(rep, prog, len(p["modes"])):
+        for pos, mode in enumerate(_rotations(p["modes"], r, rng)):
             if alloc.exists():
                 alloc.unlink()
             s.run(create_cmd(alloc, 512, p["alloc_size"]), "qemu-img create")
-            n = p["alloc_size"] // 65536
             t = s.run(bench_cmd(alloc, mode, n, 65536, 65536), "qemu-img bench")
-            if rep >= 0:
+            rep.add(mode, t["cpu_s"])
+            if not warm:
                 rows.append({"workload": "allocate_sequential_64k", "cluster_size": 512,
                              "image_size": p["alloc_size"], "snapshots": 0, "mode": mode,
                              "requests": n, "request_bytes": 65536,
-                             "repeat": rep, "position": pos, **t})
+                             "repeat": r, "position": pos, **t})
             alloc.unlink()
-            prog.step(f"writes allocate {mode}" + (" (warm-up)" if rep < 0 else ""))
-    over.unlink()
+            prog.step(f"writes allocate {mode}" + (" (warm-up)" if warm else f" round {r + 1}"))
     return rows
 
 
-def _snapshots(s: Scratch, p: dict, rng, prog, modes) -> tuple[list[dict], list[dict]]:
+def _snapshots(s: Scratch, p: dict, rng, prog, modes, reps: list) -> tuple[list[dict], list[dict]]:
     """Overwrites after internal snapshots: every first write to a cluster copies it."""
     rows = []
     tmpl = s.path("snap-template.qcow2")
@@ -415,17 +455,20 @@ def _snapshots(s: Scratch, p: dict, rng, prog, modes) -> tuple[list[dict], list[
     meta = [_meta_row(tmpl, "snapshots", mode="")]
     img = s.path("snap.qcow2")
     step = 512 * p["bench_step_clusters"]
-    for rep in range(-p["warmup"], p["repeats"]):
-        for pos, mode in enumerate(_rotations(modes, rep, rng)):
+    rep = repetition("overwrite_after_snapshots_512", modes, p, "rep_")
+    reps.append(rep)
+    for r, warm in _rounds(rep, prog, len(modes)):
+        for pos, mode in enumerate(_rotations(modes, r, rng)):
             shutil.copyfile(tmpl, img)  # every run starts from the same snapshotted state
             t = s.run(bench_cmd(img, mode, p["snap_count"], 512, step), "qemu-img bench")
-            if rep >= 0:
+            rep.add(mode, t["cpu_s"])
+            if not warm:
                 rows.append({"workload": "overwrite_after_snapshots_512", "cluster_size": 512,
                              "image_size": p["snap_size"], "snapshots": p["snapshots"],
                              "mode": mode, "requests": p["snap_count"], "request_bytes": 512,
-                             "repeat": rep, "position": pos, **t})
+                             "repeat": r, "position": pos, **t})
             img.unlink()
-            prog.step(f"snapshots {mode}" + (" (warm-up)" if rep < 0 else ""))
+            prog.step(f"snapshots {mode}" + (" (warm-up)" if warm else f" round {r + 1}"))
     tmpl.unlink()
     return rows, meta
 
@@ -568,6 +611,7 @@ def perf_symbol_check(binary: str | None = None) -> dict:
 def load(data_dir=None) -> dict:
     from .dataset import load_manifests, load_reference, load_table
     return {
+        "repetition": load_table(CHAPTER, "repetition", data_dir),
         "prealloc": load_table(CHAPTER, "prealloc", data_dir),
         "writes": load_table(CHAPTER, "writes", data_dir),
         "metadata": load_table(CHAPTER, "metadata", data_dir),
@@ -578,12 +622,50 @@ def load(data_dir=None) -> dict:
 
 
 def latest(manifests: list[dict]) -> dict | None:
-    """The newest dataset that measured every mode (the one the prose talks about);
-    the newest of all if none did."""
+    """The dataset the prose talks about: of those that measured every mode, the newest
+    default/full run (a quick run is a test; tools.dataset.newest); else of all."""
+    from .dataset import newest
     if not manifests:
         return None
     full = [m for m in manifests if set(MODES) <= set(m["parameters"].get("modes") or [])]
-    return max(full or manifests, key=lambda m: m["run_id"])
+    return newest(full or manifests)
+
+
+def shown(df, manifests: list[dict]):
+    """One dataset per host, side by side: the prose's dataset for its host, the newest
+    dataset for each other host."""
+    from .dataset import only_shown
+    return only_shown(df, manifests, latest(manifests))
+
+
+def host_comparison(d: dict):
+    """Each other host's CPU time per run against the prose's dataset, case by case where
+    both measured the same case (tools.stats.compare_frame; identical sizes and modes)."""
+    import pandas as pd
+    from .stats import compare_frame
+    ms = d["manifests"]
+    if len({m["host"]["host_id"] for m in ms}) < 2:
+        return pd.DataFrame()
+    base = latest(ms)["host"]["host_id"]
+    pre = shown(d["prealloc"], ms)
+    pre = pre[pre.command == "resize_no_flush"].assign(
+        case=lambda t: "prealloc cs=" + t.cluster_size.astype(str) + " " + (t.image_size // MiB).astype(str) + " MiB")
+    wr = shown(d["writes"], ms).assign(
+        case=lambda t: t.workload + " " + (t.image_size // MiB).astype(str) + " MiB x" + t.requests.astype(str))
+    both = pd.concat([pre[["host_id", "case", "mode", "cpu_s"]], wr[["host_id", "case", "mode", "cpu_s"]]])
+    return compare_frame(both, by="host_id", value="cpu_s", baseline=base, within=["case", "mode"])
+
+
+def caption_for(df, manifests: list[dict], what: str, by: list[str], ci: bool = True,
+                extra: str = "") -> str:
+    """Caption from the runs shown: runs per group, warm-up rounds excluded, hosts."""
+    from .stats import caption, hosts_of
+    runs = set(zip(df["host_id"], df["run_id"]))
+    ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in runs]
+    # warm-up rounds: rep_warmup now, warmup in the datasets of fixed repetition
+    wu = [m["parameters"].get("rep_warmup", m["parameters"].get("warmup", 0)) for m in ms] or [0]
+    return caption(what, n=df.groupby(by).size().to_numpy(), unit="runs", warmup=wu,
+                   hosts=hosts_of(ms), ci=ci, extra=extra)
 
 
 def summary(df, by: list[str]):
@@ -598,25 +680,34 @@ def summary(df, by: list[str]):
     return pd.concat(out, ignore_index=True)
 
 
-def overhead(summ, by: list[str], metric: str = "cpu_s"):
-    """Extra seconds of each mode over 'none' in the same group, with a conservative CI."""
+def overhead(df, by: list[str], metric: str = "cpu_s"):
+    """Extra seconds of each mode over 'none' in the same group, from the raw runs.
+
+    tools.stats.compare of the mode's runs against the 'none' runs: `extra` is the
+    Hodges-Lehmann shift with its distribution-free 95 % interval (extra_ci_low/high),
+    `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
+    """
+    import numpy as np
     import pandas as pd
-    from .stats import diff_ci
-    s = summ[summ.metric == metric]
+    from .stats import compare
     rows = []
     keys = [k for k in by if k != "mode"]
-    for key, g in s.groupby(keys):
-        g = g.set_index("mode")
-        if "none" not in g.index:
+    for key, g in df.groupby(keys):
+        key = key if isinstance(key, tuple) else (key,)
+        base = g.loc[g["mode"] == "none", metric].to_numpy(float)
+        if len(base) < 2:
             continue
-        b = g.loc["none"]
-        for mode, r in g.iterrows():
-            lo, hi = diff_ci(r.ci_low, r.ci_high, b.ci_low, b.ci_high)
-            rows.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))),
-                         "mode": mode, "median": r["median"], "none_median": b["median"],
-                         "extra": r["median"] - b["median"], "extra_ci_low": lo,
-                         "extra_ci_high": hi, "n": int(r.n),
-                         "share_pct": 100 * (r["median"] - b["median"]) / r["median"]})
+        for mode in [m for m in MODES if m in set(g["mode"])]:
+            x = g.loc[g["mode"] == mode, metric].to_numpy(float)
+            if len(x) < 2:
+                continue
+            c = compare(x, base, names=(mode, "none"))
+            med = float(np.median(x))
+            rows.append({**dict(zip(keys, key)), "mode": mode, "median": med,
+                         "none_median": c.median_b, "extra": c.shift, "extra_ci_low": c.shift_low,
+                         "extra_ci_high": c.shift_high, "n": len(x), "p_value": c.p_value,
+                         "cliffs_delta": c.cliffs_delta, "significant": c.significant,
+                         "verdict": c.verdict, "share_pct": 100 * c.shift / med if med else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -670,20 +761,26 @@ def host_labels(manifests: list[dict]) -> dict[str, str]:
     return out
 
 
-def plot_prealloc(ov_cpu, ref):
-    """Extra CPU seconds of each mode over 'none' versus image size (512-byte clusters)."""
+def plot_prealloc(ov_cpu, ref, fit_host=None):
+    """Extra CPU seconds of each mode over 'none' versus image size (512-byte clusters),
+    per host if `ov_cpu` has a host_id column; the quadratic fit is `fit_host`'s."""
     import matplotlib.pyplot as plt
     # constant scatters around zero (see the table); a log axis can only show the two
     # modes whose cost is real
     g = ov_cpu[(ov_cpu.cluster_size == 512) & ov_cpu["mode"].isin(["cached", "all"])]
+    if "host_id" not in g.columns:
+        g = g.assign(host_id="this host")
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    for mode, d in g.groupby("mode"):
+    for (host, mode), d in g.groupby(["host_id", "mode"]):
         d = d.sort_values("image_size")
         x = d.image_size / MiB
-        ax.errorbar(x, d.extra, yerr=[d.extra - d.extra_ci_low, d.extra_ci_high - d.extra],
-                    fmt="o-", capsize=3, label=f"overlap-check={mode} (this host)")
+        # the HL interval need not contain the point estimate's sign; clip the bars at zero
+        ax.errorbar(x, d.extra, yerr=[(d.extra - d.extra_ci_low).clip(lower=0),
+                                      (d.extra_ci_high - d.extra).clip(lower=0)],
+                    fmt="o-", capsize=3, label=f"overlap-check={mode} ({host})")
     r = ref[ref.experiment == "create_prealloc_metadata_512"]
-    a, _ = fit_quadratic(ov_cpu)
+    fit = ov_cpu if fit_host is None or "host_id" not in ov_cpu else ov_cpu[ov_cpu.host_id == fit_host]
+    a, _ = fit_quadratic(fit)
     if len(r) and a == a and a > 0:
         import numpy as np
         xs = np.geomspace(g.image_size.min(), r.image_size_mib.iloc[0] * MiB, 50)
@@ -704,17 +801,22 @@ def plot_prealloc(ov_cpu, ref):
 
 
 def plot_modes(summ, workload_col: str = "workload"):
+    """Median CPU time per mode and workload with its CI; one row of panels per host."""
     import seaborn as sns
     d = summ[summ.metric == "cpu_s"].copy()
-    g = sns.catplot(data=d, kind="bar", x="mode", y="median", col=workload_col, sharey=False,
-                    order=[m for m in MODES if m in set(d["mode"])], height=3.4, aspect=0.9,
-                    color="steelblue")
-    for ax, (_, sub) in zip(g.axes.flat, d.groupby(workload_col, sort=True)):
-        sub = sub.set_index("mode").reindex([m for m in MODES if m in set(d["mode"])])
+    if "host_id" not in d.columns:
+        d["host_id"] = "this host"
+    order = [m for m in MODES if m in set(d["mode"])]
+    g = sns.catplot(data=d, kind="bar", x="mode", y="median", col=workload_col, row="host_id",
+                    sharey=False, order=order, height=3.4, aspect=0.9, color="steelblue",
+                    col_order=sorted(set(d[workload_col])), row_order=sorted(set(d.host_id)))
+    for (host, wl), ax in g.axes_dict.items():
+        sub = d[(d.host_id == host) & (d[workload_col] == wl)]
+        sub = sub.set_index("mode").reindex(order)
         ax.errorbar(range(len(sub)), sub["median"],
                     yerr=[sub["median"] - sub.ci_low, sub.ci_high - sub["median"]],
                     fmt="none", color="black", capsize=3)
-    g.set_titles("{col_name}", size="small")
+    g.set_titles("{row_name}\n{col_name}", size="small")
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=30)
     g.set_axis_labels("overlap-check", "CPU s per run (median, 95 % CI)")
@@ -756,7 +858,7 @@ def headline(d: dict) -> dict:
     pre = this_run(d["prealloc"], m)
     rs = pre[pre.command == "resize_no_flush"]
     by = ["cluster_size", "image_size", "mode"]
-    ov = overhead(summary(rs, by), by)
+    ov = overhead(rs, by)
     big = int(rs[rs.cluster_size == 512].image_size.max())
     row = ov[(ov.cluster_size == 512) & (ov.image_size == big) & (ov["mode"] == "cached")].iloc[0]
     out["pre_big_mib"] = big // MiB
@@ -793,7 +895,7 @@ def headline(d: dict) -> dict:
     # writes
     wr = this_run(d["writes"], m)
     byw = ["workload", "mode"]
-    ovw = overhead(summary(wr, byw), byw)
+    ovw = overhead(wr, byw)
     for wl, key in (("overwrite_scattered_512", "ow"), ("allocate_sequential_64k", "al"),
                     ("overwrite_after_snapshots_512", "sn")):
         g = ovw[ovw.workload == wl].set_index("mode")

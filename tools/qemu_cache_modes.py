@@ -50,6 +50,7 @@ from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .params import check_ints, choose_list, is_int, merge
 from .progress import Progress
+from . import stats
 from .proc import kill_group
 
 CHAPTER = "qemu_cache_modes"
@@ -80,17 +81,20 @@ PROFILES = {
     "quick": {
         "sem_writes": 3, "sem_formats": ["raw"], "sem_aio": ["threads"],
         "bench_formats": ["raw"], "bench_ops": ["write", "read"], "bench_depths": [1],
-        "bench_flush_intervals": [0], "bench_count": 64, "bench_repeats": 1, "bench_warmup": 1,
-        "bench_min_ms": 20,
-        "host_dd_repeats": 1,
+        "bench_flush_intervals": [0], "bench_count": 64, "bench_warmup": 1, "bench_min_ms": 20,
+        "bench_target": 0.05, "bench_min_runs": 1, "bench_max_runs": 1, "bench_budget_s": 30.0,
+        "host_dd_target": 0.05, "host_dd_min_runs": 1, "host_dd_max_runs": 1, "host_dd_budget_s": 10.0,
+        "host_dd_warmup": 0,
         "guest_modes": ["none", "writeback"], "dd_mib": 4, "dd_repeats": 1, "dd_warmup": 0,
         "kvm_boot_timeout": 5.0,
     },
     "default": {
         "sem_writes": 4, "sem_formats": ["raw", "qcow2"], "sem_aio": ["threads", "native"],
         "bench_formats": ["raw", "qcow2"], "bench_ops": ["write", "read"], "bench_depths": [1, 16],
-        "bench_flush_intervals": [0, 16], "bench_count": 256, "bench_repeats": 9,
-        "bench_warmup": 1, "bench_min_ms": 100, "host_dd_repeats": 9,
+        "bench_flush_intervals": [0, 16], "bench_count": 256, "bench_warmup": 1, "bench_min_ms": 100,
+        "bench_target": 0.05, "bench_min_runs": 6, "bench_max_runs": 40, "bench_budget_s": 60.0,
+        "host_dd_target": 0.05, "host_dd_min_runs": 6, "host_dd_max_runs": 50, "host_dd_budget_s": 10.0,
+        "host_dd_warmup": 1,
         "guest_modes": None, "dd_mib": 32, "dd_repeats": 9, "dd_warmup": 1,
         "kvm_boot_timeout": 10.0,
     },
@@ -98,7 +102,10 @@ PROFILES = {
         "sem_writes": 8, "sem_formats": ["raw", "qcow2"], "sem_aio": ["threads", "native"],
         "bench_formats": ["raw", "qcow2"], "bench_ops": ["write", "read"],
         "bench_depths": [1, 4, 32], "bench_flush_intervals": [0, 1, 16], "bench_count": 1024,
-        "bench_repeats": 15, "bench_warmup": 1, "bench_min_ms": 200, "host_dd_repeats": 15,
+        "bench_warmup": 1, "bench_min_ms": 200,
+        "bench_target": 0.05, "bench_min_runs": 10, "bench_max_runs": 100, "bench_budget_s": 300.0,
+        "host_dd_target": 0.05, "host_dd_min_runs": 10, "host_dd_max_runs": 100, "host_dd_budget_s": 30.0,
+        "host_dd_warmup": 1,
         "guest_modes": None, "dd_mib": 64, "dd_repeats": 15, "dd_warmup": 1,
         "kvm_boot_timeout": 20.0,
     },
@@ -106,8 +113,8 @@ PROFILES = {
 COMMON = {"modes": None, "parts": None, "bench_size": 64 * KiB, "bench_aio": "threads",
           "bench_image_mib": 64, "accel": "auto", "boot_timeout": 180.0, "guest_memory_mib": 256,
           "sample_ms": 25, "seed": 1}
-INT_KEYS = {"sem_writes": 1, "bench_count": 1, "bench_repeats": 1, "bench_warmup": 1, "bench_min_ms": 1,
-            "host_dd_repeats": 1, "dd_mib": 1, "dd_repeats": 1, "dd_warmup": 0,
+INT_KEYS = {"sem_writes": 1, "bench_count": 1, "bench_warmup": 1, "bench_min_ms": 1,
+            "dd_mib": 1, "dd_repeats": 1, "dd_warmup": 0,
             "bench_size": 4096, "bench_image_mib": 4, "guest_memory_mib": 96, "sample_ms": 5,
             "seed": 0}
 
@@ -131,6 +138,9 @@ def params(profile: str = "default", **overrides) -> dict:
     """Merge a profile with overrides and validate everything (ParameterError)."""
     p = merge(profile, PROFILES, COMMON, overrides)
     check_ints(p, INT_KEYS)
+    # adaptive repetition of the bench and of dd on the host (the guest's dd runs a fixed script)
+    stats.repetition_settings(p, "bench_")   # bench_warmup >= 1: the first warm-up round sizes runs
+    stats.repetition_settings(p, "host_dd_")
     p["modes"] = [m for m in MODES if m in choose_list(p["modes"], MODES, "cache mode")]
     p["parts"] = [x for x in PARTS if x in choose_list(p["parts"], PARTS, "part")]
     gm = choose_list(p["guest_modes"], MODES, "guest cache mode", default=p["modes"])
@@ -571,21 +581,41 @@ def bench_configs(p: dict) -> list[dict]:
     return out
 
 
-def _bench(s: Scratch, p: dict, rng, prog) -> list[dict]:
-    """Every config once per round, rounds in shuffled order. The first warm-up round also
-    sizes each config: qemu-img bench reports its run time in milliseconds, so a config that
-    finishes in less than bench_min_ms gets proportionally more requests (at most 64 times
-    bench_count) for all its timed runs."""
+def bench_experiment(c: dict) -> str:
+    """The adaptive-repetition experiment a bench config belongs to: its modes are the keys."""
+    return f"bench {c['format']} {c['op']} d={c['depth']} fi={c['flush_interval']}"
+
+
+def _bench(s: Scratch, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rounds of every config still running, in shuffled order, repeated adaptively.
+
+    One Repetition per (format, op, depth, flush interval), keyed by mode, tracks MB/s; all of
+    them share the rounds, and each stops on its own (CI target, budget or maximum). The first
+    warm-up round also sizes each config: qemu-img bench reports its run time in milliseconds,
+    so a config that finishes in less than bench_min_ms gets proportionally more requests (at
+    most 64 times bench_count) for all its timed runs. Returns (rows, repetition records)."""
     imgs = {}
     for fmt in p["bench_formats"]:
         imgs[fmt] = s.path(f"bench.{fmt}")
         create_image(imgs[fmt], fmt, p["bench_image_mib"])
     configs = bench_configs(p)
     counts = {i: p["bench_count"] for i in range(len(configs))}
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(bench_experiment(c), []).append(i)
+    reps = {e: stats.repetition(e, [configs[i]["mode"] for i in ix], p, "bench_")
+            for e, ix in groups.items()}
     rows = []
-    for rnd in range(-p["bench_warmup"], p["bench_repeats"]):
-        order = list(range(len(configs)))
+    for rounds in stats.interleave(reps.values()):
+        first = next(iter(rounds.values()))
+        rnd = first.index - p["bench_warmup"]
+        if first.index > p["bench_warmup"]:
+            met = sum(1 for r in reps.values() for k in r.keys if r.met(k))
+            prog.note(f"bench round {rnd}: {len(rounds)} of {len(reps)} experiments still running, "
+                      f"{met} of {sum(len(r.keys) for r in reps.values())} configs within the CI target")
+        order = [i for e in rounds for i in groups[e]]
         rng.shuffle(order)
+        prog.expect(len(order) + rest)
         for pos, i in enumerate(order):
             c = configs[i]
             count = counts[i]
@@ -599,7 +629,9 @@ def _bench(s: Scratch, p: dict, rng, prog) -> list[dict]:
             if not m:
                 raise PerfbookError(f"qemu-img bench printed no run time: {r.stdout.strip()[-120:]}")
             sec = float(m.group(1))
-            if rnd == -p["bench_warmup"]:  # the calibration round
+            e = bench_experiment(c)
+            reps[e].add(c["mode"], count * p["bench_size"] / sec / 1e6 if sec else math.nan)
+            if first.index == 0:  # the calibration round (always a warm-up round)
                 want = p["bench_min_ms"] / 1000
                 if sec < want:
                     counts[i] = count * min(64, math.ceil(want / max(sec, 0.0005)))
@@ -614,20 +646,26 @@ def _bench(s: Scratch, p: dict, rng, prog) -> list[dict]:
                       f"fi={c['flush_interval']}" + (" (warm-up)" if rnd < 0 else ""))
     for img in imgs.values():
         img.unlink()
-    return rows
+    stopped = [r.stopped_by for r in reps.values()]
+    prog.note("bench: repetition stopped, " + ", ".join(f"{stopped.count(x)} by {x}" for x in
+                                                         sorted(set(stopped))))
+    return rows, [r for rp in reps.values() for r in rp.records()]
 
 
 # ---------------------------------------------------------------- part 3: dd on this host
 _DD = re.compile(r"^(\d+) bytes .* copied, ([0-9.e+-]+) s", re.M)
 
 
-def _host_dd(s: Scratch, p: dict, rng, prog) -> list[dict]:
+def _host_dd(s: Scratch, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dict]]:
     img = s.path("host-dd.img")
     count = p["dd_mib"] * MiB // (64 * KiB)
     run(["dd", "if=/dev/zero", f"of={img}", "bs=64k", f"count={count}", "conv=fsync"],
         "dd (preallocate)", env={**os.environ, "LC_ALL": "C"})
     rows = []
-    for rnd in range(-p["dd_warmup"], p["host_dd_repeats"]):
+    rep = stats.repetition("host_dd", ["normal", "direct"], p, "host_dd_")
+    for rd in rep.rounds():
+        rnd = rd.index - rep.warmup
+        prog.expect(2 + rest)
         order = ["normal", "direct"]
         rng.shuffle(order)
         for pos, variant in enumerate(order):
@@ -639,13 +677,15 @@ def _host_dd(s: Scratch, p: dict, rng, prog) -> list[dict]:
             m = _DD.search(r.stderr)
             if not m:
                 raise PerfbookError(f"dd printed no summary: {r.stderr.strip()[-120:]}")
+            nb, sec = int(m.group(1)), float(m.group(2))
+            rep.add(variant, nb / sec / 1e6 if sec else math.nan)
             if rnd >= 0:
-                nb, sec = int(m.group(1)), float(m.group(2))
                 rows.append({"round": rnd, "position": pos, "variant": variant, "bytes": nb,
                              "seconds": sec, "mb_per_s": nb / sec / 1e6 if sec else math.nan})
             prog.step(f"host dd {variant}" + (" (warm-up)" if rnd < 0 else ""))
     img.unlink()
-    return rows
+    prog.note(f"host dd: repetition stopped by {rep.stopped_by}: {rep.status()}")
+    return rows, rep.records()
 
 
 # ---------------------------------------------------------------- part 4: the guest
@@ -889,8 +929,9 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     parts = [x for x in parts if x not in skipped]
     n_sem = sum(1 for _f in p["sem_formats"] for a in p["sem_aio"] for m in p["modes"]
                 if not (a == "native" and m not in ("none", "directsync"))) if "semantics" in parts else 0
-    n_bench = len(bench_configs(p)) * (p["bench_repeats"] + p["bench_warmup"]) if "bench" in parts else 0
-    n_dd = 2 * (p["host_dd_repeats"] + p["dd_warmup"]) if "host_dd" in parts else 0
+    # step counts at the least; adaptive rounds raise them as they go
+    n_bench = len(bench_configs(p)) * (p["bench_min_runs"] + p["bench_warmup"]) if "bench" in parts else 0
+    n_dd = 2 * (p["host_dd_min_runs"] + p["host_dd_warmup"]) if "host_dd" in parts else 0
     n_guest = len(p["guest_modes"]) if "guest" in parts else 0
     public = {**p, "profile": profile}
     with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, public) as w, \
@@ -916,10 +957,17 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                 w.skip(part, "left out by the parts parameter")
         if "semantics" in parts:
             w.add_table("trace", pd.DataFrame(_semantics(s, p, prog, w)).drop(columns=["args"]))
+        rep_rows = []
         if "bench" in parts:
-            w.add_table("bench", pd.DataFrame(_bench(s, p, rng, prog)))
+            rows, recs = _bench(s, p, rng, prog, rest=n_dd + n_guest)
+            w.add_table("bench", pd.DataFrame(rows))
+            rep_rows += recs
         if "host_dd" in parts:
-            w.add_table("host_dd", pd.DataFrame(_host_dd(s, p, rng, prog)))
+            rows, recs = _host_dd(s, p, rng, prog, rest=n_guest)
+            w.add_table("host_dd", pd.DataFrame(rows))
+            rep_rows += recs
+        if rep_rows:
+            w.add_table("repetition", pd.DataFrame(rep_rows))
         if "guest" in parts:
             try:
                 dd_rows, boots, pcs, pcsamples = _guest(p, rng, prog, w)
@@ -974,15 +1022,47 @@ def load(data_dir=None) -> dict:
 
 
 def latest(manifests: list[dict]) -> dict | None:
-    return max(manifests, key=lambda m: m["run_id"]) if manifests else None
+    """The dataset the prose quotes (tools.dataset.newest: a quick test run never wins)."""
+    from .dataset import newest
+    return newest(manifests)
 
 
 def newest_with(table, manifests):
-    """The rows of the newest dataset that has this table (empty frame if none)."""
+    """The rows of the newest dataset that has this table (empty frame if none); a quick
+    test run only where no other dataset has it (tools.dataset.newest)."""
     if table is None or table.empty:
         return table
-    run = table["run_id"].max()
-    return table[table.run_id == run]
+    from .dataset import newest
+    have = set(zip(table["host_id"], table["run_id"]))
+    m = newest([m for m in manifests if (m["host"]["host_id"], m["run_id"]) in have])
+    if m is None:
+        return table.iloc[0:0]
+    return table[(table.host_id == m["host"]["host_id"]) & (table.run_id == m["run_id"])]
+
+
+BENCH_KEYS = ["format", "op", "depth", "flush_interval"]
+
+
+def compare_modes(bench, baseline: str = "none", value: str = "mb_per_s"):
+    """Every mode against `baseline` per host, run and bench configuration, with
+    tools.stats.compare (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift)."""
+    from .stats import compare_frame
+    if bench is None or bench.empty:
+        return bench
+    return compare_frame(bench, by="mode", value=value, baseline=baseline,
+                         within=["host_id", "run_id", *[k for k in BENCH_KEYS if k in bench]])
+
+
+def compare_hosts(table, manifests, keys, value: str = "mb_per_s"):
+    """Each host's shown dataset (tools.dataset.only_shown) against the first host's, within
+    `keys` (e.g. mode)."""
+    from .dataset import only_shown
+    from .stats import compare_frame
+    t = only_shown(table, manifests)
+    if t is None or t.empty or t.host_id.nunique() < 2:
+        return t.iloc[0:0] if t is not None else t
+    base = sorted(t.host_id.unique())[0]
+    return compare_frame(t, by="host_id", value=value, baseline=base, within=list(keys))
 
 
 def bench_summary(bench):
@@ -1190,3 +1270,4 @@ def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=Non
 
 
 from .dataset import skipped_table as not_measured  # noqa: E402  (the chapter's name for it)
+from .dataset import only_shown  # noqa: E402,F401  (one dataset per host, side by side)

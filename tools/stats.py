@@ -396,6 +396,14 @@ def _n_text(n) -> str:
     return f"n = {vals[0]}" if len(vals) == 1 else f"n = {vals[0]}–{vals[-1]}"
 
 
+def _singular(unit: str) -> str:
+    """'batches' -> 'batch', 'runs' -> 'run' (for a count of one)."""
+    for plural, single in (("ches", "ch"), ("shes", "sh"), ("ses", "s"), ("s", "")):
+        if unit.endswith(plural):
+            return unit[: -len(plural)] + single
+    return unit
+
+
 def host_text(hosts) -> str:
     """'host h-1db0… (AMD EPYC, 2 CPUs, kvm guest)' for one or more (id, description)."""
     items = []
@@ -421,7 +429,8 @@ def caption(what: str, *, n, unit: str, warmup, hosts, confidence: float = 0.95,
     parts.append(f"{_n_text(n)} {unit} per group")
     w = sorted({int(v) for v in np.atleast_1d(warmup)})
     wt = (f"{w[0]}" if len(w) == 1 else f"{w[0]}–{w[-1]}") if w else "0"
-    parts[-1] += f", after {wt} warm-up {unit} (excluded)."
+    wunit = _singular(unit) if wt == "1" else unit
+    parts[-1] += f", after {wt} warm-up {wunit} (excluded)."
     if ci:
         parts.append(f"Bars/bands: {confidence * 100:.0f} % {CI_METHOD}.")
     parts.append(host_text(hosts)[0].upper() + host_text(hosts)[1:] + ".")
@@ -439,3 +448,78 @@ def hosts_of(manifests) -> list[tuple[str, str]]:
         if pair not in out:
             out.append(pair)
     return out
+
+
+# --------------------------------------------------------------------------
+# adaptive repetition settings in a chapter's PROFILES
+# --------------------------------------------------------------------------
+REPETITION_SETTINGS = ("target", "min_runs", "max_runs", "budget_s", "warmup")
+
+
+def repetition_settings(p: dict, prefix: str = "") -> dict:
+    """Validate `<prefix>target`, `<prefix>min_runs`, `<prefix>max_runs`, `<prefix>budget_s`
+    and `<prefix>warmup` of merged chapter parameters; return Repetition's keyword arguments.
+
+    Bad values raise one ParameterError line that names the parameter, before anything runs.
+    """
+    from .errors import ParameterError
+    out = {}
+    for name in REPETITION_SETTINGS:
+        key = prefix + name
+        v = p.get(key)
+        if name in ("target", "budget_s"):
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            lo, hi = ((0.001, 1.0) if name == "target" else (0.1, 86400.0))
+            if not ok or not lo <= v <= hi:
+                what = "a relative CI width" if name == "target" else "a number of seconds"
+                raise ParameterError(f"{key} must be {what} in {lo:g}..{hi:g}, got {v!r}")
+            out[name] = float(v)
+        else:
+            lo = 0 if name == "warmup" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= 100_000:
+                raise ParameterError(f"{key} must be an integer in {lo}..100000, got {v!r}")
+            out[name] = v
+    if out["max_runs"] < out["min_runs"]:
+        raise ParameterError(f"{prefix}max_runs ({out['max_runs']}) must be >= "
+                             f"{prefix}min_runs ({out['min_runs']})")
+    return out
+
+
+def repetition(experiment: str, keys, p: dict, prefix: str = "", clock=None) -> "Repetition":
+    """A Repetition configured from validated chapter parameters (see repetition_settings)."""
+    return Repetition(experiment, keys, clock=clock, **repetition_settings(p, prefix))
+
+
+
+def interleave(reps):
+    """Drive several Repetitions in the same rounds, so their variants can share one shuffled
+    order: yields {experiment: Round} with every experiment that has not stopped yet.
+
+    Each experiment keeps its own stop rule and budget (its clock starts with the first round);
+    one that has stopped drops out of later rounds while the others go on.
+    """
+    gens = {r.experiment: r.rounds() for r in reps}
+    active = {e: next(g) for e, g in gens.items()}
+    while active:
+        yield dict(active)
+        nxt = {}
+        for e in active:
+            try:
+                nxt[e] = next(gens[e])
+            except StopIteration:
+                pass
+        active = nxt
+
+
+def significance_text(comparisons, alpha: float = 0.05) -> str:
+    """'3 of 8 comparisons are significant at p < 0.05; the other 5 are not significant' for a
+    compare_frame() result (also the all and none cases), for a chapter's prose."""
+    n = len(comparisons)
+    k = int(comparisons["significant"].sum()) if n else 0
+    if n == 0:
+        return "no comparison could be made"
+    if k == n:
+        return f"all {n} comparison(s) are significant at p < {alpha:g}"
+    if k == 0:
+        return f"none of the {n} comparison(s) is significant at p < {alpha:g}"
+    return f"{k} of {n} comparisons are significant at p < {alpha:g}; the other {n - k} are not significant"

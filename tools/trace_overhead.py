@@ -5,7 +5,9 @@ arms the mechanism around it (a write to a private instance's trace_marker, a
 uprobe or uretprobe defined through uprobe_events, a uprobe counted by perf, a
 BPF program on a uprobe via bpftrace), checks that every call really hit the
 tracer, and disarms it again. Rounds interleave the mechanisms in a shuffled
-order so that drift does not favour one of them.
+order so that drift does not favour one of them, and repeat adaptively
+(tools.stats.Repetition) until every mechanism's median is tight enough or the
+time budget is spent; the `repetition` table records which rule stopped them.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .progress import Progress
+from .stats import repetition, repetition_settings
 from .params import check_ints, choose_list, merge
 from .proc import kill_group, run_group
 from .tracefs import TraceSession, preflight as tracefs_preflight
@@ -54,18 +57,32 @@ MECHANISMS: dict[str, dict] = {
 }
 DEFAULT_MECHANISMS = tuple(MECHANISMS)
 
+# Rounds repeat adaptively (tools.stats.Repetition): after rep_warmup rounds that are
+# dropped, whole rounds of every mechanism run until each mechanism's median per-round
+# cost has a 95 % CI narrower than rep_target (relative), or rep_budget_s runs out, or
+# rep_max_runs rounds are in. `warmup` is the harness's untimed batches inside each run.
 PROFILES = {
-    "quick":   {"iterations": 2000, "batches": 3, "rounds": 2, "warmup": 1},
-    "default": {"iterations": 20000, "batches": 10, "rounds": 7, "warmup": 2},
-    "full":    {"iterations": 100000, "batches": 20, "rounds": 15, "warmup": 3},
+    "quick":   {"iterations": 2000, "batches": 3, "warmup": 1, "rep_target": 0.05,
+                "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 30.0, "rep_warmup": 0},
+    "default": {"iterations": 20000, "batches": 10, "warmup": 2, "rep_target": 0.05,
+                "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 45.0, "rep_warmup": 1},
+    "full":    {"iterations": 100000, "batches": 20, "warmup": 3, "rep_target": 0.02,
+                "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 600.0, "rep_warmup": 2},
 }
-COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1}
+# rounds: a fixed number of rounds (sets rep_min_runs = rep_max_runs), for callers that
+# want the fixed repetition of the datasets measured before adaptive repetition
+COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
+EXPERIMENT = "per-call cost"
 
 
 def params(profile: str = "default", **overrides) -> dict:
     """Merge a profile with overrides and validate everything (ParameterError)."""
     p = merge(profile, PROFILES, COMMON, overrides)
-    check_ints(p, {"iterations": 1, "batches": 1, "rounds": 1, "warmup": 0})
+    check_ints(p, {"iterations": 1, "batches": 1, "warmup": 0})
+    if p["rounds"] is not None:
+        check_ints(p, {"rounds": 1})
+        p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
+    repetition_settings(p, "rep_")
     mechs = choose_list(p["mechanisms"], list(MECHANISMS), "mechanism", DEFAULT_MECHANISMS)
     if "none" not in mechs:
         mechs = ["none", *mechs]  # every comparison needs the baseline
@@ -245,24 +262,37 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         w.extra["symbols"] = {sym: {k: v for k, v in vars(elfsym.locate(binary, sym)).items()
                                     if k != "path"} for sym in ("pb_ret", "pb_push", "pb_nop5")}
         samples, checks = [], []
-        prog = Progress(CHAPTER, p["rounds"] * len(mechs))
+        rep = repetition(EXPERIMENT, mechs, p, "rep_")
+        prog = Progress(CHAPTER, (rep.warmup + rep.min_runs) * len(mechs))
         with TraceSession("probench") as s:
             s.set_option("buffer_size_kb", "1024")
             runner = _Runner(p, s, binary, prog.note)
             w.extra["perf_probe_check"] = _perf_probe_check(binary, s) if "perf_stat" in mechs else None
-            for rnd in range(p["rounds"]):
+            for rd in rep.rounds():
+                if rd.index:
+                    prog.note(f"after {rd.index} round(s): {rep.status()}")
+                if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
+                    prog.total += len(mechs)
+                rnd = rd.index - rep.warmup  # measured rounds are numbered from 0
+                label = (f"warm-up round {rd.index + 1}/{rep.warmup}" if rd.warmup
+                         else f"round {rnd + 1} (at most {rep.max_runs})")
                 order = mechs[:]
                 rng.shuffle(order)
                 for pos, m in enumerate(order):
                     df, timer, hits = runner.run(m)
-                    df.insert(0, "mechanism", m)
-                    df.insert(0, "position", pos)
-                    df.insert(0, "round", rnd)
-                    df["timer_ns"] = timer
-                    samples.append(df)
-                    checks.append({"round": rnd, "mechanism": m, "expected_hits": runner.calls
-                                   if m not in ("none", "syscall") else None, "observed_hits": hits})
-                    prog.step(f"round {rnd + 1}/{p['rounds']} {m}")
+                    rep.add(m, (df["ns"] / df["iters"]).median())
+                    if not rd.warmup:
+                        df.insert(0, "mechanism", m)
+                        df.insert(0, "position", pos)
+                        df.insert(0, "round", rnd)
+                        df["timer_ns"] = timer
+                        samples.append(df)
+                        checks.append({"round": rnd, "mechanism": m, "expected_hits": runner.calls
+                                       if m not in ("none", "syscall") else None, "observed_hits": hits})
+                    prog.step(f"{label} {m}")
+            prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * len(mechs)
+            prog.note(f"stopped by {rep.stopped_by}: {rep.status()}")
+        w.add_table("repetition", pd.DataFrame(rep.records()))
         table = pd.concat(samples, ignore_index=True)
         table["ns_per_call"] = table["ns"] / table["iters"]
         w.add_table("samples", table)
@@ -314,21 +344,17 @@ def round_cv(samples):
                .agg(rounds="count", cv=cv).reset_index())
 
 
-def overhead_table(summary, baseline: str = "none"):
-    """Median cost above the baseline, with a conservative interval."""
-    import pandas as pd
-    from .stats import diff_ci
-    rows = []
-    for ds, g in summary.groupby("dataset"):
-        base = g[g.mechanism == baseline]
-        if base.empty:
-            continue
-        b = base.iloc[0]
-        for _, r in g.iterrows():
-            lo, hi = diff_ci(r.ci_low, r.ci_high, b.ci_low, b.ci_high)
-            rows.append({"dataset": ds, "mechanism": r.mechanism,
-                         "overhead_ns": r["median"] - b["median"], "ci_low": lo, "ci_high": hi})
-    return pd.DataFrame(rows)
+def overhead_table(samples, baseline: str = "none"):
+    """Per dataset: each mechanism's cost above the baseline, from all its batches.
+
+    tools.stats.compare: the Hodges-Lehmann shift (ns per call) with its
+    distribution-free 95 % CI, the Mann-Whitney p-value, Cliff's delta and a verdict
+    that says "not significant" where it is not.
+    """
+    from .stats import compare_frame
+    t = compare_frame(samples, by="mechanism", value="ns_per_call", baseline=baseline,
+                      within="dataset")
+    return t.rename(columns={"shift": "overhead_ns", "shift_low": "ci_low", "shift_high": "ci_high"})
 
 
 def load(data_dir=None) -> dict:
@@ -336,20 +362,24 @@ def load(data_dir=None) -> dict:
     from .dataset import load_manifests, load_reference, load_table
     samples = load_table(CHAPTER, "samples", data_dir)
     checks = load_table(CHAPTER, "checks", data_dir)
-    for t in (samples, checks):
+    rep = load_table(CHAPTER, "repetition", data_dir)
+    for t in (samples, checks, rep):
         if not t.empty:
             t.insert(0, "dataset", t.host_id + "/" + t.run_id)
     return {
         "samples": samples,
         "checks": checks,
+        "repetition": rep,
         "manifests": load_manifests(CHAPTER, data_dir),
         "reference": load_reference(CHAPTER, data_dir),
     }
 
 
 def latest(manifests: list[dict]) -> dict | None:
-    """The newest dataset (by run id): the one the chapter's prose talks about."""
-    return max(manifests, key=lambda m: m["run_id"]) if manifests else None
+    """The dataset the chapter's prose talks about: the newest one measured with the
+    default or full profile (a quick run is a test), else the newest of all."""
+    from .dataset import newest
+    return newest(manifests)
 
 
 def dataset_key(m: dict) -> str:
@@ -427,16 +457,59 @@ STEPS = [
 ]
 
 
-def decompose(medians):
-    """Differences between mechanisms that isolate one step each (ns per call)."""
+def decompose(samples):
+    """Differences between mechanisms that isolate one step each (ns per call).
+
+    `samples` are one dataset's batches. Each step is compared with tools.stats.compare
+    (Hodges-Lehmann shift with its 95 % CI, Mann-Whitney p); the verdict says "not
+    significant" where the two mechanisms can't be told apart.
+    """
     import math
     import pandas as pd
+    from .stats import compare
+    by = {m: g["ns_per_call"].to_numpy() for m, g in samples.groupby("mechanism")}
     rows = []
     for key, step, expr in STEPS:
         a, b = (x.strip() for x in expr.split("-"))
-        ns = medians[a] - medians[b] if a in medians and b in medians else math.nan
-        rows.append({"key": key, "step": step, "computed as": expr, "ns": ns})
+        row = {"key": key, "step": step, "computed as": expr, "ns": math.nan,
+               "ci_low": math.nan, "ci_high": math.nan, "p_value": math.nan, "verdict": "not measured"}
+        if a in by and b in by and len(by[a]) > 1 and len(by[b]) > 1:
+            c = compare(by[a], by[b], names=(a, b))
+            row.update(ns=c.shift, ci_low=c.shift_low, ci_high=c.shift_high, p_value=c.p_value,
+                       verdict="not significant" if not c.significant else
+                       f"significant, {c.magnitude} effect")
+        rows.append(row)
     return pd.DataFrame(rows)
+
+
+def host_comparison(samples, manifests, mechanisms=("marker", "uprobe")):
+    """Each other host's newest dataset against the host the prose quotes (latest()),
+    per mechanism, with tools.stats.compare."""
+    import pandas as pd
+    from .dataset import only_shown, shown_datasets
+    from .stats import compare_frame
+    if len(shown_datasets(manifests)) < 2:
+        return pd.DataFrame()
+    ref = latest(manifests)
+    sel = only_shown(samples, manifests)
+    sel = sel[sel.mechanism.isin(mechanisms)]
+    return compare_frame(sel, by="host_id", value="ns_per_call", baseline=ref["host"]["host_id"],
+                         within="mechanism")
+
+
+def caption_for(samples, manifests, what: str, ci: bool = True, extra: str = "") -> str:
+    """A figure caption from the data shown: batches per group, excluded warm-up, hosts."""
+    from .stats import caption, hosts_of
+    n = samples.groupby(["dataset", "mechanism"]).size()
+    excluded = []
+    for m in manifests:
+        q = m["parameters"]
+        rounds = samples.loc[samples.dataset == dataset_key(m), "round"].nunique()
+        wr = q.get("rep_warmup", 0)
+        # untimed batches of every run, and whole warm-up rounds (timed, then dropped)
+        excluded.append((rounds + wr) * q["warmup"] + wr * q["batches"])
+    return caption(what, n=n.to_numpy(), unit="batches", warmup=excluded,
+                   hosts=hosts_of(manifests), ci=ci, extra=extra)
 
 
 from .dataset import skipped_table as not_measured  # noqa: E402  (the chapter's name for it)

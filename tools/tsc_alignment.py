@@ -32,25 +32,41 @@ from pathlib import Path
 from . import hostinfo
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .progress import Progress
+from .stats import repetition, repetition_settings
 
 CHAPTER = "tsc_alignment"
 TITLE = "Guest/host TSC alignment with KVM"
 U64 = 1 << 64
 
+# The KVM_RUN brackets repeat in rounds (every variant, on every CPU, in a rotating
+# order) adaptively (tools.stats.Repetition): after rep_warmup dropped rounds, until
+# each variant's per-round median bracket width has a 95 % CI narrower than
+# rep_target (relative), or rep_budget_s runs out, or rep_max_runs rounds are in.
+# Skew and frequency are fixed counts: a skew bound comes from the extreme exchanges,
+# not from a median, and the frequency is a calibration that agrees to ppm.
 PROFILES: dict[str, dict] = {
-    "quick": {"rounds": 2, "samples": 100, "warmup": 20, "pristine": 100,
+    "quick": {"samples": 100, "warmup": 20, "pristine": 100,
+              "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 3, "rep_budget_s": 10.0,
+              "rep_warmup": 0,
               "skew_rounds": 2, "skew_iters": 1000, "timeline_samples": 12,
               "freq_reps": 3, "freq_ms": 50, "cpus": None},
-    "default": {"rounds": 8, "samples": 500, "warmup": 50, "pristine": 500,
+    # default: 200 readings per block and at most 20 rounds keep the bracket table under
+    # about 2 MB for the repository; `full` is for a closer look on your own machine
+    "default": {"samples": 200, "warmup": 20, "pristine": 500,
+                "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 20, "rep_budget_s": 15.0,
+                "rep_warmup": 1,
                 "skew_rounds": 5, "skew_iters": 2000, "timeline_samples": 30,
                 "freq_reps": 5, "freq_ms": 200, "cpus": None},
-    "full": {"rounds": 20, "samples": 1000, "warmup": 100, "pristine": 1000,
+    "full": {"samples": 1000, "warmup": 100, "pristine": 1000,
+             "rep_target": 0.02, "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 120.0,
+             "rep_warmup": 1,
              "skew_rounds": 10, "skew_iters": 5000, "timeline_samples": 60,
              "freq_reps": 10, "freq_ms": 500, "cpus": None},
 }
-LIMITS = {"rounds": (1, 200), "samples": (10, 100000), "warmup": (0, 10000),
+LIMITS = {"samples": (10, 100000), "warmup": (0, 10000),
           "pristine": (0, 100000), "skew_rounds": (1, 100), "skew_iters": (100, 200000),
           "timeline_samples": (1, 1000), "freq_reps": (1, 100), "freq_ms": (10, 5000)}
+EXPERIMENT = "KVM_RUN bracket width"
 VARIANTS = ("default", "msr", "attr")
 TIMELINE_EVENTS = ("kvm/kvm_write_tsc_offset", "kvm/kvm_entry", "kvm/kvm_exit",
                    "kvm/kvm_emulate_insn", "kvm/kvm_pio", "kvm/kvm_userspace_exit")
@@ -92,6 +108,7 @@ def params(profile: str = "default", **overrides) -> dict:
         v = p[k]
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ParameterError(f"{k} must be an integer in [{lo}, {hi}], got {v!r}")
+    repetition_settings(p, "rep_")
     cpus = _parse_cpus(p["cpus"])
     if cpus is None:
         cpus = sorted(os.sched_getaffinity(0))[:2]
@@ -143,6 +160,62 @@ def _run_helper(args: list[str], timeout: float = 600) -> str:
         msg = (err.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         raise PerfbookError(f"kvmtsc {args[0]} failed: {msg}")
     return out
+
+
+def _run_adaptive(args: list[str], rep, prog) -> dict:
+    """`kvmtsc run --interactive 1`: after every round, hand each variant's median bracket
+    width to `rep` (a Repetition) and tell the helper to go on or to stop.
+
+    Readings of warm-up rounds are kept but flagged (warmup = 1, warmup_round = True),
+    so every analysis that drops warm-up readings drops them too.
+    """
+    import tempfile
+    from .cbuild import binary
+    exe = str(binary(HELPER))
+    with tempfile.TemporaryFile(mode="w+") as errf:
+        proc = subprocess.Popen([exe, *args, "--interactive", "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errf, text=True,
+                                start_new_session=True)
+        lines: list[str] = []
+        warm: set[int] = set()
+        try:
+            rounds = rep.rounds()
+            rd = next(rounds)
+            start = 0
+            for line in proc.stdout:
+                lines.append(line)
+                if not line.startswith("round_done,"):
+                    continue
+                r = int(line.split(",")[1])
+                block = bracket_frame(parse_helper("".join(lines[start:]))["samples"])
+                start = len(lines)
+                block = block[(block["round"] == r) & (block["warmup"] == 0)]
+                if rd.warmup:
+                    warm.add(r)
+                for v, g in block.groupby("variant"):
+                    rep.add(v, float(g["width"].median()))
+                prog.note(f"{'warm-up ' if rd.warmup else ''}round {r + 1}: {rep.status()}")
+                try:
+                    rd = next(rounds)
+                    proc.stdin.write("next\n")
+                except StopIteration:
+                    proc.stdin.write("stop\n")
+                proc.stdin.flush()
+            proc.stdin.close()
+            proc.wait(timeout=60)
+        except BaseException:
+            _stop(proc)
+            raise
+        if proc.returncode != 0:
+            errf.seek(0)
+            msg = (errf.read().strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+            raise PerfbookError(f"kvmtsc {args[0]} failed: {msg}")
+    res = parse_helper("".join(lines))
+    smp = res["samples"]
+    smp["warmup_round"] = smp["round"].isin(warm)
+    smp.loc[smp["warmup_round"], "warmup"] = 1
+    prog.note(f"KVM brackets stopped by {rep.stopped_by}: {rep.status()}")
+    return res
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -274,6 +347,7 @@ def _dmesg_tsc() -> list[str]:
 
 # ------------------------------------------------------------------ collect --
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
+    import pandas as pd
     p = params(profile, **overrides)
     from .cbuild import binary
     from .dataset import DatasetWriter, check_writable
@@ -321,14 +395,16 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             for part in ("kvm", "tracepoint", "timeline"):
                 w.skip(part, kvm_why)
         else:
-            run_args = ["run", "--cpus", cpu_arg, "--rounds", str(p["rounds"]),
+            rep = repetition(EXPERIMENT, VARIANTS, p, "rep_")
+            # the helper's own limit is never reached: rep says stop first
+            run_args = ["run", "--cpus", cpu_arg, "--rounds", str(rep.warmup + rep.max_runs + 1),
                         "--samples", str(p["samples"]), "--warmup", str(p["warmup"]),
                         "--pristine", str(p["pristine"]), "--variants", ",".join(VARIANTS)]
             tl_args = ["run", "--cpus", str(cpus[-1]), "--rounds", "1",
                        "--samples", str(p["timeline_samples"]), "--warmup", "3",
                        "--pristine", "0", "--variants", "attr"]
             if trace_why:
-                res = parse_helper(_run_helper(run_args))
+                res = _run_adaptive(run_args, rep, prog)
                 w.skip("tracepoint", trace_why)
                 w.skip("timeline", trace_why)
                 events = None
@@ -340,7 +416,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                     ts.set_option("buffer_size_kb", "4096")
                     ts.enable("kvm/kvm_write_tsc_offset")
                     ts.set_option("tracing_on", "1")
-                    res = parse_helper(_run_helper(run_args))
+                    res = _run_adaptive(run_args, rep, prog)
                     pid = int(res["meta"]["pid"])
                     tr = parse_trace(ts.file("trace").read_text(), pid)
                     events = tsc_offset_events(tr)
@@ -365,6 +441,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                 meta["timeline_buffer_overrun"] = stats.get("overrun", 0)
                 meta["trace_clock"] = "x86-tsc"
             w.add_table("bracket", res["samples"])
+            w.add_table("repetition", pd.DataFrame(rep.records()))
             ops = res["ops"].copy()
             ops["readback_signed"] = ops["readback"].map(signed)
             w.add_table("kvm_ops", ops)
@@ -388,7 +465,7 @@ def load(data_dir=None) -> dict:
     """Every table of every committed run (tidy frames with host_id, run_id)."""
     from .dataset import load_manifests, load_table
     names = ("bracket", "kvm_ops", "tsc_offset_events", "skew_pingpong", "tsc_freq",
-             "tsc_facts", "timeline_events", "timeline_samples", "timeline_ops")
+             "tsc_facts", "timeline_events", "timeline_samples", "timeline_ops", "repetition")
     out = {n: load_table(CHAPTER, n, data_dir) for n in names}
     out["manifests"] = load_manifests(CHAPTER, data_dir)
     return out
@@ -542,8 +619,9 @@ def _newest(frame, run_id):
 def headline(D) -> dict:
     """The figures the chapter quotes, all from the newest dataset."""
     from .stats import summarize
+    from .dataset import newest
     mans = sorted(D["manifests"], key=lambda mm: mm["run_id"])
-    man = mans[-1]
+    man = newest(mans)  # the newest default/full run: a quick run is a test
     rid = man["run_id"]
     ex = man.get("tsc_alignment", {})
     h = {"run_id": rid, "host_id": man["host"]["host_id"],
@@ -610,3 +688,46 @@ def headline(D) -> dict:
     h["n_kvm_exit"] = int(h.get("tl_counts", {}).get("kvm_exit", 0))
     h["n_emulate"] = int(h.get("tl_counts", {}).get("kvm_emulate_insn", 0))
     return h
+
+
+# ------------------------------------------------------ hosts, variants, captions --
+def round_medians(b):
+    """Median bracket width per host, run, variant and round (measured readings only).
+
+    A round is the unit that repeats (and that adaptive repetition counts), so variants
+    and hosts are compared on these per-round medians.
+    """
+    w = b[(b["warmup"] == 0) & b["variant"].isin(VARIANTS)]
+    return (w.groupby(["host_id", "run_id", "variant", "round"], as_index=False)["width"].median())
+
+
+def variant_comparison(b, baseline: str = "default"):
+    """Each offset variant's round-trip width against `baseline`, per dataset (compare)."""
+    from .stats import compare_frame
+    return compare_frame(round_medians(b), by="variant", value="width", baseline=baseline,
+                         within=["host_id", "run_id"])
+
+
+def host_comparison(b, manifests, ref: dict):
+    """Each other host's newest dataset against the prose's dataset `ref` (the one
+    dataset.newest picks), per variant."""
+    import pandas as pd
+    from .dataset import only_shown, shown_datasets
+    from .stats import compare_frame
+    if len(shown_datasets(manifests)) < 2:
+        return pd.DataFrame()
+    rm = only_shown(round_medians(b), manifests)
+    return compare_frame(rm, by="host_id", value="width", baseline=ref["host"]["host_id"],
+                         within="variant")
+
+
+def bracket_caption(b, manifests, what: str, by=("host_id", "variant"), ci: bool = False,
+                    extra: str = "") -> str:
+    """Caption for a figure of bracket readings: readings per group, the warm-up readings
+    excluded (per block, and whole warm-up rounds), and the hosts."""
+    from .stats import caption, hosts_of
+    g = b.groupby(list(by))["warmup"]
+    n = g.apply(lambda s: int((s == 0).sum())).to_numpy()
+    wu = g.apply(lambda s: int((s != 0).sum())).to_numpy()
+    hosts = hosts_of([m for m in manifests if m["host"]["host_id"] in set(b["host_id"])])
+    return caption(what, n=n, unit="readings", warmup=wu, hosts=hosts, ci=ci, extra=extra)

@@ -740,3 +740,35 @@ def load_seed_strings(data_dir=None):
     if not p.is_file():
         raise DatasetError(f"reference table {p} is missing")
     return pd.read_csv(p, dtype=str, keep_default_na=False)
+
+
+def newest_host_rows(df, manifests):
+    """Rows of `df` (host_id/run_id columns) from the dataset shown for each host
+    (tools.dataset.only_shown, with the chapter's newest dataset for its own host)."""
+    from .dataset import newest, only_shown
+    return only_shown(df, manifests, newest(manifests))
+
+
+def host_bit_diff(bits, manifests, source: str = "host"):
+    """Per device type, the negotiated bits each host has that the first (sorted) host lacks,
+    and the reverse, from each host's newest dataset. Feature strings are exact readouts, so
+    this is a set difference, not a statistical test. Empty with fewer than two hosts."""
+    import pandas as pd
+    b = newest_host_rows(bits, manifests)
+    b = b[b["source"] == source] if b is not None and not b.empty else b
+    if b is None or b.empty or b["host_id"].nunique() < 2:
+        return pd.DataFrame(columns=["host_id", "baseline", "type", "only on this host",
+                                     "only on the baseline"])
+    hosts_ = sorted(b["host_id"].unique())
+    base = hosts_[0]
+    per = {h: {t: set(g["name"]) for t, g in b[b["host_id"] == h].groupby("type")} for h in hosts_}
+    rows = []
+    for h in hosts_[1:]:
+        for t in sorted(set(per[h]) | set(per[base])):
+            mine, theirs = per[h].get(t), per[base].get(t)
+            rows.append({"host_id": h, "baseline": base, "type": t,
+                         "only on this host": "(no such device)" if mine is None else
+                         " ".join(sorted(mine - (theirs or set()))) or "-",
+                         "only on the baseline": "(no such device)" if theirs is None else
+                         " ".join(sorted(theirs - (mine or set()))) or "-"})
+    return pd.DataFrame(rows)

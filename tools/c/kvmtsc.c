@@ -17,7 +17,7 @@
  *       lines: "pp,<dir>,<round>,<i>,<t2-t1>,<t3-t2>"   (dir 0: A->B, 1: B->A)
  *
  *   kvmtsc run --cpus A[,B] --rounds R --samples N --warmup W
- *              --variants default,msr,attr [--pristine N]
+ *              --variants default,msr,attr [--pristine N] [--interactive 1]
  *       creates a VM and one vCPU, runs a real-mode guest that executes
  *       RDTSC, stores EDX:EAX in guest memory and does OUT 0x10
  *       (one I/O exit per guest reading). Every KVM_RUN is bracketed by two
@@ -28,6 +28,10 @@
  *       lines: "meta,<key>,<value>"
  *              "op,<seq>,<kind>,<variant>,<round>,<tsc_before>,<tsc_after>,<requested>,<readback>"
  *              "s,<variant>,<round>,<cpu>,<idx>,<warmup>,<before>,<guest>,<after>"
+ *       With --interactive 1, R is a maximum: after each round it prints
+ *       "round_done,<round>" and reads a line from stdin; "next" runs another
+ *       round, anything else (or end of file) ends the run. The caller decides
+ *       when the medians are tight enough (tools.stats.Repetition).
  *
  * Every fd is closed before exit; the kernel destroys the VM when the last
  * fd goes. PR_SET_PDEATHSIG makes the helper die with its parent.
@@ -391,8 +395,19 @@ static int block(struct vm *v, const char *variant, int round, int cpu, int warm
 	return 0;
 }
 
+/* Interactive runs: the caller says after each round whether to go on. */
+static int next_round_wanted(int round)
+{
+	char line[64];
+	printf("round_done,%d\n", round);
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		return 0;
+	return strncmp(line, "next", 4) == 0;
+}
+
 static int cmd_run(int *cpus, int ncpu, int rounds, int samples, int warmup,
-		   const char *variants_arg, int pristine)
+		   const char *variants_arg, int pristine, int interactive)
 {
 	struct vm v;
 	memset(&v, 0, sizeof(v));
@@ -444,6 +459,8 @@ static int cmd_run(int *cpus, int ncpu, int rounds, int samples, int warmup,
 					rc = 130;
 			fflush(stdout);
 		}
+		if (interactive && !rc && r + 1 < rounds && !next_round_wanted(r))
+			break;
 	}
 	fflush(stdout);
 	vm_close(&v);
@@ -465,6 +482,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOFBF, 1 << 20);
 
 	int cpus[8] = {0}, ncpu = 1, rounds = 4, samples = 200, warmup = 20, pristine = 0;
+	int interactive = 0;
 	long iters = 2000;
 	int freq_ms = 100, freq_reps = 5;
 	const char *variants = "default,msr,attr";
@@ -481,6 +499,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(o, "--variants")) variants = val;
 		else if (!strcmp(o, "--freq-ms")) freq_ms = atoi(val);
 		else if (!strcmp(o, "--freq-reps")) freq_reps = atoi(val);
+		else if (!strcmp(o, "--interactive")) interactive = atoi(val);
 		else { fprintf(stderr, "kvmtsc: unknown option %s\n", o); return 2; }
 		i++;
 	}
@@ -490,7 +509,7 @@ int main(int argc, char **argv)
 	else if (!strcmp(argv[1], "skew"))
 		rc = cmd_skew(cpus, ncpu, rounds, iters);
 	else if (!strcmp(argv[1], "run"))
-		rc = cmd_run(cpus, ncpu, rounds, samples, warmup, variants, pristine);
+		rc = cmd_run(cpus, ncpu, rounds, samples, warmup, variants, pristine, interactive);
 	else {
 		fprintf(stderr, "kvmtsc: unknown command %s\n", argv[1]);
 		rc = 2;

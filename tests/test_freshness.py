@@ -1,0 +1,156 @@
+"""No chapter is stale: every stored notebook was executed on the data data/ holds now.
+
+tools.freshness digests exactly the files a notebook reads; `python -m tools
+refresh` stores that digest in the notebook's metadata. The unit tests pin the
+digest's properties; the last tests compare every stored notebook with data/.
+"""
+import json
+import os
+import shutil
+
+import nbformat
+import pytest
+import yaml
+
+from conftest import ROOT
+from tools import chapters, freshness
+
+
+def _dataset(data, host, chapter, run, rows="x\n1\n"):
+    d = data / "runs" / host / chapter / run
+    d.mkdir(parents=True)
+    (d / "t.csv").write_text(rows)
+    (d / "manifest.json").write_text(json.dumps({"chapter": chapter, "run_id": run,
+                                                 "host": {"host_id": host}}))
+    return d
+
+
+@pytest.fixture
+def data(tmp_path):
+    d = tmp_path / "data"
+    (d / "reference").mkdir(parents=True)
+    (d / "reference" / "trace_overhead.csv").write_text("a,b\n1,2\n")
+    (d / "reference" / "tsc_alignment.csv").write_text("a\n3\n")
+    _dataset(d, "h-aaaaaaaaaaaa", "trace_overhead", "20260101T000000Z")
+    _dataset(d, "h-aaaaaaaaaaaa", "tsc_alignment", "20260101T000000Z")
+    return d
+
+
+def test_digest_covers_the_chapters_runs_and_its_reference_only(data):
+    files = freshness.data_files("trace_overhead", data)
+    assert sorted(files) == ["reference/trace_overhead.csv",
+                             "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/manifest.json",
+                             "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/t.csv"]
+
+
+def test_digest_does_not_depend_on_order_or_location(data, tmp_path):
+    other = tmp_path / "elsewhere" / "data"
+    (other / "reference").mkdir(parents=True)
+    # the same files, created in the opposite order, in another directory
+    _dataset(other, "h-aaaaaaaaaaaa", "tsc_alignment", "20260101T000000Z")
+    _dataset(other, "h-aaaaaaaaaaaa", "trace_overhead", "20260101T000000Z")
+    (other / "reference" / "tsc_alignment.csv").write_text("a\n3\n")
+    (other / "reference" / "trace_overhead.csv").write_text("a,b\n1,2\n")
+    for ch in ("trace_overhead", "tsc_alignment"):
+        assert freshness.data_digest(ch, data) == freshness.data_digest(ch, other)
+
+
+def test_a_new_dataset_changes_only_the_affected_chapter(data):
+    before = {ch: freshness.data_digest(ch, data) for ch in ("trace_overhead", "tsc_alignment")}
+    _dataset(data, "h-bbbbbbbbbbbb", "trace_overhead", "20260102T000000Z")
+    assert freshness.data_digest("trace_overhead", data) != before["trace_overhead"]
+    assert freshness.data_digest("trace_overhead", data)[1] == before["trace_overhead"][1] + 2
+    assert freshness.data_digest("tsc_alignment", data) == before["tsc_alignment"]
+
+
+def test_content_reference_and_renames_count_but_mtimes_and_hidden_files_do_not(data):
+    run = data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / "20260101T000000Z"
+    d0 = freshness.data_digest("trace_overhead", data)
+    os.utime(run / "t.csv", (0, 0))
+    (data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260103T000000Z-1234").mkdir()
+    (data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260103T000000Z-1234" / "t.csv").write_text("9")
+    assert freshness.data_digest("trace_overhead", data) == d0
+    (run / "t.csv").write_text("x\n2\n")
+    d1 = freshness.data_digest("trace_overhead", data)
+    assert d1 != d0
+    (data / "reference" / "trace_overhead.csv").write_text("a,b\n1,3\n")
+    d2 = freshness.data_digest("trace_overhead", data)
+    assert d2 != d1
+    run.rename(run.with_name("20260101T000001Z"))
+    assert freshness.data_digest("trace_overhead", data) != d2
+
+
+def test_a_page_that_reads_every_chapter_digests_all_of_data(data):
+    d0 = freshness.data_digest("some_page", data)
+    files = freshness.data_files("some_page", data)
+    assert len([f for f in files if f.startswith("runs/")]) == 4
+    assert {"reference/trace_overhead.csv", "reference/tsc_alignment.csv"} <= set(files)
+    _dataset(data, "h-bbbbbbbbbbbb", "tsc_alignment", "20260102T000000Z")
+    assert freshness.data_digest("some_page", data) != d0
+
+
+def test_missing_reference_in_a_scratch_dir_falls_back_to_the_committed_one(tmp_path):
+    scratch = tmp_path / "data"
+    _dataset(scratch, "h-aaaaaaaaaaaa", "trace_overhead", "20260101T000000Z")
+    files = freshness.data_files("trace_overhead", scratch)
+    assert files["reference/trace_overhead.csv"] == ROOT / "data" / "reference" / "trace_overhead.csv"
+
+
+def test_record_then_stale_round_trip(data, tmp_path, monkeypatch):
+    nb_path = tmp_path / "ch.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nbformat.write(nb, nb_path)
+    fake = [chapters.Chapter("trace_overhead", "tools.trace_overhead", str(nb_path))]
+    monkeypatch.setattr(chapters, "CHAPTERS", fake)
+    monkeypatch.setattr(chapters, "PAGES", [], raising=False)
+    assert "no data digest" in freshness.stale(data_dir=data)[0][1]
+    freshness.record(nb, "trace_overhead", freshness.data_digest("trace_overhead", data))
+    nbformat.write(nb, nb_path)
+    assert freshness.stale(data_dir=data) == []
+    _dataset(data, "h-bbbbbbbbbbbb", "trace_overhead", "20260102T000000Z")
+    assert "other data" in freshness.stale(data_dir=data)[0][1]
+
+
+def test_the_book_renders_the_stored_outputs_not_an_execution_cache():
+    """With execution off, the digest-checked stored outputs are exactly what renders."""
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert str(cfg["execute"]["execute_notebooks"]).lower() in ("off", "false"), (
+        "_config.yml must keep execute_notebooks off: an execution cache could keep a render "
+        "made from old data")
+
+
+def _all_pages():
+    return list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
+
+
+@pytest.mark.parametrize("page", _all_pages(), ids=lambda c: c.name)
+def test_stored_notebook_follows_the_data(page):
+    nb = nbformat.read(page.path, as_version=4)
+    want, n = freshness.data_digest(page.name)
+    have = freshness.stored_digest(nb)
+    assert have is not None, (
+        f"{page.notebook} carries no data digest; run `make notebooks` "
+        f"(or `python -m tools refresh --chapters {page.name}`) and commit the notebook")
+    assert have == want, (
+        f"{page.notebook} is stale: its outputs were computed from other data than the {n} files "
+        f"it reads in data/ now; run `make notebooks` (or `python -m tools refresh --chapters "
+        f"{page.name}`) and commit the notebook")
+
+
+def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, capsys):
+    """`python -m tools refresh` stores the digest; the notebook then counts as fresh."""
+    from tools.__main__ import main
+    nb_path = tmp_path / "trace_overhead.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, nb_path)
+    fake = [chapters.Chapter("trace_overhead", "tools.trace_overhead", str(nb_path))]
+    monkeypatch.setattr(chapters, "CHAPTERS", fake)
+    monkeypatch.setattr(chapters, "PAGES", [], raising=False)
+    assert main(["refresh", "--chapters", "trace_overhead"]) == 0
+    done = nbformat.read(nb_path, as_version=4)
+    assert done.cells[0].outputs[0]["text"] == "42\n"
+    assert freshness.stored_digest(done) == freshness.data_digest("trace_overhead")[0]
+    assert freshness.stale() == []
+    assert main(["stale"]) == 0
+    assert "every stored notebook follows the data" in capsys.readouterr().out

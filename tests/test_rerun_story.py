@@ -1,0 +1,125 @@
+"""The rerun story: a second host's dataset arrives, and every affected chapter changes.
+
+A scratch copy of data/ gets one dataset per chapter from a second host (a test
+fixture made here, never committed: the newest committed run of the chapter,
+copied under a new host id with rewritten host facts and a new run id). Each
+chapter and data page is then executed once in explain mode against that copy
+(papermill, -p data_dir), and its outputs must differ from the stored ones and
+name the new host.
+
+The stored outputs are what the committed data gives (tests/test_freshness.py
+checks that), and they are compared with nbval's sanitizers and without the
+cells nbval ignores, so a difference comes from the added dataset alone.
+"""
+import configparser
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+from tools import chapters, freshness
+from tools.dataset import MANIFEST, list_runs, new_run_id
+
+NEW_HOST = "h-fixture00002"
+PAGES = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
+TEXT = ("text/plain", "text/html", "text/markdown", "text/latex", "application/json")
+
+
+def _sanitizers():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "tests" / "nbval_sanitize.cfg")
+    return [(re.compile(cfg[s]["regex"]), cfg[s]["replace"]) for s in cfg.sections()]
+
+
+SANITIZE = _sanitizers()
+
+
+def _fixture_host(facts: dict) -> dict:
+    out = dict(facts)
+    out.update(host_id=NEW_HOST, description="test fixture: a second host", label_opt_in=False,
+               cpu_model="Fixture CPU 2000 (test data)", kernel_release="6.1.0-fixture",
+               kernel_version="#1 SMP fixture", os_release="Fixture Linux 1")
+    return out
+
+
+@pytest.fixture(scope="module")
+def second_host(tmp_path_factory):
+    """(data dir, {chapter: new dataset}) with one fixture dataset per measured chapter."""
+    data = tmp_path_factory.mktemp("rerun") / "data"
+    shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
+    run_id = new_run_id()  # now: newer than every committed run
+    added = {}
+    for ch in chapters.CHAPTERS:
+        runs = list_runs(ch.name, data)
+        if not runs:
+            continue
+        src = max(runs, key=lambda r: r.name)
+        dst = data / "runs" / NEW_HOST / ch.name / run_id
+        shutil.copytree(src, dst)
+        m = json.loads((dst / MANIFEST).read_text())
+        m["host"] = _fixture_host(m["host"])
+        m["run_id"] = run_id
+        (dst / MANIFEST).write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+        added[ch.name] = dst
+    return data, added
+
+
+def _ignored(cell) -> bool:
+    return "NBVAL_IGNORE_OUTPUT" in cell.source or "NBVAL_SKIP" in cell.source
+
+
+def _cell_text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif out.get("output_type") == "error":
+            parts.append(f"{out.get('ename')}: {out.get('evalue')}")
+        for mime in TEXT:
+            val = out.get("data", {}).get(mime)
+            if val is not None:
+                parts.append(val if isinstance(val, str) else json.dumps(val, sort_keys=True))
+    text = "\n".join(parts)
+    for rx, rep in SANITIZE:
+        text = rx.sub(rep, text)
+    return text
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"
+            and "injected-parameters" not in c.metadata.get("tags", [])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=lambda c: c.name)
+def test_a_second_hosts_dataset_changes_the_chapter(page, second_host, tmp_path):
+    import papermill as pm
+    data, added = second_host
+    if page in chapters.CHAPTERS and page.name not in added:
+        pytest.skip(f"{page.name} has no committed dataset to copy for a second host")
+    stored = nbformat.read(page.path, as_version=4)
+    have, (want, _) = freshness.stored_digest(stored), freshness.data_digest(page.name)
+    assert have == want, (f"{page.notebook}'s stored outputs are stale, so they can't serve as the "
+                          f"before picture: run `make notebooks` first")
+    assert freshness.data_digest(page.name, data) != want, "the fixture did not touch this page's data"
+
+    out = tmp_path / f"{page.name}.ipynb"
+    pm.execute_notebook(str(page.path), str(out), parameters={"data_dir": str(data)},
+                        kernel_name="python3", progress_bar=False, cwd=str(page.path.parent))
+    fresh = nbformat.read(out, as_version=4)
+
+    before, after = _code_cells(stored), _code_cells(fresh)
+    assert [c.source for c in before] == [c.source for c in after]
+    problems = []
+    changed = [i for i, (b, a) in enumerate(zip(before, after))
+               if not _ignored(b) and _cell_text(b) != _cell_text(a)]
+    if not changed:
+        problems.append(f"adding {NEW_HOST}'s dataset changed none of the checked outputs")
+    if not any(NEW_HOST in _cell_text(c) for c in after):
+        problems.append(f"no output names the new host {NEW_HOST}")
+    assert not problems, (f"{page.name}: " + "; ".join(problems) +
+                          ". A chapter should show every host's data, labelled with its host id.")

@@ -1,0 +1,242 @@
+"""The built site in a real browser: Debian's chromium, headless, driven by selenium.
+
+The site is the session's one build of the book (conftest.built_book), served over HTTP on
+127.0.0.1. Every page in _toc.yml is opened: it loads, every image on it is complete and not
+broken, no glue reference is left unresolved, and every chapter page has figures, its Binder
+button, and a Datasets section whose links download the committed data byte for byte. Two
+screenshots are kept in build/artifacts/screenshots/.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import io
+import json
+import os
+import re
+import threading
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+
+from conftest import ROOT, need_tool, toc_pages
+
+SCREENSHOTS = ROOT / "build" / "artifacts" / "screenshots"
+PAGES = toc_pages()
+
+pytestmark = pytest.mark.slow
+
+
+def _chapters() -> dict[str, str]:
+    """docname -> chapter name for the registered chapters (tools/chapters.py)."""
+    from tools.sphinx_site import chapter_docnames
+    return chapter_docnames()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output for failures
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    chromium = need_tool("chromium")
+    driver_exe = need_tool("chromedriver", "chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1280,1400", "--hide-scrollbars", "--no-first-run"):
+        opts.add_argument(arg)
+    if os.geteuid() == 0:
+        opts.add_argument("--no-sandbox")  # chromium's sandbox refuses to run as root
+    # Offline and hermetic: only the local server resolves, so an outside resource (the MathJax
+    # CDN) fails at once instead of waiting on a network the CI machine may not have.
+    opts.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(driver_exe), options=opts)
+    drv.set_page_load_timeout(120)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+@pytest.fixture(scope="module")
+def site(built_book):
+    html = built_book.html
+    if not (html / "index.html").is_file():
+        pytest.fail("the book did not build, so there is no site to open:\n" + built_book.log[-3000:])
+    handler = functools.partial(_QuietHandler, directory=str(html))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield SimpleNamespace(url=f"http://127.0.0.1:{srv.server_address[1]}/", html=html,
+                              book=built_book)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(10)
+
+
+def _fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        assert r.status == 200, f"{url}: HTTP {r.status}"
+        return r.read()
+
+
+def _open(browser, site, page: str) -> None:
+    """Load a page and wait until every image on it has finished loading (or failed)."""
+    browser.get_log("browser")  # drop what earlier pages logged
+    url = site.url + f"{page}.html"
+    _fetch(url)  # the server has the page (a 404 would raise here)
+    browser.get(url)
+    browser.execute_script(  # lazy images below the fold would otherwise never load
+        "for (const i of document.images) { i.loading = 'eager'; }")
+    deadline = time.monotonic() + 60
+    while True:
+        pending = browser.execute_script(
+            "return document.readyState !== 'complete' ? -1 : "
+            "Array.from(document.images).filter(i => !i.complete).length;")
+        if pending == 0:
+            return
+        assert time.monotonic() < deadline, f"{page}: images still loading after 60 s ({pending})"
+        time.sleep(0.2)
+
+
+def _source(page: str) -> Path:
+    return next(p for p in (ROOT / f"{page}.ipynb", ROOT / f"{page}.md") if p.is_file())
+
+
+def _glue_text_refs(page: str) -> int:
+    """How many {glue:text} references the page's source holds (markdown cells only)."""
+    src = _source(page)
+    if src.suffix == ".ipynb":
+        nb = json.loads(src.read_text())
+        text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    else:
+        text = src.read_text()
+    return len(re.findall(r"\{glue:text\}`", text))
+
+
+def _glue_warnings(log: str, page: str) -> list[str]:
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
+    return [line.strip() for line in plain.splitlines()
+            if str(_source(page)) + ":" in line and "glue" in line and "WARNING" in line]
+
+
+def _images(browser) -> list[dict]:
+    return browser.execute_script(
+        "return Array.from(document.images).map(i => ({src: i.currentSrc || i.src, "
+        "complete: i.complete, width: i.naturalWidth, "
+        "figure: !!i.closest('article.bd-article')}));")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_in_chromium(browser, site, page):
+    _open(browser, site, page)
+    title = browser.title
+    assert title and "404" not in title and "Error response" not in title, f"{page}: title {title!r}"
+    assert browser.find_elements("css selector", "article.bd-article h1"), f"{page}: no heading"
+
+    imgs = _images(browser)
+    broken = [i["src"] for i in imgs if not (i["complete"] and i["width"] > 0)]
+    assert not broken, f"{page}: broken images: {broken}"
+    if page in _chapters():
+        figures = [i for i in imgs if i["figure"]]
+        assert figures, f"{page}: no figure in the chapter"
+
+    # Glue: myst-nb renders an unresolved {glue:text} as nothing at all, so count them. Every
+    # reference in the source must be a pasted value on the page, and the build must not have
+    # warned about this page's glue; no raw role may be left in the text either.
+    text = browser.execute_script("return document.body.innerText;")
+    for marker in ("{glue", "glue:text", "glue:figure"):
+        assert marker not in text and marker not in browser.page_source, f"{page}: raw glue ({marker})"
+    pasted = len(browser.find_elements("css selector", "article.bd-article .pasted-text"))
+    refs = _glue_text_refs(page)
+    assert pasted == refs, f"{page}: {refs - pasted} of {refs} glue references are unresolved"
+    warned = _glue_warnings(site.book.log, page)
+    assert not warned, f"{page}: the build could not resolve glue: {warned[:5]}"
+
+    # Resources of the site itself must all load; outside ones (the MathJax CDN) may be
+    # unreachable on an offline CI machine and are not the site's fault.
+    origin = site.url.rstrip("/")
+    errors = [e["message"] for e in browser.get_log("browser")
+              if e["level"] == "SEVERE" and origin in e["message"]
+              and not e["message"].startswith(f"{origin}/favicon.ico ")]  # chromium's own guess
+    assert not errors, f"{page}: the browser reported errors: {errors}"
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
+def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
+    from tools.sphinx_site import chapter_data
+    data = chapter_data(_chapters()[page])
+    _open(browser, site, page)
+
+    archive = browser.find_elements("css selector", "section#datasets a.perfbook-dataset-archive")
+    assert archive, f"{page}: no dataset download link"
+    href = archive[0].get_attribute("href")
+    assert urlsplit(href).path.endswith(f"/datasets/{data.chapter}.zip"), href
+    blob = _fetch(href)
+    with zipfile.ZipFile(io.BytesIO(blob)) as z:
+        assert z.testzip() is None, f"{href}: corrupt member"
+        want = {f"data/{rel}": src for src, rel in data.members()}
+        assert sorted(z.namelist()) == sorted(want), f"{href}: members differ from data/"
+        for name, src in want.items():
+            assert z.read(name) == src.read_bytes(), f"{href}: {name} differs from {src}"
+
+    # every raw file of every run of every host is linked, and the link serves that file
+    links = {urlsplit(a.get_attribute("href")).path.split("/datasets/", 1)[1]: a.get_attribute("href")
+             for a in browser.find_elements("css selector", "section#datasets a.perfbook-dataset-link")
+             if not a.get_attribute("href").endswith(".zip")}
+    members = {rel: src for src, rel in data.members()}
+    assert set(links) == set(members), f"{page}: linked files differ from data/"
+    for rel, url in links.items():
+        assert _fetch(url) == members[rel].read_bytes(), f"{url} differs from {members[rel]}"
+    section = browser.find_element("css selector", "section#datasets").text
+    for run in data.runs:
+        assert run.host in section and run.run_id in section, f"{page}: {run.host}/{run.run_id} missing"
+
+    # the Binder button opens this notebook in the configured repository
+    org_repo = "/".join(site.book.repository_url.rsplit("/", 2)[-2:])
+    binder = [a.get_attribute("href") for a in browser.find_elements("css selector", "a[href*='mybinder.org']")]
+    want = f"https://mybinder.org/v2/gh/{org_repo}/{site.book.branch}?urlpath=lab/tree/{page}.ipynb"
+    assert want in binder, f"{page}: Binder link {binder} is not {want}"
+    assert (ROOT / f"{page}.ipynb").is_file()
+
+
+def _nonblank_png(path: Path) -> None:
+    from PIL import Image
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.width >= 800 and im.height >= 600, (path, im.size)
+        colors = im.convert("RGB").getcolors(maxcolors=1 << 20)
+        assert colors is None or len(colors) > 50, f"{path} looks blank ({len(colors)} colours)"
+
+
+def test_screenshots(browser, site, capsys):
+    """The intro and the first chapter, kept as test artifacts (the chapter at its first figure)."""
+    first_chapter = next(p for p in PAGES if p in _chapters())
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    saved = []
+    for page, name in ((PAGES[0], "intro.png"), (first_chapter, "chapter.png")):
+        _open(browser, site, page)
+        if page == first_chapter:
+            browser.execute_script(
+                "const i = document.querySelector('article.bd-article img');"
+                "if (i) { i.scrollIntoView({block: 'center'}); }")
+            time.sleep(0.5)
+        out = SCREENSHOTS / name
+        tmp = out.with_suffix(".tmp.png")
+        assert browser.save_screenshot(str(tmp)), f"chromium could not save {name}"
+        os.replace(tmp, out)
+        _nonblank_png(out)
+        saved.append(f"{out} ({page})")
+    with capsys.disabled():
+        print("\nscreenshots: " + "; ".join(saved))

@@ -1,0 +1,133 @@
+"""Is a stored notebook up to date with data/? A digest of the data it reads.
+
+The book renders the outputs stored in the notebooks (execute_notebooks is
+off), so a dataset added without `make notebooks` would leave a chapter that
+silently shows the old data. `python -m tools refresh` therefore records, in
+each notebook's metadata, a digest of exactly the files that notebook reads:
+
+* a chapter: every file under data/runs/*/<chapter>/ and data/reference/<chapter>*.csv;
+* a page that reads every chapter (tools.chapters.PAGES): all of data/runs and
+  data/reference.
+
+The digest is a SHA-256 over sorted (path relative to the data directory,
+SHA-256 of the content) pairs: it does not depend on the order in which the
+file system lists the files, on where the checkout lives, or on mtimes, and it
+ignores hidden entries (a dataset still being written, .tmp-*), which no
+reader loads. `stale()` compares the stored digests with the current data.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from .paths import reference_dir, resolve_data_dir, runs_dir
+
+METADATA_KEY = "perfbook"
+DIGEST_KEY = "data_digest"
+FILES_KEY = "data_files"
+ALGO = "sha256"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _visible_files(top: Path):
+    """Every regular file under `top` whose path below it has no hidden part."""
+    if not top.is_dir():
+        return
+    for p in top.rglob("*"):
+        rel = p.relative_to(top)
+        if any(part.startswith(".") for part in rel.parts):
+            continue
+        if p.is_file():
+            yield p
+
+
+def tree_digest(files: dict[str, Path]) -> str:
+    """Digest of {relative name: file}: sorted names and content hashes."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + file_sha256(files[name]).encode() + b"\n")
+    return f"{ALGO}:{h.hexdigest()}"
+
+
+def dir_digest(top: Path) -> str:
+    """Digest of a directory's visible files, named relative to it (datasets)."""
+    top = Path(top)
+    return tree_digest({p.relative_to(top).as_posix(): p for p in _visible_files(top)})
+
+
+def _is_chapter(name: str) -> bool:
+    from .chapters import CHAPTERS
+    return any(c.name == name for c in CHAPTERS)
+
+
+def data_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]:
+    """The files notebook `name` reads, keyed by their path relative to the data dir.
+
+    A reference table missing from a scratch data_dir comes from the committed
+    data/reference, as tools.dataset.load_reference does.
+    """
+    data = resolve_data_dir(data_dir)
+    runs, refs = runs_dir(data), reference_dir(data)
+    chapter = _is_chapter(name)
+    out: dict[str, Path] = {}
+    if chapter and runs.is_dir():
+        tops = [h / name for h in runs.iterdir() if h.is_dir() and not h.name.startswith(".")]
+    else:
+        tops = [runs]
+    for top in tops:
+        for f in _visible_files(top):
+            out[f"runs/{f.relative_to(runs).as_posix()}"] = f
+    pattern = f"{name}*.csv" if chapter else "*.csv"
+    found = {p.name: p for p in (refs.glob(pattern) if refs.is_dir() else [])}
+    committed = reference_dir()
+    if committed != refs and committed.is_dir():
+        for p in committed.glob(pattern):
+            found.setdefault(p.name, p)
+    for fname, p in found.items():
+        if not fname.startswith("."):
+            out[f"reference/{fname}"] = p
+    return out
+
+
+def data_digest(name: str, data_dir: str | Path | None = None) -> tuple[str, int]:
+    """(digest, number of files) of the data notebook `name` reads."""
+    files = data_files(name, data_dir)
+    return tree_digest(files), len(files)
+
+
+def record(nb, name: str, digest: tuple[str, int]) -> None:
+    """Store a data digest (from data_digest) in a notebook's metadata."""
+    meta = nb.metadata.setdefault(METADATA_KEY, {})
+    meta[DIGEST_KEY], meta[FILES_KEY] = digest
+
+
+def stored_digest(nb) -> str | None:
+    return (nb.metadata.get(METADATA_KEY) or {}).get(DIGEST_KEY)
+
+
+def stale(names: list[str] | None = None, data_dir: str | Path | None = None) -> list[tuple[str, str]]:
+    """[(name, why)] of every notebook whose stored outputs don't follow the data."""
+    import nbformat
+    from . import chapters
+    pages = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
+    out = []
+    for ch in pages:
+        if names is not None and ch.name not in names:
+            continue
+        nb = nbformat.read(ch.path, as_version=4)
+        have = stored_digest(nb)
+        want, n = data_digest(ch.name, data_dir)
+        if have is None:
+            out.append((ch.name, f"{ch.notebook} has no data digest: it was not re-executed by "
+                                  "`python -m tools refresh`"))
+        elif have != want:
+            out.append((ch.name, f"{ch.notebook} was executed on other data than the {n} files "
+                                  f"it reads now in data/"))
+    return out
