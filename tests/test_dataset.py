@@ -137,3 +137,40 @@ def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
     assert shown_datasets(ms, ref=ms[1])["h-a"] == "r3"
     df = pd.DataFrame({"host_id": ["h-a", "h-a", "h-b", "h-c"], "run_id": ["r1", "r3", "r2", "r4"], "x": range(4)})
     assert only_shown(df, ms).x.tolist() == [0, 2, 3]
+
+
+def test_begin_collect_validates_then_checks_the_host(tmp_path):
+    from tools.errors import MissingPrerequisite, ParameterError
+    from tools.params import begin_collect
+    calls = []
+
+    def params_fn(profile, **kw):
+        calls.append("params")
+        if kw.get("bad"):
+            raise ParameterError("bad must be falsy")
+        return {"profile": profile, **kw}
+
+    def preflight_fn():
+        calls.append("preflight")
+        return ["no tracefs"] if len(calls) > 2 else []
+
+    p, data = begin_collect(params_fn, preflight_fn, "quick", {"x": 1}, str(tmp_path))
+    assert p == {"profile": "quick", "x": 1} and data == tmp_path
+    with pytest.raises(MissingPrerequisite, match="no tracefs"):
+        begin_collect(params_fn, preflight_fn, "quick", {}, "")
+    n = len(calls)
+    with pytest.raises(ParameterError):
+        begin_collect(params_fn, preflight_fn, "quick", {"bad": True}, "")
+    assert calls[n:] == ["params"]  # bad input stops before the host is touched
+
+
+def test_guest_boot_params_are_checked():
+    from tools.errors import ParameterError
+    from tools.guest import check_boot_params
+    p = check_boot_params({"accel": "tcg", "kvm_boot_timeout": 10, "boot_timeout": 60})
+    assert p["boot_timeout"] == 60.0 and isinstance(p["kvm_boot_timeout"], float)
+    for bad in ({"accel": "xen"}, {"kvm_boot_timeout": 0}, {"boot_timeout": True},
+                {"boot_timeout": 1000}):
+        with pytest.raises(ParameterError):
+            check_boot_params({"accel": "auto", "kvm_boot_timeout": 10, "boot_timeout": 60, **bad})
+    assert check_boot_params({"accel": "auto", "kvm_boot_timeout": 10, "boot_timeout": 1000}, 1800)

@@ -43,10 +43,10 @@ from pathlib import Path
 
 from . import cbuild, stats
 from .dataset import DatasetWriter
-from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .errors import ParameterError, PerfbookError
 from .hostinfo import mounts
 from .lock import measure_lock
-from .params import merge
+from .params import begin_collect, merge
 from .proc import kill_group, sigterm_as_interrupt
 from .progress import Progress
 
@@ -539,13 +539,8 @@ def parse_perf(stderr: str) -> dict[str, float]:
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
-    from .paths import resolve_data_dir
     from .tracefs import TraceSession, preflight as tracefs_preflight
-    p = params(profile, **overrides)
-    reasons = preflight()
-    if reasons:
-        raise MissingPrerequisite(reasons[0])
-    data = resolve_data_dir(data_dir)
+    p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     import tempfile
     tmpdir = Path(tempfile.mkdtemp(prefix="perfbook-prefork-"))
     # a private copy: a rebuild of build/bin/prefork during the run can't mix two binaries

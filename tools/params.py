@@ -44,3 +44,15 @@ def choose_list(value, allowed, what: str, default=None) -> list[str]:
         raise ParameterError(f"unknown {what} {', '.join(map(str, unknown)) or '(empty list)'}; "
                              f"choose from {', '.join(allowed)}")
     return list(dict.fromkeys(value))
+
+
+def begin_collect(params_fn, preflight_fn, profile: str, overrides: dict, data_dir):
+    """The start of every collect(): validated parameters first (bad input stops here),
+    then the host check (MissingPrerequisite: a skip), then the data directory."""
+    from .errors import MissingPrerequisite
+    from .paths import resolve_data_dir
+    p = params_fn(profile, **overrides)
+    reasons = preflight_fn()
+    if reasons:
+        raise MissingPrerequisite(reasons[0])
+    return p, resolve_data_dir(data_dir)

@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 from .dataset import DatasetWriter
-from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .errors import ParameterError, PerfbookError
 from .lock import measure_lock
-from .params import check_ints, is_int, merge
+from .params import begin_collect, check_ints, is_int, merge
 from .progress import Progress
 from .qcow2 import Qcow2Image, formula_bytes, formula_clusters
 from .stats import repetition, repetition_settings
@@ -279,12 +279,7 @@ def _rotations(modes: list[str], rep: int, rng: random.Random) -> list[str]:
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
-    from .paths import resolve_data_dir
-    p = params(profile, **overrides)
-    reasons = preflight()
-    if reasons:
-        raise MissingPrerequisite(reasons[0])
-    data = resolve_data_dir(data_dir)
+    p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     rng = random.Random(p["seed"])
     modes = p["modes"]
     RW = p["rep_min_runs"] + p["rep_warmup"]  # rounds at least; adaptive repetition may add more

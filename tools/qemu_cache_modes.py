@@ -48,7 +48,7 @@ from pathlib import Path
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
-from .params import check_ints, choose_list, is_int, merge
+from .params import begin_collect, check_ints, choose_list, is_int, merge
 from .progress import Progress
 from . import stats
 from .proc import kill_group
@@ -165,14 +165,8 @@ def params(profile: str = "default", **overrides) -> dict:
         raise ParameterError(f"bench_image_mib must be at most 4096, got {p['bench_image_mib']}")
     if p["guest_memory_mib"] > 4096:
         raise ParameterError(f"guest_memory_mib must be at most 4096, got {p['guest_memory_mib']}")
-    if p["accel"] not in ("auto", "kvm", "tcg"):
-        raise ParameterError(f"accel must be auto, kvm or tcg, got {p['accel']!r}")
-    for k in ("kvm_boot_timeout", "boot_timeout"):
-        v = p[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 900:
-            raise ParameterError(f"{k} must be a number of seconds between 1 and 900, got {v!r}")
-        p[k] = float(v)
-    return p
+    from .guest import check_boot_params
+    return check_boot_params(p, 900)
 
 
 def preflight() -> list[str]:
@@ -911,12 +905,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
     from . import guest
-    from .paths import resolve_data_dir
-    p = params(profile, **overrides)
-    reasons = preflight()
-    if reasons:
-        raise MissingPrerequisite(reasons[0])
-    data = resolve_data_dir(data_dir)
+    p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     rng = random.Random(p["seed"])
     parts = list(p["parts"])
     skipped = {}

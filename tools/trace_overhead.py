@@ -23,11 +23,11 @@ from pathlib import Path
 
 from . import cbuild, elfsym
 from .dataset import DatasetWriter
-from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .errors import ParameterError, PerfbookError
 from .lock import measure_lock
 from .progress import Progress
 from .stats import repetition, repetition_settings
-from .params import check_ints, choose_list, merge
+from .params import begin_collect, check_ints, choose_list, merge
 from .proc import kill_group, run_group
 from .tracefs import TraceSession, preflight as tracefs_preflight
 
@@ -241,12 +241,7 @@ def _perf_count(stderr: str) -> int | None:
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
-    from .paths import resolve_data_dir
-    p = params(profile, **overrides)
-    reasons = preflight()
-    if reasons:
-        raise MissingPrerequisite(reasons[0])
-    data = resolve_data_dir(data_dir)
+    p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     binary = cbuild.binary("probench")
     missing = _optional_tools()
     mechs = [m for m in p["mechanisms"] if m not in missing]

@@ -53,7 +53,7 @@ import tempfile
 from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
-from .params import check_ints, choose_list, merge
+from .params import begin_collect, check_ints, choose_list, merge
 
 CHAPTER = "virtio_blk_latency"
 TITLE = "Where virtio-blk latency goes, layer by layer"
@@ -143,14 +143,8 @@ def params(profile: str = "default", **overrides) -> dict:
             raise ParameterError(f"{k} must be at most {hi}, got {p[k]}")
     if p["image_mib"] * MiB < 2 * REGION_START + 16 * BLOCK:
         raise ParameterError(f"image_mib must leave room for reads between the first and the last MiB")
-    if p["accel"] not in ("auto", "kvm", "tcg"):
-        raise ParameterError(f"accel must be auto, kvm or tcg, got {p['accel']!r}")
-    for k in ("kvm_boot_timeout", "boot_timeout"):
-        v = p[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 1800:
-            raise ParameterError(f"{k} must be a number of seconds between 1 and 1800, got {v!r}")
-        p[k] = float(v)
-    return p
+    from .guest import check_boot_params
+    return check_boot_params(p, 1800)
 
 
 def preflight() -> list[str]:
@@ -1067,15 +1061,10 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     from .cbuild import binary
     from .dataset import DatasetWriter
     from .lock import measure_lock
-    from .paths import resolve_data_dir
     from .proc import sigterm_as_interrupt
     from .progress import Progress
     from .stats import repetition
-    p = params(profile, **overrides)
-    reasons = preflight()
-    if reasons:
-        raise MissingPrerequisite(reasons[0])
-    data = resolve_data_dir(data_dir)
+    p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     exe = binary(BENCH)
     rng = random.Random(p["seed"])
     per_round = len(plan_round(p, random.Random(0), 0))

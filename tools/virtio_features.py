@@ -552,15 +552,8 @@ def params(profile: str = "default", **overrides) -> dict:
         p[k] = v
     if not isinstance(p["guest"], bool):
         raise ParameterError("guest must be True or False")
-    if p["accel"] not in ("auto", "kvm", "tcg"):
-        raise ParameterError(f"accel must be auto, kvm or tcg, got {p['accel']!r}")
-    for k in ("kvm_boot_timeout", "boot_timeout"):
-        try:
-            p[k] = float(p[k])
-        except (TypeError, ValueError):
-            raise ParameterError(f"{k} must be a number of seconds, got {p[k]!r}") from None
-        if not (1 <= p[k] <= 900):
-            raise ParameterError(f"{k} must be between 1 and 900 seconds, got {p[k]}")
+    from .guest import check_boot_params
+    check_boot_params(p, 900)
     names_ = list(GUEST_CONFIGS) if p["configs"] == "all" else \
         [c.strip() for c in str(p["configs"]).split(",") if c.strip()]
     unknown = [c for c in names_ if c not in GUEST_CONFIGS]
