@@ -7,11 +7,15 @@ PYTEST_ARGS ?=
 
 .PHONY: all setup measure notebooks book summary test test-unit test-notebooks clean sweep doctor
 
-## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site
+## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site.
+## A failed chapter still gets the book built and the summary printed, then `make` fails;
+## an interrupted measure (Ctrl-C: exit 130, SIGTERM: 143, SIGHUP: 129) stops at once.
 all: setup
-	$(PY) -m tools measure --profile $(PROFILE)
-	$(MAKE) --no-print-directory notebooks book
-	$(PY) -m tools summary
+	@rc=0; $(PY) -m tools measure --profile $(PROFILE) || rc=$$?; \
+	case $$rc in 129|130|143) exit $$rc;; esac; \
+	$(MAKE) --no-print-directory notebooks book || rc=$$?; \
+	$(PY) -m tools summary; \
+	exit $$rc
 
 setup:
 	bash tools/setup.sh

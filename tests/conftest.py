@@ -29,6 +29,18 @@ def need_preflight(module) -> None:
         pytest.skip(f"{module.CHAPTER} can't collect here: {reasons[0]}")
 
 
+def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> dict:
+    """A complete manifest (every field tools.dataset.REQUIRED lists) for a synthetic dataset;
+    `fields` override or add top-level fields, `host` facts go in fields["host"]."""
+    m = {"schema": 1, "chapter": chapter, "run_id": run, "host": {"host_id": host_id},
+         "parameters": {}, "started": "2026-01-01T00:00:00+00:00",
+         "finished": "2026-01-01T00:01:00+00:00", "tables": {}, "skipped": {}, "notes": []}
+    host_facts = fields.pop("host", {})
+    m.update(fields)
+    m["host"].update(host_facts)
+    return m
+
+
 @pytest.fixture
 def scratch_data(tmp_path):
     """An empty data directory (runs/ inside it) for collect runs in tests."""
@@ -82,7 +94,7 @@ def built_book(tmp_path_factory):
 
 
 def scratch_owner(d: Path) -> int | None:
-    """The pid in a scratch directory's 'owner' file (the convention of tools.proc.sweep_scratch)."""
+    """The pid in a scratch directory's 'owner' file (the convention of tools.scratch)."""
     try:
         return int((d / "owner").read_text().split()[0])
     except (OSError, ValueError, IndexError):

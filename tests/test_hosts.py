@@ -1,12 +1,13 @@
 import copy
 import json
 
+from conftest import fake_manifest
 from tools import hosts
 
 
 def _runs(tmp_path, src_host="h-aaa", other="h-bbb"):
     """Two hosts' manifests for one chapter in a scratch data dir."""
-    base = {"chapter": "demo", "run_id": "20260101T000000Z",
+    base = {**fake_manifest(src_host, "20260101T000000Z"),
             "host": {"host_id": src_host, "description": "box A", "kernel_release": "6.18",
                      "cpu_model": "AMD EPYC", "cpus_online": 2, "virtualization": "kvm",
                      "clocksource": {"current": "tsc"}, "mitigations": {"l1tf": "Not affected"},

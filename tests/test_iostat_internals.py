@@ -20,6 +20,7 @@ from conftest import ROOT, need_preflight, need_root, need_tool
 from tools import diskstats as ds
 from tools import iostat_internals as m
 from tools.errors import ParameterError
+from tools.scratch import live_dirs
 
 FIX = ROOT / "tests" / "fixtures" / "iostat"
 RUN = FIX / "run"
@@ -98,7 +99,77 @@ def test_compute_columns_by_hand():
     assert ds.await_mix(c) == pytest.approx(c["await"])
     assert ds.little_prediction(c) == pytest.approx(c["aqu-sz"])
     with pytest.raises(ValueError):
-        ds.compute_columns(prev, curr, 0)
+        ds.compute_columns(prev, curr, -1.0)
+
+
+# sysfs stat lines (17 numbers, /sys/block/<dev>/stat layout) for the sysstat cross-check:
+# pbwrap's rd_ios wraps past 2**64 (-10 -> 10: 20 reads, 160 sectors); pbreset went from
+# 1000 reads / 8000 sectors to 30 / 240, sysstat's "removed then inserted again" case.
+WRAP_PREV = f"{2 ** 64 - 10} 0 800 5 0 0 0 0 0 100 5 0 0 0 0 0 0"
+WRAP_CURR = "10 0 960 5 0 0 0 0 0 100 5 0 0 0 0 0 0"
+RESET_PREV = "1000 0 8000 900 0 0 0 0 0 400 900 0 0 0 0 0 0"
+RESET_CURR = "30 0 240 60 0 0 0 0 0 50 60 0 0 0 0 0 0"
+
+
+def test_64bit_counter_wrap_is_a_wrap_like_sysstat():
+    prev = ds.parse_sys_stat(WRAP_PREV).values
+    curr = ds.parse_sys_stat(WRAP_CURR).values
+    c = ds.compute_columns(prev, curr, 1.0)
+    # by hand: (10 - (2**64 - 10)) mod 2**64 = 20 reads, (960 - 800) / 2 = 80 kB
+    assert c["r/s"] == 20.0 and c["rkB/s"] == 80.0 and c["rareq-sz"] == 4.0
+    assert c["r_await"] == 0.0 and c["%util"] == 0.0
+
+
+def test_device_reset_counts_from_zero_like_sysstat():
+    prev = ds.parse_sys_stat(RESET_PREV).values
+    curr = ds.parse_sys_stat(RESET_CURR).values
+    c = ds.compute_columns(prev, curr, 1.0)
+    # by hand, from zero: 30 reads, 240 sectors = 120 kB, 60 ms / 30 = 2 ms, 50 ms busy of 1000
+    assert c["r/s"] == 30.0 and c["rkB/s"] == 120.0 and c["r_await"] == 2.0
+    assert c["%util"] == pytest.approx(5.0) and c["aqu-sz"] == pytest.approx(0.06)
+
+
+def test_zero_interval_is_one_centisecond_like_sysstat():
+    # sysstat's get_interval(): an interval of 0 (1/100 s units) becomes 1
+    prev = ds.parse_sys_stat(WRAP_CURR).values
+    curr = dict(prev, rd_ios=prev["rd_ios"] + 20)
+    c = ds.compute_columns(prev, curr, 0)
+    assert c["r/s"] == pytest.approx(20 / 0.01)
+
+
+def test_wrap_and_reset_match_real_iostat(tmp_path):
+    """Run the installed iostat on an alternate /sys (-f DIR) whose stat files change
+    between its two reads; its second report must match ours."""
+    exe = need_tool("iostat", "sysstat")
+    need_tool("stdbuf", "coreutils")
+    cases = {"pbwrap": (WRAP_PREV, WRAP_CURR), "pbreset": (RESET_PREV, RESET_CURR)}
+    for dev, (before, _) in cases.items():
+        (tmp_path / "block" / dev).mkdir(parents=True)
+        (tmp_path / "block" / dev / "stat").write_text(before + "\n")
+    p = subprocess.Popen(["stdbuf", "-oL", exe, "-x", "-k", "-f", str(tmp_path), *cases, "1", "2"],
+                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, LC_ALL="C"))
+    out = []
+    try:
+        for line in p.stdout:             # first report printed: the first read is done
+            out.append(line)
+            if line.startswith("pbreset"):
+                break
+        for dev, (_, after) in cases.items():
+            (tmp_path / "block" / dev / "stat").write_text(after + "\n")
+        out += p.stdout.readlines()
+    finally:
+        p.wait(timeout=10)
+    text = "".join(out)
+    if "-f" in text and "Usage" in text:
+        pytest.skip("this iostat has no -f (alternate directory) option")
+    for dev, (before, after) in cases.items():
+        rows = ds.parse_iostat_text(text, dev)
+        assert len(rows) == 2, text
+        theirs = rows[1]
+        ours = ds.compute_columns(ds.parse_sys_stat(before).values, ds.parse_sys_stat(after).values, 1.0)
+        # sysstat divides by its own /proc/uptime interval (1 s +- 1 cs), prints 2 decimals
+        for col in ("r/s", "rkB/s", "r_await", "rareq-sz", "%util", "aqu-sz"):
+            assert theirs[col] == pytest.approx(ours[col], rel=0.03, abs=0.006), (dev, col, text)
 
 
 def test_parse_iostat_plain_text():
@@ -172,6 +243,19 @@ TRACE = """\
           <idle>-0 [000] ..s.. 10.000180: block_io_done: 254,0 WS 0 () 0 + 0 none,0,0 [swapper/0]
           <idle>-0 [000] ..s.. 10.000200: block_io_done: 254,0 W 0 () 5000 + 0 none,0,0 [swapper/0]
 """
+
+
+def test_parse_trace_with_record_tgid_and_irq_info_off():
+    """The same events as TRACE in the layout of an instance with record-tgid on and
+    irq-info off: same result, and a LOST marker is reported."""
+    import re
+    from tools import ftrace
+    alt = re.sub(r"^(\s*\S+-(\d+)) \[(\d+)\] \S+ ([\d.]+): ",
+                 lambda g: f"{g[1]}    ({int(g[2]):7d}) [{g[3]}]  {g[4]:>12}: ", TRACE, flags=re.M)
+    assert alt != TRACE and "..." not in alt.split("\n", 2)[1]
+    st = ftrace.new_stats()
+    assert m.parse_trace(alt + "CPU:0 [LOST 3 EVENTS]\n", st) == m.parse_trace(TRACE)
+    assert st["lost"] == 3
 
 
 def test_op_class():
@@ -250,19 +334,33 @@ def _check_invariants(intervals, windows=None, trace_windows=None):
     # 3. Little's law with the flush term: aqu-sz = sum(rate x await) up to ms truncation
     pred = ours.apply(ds.little_prediction, axis=1)
     assert ((ours["aqu-sz"] - pred).abs() <= 0.004 / ours["interval_s"] + 1e-9).all()
-    # 4. the columns sysstat printed obey the same mix (within its 2-decimal rounding)
+    # 4. the columns sysstat printed (one reading of its own) obey the same Little's-law
+    #    mix: aqu-sz = sum(rate x await) / 1000, up to its 2-decimal rounding -- each
+    #    rate x await product is off by <= 0.005 (rate + await) + 0.005**2, aqu-sz by
+    #    0.005 -- and the <= 4 ms time_in_queue truncation over its ~1 s interval
     s = intervals.rename(columns={f"sysstat {c}": c for c in ds.COLUMNS})
     busy = s[(s["r/s"] + s["w/s"] + s["d/s"]) > 0]
+    assert len(busy) > 0, "no interval with I/O in sysstat's report"
+    rate_await = sum(busy[f"{p}/s"] + busy[f"{p}_await"] for p in "rwdf")
+    tol = 0.005 + (0.005 * rate_await + 4 * 0.005 ** 2) / 1000 + 0.004 / 0.99
+    sys_gap = (busy["aqu-sz"] - busy.apply(ds.little_prediction, axis=1)).abs()
+    assert (sys_gap <= tol + 1e-9).all(), busy.assign(gap=sys_gap, tol=tol)[sys_gap > tol + 1e-9]
     # 5. %util can't exceed 100 % by more than one jiffy per interval
     assert (ours["%util"] <= 100 + 100 * 0.004 / ours["interval_s"] + 0.5).all()
     if windows is not None and trace_windows is not None and len(trace_windows):
         tv = m.trace_vs_await(windows, trace_windows)
         main = tv[(tv["op"].isin(["read", "write"])) & (tv["n_trace"] >= 200)]
         assert len(main) > 0
-        # 6. the tracepoint mean (io_start -> io_done) equals await within 5 % + 2 us
-        assert ((main["diff_ms"]).abs() <= 0.05 * main["await_ms"] + 0.002).all(), main
-        # 7. the device's share (issue -> complete) is never longer than the whole
-        assert (main["device_mean_ms"] <= main["trace_mean_ms"] + 1e-9).all()
+        # 6. the tracepoint mean (io_start -> io_done) and await measure the same thing with
+        # two instruments over slightly different request sets (window edges), so how close
+        # they are is a result (manifest extra "trace_vs_await", the chapter); what only a
+        # defect breaks is the sign, the units or the order of magnitude
+        ratio = main["trace_mean_ms"] / main["await_ms"]
+        assert ((ratio > 1 / 3) & (ratio < 3)).all(), main
+        # 7. the device's share (issue -> complete) is part of the whole; its mean is over the
+        # requests that were issued in the window, a different set, so only its scale is checked
+        # here (the per-request identity is checked on the trace sample)
+        assert (main["device_mean_ms"] < 3 * main["trace_mean_ms"]).all(), main
     return ours, busy
 
 
@@ -315,7 +413,30 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     w = pd.read_csv(out / "windows.csv")
     tw = pd.read_csv(out / "trace_windows.csv") if (out / "trace_windows.csv").is_file() else None
     _check_invariants(iv, w, tw)
-    assert not list(Path(m.COMMON["scratch_parent"]).glob(f"{m.SCRATCH_PREFIX}{os.getpid()}-*"))
+    if tw is not None and len(tw):
+        man = __import__("json").loads((out / "manifest.json").read_text())
+        assert man["trace_vs_await"]["n_compared"] > 0, man.get("trace_vs_await")
+        smp = pd.read_csv(out / "trace_sample.csv").dropna(subset=["d2c_us"])
+        assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()   # per request: a part <= the whole
+    _check_replay_exact(iv)
+    assert not [d for d in live_dirs(m.CHAPTER) if d.name.startswith(f"{m.CHAPTER}-{os.getpid()}-")]
+
+
+def _check_replay_exact(iv, n_pairs=5):
+    """Identical input, exact answer: sysstat's iostat is fed the very two /proc/diskstats
+    snapshots (and /proc/uptime values) we read, in a private mount namespace, and its
+    printed columns must equal ours (uptime clock, like sysstat) to its printed precision."""
+    need_tool("unshare", "util-linux")
+    recs = iv.sort_values("seq").to_dict("records")
+    pairs = list(zip(recs, recs[1:]))
+    busy = sorted(pairs, key=lambda pc: -(pc[1]["rd_ios"] + pc[1]["wr_ios"] - pc[0]["rd_ios"] - pc[0]["wr_ios"]))
+    for prev, curr in busy[:n_pairs]:
+        theirs = m.replay_sysstat(prev, curr)
+        T = (curr["uptime_cs"] - prev["uptime_cs"]) / 100
+        ours = ds.compute_columns(prev, curr, T)
+        for col in ds.COLUMNS:      # printed with 2 decimals: at most half a unit apart
+            assert abs(ours[col] - theirs[col]) <= 0.005 + 1e-9 * max(1.0, abs(ours[col])), \
+                (col, ours[col], theirs[col], prev["seq"], curr["seq"])
 
 
 def _iostat_pids() -> set[int]:
@@ -341,7 +462,7 @@ def _our_children_alive(child_pid: int) -> list[str]:
         except OSError:
             continue
         text = b" ".join(args).decode(errors="replace")
-        if f"{m.SCRATCH_PREFIX}{child_pid}-" in text:
+        if f"/{m.CHAPTER}-{child_pid}-" in text:  # its scratch directory (tools.scratch)
             found.append(text)
     return found
 
@@ -386,7 +507,7 @@ def test_live_signal_restores_everything(scratch_data, sig):
     time.sleep(0.5)
     assert _our_children_alive(p.pid) == []
     assert _iostat_pids() - iostat_before == set()
-    assert not list(Path(m.COMMON["scratch_parent"]).glob(f"{m.SCRATCH_PREFIX}{p.pid}-*"))
+    assert not [d for d in live_dirs(m.CHAPTER) if d.name.startswith(f"{m.CHAPTER}-{p.pid}-")]
     assert not any((scratch_data / "runs").rglob("manifest.json"))
     assert p.returncode != 0
 
@@ -422,3 +543,14 @@ def test_live_without_sysstat_records_the_skip(scratch_data, monkeypatch):
     man = __import__("json").loads((out / "manifest.json").read_text())
     assert "sysstat" in man["skipped"] and "tracepoints" in man["skipped"]
     assert not (out / "intervals.csv").exists() and (out / "windows.csv").is_file()
+
+
+def test_saturation_axis_labels_state_the_real_coverage():
+    import matplotlib
+    matplotlib.use("Agg")
+    ps = pd.DataFrame([{"phase": ph, "n": n, **{c: 1.0 for c in ("IOPS", "aqu-sz", "%util")},
+                        **{f"{c} {e}": 1.0 for c in ("IOPS", "aqu-sz", "%util") for e in ("lo", "hi")}}
+                       for ph, n in (("a", 5), ("b", 8))])
+    fig = m.plot_saturation({"phase_summary": ps})
+    assert fig.axes[0].get_xlabel() == "IOPS (median per phase, 93.75–99.21 % CI)"
+    assert fig.axes[1].get_xlabel() == "aqu-sz (median per phase, 93.75–99.21 % CI)"

@@ -18,6 +18,7 @@ import pytest
 
 from tools import guest
 from tools import qemu_cache_modes as Q
+from tools.scratch import live_dirs, sweep as sweep_scratch
 from tools.errors import ParameterError
 
 from conftest import ROOT, need_tool
@@ -59,7 +60,7 @@ def test_bad_parameter_writes_no_dataset(scratch_data):
     with pytest.raises(ParameterError):
         Q.collect(scratch_data, "quick", modes="none,bogus")
     assert not any((scratch_data / "runs").iterdir())
-    assert not [d for d in Q.stale_scratch_dirs() if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs(Q.CHAPTER) if _owner(d) == os.getpid()]
 
 
 def test_bench_configs_and_command():
@@ -128,6 +129,32 @@ def test_parse_io_submit_and_preadv():
     sem = Q.semantics_table(ev).iloc[0]
     assert sem.writes == 1 and sem.dsync_writes == 1 and not sem.writeback and not sem.no_flush
 
+
+
+def test_parse_io_submit_fdsync_pwrite_and_exact_image():
+    """Real strace lines (tests/fixtures/qemu_cache_modes/libaio-iocbs.txt): IOCB_CMD_FDSYNC
+    iocbs (no aio_offset) sharing an io_submit with writes, non-vector IOCB_CMD_PWRITE
+    (aio_nbytes), and a decoy xsem.raw next to sem.raw."""
+    text = (FIX / "libaio-iocbs.txt").read_text()
+    want = [("openat", "open", 3, None, None),
+            ("io_submit:FDSYNC", "sync", 3, None, None),
+            ("io_submit:PWRITEV", "write", 3, 8192, 65536),
+            ("io_submit:PWRITE", "write", 3, 4096, 8192),
+            ("io_submit:FDSYNC", "sync", 3, None, None),
+            ("io_submit:FSYNC", "sync", 3, None, None)]
+    for name in ("sem.raw", "/var/tmp/qcm-fixture/sem.raw"):
+        rows = Q.classify(Q.parse_strace(text), name)
+        got = [(r["syscall"], r["kind"], r["fd"], r["bytes"], r["offset"]) for r in rows]
+        assert got == want, name
+        assert not any(r["dsync"] for r in rows)
+    # the writes and flushes of one io_submit keep their order (one call, several rows)
+    assert [r["seq"] for r in rows[1:]] == [4, 4, 5, 5, 6]
+    for name in ("em.raw", "ixture/sem.raw", "/other/sem.raw", "/var/tmp/qcm-fixture"):
+        assert Q.classify(Q.parse_strace(text), name) == [], name
+    # xsem.raw (fd 4) by its own name: its PWRITE only, not sem.raw's FSYNC
+    rows = Q.classify(Q.parse_strace(text), "xsem.raw")
+    assert [(r["syscall"], r["fd"], r["bytes"]) for r in rows] == [("openat", 4, None),
+                                                                   ("io_submit:PWRITE", 4, 512)]
 
 def _fixture_events() -> pd.DataFrame:
     rows = []
@@ -324,8 +351,8 @@ def test_quick_collect_live(scratch_data):
     assert pc.loc["none", "image_resident_peak_mib"] < 0.1 * p["dd_mib"]
     sem = Q.semantics_table(pd.read_csv(out / "trace.csv"))
     assert Q.check_documented(sem)["agrees"].all()
-    assert not [d for d in Q.stale_scratch_dirs() if _owner(d) == os.getpid()]
-    assert not [d for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*") if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs(Q.CHAPTER) if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs("guest") if _owner(d) == os.getpid()]
 
 
 def test_no_strace_skips_the_semantics(monkeypatch, scratch_data):
@@ -376,7 +403,7 @@ def test_signal_cleans_up(tmp_path, part, sig, wait_for):
         if part == "guest":
             until, seen = time.monotonic() + 60, []
             while time.monotonic() < until and not seen:  # QEMU names our runner's scratch
-                gdirs = [d for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*") if _owner(d) == p.pid]
+                gdirs = [d for d in live_dirs("guest") if _owner(d) == p.pid]
                 seen = _procs_mentioning(str(gdirs[0])) if gdirs else []
                 time.sleep(0.1)
             assert seen and any("qemu-system" in x for x in seen), "QEMU did not start"
@@ -393,13 +420,12 @@ def test_signal_cleans_up(tmp_path, part, sig, wait_for):
         if p.poll() is None:  # the test failed before the signal: SIGKILL, then tidy up
             p.kill()
             p.wait()
-            Q.sweep_stale()
-            guest.sweep_stale()
+            sweep_scratch()  # the killed run's directories (ours and the guest runner's)
     assert p.returncode != 0
     time.sleep(0.2)
     assert not scratch.exists()
     assert not _procs_mentioning(str(scratch))
-    assert not [d for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*") if _owner(d) == p.pid]
+    assert not [d for d in live_dirs("guest") if _owner(d) == p.pid]
     if gdir is not None:
         assert not gdir.exists() and not _procs_mentioning(str(gdir))
     assert not any((data / "runs").rglob("manifest.json"))
@@ -413,3 +439,17 @@ def test_committed_semantics_match_the_manual():
         pytest.skip("no committed qemu_cache_modes dataset yet")
     for run, g in ev.groupby("run_id"):
         _check_shape(Q.semantics_table(g))
+
+
+def test_rankings_state_the_real_coverage_of_the_overlapping_cis():
+    ref = pd.DataFrame([{"kind": "ranking", "item": "performance", "value": "none > writeback"}])
+    gs = pd.DataFrame([{"variant": "direct", "mode": m, "median": v, "ci_low": v - 1, "ci_high": v + 1,
+                        "accel": "kvm", "n": 3} for m, v in (("none", 10.0), ("writeback", 20.0))])
+    bs = pd.DataFrame([{"format": "raw", "op": "write", "depth": 1, "flush_interval": 0, "mode": m,
+                        "median": v, "ci_low": v - 1, "ci_high": v + 1, "n": 6}
+                       for m, v in (("none", 10.0), ("writeback", 20.0))])
+    rk = Q.rankings(ref, guest_summary=gs, bench_summary=bs)
+    ev = list(rk["evidence today"])
+    assert any("equal if the 75 % CIs overlap" in e for e in ev)      # n = 3: [min, max]
+    assert any("equal if the 96.87 % CIs overlap" in e for e in ev)   # n = 6
+    assert not any("95 %" in e for e in ev)

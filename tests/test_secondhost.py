@@ -17,6 +17,7 @@ import pytest
 
 from tools import guest, secondhost as sh
 from tools.errors import ParameterError, PerfbookError
+from tools.scratch import live_dirs
 
 from conftest import ROOT
 
@@ -278,7 +279,7 @@ def test_signal_during_boot_stops_qemu_and_removes_scratch(tmp_path, sig):
                 break
             time.sleep(0.1)
         assert qemu, "QEMU did not start: " + "".join(lines)
-        scratch = [d for d in sh.SCRATCH_PARENT.glob(sh.SCRATCH_PREFIX + "*")
+        scratch = [d for d in live_dirs("secondhost")
                    if (d / "owner").is_file() and (d / "owner").read_text().split()[0] == str(p.pid)]
         assert len(scratch) == 1 and (scratch[0] / "disk.img").exists()
         time.sleep(2)

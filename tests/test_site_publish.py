@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import fake_manifest, ROOT
 from tools import sphinx_site as S
 
 WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
@@ -153,8 +153,9 @@ def two_hosts(tmp_path):
                       ("h-bbbbbbbbbbbb", "20260103T000000Z")):
         r = d / "runs" / host / "demo" / run
         (r / "strace").mkdir(parents=True)
-        (r / "manifest.json").write_text(json.dumps(
-            {"host": {"description": f"{host} box"}, "parameters": {"profile": "quick"}}))
+        (r / "manifest.json").write_text(json.dumps(fake_manifest(
+            host, run, host={"description": f"{host} box"}, parameters={"profile": "quick"},
+            tables={"samples": 1})))
         (r / "samples.csv").write_text(f"x\n{run}\n")
         (r / "strace" / "t.txt").write_text("open\n")
         (r / ".hidden").write_text("not data")
@@ -195,7 +196,7 @@ def test_signature_follows_the_data(two_hosts):
     assert S.chapter_data("demo", two_hosts).signature() == before
     r = two_hosts / "runs" / "h-bbbbbbbbbbbb" / "demo" / "20260105T000000Z"
     r.mkdir()
-    (r / "manifest.json").write_text("{}")
+    (r / "manifest.json").write_text(json.dumps(fake_manifest("h-bbbbbbbbbbbb", "20260105T000000Z")))
     assert S.chapter_data("demo", two_hosts).signature() != before
 
 

@@ -163,7 +163,11 @@ def test_caption_states_n_ci_warmup_and_host():
                         warmup=5, hosts=[("h-abc", "AMD EPYC, 2 CPUs, kvm guest")])
     assert "n = 68–70 batches" in cap
     assert "after 5 warm-up batches (excluded)" in cap
-    assert "95 % distribution-free" in cap
+    # real coverages, from the exact binomial sums (see _exact_coverage): n = 68 -> k = 25,
+    # n = 70 -> k = 26; each at least 95 %, stated rounded down
+    lo, hi = sorted(_exact_coverage(n) for n in (68, 70))
+    assert lo >= 0.95 and f"coverage {_pct_down(lo)}–{_pct_down(hi)} %." in cap
+    assert "distribution-free" in cap and "below 95 %" not in cap
     assert "Host h-abc (AMD EPYC, 2 CPUs, kvm guest)." in cap
     two = stats.caption("x", n=3, unit="runs", warmup=[0, 1], hosts=["h-a", "h-b"], ci=False)
     assert "Hosts h-a; h-b." in two and "distribution-free" not in two
@@ -180,3 +184,85 @@ def test_caption_singular_warmup():
     cap = stats.caption("x", n=6, unit="batches", warmup=1, hosts=["h-a"])
     assert "after 1 warm-up batch (excluded)" in cap
     assert "after 1 warm-up round (excluded)" in stats.caption("x", n=6, unit="rounds", warmup=1, hosts=["h"])
+
+
+# ------------------------------------------------- real coverage of small-n intervals
+def _exact_coverage(n, confidence=0.95):
+    """Largest-k order-statistic interval [x(k), x(n-k+1)] with coverage >= confidence,
+    from exact integer binomial sums; [min, max] (k = 1) when none reaches it."""
+    from math import comb
+    cov = lambda k: 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+    k = 1
+    while k + 1 <= n // 2 and cov(k + 1) >= confidence:
+        k += 1
+    return cov(k)
+
+
+def _pct_down(c):
+    import math
+    return f"{math.floor(c * 10000) / 100:.2f}".rstrip("0").rstrip(".")
+
+
+def test_min_max_interval_coverage_is_stated_for_small_n():
+    # [min, max] covers the median unless all n values fall on one side: 1 - 2 * 0.5**n
+    assert stats.median_ci_coverage(5) == pytest.approx(0.9375)
+    assert stats.median_ci_coverage(4) == pytest.approx(0.875)
+    assert stats.median_ci_coverage(3) == pytest.approx(0.75)
+    assert stats.median_ci_coverage(2) == pytest.approx(0.5)
+    assert stats.median_ci_coverage(6) == pytest.approx(1 - 2 / 64)   # first n with >= 95 %
+    assert stats.median_ci_coverage(1) == 0.0
+    for n in range(2, 120):
+        assert stats.median_ci_coverage(n) == pytest.approx(_exact_coverage(n), abs=1e-12)
+    assert stats.ci_label(5) == "93.75 % CI"
+    assert stats.ci_label([3, 4, 5]) == "75–93.75 % CI"
+    assert stats.ci_label(6) == "96.87 % CI"          # 96.875 %, rounded down
+
+
+def test_caption_states_the_real_coverage_below_n6():
+    cap = stats.caption("x", n=[3, 8], unit="rounds", warmup=1, hosts=["h"])
+    # n = 3: 1 - 2/8 = 75 %; n = 8: k = 1 again (k = 2 gives 1 - 2*9/256 = 92.97 %), 1 - 2/256
+    assert "coverage 75–99.21 % (below 95 %" in cap
+    assert "95 % distribution-free" not in cap
+    five = stats.caption("x", n=5, unit="runs", warmup=0, hosts=["h"])
+    assert "coverage 93.75 % (below 95 %" in five
+
+
+def test_repetition_records_carry_the_real_coverage():
+    rep = stats.Repetition("x", ["a"], target=0.001, min_runs=3, max_runs=3, budget_s=100,
+                           warmup=0, clock=lambda: 0.0)
+    for rnd in rep.rounds():
+        rep.add("a", 1.0 + rnd.index)
+    (rec,) = rep.records()
+    assert rec["n"] == 3 and rec["ci_coverage"] == pytest.approx(0.75)
+
+
+def test_hodges_lehmann_coverage_is_exact_for_small_samples():
+    # [min, max] fallback: 1 - 2 / C(n+m, n)
+    assert stats.hodges_lehmann_coverage(2, 2) == (pytest.approx(1 - 2 / 6), True)
+    assert stats.hodges_lehmann_coverage(3, 2)[0] == pytest.approx(0.8)
+    assert stats.hodges_lehmann_coverage(3, 3)[0] == pytest.approx(0.9)
+    # with k > 0: 1 - 2 P(U <= k), against U counted over every order of the n + m values
+    from itertools import combinations
+    for n, m in ((5, 5), (6, 6), (4, 9)):
+        k = stats._hl_rank(n, m, 0.95)
+        assert k >= 0
+        us = [sum(sum(1 for j in range(n + m) if j not in pos and j < i) for i in pos)
+              for pos in combinations(range(n + m), n)]
+        got, exact = stats.hodges_lehmann_coverage(n, m)
+        assert exact and 0.95 <= got < 0.99
+        assert got == pytest.approx(1 - 2 * np.mean(np.array(us) <= k))
+    # symmetric in n and m, and a simulation agrees (continuous data, true shift 0)
+    assert stats.hodges_lehmann_coverage(4, 9)[0] == pytest.approx(stats.hodges_lehmann_coverage(9, 4)[0])
+    rng = np.random.default_rng(3)
+    hits = [lo <= 0 <= hi for lo, hi in
+            (stats.hodges_lehmann(rng.normal(size=3), rng.normal(size=3))[1:] for _ in range(4000))]
+    assert np.mean(hits) == pytest.approx(0.9, abs=0.02)
+    # large samples: the normal approximation's nominal value, flagged as not exact
+    cov, exact = stats.hodges_lehmann_coverage(300, 300)
+    assert not exact and cov == pytest.approx(0.95, abs=0.002)
+
+
+def test_hl_ci_label_states_real_or_approximate_coverage():
+    assert stats.hl_ci_label((3, 3)) == "90 % CI"
+    assert stats.hl_ci_label([(3, 3), (5, 5)]) == "90–96.82 % CI"
+    assert stats.hl_ci_label([(3, 3), (300, 300)]) == "approx. 95 % CI"

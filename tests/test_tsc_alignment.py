@@ -83,6 +83,18 @@ def test_parse_helper_and_trace():
     assert ev["next"].tolist() == [U64 - 2000, 0]
 
 
+def test_parse_trace_with_record_tgid_and_irq_info_off():
+    """The old parser required the irq-info column and no tgid column: it returned nothing."""
+    alt = TRACE.replace("      [000] d..1. 2500:", " (     42) [000]         2500:") \
+               .replace("      [001] d..1. 8050:", " (     42) [001]         8050:") \
+               .replace("        [001] d..1. 8060:", " (      7) [001]         8060:") \
+               .replace("      [001] ..... 9300:", " (     42) [001]         9300:")
+    assert alt.count("(") >= 4
+    tr = m.parse_trace(alt + "CPU:1 [LOST 2 EVENTS]\n", pid=42)
+    assert len(tr) == 3 and tr["ts"].tolist() == [2500, 8050, 9300] and tr.attrs["lost"] == 2
+    assert m.tsc_offset_events(tr)["next"].tolist() == [U64 - 2000, 0]
+
+
 def _tagged(df):
     df = df.copy()
     df.insert(0, "run_id", "r1")

@@ -22,6 +22,8 @@ import pytest
 
 from tools import guest, tracefs
 from tools import virtio_blk_latency as V
+from tools import stats as tools_stats
+from tools.scratch import live_dirs, sweep as sweep_scratch
 from tools.errors import ParameterError
 
 from conftest import ROOT, need_root, scratch_owner as _owner
@@ -51,7 +53,7 @@ def test_bad_parameter_writes_no_dataset(scratch_data):
     with pytest.raises(ParameterError):
         V.collect(scratch_data, "quick", aio="threads,bogus")
     assert not any((scratch_data / "runs").iterdir())
-    assert not [d for d in V.stale_scratch_dirs() if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs(V.CHAPTER) if _owner(d) == os.getpid()]
 
 
 def test_plan_round_interleaves_and_counts():
@@ -148,6 +150,21 @@ def test_parse_ftrace_syscalls_events_and_blocks():
     assert V.block_fields(f.detail.iloc[3])["sector"] == 349448192
     b = V.block_fields(f.detail.iloc[4])
     assert (b["major"], b["minor"], b["rwbs"], b["sector"], b["nr_sector"]) == (254, 0, "RS", 2048, 8)
+
+
+def test_parse_ftrace_record_tgid_irq_info_off_and_ns_clock():
+    """A guest kernel's trace with record-tgid on, irq-info off and a ns clock (x86-tsc
+    refused): the old parser dropped these lines, and cut sec.usec to whole seconds."""
+    text = textwrap.dedent("""\
+               CPU 0/TCG-24283   (  24280) [000]  27057.850803: sys_write(fd: 0xd, buf: 0x1, count: 8)
+               CPU 0/TCG-24283   (  24280) [000]  27057.850821: sys_write -> 0x8
+                 seqread-80      (     80) [000]     12.000250: vp_notify: (vp_notify+0x0/0x40)
+        CPU:0 [LOST 5 EVENTS]
+        """)
+    f = V.parse_ftrace(text)
+    assert list(f.kind) == ["enter", "exit", "event"] and f.name.tolist() == ["write", "write", "vp_notify"]
+    assert f.ts.tolist() == [27057.850803, 27057.850821, 12.00025] and f.tid.iloc[2] == 80
+    assert f.comm.iloc[0] == "CPU 0/TCG" and f.attrs["lost"] == 5
 
 
 def test_parse_qemu_log():
@@ -478,9 +495,8 @@ def _qemu_of(pid: int) -> list[str]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "qemu-system" in cmd and (f"{V.SCRATCH_PREFIX}" in cmd or guest.SCRATCH_PREFIX in cmd):
-            for sd in list(Path(V.SCRATCH_PARENT).glob(V.SCRATCH_PREFIX + "*")) + \
-                    list(guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*")):
+        if "qemu-system" in cmd:
+            for sd in live_dirs(V.CHAPTER) + live_dirs("guest"):
                 if _owner(sd) == pid and str(sd) in cmd:
                     out.append(cmd)
     return out
@@ -511,8 +527,8 @@ def test_quick_collect_live(scratch_data):
     out = V.collect(scratch_data, "quick", accel="tcg")
     assert tracefs.snapshot() == before
     _no_trace_state_of(os.getpid())
-    assert not [d for d in V.stale_scratch_dirs() if _owner(d) == os.getpid()]
-    assert not [d for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*") if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs(V.CHAPTER) if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs("guest") if _owner(d) == os.getpid()]
     assert not _qemu_of(os.getpid())
     man = json.loads((out / "manifest.json").read_text())
     assert set(man["tables"]) == {"requests", "jobs", "calib", "repetition"}
@@ -575,13 +591,12 @@ def test_signal_during_a_traced_boot_restores_everything(scratch_data, sig):
         if p.poll() is None:
             p.kill()
             p.wait()
-            V.sweep_stale()
-            guest.sweep_stale()
+            sweep_scratch()  # the killed run's directories (ours and the guest runner's)
     assert p.returncode != 0
     time.sleep(0.3)
     assert not scratch.exists()
     assert not _qemu_of(p.pid)
-    assert not [d for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*") if _owner(d) == p.pid]
+    assert not [d for d in live_dirs("guest") if _owner(d) == p.pid]
     _no_trace_state_of(p.pid)
     assert tracefs.snapshot() == before
     assert not any((scratch_data / "runs").rglob("manifest.json"))
@@ -602,3 +617,16 @@ def test_committed_datasets_are_consistent():
         chain = cum.loc[["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio",
                          "host_block"], "mean_ns"].dropna()
         assert chain.is_monotonic_decreasing, (aio, chain)
+
+
+def test_ci_columns_state_the_real_coverage():
+    iv = pd.DataFrame([{"warm": 0, "aio": a, "host_sub_call": "io_submit", "host_syscall": 1000.0 * (i + 1)}
+                       for a, n in (("native", 3), ("threads", 7)) for i in range(n)])
+    s = V.syscall_summary(iv)
+    assert "75–98.43 % CI" in s.columns and "95 % CI" not in s.columns
+    from tools.dataset import load_reference
+    req, jobs = _synthetic_requests()
+    cum = V.cumulative_table(V.layer_intervals(req, jobs), "one_run", aio="threads", pattern="seq")
+    side = V.side_by_side_cumulative(cum, load_reference(V.CHAPTER))
+    want = f"median {tools_stats.ci_label(cum['n'])} (ns)"
+    assert want in side.columns and "95 %" not in " ".join(side.columns)

@@ -18,6 +18,7 @@ import pytest
 from tools import guest
 from tools import virtio_features as vf
 from tools.errors import ParameterError
+from tools.scratch import live_dirs
 
 from conftest import ROOT
 
@@ -310,7 +311,7 @@ def test_quick_collect_live(scratch_data):
 
 def _owned_by(pid: int) -> list[Path]:
     out = []
-    for d in guest.SCRATCH_PARENT.glob(guest.SCRATCH_PREFIX + "*"):
+    for d in live_dirs("guest"):
         try:
             if int((d / "owner").read_text().split()[0]) == pid:
                 out.append(d)

@@ -6,7 +6,9 @@
               follow the committed data
   stale    -- which stored notebooks were executed on other data than data/ holds
   summary  -- one screen: what was measured, what was skipped and why
-  sweep    -- remove tracing state left by a killed run of ours
+  validate -- load every dataset and check it against its manifest
+  collect  -- one chapter in this process (what a notebook's collect mode runs)
+  sweep    -- remove every kind of state a killed run of ours left (tools/sweep.py)
   doctor   -- which prerequisites this host has, per chapter
 """
 from __future__ import annotations
@@ -55,52 +57,77 @@ def _notebook_parameters(path) -> set[str]:
 
 
 def cmd_measure(args) -> int:
-    import papermill as pm
+    """Collect every chapter in this process (tools.framework.collect): Ctrl-C, SIGTERM and
+    SIGHUP reach the code that holds the kernel state, which restores it and publishes
+    nothing. Exit 0 only if no chapter failed; 130/143/129 when a signal stopped the run."""
+    from . import guard
     from .chapters import CHAPTERS, PAGES, by_name
     from .errors import ParameterError
-    from .lock import measure_lock
+    from .framework import collect, status as record
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS
     pages = [c.name for c in chapters if c in PAGES]
     if pages:
         raise ParameterError(f"{', '.join(pages)}: a page that only reads data; nothing to measure")
     extra = _measure_params(getattr(args, "param", None))
     for ch in chapters:
-        unknown = sorted(set(extra) - _notebook_parameters(ch.path))
+        known = _notebook_parameters(ch.path) if ch.notebook else \
+            {"data_dir", *ch.load().params("quick")}
+        unknown = sorted(set(extra) - known)
         if unknown:
             raise ParameterError(f"{ch.name} has no parameter {unknown[0]!r} (see its first code cell)")
+    for ch in chapters:  # every parameter checked before anything is measured
+        ch.load().params(args.profile, **{k: v for k, v in extra.items() if k != "data_dir"})
     status = _status_file()
     status.parent.mkdir(parents=True, exist_ok=True)
     status.write_text("")
     import os
     os.environ["PERFBOOK_STATUS_FILE"] = str(status)
-    outdir = build_dir() / "measure"
-    outdir.mkdir(parents=True, exist_ok=True)
-    failed = 0
-    with measure_lock("python -m tools measure"):
+    failed = []
+    with guard.interruptible():
         for i, ch in enumerate(chapters, 1):
             mod = ch.load()
-            reasons = mod.preflight()
-            if reasons:
-                print(f"[measure {i}/{len(chapters)}] {ch.name}: skipped: {reasons[0]}", flush=True)
-                with open(status, "a") as f:
-                    f.write(json.dumps({"chapter": ch.name, "status": "skipped",
-                                        "detail": "; ".join(reasons)}) + "\n")
-                continue
-            print(f"[measure {i}/{len(chapters)}] {ch.name}: collecting (profile {args.profile}) ...", flush=True)
+            tag = f"[measure {i}/{len(chapters)}] {ch.name}"
+            print(f"{tag}: collecting (profile {args.profile}) ...", flush=True)
             t0 = time.monotonic()
             try:
-                pm.execute_notebook(str(ch.path), str(outdir / f"{ch.name}.ipynb"),
-                                    parameters={"mode": "collect", "profile": args.profile, **extra},
-                                    log_output=True, progress_bar=False, cwd=str(ch.path.parent))
-            except Exception as e:  # papermill wraps the cell's error
-                failed += 1
-                detail = getattr(e, "evalue", None) or str(e).strip().splitlines()[-1]
-                print(f"[measure] {ch.name}: FAILED: {detail}", flush=True)
-                with open(status, "a") as f:
-                    f.write(json.dumps({"chapter": ch.name, "status": "failed", "detail": detail}) + "\n")
+                out = collect(mod, args.profile, say=lambda s, tag=tag: print(f"{tag}: {s}", flush=True),
+                              **extra)
+            except KeyboardInterrupt:
+                record(ch.name, "interrupted", f"stopped by {guard.interrupted_by() or 'SIGINT'}; "
+                       "nothing published")
+                raise
+            except PerfbookError as e:
+                failed.append(ch.name)
+                print(f"{tag}: FAILED: {one_line(e)[len('error: '):]} (nothing published)", flush=True)
+                record(ch.name, "failed", one_line(e)[len("error: "):])
                 continue
-            print(f"[measure] {ch.name}: done in {time.monotonic() - t0:.0f} s", flush=True)
-    return 1 if failed and args.strict else 0
+            except Exception as e:  # a defect of ours: one line here, the traceback in a file
+                import traceback
+                failed.append(ch.name)
+                log = build_dir() / "measure" / f"{ch.name}.traceback"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text(traceback.format_exc())
+                detail = f"{type(e).__name__}: {one_line(e)[len('error: '):]}"
+                print(f"{tag}: FAILED: {detail} (nothing published; traceback in {log})", flush=True)
+                record(ch.name, "failed", detail)
+                continue
+            if out is not None:
+                print(f"{tag}: done in {time.monotonic() - t0:.0f} s", flush=True)
+    if failed:
+        print(f"[measure] {len(failed)} chapter(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _private_kernel_manager():
+    """A notebook kernel reached over Unix sockets in our private state directory (not TCP,
+    and no connection file in /tmp)."""
+    import os
+    from jupyter_client import KernelManager
+    from .statedir import subdir
+    d = subdir("kernels")
+    return KernelManager(kernel_name="python3", transport="ipc", ip=str(d / f"k{os.getpid()}"),
+                         connection_file=str(d / f"kernel-{os.getpid()}.json"))
 
 
 def cmd_refresh(args) -> int:
@@ -109,13 +136,29 @@ def cmd_refresh(args) -> int:
     from . import freshness
     from .chapters import CHAPTERS, PAGES, by_name
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
+    from nbclient.exceptions import CellExecutionError
+    from .dataset import validate_all
+    validate_all()  # a corrupt dataset: one line that names the file, before any notebook runs
+    failed = []
     for ch in chapters:
         t0 = time.monotonic()
         nb = nbformat.read(ch.path, as_version=4)
         digest = freshness.data_digest(ch.name)  # before the run: what it is about to read
-        client = NotebookClient(nb, timeout=1800, kernel_name="python3",
+        km = _private_kernel_manager()
+        client = NotebookClient(nb, km=km, timeout=1800, kernel_name="python3",
                                 resources={"metadata": {"path": str(ch.path.parent)}})
-        client.execute()
+        try:
+            try:
+                client.execute()
+            finally:
+                if km.has_kernel:
+                    km.shutdown_kernel(now=False)
+                km.cleanup_resources()
+        except CellExecutionError as e:
+            failed.append(ch.name)
+            print(f"[refresh] {ch.name}: FAILED, the stored notebook is unchanged: "
+                  f"{e.ename}: {str(e.evalue).strip().splitlines()[0] if e.evalue else ''}", flush=True)
+            continue
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
         nb.metadata.pop("papermill", None)
@@ -124,6 +167,28 @@ def cmd_refresh(args) -> int:
         nbformat.write(nb, tmp)
         tmp.replace(ch.path)
         print(f"[refresh] {ch.name}: re-executed in explain mode in {time.monotonic() - t0:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+def cmd_collect(args) -> int:
+    """One chapter, in this process: what a notebook's collect mode runs (tools.notebook).
+    Exit 0 with `new dataset: PATH` as the last line, 3 when the host can't run it."""
+    from .chapters import by_name
+    from .framework import collect
+    try:
+        overrides = json.loads(args.params)
+        assert isinstance(overrides, dict)
+    except (ValueError, AssertionError):
+        from .errors import ParameterError
+        raise ParameterError(f"--params must be a JSON object, got {args.params!r}") from None
+    out = collect(by_name(args.chapter).load(), args.profile, args.data_dir or None, **overrides)
+    return 0 if out is not None else 3
+
+
+def cmd_validate(args) -> int:
+    from .dataset import validate_all
+    n = validate_all(Path(args.data_dir) if args.data_dir else None)
+    print(f"{n} datasets under {args.data_dir or 'data'}/runs load and match their manifests")
     return 0
 
 
@@ -178,13 +243,8 @@ def cmd_summary(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from .tracefs import find_tracefs, sweep_stale
-    root = find_tracefs()
-    if root is None:
-        print("tracefs is not mounted: nothing to sweep")
-        return 0
-    removed = sweep_stale(root)
-    if not removed:
+    from .sweep import sweep_all
+    if not sweep_all():
         print("nothing to sweep")
     return 0
 
@@ -203,7 +263,7 @@ def main(argv=None) -> int:
     m = sub.add_parser("measure")
     m.add_argument("--profile", default="default", choices=("quick", "default", "full"))
     m.add_argument("--chapters", default="")
-    m.add_argument("--strict", action="store_true", help="exit 1 if a chapter failed")
+    m.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)  # now always
     m.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                    help="a notebook parameter for every chapter of this run (JSON value, else a string)")
     r = sub.add_parser("refresh")
@@ -211,10 +271,17 @@ def main(argv=None) -> int:
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")
+    c = sub.add_parser("collect", help="one chapter in this process (a notebook's collect mode)")
+    c.add_argument("chapter")
+    c.add_argument("--profile", default="default")
+    c.add_argument("--data-dir", default="")
+    c.add_argument("--params", default="{}", help="the chapter's parameters as a JSON object")
+    v = sub.add_parser("validate")
+    v.add_argument("--data-dir", default="", help="a data directory other than the checkout's data/")
     sub.add_parser("sweep")
     sub.add_parser("doctor")
     args = ap.parse_args(argv)
-    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "stale": cmd_stale,
+    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
           "sweep": cmd_sweep, "doctor": cmd_doctor}[args.cmd]
     try:
         return fn(args)
@@ -222,8 +289,11 @@ def main(argv=None) -> int:
         print(one_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; tracing state was restored", file=sys.stderr)
-        return 130
+        from . import guard
+        sig = guard.interrupted_by() or "SIGINT"
+        print(f"interrupted by {sig}: what the run changed was restored, nothing was published",
+              file=sys.stderr)
+        return 128 + int(getattr(__import__("signal"), sig))
 
 
 if __name__ == "__main__":

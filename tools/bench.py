@@ -31,8 +31,9 @@ def trace_cv(runs: int, profile: str, mechanisms: str) -> int:
             m = s[s.mechanism == "marker"].ns_per_call
             meds.append(float(m.median()))
             nones.append(float(s[s.mechanism == "none"].ns_per_call.median()))
-            lo, hi, _ = stats.median_ci(m)
-            print(f"run {i + 1}/{runs}: marker median {meds[-1]:.1f} ns (95% CI {lo:.1f}-{hi:.1f}), "
+            lo, hi, cov = stats.median_ci(m)
+            print(f"run {i + 1}/{runs}: marker median {meds[-1]:.1f} ns "
+                  f"({stats.coverage_text(cov)} CI {lo:.1f}-{hi:.1f}), "
                   f"harness {nones[-1]:.2f} ns/call, {time.monotonic() - t:.0f} s", flush=True)
         print(f"marker median across {runs} runs: {stats.summarize(meds).median:.1f} ns, "
               f"CV {stats.cv(meds):.4f}; harness cost {stats.summarize(nones).median:.2f} ns/call; "

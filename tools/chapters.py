@@ -49,8 +49,13 @@ PAGES: list[Chapter] = [
 ]
 
 
+# The smallest chapter of the contract: not in the book or in `measure`, driven by
+# tests/test_contract.py and shown in tools/README.md.
+EXAMPLE = Chapter("example", "tools.example", "")
+
+
 def by_name(name: str) -> Chapter:
-    for c in CHAPTERS + PAGES:
+    for c in CHAPTERS + PAGES + [EXAMPLE]:
         if c.name == name:
             return c
     from .errors import ParameterError

@@ -37,17 +37,17 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
-from . import cbuild, stats
+from . import cbuild, ftrace, stats
 from .dataset import DatasetWriter
 from .errors import ParameterError, PerfbookError
 from .hostinfo import mounts
 from .lock import measure_lock
 from .params import begin_collect, merge
-from .proc import kill_group, sigterm_as_interrupt
+from . import guard
+from .proc import kill_group
 from .progress import Progress
 
 CHAPTER = "cpu_pinning"
@@ -275,7 +275,8 @@ class SchedKnobs:
     def close(self) -> None:
         if self._closed:
             return
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        restoring = guard.restoring()  # a second signal can't cut the restore in half
+        restoring.__enter__()
         try:
             for name in list(self.saved):
                 try:
@@ -294,7 +295,7 @@ class SchedKnobs:
                 atexit.unregister(self.close)
             except Exception:
                 pass
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            restoring.__exit__(None, None, None)
 
     def __exit__(self, *exc):
         self.close()
@@ -302,11 +303,8 @@ class SchedKnobs:
 
 
 def _write(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+    from .tracefs import write_knob
+    write_knob(path, text)
 
 
 def parse_sched_debug(text: str) -> dict[str, str]:
@@ -449,26 +447,20 @@ def cpu_deltas(cpus: list[dict]) -> list[dict]:
     return out
 
 
-_TRACE_RE = re.compile(r"^\s*(?P<task>.+?)-(?P<tpid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
-                       r"\S+\s+(?P<ts>[\d.]+):\s+(?P<event>\w+):\s+(?P<rest>.*)$")
-
-
 def parse_migrations(trace: str, pids: dict[int, str]) -> dict:
     """Count sched_migrate_task events of our tasks between our two trace markers.
 
     `pids` maps pid -> role. Returns {'by_role': {role: n}, 'window_s': float|None,
-    'events': [(ts, pid, role, orig, dest)], 'markers': n}.
+    'events': [(ts, pid, role, orig, dest)], 'markers': n, 'lost': n} -- 'lost' > 0: the
+    ring buffer dropped events (the count, or the number of LOST markers without one), so
+    by_role is a lower bound. Any trace option layout parses (tools.ftrace).
     """
     in_win, t0, t1, markers = False, None, None, 0
     by_role: dict[str, int] = {}
     events = []
-    for line in trace.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _TRACE_RE.match(line)
-        if not m:
-            continue
-        ev, rest, ts = m.group("event"), m.group("rest"), float(m.group("ts"))
+    st = ftrace.new_stats()
+    for r in ftrace.records(trace, st):
+        ev, rest, ts = r.event, r.body, r.ts
         if ev == "tracing_mark_write":
             if rest.strip().startswith("pf_window_start"):
                 in_win, t0 = True, ts
@@ -479,14 +471,14 @@ def parse_migrations(trace: str, pids: dict[int, str]) -> dict:
             continue
         if ev != "sched_migrate_task" or not in_win:
             continue
-        f = dict(kv.split("=", 1) for kv in re.findall(r"(\w+=\S+)", rest))
+        f = ftrace.parse_kv(rest)
         pid = int(f.get("pid", -1))
         if pid in pids:
             role = pids[pid]
             by_role[role] = by_role.get(role, 0) + 1
             events.append((ts, pid, role, int(f.get("orig_cpu", -1)), int(f.get("dest_cpu", -1))))
     return {"by_role": by_role, "window_s": (t1 - t0) if (t0 is not None and t1 is not None) else None,
-            "events": events, "markers": markers}
+            "events": events, "markers": markers, "lost": st["lost"] or st["lost_lines"]}
 
 
 def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -548,7 +540,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     shutil.copy2(cbuild.binary(HELPER), binary)
     rng = random.Random(p["seed"])
     is_root = os.geteuid() == 0
-    old_term = sigterm_as_interrupt()
+    guard.enter()  # SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt (tools.guard)
     try:
         with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, p) as w:
             prog = Progress(CHAPTER, 1)
@@ -598,8 +590,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                         s.enable("sched/sched_migrate_task")
                         _measure(w, p, binary, variants, rng, knobs, s, perf_why is None, prog)
     finally:
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        guard.leave()
         shutil.rmtree(tmpdir, ignore_errors=True)
     return w.published
 
@@ -679,7 +670,11 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
                 prog.step(f"warm-up round {variant} {load}")
                 continue
             cd = cpu_deltas(r["cpus"])
+            # a fixed-rate trial that served under RATE_KEPT_UP of the offered requests ran at
+            # saturation instead: recorded, and left out of the fixed-rate comparisons
             row = {**key, "offered_rate": rate if load == "rate" else None,
+                   "rate_saturated": bool(load == "rate" and sc["completed"]
+                                          < RATE_KEPT_UP * rate * sc["window_ns"] / 1e9),
                    "window_s": sc["window_ns"] / 1e9, "completed": sc["completed"],
                    "issued": sc["issued"], "queue_max": sc["queue_max"], "dropped": sc["dropped"],
                    "lat_n": sc["lat_n"], "lat_mean_ns": sc["lat_mean_ns"],
@@ -748,10 +743,12 @@ def _measure(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> Non
     if session is not None and tdf.get("trace_overrun", pd.Series([0])).sum() > 0:
         w.notes.append("the ftrace buffer overran in some trials; tracepoint counts are lower bounds")
     if "rate" in p["loads"]:
-        short = tdf[(tdf.load == "rate") & (tdf.completed < 0.9 * tdf.offered_rate * tdf.window_s)]
+        short = tdf[tdf.rate_saturated]
         if len(short):
-            w.notes.append(f"{len(short)} fixed-rate trial(s) completed under 90 % of the offered "
-                           "requests: that variant could not keep up with the rate")
+            w.notes.append(f"{len(short)} fixed-rate trial(s) completed under "
+                           f"{RATE_KEPT_UP:.0%} of the offered requests (variants: "
+                           f"{', '.join(sorted(set(short.variant)))}): they ran saturated, not at the "
+                           "fixed rate, and are left out of the fixed-rate comparisons")
 
 
 def _trial(binary, p, variant, load, rate, seed, marker, use_perf, timeout) -> dict:
@@ -787,6 +784,10 @@ def derive(trials):
     """Per-trial metrics from the raw counters."""
     t = trials.copy()
     t["throughput"] = t["completed"] / t["window_s"]
+    if "rate_saturated" not in t:   # datasets from before the column was recorded
+        t["rate_saturated"] = (t["load"] == "rate") & \
+            (t["completed"] < RATE_KEPT_UP * t["offered_rate"] * t["window_s"])
+    t["rate_saturated"] = t["rate_saturated"].fillna(False).astype(bool)
     t["cpu_per_req_us"] = t["worker_exec_ns"] / t["completed"] / 1e3
     t["all_cpu_per_req_us"] = (t["worker_exec_ns"] + t["loadgen_exec_ns"] + t["backend_exec_ns"]) \
         / t["completed"] / 1e3
@@ -822,7 +823,7 @@ def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline:
     (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift) over undisturbed trials."""
     import pandas as pd
     from .stats import compare_frame
-    t = undisturbed(trials)
+    t = comparable(trials)
     frames = [compare_frame(t, by="variant", value=m, baseline=baseline,
                             within=["host_id", "run_id", "load"]).assign(metric=m)
               for m in metrics if m in t]
@@ -835,7 +836,7 @@ def compare_hosts(trials, manifests, metric: str = "cpu_per_req_us"):
     load and variant."""
     from .dataset import only_shown
     from .stats import compare_frame
-    t = undisturbed(only_shown(trials, manifests))
+    t = comparable(only_shown(trials, manifests))
     if t.empty or t.host_id.nunique() < 2:
         return t.iloc[0:0]
     base = sorted(t.host_id.unique())[0]
@@ -866,12 +867,44 @@ def undisturbed(trials):
     return trials[~(trials["other_cpu_pct"] > DISTURBED_PCT)]
 
 
+# A fixed-rate trial must serve at least this share of the offered requests; below it the
+# variant could not keep up, the trial ran saturated, and its CPU per request or latency is
+# not comparable with trials at the fixed rate (column rate_saturated, declared in advance).
+RATE_KEPT_UP = 0.9
+
+
+def comparable(trials):
+    """The trials the summaries and comparisons use: undisturbed, and for the fixed-rate
+    load only those that kept up with the rate."""
+    t = undisturbed(trials)
+    if "rate_saturated" in t:
+        t = t[~t["rate_saturated"].fillna(False).astype(bool)]
+    return t
+
+
+def exclusions(trials):
+    """Per load and variant: trials, how many were disturbed, how many ran saturated at the
+    fixed rate, and how many the summaries use."""
+    import pandas as pd
+    if trials.empty:
+        return pd.DataFrame(columns=["load", "variant", "trials", "disturbed", "rate_saturated",
+                                     "used"])
+    t = trials.assign(
+        _dist=trials["other_cpu_pct"] > DISTURBED_PCT if "other_cpu_pct" in trials else False,
+        _sat=trials["rate_saturated"].fillna(False).astype(bool) if "rate_saturated" in trials
+        else False)
+    t["_used"] = t.index.isin(comparable(trials).index)
+    return (t.groupby(["load", "variant"]).agg(trials=("_used", "size"), disturbed=("_dist", "sum"),
+                                               rate_saturated=("_sat", "sum"), used=("_used", "sum"))
+            .reset_index().astype({"disturbed": int, "rate_saturated": int, "used": int}))
+
+
 def summary(trials, metrics=tuple(METRICS), by=("host_id", "run_id", "load", "variant")):
     """Median over undisturbed rounds with the distribution-free CI, per group and metric."""
     import pandas as pd
     from .stats import summarize
     rows = []
-    for key, g in undisturbed(trials).groupby(list(by), sort=True):
+    for key, g in comparable(trials).groupby(list(by), sort=True):
         for m in metrics:
             if m not in g:
                 continue
@@ -879,7 +912,8 @@ def summary(trials, metrics=tuple(METRICS), by=("host_id", "run_id", "load", "va
             rows.append({**dict(zip(by, key)), "metric": m, "n": s.n, "median": s.median,
                          "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_coverage": s.ci_coverage,
                          "p5": s.p5, "p95": s.p95})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*by, "metric", "n", "median", "ci_low", "ci_high",
+                                       "ci_coverage", "p5", "p95"])
 
 
 def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
@@ -892,7 +926,7 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
     from .stats import summarize
     rows = []
     keys = ["host_id", "run_id", "load"]
-    for key, g in undisturbed(trials).groupby(keys, sort=True):
+    for key, g in comparable(trials).groupby(keys, sort=True):
         base = g[g.variant == baseline].set_index("round")
         for variant, gv in g.groupby("variant", sort=False):
             if variant == baseline:
@@ -907,7 +941,8 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
                 rows.append({**dict(zip(keys, key)), "variant": variant, "metric": m,
                              "n_rounds": s.n, "change_pct": s.median, "ci_low": s.ci_low,
                              "ci_high": s.ci_high, "ci_coverage": s.ci_coverage})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=[*keys, "variant", "metric", "n_rounds", "change_pct",
+                                       "ci_low", "ci_high", "ci_coverage"])
 
 
 def core_balance(cores, trials=None):

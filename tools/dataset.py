@@ -60,10 +60,11 @@ class DatasetWriter:
         self.host = hostinfo.host_facts()
         self.run_id = run_id or new_run_id()
         self.dest = runs_dir(self.data_dir) / self.host["host_id"] / chapter / self.run_id
-        self.tmp = self.dest.parent / f".tmp-{self.run_id}-{uuid.uuid4().hex[:8]}"
+        self.tmp = self.dest.parent / f".tmp-{os.getpid()}-{self.run_id}-{uuid.uuid4().hex[:8]}"
         self.tables: dict[str, int] = {}
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
+        self.rejected: list[str] = []
         self.extra: dict = {}
         self.started = utc_now()
         self.published: Path | None = None
@@ -76,6 +77,13 @@ class DatasetWriter:
         return self
 
     def __exit__(self, etype, exc, tb):
+        from . import guard
+        if etype is None and guard.received():
+            # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
+            # a finalizer): the run was asked to stop, so it is not published either
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise KeyboardInterrupt(f"{guard.interrupted_by()} arrived during the run; nothing was published")
         if etype is None:
             self._publish()
         else:
@@ -103,6 +111,10 @@ class DatasetWriter:
         self.tables[name] = int(len(df))
         return p
 
+    def reject(self, reason: str) -> None:
+        """A sanity check failed: the run is doubtful and will not be published."""
+        self.rejected.append(reason)
+
     def skip(self, part: str, reason: str) -> None:
         """Record that part of the experiment was not measured, and why."""
         self.skipped[part] = reason
@@ -125,6 +137,11 @@ class DatasetWriter:
         }
 
     def _publish(self):
+        if self.rejected:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise DatasetError("the run failed its sanity checks, so nothing was published: "
+                               + "; ".join(self.rejected))
         if not self.tables:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self._prune_empty()
@@ -139,8 +156,12 @@ class DatasetWriter:
         self.published = self.dest
 
 
+REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "finished", "tables")
+
+
 def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
-    """Every published dataset of a chapter, all hosts, sorted by host then run."""
+    """Every published dataset of a chapter, all hosts, sorted by host then run. Two datasets
+    that claim the same run id (a copy that kept its manifest) are an error, never merged."""
     base = runs_dir(data_dir)
     if not base.is_dir():
         return []
@@ -150,12 +171,70 @@ def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
         if chap.is_dir():
             found += sorted(r for r in chap.iterdir()
                             if r.is_dir() and not r.name.startswith(".") and (r / MANIFEST).is_file())
+    seen: dict[tuple, Path] = {}
+    for run in found:
+        key = (run.parent.parent.name, load_manifest(run)["run_id"])
+        if key in seen:
+            raise DatasetError(f"{run / MANIFEST}: run id {key[1]} is also the run id of "
+                               f"{seen[key]}; a copied dataset must get its own run id")
+        seen[key] = run
     return found
 
 
+_manifest_cache: dict[tuple, dict] = {}
+
+
 def load_manifest(run: Path) -> dict:
-    with open(Path(run) / MANIFEST) as f:
-        return json.load(f)
+    """A dataset's manifest, checked: valid JSON, the required fields, a schema this code
+    reads, and a run id and host id that match its directory. One line names the file."""
+    p = Path(run) / MANIFEST
+    try:
+        st = p.stat()
+        key = (str(p), st.st_mtime_ns, st.st_size)
+        if key in _manifest_cache:
+            return _manifest_cache[key]
+        with open(p) as f:
+            m = json.load(f)
+    except OSError as e:
+        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git or remove the dataset") from None
+    if not isinstance(m, dict):
+        raise DatasetError(f"{p}: a manifest must be a JSON object")
+    missing = [k for k in REQUIRED if k not in m]
+    if missing:
+        raise DatasetError(f"{p}: missing field(s) {', '.join(missing)}")
+    if not isinstance(m["schema"], int) or not 1 <= m["schema"] <= SCHEMA:
+        raise DatasetError(f"{p}: schema {m['schema']!r} is not one this code reads (1..{SCHEMA}); "
+                           "update the checkout")
+    if m["run_id"] != Path(run).name:
+        raise DatasetError(f"{p}: run_id {m['run_id']!r} does not match its directory "
+                           f"{Path(run).name!r} (a copied dataset?)")
+    host = m["host"].get("host_id") if isinstance(m["host"], dict) else None
+    if host != Path(run).parent.parent.name:
+        raise DatasetError(f"{p}: host_id {host!r} does not match its directory "
+                           f"{Path(run).parent.parent.name!r}")
+    if not isinstance(m["tables"], dict):
+        raise DatasetError(f"{p}: 'tables' must map table names to row counts")
+    _manifest_cache[key] = m
+    return m
+
+
+def read_table(run: Path, table: str, manifest: dict | None = None):
+    """One table of one dataset, checked against its manifest's row count."""
+    import pandas as pd
+    man = manifest or load_manifest(run)
+    p = Path(run) / f"{table}.csv"
+    try:
+        df = pd.read_csv(p, on_bad_lines="error")
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
+        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        raise DatasetError(f"{p}: malformed CSV ({msg}); restore it from git") from None
+    want = man["tables"].get(table)
+    if want is not None and len(df) != want:
+        raise DatasetError(f"{p}: {len(df)} rows, but its manifest lists {want} "
+                           "(truncated or edited); restore it from git")
+    return df
 
 
 def load_table(chapter: str, table: str, data_dir: Path | None = None):
@@ -166,14 +245,32 @@ def load_table(chapter: str, table: str, data_dir: Path | None = None):
         p = run / f"{table}.csv"
         if not p.is_file():
             continue
-        df = pd.read_csv(p)
         man = load_manifest(run)
+        df = read_table(run, table, man)
         df.insert(0, "run_id", man["run_id"])
         df.insert(0, "host_id", man["host"]["host_id"])
         frames.append(df)
     if not frames:
         return pd.DataFrame()
     return pd.concat(frames, ignore_index=True)
+
+
+def validate_all(data_dir: Path | None = None) -> int:
+    """Load every dataset of every chapter and every table (DatasetError on the first
+    problem); returns the number of datasets checked."""
+    from .chapters import CHAPTERS
+    n = 0
+    for ch in CHAPTERS:
+        for run in list_runs(ch.name, data_dir):
+            man = load_manifest(run)
+            if man["chapter"] != ch.name:
+                raise DatasetError(f"{run / MANIFEST}: chapter {man['chapter']!r} in the directory of {ch.name}")
+            for table in man["tables"]:
+                if not (run / f"{table}.csv").is_file():
+                    raise DatasetError(f"{run / (table + '.csv')}: listed in its manifest but missing")
+                read_table(run, table, man)
+            n += 1
+    return n
 
 
 def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:

@@ -28,6 +28,15 @@ FIELDS = ("rd_ios", "rd_merges", "rd_sectors", "rd_ticks",
           "fl_ios", "fl_ticks")
 # The kernel prints these as 32-bit "%u" (milliseconds): deltas wrap modulo 2**32.
 U32_FIELDS = ("rd_ticks", "wr_ticks", "io_ticks", "time_in_queue", "dc_ticks", "fl_ticks")
+# sysstat keeps the other counters in `unsigned long` (64 bits on the 64-bit hosts we
+# run on) and subtracts them in that type: a counter that went backwards is a wrap,
+# and the difference is taken modulo 2**64 (iostat.c: "Counters overflows are
+# possible, but don't need to be handled in a special way").
+U64_WRAP = 2 ** 64
+U32_WRAP = 2 ** 32
+# sysstat's interval is whole centiseconds of /proc/uptime, and get_interval()
+# (common.c) turns a zero interval into 1 cs "paranoia checking".
+MIN_INTERVAL_S = 0.01
 OLD_PARTITION_FIELDS = ("rd_ios", "rd_sectors", "wr_ios", "wr_sectors")
 
 # sysstat 12.x `iostat -x` column order (plain text, one device per line).
@@ -97,17 +106,32 @@ def parse_sys_stat(text: str, name: str = "?") -> DiskStat:
     return DiskStat(-1, -1, name, n, vals)
 
 
+def _device_was_reset(prev: dict, curr: dict) -> bool:
+    """sysstat 12.6's test (iostat.c write_stats) for a device removed and inserted again.
+
+    Fewer I/Os in total than before, and every sector counter either went
+    backwards or was 0 before: sysstat then computes from zero (``iozero``).
+    """
+    ios = ("rd_ios", "wr_ios", "dc_ios", "fl_ios")
+    return (sum(curr[k] for k in ios) < sum(prev[k] for k in ios)
+            and all(not prev[k] or curr[k] < prev[k] for k in ("rd_sectors", "wr_sectors", "dc_sectors")))
+
+
 def delta(prev: dict, curr: dict) -> dict:
-    """Counter differences; 32-bit millisecond fields wrap like the C unsigned ints."""
+    """Counter differences the way sysstat 12.6's iostat takes them.
+
+    The 32-bit millisecond fields wrap modulo 2**32 and the others modulo 2**64
+    (C unsigned int / unsigned long subtraction); a device that was removed and
+    inserted again (see _device_was_reset) counts from zero.
+    """
+    if _device_was_reset(prev, curr):
+        prev = dict.fromkeys(FIELDS, 0)
     d = {}
     for k in FIELDS:
         if k == "in_flight":
             d[k] = curr[k]
             continue
-        v = curr[k] - prev[k]
-        if k in U32_FIELDS and v < 0:
-            v %= 2 ** 32
-        d[k] = v
+        d[k] = (curr[k] - prev[k]) % (U32_WRAP if k in U32_FIELDS else U64_WRAP)
     return d
 
 
@@ -119,12 +143,14 @@ def compute_columns(prev: dict, curr: dict, interval_s: float) -> dict:
     """Every `iostat -x -k` column from two snapshots, with sysstat 12.x formulas.
 
     sysstat's S_VALUE(m, n, p) is (n - m) / p * 100 with p in 1/100 s; here the
-    interval is in seconds, which is the same thing. kB = sectors / 2.
+    interval is in seconds, which is the same thing. kB = sectors / 2. A zero
+    interval counts as one centisecond, like sysstat's get_interval(); a negative
+    or NaN one is an error.
     """
-    if not interval_s or interval_s <= 0 or math.isnan(interval_s):
-        raise ValueError(f"interval must be > 0 s, got {interval_s!r}")
+    if interval_s is None or math.isnan(interval_s) or interval_s < 0:
+        raise ValueError(f"interval must be >= 0 s, got {interval_s!r}")
     d = delta(prev, curr)
-    T = float(interval_s)
+    T = float(interval_s) or MIN_INTERVAL_S
     c = {}
     for p, ios, merges, sectors, ticks in (("r", "rd_ios", "rd_merges", "rd_sectors", "rd_ticks"),
                                            ("w", "wr_ios", "wr_merges", "wr_sectors", "wr_ticks"),
@@ -140,9 +166,10 @@ def compute_columns(prev: dict, curr: dict, interval_s: float) -> dict:
     c["aqu-sz"] = d["time_in_queue"] / T / 1000
     c["%util"] = d["io_ticks"] / (T * 1000) * 100
     # sysstat's extra figures (iostat -s / sar): all of r, w, d together
-    nr = d["rd_ios"] + d["wr_ios"] + d["dc_ios"]
-    c["await"] = _div(d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"], nr)
-    c["areq-sz"] = _div(d["rd_sectors"] + d["wr_sectors"] + d["dc_sectors"], nr) / 2
+    # (sums in the C types: unsigned long for I/Os and sectors, unsigned int for ticks)
+    nr = (d["rd_ios"] + d["wr_ios"] + d["dc_ios"]) % U64_WRAP
+    c["await"] = _div((d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"]) % U32_WRAP, nr)
+    c["areq-sz"] = _div((d["rd_sectors"] + d["wr_sectors"] + d["dc_sectors"]) % U64_WRAP, nr) / 2
     return {k: c[k] for k in (*COLUMNS, "await", "areq-sz")}
 
 

@@ -10,8 +10,8 @@ The guest is made of Debian's own packages, extracted and never installed:
 
 They are cached under ``build/guest/<kernel-abi>/`` (git ignores build/).
 
-A run boots QEMU with scratch virtio-blk disks (sparse raw files in a
-``/var/tmp/perfbook-guest-*`` directory we create), runs a shell script as the
+A run boots QEMU with scratch virtio-blk disks (sparse raw files in a private
+``guest-<pid>-*`` directory from tools.scratch), runs a shell script as the
 guest's only job and returns what the script printed. The script's output
 travels over a second serial port (``ttyS1``) between two markers, so kernel
 messages on the console (``ttyS0``) never mix with it.
@@ -22,10 +22,10 @@ the same guest is booted under TCG. Every result says which accelerator ran it
 and why (``GuestResult.accel``, ``GuestResult.accel_note``).
 
 Cleanup: QEMU is killed and the scratch directory removed on success, on an
-exception, on SIGINT and on SIGTERM (the handler turns SIGTERM into
-KeyboardInterrupt while a run is active). QEMU also gets PR_SET_PDEATHSIG, so
-it dies with us even on SIGKILL; ``sweep_stale()`` removes a scratch directory
-whose owner process is gone.
+exception, on SIGINT, SIGTERM and SIGHUP (tools.guard turns them into
+KeyboardInterrupt while a Runner is active). QEMU also gets PR_SET_PDEATHSIG, so
+it dies with us even on SIGKILL; tools.scratch.sweep() (every run, `make sweep`)
+removes a scratch directory whose owner process is gone.
 
 Usage::
 
@@ -46,30 +46,26 @@ Hold ``tools.lock.measure_lock()`` around runs that measure anything.
 """
 from __future__ import annotations
 
-import ctypes
 import gzip
 import io
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
-from .proc import sweep_scratch
+from . import guard, scratch, statedir
+from .proc import die_with_parent
 from .paths import build_dir
 
 QEMU = "qemu-system-x86_64"
 KERNEL_META = "linux-image-cloud-amd64"   # resolved to linux-image-<abi>-cloud-amd64
 BUSYBOX_PKG = "busybox-static"
-SCRATCH_PREFIX = "perfbook-guest-"
-SCRATCH_PARENT = Path("/var/tmp")
 BEGIN = "@@PERFBOOK-BEGIN@@"
 END_RE = re.compile(r"@@PERFBOOK-END rc=(-?\d+)@@")
 INIT_MARK = "@@PERFBOOK-INIT@@"
@@ -242,8 +238,10 @@ def preflight() -> list[str]:
     reasons = []
     if not shutil.which(QEMU):
         reasons.append(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
-    if not SCRATCH_PARENT.is_dir() or not os.access(SCRATCH_PARENT, os.W_OK):
-        reasons.append(f"{SCRATCH_PARENT} is not writable for scratch disks")
+    try:
+        statedir.scratch_parent()
+    except statedir.UnsafePath as e:
+        reasons.append(f"no place for scratch disks: {e}")
     have = artefacts_cached()
     if have is None and not shutil.which("apt-get"):
         reasons.append("no cached guest kernel in build/guest and no apt-get to fetch Debian's kernel")
@@ -501,20 +499,6 @@ def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
     return p
 
 
-def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
-    """Remove scratch directories whose owner (pid in the 'owner' file) is gone."""
-    return sweep_scratch(parent, SCRATCH_PREFIX)
-
-
-def _pdeathsig():
-    """In the child: die with the parent (PR_SET_PDEATHSIG = 1, SIGKILL)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
-
-
 def _kill(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -540,19 +524,15 @@ class Runner:
     for later runs of the same Runner.
     """
 
-    # what a subclass (tools.secondhost.Machine) changes: scratch prefix, owner tag,
-    # and where preflight, artefacts and the stale-scratch sweep come from
-    scratch_prefix = SCRATCH_PREFIX
-    owner_tag = "tools.guest"
+    # what a subclass (tools.secondhost.Machine) changes: the scratch directory's name
+    # (tools.scratch), and where preflight and artefacts come from
+    scratch_chapter = "guest"
 
     def _preflight(self) -> list[str]:
         return preflight()
 
     def _artefacts(self) -> dict:
         return ensure_artefacts(self.say, self.kernel_pkg)
-
-    def _sweep(self) -> None:
-        sweep_stale()
 
     def __init__(self, accel: str = "auto", kvm_boot_timeout: float = 10.0,
                  timeout: float = 180.0, progress=None, kernel_pkg: str | None = None):
@@ -569,7 +549,8 @@ class Runner:
         self.proc: subprocess.Popen | None = None
         self.artefacts: dict | None = None
         self._decided: tuple[str, str] | None = None
-        self._old_term = None
+        self._scratch: scratch.Scratch | None = None
+        self._guarded = False
 
     # -- lifetime ------------------------------------------------------------
     def __enter__(self):
@@ -578,12 +559,12 @@ class Runner:
         reasons = self._preflight()
         if reasons:
             raise MissingPrerequisite(reasons[0])
-        self._install_signals()
+        guard.enter()  # SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt until close()
+        self._guarded = True
         try:
-            self._sweep()
             self.artefacts = self._artefacts()
-            self.scratch = Path(tempfile.mkdtemp(prefix=self.scratch_prefix, dir=SCRATCH_PARENT))
-            (self.scratch / "owner").write_text(f"{os.getpid()} {self.owner_tag}\n")
+            self._scratch = scratch.Scratch(self.scratch_chapter).__enter__()  # sweeps dead runs' too
+            self.scratch = self._scratch.dir
         except BaseException:
             self.close()
             raise
@@ -594,28 +575,18 @@ class Runner:
         return False
 
     def close(self) -> None:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM}) \
-            if threading.current_thread() is threading.main_thread() else None
         try:
-            _kill(self.proc)
-            self.proc = None
-            if self.scratch is not None:
-                shutil.rmtree(self.scratch, ignore_errors=True)
+            with guard.restoring():  # a second Ctrl-C cannot cut the cleanup in half
+                _kill(self.proc)
+                self.proc = None
+                if self._scratch is not None:
+                    self._scratch.close()
+                    self._scratch = None
                 self.scratch = None
         finally:
-            if self._old_term is not None:
-                signal.signal(signal.SIGTERM, self._old_term)
-                self._old_term = None
-            if old is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-    def _install_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def _term(signum, frame):
-            raise KeyboardInterrupt(f"signal {signum}")
-        self._old_term = signal.signal(signal.SIGTERM, _term)
+            if self._guarded:
+                self._guarded = False
+                guard.leave()
 
     # -- running -----------------------------------------------------------------
     def cmdline(self, cfg: GuestConfig, accel: str, rundir: Path, initrd: Path) -> list[str]:
@@ -709,7 +680,7 @@ class Runner:
             t0 = time.monotonic()
             with open(rundir / "qemu.log", "wb") as qlog:
                 self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
-                                             stderr=subprocess.STDOUT, preexec_fn=_pdeathsig)
+                                             stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
             qemu_pid = self.proc.pid
             if callable(cfg.on_start):
                 cfg.on_start(qemu_pid)

@@ -1,7 +1,8 @@
 """Chapter 'iostat_internals': iostat -x recomputed from /proc/diskstats.
 
 collect() runs a phased workload (fio, plus two small phases of our own) on a
-scratch file under /var/tmp, on whatever block device holds it. While it runs:
+scratch file in a private directory (tools.scratch: under the scratch parent of
+tools.statedir, or under the scratch_parent parameter), on whatever block device holds it. While it runs:
 
 * sysstat's `iostat -x -d -k -y <dev> 1` reports every interval; the moment a
   report line arrives we snapshot /proc/diskstats ourselves, so our interval
@@ -24,7 +25,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -32,18 +32,18 @@ import time
 from pathlib import Path
 
 from . import diskstats as ds
-from . import stats
+from . import ftrace, stats
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .params import choose_list, merge
-from .proc import sigterm_as_interrupt
+from . import guard, scratch as scratch_dirs, statedir
+from .proc import die_with_parent, kill_group, run_group
 from .progress import Progress
 from .tracefs import TraceSession, preflight as tracefs_preflight
 
 CHAPTER = "iostat_internals"
 TITLE = "iostat -x internals: recomputed from /proc/diskstats, checked against sysstat and tracepoints"
-SCRATCH_PREFIX = "perfbook-iostat-"
 
 # name -> (how, description). fio phases give fio arguments; "own" phases are ours.
 PHASES: dict[str, dict] = {
@@ -91,7 +91,7 @@ PROFILES = {
                 "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 20, "rep_budget_s": 660.0,
                 "rep_warmup": 0},
 }
-COMMON = {"device": "auto", "trace": True, "trace_sample": 1000, "scratch_parent": "/var/tmp",
+COMMON = {"device": "auto", "trace": True, "trace_sample": 1000, "scratch_parent": "auto",
           "seed": 1}
 
 # Stated tolerance for "our column agrees with sysstat's" (see the chapter):
@@ -127,8 +127,10 @@ def params(profile: str = "default", **overrides) -> dict:
         raise ParameterError(f"trace must be True or False, got {p['trace']!r}")
     if not isinstance(p["device"], str) or not re.fullmatch(r"auto|[A-Za-z0-9_.!-]{1,64}", p["device"]):
         raise ParameterError(f"device must be 'auto' or a block device name like 'vda', got {p['device']!r}")
-    if not isinstance(p["scratch_parent"], str) or not os.path.isabs(p["scratch_parent"]):
-        raise ParameterError(f"scratch_parent must be an absolute directory, got {p['scratch_parent']!r}")
+    if not isinstance(p["scratch_parent"], str) or not (p["scratch_parent"] == "auto"
+                                                        or os.path.isabs(p["scratch_parent"])):
+        raise ParameterError(f"scratch_parent must be 'auto' (perfbook's private scratch directory) "
+                             f"or an absolute directory, got {p['scratch_parent']!r}")
     return p
 
 
@@ -138,10 +140,16 @@ def preflight() -> list[str]:
         reasons.append("no /proc/diskstats (not Linux, or /proc not mounted)")
     if not shutil.which("fio"):
         reasons.append("fio is not installed (apt-get install fio); it drives the workload")
-    parent = Path(COMMON["scratch_parent"])
-    if not (parent.is_dir() and os.access(parent, os.W_OK)):
-        reasons.append(f"{parent} is not a writable directory for the scratch file")
+    try:
+        statedir.scratch_parent()
+    except statedir.UnsafePath as e:
+        reasons.append(f"no place for the scratch file: {e}")
     return reasons
+
+
+def scratch_parent_of(p: dict) -> Path:
+    """The directory the scratch directory goes into: 'auto' is tools.statedir's private one."""
+    return statedir.scratch_parent() if p["scratch_parent"] == "auto" else Path(p["scratch_parent"])
 
 
 def _optional() -> dict[str, str]:
@@ -362,7 +370,8 @@ class _Workload:
             self.thread.start()
         else:
             self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, start_new_session=True)
+                                         text=True, start_new_session=True,
+                                         preexec_fn=die_with_parent)
 
     def wait(self, timeout: float) -> dict:
         if self.thread is not None:
@@ -381,21 +390,17 @@ class _Workload:
 
     def stop(self):
         self.stop_ev.set()
-        if self.proc is not None and self.proc.poll() is None:
-            _kill(self.proc)
+        if self.proc is not None:
+            kill_group(self.proc)       # its whole process group, even if fio itself has exited
         if self.thread is not None and self.thread.is_alive():
             self.thread.join(5)
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        proc.terminate()
-        proc.wait(3)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(3)
-    except ProcessLookupError:
-        pass
+    """SIGKILL the process group `proc` leads (all our children are started with
+    start_new_session and die_with_parent) and reap it. Never raises a timeout, so a slow
+    exit can't skip the cleanup steps after it."""
+    kill_group(proc)
 
 
 def _fio_summary(text: str) -> dict:
@@ -421,8 +426,9 @@ TRACE_PREROLL_S = 0.2      # tracing starts this long before the window's first 
 TRACE_POSTROLL_S = 0.02
 TRACE_EVENTS = ("block/block_io_start", "block/block_io_done",
                 "block/block_rq_issue", "block/block_rq_complete")
-_TRACE_RE = re.compile(r"\s(?P<ts>\d+\.\d+): (?P<ev>block_\w+): (?P<maj>\d+),(?P<min>\d+) "
-                       r"(?P<rwbs>\S+) (?:(?P<bytes>\d+) )?\((?P<cmd>[^)]*)\) (?P<sector>\d+) \+ (?P<nr>\d+)")
+# the body of a block_* event (the line itself: tools.ftrace)
+_BLOCK_BODY = re.compile(r"(?P<maj>\d+),(?P<min>\d+) (?P<rwbs>\S+) (?:(?P<bytes>\d+) )?\((?P<cmd>[^)]*)\) "
+                         r"(?P<sector>\d+) \+ (?P<nr>\d+)")
 
 
 def op_class(rwbs: str) -> str:
@@ -442,18 +448,19 @@ def op_class(rwbs: str) -> str:
     return "other"
 
 
-def parse_trace(text: str) -> list[tuple]:
-    """Trace text -> [(t_ns, event, op, sector, nr_sectors)]."""
+def parse_trace(text: str, trace_stats: dict | None = None) -> list[tuple]:
+    """Trace text (any trace options; the mono clock _arm sets prints sec.usec) ->
+    [(t_ns, event, op, sector, nr_sectors)]. `trace_stats` (ftrace.new_stats()) receives the
+    lost-event counts."""
     out = []
-    for line in text.splitlines():
-        if line.startswith("#"):
+    for r in ftrace.records(text, trace_stats):
+        if not (r.event or "").startswith("block_") or isinstance(r.ts, int):
             continue
-        m = _TRACE_RE.search(line)
+        m = _BLOCK_BODY.match(r.body)
         if not m:
             continue
-        sec, _, frac = m.group("ts").partition(".")
-        t_ns = int(sec) * 1_000_000_000 + int((frac + "000000000")[:9])
-        out.append((t_ns, m.group("ev"), op_class(m.group("rwbs")), int(m.group("sector")),
+        t_ns = round(r.ts * 1e6) * 1000            # microsecond stamps: exact
+        out.append((t_ns, r.event, op_class(m.group("rwbs")), int(m.group("sector")),
                     int(m.group("nr"))))
     out.sort(key=lambda r: r[0])
     return out
@@ -572,7 +579,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     optional = _optional()
     if not p["trace"]:
         optional["tracepoints"] = "disabled by the parameter trace=False"
-    parent = Path(p["scratch_parent"])
+    parent = scratch_parent_of(p)
     if not parent.is_dir():
         raise ParameterError(f"scratch_parent {parent} is not a directory")
     dev, major, minor = device_of(parent)
@@ -582,7 +589,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     if not Path(f"/sys/block/{dev}/mq").is_dir() and "tracepoints" not in optional:
         optional["tracepoints"] = f"{dev} is not a request-based (blk-mq) device: no block_io_* events"
 
-    old_term = sigterm_as_interrupt()
+    guard.enter()  # SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt (tools.guard)
+    sd = scratch_dirs.Scratch(CHAPTER, parent=None if p["scratch_parent"] == "auto" else parent)
     scratch = None
     iostat = None
     work = None
@@ -591,7 +599,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                 DatasetWriter(CHAPTER, data, {**p, "profile": profile}) as w:
             for part, why in optional.items():
                 w.skip(part, why)
-            scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent))
+            scratch = sd.__enter__().dir  # 0700, O_EXCL (mkdtemp); closed in the finally below
             w.extra["device"] = {"name": dev, "major": major, "minor": minor,
                                  **_queue_facts(dev)}
             w.extra["_tool_cmds"] = {"fio": ["fio", "--version"], "iostat": ["iostat", "-V"]}
@@ -610,7 +618,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                 iostat = subprocess.Popen([*rt, "stdbuf", "-oL", "iostat", "-x", "-d", "-k", "-y", dev,
                                            str(int(IOSTAT_INTERVAL_S))],
                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          text=True, env=env, start_new_session=True)
+                                          text=True, env=env, start_new_session=True,
+                                          preexec_fn=die_with_parent)
                 follower = _IostatFollower(iostat, dev, lambda: (state["round"], state["phase"]))
                 follower.start()
                 time.sleep(1.3)                     # the first report is the baseline
@@ -703,17 +712,29 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             if tw_rows:
                 w.add_table("trace_windows", pd.DataFrame(tw_rows))
                 w.add_table("trace_sample", pd.DataFrame(sample_rows))
+                # two instruments, two request sets at the window edges: their closeness is a
+                # result (recorded here, shown by the chapter), not a pass/fail condition
+                tv = trace_vs_await(pd.DataFrame(win_rows), pd.DataFrame(tw_rows))
+                mv = tv[tv["op"].isin(["read", "write"]) & (tv["n_trace"] >= 200)]
+                rel = (mv["diff_ms"] / mv["await_ms"]).abs()
+                w.extra["trace_vs_await"] = {
+                    "n_compared": int(len(mv)),
+                    "median_abs_diff_ms": float(mv["diff_ms"].abs().median()) if len(mv) else None,
+                    "max_abs_diff_ms": float(mv["diff_ms"].abs().max()) if len(mv) else None,
+                    "median_rel_pct": float(100 * rel.median()) if len(mv) else None,
+                    "within_5pct_2us": float((mv["diff_ms"].abs() <= 0.05 * mv["await_ms"] + 0.002)
+                                             .mean()) if len(mv) else None}
             prog.note("done; scratch file removed")
         return w.dest
     finally:
-        if work is not None:
-            work.stop()
-        if iostat is not None and iostat.poll() is None:
-            _kill(iostat)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        try:
+            if work is not None:
+                work.stop()
+        finally:
+            if iostat is not None:
+                _kill(iostat)
+        sd.close()
+        guard.leave()
 
 
 class _Null:
@@ -744,10 +765,9 @@ def steady_iops(a: dict, c: dict) -> float:
 
 
 def _layout(scratch: Path, p: dict) -> None:
-    r = subprocess.run(["fio", "--name=layout", f"--filename={scratch / 'data.bin'}",
-                        f"--size={p['file_mb']}M", "--rw=write", "--bs=1M", "--direct=1",
-                        "--ioengine=psync", "--output-format=json"],
-                       capture_output=True, text=True)
+    r = run_group(["fio", "--name=layout", f"--filename={scratch / 'data.bin'}",
+                   f"--size={p['file_mb']}M", "--rw=write", "--bs=1M", "--direct=1",
+                   "--ioengine=psync", "--output-format=json"], preexec_fn=die_with_parent)
     if r.returncode != 0:
         last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
         raise PerfbookError(f"fio could not lay out the scratch file: {last[0]} "
@@ -919,6 +939,65 @@ def compare_with_sysstat(intervals, clock: str = "monotonic"):
         m["divisor_explains"] = ~m["within"] & (gap <= tol)
         m["agree"] = m["within"] | m["divisor_explains"]
     return m
+
+
+def _stat_line(snap: dict) -> str:
+    """A /sys/block/<dev>/stat line (17 numbers) from one of our diskstats snapshots."""
+    return " ".join(str(int(snap[k])) for k in ds.FIELDS) + "\n"
+
+
+def _uptime_line(snap: dict) -> str:
+    cs = int(snap["uptime_cs"])
+    return f"{cs // 100}.{cs % 100:02d} 0.00\n"
+
+
+def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float = 30.0) -> dict:
+    """Feed sysstat's iostat the very two snapshots we read, and return its second report.
+
+    In a private mount namespace (unshare --mount) a regular file is bind-mounted over
+    /proc/uptime, and `iostat -f DIR` reads DIR/block/<device>/stat. Both files hold
+    `prev` until iostat has printed its first report (its first read is done), then `curr`;
+    iostat sleeps 1 s between its reads, and divides by the uptime it read, so the second
+    report is computed from exactly our two snapshots. Root only. Raises PerfbookError
+    if iostat can't be fed this way."""
+    with tempfile.TemporaryDirectory(prefix="perfbook-replay-") as d:
+        d = Path(d)
+        stat = d / "sys" / "block" / device / "stat"
+        stat.parent.mkdir(parents=True)
+        up = d / "uptime"
+        stat.write_text(_stat_line(prev))
+        up.write_text(_uptime_line(prev))
+        env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
+        env.pop("S_TIME_FORMAT", None)
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               f'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
+               "sh", str(up), str(d / "sys"), device]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)
+        timer = threading.Timer(timeout, kill_group, (proc,))
+        timer.start()
+        out = []
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith(device + " "):
+                    # first report printed: swap in the second snapshot, same inodes
+                    with open(stat, "r+") as f:
+                        f.truncate(0)
+                        f.write(_stat_line(curr))
+                    with open(up, "r+") as f:
+                        f.truncate(0)
+                        f.write(_uptime_line(curr))
+                    break
+            out += proc.stdout.readlines()
+            err = proc.stderr.read()
+        finally:
+            timer.cancel()
+            kill_group(proc)
+        rows = ds.parse_iostat_text("".join(out), device)
+        if len(rows) != 2:
+            raise PerfbookError(f"iostat replay gave {len(rows)} report(s): {err.strip()[-200:]}")
+        return rows[1]
 
 
 def disagreement_table(cmp):
@@ -1477,7 +1556,9 @@ def plot_saturation(A):
                         yerr=[[r["%util"] - r["%util lo"]], [r["%util hi"] - r["%util"]]],
                         fmt="o", color=pal.get(r["phase"]), label=r["phase"] if ax is axes[0] else None)
     axes[0].set_xscale("log")
-    for ax, x in ((axes[0], "IOPS (median per phase, 95 % CI)"), (axes[1], "aqu-sz (median per phase, 95 % CI)")):
+    from .stats import ci_label
+    lab = ci_label(ps["n"])  # the real coverage of the median intervals, per phase's n
+    for ax, x in ((axes[0], f"IOPS (median per phase, {lab})"), (axes[1], f"aqu-sz (median per phase, {lab})")):
         ax.set_xlabel(x)
         ax.set_ylabel("%util")
         ax.axhline(100, color="0.5", lw=0.8, ls=":")

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import ftrace
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .proc import pid_alive
 from .stats import repetition, repetition_settings
@@ -157,17 +158,39 @@ def netperf_hist_counts(us_int) -> tuple[np.ndarray, int]:
     Returns (counts[8*100], ridiculous): the 8 decades unit_usec, ten_usec, ...,
     ten_sec laid end to end, and the >= 100 s (or negative) count.
     """
-    v = np.asarray(us_int, dtype=np.int64)
-    counts = np.zeros(800, dtype=np.int64)
-    ridiculous = int(np.count_nonzero(v < 0))
+    idx = netperf_bucket_index(us_int)
+    ok = idx >= 0
+    counts = np.bincount(idx[ok], minlength=800).astype(np.int64)
+    return counts, int(np.count_nonzero(~ok))
+
+
+def netperf_bucket_index(us_int) -> np.ndarray:
+    """Flat bucket index (decade * 100 + bucket) under which netlib.c HIST_add files each
+    integer-microsecond latency, with its float arithmetic; -1 for negative or >= 100 s."""
+    v = np.atleast_1d(np.asarray(us_int, dtype=np.int64))
+    out = np.full(v.shape, -1, dtype=np.int64)
     val = v.astype(np.float32)  # netperf divides a float by 10 per decade
     for d in range(8):
         sel = (val >= 0) & (val < 10)
-        idx = (val[sel] * 10).astype(np.int64)
-        np.add.at(counts, d * 100 + idx, 1)
+        out[sel] = d * 100 + (val[sel] * 10).astype(np.int64)
         val = np.where(sel | (val < 0), np.float32(np.nan), val / np.float32(10))
-    ridiculous += int(np.count_nonzero(~np.isnan(val)))
-    return counts, ridiculous
+    return out
+
+
+def netperf_bucket_edges(idx) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) edge in us of flat netperf bucket `idx`: bucket i of decade d spans
+    i * 10**d / 10 .. (i + 1) * 10**d / 10 (NaN for -1)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    d, i = np.divmod(idx, 100)
+    scale = np.where(idx >= 0, 10.0 ** d, np.nan)
+    return i * scale / 10, (i + 1) * scale / 10
+
+
+def netperf_rank(total: int, p: float) -> int:
+    """netlib.c HIST_get_percentile's rank: num = (int)(percentile * (double)total), C
+    truncation of the double product (so 0.29 * 100 gives 28). 1-based: the percentile is
+    read in the bucket holding the num-th smallest latency."""
+    return int(p * float(total))
 
 
 def netperf_hist_percentile(counts: np.ndarray, total: int, p: float) -> int:
@@ -205,13 +228,47 @@ def netperf_style_percentiles(lat_ns, phase_ns=None, ps=(0.5, 0.9, 0.99)) -> dic
     latency becomes floor(end_us) - floor(start_us); `phase_ns` (the start's ns
     within its us) reproduces that; without it we truncate.
     """
-    lat = np.asarray(lat_ns, dtype=np.int64)
-    if phase_ns is None:
-        us = lat // 1000
-    else:
-        us = (np.asarray(phase_ns, dtype=np.int64) + lat) // 1000
+    us = _netperf_us(lat_ns, phase_ns)
     counts, _ = netperf_hist_counts(us)
     return {p: netperf_hist_percentile(counts, len(us), p) for p in ps}
+
+
+def _netperf_us(lat_ns, phase_ns=None) -> np.ndarray:
+    lat = np.asarray(lat_ns, dtype=np.int64)
+    if phase_ns is None:
+        return lat // 1000
+    return (np.asarray(phase_ns, dtype=np.int64) + lat) // 1000
+
+
+def netperf_rank_samples(lat_ns, phase_ns=None, ps=(0.5, 0.9, 0.99)) -> dict:
+    """Our sample at netperf's own rank: the netperf_rank(n, p)-th smallest latency in
+    the integer microseconds netperf would have stamped (as netperf_style_percentiles).
+
+    HIST_get_percentile walks the buckets until the running count reaches that rank, so
+    the bucket it interpolates in is the bucket holding this sample, and its result lies
+    in that bucket's closed interval (netperf_in_rank_bucket). NaN when the rank is 0.
+    """
+    us = np.sort(_netperf_us(lat_ns, phase_ns))
+    out = {}
+    for p in ps:
+        k = netperf_rank(len(us), p)
+        out[p] = int(us[k - 1]) if k >= 1 else math.nan
+    return out
+
+
+def netperf_in_rank_bucket(value_us, rank_us) -> np.ndarray:
+    """Whether netperf's percentile `value_us` lies in the bucket holding the sample at its
+    rank `rank_us`, edges included: HIST_search_bucket returns
+    (int)((i + (num - last) / (current - last)) * scale / 10) with a fraction in (0, 1],
+    i.e. a point of (lower, upper] truncated to an integer, so lower <= value <= upper (the
+    upper edge when the rank is the bucket's last sample). Exact: only a defect breaks it."""
+    v = np.asarray(value_us, dtype=float)
+    r = np.asarray(rank_us, dtype=float)
+    ok = np.isfinite(r) & np.isfinite(v)
+    idx = np.full(r.shape, -1, dtype=np.int64)
+    idx[ok] = netperf_bucket_index(r[ok].astype(np.int64)).reshape(-1)
+    lo, hi = netperf_bucket_edges(idx)
+    return ok & (idx >= 0) & (lo <= v) & (v <= hi)
 
 
 # ---------------------------------------------------------------- sample summaries
@@ -331,18 +388,14 @@ class Lab:
         self.ns_srv = f"{NS_PREFIX}{self.pid}_srv"
         self.netns: list[str] = []
         self.procs: list[subprocess.Popen] = []
-        self._old = {}
+        self._guarded = False
         self.closed = False
 
-    # -- signals: SIGTERM becomes KeyboardInterrupt so that `finally` runs
+    # -- signals: SIGINT/SIGTERM/SIGHUP become KeyboardInterrupt so that `finally` runs
     def __enter__(self):
-        import threading
-        if threading.current_thread() is threading.main_thread():
-            def _term(signum, frame):
-                raise KeyboardInterrupt(f"signal {signum}")
-            self._old[signal.SIGTERM] = signal.signal(signal.SIGTERM, _term)
-            if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
-                self._old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        from . import guard
+        guard.enter()
+        self._guarded = True
         sweep_stale_netns(self.log)
         return self
 
@@ -398,23 +451,23 @@ class Lab:
     def close(self) -> None:
         if self.closed:
             return
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            for p in list(self.procs):
-                with contextlib.suppress(Exception):
-                    self.stop(p)
-            for ns in reversed(self.netns):
-                _kill_netns(ns)
-            self.netns.clear()
-            left = [n for n in list_netns() if n in (self.ns_cli, self.ns_srv)]
-            if left:
-                self.log(f"warning: could not delete namespaces {left}")
-        finally:
-            self.closed = True
-            for sig, h in self._old.items():
-                signal.signal(sig, h)
-            self._old.clear()
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        from . import guard
+        with guard.restoring():  # a second Ctrl-C cannot cut the cleanup in half
+            try:
+                for p in list(self.procs):
+                    with contextlib.suppress(Exception):
+                        self.stop(p)
+                for ns in reversed(self.netns):
+                    _kill_netns(ns)
+                self.netns.clear()
+                left = [n for n in list_netns() if n in (self.ns_cli, self.ns_srv)]
+                if left:
+                    self.log(f"warning: could not delete namespaces {left}")
+            finally:
+                self.closed = True
+        if self._guarded:
+            self._guarded = False
+            guard.leave()
 
     # -- helpers
     def prefix(self, path: str, side: str) -> list[str]:
@@ -562,39 +615,34 @@ def run_ping(lab: Lab, path: str, count: int) -> dict:
 
 # --------------------------------------------------- scheduler tracepoints (one run)
 SCHED_PINS = ("same", "split")
-_TS = re.compile(r"\s(\d+\.\d+):\s+(sched_wakeup|sched_switch):\s(.*)$")
-
-
-def parse_sched_trace(lines, pids: dict) -> dict:
+def parse_sched_trace(lines, pids: dict, trace_stats: dict | None = None) -> dict:
     """Wake-up -> on-CPU delays of the harness processes from ftrace text output.
 
     For each of our pids: a sched_wakeup at t_w, then the next sched_switch with
     next_pid == pid at t_s, gives one delay t_s - t_w (in us; the text trace prints
-    microseconds). Returns {role: np.ndarray of delays}.
+    microseconds). Returns {role: np.ndarray of delays}. Any trace options parse
+    (tools.ftrace); `trace_stats` (ftrace.new_stats()) receives the lost-event counts.
     """
     role_of = {int(v): k for k, v in pids.items()}
     pending: dict[int, float] = {}
     out = {r: [] for r in pids}
-    for line in lines:
-        m = _TS.search(line)
-        if not m:
+    for r in ftrace.records(lines, trace_stats):
+        if r.event not in ("sched_wakeup", "sched_switch"):
             continue
-        t = float(m.group(1)) * 1e6
-        body = m.group(3)
-        if m.group(2) == "sched_wakeup":
-            pm = re.search(r"\bpid=(\d+)", body)
-            if pm and int(pm.group(1)) in role_of:
-                pending.setdefault(int(pm.group(1)), t)
+        t = r.ts * 1e6
+        f = ftrace.parse_kv(r.body)
+        if r.event == "sched_wakeup":
+            pid = int(f.get("pid", -1))
+            if pid in role_of:
+                pending.setdefault(pid, t)
         else:
-            pv = re.search(r"prev_pid=(\d+)", body)
-            if pv and int(pv.group(1)) in pending:
+            prev = int(f.get("prev_pid", -1))
+            if prev in pending:
                 # it was woken while still on a CPU: no wait to measure
-                pending.pop(int(pv.group(1)))
-            pm = re.search(r"next_pid=(\d+)", body)
-            if pm:
-                pid = int(pm.group(1))
-                if pid in pending:
-                    out[role_of[pid]].append(t - pending.pop(pid))
+                pending.pop(prev)
+            pid = int(f.get("next_pid", -1))
+            if pid in pending:
+                out[role_of[pid]].append(t - pending.pop(pid))
     return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
@@ -755,11 +803,13 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                                 prog.step(f"{label} {proto}/{pin} {tool}")
                                 continue
                             nq = netperf_style_percentiles(lat, phase)
+                            nr = netperf_rank_samples(lat, phase)
                             rows.append({**key, "n": summ["n"], "lost": summ["lost"],
                                          "seconds": summ["elapsed_ns"] / 1e9,
                                          "rate_tps": summ["n"] / (summ["elapsed_ns"] / 1e9),
                                          **st, "rt_latency_us": math.nan,
-                                         "nq_p50_us": nq[0.5], "nq_p90_us": nq[0.9], "nq_p99_us": nq[0.99]})
+                                         "nq_p50_us": nq[0.5], "nq_p90_us": nq[0.9], "nq_p99_us": nq[0.99],
+                                         "nr_p50_us": nr[0.5], "nr_p90_us": nr[0.9], "nr_p99_us": nr[0.99]})
                             bins, counts = log_histogram(lat)
                             for b, c in zip(bins.tolist(), counts.tolist()):
                                 hist_rows.append({"rep": rnd, "order": order, "path": path, "proto": proto,
@@ -784,7 +834,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
                                          "max_us": _num(kv.get("MAX_LATENCY")),
                                          "rt_latency_us": _num(kv.get("RT_LATENCY")),
                                          "nq_p50_us": math.nan, "nq_p90_us": math.nan,
-                                         "nq_p99_us": math.nan})
+                                         "nq_p99_us": math.nan, "nr_p50_us": math.nan,
+                                         "nr_p90_us": math.nan, "nr_p99_us": math.nan})
                             for k, v in kv.items():
                                 if k in ("UUID", "COMMAND_LINE"):
                                     continue
@@ -799,6 +850,11 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         if p["sched_seconds"] > 0:
             sched_rows = sched_stage(lab, binary, p, pins, tmp, w, prog)
         w.add_table("runs", pd.DataFrame(rows))
+        if rows:
+            qc = quantization(pd.DataFrame(rows).assign(host_id=""))  # load() adds host_id
+            w.extra["netperf_rank_check"] = {
+                "rule": RANK_RULE, "percentiles_checked": int(qc["in_rank_bucket"].notna().sum()),
+                "in_rank_bucket": int((qc["in_rank_bucket"] == True).sum())}  # noqa: E712
         w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
         w.extra["warmup_runs"] = {
             "netperf_per_path_and_protocol": 1 if have_netperf else 0,
@@ -917,9 +973,20 @@ def crossval(runs):
     return pd.DataFrame(rows)
 
 
+RANK_RULE = ("netperf 2.7.0 src/netlib.c HIST_get_percentile: num = (int)(p * total); the "
+             "percentile is interpolated inside the bucket holding the num-th smallest integer-us "
+             "latency and truncated, so it lies in that bucket's [lower, upper] edges")
+
+
 def quantization(runs):
     """Same transactions, two estimators: exact percentiles of our samples vs the
-    percentiles netperf's histogram would report for them (nq_*)."""
+    percentiles netperf's histogram would report for them (nq_*).
+
+    exact_us interpolates between samples (numpy's default), netperf takes a rank, so on a
+    sparse tail the two can sit buckets apart: error_us is a result, not a bound. The exact
+    check is against our sample at netperf's rank (nr_*, RANK_RULE): in_rank_bucket must be
+    True wherever nr_* was recorded (datasets before it have <NA>)."""
+    import pandas as pd
     r = runs[runs["tool"] == "rrbench"].copy()
     out = []
     for pc in ("p50", "p90", "p99"):
@@ -929,8 +996,13 @@ def quantization(runs):
         d["netperf_style_us"] = r[f"nq_{pc}_us"]
         d["error_us"] = d["netperf_style_us"] - d["exact_us"]
         d["bucket_us"] = netperf_bucket_width_us(d["exact_us"])
+        nr = r[f"nr_{pc}_us"] if f"nr_{pc}_us" in r else pd.Series(math.nan, index=r.index)
+        d["rank_us"] = nr
+        idx = np.where(nr.notna(), netperf_bucket_index(nr.fillna(-1).astype(np.int64)), -1)
+        d["rank_bucket_lo_us"], d["rank_bucket_hi_us"] = netperf_bucket_edges(idx)
+        d["in_rank_bucket"] = pd.array(netperf_in_rank_bucket(d["netperf_style_us"], nr), dtype="boolean")
+        d.loc[nr.isna().to_numpy(), "in_rank_bucket"] = pd.NA
         out.append(d)
-    import pandas as pd
     return pd.concat(out, ignore_index=True)
 
 

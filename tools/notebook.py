@@ -6,11 +6,9 @@ collect mode and otherwise just says that it reads the committed data.
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
-from .errors import MissingPrerequisite, ParameterError, install_notebook_handler
+from .errors import ParameterError, install_notebook_handler
 from .paths import resolve_data_dir
 
 MODES = ("explain", "collect")
@@ -33,15 +31,23 @@ def init():
     pd.set_option("display.max_columns", 30)
 
 
-def _status(chapter: str, status: str, detail: str) -> None:
-    path = os.environ.get("PERFBOOK_STATUS_FILE")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"chapter": chapter, "status": status, "detail": detail}) + "\n")
-
-
 def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Path | None:
-    """Measure this host in collect mode; do nothing in explain mode."""
+    """Measure this host in collect mode; do nothing in explain mode.
+
+    The measurement does not run in the notebook kernel: jupyter_client SIGKILLs a kernel's
+    process group a few seconds after a Ctrl-C to papermill, whatever it is doing. It runs in
+    `python -m tools collect` (tools.framework.collect, as `measure` does), in a session of
+    its own with PR_SET_PDEATHSIG = SIGTERM: however the kernel ends, that process gets an
+    ordinary SIGTERM, restores what it changed and publishes nothing. The kernel asks for
+    SIGTERM when papermill dies as well, so the chain papermill -> kernel -> helper is
+    immediate."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    from .errors import PerfbookError
+    from .paths import repo_root
+    from .proc import term_with_parent
     if mode not in MODES:
         raise ParameterError(f"mode must be one of {MODES}, got {mode!r}")
     if profile not in module.PROFILES:
@@ -51,15 +57,31 @@ def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Pat
     if mode == "explain":
         print("explain mode: reading the committed datasets; nothing is measured.")
         return None
+    from .dataset import check_writable
+    check_writable(data)  # DatasetError here, in the notebook, before anything starts
+    term_with_parent()    # this kernel, too, gets SIGTERM the moment papermill dies (and
+    # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish
+    # and publish in the second ipykernel's parent poller takes to notice
+    given = {k: v for k, v in overrides.items() if v is not None}
+    p = subprocess.Popen([sys.executable, "-m", "tools", "collect", module.CHAPTER, "--profile", profile,
+                          "--data-dir", str(data), "--params", json.dumps(given)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent)
+    last = ""
     try:
-        out = module.collect(data_dir=data, profile=profile, **overrides)
-    except MissingPrerequisite as e:
-        print(f"SKIPPED: {e}")
-        _status(module.CHAPTER, "skipped", str(e))
+        for line in p.stdout:
+            print(line, end="", flush=True)
+            last = line.strip() or last
+        rc = p.wait()
+    except BaseException:  # the kernel was interrupted: the collect stops, restores, and we wait
+        p.send_signal(signal.SIGTERM)
+        p.wait()
+        raise
+    if rc == 3:
         return None
-    _status(module.CHAPTER, "measured", str(out))
-    print(f"new dataset: {out}")
-    return out
+    if rc != 0 or not last.startswith("new dataset: "):
+        raise PerfbookError(f"{module.CHAPTER} collect failed (exit {rc}): {last}")
+    return Path(last.removeprefix("new dataset: "))
 
 
 def show_figure(fig, caption: str) -> None:

@@ -2,12 +2,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import threading
-import time
-from pathlib import Path
 
 
 def pid_alive(pid: int) -> bool:
@@ -18,6 +14,28 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def die_with_parent() -> None:
+    """preexec_fn for subprocess.Popen: in the child, before exec, ask the kernel to SIGKILL
+    it when the thread that started it dies (prctl PR_SET_PDEATHSIG), even if that process
+    is itself SIGKILLed and no cleanup code runs. Survives exec (not a set-uid one)."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def term_with_parent() -> None:
+    """preexec_fn for a child that must clean up when we die: it gets SIGTERM (which it
+    handles, tools.guard) instead of SIGKILL. The notebook's collect helper uses it; called
+    directly, it asks the same for the calling process."""
+    import ctypes
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def kill_group(p: subprocess.Popen) -> None:
@@ -42,39 +60,3 @@ def run_group(cmd: list[str], timeout: float | None = None, **kw) -> subprocess.
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def sigterm_as_interrupt():
-    """Make SIGTERM raise KeyboardInterrupt, like SIGINT, so that cleanup code in
-    finally blocks runs. Returns the previous handler (None off the main thread);
-    give it back with signal.signal(signal.SIGTERM, old)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def _term(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    old = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGTERM, _term)
-    return old
-
-
-def sweep_scratch(parent, prefix: str) -> list[Path]:
-    """Remove scratch directories <parent>/<prefix>* whose owner process is gone.
-
-    The owner's pid is the first word of the directory's 'owner' file. A
-    directory without one is removed only when older than an hour (a crash
-    between creating it and writing the file)."""
-    removed = []
-    for d in Path(parent).glob(prefix + "*"):
-        try:
-            pid = int((d / "owner").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            try:
-                if time.time() - d.stat().st_mtime < 3600:
-                    continue
-            except OSError:
-                continue
-            pid = -1
-        if pid > 0 and pid_alive(pid):
-            continue
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
-    return removed

@@ -15,6 +15,8 @@ class Progress:
         self._last = 0.0
 
     def step(self, what: str = "", n: int = 1) -> None:
+        from . import guard
+        guard.check_interrupted()  # a signal whose KeyboardInterrupt got lost stops the run here
         self.done += n
         now = time.monotonic()
         if now - self._last < self.min_interval and self.done < self.total:

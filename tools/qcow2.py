@@ -26,6 +26,8 @@ REFT_OFFSET_MASK = 0xFFFFFFFFFFFFFE00
 OFLAG_COPIED = 1 << 63
 OFLAG_COMPRESSED = 1 << 62
 OFLAG_ZERO = 1
+INCOMPAT_EXTL2 = 1 << 4
+SUBCLUSTERS = 32  # per standard cluster with extended L2 entries
 
 # metadata kinds, in the order qcow2_check_metadata_overlap tests them
 KINDS = ("header", "active_l1", "refcount_table", "snapshot_table", "inactive_l1",
@@ -57,9 +59,14 @@ class Header:
         return 1 << self.cluster_bits
 
     @property
+    def extended_l2(self) -> bool:
+        """Incompatible feature bit 4: 128-bit L2 entries with a subcluster bitmap."""
+        return bool(self.incompatible_features & INCOMPAT_EXTL2)
+
+    @property
     def l2_entries(self) -> int:
         """Entries per L2 table (8 bytes each; 16 with extended L2, bit 4)."""
-        entry = 16 if self.incompatible_features & (1 << 4) else 8
+        entry = 16 if self.extended_l2 else 8
         return self.cluster_size // entry
 
     @property
@@ -121,9 +128,11 @@ class Qcow2Image:
                                h.refcount_table_clusters * h.cluster_size // 8)
 
     def l2_table(self, l2_offset: int) -> list[int]:
+        """The L2 entries' first 64 bits (the subcluster bitmaps of extended
+        L2 entries are skipped; guest_status() reads them)."""
         h = self.header
-        n = h.cluster_size // 8
-        return self._u64_table(l2_offset, n)
+        raw = self._u64_table(l2_offset, h.cluster_size // 8)
+        return raw[::2] if h.extended_l2 else raw
 
     def snapshots(self) -> list[Snapshot]:
         h = self.header
@@ -167,25 +176,58 @@ class Qcow2Image:
         return self._rt
 
     def guest_to_host(self, guest_offset: int) -> int | None:
-        """Host offset of a guest byte, None if unallocated (or zero/compressed)."""
+        """Host offset of a guest byte, None unless it reads data from this file.
+
+        None for unallocated bytes and for bytes that read as zeros (the zero flag
+        of a standard L2 entry, or the "reads as zero" bit of an extended L2
+        entry's subcluster, even where the host cluster stays allocated), and
+        for compressed clusters (no plain host offset).
+        """
+        kind, host = self.guest_status(guest_offset)
+        return host if kind == "data" else None
+
+    def guest_status(self, guest_offset: int) -> tuple[str, int | None]:
+        """How a guest byte reads: ("data", host offset), ("zero", None),
+        ("unallocated", None) or ("compressed", None).
+
+        With extended L2 entries (incompatible feature bit 4) each standard
+        cluster is 32 subclusters; the entry's second 64 bits hold their
+        allocation bits (0-31) and "reads as zero" bits (32-63), bit x for
+        subcluster x (docs/interop/qcow2.txt, "Extended L2 Entries").
+        """
         h = self.header
         if not 0 <= guest_offset < h.size:
             raise ValueError(f"guest offset {guest_offset} outside the {h.size}-byte disk")
         l2_bits = h.l2_entries.bit_length() - 1
         l1_index = guest_offset >> (h.cluster_bits + l2_bits)
         l2_index = (guest_offset >> h.cluster_bits) & (h.l2_entries - 1)
+        if l1_index >= h.l1_size:
+            return "unallocated", None
         l1e = self._u64_table(h.l1_table_offset + 8 * l1_index, 1)[0]
         l2_off = l1e & L1E_OFFSET_MASK
         if not l2_off:
-            return None
-        stride = 16 if h.incompatible_features & (1 << 4) else 8
-        l2e = struct.unpack(">Q", self._pread(l2_off + stride * l2_index, 8))[0]
+            return "unallocated", None
+        in_cluster = guest_offset & (h.cluster_size - 1)
+        if h.extended_l2:
+            l2e, bitmap = struct.unpack(">QQ", self._pread(l2_off + 16 * l2_index, 16))
+            if l2e & OFLAG_COMPRESSED:
+                return "compressed", None
+            sc = in_cluster // (h.cluster_size // SUBCLUSTERS)
+            host = l2e & L2E_OFFSET_MASK
+            if bitmap & (1 << sc) and host:
+                return "data", host + in_cluster
+            if bitmap & (1 << (32 + sc)):
+                return "zero", None
+            return "unallocated", None
+        l2e = struct.unpack(">Q", self._pread(l2_off + 8 * l2_index, 8))[0]
         if l2e & OFLAG_COMPRESSED:
-            return None
+            return "compressed", None
+        if l2e & OFLAG_ZERO:
+            return "zero", None  # reads as zeros even if a host cluster is kept
         host = l2e & L2E_OFFSET_MASK
         if not host:
-            return None
-        return host + (guest_offset & (h.cluster_size - 1))
+            return "unallocated", None
+        return "data", host + in_cluster
 
     # -- the metadata map ----------------------------------------------------------
     def metadata_clusters(self) -> dict[str, list[int]]:

@@ -27,10 +27,10 @@ import random
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+from . import guard, scratch, statedir
 from .dataset import DatasetWriter
 from .errors import ParameterError, PerfbookError
 from .lock import measure_lock
@@ -43,8 +43,6 @@ CHAPTER = "qcow2_overlap"
 TITLE = "The CPU cost of qcow2 metadata overlap checks"
 SEED = "002_8365d2f6af46e24d.txt"
 MODES = ("none", "constant", "cached", "all")
-SCRATCH_PARENT = "/var/tmp"
-SCRATCH_PREFIX = "perfbook-qcow2_overlap-"
 MiB, GiB = 1 << 20, 1 << 30
 
 PROFILES = {
@@ -149,46 +147,33 @@ def preflight() -> list[str]:
     for tool in ("qemu-img",):
         if not shutil.which(tool):
             reasons.append(f"{tool} is not installed (apt-get install qemu-utils)")
-    if not os.access(SCRATCH_PARENT, os.W_OK):
-        reasons.append(f"{SCRATCH_PARENT} is not writable: no place for scratch images")
+    try:
+        statedir.scratch_parent()
+    except statedir.UnsafePath as e:
+        reasons.append(f"no place for scratch images: {e}")
     return reasons
 
 
 # --- scratch directory and child processes ------------------------------------------
 
-class Scratch:
-    """A private directory for scratch images, and the children we started.
+class Scratch(scratch.Scratch):
+    """A private scratch directory (tools.scratch) for images, and the children we started.
 
-    Everything goes under /var/tmp/perfbook-qcow2_overlap-XXXX; on exit (normal,
-    exception, SIGINT or SIGTERM) the children are killed and waited for and the
-    directory is removed.
+    On exit (normal, exception, or a signal that tools.guard turned into
+    KeyboardInterrupt) the children are killed and waited for and the directory is
+    removed.
     """
 
-    def __init__(self, parent: str = SCRATCH_PARENT):
-        self.parent = parent
-        self.dir: Path | None = None
+    def __init__(self, parent: Path | str | None = None, say=None):
+        super().__init__(CHAPTER, parent=parent, say=say)
         self.children: set[subprocess.Popen] = set()
-        self._old_term = None
 
-    def __enter__(self):
-        self.dir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self.parent))
-        if _in_main_thread():
-            self._old_term = signal.getsignal(signal.SIGTERM)
-            signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
-        return self
-
-    def __exit__(self, etype, exc, tb):
-        for c in list(self.children):
-            _kill(c)
-        self.children.clear()
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        if self._old_term is not None:
-            signal.signal(signal.SIGTERM, self._old_term)
-        return False
-
-    def path(self, name: str) -> Path:
-        return self.dir / name
+    def close(self) -> None:
+        with guard.restoring():
+            for c in list(self.children):
+                _kill(c)
+            self.children.clear()
+        super().close()
 
     def run(self, cmd: list[str], what: str) -> dict:
         """Run a child to completion; its wall time and its own CPU time (wait4)."""
@@ -215,15 +200,6 @@ class Scratch:
                 "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kib": ru.ru_maxrss}
 
 
-def _in_main_thread() -> bool:
-    import threading
-    return threading.current_thread() is threading.main_thread()
-
-
-def _sigterm_to_interrupt(signum, frame):
-    raise KeyboardInterrupt("SIGTERM")
-
-
 def _kill(proc: subprocess.Popen) -> None:
     if proc.poll() is not None:
         return
@@ -235,11 +211,6 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover
         pass
-
-
-def stale_scratch_dirs(parent: str = SCRATCH_PARENT) -> list[Path]:
-    """Scratch directories of this chapter that exist right now (tests use it)."""
-    return sorted(Path(parent).glob(SCRATCH_PREFIX + "*"))
 
 
 # --- qemu command lines ------------------------------------------------------------------
@@ -292,11 +263,11 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     n_perf = len(PERF_WORKLOADS) * len(perf_modes) * p["perf_repeats"]
     prog = Progress(CHAPTER, n_prealloc + n_bench + n_snap + n_formula + n_perf)
 
-    with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, {**p, "profile": profile}) as w, \
-            Scratch() as s:
+    with guard.interruptible(), measure_lock(CHAPTER), \
+            DatasetWriter(CHAPTER, data, {**p, "profile": profile}) as w, Scratch() as s:
         w.extra["_tool_cmds"] = {"qemu-img": ["qemu-img", "--version"],
                                  "qemu-io": ["qemu-io", "--version"]}
-        w.extra["scratch"] = {"parent": SCRATCH_PARENT, "filesystem": _fstype(SCRATCH_PARENT),
+        w.extra["scratch"] = {"parent": str(s.dir.parent), "filesystem": _fstype(str(s.dir.parent)),
                               "flushes": "disabled (cache.no-flush=on) in every timed run"}
         w.extra["perf_symbols"] = perf_symbol_check()
         if not w.extra["perf_symbols"]["resolvable"]:
@@ -322,7 +293,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
         w.add_table("writes", pd.DataFrame(writes + snaps))
         w.add_table("metadata", pd.DataFrame(meta + snap_meta + formula))
-        leftovers = [x.name for x in s.dir.iterdir() if not x.name.startswith(".")]
+        leftovers = [x.name for x in s.dir.iterdir() if not x.name.startswith(".") and x.name != "owner"]
         if leftovers:
             w.notes.append(f"scratch files still present before cleanup: {leftovers}")
     return w.published
@@ -679,7 +650,8 @@ def overhead(df, by: list[str], metric: str = "cpu_s"):
     """Extra seconds of each mode over 'none' in the same group, from the raw runs.
 
     tools.stats.compare of the mode's runs against the 'none' runs: `extra` is the
-    Hodges-Lehmann shift with its distribution-free 95 % interval (extra_ci_low/high),
+    Hodges-Lehmann shift with its distribution-free interval (extra_ci_low/high; nominal
+    95 %, real coverage from n and n_none: shift_ci_label),
     `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
     """
     import numpy as np
@@ -700,10 +672,27 @@ def overhead(df, by: list[str], metric: str = "cpu_s"):
             med = float(np.median(x))
             rows.append({**dict(zip(keys, key)), "mode": mode, "median": med,
                          "none_median": c.median_b, "extra": c.shift, "extra_ci_low": c.shift_low,
-                         "extra_ci_high": c.shift_high, "n": len(x), "p_value": c.p_value,
+                         "extra_ci_high": c.shift_high, "n": len(x), "n_none": len(base),
+                         "p_value": c.p_value,
                          "cliffs_delta": c.cliffs_delta, "significant": c.significant,
                          "verdict": c.verdict, "share_pct": 100 * c.shift / med if med else np.nan})
     return pd.DataFrame(rows)
+
+
+def shift_ci_label(ov) -> str:
+    """The real coverage of overhead()'s Hodges-Lehmann intervals in `ov`, e.g.
+    '90–95.88 % CI' (tools.stats.hl_ci_label over the rows' (n, n_none))."""
+    from .stats import hl_ci_label
+    if "n_none" not in ov.columns or ov.empty:
+        return "CI of unknown coverage"
+    return hl_ci_label(list(zip(ov["n"].astype(int), ov["n_none"].astype(int))))
+
+
+def prealloc_bars_text(ov_cpu) -> str:
+    """Caption sentence for plot_prealloc's bars, with the coverage of the plotted rows."""
+    g = ov_cpu[(ov_cpu.cluster_size == 512) & ov_cpu["mode"].isin(["cached", "all"])]
+    return ("Bars: Hodges-Lehmann interval of the shift against none (distribution-free), "
+            f"{shift_ci_label(g)}")
 
 
 def fit_quadratic(ov, mode: str = "cached"):
@@ -814,7 +803,8 @@ def plot_modes(summ, workload_col: str = "workload"):
     g.set_titles("{row_name}\n{col_name}", size="small")
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=30)
-    g.set_axis_labels("overlap-check", "CPU s per run (median, 95 % CI)")
+    from .stats import ci_label
+    g.set_axis_labels("overlap-check", f"CPU s per run (median, {ci_label(d['n'])})")
     return g
 
 
@@ -844,8 +834,38 @@ def this_run(df, manifest):
     return df[(df.host_id == manifest["host"]["host_id"]) & (df.run_id == manifest["run_id"])]
 
 
+# Decimals the chapter shows of each float headline() returns (its {glue:text}`k:.Nf`
+# references and comparison_table()); headline() rounds to them at the source, so that
+# the glued text/plain repr is what the page shows and does not differ in its 16th digit
+# between numpy/BLAS builds (nbval compares it). Floats not listed: GLUE_DEFAULT_DIGITS.
+GLUE_DIGITS = {
+    "pre_big_cached_cpu": 2, "pre_big_none_cpu": 2, "pre_big_extra": 2, "pre_big_extra_lo": 2,
+    "pre_big_extra_hi": 2, "pre_big_share": 0, "pre_slope": 1, "pre_prev_extra": 2,
+    "pre_size_step": 0, "pre_size_sq": 0, "pre_growth": 1, "pre_extrap_2g": 1,
+    "seed_user_saved": 1, "seed_create_before": 1, "seed_create_after": 1, "k64_extra_ms": 0,
+    "flush_wall": 2, "flush_cpu": 2,
+    "ow_cached_us": 1, "ow_cached_share": 0, "ow_cached_lo_us": 1, "ow_cached_hi_us": 1,
+    "al_cached_us": 1, "al_cached_share": 1, "al_cached_lo_us": 0, "al_cached_hi_us": 0,
+    "sn_cached_us": 1, "sn_cached_lo_us": 0, "sn_cached_hi_us": 0,
+    "sn_all_us": 0, "sn_all_share": 0, "sn_all_lo_us": 0, "sn_all_hi_us": 0,
+    "seed_random_factor": 0, "formula_ratio_min": 3, "formula_ratio_max": 3,
+    "f2_list_kib": 0, "f2_runs_kib": 0, "f2_disk_mib": 0, "f2_formula_disk_kib": 0,
+    "seed_list_kib": 0, "seed_formula_kib": 0, "seed_disk_mib": 0,
+    "perf_pre_cached": 2, "perf_ow_cached": 2, "perf_al_cached": 2, "perf_sn_all": 1,
+    "perf_size_ratio": 0, "perf_pre_pred_2g": 0,
+    "seed_pct_create": 2, "seed_pct_dd": 2, "seed_pct_random": 2,
+    "run_minutes": 1, "seed_create_gib": 0, "l2_cov_kib": 0,
+}
+GLUE_DEFAULT_DIGITS = 3
+
+
 def headline(d: dict) -> dict:
-    """The figures the text quotes, from the newest dataset and the seed's table."""
+    """The figures the text quotes, from the newest dataset and the seed's table.
+
+    pre_big_mib is the largest 512-byte-cluster size overhead() compared (>= 2 runs of
+    'cached' and of 'none'); pre_max_mib the largest measured, pre_big_note a sentence
+    when they differ. Floats are rounded to the decimals shown (GLUE_DIGITS).
+    """
     import numpy as np
     m = latest(d["manifests"])
     ref = d["reference"]
@@ -854,9 +874,19 @@ def headline(d: dict) -> dict:
     rs = pre[pre.command == "resize_no_flush"]
     by = ["cluster_size", "image_size", "mode"]
     ov = overhead(rs, by)
-    big = int(rs[rs.cluster_size == 512].image_size.max())
-    row = ov[(ov.cluster_size == 512) & (ov.image_size == big) & (ov["mode"] == "cached")].iloc[0]
+    # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
+    # time budget with one run has no comparison (pre_max_mib says what was measured)
+    kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
+    if kept.empty:
+        raise ValueError("no 512-byte-cluster size has >= 2 runs of 'cached' and 'none'; "
+                         "nothing to quote")
+    big = int(kept.image_size.max())
+    row = kept[kept.image_size == big].iloc[0]
     out["pre_big_mib"] = big // MiB
+    out["pre_max_mib"] = int(rs[rs.cluster_size == 512].image_size.max()) // MiB
+    out["pre_big_note"] = ("" if out["pre_max_mib"] == out["pre_big_mib"] else
+                           f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
+                           f"so the largest compared size is {out['pre_big_mib']} MiB")
     out["pre_big_cached_cpu"] = row["median"]
     out["pre_big_none_cpu"] = row.none_median
     out["pre_big_extra"] = row.extra
@@ -954,7 +984,9 @@ def headline(d: dict) -> dict:
     out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
     out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
     # plain Python numbers: glue formats their repr, and numpy 2 spells np.float64(...)
-    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+    out = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+    return {k: (round(v, GLUE_DIGITS.get(k, GLUE_DEFAULT_DIGITS)) if isinstance(v, float) else v)
+            for k, v in out.items()}
 
 
 def comparison_table(h: dict):

@@ -25,8 +25,9 @@ the write, and bdrv_co_flush() returns before the driver's flush_to_disk when BD
 set) are named in the chapter; the documented mapping is the table of ``-drive cache=`` in the
 qemu-system-x86_64(1) manual page of QEMU 7.2 (generated from qemu-options.hx).
 
-Scratch images live in a directory we create under /var/tmp (prefix perfbook-qemu_cache_modes-),
-removed on success, failure, SIGINT and SIGTERM; every child process (strace, qemu-io, qemu-img,
+Scratch images live in a private directory from tools.scratch (qemu_cache_modes-<pid>-XXXX under
+the scratch parent of tools.statedir), removed on success, failure, SIGINT, SIGTERM and SIGHUP
+(tools.guard); every child process (strace, qemu-io, qemu-img,
 dd) runs in its own process group that is killed if we are interrupted, and the guest's QEMU is
 owned by tools.guest.Runner, which does the same for its own scratch directory.
 """
@@ -38,20 +39,19 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+from . import guard, scratch, statedir
 from .dataset import DatasetWriter
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from .lock import measure_lock
 from .params import begin_collect, check_ints, choose_list, is_int, merge
 from .progress import Progress
 from . import stats
-from .proc import kill_group
+from .proc import die_with_parent, kill_group
 
 CHAPTER = "qemu_cache_modes"
 TITLE = "QEMU cache modes: what each mode does on the host, and what it costs"
@@ -61,8 +61,6 @@ PARTS = ("semantics", "bench", "host_dd", "guest")
 FORMATS = ("raw", "qcow2")
 OPS = ("write", "read")
 AIO = ("threads", "native", "io_uring")
-SCRATCH_PARENT = "/var/tmp"
-SCRATCH_PREFIX = "perfbook-qemu_cache_modes-"
 KiB, MiB = 1024, 1024 * 1024
 
 # The documented mapping: qemu-system-x86_64(1), QEMU 7.2, -drive cache= (from qemu-options.hx).
@@ -175,80 +173,16 @@ def preflight() -> list[str]:
     for tool, pkg in (("qemu-img", "qemu-utils"), ("qemu-io", "qemu-utils")):
         if not shutil.which(tool):
             reasons.append(f"{tool} is not installed (apt-get install {pkg})")
-    if not os.access(SCRATCH_PARENT, os.W_OK):
-        reasons.append(f"{SCRATCH_PARENT} is not writable: no place for scratch images")
+    try:
+        statedir.scratch_parent()
+    except statedir.UnsafePath as e:
+        reasons.append(f"no place for scratch images: {e}")
     return reasons
 
 
 # ---------------------------------------------------------------- scratch and children
-def _pdeathsig():  # in the child, before exec: die with us even if we are SIGKILLed
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
-
-
-_interrupted: list[int] = []  # signals received while a Scratch was active
-
-
-def _interrupt(signum, frame):
-    """SIGINT/SIGTERM -> KeyboardInterrupt. The signal is also remembered: Python swallows an
-    exception raised inside a finalizer ('Exception ignored in ...'), so every child start and
-    every finished child checks again (check_interrupted) and raises once more."""
-    _interrupted.append(signum)
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def check_interrupted() -> None:
-    if _interrupted:
-        raise KeyboardInterrupt(f"signal {_interrupted[0]}")
-
-
-class Scratch:
-    """Our private directory for scratch images, removed on every exit path.
-
-    While it is active SIGINT and SIGTERM raise KeyboardInterrupt (and are remembered, see
-    _interrupt), so `finally` blocks run and child process groups are killed.
-    """
-
-    def __init__(self, parent: str = SCRATCH_PARENT, say=None):
-        self.parent, self.say = parent, say or (lambda s: None)
-        self.dir: Path | None = None
-        self._old = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            _interrupted.clear()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, _interrupt)
-        sweep_stale(self.parent)
-        self.dir = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=self.parent))
-        (self.dir / "owner").write_text(f"{os.getpid()} tools.{CHAPTER}\n")
-        self.say(f"scratch directory {self.dir}")
-        return self
-
-    def __exit__(self, *exc):
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._old = {}
-        return False
-
-    def path(self, name: str) -> Path:
-        assert self.dir is not None
-        return self.dir / name
-
-
-def sweep_stale(parent: str = SCRATCH_PARENT) -> list[Path]:
-    """Remove scratch directories of this chapter whose owner process is gone (SIGKILL)."""
-    from .proc import sweep_scratch
-    return sweep_scratch(parent, SCRATCH_PREFIX)
-
-
-def stale_scratch_dirs(parent: str = SCRATCH_PARENT) -> list[Path]:
-    return sorted(Path(parent).glob(SCRATCH_PREFIX + "*"))
+Scratch = scratch.Scratch  # our private directory for scratch images, removed on every exit path
+check_interrupted = guard.check_interrupted  # a signal swallowed in a finalizer raises again
 
 
 def run(cmd: list[str], what: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
@@ -256,7 +190,7 @@ def run(cmd: list[str], what: str, timeout: float = 300, env=None) -> subprocess
     check_interrupted()
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=_pdeathsig, env=env)
+                         preexec_fn=die_with_parent, env=env)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -361,7 +295,10 @@ def _finish(ev: dict) -> None:
         ev["args"] = ev["args"][: m.start()]
 
 
-_IOCB = re.compile(r"aio_lio_opcode=IOCB_CMD_(\w+), aio_fildes=(\d+).*?aio_offset=(\d+)")
+_IOCB_START = re.compile(r"\{aio_data=")
+_IOCB_OP = re.compile(r"aio_lio_opcode=IOCB_CMD_(\w+), aio_fildes=(\d+)")
+_IOCB_OFFSET = re.compile(r"\baio_offset=(\d+)")
+_IOCB_NBYTES = re.compile(r"\baio_nbytes=(\d+)")
 _IOVLEN = re.compile(r"iov_len=(\d+)")
 _INTS = re.compile(r"(?<![\w.])(-?\d+)(?![\w.])")
 
@@ -377,7 +314,7 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
         name, args = ev["syscall"], ev["args"]
         if name == "openat":
             m = re.match(r'\s*[^,]+,\s*"([^"]*)",\s*([A-Z_|0-9]+)', args)
-            if not m or not m.group(1).endswith(image_name) or ev["ret"] is None or ev["ret"] < 0:
+            if not m or not _is_image(m.group(1), image_name) or ev["ret"] is None or ev["ret"] < 0:
                 continue
             fd_flags[ev["ret"]] = m.group(2)
             rows.append({**ev, "kind": "open", "fd": ev["ret"], "flags": m.group(2),
@@ -388,19 +325,31 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
                          "dsync": False})
             continue
         if name == "io_submit":
-            for op, fd, off in _IOCB.findall(args):
-                fd = int(fd)
+            # one segment per iocb: strace prints FSYNC/FDSYNC iocbs without aio_offset
+            # (and without aio_flags), PWRITE/PREAD with aio_buf + aio_nbytes and
+            # PWRITEV/PREADV with an iovec array in aio_buf
+            starts = [m.start() for m in _IOCB_START.finditer(args)] + [len(args)]
+            for seg in (args[a:b] for a, b in zip(starts, starts[1:])):
+                m = _IOCB_OP.search(seg)
+                if not m:
+                    continue
+                op, fd = m.group(1), int(m.group(2))
                 if fd not in fd_flags:
                     continue
                 kind = ("write" if op.startswith("PWRITE") else "read" if op.startswith("PREAD")
-                        else "sync" if "SYNC" in op else "other")
-                # the iocb's own iov_len values
-                seg = args[args.find(f"IOCB_CMD_{op}, aio_fildes={fd}"):]
-                seg = seg[: seg.find("aio_offset=")]
-                nb = sum(int(x) for x in _IOVLEN.findall(seg)) or None
+                        else "sync" if op in ("FSYNC", "FDSYNC") else "other")
+                nb = off = None
+                if kind in ("write", "read"):
+                    if op.endswith("V"):
+                        nb = sum(int(x) for x in _IOVLEN.findall(seg)) or None
+                    else:
+                        mb = _IOCB_NBYTES.search(seg)
+                        nb = int(mb.group(1)) if mb else None
+                    mo = _IOCB_OFFSET.search(seg)
+                    off = int(mo.group(1)) if mo else None
                 rows.append({**ev, "syscall": f"io_submit:{op}", "kind": kind, "fd": fd,
-                             "flags": fd_flags[fd], "bytes": nb, "offset": int(off),
-                             "dsync": bool(re.search(r"RWF_D?SYNC", args))})
+                             "flags": fd_flags[fd], "bytes": nb, "offset": off,
+                             "dsync": bool(re.search(r"RWF_D?SYNC", seg))})
             continue
         m = re.match(r"\s*(\d+)", args)
         if not m:
@@ -426,6 +375,14 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
         rows.append({**ev, "kind": kind, "fd": fd, "flags": fd_flags[fd], "bytes": nb, "offset": off,
                      "dsync": bool(re.search(r"RWF_D?SYNC", args))})
     return rows
+
+
+def _is_image(path: str, image_name: str) -> bool:
+    """The exact image: the same path, or (for a bare name) the same last component;
+    "xsem.raw" is not "sem.raw"."""
+    if path == image_name:
+        return True
+    return not image_name.startswith("/") and path.endswith("/" + image_name)
 
 
 def assign_phases(rows: list[dict]) -> list[dict]:
@@ -826,7 +783,7 @@ def parse_guest(output: str) -> tuple[dict, list[dict]]:
 
 def _redact_cmd(cmd: list[str]) -> str:
     from . import guest
-    return " ".join(re.sub(r"/var/tmp/perfbook-guest-[^/]+/run-[^/]+/", "SCRATCH/",
+    return " ".join(re.sub(r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/", "SCRATCH/",
                            a.replace(str(guest.guest_root()), "build/guest")) for a in cmd[1:])
 
 
@@ -923,8 +880,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     n_dd = 2 * (p["host_dd_min_runs"] + p["host_dd_warmup"]) if "host_dd" in parts else 0
     n_guest = len(p["guest_modes"]) if "guest" in parts else 0
     public = {**p, "profile": profile}
-    with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, public) as w, \
-            Scratch(say=lambda m: print(f"[{CHAPTER}] {m}", flush=True)) as s:
+    with guard.interruptible(), measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, public) as w, \
+            Scratch(CHAPTER, say=lambda m: print(f"[{CHAPTER}] {m}", flush=True)) as s:
         prog = Progress(CHAPTER, n_sem + n_bench + n_dd + n_guest)
         w.extra["_tool_cmds"] = {"qemu-img": ["qemu-img", "--version"],
                                  "qemu-io": ["qemu-io", "--version"],
@@ -934,8 +891,8 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
         w.extra["documented_mapping"] = {"source": DOC_SOURCE,
                                          "columns": ["cache.writeback", "cache.direct", "cache.no-flush"],
                                          "modes": {k: list(v) for k, v in DOC_MAPPING.items()}}
-        w.extra["scratch_fs"] = _fstype(SCRATCH_PARENT)
-        w.extra["host_disk"] = _host_disk_info(SCRATCH_PARENT)
+        w.extra["scratch_fs"] = _fstype(str(s.dir.parent))
+        w.extra["host_disk"] = _host_disk_info(str(s.dir.parent))
         w.extra["vm_dirty"] = {k: _read(f"/proc/sys/vm/{k}") for k in
                                ("dirty_ratio", "dirty_background_ratio", "dirty_expire_centisecs",
                                 "dirty_writeback_centisecs")}
@@ -1221,6 +1178,7 @@ def safety_levels(sem, pc) -> dict[str, int]:
 def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=None) -> "pd.DataFrame":
     """The seed's three orderings next to the ones today's data gives, and where they differ."""
     import pandas as pd
+    from .stats import ci_label  # "equal if the CIs overlap": with their real coverage
     ref = reference[reference.kind == "ranking"].set_index("item")["value"].to_dict()
     rows = []
 
@@ -1240,7 +1198,7 @@ def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=Non
             vals = {r.mode: (r.median, r.ci_low, r.ci_high) for r in g.itertuples()}
             acc = "/".join(sorted(set(g.accel))).upper()
             add("performance", f"guest dd {'oflag=direct' if variant == 'direct' else 'without oflag'} "
-                f"({acc} guest), MB/s; equal if the 95 % CIs overlap or the medians differ by "
+                f"({acc} guest), MB/s; equal if the {ci_label(g['n'])}s overlap or the medians differ by "
                 f"< {RANK_REL_TOL:.0%}",
                 order_with_ties(vals))
     if bench_summary is not None and not bench_summary.empty:
@@ -1249,7 +1207,8 @@ def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=Non
                           & (bench_summary.flush_interval == 0)]
         vals = {r.mode: (r.median, r.ci_low, r.ci_high) for r in b.itertuples()}
         add("performance", f"qemu-img bench, raw, 64 KiB writes at depth {int(b.depth.min()) if len(b) else 1}, "
-            f"no flushes, MB/s; equal if the 95 % CIs overlap or the medians differ by < {RANK_REL_TOL:.0%}",
+            f"no flushes, MB/s; equal if the {ci_label(b['n'])}s overlap or the medians differ by "
+            f"< {RANK_REL_TOL:.0%}",
             order_with_ties(vals))
     if sem is not None and not sem.empty:
         lv = safety_levels(sem, pc)

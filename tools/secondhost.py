@@ -68,15 +68,13 @@ from pathlib import Path
 from . import guest
 from .errors import ParameterError, PerfbookError, one_line
 from .paths import build_dir, repo_root, runs_dir
-from .proc import sweep_scratch
+from .proc import die_with_parent
 
 KERNEL_META = "linux-image-amd64"
 # loaded in the guest's initramfs (with their dependencies), after tools.guest's base ones
 EXTRA_MODULES = ("9pnet_virtio", "9p", "overlay", "ext4", "crc32c_generic", "crc32c_intel", "veth",
                  "virtio_net")
 GUEST_ADDR = "10.0.2.15/24"  # QEMU user networking's guest address; restrict=on: no way out
-SCRATCH_PREFIX = "perfbook-secondhost-"
-SCRATCH_PARENT = Path("/var/tmp")
 ROOT_TAG, OUT_TAG = "hostroot", "out"
 PROFILES = ("quick", "default", "full")
 END_RE = guest.END_RE
@@ -455,10 +453,6 @@ def artefacts(progress=None) -> dict:
                                   root=build_dir() / "secondhost")
 
 
-def sweep_stale(parent: Path = SCRATCH_PARENT) -> list[Path]:
-    return sweep_scratch(parent, SCRATCH_PREFIX)
-
-
 # --------------------------------------------------------------------------
 # booting
 # --------------------------------------------------------------------------
@@ -475,11 +469,11 @@ class BootResult:
 class Machine(guest.Runner):
     """Owns a scratch directory and at most one QEMU; a context manager.
 
-    tools.guest.Runner's lifetime: on exit, exception, SIGINT or SIGTERM, close()
-    kills QEMU, removes the scratch directory and gives SIGTERM its old handler back.
-    Only the scratch prefix, the preflight, the artefacts and the boot differ."""
-    scratch_prefix = SCRATCH_PREFIX
-    owner_tag = "tools.secondhost"
+    tools.guest.Runner's lifetime: on exit, exception, SIGINT, SIGTERM or SIGHUP, close()
+    kills QEMU, removes the scratch directory (tools.scratch, secondhost-<pid>-*) and
+    ends the tools.guard stretch. Only the scratch name, the preflight, the artefacts
+    and the boot differ."""
+    scratch_chapter = "secondhost"
 
     def __init__(self, spec: MachineSpec | None = None, progress=None, echo=None):
         super().__init__(accel="tcg", progress=progress)
@@ -492,9 +486,6 @@ class Machine(guest.Runner):
 
     def _artefacts(self) -> dict:
         return artefacts(self.say)
-
-    def _sweep(self) -> None:
-        sweep_stale()
 
     def _fresh(self) -> None:
         """A new scratch disk and an empty results share for the next boot."""
@@ -529,7 +520,7 @@ class Machine(guest.Runner):
         t0 = time.monotonic()
         with open(self.scratch / "qemu.log", "wb") as qlog:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
-                                         stderr=subprocess.STDOUT, preexec_fn=guest._pdeathsig)
+                                         stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         booted, rc, pos, buf, seen = None, None, 0, "", []
         try:
             while True:

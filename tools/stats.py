@@ -38,6 +38,11 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
         return (math.nan, math.nan, math.nan)
     if n == 1:
         return (x[0], x[0], 0.0)
+    best_k, best_cov = _median_ci_rank(n, confidence)
+    return (float(x[best_k - 1]), float(x[n - best_k]), float(best_cov))
+
+
+def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
     best_k, best_cov = 1, 1 - 2 * _st.binom.cdf(0, n, 0.5)
     for k in range(1, n // 2 + 1):
         cov = 1 - 2 * _st.binom.cdf(k - 1, n, 0.5)
@@ -45,7 +50,38 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
             best_k, best_cov = k, cov
         else:
             break
-    return (float(x[best_k - 1]), float(x[n - best_k]), float(best_cov))
+    return best_k, float(best_cov)
+
+
+def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
+    """The real coverage of median_ci's interval for n values (nan for n = 0, 0 for n = 1).
+
+    At least `confidence` from n = 6 on (at 95 %); below that the interval is
+    [min, max], whose coverage is 1 - 2 * 0.5**n (93.75 % at n = 5, 75 % at n = 3).
+    """
+    n = int(n)
+    if n <= 0:
+        return math.nan
+    if n == 1:
+        return 0.0
+    return _median_ci_rank(n, confidence)[1]
+
+
+def coverage_text(coverages) -> str:
+    """'96.87 %' or '75–96.87 %': coverages as percentages, rounded down (never overstated)."""
+    vals = sorted({math.floor(float(c) * 10000 + 1e-6) / 100 for c in np.atleast_1d(coverages)
+                   if not math.isnan(float(c))})
+    if not vals:
+        return "n/a"
+    f = (lambda v: f"{v:.2f}".rstrip("0").rstrip("."))
+    return f"{f(vals[0])} %" if len(vals) == 1 else f"{f(vals[0])}–{f(vals[-1])} %"
+
+
+def ci_label(n, confidence: float = 0.95) -> str:
+    """Label for median CIs over groups of n values (scalar or per group), with the real
+    coverage: '96.87 % CI' (n = 6), '75–93.75 % CI' (n = 3–5)."""
+    ns = [int(v) for v in np.atleast_1d(n) if not (isinstance(v, float) and math.isnan(v))]
+    return f"{coverage_text([median_ci_coverage(k, confidence) for k in ns])} CI"
 
 
 @dataclass
@@ -172,14 +208,77 @@ def hodges_lehmann(a, b, confidence: float = 0.95) -> tuple[float, float, float]
     d = np.sort(_pairwise_diffs(a, b))
     est = float(np.median(d))
     nm = n * m
-    z = _st.norm.ppf(0.5 + confidence / 2)
-    k = int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
+    k = _hl_rank(n, m, confidence)
     if k < 0:
         return (est, float(d[0]), float(d[-1]))
     scale = len(d) / nm  # sampled pairs: map ranks proportionally
     lo_i = min(len(d) - 1, int(k * scale))
     hi_i = max(0, len(d) - 1 - int(k * scale))
     return (est, float(d[lo_i]), float(d[hi_i]))
+
+
+def _hl_rank(n: int, m: int, confidence: float) -> int:
+    """hodges_lehmann's k: the interval is the (k+1)-th smallest to (k+1)-th largest of
+    the n*m differences; k from the normal approximation of U (negative: [min, max])."""
+    nm = n * m
+    z = _st.norm.ppf(0.5 + confidence / 2)
+    return int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
+
+
+_HL_EXACT_MAX_PAIRS = 20_000  # exact null distribution of U up to this many pairs
+
+
+def _mwu_cdf(n: int, m: int, k: int) -> float:
+    """P(U <= k) under the null (continuous data): U counts pairs with a > b among
+    C(n+m, n) equally likely orders; f(i, j) = shift(f(i-1, j), j) + f(i, j-1)."""
+    if k < 0:
+        return 0.0
+    n, m = max(n, m), min(n, m)  # U's null distribution is symmetric in n and m
+    width = k + 1                # only counts up to k are needed
+    row = [np.zeros(width) for _ in range(m + 1)]
+    row[0][0] = 1.0
+    for j in range(1, m + 1):    # i = 0: every order has U = 0
+        row[j][0] = 1.0
+    for _ in range(1, n + 1):
+        new = [row[0].copy()]
+        for j in range(1, m + 1):
+            f = new[j - 1].copy()
+            if j < width:
+                f[j:] += row[j][:width - j]
+            new.append(f)
+        row = new
+    return float(row[m].sum() / math.comb(n + m, n))
+
+
+def hodges_lehmann_coverage(n: int, m: int, confidence: float = 0.95) -> tuple[float, bool]:
+    """(coverage, exact) of hodges_lehmann's interval for samples of n and m values.
+
+    The interval is [D(k+1), D(nm-k)] of the nm sorted differences, k from a normal
+    approximation (_hl_rank); for continuous data without ties its exact coverage is
+    1 - 2 P(U <= k) (Moses), and the [min, max] fallback (k < 0) has 1 - 2 / C(n+m, n):
+    66.67 % for 2 vs 2, 80 % for 3 vs 2, 90 % for 3 vs 3. Computed exactly up to
+    _HL_EXACT_MAX_PAIRS pairs; beyond that (exact False) the nominal value of the normal
+    approximation, and past _MAX_PAIRS the differences are themselves a sample.
+    """
+    n, m = int(n), int(m)
+    if n <= 0 or m <= 0:
+        return (math.nan, True)
+    k = max(_hl_rank(n, m, confidence), 0)
+    if n * m <= _HL_EXACT_MAX_PAIRS:
+        return (1.0 - 2.0 * _mwu_cdf(n, m, k), True)
+    mu, sd = n * m / 2, math.sqrt(n * m * (n + m + 1) / 12.0)
+    return (1.0 - 2.0 * float(_st.norm.cdf((k + 0.5 - mu) / sd)), False)
+
+
+def hl_ci_label(pairs, confidence: float = 0.95) -> str:
+    """Label for Hodges-Lehmann intervals over groups of (n, m) sample sizes (one pair or
+    a list), with their real coverage: '90–95.24 % CI'; 'approx. 95 % CI' where some
+    coverage is only the normal approximation's."""
+    pairs = [pairs] if np.ndim(pairs) == 1 else list(pairs)
+    covs = [hodges_lehmann_coverage(n, m, confidence) for n, m in pairs]
+    if covs and not all(exact for _, exact in covs):
+        return f"approx. {confidence * 100:g} % CI"
+    return f"{coverage_text([c for c, _ in covs])} CI"
 
 
 def compare(a, b, alpha: float = 0.05, confidence: float = 0.95,
@@ -356,7 +455,7 @@ class Repetition:
             rows.append({
                 "experiment": self.experiment, "key": str(k), "n": len(x),
                 "warmup": self.warmup_values[k], "median": s.median,
-                "ci_low": s.ci_low, "ci_high": s.ci_high,
+                "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_coverage": s.ci_coverage,
                 "rel_ci_width": rel if math.isfinite(rel) else math.nan,
                 "target": self.target, "min_runs": self.min_runs, "max_runs": self.max_runs,
                 "budget_s": self.budget_s, "elapsed_s": round(self.elapsed_s, 3),
@@ -432,7 +531,13 @@ def caption(what: str, *, n, unit: str, warmup, hosts, confidence: float = 0.95,
     wunit = _singular(unit) if wt == "1" else unit
     parts[-1] += f", after {wt} warm-up {wunit} (excluded)."
     if ci:
-        parts.append(f"Bars/bands: {confidence * 100:.0f} % {CI_METHOD}.")
+        ns = [int(v) for v in np.atleast_1d(n) if not (isinstance(v, float) and math.isnan(v))]
+        covs = [median_ci_coverage(k, confidence) for k in ns]
+        text = f"Bars/bands: {CI_METHOD}, coverage {coverage_text(covs)}"
+        if any(c < confidence for c in covs if not math.isnan(c)):
+            text += (f" (below {confidence * 100:.0f} % where n is too small for it: "
+                     "the interval is then [min, max])")
+        parts.append(text + ".")
     parts.append(host_text(hosts)[0].upper() + host_text(hosts)[1:] + ".")
     if extra:
         parts.append(extra.rstrip(".") + ".")

@@ -2,7 +2,7 @@
 
 A TraceSession:
   * finds tracefs, mounting it at /sys/kernel/tracing if needed. Sessions
-    register in /run/lock/perfbook-tracefs/ (user.<pid>.*, and 'mounted' when
+    register in <state dir>/tracefs/ (tools.statedir; user.<pid>.*, and 'mounted' when
     we mounted it); the last live session out unmounts what we mounted, and a
     sweep does the same after a SIGKILL;
   * sweeps probes and instances that a killed run of ours left behind
@@ -22,14 +22,15 @@ import atexit
 import errno
 import os
 import re
-import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import guard
 from .errors import MissingPrerequisite, PerfbookError
 from .hostinfo import mounts
 from .proc import pid_alive
+from .statedir import write_file
 
 PREFIX = "perfbook_"
 _GROUP_RE = re.compile(r"^[pr]:(" + PREFIX + r"(\d+))/(\S+)\s")
@@ -72,13 +73,19 @@ def preflight(need_uprobes: bool = True) -> list[str]:
     return reasons
 
 
-def _write(path: Path, text: str, append: bool = False) -> None:
-    flags = os.O_WRONLY | (os.O_APPEND if append else os.O_TRUNC)
-    fd = os.open(path, flags)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+def write_knob(path: Path, text: str, append: bool = False) -> None:
+    """Write a tracefs, debugfs, sysfs or procfs file. Signals wait until the fd is closed: a KeyboardInterrupt between
+    open and close would leak the fd, and an instance with an open file can't be removed."""
+    flags = os.O_WRONLY | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    with guard.restoring():
+        fd = os.open(path, flags)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+_write = write_knob
 
 
 @dataclass
@@ -111,11 +118,10 @@ def _read_lines(p: Path) -> list[str]:
 
 
 def _mount_dir() -> Path:
-    """Where sessions record that they use tracefs, and whether we mounted it."""
-    from .lock import lock_path
-    d = lock_path().parent / "perfbook-tracefs"
-    d.mkdir(exist_ok=True)
-    return d
+    """Where sessions record that they use tracefs, and whether we mounted it: a private
+    directory of ours (tools.statedir), so no other user can plant or redirect an entry."""
+    from .statedir import subdir
+    return subdir("tracefs")
 
 
 def _live_users(exclude: str | None = None) -> list[Path]:
@@ -182,6 +188,20 @@ def sweep_stale(root: Path, log=print) -> list[str]:
     return removed
 
 
+def _holders(path: Path) -> str:
+    """Which processes have a file under `path` open (for an EBUSY message)."""
+    found = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                if os.readlink(fd).startswith(str(path)):
+                    found.append(f"pid {fd_dir.parent.name}")
+                    break
+        except OSError:
+            continue
+    return "open by " + ", ".join(found) if found else "no process has a file of it open"
+
+
 def _disable_everywhere(root: Path, group: str, event: str) -> None:
     places = [root] + [d for d in (root / "instances").iterdir()] if (root / "instances").is_dir() else [root]
     for base in places:
@@ -212,7 +232,7 @@ class TraceSession:
         self.probes: list[str] = []          # "group/event"
         self.enabled: list[Path] = []        # enable files we wrote 1 to
         self.saved: GlobalState | None = None
-        self._old_handlers: dict = {}
+        self._guarded = False
         self._closed = True
 
     # -- setup -------------------------------------------------------------
@@ -221,7 +241,8 @@ class TraceSession:
         if reasons:
             raise MissingPrerequisite(reasons[0])
         self._closed = False
-        self._install_signals()
+        guard.enter()  # SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt until close()
+        self._guarded = True
         atexit.register(self.close)
         try:
             self._open()
@@ -237,11 +258,11 @@ class TraceSession:
                                capture_output=True, text=True)
             if r.returncode != 0:
                 raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
-            (_mount_dir() / "mounted").write_text(f"{os.getpid()}\n")
+            write_file(_mount_dir() / "mounted", f"{os.getpid()}\n")
             root = DEFAULT_MOUNT
         self.root = root
         self._user = _mount_dir() / f"user.{os.getpid()}.{id(self)}"
-        self._user.write_text(self.tag + "\n")
+        write_file(self._user, self.tag + "\n")
         sweep_stale(root, self.log)
         self.saved = GlobalState.read(root)
         if self.use_instance and (root / "instances").is_dir():
@@ -249,18 +270,6 @@ class TraceSession:
             self.instance.mkdir()
         else:
             self.instance = None
-
-    def _install_signals(self):
-        import threading
-        if threading.current_thread() is not threading.main_thread():
-            return
-
-        def _term(signum, frame):
-            raise KeyboardInterrupt(f"signal {signum}")
-        self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, _term)
-        # SIGINT already raises KeyboardInterrupt unless someone ignored it.
-        if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
-            self._old_handlers[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     # -- paths ---------------------------------------------------------------
     @property
@@ -326,6 +335,23 @@ class TraceSession:
             raise TraceError(f"refusing to change global {name} without a private instance")
         _write(self.buffer / name, value)
 
+    def set_trace_options(self, **opts) -> None:
+        """Write options/<name> of the private instance: set_trace_options(record_tgid=False,
+        irq_info=True). '_' in a name stands for '-' unless options/ has the name as given;
+        bools (and ints) are written as 1/0. A new instance inherits these options from the
+        top level; tools.ftrace parses every layout they give, so set one only where a
+        chapter needs it."""
+        if self.instance is None:
+            raise TraceError(f"refusing to change global trace options {sorted(opts)} "
+                             "without a private instance")
+        for name, value in opts.items():
+            path = self.buffer / "options" / name
+            if not path.exists():
+                path = self.buffer / "options" / name.replace("_", "-")
+            if not path.exists():
+                raise TraceError(f"no trace option {name!r} in {self.buffer / 'options'}")
+            _write(path, str(int(value)) if isinstance(value, (bool, int)) else str(value))
+
     def clear(self) -> None:
         _write(self.buffer / "trace", "")
 
@@ -361,49 +387,51 @@ class TraceSession:
     def close(self) -> None:
         if self._closed:
             return
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         errors = []
         try:
-            if self.root is not None:
-                for en in list(self.enabled):
+            with guard.restoring():  # cleanup is not interruptible; signals arrive after it
+                try:
+                    if self.root is not None:
+                        for en in list(self.enabled):
+                            try:
+                                _write(en, "0")
+                            except OSError as e:
+                                errors.append(f"disable {en}: {e.strerror}")
+                        self.enabled.clear()
+                        for name in list(self.probes):
+                            try:
+                                self.remove_uprobe(name)
+                            except OSError as e:
+                                errors.append(f"remove {name}: {e.strerror}")
+                        if self.instance is not None and self.instance.exists():
+                            for attempt in range(250):  # up to 5 s: readers let go
+                                try:
+                                    self.instance.rmdir()
+                                    break
+                                except OSError as e:
+                                    if e.errno != errno.EBUSY or attempt == 249:
+                                        errors.append(f"rmdir {self.instance}: {e.strerror} "
+                                                      f"({_holders(self.instance)})")
+                                        break
+                                    import time
+                                    time.sleep(0.02)
+                        self._restore_globals(errors)
+                        user = getattr(self, "_user", None)
+                        if user is not None:
+                            user.unlink(missing_ok=True)
+                        release_mount(self.root)
+                finally:
+                    self._closed = True
                     try:
-                        _write(en, "0")
-                    except OSError as e:
-                        errors.append(f"disable {en}: {e.strerror}")
-                self.enabled.clear()
-                for name in list(self.probes):
-                    try:
-                        self.remove_uprobe(name)
-                    except OSError as e:
-                        errors.append(f"remove {name}: {e.strerror}")
-                if self.instance is not None and self.instance.exists():
-                    for _ in range(50):
-                        try:
-                            self.instance.rmdir()
-                            break
-                        except OSError as e:
-                            if e.errno != errno.EBUSY:
-                                errors.append(f"rmdir {self.instance}: {e.strerror}")
-                                break
-                            import time
-                            time.sleep(0.02)
-                self._restore_globals(errors)
-                user = getattr(self, "_user", None)
-                if user is not None:
-                    user.unlink(missing_ok=True)
-                release_mount(self.root)
+                        atexit.unregister(self.close)
+                    except Exception:
+                        pass
+            if errors:
+                self.log("warning: tracing cleanup incomplete: " + "; ".join(errors))
         finally:
-            self._closed = True
-            for sig, h in self._old_handlers.items():
-                signal.signal(sig, h)
-            self._old_handlers.clear()
-            try:
-                atexit.unregister(self.close)
-            except Exception:
-                pass
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        if errors:
-            self.log("warning: tracing cleanup incomplete: " + "; ".join(errors))
+            if self._guarded:
+                self._guarded = False
+                guard.leave()
 
     def _restore_globals(self, errors: list[str]) -> None:
         if self.saved is None:

@@ -264,36 +264,28 @@ def parse_helper(text: str) -> dict:
             "freq": frames["freq"], "meta": meta, "facts": facts}
 
 
-_TRACE_RE = re.compile(
-    r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s+\[(?P<cpu>\d+)\]\s+\S+\s+(?P<ts>\d+):\s+(?P<event>\w+):\s?(?P<detail>.*)$")
-_TSC_RE = re.compile(r"vcpu=(\d+) prev=(\d+) next=(\d+)")
-
-
 def parse_trace(text: str, pid: int | None = None):
-    """ftrace text (x86-tsc clock: timestamps are raw TSC) -> tidy frame."""
-    import pandas as pd
-    rows = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _TRACE_RE.match(line)
-        if not m:
-            continue
-        if pid is not None and int(m["pid"]) != pid:
-            continue
-        rows.append({"pid": int(m["pid"]), "cpu": int(m["cpu"]), "ts": int(m["ts"]),
-                     "event": m["event"], "detail": m["detail"].strip()})
-    return pd.DataFrame(rows, columns=["pid", "cpu", "ts", "event", "detail"])
+    """ftrace text (x86-tsc clock: timestamps are raw TSC, kept exact) -> tidy frame
+    pid, cpu, ts, event, detail. Any trace options parse (tools.ftrace); attrs['lost']
+    and attrs['lost_lines'] say whether the ring buffer dropped events."""
+    from . import ftrace
+    df = ftrace.parse_lines(text)
+    df = df[df["event"].notna() & ((df["pid"] == pid) if pid is not None else True)]
+    out = df[["pid", "cpu", "ts"]].assign(event=df["event"], detail=df["body"].str.strip())
+    out = out.reset_index(drop=True)
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def tsc_offset_events(trace_df):
     import pandas as pd
+    from .ftrace import parse_kv
     rows = []
     for r in trace_df[trace_df["event"] == "kvm_write_tsc_offset"].itertuples():
-        m = _TSC_RE.search(r.detail)
-        if m:
-            rows.append({"ts": r.ts, "cpu": r.cpu, "vcpu": int(m[1]),
-                         "prev": int(m[2]), "next": int(m[3])})
+        f = parse_kv(r.detail)
+        if {"vcpu", "prev", "next"} <= f.keys():
+            rows.append({"ts": r.ts, "cpu": r.cpu, "vcpu": int(f["vcpu"]),
+                         "prev": int(f["prev"]), "next": int(f["next"])})
     return pd.DataFrame(rows, columns=["ts", "cpu", "vcpu", "prev", "next"])
 
 

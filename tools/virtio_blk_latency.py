@@ -35,8 +35,8 @@ before the guest's vring_interrupt. Under TCG QEMU's RDTSC returns the host's TS
 target/i386/tcg/misc_helper.c: helper_rdtsc() adds env->tsc_offset), so one offset fits a run.
 
 Scratch files (the benchmark image, the guest's output disk, QEMU's trace log) live in a
-directory we create under /var/tmp (prefix perfbook-virtio_blk_latency-), removed on success,
-failure, SIGINT and SIGTERM; QEMU is owned by tools.guest.Runner and the ftrace instances by
+private directory from tools.scratch (virtio_blk_latency-<pid>-XXXX under the scratch parent of
+tools.statedir), removed on success, failure, SIGINT, SIGTERM and SIGHUP (tools.guard); QEMU is owned by tools.guest.Runner and the ftrace instances by
 tools.tracefs.TraceSession, which restore their state on the same paths.
 """
 from __future__ import annotations
@@ -49,7 +49,6 @@ import re
 import shutil
 import struct
 import subprocess
-import tempfile
 from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
@@ -67,8 +66,6 @@ VARIANTS = {"plain": (), "guest": ("guest",), "qemu": ("qemu",), "host": ("host"
 # the seed's method: one layer per boot; 'boundary' is the host/QEMU edge, which the kvm.ko row's
 # TCG stand-in needs (the vCPU's kick is a host event, the APIC delivery a QEMU one)
 SINGLE = ("guest", "qemu", "host", "boundary")
-SCRATCH_PARENT = "/var/tmp"
-SCRATCH_PREFIX = "perfbook-virtio_blk_latency-"
 BENCH = "seqread"
 BLOCK = 4096
 MiB = 1024 * 1024
@@ -249,28 +246,28 @@ def sector_to_offset(sectors, extents: list[tuple[int, int, int]], part_start: i
 
 
 # ---------------------------------------------------------------- parsers
-_FTRACE = re.compile(r"^\s*(?P<comm>.*?)-(?P<tid>\d+)\s+(?:\(\s*[-\d]+\)\s+)?\[(?P<cpu>\d+)\]\s+"
-                     r"\S+\s+(?P<ts>\d+)(?:\.\d+)?:\s+(?P<body>.*)$")
 _SYS_ENTER = re.compile(r"^sys_(\w+)\((.*)\)\s*$")
 _SYS_EXIT = re.compile(r"^sys_(\w+) -> (0x[0-9a-fA-F]+|-?\d+)\s*$")
-_EVENT = re.compile(r"^(\w+):\s?(.*)$")
 _BLOCK = re.compile(r"^(\d+),(\d+)\s+(\S+)\s+(?:(\d+)\s+)?\(([^)]*)\)\s+(\d+)\s+\+\s+(\d+)")
 _ARG = re.compile(r"(\w+): (0x[0-9a-fA-F]+|-?\d+)")
 
 
 def parse_ftrace(text: str):
-    """ftrace 'trace' text (x86-tsc clock) -> frame: ts, tid, comm, kind (enter/exit/event),
-    name, detail, ret. Syscall events print as 'sys_x(args)' and 'sys_x -> ret'."""
+    """ftrace 'trace' text -> frame: ts, tid, comm, kind (enter/exit/event), name, detail,
+    ret. Syscall events print as 'sys_x(args)' and 'sys_x -> ret'. Lines are split by
+    tools.ftrace (host or guest kernel, any trace options); ts is the raw count for the
+    x86-tsc clock we set (int), float seconds if a kernel fell back to a ns clock.
+    attrs['lost'] / attrs['lost_lines'] say whether the ring buffer dropped events."""
     import pandas as pd
+    from . import ftrace
     rows = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
+    st = ftrace.new_stats()
+    for r in ftrace.records(text, st):
+        ts, tid, comm = r.ts, r.pid, r.task
+        if r.event is not None:
+            rows.append((ts, tid, comm, "event", r.event, r.body, None))
             continue
-        m = _FTRACE.match(line)
-        if not m:
-            continue
-        body = m["body"]
-        ts, tid, comm = int(m["ts"]), int(m["tid"]), m["comm"].strip()
+        body = r.body
         s = _SYS_EXIT.match(body)
         if s:
             rows.append((ts, tid, comm, "exit", s[1], "", int(s[2], 0)))
@@ -278,11 +275,9 @@ def parse_ftrace(text: str):
         s = _SYS_ENTER.match(body)
         if s:
             rows.append((ts, tid, comm, "enter", s[1], s[2], None))
-            continue
-        s = _EVENT.match(body)
-        if s:
-            rows.append((ts, tid, comm, "event", s[1], s[2], None))
-    return pd.DataFrame(rows, columns=["ts", "tid", "comm", "kind", "name", "detail", "ret"])
+    df = pd.DataFrame(rows, columns=["ts", "tid", "comm", "kind", "name", "detail", "ret"])
+    df.attrs.update(st)
+    return df
 
 
 def syscall_args(detail: str) -> dict[str, int]:
@@ -763,7 +758,7 @@ class _HostTrace:
                 t.set_option("tracing_on", "0")
                 t.set_option("trace_clock", "x86-tsc")
                 t.set_option("buffer_size_kb", str(self.p["host_buffer_kb"]))
-            self.q.set_option("options/event-fork", "1")
+            self.q.set_trace_options(event_fork=True)   # children of the traced pid are traced too
             ev = self.q.buffer / "events" / "syscalls"
             for call in HOST_SYSCALLS:
                 for side in ("enter", "exit"):
@@ -809,19 +804,16 @@ class _HostTrace:
             self.notes.append("QEMU restarted within one boot (accelerator fallback); the first attempt's "
                               "host trace was discarded")
         self.pid = pid
-        self.q.set_option("options/event-fork", "0")
+        self.q.set_trace_options(event_fork=False)
         self.q.set_option("set_event_pid", str(pid))
-        self.q.set_option("options/event-fork", "1")
+        self.q.set_trace_options(event_fork=True)
         try:
             tids = sorted({d.name for d in Path(f"/proc/{pid}/task").iterdir()} - {str(pid)})
         except OSError:
             tids = []
         if tids:
-            fd = os.open(self.q.file("set_event_pid"), os.O_WRONLY | os.O_APPEND)
-            try:
-                os.write(fd, (" ".join(tids) + "\n").encode())
-            finally:
-                os.close(fd)
+            from .tracefs import write_knob
+            write_knob(self.q.file("set_event_pid"), " ".join(tids) + "\n", append=True)
         self.q.set_option("tracing_on", "1")
 
     def read(self) -> tuple[str, str, dict]:
@@ -1044,16 +1036,6 @@ def _host_job(p, job, exe, image):
                "warmup": p["warmup"], **bases}
 
 
-def sweep_stale(parent: str = SCRATCH_PARENT) -> list[Path]:
-    """Remove scratch directories of this chapter whose owner process is gone (SIGKILL)."""
-    from .proc import sweep_scratch
-    return sweep_scratch(parent, SCRATCH_PREFIX)
-
-
-def stale_scratch_dirs(parent: str = SCRATCH_PARENT) -> list[Path]:
-    return sorted(Path(parent).glob(SCRATCH_PREFIX + "*"))
-
-
 def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     """Measure this host; returns the new dataset's directory."""
     import pandas as pd
@@ -1061,21 +1043,19 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
     from .cbuild import binary
     from .dataset import DatasetWriter
     from .lock import measure_lock
-    from .proc import sigterm_as_interrupt
+    from . import guard
     from .progress import Progress
+    from .scratch import Scratch
     from .stats import repetition
     p, data = begin_collect(params, preflight, profile, overrides, data_dir)
     exe = binary(BENCH)
     rng = random.Random(p["seed"])
     per_round = len(plan_round(p, random.Random(0), 0))
     public = {**p, "profile": profile}
-    old_term = sigterm_as_interrupt()
-    scratch = None
+    guard.enter()  # SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt (tools.guard)
     try:
-        with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, public) as w:
-            sweep_stale()
-            scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=SCRATCH_PARENT))
-            (scratch / "owner").write_text(f"{os.getpid()} tools.{CHAPTER}\n")
+        with measure_lock(CHAPTER), DatasetWriter(CHAPTER, data, public) as w, Scratch(CHAPTER) as sd:
+            scratch = sd.dir
             rep = repetition(EXPERIMENT, p["aio"], p, "rep_")
             prog = Progress(CHAPTER, (rep.warmup + rep.min_runs) * per_round + 1)
             prog.note(f"scratch directory {scratch}")
@@ -1151,11 +1131,7 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
             if cals:
                 w.add_table("calib", pd.concat(cals, ignore_index=True))
     finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
-        if old_term is not None:
-            import signal
-            signal.signal(signal.SIGTERM, old_term)
+        guard.leave()
     return w.published
 
 
@@ -1506,13 +1482,15 @@ def side_by_side_cumulative(cum, reference):
                 "Host kvm.ko": "host_kvm", "QEMU virtio": "qemu_virtio", "QEMU paio": "qemu_aio",
                 "Host benchmark": "host_benchmark"}
     s = s.assign(key=s.layer.map(seed_key)).set_index("key")
+    from .stats import ci_label
+    ci_col = f"median {ci_label(cum['n'])} (ns)"  # real coverage of the rows' median CIs
     rows = []
     for r in cum.to_dict("records"):
         rows.append({"layer": r["layer"],
                      "seed 2010 (ns)": s.mean_ns.get(r["key"], math.nan),
                      "seed control (ns)": s.control_mean_ns.get(r["key"], math.nan),
                      "ours, mean (ns)": r["mean_ns"], "ours, median (ns)": r["median_ns"],
-                     "median 95 % CI (ns)": (f"{r['ci_low']:,.0f}–{r['ci_high']:,.0f}"
+                     ci_col: (f"{r['ci_low']:,.0f}–{r['ci_high']:,.0f}"
                                              if math.isfinite(r["ci_low"]) else ""),
                      "ours, control (ns)": r["control_mean_ns"], "n": r["n"], "boots": r["boots"],
                      "boot-to-boot CV (%)": r["boot_cv_pct"], "measured by": r["measured by"]})
@@ -1565,8 +1543,11 @@ def syscall_summary(iv):
         from .stats import summarize
         s = summarize(g.host_syscall / 1000)
         rows.append({"aio": aio, "syscall": call, "n": s.n, "median (µs)": s.median,
-                     "95 % CI": f"{s.ci_low:.1f}–{s.ci_high:.1f}", "mean (µs)": s.mean, "p95 (µs)": s.p95})
-    return pd.DataFrame(rows)
+                     "CI": f"{s.ci_low:.1f}–{s.ci_high:.1f}", "mean (µs)": s.mean, "p95 (µs)": s.p95})
+    from .stats import ci_label
+    t = pd.DataFrame(rows)
+    # the column says the real coverage of the median CIs (below 95 % for n < 6)
+    return t.rename(columns={"CI": ci_label(t["n"])}) if len(t) else t
 
 
 def boot_medians(iv, key: str):

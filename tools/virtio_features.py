@@ -662,7 +662,7 @@ def collect(data_dir=None, profile: str = "default", **overrides):
                                       "total_seconds": res.total_seconds, "rc": res.rc,
                                       "guest_kernel": res.kernel, "qemu_version": res.qemu_version,
                                       "qemu_cmdline": " ".join(
-                                          re.sub(r"/var/tmp/perfbook-guest-[^/]+/run-[^/]+/", "SCRATCH/",
+                                          re.sub(r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/", "SCRATCH/",
                                                  a.replace(str(guest.guest_root()), "build/guest"))
                                           for a in res.cmdline[1:])})
                     prog.step(f"boot {bi + 1}/{len(plan)}: {res.accel}, {len(disks)} disk(s), "

@@ -1,0 +1,279 @@
+"""The chapter contract, for every registered chapter (and the example chapter).
+
+tools.framework.collect owns the sequence: parameters -> preflight -> writable data dir
+-> sweep -> lock -> signals -> the chapter's collect -> publish. These tests drive it:
+
+* a bad parameter: one line, no dataset, non-zero exit (library, CLI);
+* an unwritable data dir: one line naming it, before anything is measured;
+* a chapter whose measure raises midway: state restored, nothing published;
+* SIGINT to the foreground group, SIGTERM to the group, SIGTERM to the parent alone and
+  SIGKILL followed by the next run, sent while kernel state is changed, through
+  `python -m tools measure` and through a plain papermill collect: every piece of state
+  restored, nothing published, non-zero exit;
+* every committed manifest has the required fields.
+
+The live cases need root (and skip with the reason otherwise).
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, need_root
+from tools import framework, scratch
+from tools.chapters import CHAPTERS, EXAMPLE
+from tools.dataset import REQUIRED, list_runs, load_manifest
+from tools.errors import DatasetError, ParameterError
+
+ALL = CHAPTERS + [EXAMPLE]
+IDS = [c.name for c in ALL]
+PY = sys.executable
+# processes a run of ours may start; none may outlive it
+CHILDREN = ("probench", "bpftrace", "fio", "iostat", "qemu-system-x86_64", "qemu-io", "qemu-img",
+            "netserver", "netperf", "perf", "prefork", "seqread", "kvmtsc", "rrbench", "strace")
+
+
+def _int_param(mod) -> str | None:
+    for k, v in mod.PROFILES["quick"].items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            return k
+    return None
+
+
+def _datasets(data: Path) -> list[Path]:
+    return [p for p in (data / "runs").glob("*/*/*") if p.is_dir()]
+
+
+# ---- parameters and data directory ------------------------------------------------------
+
+@pytest.mark.parametrize("ch", ALL, ids=IDS)
+def test_bad_parameters_are_one_line_and_write_nothing(ch, scratch_data):
+    mod = ch.load()
+    cases = [("quick", {"no_such_parameter": 1}), ("no_such_profile", {})]
+    if _int_param(mod):
+        cases.append(("quick", {_int_param(mod): -5}))
+    for profile, over in cases:
+        with pytest.raises(ParameterError) as e:
+            framework.collect(mod, profile, scratch_data, say=lambda s: None, **over)
+        assert "\n" not in str(e.value).strip()
+    assert _datasets(scratch_data) == []
+
+
+@pytest.mark.parametrize("ch", ALL, ids=IDS)
+def test_measure_cli_rejects_a_bad_value_with_one_line(ch, scratch_data):
+    mod = ch.load()
+    name = _int_param(mod) or "no_such_parameter"
+    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", ch.name, "--profile", "quick",
+                        "--param", f"{name}=-5", "--param", f"data_dir={scratch_data}"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode != 0
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and name in lines[0], lines
+    assert _datasets(scratch_data) == []
+
+
+@pytest.mark.parametrize("ch", ALL, ids=IDS)
+def test_unwritable_data_dir_stops_before_measuring(ch, tmp_path):
+    mod = ch.load()
+    if mod.preflight():
+        pytest.skip(f"{ch.name} can't collect here: {mod.preflight()[0]}")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    t0 = time.monotonic()
+    with pytest.raises(DatasetError) as e:
+        framework.collect(mod, "quick", blocker / "data", say=lambda s: None)
+    assert str(blocker) in str(e.value) and "\n" not in str(e.value)
+    assert time.monotonic() - t0 < 10, "it measured before checking the data directory"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_committed_manifests_have_the_required_fields(ch):
+    runs = list_runs(ch.name)
+    assert runs, f"no committed dataset of {ch.name}"
+    for run in runs:
+        m = load_manifest(run)
+        assert all(k in m for k in REQUIRED)
+        assert m["host"]["host_id"] == run.parent.parent.name and m["run_id"] == run.name
+
+
+# ---- what a run leaves ----------------------------------------------------------------------
+
+TAG = f"contract-{os.getpid()}-{time.time_ns()}"   # every process a test starts inherits it
+
+
+def _tagged(pid: int) -> bool:
+    try:
+        return f"PERFBOOK_TEST_TAG={TAG}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _ours(pid: int) -> bool:
+    """State named after `pid` belongs to the run under test if that process is gone (its
+    state outlived it) or carries our tag; a concurrent run's live state is not ours."""
+    from tools.proc import pid_alive
+    return not pid_alive(pid) or _tagged(pid)
+
+
+def leftovers(data: Path) -> list[str]:
+    """Everything the run under test could leave behind; [] when all is restored."""
+    from tools import tracefs
+    out = []
+    snap = tracefs.snapshot() if os.geteuid() == 0 else {"mounted": False}
+    if snap.get("mounted"):
+        for probe in snap["our_probes"]:
+            m = re.search(r"perfbook_(\d+)/", probe)
+            if m and _ours(int(m.group(1))):
+                out.append(f"uprobe {probe}")
+        for inst in snap["our_instances"]:
+            m = re.match(r"perfbook_(\d+)_", inst)
+            if m and _ours(int(m.group(1))):
+                out.append(f"instance {inst}")
+    ps = subprocess.run(["ps", "-eo", "pid=,comm=,args="], capture_output=True, text=True).stdout
+    for line in ps.splitlines():
+        pid, comm, args = (line.split(None, 2) + ["", ""])[:3]
+        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args) and _tagged(int(pid)):
+            out.append(f"process {pid} {comm}")
+    for d in scratch.live_dirs():
+        m = re.match(r"[a-z0-9_]+-(\d+)-", d.name)
+        if m and _ours(int(m.group(1))):
+            out.append(f"scratch {d}")
+    out += [f"dataset {d}" for d in _datasets(data)]
+    out += [f"half-written {d}" for d in (data / "runs").glob("*/*/.tmp-*")]
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout \
+        if os.path.exists("/usr/bin/ip") or os.path.exists("/bin/ip") else ""
+    for n in ns.splitlines():
+        m = re.match(r"perfbook_(\d+)_", n)
+        if m and _ours(int(m.group(1))):
+            out.append(f"netns {n.split()[0]}")
+    return out
+
+
+def settle(data: Path, seconds: float = 30) -> list[str]:
+    """leftovers(), polled until empty or `seconds` passed (a kernel cleans up after its parent)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = leftovers(data)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def _fg():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's foreground job has it
+
+
+def start(argv, chapter: str, ready: str, timeout: float = 240):
+    """Start a run in its own session and read its output until `ready` (a regex) shows
+    that it changed state; returns (process, output so far)."""
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True, preexec_fn=_fg,
+                         env={**os.environ, "PYTHONUNBUFFERED": "1", "PERFBOOK_TEST_TAG": TAG})
+    seen, deadline = [], time.monotonic() + timeout
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=1):
+            continue
+        line = p.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(ready, line):
+            return p, seen
+    p.kill()
+    p.wait()
+    pytest.fail(f"{chapter} never reached {ready!r}:\n" + "".join(seen[-20:]))
+
+
+def entry(kind: str, chapter: str, data: Path, tmp: Path, extra: dict) -> list[str]:
+    if kind == "measure":
+        args = [PY, "-m", "tools", "measure", "--chapters", chapter, "--profile", "quick",
+                "--param", f"data_dir={data}"]
+        for k, v in extra.items():
+            args += ["--param", f"{k}={v}"]
+        return args
+    pm = str(Path(PY).with_name("papermill"))
+    args = [pm, str(ROOT / "chapters" / f"{chapter}.ipynb"), str(tmp / "out.ipynb"), "-k", "python3",
+            "--log-output", "-p", "mode", "collect", "-p", "profile", "quick", "-p", "data_dir", str(data)]
+    for k, v in extra.items():
+        args += ["-p", k, str(v)]
+    return args
+
+
+# chapter -> (a line that shows kernel state is changed, extra parameters)
+LIVE = {
+    "example": (r"state changed", {"hold_s": 60}),
+    # during the BPF mechanism: the first round's second step is bpftrace attached
+    "trace_overhead": (r"\[trace_overhead\] 1/\d+ .*none|\[trace_overhead\] \d+/\d+ .*bpf_uprobe",
+                       {"mechanisms": "none,bpf_uprobe"}),
+    "iostat_internals": (r"\[iostat_internals\] \d+/\d+", {}),
+    "qcow2_overlap": (r"\[qcow2_overlap\] \d+/\d+", {}),
+}
+SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
+           "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
+MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill") for s in SIGNALS
+          if not (c == "example" and k == "papermill")]
+
+
+@pytest.mark.parametrize("chapter,kind,how", MATRIX, ids=[f"{c}-{k}-{s}" for c, k, s in MATRIX])
+def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tmp_path):
+    need_root("changing kernel state")
+    from tools.chapters import by_name
+    mod = by_name(chapter).load()
+    if mod.preflight():
+        pytest.skip(f"{chapter} can't collect here: {mod.preflight()[0]}")
+    data = tmp_path / "data"
+    (data / "runs").mkdir(parents=True)
+    from tools.sweep import sweep_all
+    sweep_all(log=lambda s: None)       # a previous case's failure must not fail this one too
+    assert settle(data, 5) == [], "state left before the test by a live process of ours"
+    ready, extra = LIVE[chapter]
+    sig, target = SIGNALS[how]
+    p, seen = start(entry(kind, chapter, data, tmp_path, extra), chapter, ready)
+    t0 = time.monotonic()
+    if target == "group":
+        os.killpg(p.pid, sig)
+    else:
+        os.kill(p.pid, sig)
+    try:
+        out, _ = p.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        pytest.fail(f"{chapter} did not stop within 90 s of {how}")
+    stopped = time.monotonic() - t0
+    assert p.returncode != 0, f"exit 0 after {how}"
+    if sig == signal.SIGKILL and kind == "measure":
+        from tools.sweep import sweep_all
+        sweep_all(log=lambda s: None, data_dir=data)  # what the next run does first
+    left = settle(data)
+    assert left == [], f"after {how} ({kind}) this was left: {left}\n" + "".join(seen[-5:]) + (out or "")[-2000:]
+    if kind == "measure" and sig != signal.SIGKILL:
+        assert stopped < 30, f"took {stopped:.0f} s to stop"
+        assert "Traceback" not in (out or ""), out[-2000:]
+
+
+def test_a_chapter_that_raises_midway_restores_and_publishes_nothing(scratch_data):
+    from tools import example
+    with pytest.raises(RuntimeError, match="on purpose"):
+        framework.collect(example, "quick", scratch_data, say=lambda s: None, fail_after=2)
+    assert settle(scratch_data, 10) == []
+
+
+def test_measure_exits_nonzero_when_a_chapter_fails(scratch_data):
+    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", "example", "--profile", "quick",
+                        "--param", f"data_dir={scratch_data}", "--param", "fail_after=1"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAILED: RuntimeError: example: failing on purpose" in r.stdout
+    assert "Traceback" not in r.stdout + r.stderr
+    assert _datasets(scratch_data) == []

@@ -1,0 +1,226 @@
+"""No local user can turn a root measure run against the machine.
+
+The attacks run as the unprivileged user `nobody` (uid 65534) against state a root run
+uses: the lock, the tracefs registry, the scratch parent, planted symlinks and crafted
+holder lines. Each must end in a one-line refusal or a safe wait, and no file outside
+our private directories may change. The attacker tests need root to become `nobody`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, need_root
+from tools import lock, statedir
+from tools.errors import LockBusy
+
+NOBODY = 65534
+
+
+def as_nobody(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run Python code as uid/gid 65534 (not root, no capabilities)."""
+    def drop():
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    return subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=drop, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A root-owned file of mode 0600 that no run of ours may touch."""
+    v = tmp_path / "victim"
+    v.write_text("precious\n")
+    v.chmod(0o600)
+    return v
+
+
+@pytest.fixture
+def world():
+    """A world-writable sticky directory, like /run/lock or /var/tmp (under /tmp, so that
+    another user can reach it)."""
+    import shutil
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix="perfbook-test-world-", dir="/tmp"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# ---- the private directory itself -------------------------------------------------------
+
+def test_state_dir_is_private_and_tightened(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    d.mkdir(mode=0o777)
+    d.chmod(0o777)
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(d))
+    assert statedir.state_dir() == d
+    assert d.stat().st_mode & 0o777 == 0o700, "a loose mode of our own directory is tightened"
+
+
+def test_symlinked_state_dir_is_refused(tmp_path, monkeypatch, victim):
+    link = tmp_path / "state"
+    link.symlink_to(victim.parent)
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(link))
+    with pytest.raises(statedir.UnsafePath, match="symlink"):
+        statedir.state_dir()
+
+
+def test_symlinked_lock_file_is_refused_and_target_untouched(tmp_path, monkeypatch, victim):
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "measure.lock").symlink_to(victim)
+    with pytest.raises(statedir.UnsafePath, match="symlink"):
+        with lock.measure_lock("test", wait=0):
+            pass
+    assert victim.read_text() == "precious\n"
+
+
+def test_flock_holders_reads_the_kernel_table(tmp_path):
+    import fcntl
+    f = tmp_path / "l"
+    fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert lock.flock_holders(fd) == [os.getpid()]
+        st = os.fstat(fd)
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        text = (f"1: FLOCK  ADVISORY  WRITE 4242 {key} 0 EOF\n"
+                f"1: -> FLOCK  ADVISORY  WRITE 4343 {key} 0 EOF\n"       # a waiter
+                f"2: POSIX  ADVISORY  WRITE 4444 {key} 0 EOF\n"          # not a flock
+                "3: FLOCK  ADVISORY  WRITE 4545 00:01:1 0 EOF\n")      # another file
+        assert lock.flock_holders(fd, text) == [4242]
+    finally:
+        os.close(fd)
+
+
+def test_crafted_holder_line_does_not_bypass_the_lock(tmp_path, monkeypatch):
+    """The file's text once decided who held the lock ('pid 1' made pid 1 our ancestor and
+    the run went on without the lock). Now the holder comes from /proc/locks."""
+    monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
+    hold = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time; sys.path.insert(0, {str(ROOT)!r})
+        from tools.lock import measure_lock
+        with measure_lock('holder', wait=0):
+            open({str(tmp_path / 'lock')!r}, 'w').write('pid 1 crafted\\n')
+            print('held', flush=True); time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
+    try:
+        assert hold.stdout.readline().strip() == "held"
+        with pytest.raises(LockBusy, match=f"pid {hold.pid} "):
+            with lock.measure_lock("test", wait=0):
+                pass
+    finally:
+        hold.kill()
+        hold.wait()
+
+
+# ---- attacks by an unprivileged local user on a root run ----------------------------------
+
+def test_nobody_cannot_reach_the_private_directories():
+    need_root("becoming another user")
+    state, scratch = statedir.state_dir(), statedir.scratch_parent()
+    r = as_nobody(f"""
+        import fcntl, os
+        out = []
+        for path in ({str(state / 'measure.lock')!r}, {str(state / 'tracefs' / 'mounted')!r},
+                     {str(scratch / 'x')!r}):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                out.append('OPENED ' + path)
+            except PermissionError:
+                out.append('denied')
+        for path in ({str(state / 'planted')!r}, {str(scratch / 'planted')!r}):
+            try:
+                os.symlink('/etc/shadow', path)
+                out.append('PLANTED ' + path)
+            except PermissionError:
+                out.append('denied')
+        print(' '.join(out))
+        """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["denied"] * 5, r.stdout
+
+
+def test_planted_paths_are_refused_with_one_line(world, monkeypatch, victim):
+    """A user plants our state or scratch path in a world-writable directory before the root
+    run creates it: as a symlink to a root file, or as a directory of their own."""
+    need_root("becoming another user")
+    r = as_nobody(f"""
+        import os
+        os.symlink({str(victim)!r}, {str(world / 'state')!r})
+        os.mkdir({str(world / 'scratch')!r}, 0o777)
+        os.symlink({str(victim)!r}, {str(world / 'scratch' / 'measure.lock')!r})
+        """)
+    assert r.returncode == 0, r.stderr
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(world / "state"))
+    monkeypatch.setenv("PERFBOOK_SCRATCH_DIR", str(world / "scratch"))
+    with pytest.raises(statedir.UnsafePath) as e:
+        statedir.state_dir()
+    assert "symlink" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(statedir.UnsafePath) as e:
+        statedir.scratch_parent()
+    assert "belongs to uid 65534" in str(e.value)
+    assert victim.read_text() == "precious\n" and victim.stat().st_uid == 0
+
+
+def test_root_run_ignores_the_old_world_writable_lock_path(victim, tmp_path, monkeypatch):
+    """The lock used to live in /run/lock; a symlink planted there is no longer opened."""
+    need_root("becoming another user")
+    from tools.sweep import _legacy_state
+    old = Path("/run/lock/perfbook-measure.lock")
+    _legacy_state()  # an older version's own lock file goes
+    if old.exists() or old.is_symlink():
+        pytest.skip(f"{old} exists on this machine; not touching it")
+    r = as_nobody(f"import os; os.symlink({str(victim)!r}, {str(old)!r})")
+    if r.returncode != 0:
+        pytest.skip(f"nobody cannot write /run/lock here: {r.stderr.strip()[-100:]}")
+    try:
+        monkeypatch.delenv("PERFBOOK_LOCK", raising=False)
+        monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+        with lock.measure_lock("test", wait=0) as path:
+            assert path == tmp_path / "state" / "measure.lock"
+        assert victim.read_text() == "precious\n"
+    finally:
+        old.unlink()
+
+
+def test_sweep_leaves_other_users_scratch_alone(monkeypatch, tmp_path):
+    """Only our own directories of dead runs are swept, never another user's, never via a link."""
+    need_root("becoming another user")
+    from tools import scratch, sweep
+    parent = tmp_path / "scratch"
+    monkeypatch.setenv("PERFBOOK_SCRATCH_DIR", str(parent))
+    statedir.scratch_parent()
+    dead = 2 ** 22 + 12345  # above pid_max's default: never a live pid
+    ours = parent / f"demo-{dead}-abc"
+    ours.mkdir()
+    theirs = parent / f"demo-{dead}-def"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY, NOBODY)
+    target = tmp_path / "keep"
+    target.mkdir()
+    (target / "file").write_text("keep")
+    (parent / f"demo-{dead}-lnk").symlink_to(target)
+    removed = scratch.sweep(parent)
+    assert ours in removed and not ours.exists()
+    assert theirs.exists(), "another user's directory was swept"
+    assert (target / "file").read_text() == "keep", "the sweep followed a symlink"
+    legacy = Path("/var/tmp") / f"perfbook-demo-{dead}"
+    r = as_nobody(f"import os; os.mkdir({str(legacy)!r}); open({str(legacy / 'owner')!r}, 'w').write('{dead}')")
+    assert r.returncode == 0, r.stderr
+    try:
+        os.utime(legacy, (0, 0))
+        sweep._legacy_scratch(print)
+        assert legacy.exists(), "a legacy directory of another user was swept"
+    finally:
+        subprocess.run(["rm", "-rf", str(legacy)])

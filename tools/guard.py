@@ -1,0 +1,121 @@
+"""The one signal and restore mechanism of a measure run.
+
+Everything a run changes (probes, instances, knobs, namespaces, process groups, scratch
+directories) is undone by the code that changed it, in `finally` blocks and context
+managers. This module makes sure those run, whatever stops the run:
+
+* `interruptible()` -- while active, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt
+  in the main thread, so every `finally` of the run executes. Only the first signal
+  raises: later ones (a second Ctrl-C, jupyter_client's SIGTERM after its SIGINT) are
+  recorded in `received()` and let the cleanup finish; SIGKILL is left for impatience,
+  and the sweep handles what it leaves. It is re-entrant and process-wide: the handlers
+  are installed by the outermost user and given back when it leaves. This is the only
+  place in tools/ that installs a handler for SIGTERM.
+* `restoring()` -- blocks SIGINT/SIGTERM/SIGHUP while a cleanup runs, so a second Ctrl-C
+  cannot cut a restore in half.
+* A papermill collect does not measure inside the notebook kernel: jupyter_client SIGKILLs
+  a kernel's process group a few seconds after Ctrl-C, whatever it is doing. The kernel
+  starts `python -m tools collect` in a session of its own instead (tools.notebook), with
+  PR_SET_PDEATHSIG set to SIGTERM, so that however the kernel ends, the process that holds
+  the state gets an ordinary SIGTERM and restores it here.
+* Children are started with tools.proc.die_with_parent (SIGKILL when we die) in a
+  process group of their own (tools.proc.run_group / kill_group).
+
+A SIGKILLed run cannot clean up; `python -m tools sweep` (and the next run) removes what
+it left, see tools/sweep.py.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_depth = 0
+_saved: dict = {}
+_received: list[int] = []
+
+
+# Code that Python runs where an exception is printed and dropped ("Exception ignored in"):
+# at-fork hooks (logging's lock hooks run in every fork, e.g. Popen with a preexec_fn),
+# finalizers and weakref callbacks. A signal that lands there is delivered again, shortly.
+_SWALLOWING = {"_releaseLock", "_acquireLock", "_after_at_fork_child_reinit_locks", "__del__",
+               "_remove_dead_weakref", "_cleanup"}
+_raised = False
+
+
+def _handler(signum, frame):
+    global _raised
+    if _raised:
+        _received.append(signum)
+        return  # the run is already stopping: a later signal must not cut its cleanup short
+    if frame is not None and frame.f_code.co_name in _SWALLOWING:
+        threading.Timer(0.05, signal.pthread_kill, (threading.main_thread().ident, signum)).start()
+        return
+    _received.append(signum)
+    _raised = True
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping, restoring what this run changed")
+
+
+def received() -> list[int]:
+    """The signals received during the current interruptible stretch (in order); [] outside one."""
+    return list(_received) if _depth else []
+
+
+def check_interrupted() -> None:
+    """Raise again for a signal already received: Python drops an exception raised inside
+    a finalizer or a callback ("Exception ignored in ..."), so long loops call this."""
+    if _received and _depth:
+        raise KeyboardInterrupt(f"{signal.Signals(_received[-1]).name}: stopping")
+
+
+def interrupted_by() -> str | None:
+    """The name of the signal that stopped the last stretch (the first one received)."""
+    return signal.Signals(_received[0]).name if _received else None
+
+
+def enter() -> None:
+    """Start an interruptible stretch (see interruptible()); pair with leave()."""
+    global _depth, _raised
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _depth == 0:
+        _raised = False
+        _received.clear()
+        for s in SIGNALS:
+            _saved[s] = signal.signal(s, _handler)
+    _depth += 1
+
+
+def leave() -> None:
+    """End the stretch enter() began; the outermost leave() gives the handlers back."""
+    global _depth
+    if threading.current_thread() is not threading.main_thread() or _depth == 0:
+        return
+    _depth -= 1
+    if _depth == 0:
+        with restoring():
+            for s, h in _saved.items():
+                signal.signal(s, h)
+            _saved.clear()
+
+
+@contextmanager
+def interruptible():
+    """SIGINT/SIGTERM/SIGHUP -> KeyboardInterrupt while the block runs (see module doc)."""
+    enter()
+    try:
+        yield
+    finally:
+        leave()
+
+
+@contextmanager
+def restoring():
+    """Block our signals while a cleanup runs (they are delivered when it ends)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, set(SIGNALS))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

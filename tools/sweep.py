@@ -1,0 +1,105 @@
+"""Remove what a killed run of ours left behind, every kind of it, in one place.
+
+A run restores its state on success, failure, Ctrl-C, SIGTERM and SIGHUP (tools.guard).
+SIGKILL can't be caught, so every run starts with this sweep, and `make sweep` runs it by
+hand. Each kind of state carries its owner's pid, and only the state of dead owners is
+removed:
+
+  tracefs     instances perfbook_<pid>_*, probes in group perfbook_<pid>, our mount
+  scratch     <scratch parent>/<chapter>-<pid>-* (and the older /var/tmp/perfbook-*-*)
+  datasets    half-written data/runs/**/.tmp-<pid>-* directories
+  netns       perfbook_<pid>_* network namespaces
+Child processes die with their run (PR_SET_PDEATHSIG, tools.guard.die_with_parent).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import time
+from pathlib import Path
+
+from .proc import pid_alive
+
+_TMP = re.compile(r"^\.tmp-(\d+)-")
+
+
+def _legacy_scratch(log) -> list[str]:
+    """/var/tmp/perfbook-<chapter>-* directories of runs older than the private parent."""
+    removed = []
+    for d in Path("/var/tmp").glob("perfbook-*-*"):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue  # never a symlink, never another user's
+        owner = d / "owner"
+        try:
+            ost = os.lstat(owner)
+            pid = int(owner.read_text().split()[0]) if stat.S_ISREG(ost.st_mode) \
+                and ost.st_uid == os.geteuid() else -1
+        except (OSError, ValueError, IndexError):
+            pid = -1
+        if pid > 0 and pid_alive(pid):
+            continue
+        if pid < 0 and time.time() - st.st_mtime < 3600:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(str(d))
+    return removed
+
+
+def _legacy_state() -> list[str]:
+    """The lock and registry of older versions, in world-writable /run/lock: removed when
+    they are ours (never a symlink, never another user's), so nothing stays to be planted."""
+    removed = []
+    for p in (Path("/run/lock/perfbook-measure.lock"), Path("/run/lock/perfbook-tracefs")):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(str(p))
+    return removed
+
+
+def _dataset_tmp(data_dir=None) -> list[str]:
+    from .paths import runs_dir
+    base = runs_dir(data_dir)
+    removed = []
+    if not base.is_dir():
+        return removed
+    for d in base.glob("*/*/.tmp-*"):
+        m = _TMP.match(d.name)
+        if m and not pid_alive(int(m.group(1))) and not d.is_symlink():
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+    return removed
+
+
+def sweep_all(log=print, data_dir=None) -> list[str]:
+    """Sweep every kind of state of dead runs; returns what was removed."""
+    from . import scratch
+    removed: list[str] = []
+    if os.geteuid() == 0:
+        from .tracefs import find_tracefs, sweep_stale
+        root = find_tracefs()
+        if root is not None:
+            removed += sweep_stale(root, log=lambda s: None)
+        if shutil.which("ip"):
+            from .netperf_latency import sweep_stale_netns
+            removed += sweep_stale_netns(log=lambda s: None)
+    removed += [str(p) for p in scratch.sweep()]
+    removed += _legacy_scratch(log)
+    removed += _legacy_state()
+    removed += _dataset_tmp(data_dir)
+    if removed:
+        log("swept state left by a killed run: " + ", ".join(removed))
+    return removed
