@@ -29,7 +29,8 @@ notebooks:
 
 ## book: render the stored notebooks into _build/html, warnings are errors
 book:
-	$(JB) build . --all -W -n --keep-going
+	@echo "[book] building the site (Sphinx warnings are errors) ..."
+	@$(JB) build . --all -W -n --keep-going -q
 	@echo "site: $(CURDIR)/_build/html/index.html"
 
 summary:

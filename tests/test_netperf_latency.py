@@ -433,3 +433,13 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     cap = N.caption_for(d["runs"], ms, "Exceedance")
     assert "runs per group" in cap and "h-00000000fa4e" in cap and "unrecorded transactions" in cap
     assert N.host_comparison(d["runs"], ms[:1]).empty
+
+
+def test_a_server_on_every_interface_is_refused():
+    """netserver must listen on the lab's address only (#20: no server on all interfaces)."""
+    ours = "LISTEN 0      4096       127.0.0.1:12865      0.0.0.0:*\n"
+    wide = ("LISTEN 0      4096         0.0.0.0:12865      0.0.0.0:*\n"
+            "LISTEN 0      4096            [::]:12866         [::]:*\n"
+            "LISTEN 0      4096               *:12867            *:*\n")
+    assert N.wildcard_listeners(ours) == []
+    assert N.wildcard_listeners(wide) == ["0.0.0.0:12865", "[::]:12866", "*:12867"]

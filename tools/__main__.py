@@ -208,7 +208,7 @@ def cmd_stale(args) -> int:
 def cmd_summary(args) -> int:
     from . import hostinfo
     from .chapters import CHAPTERS
-    from .dataset import list_runs
+    from .dataset import list_runs, load_manifest
     status = {}
     if _status_file().is_file():
         for line in _status_file().read_text().splitlines():
@@ -226,12 +226,14 @@ def cmd_summary(args) -> int:
         detail = st["detail"]
         if st["status"] == "measured":
             detail = str(Path(detail).relative_to(repo_root())) if detail.startswith(str(repo_root())) else detail
-        print(f"{ch.name:<22} {st['status']:<9} {detail}")
+            if "seconds" in st:
+                detail += f" (in {st['seconds']} s)"
+        print(f"{ch.name:<22} {st['status']:<11} {detail}")
         print(f"{'':<22} datasets in data/: {len(runs)} ({len(mine)} from this host, "
               f"{len({r.parts[-3] for r in runs})} host(s))")
         skipped = []
         for r in mine[-1:]:
-            m = json.loads((r / 'manifest.json').read_text())
+            m = load_manifest(r)
             skipped = [f"{k}: {v}" for k, v in m.get("skipped", {}).items()]
         for s in skipped:
             print(f"{'':<22} not measured: {s}")
@@ -288,6 +290,10 @@ def main(argv=None) -> int:
     except PerfbookError as e:
         print(one_line(e), file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `python -m tools summary | head`: the reader left; say nothing
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         from . import guard
         sig = guard.interrupted_by() or "SIGINT"

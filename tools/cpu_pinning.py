@@ -775,9 +775,39 @@ def load(data_dir=None) -> dict:
                      "repetition")}
     out["manifests"] = load_manifests(CHAPTER, data_dir)
     out["reference"] = load_reference(CHAPTER, data_dir)
+    # the analysis must not depend on the order rows were written in: put the display
+    # tables in the order the code writes them, per host and run (list_runs order)
+    out["knobs"] = _in_order(out["knobs"], knob_rank)
+    out["repetition"] = _in_order(out["repetition"], lambda r: (
+        _rank(LOADS, r["experiment"]), _rank(ORDER, r["key"]), r["key"]))
     if not out["trials"].empty:
         out["trials"] = derive(out["trials"])
     return out
+
+
+def _rank(seq, value) -> int:
+    return list(seq).index(value) if value in seq else len(seq)
+
+
+def _in_order(df, key):
+    """Rows sorted by host, run, then key(row): a tuple that reproduces the written order."""
+    if df.empty:
+        return df
+    k = df.apply(key, axis=1)
+    return (df.assign(_k=k).sort_values(["host_id", "run_id", "_k"], kind="stable")
+            .drop(columns="_k").reset_index(drop=True))
+
+
+def knob_rank(row) -> tuple:
+    """knob_inventory's order: today's debugfs files by name; per SEED_KNOBS entry its sysctl
+    and, if gone, its 5.13 debugfs file; then the sysctl_sched block of sched/debug by name."""
+    knob = row["knob"]
+    for i, (old, info) in enumerate(SEED_KNOBS.items()):
+        if knob == f"sysctl kernel.{old}":
+            return (1, i, 0, "")
+        if row["era"] != "now" and knob == f"debugfs sched/{info['debugfs_5_13']}":
+            return (1, i, 1, "")
+    return (2 if knob.startswith("sched/debug") else 0, 0, 0, knob)
 
 
 def derive(trials):

@@ -230,6 +230,9 @@ def read_table(run: Path, table: str, manifest: dict | None = None):
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as e:
         msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         raise DatasetError(f"{p}: malformed CSV ({msg}); restore it from git") from None
+    seed = os.environ.get("PERFBOOK_SHUFFLE_ROWS")
+    if seed:  # tests: the analysis must not depend on the order rows were written in
+        df = df.sample(frac=1, random_state=int(seed)).reset_index(drop=True)
     want = man["tables"].get(table)
     if want is not None and len(df) != want:
         raise DatasetError(f"{p}: {len(df)} rows, but its manifest lists {want} "

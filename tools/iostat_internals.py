@@ -1083,9 +1083,30 @@ def load(data_dir=None) -> dict:
     from .dataset import load_manifests, load_table
     from .paths import resolve_data_dir
     data = resolve_data_dir(data_dir) if data_dir else None
-    out = {t: load_table(CHAPTER, t, data) for t in TABLES}
+    out = {t: in_written_order(load_table(CHAPTER, t, data), t) for t in TABLES}
     out["manifests"] = load_manifests(CHAPTER, data)
     return out
+
+
+# Each table's natural key: the analysis must not depend on the order rows were written in.
+# trace_sample rows are a random sample per window and op; their order within one carries nothing.
+ORDER_KEYS = {"intervals": ["seq"], "windows": ["window", "t_ns"],
+              "trace_windows": ["window", "_op"], "trace_sample": ["window", "_op"],
+              "phases": ["t_start_ns"], "repetition": ["experiment", "_key"]}
+OPS = ("all", "read", "write", "discard", "flush")
+
+
+def in_written_order(df, table: str):
+    """`table`'s rows sorted by host, run and the table's natural key (ORDER_KEYS)."""
+    keys = ORDER_KEYS.get(table)
+    if not len(df) or keys is None:
+        return df
+    rank = {o: i for i, o in enumerate(OPS)}
+    d = df.assign(_op=df["op"].map(rank).fillna(len(OPS)) if "op" in df else 0,
+                  _key=df["key"].map({k: i for i, k in enumerate(PHASES)}).fillna(len(PHASES))
+                  if "key" in df else 0)
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=["_op", "_key"]).reset_index(drop=True))
 
 
 def newest(manifests: list[dict]) -> dict | None:

@@ -502,6 +502,18 @@ def _read_line(p: subprocess.Popen, timeout: float) -> str:
     return p.stdout.readline()
 
 
+def wildcard_listeners(ss_output: str) -> list[str]:
+    """Local addresses in `ss -Htln` output that listen on every interface (0.0.0.0, *, [::])."""
+    out = []
+    for line in ss_output.splitlines():
+        f = line.split()
+        if len(f) >= 4:
+            host = f[3].rsplit(":", 1)[0]
+            if host in ("0.0.0.0", "*", "[::]", "::", "[::ffff:0.0.0.0]"):
+                out.append(f[3])
+    return out
+
+
 class Netserver:
     """netserver -D on a free port in a path's server namespace; ready when it listens."""
 
@@ -514,6 +526,10 @@ class Netserver:
 
     def _listening(self, port: int) -> bool:
         r = _run(self.lab.prefix(self.path, "srv") + ["ss", "-Htln", f"sport = :{port}"], check=False)
+        wide = wildcard_listeners(r.stdout)
+        if wide:
+            raise PerfbookError(f"netserver listens on {', '.join(wide)}, not only on {self.addr}; "
+                                "refusing to run a server reachable from every interface")
         return bool(r.stdout.strip())
 
     def start(self) -> "Netserver":
@@ -879,16 +895,31 @@ def collect(data_dir=None, profile: str = "default", **overrides) -> Path:
 def load(data_dir=None) -> dict:
     """Every committed dataset of this chapter: runs, hist (with bin edges), ping, manifests."""
     from .dataset import load_manifests, load_table
-    runs = load_table(CHAPTER, "runs", data_dir)
+    # the analysis must not depend on the order rows were written in: sort on natural keys
+    runs = _sorted(load_table(CHAPTER, "runs", data_dir), ["t_s", "rep", "order"])
     hist = load_table(CHAPTER, "hist", data_dir)
     if not hist.empty:
         lo, hi = bin_edges_us(hist["bin"])
         hist["lo_us"], hist["hi_us"] = lo, hi
     return {"runs": runs, "hist": hist, "ping": load_table(CHAPTER, "ping", data_dir),
             "repetition": load_table(CHAPTER, "repetition", data_dir),
-            "sched": load_table(CHAPTER, "sched", data_dir),
+            "sched": _sorted(load_table(CHAPTER, "sched", data_dir), ["path", "proto", "_pin", "_role"],
+                             _pin=("pin", SCHED_PINS), _role=("role", SCHED_ROLES)),
             "netperf_all": load_table(CHAPTER, "netperf_all", data_dir),
             "manifests": load_manifests(CHAPTER, data_dir)}
+
+
+SCHED_ROLES = ("server", "client")   # run_rrbench's pids order: sched_stage's rows per pin
+
+
+def _sorted(df, keys, **ranks):
+    """Rows by host, run and `keys`; ranks name=(column, order) sort a column in a code order."""
+    if df.empty:
+        return df
+    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+                     for k, (c, o) in ranks.items()})
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=list(ranks)).reset_index(drop=True))
 
 
 CELL = ["host_id", "path", "proto", "pin"]

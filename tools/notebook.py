@@ -90,7 +90,8 @@ def show_figure(fig, caption: str) -> None:
     from IPython.display import Markdown, display
     display(fig)
     plt.close(fig)
-    display(Markdown(f"**Figure.** {caption}"))
+    text = caption.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # text, not HTML:
+    display(Markdown(f"**Figure.** {text}"))  # "/proc/<pid>/sched" must not become a tag
 
 
 FIXED_REPETITION = "fixed repetition, before adaptive repetition existed"

@@ -961,10 +961,29 @@ def load(data_dir=None) -> dict:
     """Everything the chapter shows: every dataset's tables, manifests, the seed's figures."""
     from .dataset import load_manifests, load_reference, load_table
     names = ("trace", "bench", "host_dd", "guest_dd", "guest_boots", "pagecache", "pagecache_samples")
-    out = {n: load_table(CHAPTER, n, data_dir) for n in names}
+    out = {n: _natural_order(load_table(CHAPTER, n, data_dir), n) for n in names}
     out["manifests"] = load_manifests(CHAPTER, data_dir)
     out["reference"] = load_reference(CHAPTER, data_dir)
     return out
+
+
+# Each table's natural key: the analysis must not depend on the order rows were written in
+# (_f/_a/_m: format, aio and mode in FORMATS/AIO/MODES order, the order the trace runs them).
+NATURAL_KEYS = {"bench": ["round", "position"], "host_dd": ["round", "position"],
+                "guest_boots": ["boot"], "guest_dd": ["boot", "round", "position"],
+                "pagecache": ["boot"], "pagecache_samples": ["boot", "t"],
+                "trace": ["_f", "_a", "_m", "seq"]}
+
+
+def _natural_order(df, name):
+    if df.empty or name not in NATURAL_KEYS:
+        return df
+    rank = {"_f": ("format", FORMATS), "_a": ("aio", AIO), "_m": ("mode", MODES)}
+    keys = NATURAL_KEYS[name]
+    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+                     for k, (c, o) in rank.items() if k in keys})
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=[k for k in rank if k in keys]).reset_index(drop=True))
 
 
 def latest(manifests: list[dict]) -> dict | None:

@@ -295,6 +295,28 @@ def signed(u: int) -> int:
     return u - U64 if u >= (1 << 63) else u
 
 
+# _facts_table's row order (kvmtsc.c prints its cpuid facts in this order), for load()
+FACT_ORDER = (("cpu_model", "virtualization", "clocksource_current", "clocksources_available",
+               "kvm_vendor_modules", "cpu_flag_svm", "cpu_flag_vmx")
+              + tuple(f"cpu_flag_{f}" for f in hostinfo.TSC_FLAGS + ("hypervisor",))
+              + ("cpuid_hypervisor_bit", "hypervisor_signature", "hypervisor_max_leaf",
+                 "cpuid_invariant_tsc"))
+KVM_FACTS = ("kvm_get_tsc_khz", "cap_vcpu_attributes", "cap_tsc_control", "api_version")
+
+
+def fact_rank(key: str) -> tuple:
+    """Sort key of a tsc_facts row that reproduces the order _facts_table writes."""
+    if key in FACT_ORDER:
+        return (0, FACT_ORDER.index(key), "")
+    if key in KVM_FACTS:
+        return (2, KVM_FACTS.index(key), "")
+    if key.startswith("dmesg_tsc_") and key[10:].isdigit():
+        return (3, int(key[10:]), "")
+    if key == "measured_tsc_khz_median":
+        return (4, 0, "")
+    return (1, 0, key)              # another cpuid fact: after the known ones, by name
+
+
 def _facts_table(facts: dict, meta: dict, freq_df) -> "object":
     import pandas as pd
     hf = hostinfo.host_facts()
@@ -311,7 +333,7 @@ def _facts_table(facts: dict, meta: dict, freq_df) -> "object":
         rows.append((f"cpu_flag_{f}", int(f in flags), "/proc/cpuinfo"))
     for k, v in facts.items():
         rows.append((k, v, "cpuid (kvmtsc facts)"))
-    for k in ("kvm_get_tsc_khz", "cap_vcpu_attributes", "cap_tsc_control", "api_version"):
+    for k in KVM_FACTS:
         if k in meta:
             rows.append((k, meta[k], "KVM ioctl"))
     dm = _dmesg_tsc()
@@ -459,6 +481,11 @@ def load(data_dir=None) -> dict:
     names = ("bracket", "kvm_ops", "tsc_offset_events", "skew_pingpong", "tsc_freq",
              "tsc_facts", "timeline_events", "timeline_samples", "timeline_ops", "repetition")
     out = {n: load_table(CHAPTER, n, data_dir) for n in names}
+    f = out["tsc_facts"]
+    if len(f):  # the written order, whatever order the rows come in
+        out["tsc_facts"] = (f.assign(_k=f["key"].map(fact_rank))
+                            .sort_values(["host_id", "run_id", "_k"], kind="stable")
+                            .drop(columns="_k").reset_index(drop=True))
     out["manifests"] = load_manifests(CHAPTER, data_dir)
     return out
 

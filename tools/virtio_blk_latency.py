@@ -1162,6 +1162,12 @@ def load(data_dir=None) -> dict:
     """Every dataset's tables and manifests, and the seed's figures."""
     from .dataset import load_manifests, load_reference, load_table
     out = {n: load_table(CHAPTER, n, data_dir) for n in ("requests", "jobs", "calib", "repetition")}
+    # the analysis must not depend on the order rows were written in: natural keys (boot, then
+    # the request's start stamp / the calibration pair's stamp)
+    for n, keys in (("requests", ["job", "t0"]), ("jobs", ["job"]), ("calib", ["job", "tsc0"])):
+        if len(out[n]):
+            out[n] = out[n].sort_values(["host_id", "run_id", *keys], kind="stable",
+                                        ignore_index=True)
     if len(out["requests"]):
         per_job = ["kind", "round", "aio", "variant", "accel"]
         j = out["jobs"].reindex(columns=["host_id", "run_id", "job"] + per_job)
