@@ -98,7 +98,9 @@ def cmd_measure(args) -> int:
                 raise
             except PerfbookError as e:
                 failed.append(ch.name)
-                print(f"{tag}: FAILED: {one_line(e)[len('error: '):]} (nothing published)", flush=True)
+                msg = one_line(e)[len("error: "):]
+                print(f"{tag}: FAILED: {msg}" + ("" if "published" in msg else " (nothing published)"),
+                      flush=True)
                 record(ch.name, "failed", one_line(e)[len("error: "):])
                 continue
             except Exception as e:  # a defect of ours: one line here, the traceback in a file
