@@ -8,6 +8,7 @@ our private directories may change. The attacker tests need root to become `nobo
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -224,3 +225,30 @@ def test_sweep_leaves_other_users_scratch_alone(monkeypatch, tmp_path):
         assert legacy.exists(), "a legacy directory of another user was swept"
     finally:
         subprocess.run(["rm", "-rf", str(legacy)])
+
+
+def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
+    """Older versions kept 'we mounted tracefs' in /run/lock/perfbook-tracefs/mounted; the
+    sweep that retires that directory must hand the flag over, not orphan the mount."""
+    need_root("mounting tracefs")
+    from tools import tracefs
+    from tools.sweep import sweep_all
+    if tracefs.find_tracefs() is not None:
+        pytest.skip("tracefs is mounted by someone else here; not unmounting it")
+    old = Path("/run/lock/perfbook-tracefs")
+    if old.exists() or old.is_symlink():
+        pytest.skip(f"{old} exists on this machine; not touching it")
+    r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(tracefs.DEFAULT_MOUNT)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount tracefs here: {r.stderr.strip()}")
+    old.mkdir()
+    (old / "mounted").write_text("4242\n")
+    try:
+        sweep_all(log=lambda s: None)
+        assert tracefs.find_tracefs() is None, "the mount an older version recorded was left"
+        assert not old.exists()
+    finally:
+        if tracefs.find_tracefs() is not None:
+            subprocess.run(["umount", str(tracefs.DEFAULT_MOUNT)])
+        shutil.rmtree(old, ignore_errors=True)

@@ -63,6 +63,13 @@ def _legacy_state() -> list[str]:
         if st.st_uid != os.geteuid() or stat.S_ISLNK(st.st_mode):
             continue
         if stat.S_ISDIR(st.st_mode):
+            flag = p / "mounted"
+            try:  # an older version mounted tracefs: hand that over, so the mount is released
+                if stat.S_ISREG(os.lstat(flag).st_mode):
+                    from .statedir import subdir, write_file
+                    write_file(subdir("tracefs") / "mounted", "legacy\n")
+            except FileNotFoundError:
+                pass
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
@@ -88,6 +95,7 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
     """Sweep every kind of state of dead runs; returns what was removed."""
     from . import scratch
     removed: list[str] = []
+    removed += _legacy_state()  # first: it may hand over a tracefs mount to release below
     if os.geteuid() == 0:
         from .tracefs import find_tracefs, sweep_stale
         root = find_tracefs()
@@ -98,7 +106,6 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
             removed += sweep_stale_netns(log=lambda s: None)
     removed += [str(p) for p in scratch.sweep()]
     removed += _legacy_scratch(log)
-    removed += _legacy_state()
     removed += _dataset_tmp(data_dir)
     if removed:
         log("swept state left by a killed run: " + ", ".join(removed))
