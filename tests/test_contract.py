@@ -142,8 +142,8 @@ def leftovers(data: Path) -> list[str]:
         if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args) and _tagged(int(pid)):
             out.append(f"process {pid} {comm}")
     for d in scratch.live_dirs():
-        m = re.match(r"[a-z0-9_]+-(\d+)-", d.name)
-        if m and _ours(int(m.group(1))):
+        m = scratch._NAME.match(d.name)
+        if m and _ours(int(m["pid"])):
             out.append(f"scratch {d}")
     out += [f"dataset {d}" for d in _datasets(data)]
     out += [f"half-written {d}" for d in (data / "runs").glob("*/*/.tmp-*")]

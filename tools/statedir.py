@@ -124,11 +124,3 @@ def write_file(path: Path, text: str) -> None:
     finally:
         os.close(fd)
 
-
-def read_file(path: Path) -> str:
-    fd = open_file(path, os.O_RDONLY)
-    try:
-        with os.fdopen(fd, "r", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
