@@ -40,9 +40,10 @@ CHILDREN = ("probench", "bpftrace", "fio", "iostat", "qemu-system-x86_64", "qemu
             "netserver", "netperf", "perf", "prefork", "seqread", "kvmtsc", "rrbench", "strace")
 
 
-def _int_param(mod) -> str | None:
-    for k, v in mod.PROFILES["quick"].items():
-        if isinstance(v, int) and not isinstance(v, bool):
+def _int_param(ch) -> str | None:
+    """A parameter with a lower bound, to pass a value below it."""
+    for k, spec in ch.params.items():
+        if spec.kind is int and spec.min is not None:
             return k
     return None
 
@@ -94,13 +95,110 @@ def test_unwritable_data_dir_stops_before_measuring(ch, tmp_path):
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=[c.name for c in CHAPTERS])
-def test_committed_manifests_have_the_required_fields(ch):
+def test_committed_datasets_load_typed_and_match_the_declared_tables(ch):
+    """Every committed dataset migrates to the current manifest schema, and every table it
+    lists is one the chapter declares, with the declared columns and types."""
+    from tools.dataset import SCHEMA, Manifest, read_table
+    chapter = ch.load()
     runs = list_runs(ch.name)
     assert runs, f"no committed dataset of {ch.name}"
     for run in runs:
         m = load_manifest(run)
+        assert isinstance(m, Manifest) and m.schema == SCHEMA
         assert all(k in m for k in REQUIRED)
-        assert m["host"]["host_id"] == run.parent.parent.name and m["run_id"] == run.name
+        assert m.host_id == run.parent.parent.name and m.run_id == run.name
+        assert "profile" not in m.parameters, "the profile has its own manifest field"
+        for table in m.tables:
+            assert table in chapter.tables, f"{run}/{table}.csv is not declared by {ch.name}"
+            read_table(run, table, m, chapter.tables[table])
+
+
+@pytest.mark.parametrize("ch", ALL, ids=IDS)
+def test_chapter_declares_the_contract(ch):
+    """A Chapter subclass with profiles whose values its Params accept, and table schemas."""
+    from tools.chapter import Chapter, Param, Table
+    chapter = ch.load()
+    assert isinstance(chapter, Chapter) and chapter.name == ch.name and chapter.title
+    assert {"quick", "default", "full"} <= set(chapter.profiles)
+    assert chapter.params and all(isinstance(v, Param) for v in chapter.params.values())
+    assert chapter.tables and all(isinstance(v, Table) for v in chapter.tables.values())
+    for prof in chapter.profiles:
+        assert set(chapter.profiles[prof]) <= set(chapter.params), f"{prof}: undeclared parameters"
+        chapter.parameters(prof)          # every profile passes its own validation
+    assert type(chapter).measure is not Chapter.measure
+
+
+def test_a_table_that_does_not_match_its_schema_is_refused(tmp_path):
+    import pandas as pd
+    from tools.chapter import Table
+    t = Table(round="int", ns="float", what="str", ok="bool", optional=("ok",))
+    good = t.check(pd.DataFrame({"round": [1, 2], "ns": [1.5, 2], "what": ["a", "b"]}), "x")
+    assert str(good["round"].dtype) == "int64" and good["ok"].isna().all()
+    for bad, msg in [(pd.DataFrame({"round": [1.5], "ns": [1.0], "what": ["a"]}), "'round' is not int"),
+                     (pd.DataFrame({"round": [1], "what": ["a"]}), "missing column(s) ns"),
+                     (pd.DataFrame({"round": [1], "ns": ["fast"], "what": ["a"]}), "'ns' is not float"),
+                     (pd.DataFrame({"round": [1], "ns": [1.0], "what": ["a"], "x": [0]}), "undeclared")]:
+        with pytest.raises(DatasetError, match=re.escape(msg)):
+            t.check(bad, "x")
+
+
+def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
+    import json
+    from tools.dataset import SCHEMA, migrate
+    old = {"schema": 1, "chapter": "c", "run_id": "r", "host": {"host_id": "h"}, "started": "",
+           "finished": "", "tables": {}, "parameters": {"profile": "quick", "n": 1}, "harness": {"a": 1}}
+    m = migrate(old)
+    assert m["schema"] == SCHEMA and m["profile"] == "quick" and m["parameters"] == {"n": 1}
+    assert m["facts"] == {"harness": {"a": 1}} and "harness" not in m
+    run = tmp_path / "runs" / "h" / "c" / "r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({**old, "schema": SCHEMA + 1}))
+    with pytest.raises(DatasetError, match="update the checkout"):
+        load_manifest(run)
+
+
+def test_one_selection_policy_quotes_the_newest_real_run():
+    from tools.dataset import quoted
+    ms = [{"run_id": "20260101T000000Z", "profile": "default", "tables": {"a": 1}},
+          {"run_id": "20260301T000000Z", "profile": "quick", "tables": {"a": 1}},
+          {"run_id": "20260201T000000Z", "profile": "full", "tables": {"b": 1}}]
+    assert quoted(ms)["run_id"] == "20260201T000000Z"          # a quick run never replaces it
+    assert quoted(ms, needs=("a",))["run_id"] == "20260101T000000Z"
+    assert quoted(ms[1:2])["run_id"] == "20260301T000000Z"     # only a quick run: that one
+
+
+# ---- the structure the contract promises ------------------------------------------------
+
+TOOLS = ROOT / "tools"
+
+
+def test_no_module_is_longer_than_600_lines():
+    long = {str(p.relative_to(ROOT)): n for p in TOOLS.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, f"split these by concern: {long}"
+
+
+def test_no_chapter_imports_another():
+    names = {c.name for c in ALL}
+    bad = []
+    for pkg in (TOOLS / "chapters").iterdir():
+        if not pkg.is_dir() or pkg.name not in names:
+            continue
+        for f in pkg.rglob("*.py"):
+            for other in names - {pkg.name}:
+                if re.search(rf"(from|import)\s+(tools\.chapters\.|\.\.?)?{other}\b", f.read_text()):
+                    bad.append(f"{f.relative_to(ROOT)} imports {other}")
+    assert not bad, bad
+
+
+def test_exactly_one_signal_handler_and_one_ftrace_line_parser():
+    handlers = [str(p.relative_to(ROOT)) for p in TOOLS.rglob("*.py")
+                if re.search(r"signal\.signal\(", p.read_text())]
+    assert handlers == ["tools/guard.py"], handlers
+    # an ftrace line parser matches the CPU column, "[001]", before the timestamp
+    cpu_col = re.compile(r"""\\\[\(\?P<cpu>|\\\[\(\\\\d\+\)\\\]""")
+    parsers = [str(p.relative_to(ROOT)) for p in TOOLS.rglob("*.py") if cpu_col.search(p.read_text())]
+    assert parsers == ["tools/ftrace.py"], parsers
 
 
 # ---- what a run leaves ----------------------------------------------------------------------
@@ -263,7 +361,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
 
 
 def test_a_chapter_that_raises_midway_restores_and_publishes_nothing(scratch_data):
-    from tools import example
+    from tools.chapters.example import chapter as example
     with pytest.raises(RuntimeError, match="on purpose"):
         framework.collect(example, "quick", scratch_data, say=lambda s: None, fail_after=2)
     assert settle(scratch_data, 10) == []

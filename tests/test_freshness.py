@@ -100,7 +100,7 @@ def test_record_then_stale_round_trip(data, tmp_path, monkeypatch):
     nb_path = tmp_path / "ch.ipynb"
     nb = nbformat.v4.new_notebook()
     nbformat.write(nb, nb_path)
-    fake = [chapters.Chapter("trace_overhead", "tools.trace_overhead", str(nb_path))]
+    fake = [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead", str(nb_path))]
     monkeypatch.setattr(chapters, "CHAPTERS", fake)
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert "no data digest" in freshness.stale(data_dir=data)[0][1]
@@ -144,7 +144,7 @@ def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, c
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, nb_path)
-    fake = [chapters.Chapter("trace_overhead", "tools.trace_overhead", str(nb_path))]
+    fake = [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead", str(nb_path))]
     monkeypatch.setattr(chapters, "CHAPTERS", fake)
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert main(["refresh", "--chapters", "trace_overhead"]) == 0

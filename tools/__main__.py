@@ -71,12 +71,12 @@ def cmd_measure(args) -> int:
     extra = _measure_params(getattr(args, "param", None))
     for ch in chapters:
         known = _notebook_parameters(ch.path) if ch.notebook else \
-            {"data_dir", *ch.load().params("quick")}
+            {"data_dir", *ch.load().params}
         unknown = sorted(set(extra) - known)
         if unknown:
             raise ParameterError(f"{ch.name} has no parameter {unknown[0]!r} (see its first code cell)")
     for ch in chapters:  # every parameter checked before anything is measured
-        ch.load().params(args.profile, **{k: v for k, v in extra.items() if k != "data_dir"})
+        ch.load().parameters(args.profile, **{k: v for k, v in extra.items() if k != "data_dir"})
     status = _status_file()
     status.parent.mkdir(parents=True, exist_ok=True)
     status.write_text("")

@@ -19,7 +19,7 @@ from .errors import DatasetError
 from .paths import runs_dir
 
 MANIFEST = "manifest.json"
-SCHEMA = 1
+SCHEMA = 2   # see Manifest and migrate() for what each version changed
 
 
 def utc_now() -> str:
@@ -53,10 +53,12 @@ class DatasetWriter:
     """
 
     def __init__(self, chapter: str, data_dir: Path, parameters: dict,
-                 run_id: str | None = None):
+                 run_id: str | None = None, profile: str | None = None, schemas: dict | None = None):
         self.chapter = chapter
         self.data_dir = Path(data_dir)
         self.parameters = dict(parameters)
+        self.profile = profile
+        self.schemas = schemas or {}
         self.host = hostinfo.host_facts()
         self.run_id = run_id or new_run_id()
         self.dest = runs_dir(self.data_dir) / self.host["host_id"] / chapter / self.run_id
@@ -107,6 +109,10 @@ class DatasetWriter:
         if not name.replace("_", "").isalnum():
             raise DatasetError(f"table name {name!r} must be alphanumeric")
         p = self.tmp / f"{name}.csv"
+        if self.schemas:
+            if name not in self.schemas:
+                raise DatasetError(f"table {name!r} is not declared in the {self.chapter} chapter's tables")
+            self.schemas[name].check(df, f"{self.chapter} table {name}")  # raises on a mismatch
         df.to_csv(p, index=False)
         self.tables[name] = int(len(df))
         return p
@@ -120,11 +126,13 @@ class DatasetWriter:
         self.skipped[part] = reason
 
     def manifest(self) -> dict:
+        extra = {k: v for k, v in self.extra.items() if k != "_tool_cmds"}
         return {
             "schema": SCHEMA,
             "chapter": self.chapter,
             "run_id": self.run_id,
             "host": self.host,
+            "profile": self.profile,
             "parameters": self.parameters,
             "tools": hostinfo.tool_versions(self.extra.pop("_tool_cmds", None)),
             "git": hostinfo.git_commit(),
@@ -133,7 +141,7 @@ class DatasetWriter:
             "tables": self.tables,
             "skipped": self.skipped,
             "notes": self.notes,
-            **self.extra,
+            "facts": extra,
         }
 
     def _publish(self):
@@ -216,12 +224,69 @@ def load_manifest(run: Path) -> dict:
                            f"{Path(run).parent.parent.name!r}")
     if not isinstance(m["tables"], dict):
         raise DatasetError(f"{p}: 'tables' must map table names to row counts")
+    m = Manifest(migrate(m), path=Path(run))
     _manifest_cache[key] = m
     return m
 
 
-def read_table(run: Path, table: str, manifest: dict | None = None):
-    """One table of one dataset, checked against its manifest's row count."""
+# The manifest's own fields; everything a chapter records beyond them lives in "facts".
+FIELDS = ("schema", "chapter", "run_id", "host", "profile", "parameters", "tools", "git",
+          "started", "finished", "tables", "skipped", "notes", "facts")
+
+
+def migrate(m: dict) -> dict:
+    """A manifest of any schema this code reads, as the current schema (in memory: a
+    committed dataset is never rewritten).
+
+    1 -> 2: the profile moves from parameters["profile"] to its own field (None when the
+            run did not record it), and a chapter's own facts (top-level keys beyond the
+            manifest's fields) move under "facts".
+    """
+    m = dict(m)
+    if m["schema"] == 1:
+        params = dict(m["parameters"])
+        m["profile"] = params.pop("profile", None)
+        m["parameters"] = params
+        m["facts"] = {k: m.pop(k) for k in list(m) if k not in FIELDS}
+        m["schema"] = 2
+    m.setdefault("skipped", {})
+    m.setdefault("notes", [])
+    m.setdefault("tools", {})
+    return m
+
+
+class Manifest(dict):
+    """A dataset's manifest, validated and migrated to the current schema (load_manifest).
+
+    The fields (FIELDS) are also attributes: m.run_id, m.host_id, m.profile, m.parameters,
+    m.facts (what the chapter recorded), m.host (the host facts), m.path (the directory)."""
+
+    def __init__(self, data: dict, path: Path | None = None):
+        super().__init__(data)
+        self.path = path
+
+    def __getattr__(self, name):
+        if name in FIELDS:
+            return self[name]
+        raise AttributeError(name)
+
+    @property
+    def host_id(self) -> str:
+        return self["host"]["host_id"]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.host_id, self["run_id"])
+
+    @property
+    def label(self) -> str:
+        """host/run, as tables and legends name a dataset."""
+        return f"{self.host_id}/{self['run_id']}"
+
+
+def read_table(run: Path, table: str, manifest: dict | None = None, schema=None):
+    """One table of one dataset, checked against its manifest's row count and, given a
+    tools.chapter.Table, against its declared columns and types."""
     import pandas as pd
     man = manifest or load_manifest(run)
     p = Path(run) / f"{table}.csv"
@@ -237,10 +302,12 @@ def read_table(run: Path, table: str, manifest: dict | None = None):
     if want is not None and len(df) != want:
         raise DatasetError(f"{p}: {len(df)} rows, but its manifest lists {want} "
                            "(truncated or edited); restore it from git")
+    if schema is not None:
+        df = schema.check(df, str(p))
     return df
 
 
-def load_table(chapter: str, table: str, data_dir: Path | None = None):
+def load_table(chapter: str, table: str, data_dir: Path | None = None, schema=None):
     """Concatenate <table>.csv of every run of `chapter`, with host_id/run_id columns."""
     import pandas as pd
     frames = []
@@ -249,7 +316,7 @@ def load_table(chapter: str, table: str, data_dir: Path | None = None):
         if not p.is_file():
             continue
         man = load_manifest(run)
-        df = read_table(run, table, man)
+        df = read_table(run, table, man, schema)
         df.insert(0, "run_id", man["run_id"])
         df.insert(0, "host_id", man["host"]["host_id"])
         frames.append(df)
@@ -264,6 +331,7 @@ def validate_all(data_dir: Path | None = None) -> int:
     from .chapters import CHAPTERS
     n = 0
     for ch in CHAPTERS:
+        schemas = ch.load().tables
         for run in list_runs(ch.name, data_dir):
             man = load_manifest(run)
             if man["chapter"] != ch.name:
@@ -271,7 +339,9 @@ def validate_all(data_dir: Path | None = None) -> int:
             for table in man["tables"]:
                 if not (run / f"{table}.csv").is_file():
                     raise DatasetError(f"{run / (table + '.csv')}: listed in its manifest but missing")
-                read_table(run, table, man)
+                if schemas and table not in schemas:
+                    raise DatasetError(f"{run / (table + '.csv')}: not a table the {ch.name} chapter declares")
+                read_table(run, table, man, schemas.get(table))
             n += 1
     return n
 
@@ -304,32 +374,103 @@ def skipped_table(manifests: list[dict]):
     return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
 
 
-def newest(manifests: list[dict], profiles=("default", "full")) -> dict | None:
-    """The dataset a chapter's prose quotes: the newest (by run id) measured with one of
-    `profiles`, so that a quick test run does not replace a real one; else the newest that
-    does not record its profile (older manifests); else the newest of all."""
-    if not manifests:
+# -- which dataset the prose quotes: defined once, here ------------------------------------
+
+REAL_PROFILES = ("default", "full")
+
+
+def quoted(manifests: list[dict], needs: tuple = ()) -> dict | None:
+    """The dataset a chapter's prose quotes: among those that have every table in `needs`,
+    the newest (by run id, a UTC timestamp) measured with a real profile (REAL_PROFILES),
+    so that a quick test run never replaces a real one; else the newest whose profile was
+    not recorded; else the newest of all."""
+    ms = [m for m in manifests if all(t in m["tables"] for t in needs)] or list(manifests)
+    if not ms:
         return None
-    prof = [m.get("parameters", {}).get("profile") for m in manifests]
-    real = [m for m, q in zip(manifests, prof) if q in profiles]
-    unknown = [m for m, q in zip(manifests, prof) if q is None]
-    return max(real or unknown or manifests, key=lambda m: m["run_id"])
+    real = [m for m in ms if m.get("profile") in REAL_PROFILES]
+    unknown = [m for m in ms if m.get("profile") is None]
+    return max(real or unknown or ms, key=lambda m: m["run_id"])
 
 
-def shown_datasets(manifests: list[dict], ref: dict | None = None) -> dict[str, str]:
+newest = quoted  # the older name
+
+
+def shown_datasets(manifests: list[dict], ref: dict | None = None, needs: tuple = ()) -> dict[str, str]:
     """host_id -> run_id of the one dataset per host a chapter shows side by side: the
-    prose's dataset `ref` (default: newest()) for its host, newest() of each other host's."""
+    quoted dataset `ref` (default: quoted()) for its host, quoted() of each other host's."""
     hosts = sorted({m["host"]["host_id"] for m in manifests})
-    chosen = {h: newest([m for m in manifests if m["host"]["host_id"] == h])["run_id"] for h in hosts}
-    ref = ref if ref is not None else newest(manifests)
+    chosen = {h: quoted([m for m in manifests if m["host"]["host_id"] == h], needs)["run_id"] for h in hosts}
+    ref = ref if ref is not None else quoted(manifests, needs)
     if ref is not None:
         chosen[ref["host"]["host_id"]] = ref["run_id"]
     return chosen
 
 
-def only_shown(df, manifests: list[dict], ref: dict | None = None):
+def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple = ()):
     """The rows of a loaded table (host_id, run_id columns) from shown_datasets()."""
     if df is None or len(df) == 0:
         return df
-    chosen = shown_datasets(manifests, ref)
+    chosen = shown_datasets(manifests, ref, needs)
     return df[[chosen.get(h) == r for h, r in zip(df["host_id"], df["run_id"])]]
+
+
+class Data:
+    """Every dataset of one chapter, loaded and checked: what analysis and figures read.
+
+    D.manifests      the Manifests (all hosts, sorted by host then run)
+    D[name]          table `name` of every dataset, with host_id and run_id columns,
+                     checked against the chapter's schema (empty frame: no dataset has it)
+    D.quoted         the Manifest the prose quotes (quoted(), with the chapter's quote_needs)
+    D.shown          host_id -> run_id, one dataset per host for side-by-side views
+    D.reference(n)   data/reference/<n>.csv (the seed's figures, with provenance)
+    D.of_quoted(df)  the rows of df from the quoted dataset; D.of_shown(df) likewise
+    """
+
+    def __init__(self, chapter, data_dir=None, manifests=None):
+        self.chapter = chapter
+        self.data_dir = Path(data_dir) if data_dir else None
+        self.manifests = (manifests if manifests is not None
+                          else load_manifests(chapter.name, self.data_dir))
+        self._tables: dict = {}
+
+    @classmethod
+    def load(cls, chapter, data_dir=None):
+        return cls(chapter, data_dir)
+
+    def __getitem__(self, name: str):
+        if name not in self._tables:
+            if self.chapter.tables and name not in self.chapter.tables:
+                raise KeyError(f"{self.chapter.name} declares no table {name!r}")
+            self._tables[name] = load_table(self.chapter.name, name, self.data_dir,
+                                            self.chapter.tables.get(name))
+        return self._tables[name]
+
+    def __contains__(self, name: str) -> bool:
+        return any(name in m["tables"] for m in self.manifests)
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({m.host_id for m in self.manifests})
+
+    @property
+    def quoted(self):
+        return quoted(self.manifests, self.chapter.quote_needs)
+
+    @property
+    def shown(self) -> dict[str, str]:
+        return shown_datasets(self.manifests, None, self.chapter.quote_needs)
+
+    def of_quoted(self, df):
+        q = self.quoted
+        if q is None or df is None or len(df) == 0:
+            return df
+        return df[(df["host_id"] == q.host_id) & (df["run_id"] == q["run_id"])]
+
+    def of_shown(self, df):
+        return only_shown(df, self.manifests, None, self.chapter.quote_needs)
+
+    def reference(self, name: str, dtype=None):
+        return load_reference(name, self.data_dir, dtype)
+
+    def __len__(self):
+        return len(self.manifests)

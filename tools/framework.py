@@ -2,10 +2,12 @@
 (`python -m tools measure`, `make all`, or a papermill collect of a notebook):
 
   parameters -> preflight -> sweep of dead runs' state -> lock -> signals -> the chapter's
-  collect (which writes through tools.dataset.DatasetWriter, published only on success)
-  -> status line.
+  measure(ctx) (writing through ctx.writer, registering every change on
+  ctx.undo) -> undo -> publish -> status line.
 
-The chapter module brings only params(), preflight() and collect(). A bad parameter is
+The chapter (tools/chapter.py) brings only its parameters, preflight() and measure(ctx);
+the framework opens the dataset writer and the undo stack (the kernel-state guard) around
+measure, unwinds the stack before publishing, and publishes only on success. A bad parameter is
 one ParameterError line and nothing is measured; a host that can't run the chapter is a
 skip (MissingPrerequisite); Ctrl-C, SIGTERM or SIGHUP raise KeyboardInterrupt inside the
 collect, every `finally` restores what it changed, and nothing is published.
@@ -32,26 +34,37 @@ def status(chapter: str, state: str, detail: str, **extra) -> None:
             f.write(json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n")
 
 
-def collect(module, profile: str = "default", data_dir=None, say=print, **overrides) -> Path | None:
-    """Measure one chapter on this host. Returns the new dataset, or None when skipped."""
+def collect(chapter, profile: str = "default", data_dir=None, say=print, **overrides) -> Path | None:
+    """Measure one chapter (a tools.chapter.Chapter) on this host. Returns the new dataset,
+    or None when skipped."""
+    from contextlib import ExitStack
+    from .chapter import Context
+    from .dataset import DatasetWriter
     from .sweep import sweep_all
-    module.params(profile, **overrides)          # bad input stops here, before anything
-    reasons = module.preflight()
+    p = chapter.parameters(profile, **overrides)   # bad input stops here, before anything
+    reasons = chapter.preflight()
     if reasons:
         say(f"SKIPPED: {reasons[0]}")
-        status(module.CHAPTER, "skipped", "; ".join(reasons))
+        status(chapter.name, "skipped", "; ".join(reasons))
         return None
     data = resolve_data_dir(data_dir)
     check_writable(data)                          # an unwritable data dir stops here too
     t0 = time.monotonic()
-    with guard.interruptible(), measure_lock(f"{module.CHAPTER} collect"):
+    with guard.interruptible(), measure_lock(f"{chapter.name} collect"):
         sweep_all(log=say)
         try:
-            out = module.collect(data_dir=data, profile=profile, **overrides)
+            with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
+                with ExitStack() as undo:
+                    try:
+                        chapter.measure(Context(chapter, p, profile, w, undo, say))
+                    finally:
+                        with guard.restoring():   # a second signal cannot cut the restore short
+                            undo.close()
         except MissingPrerequisite as e:
             say(f"SKIPPED: {e}")
-            status(module.CHAPTER, "skipped", str(e))
+            status(chapter.name, "skipped", str(e))
             return None
-    status(module.CHAPTER, "measured", str(out), seconds=round(time.monotonic() - t0))
+    out = w.published
+    status(chapter.name, "measured", str(out), seconds=round(time.monotonic() - t0))
     say(f"new dataset: {out}")
     return out

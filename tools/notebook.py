@@ -1,8 +1,14 @@
-"""Helpers the chapter notebooks call: parameter handling, collect-or-explain.
+"""What a chapter notebook calls: a notebook is prose plus short calls.
 
-A chapter's first code cell (tagged 'parameters') sets mode/profile/data_dir
-and its own overrides; the next cell calls run_mode(), which measures only in
-collect mode and otherwise just says that it reads the committed data.
+    # cell 1, tagged 'parameters': mode, profile, data_dir and the chapter's overrides
+    D = nb.start(T.chapter, mode, profile, data_dir, rounds=rounds)   # measure or explain
+    nb.glue_all(T.findings(D))           # every number the prose quotes
+    nb.show(T.figures.costs(D))          # a figure and its caption
+    nb.runs_table(D)                     # shared sections: runs, repetition, hosts,
+    nb.repetition(D); nb.hosts(D); nb.not_measured(D)   # what was not measured
+
+start() measures only in collect mode (run_mode) and otherwise just says that it reads the
+committed data; either way it returns the chapter's datasets (tools.dataset.Data).
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ def init():
     pd.set_option("display.max_columns", 30)
 
 
-def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Path | None:
+def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Path | None:
     """Measure this host in collect mode; do nothing in explain mode.
 
     The measurement does not run in the notebook kernel: jupyter_client SIGKILLs a kernel's
@@ -50,9 +56,7 @@ def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Pat
     from .proc import term_with_parent
     if mode not in MODES:
         raise ParameterError(f"mode must be one of {MODES}, got {mode!r}")
-    if profile not in module.PROFILES:
-        raise ParameterError(f"profile must be one of {tuple(module.PROFILES)}, got {profile!r}")
-    module.params(profile, **overrides)  # validates overrides in every mode
+    chapter.parameters(profile, **overrides)  # validates the profile and overrides in every mode
     data = resolve_data_dir(data_dir)
     if mode == "explain":
         print("explain mode: reading the committed datasets; nothing is measured.")
@@ -63,7 +67,7 @@ def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Pat
     # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish
     # and publish in the second ipykernel's parent poller takes to notice
     given = {k: v for k, v in overrides.items() if v is not None}
-    p = subprocess.Popen([sys.executable, "-m", "tools", "collect", module.CHAPTER, "--profile", profile,
+    p = subprocess.Popen([sys.executable, "-m", "tools", "collect", chapter.name, "--profile", profile,
                           "--data-dir", str(data), "--params", json.dumps(given)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                          cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent)
@@ -80,7 +84,7 @@ def run_mode(module, mode: str, profile: str, data_dir: str, **overrides) -> Pat
     if rc == 3:
         return None
     if rc != 0 or not last.startswith("new dataset: "):
-        raise PerfbookError(f"{module.CHAPTER} collect failed (exit {rc}): {last}")
+        raise PerfbookError(f"{chapter.name} collect failed (exit {rc}): {last}")
     return Path(last.removeprefix("new dataset: "))
 
 
@@ -171,3 +175,59 @@ def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
     for key, name in REPETITION_GLUE:
         glue(prefix + name, counts[key], display=False)
     return table
+
+
+# -- the thin-notebook API ---------------------------------------------------------------
+
+def start(chapter, mode: str, profile: str, data_dir: str = "", **overrides):
+    """init(), then run_mode(), then every dataset of the chapter (tools.dataset.Data)."""
+    init()
+    run_mode(chapter, mode, profile, data_dir, **overrides)
+    return chapter.load(data_dir or None)
+
+
+def glue_all(findings: dict) -> None:
+    """Glue every finding for the prose ({glue:text}`name`). Values must be what the prose
+    shows: strings or integers. A float is refused, because its stored repr would carry
+    digits the text does not show and that another machine would not reproduce."""
+    from myst_nb import glue
+    for name, value in findings.items():
+        if isinstance(value, float):
+            raise TypeError(f"finding {name!r} is the float {value!r}: format it (stats.fmt) first")
+        glue(name, value, display=False)
+
+
+def show(item):
+    """A (figure, caption) pair from a chapter's figures module, or a table to display."""
+    if isinstance(item, tuple) and len(item) == 2:
+        show_figure(*item)
+        return None
+    return item
+
+
+def runs_table(D):
+    """One row per dataset: host, run, kernel, CPU, virtualization, profile, plus what the
+    chapter adds (its run_columns(manifest) method, when it has one)."""
+    import pandas as pd
+    extra = getattr(D.chapter, "run_columns", None)
+    rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),
+             "cpu": m["host"].get("cpu_model"), "virtualization": m["host"].get("virtualization"),
+             "profile": m.get("profile") or "not recorded", **(extra(m) if extra else {})}
+            for m in D.manifests]
+    return pd.DataFrame(rows)
+
+
+def repetition(D, prefix: str = "rep_"):
+    """How every dataset repeated its measurements (glue_repetition), for D's chapter."""
+    return glue_repetition(D.chapter.name, D.data_dir, prefix)
+
+
+def hosts(D):
+    """What differs between the hosts that measured D's chapter (env_diff_view)."""
+    return env_diff_view(D.chapter.name, D.data_dir)
+
+
+def not_measured(D):
+    """What each dataset did not measure, and why (its manifest's skips and notes)."""
+    from .dataset import skipped_table
+    return skipped_table(D.manifests)

@@ -164,7 +164,7 @@ def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
             raise DatasetError(f"unreadable manifest in {path}: {e}") from None
         runs.append(Run(host=path.parent.parent.name, run_id=path.name, path=path,
                         description=str((man.get("host") or {}).get("description") or ""),
-                        profile=str((man.get("parameters") or {}).get("profile") or ""),
+                        profile=str(man.get("profile") or ""),
                         files=_visible_files(path)))
     ref = reference_dir(data_dir) / f"{chapter}.csv"
     return ChapterData(chapter, runs, ref if ref.is_file() else None)

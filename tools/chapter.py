@@ -1,0 +1,210 @@
+"""The chapter contract, in code: what a chapter declares and the steps it implements.
+
+A chapter is a package `tools/chapters/<name>/` whose `__init__.py` defines a subclass of
+`Chapter` and one instance of it called `chapter`:
+
+    class Example(Chapter):
+        name = "example"                                   # data/runs/<host>/<name>/<run>/
+        title = "..."
+        profiles = {"quick": {...}, "default": {...}, "full": {...}}
+        params = {"rounds": Param(int, min=1, help="..."), ...}   # types and bounds
+        tables = {"calls": Table(round="int", ns_per_call="float")}  # column schemas
+        def preflight(self) -> list[str]: ...              # why it can't run here
+        def measure(self, ctx: Context) -> None: ...       # the only step that touches the host
+        def load(self, data_dir=None) -> Data: ...         # optional: extra frames/reference
+    chapter = Example()
+
+The rest of the package is split by concern: `collect.py` (kernel, QEMU, network), `parse.py`
+(text -> DataFrame, tested on fixtures), `analysis.py` (frames -> frames and one `findings`
+dict for the prose) and `figures.py` (frames -> figures). `tools.framework.collect` owns the
+sequence around `measure`: parameters -> preflight -> lock -> dataset writer -> kernel-state
+guard -> progress -> publish.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ParameterError
+
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One chapter parameter: its type, bounds or choices, and what it means.
+
+    `None` always means "the profile's value". A `list` parameter also accepts a
+    comma-separated string; its items must come from `choices`. `min_of`/`max_of` name another
+    parameter that bounds this one (checked after all values are known)."""
+    kind: type = int
+    min: float | None = None
+    max: float | None = None
+    choices: tuple | None = None
+    help: str = ""
+    nullable: bool = False      # None is a meaningful value even after the profile merge
+
+    def check(self, name: str, v):
+        if v is None:
+            if self.nullable:
+                return None
+            raise ParameterError(f"{name} needs a value ({self.help or _KINDS[self.kind]})")
+        k = self.kind
+        if k is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if k is list:
+            if isinstance(v, str):
+                v = [x.strip() for x in v.split(",") if x.strip()]
+            if not isinstance(v, (list, tuple)) or not v:
+                raise ParameterError(f"{name} must be a non-empty list (or comma-separated string), got {v!r}")
+            v = list(dict.fromkeys(v))
+            bad = [x for x in v if self.choices is not None and x not in self.choices]
+            if bad:
+                raise ParameterError(f"unknown {name} {', '.join(map(str, bad))}; "
+                                     f"choose from {', '.join(map(str, self.choices))}")
+            return v
+        ok = isinstance(v, k) and not (k in (int, float) and isinstance(v, bool))
+        if not ok:
+            raise ParameterError(f"{name} must be {_KINDS[k]}, got {v!r}")
+        if self.choices is not None and v not in self.choices:
+            raise ParameterError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {v!r}")
+        if self.min is not None and v < self.min:
+            raise ParameterError(f"{name} must be {_KINDS[k]} >= {self.min:g}, got {v!r}")
+        if self.max is not None and v > self.max:
+            raise ParameterError(f"{name} must be {_KINDS[k]} <= {self.max:g}, got {v!r}")
+        return v
+
+
+DTYPES = ("int", "float", "str", "bool")
+
+
+class Table:
+    """A table's column schema: name -> one of DTYPES. Columns listed in `optional` may be
+    absent from older datasets (they are added as missing values on load); `extra=True`
+    allows columns that are not declared (for tables whose columns vary by host, such as
+    one column per CPU)."""
+
+    def __init__(self, optional: tuple = (), extra: bool = False, **columns: str):
+        bad = {c: t for c, t in columns.items() if t not in DTYPES}
+        if bad:
+            raise ValueError(f"column types must be one of {DTYPES}: {bad}")
+        self.columns, self.optional, self.extra = dict(columns), tuple(optional), extra
+
+    def check(self, df, where: str):
+        """The frame, with declared columns in their types; DatasetError naming `where`."""
+        import pandas as pd
+        from .errors import DatasetError
+        missing = [c for c in self.columns if c not in df.columns and c not in self.optional]
+        if missing:
+            raise DatasetError(f"{where}: missing column(s) {', '.join(missing)}")
+        unknown = [c for c in df.columns if c not in self.columns and c not in ("host_id", "run_id")]
+        if unknown and not self.extra:
+            raise DatasetError(f"{where}: undeclared column(s) {', '.join(map(str, unknown))}")
+        df = df.copy()
+        for c, t in self.columns.items():
+            if c not in df.columns:
+                df[c] = pd.Series([None] * len(df), index=df.index,
+                                  dtype={"int": "Int64", "float": "float64", "bool": "boolean"}.get(t, "object"))
+                continue
+            col = df[c]
+            try:
+                if t == "int":
+                    num = pd.to_numeric(col)
+                    if (num.dropna() % 1 != 0).any():
+                        raise ValueError("not whole numbers")
+                    df[c] = num.astype("Int64") if num.isna().any() else num.astype("int64")
+                elif t == "float":
+                    df[c] = pd.to_numeric(col).astype("float64")
+                elif t == "bool":
+                    if col.dtype != bool:
+                        m = col.map({True: True, False: False, "True": True, "False": False,
+                                     "true": True, "false": False, 1: True, 0: False})
+                        if m.isna().any() and not col.isna().all():
+                            raise ValueError("not true/false")
+                        df[c] = m.astype("boolean") if col.isna().any() else m.astype(bool)
+                else:
+                    df[c] = col.astype("object").where(col.notna(), None)
+                    df[c] = df[c].map(lambda x: x if x is None or isinstance(x, str) else str(x))
+            except (ValueError, TypeError) as e:
+                raise DatasetError(f"{where}: column {c!r} is not {t} ({str(e).splitlines()[0]})") from None
+        return df
+
+
+@dataclass
+class Context:
+    """What a chapter's measure() gets from the framework.
+
+    p        the validated parameters of this run (profile merged with the overrides)
+    profile  the profile's name
+    writer   the dataset writer (tools.dataset.DatasetWriter): add_table (checked against the
+             chapter's schemas), skip, reject, note, path, extra
+    undo     the kernel-state guard: a stack. Register every change right after making it,
+             with `ctx.undo.callback(fn, *args)` or `ctx.undo.enter_context(cm)`; the framework
+             unwinds it (signals blocked) before anything is published, on every exit path.
+    say      print a line of progress
+    """
+    chapter: "Chapter"
+    p: dict
+    profile: str
+    writer: Any
+    undo: ExitStack
+    say: Callable[[str], None] = print
+
+    def progress(self, total: int, **kw):
+        """A Progress line printer for a loop of `total` steps (tools.progress)."""
+        from .progress import Progress
+        return Progress(self.chapter.name, total, **kw)
+
+    def scratch(self):
+        """A private scratch directory for this run, removed when the run ends
+        (tools.scratch.Scratch, registered on the undo stack)."""
+        from .scratch import Scratch
+        return self.undo.enter_context(Scratch(self.chapter.name))
+
+
+class Chapter:
+    """Base class of every chapter (see the module doc)."""
+    name: str = ""
+    title: str = ""
+    profiles: dict[str, dict] = {}
+    params: dict[str, Param] = {}
+    tables: dict[str, Table] = {}
+    reference: tuple[str, ...] = ()   # data/reference/<name>.csv tables this chapter shows
+    quote_needs: tuple[str, ...] = ()  # tables the quoted dataset must have (see dataset.quoted)
+
+    # -- parameters ---------------------------------------------------------------------
+    def parameters(self, profile: str = "default", **overrides) -> dict:
+        """The profile's values with the non-None overrides, each checked against its Param,
+        then check(); every problem is one ParameterError line."""
+        if profile not in self.profiles:
+            raise ParameterError(f"profile must be one of {tuple(self.profiles)}, got {profile!r}")
+        p = dict(self.profiles[profile])
+        for k, v in overrides.items():
+            if k not in self.params:
+                raise ParameterError(f"unknown parameter {k!r}; known: {', '.join(sorted(self.params))}")
+            if v is not None:
+                p[k] = v
+        for k, spec in self.params.items():
+            p[k] = spec.check(k, p.get(k))
+        self.check(p)
+        return p
+
+    def check(self, p: dict) -> None:
+        """Cross-parameter checks (raise ParameterError); the default has none."""
+
+    # -- the steps a chapter implements --------------------------------------------------
+    def preflight(self) -> list[str]:
+        """Why this chapter cannot measure on this host ([] when it can)."""
+        return []
+
+    def measure(self, ctx: Context) -> None:
+        raise NotImplementedError(f"{type(self).__name__}.measure")
+
+    def load(self, data_dir=None):
+        """Every dataset of this chapter, checked and typed (tools.dataset.Data)."""
+        from .dataset import Data
+        return Data.load(self, data_dir)
+
+    def __repr__(self):
+        return f"<chapter {self.name}>"
