@@ -26,7 +26,7 @@ def need_preflight(module) -> None:
     """Skip with the chapter's own reason when it can't collect on this host."""
     reasons = module.preflight()
     if reasons:
-        pytest.skip(f"{module.CHAPTER} can't collect here: {reasons[0]}")
+        pytest.skip(f"{module.name} can't collect here: {reasons[0]}")
 
 
 def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> dict:
@@ -99,3 +99,36 @@ def scratch_owner(d: Path) -> int | None:
         return int((d / "owner").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def need_guest():
+    """Skip unless the tiny QEMU guest (tools.guest) can boot here."""
+    from tools import guest
+    reasons = guest.preflight()
+    if reasons:
+        pytest.skip(f"no tiny guest here: {reasons[0]}")
+    try:
+        guest.ensure_artefacts()
+    except guest.MissingPrerequisite as e:
+        pytest.skip(f"no guest kernel: {e}")
+
+
+def qemu_children(pid: int) -> list[str]:
+    """QEMU processes whose parent is pid."""
+    import subprocess
+    from tools import guest
+    r = subprocess.run(["pgrep", "-P", str(pid), "-f", guest.QEMU], capture_output=True, text=True)
+    return r.stdout.split()
+
+
+def owned_by(pid: int) -> list[Path]:
+    """The guest scratch directories that process pid owns."""
+    from tools.scratch import live_dirs
+    out = []
+    for d in live_dirs("guest"):
+        try:
+            if int((d / "owner").read_text().split()[0]) == pid:
+                out.append(d)
+        except (OSError, ValueError, IndexError):
+            pass
+    return out

@@ -315,6 +315,12 @@ LIVE = {
                        {"mechanisms": "none,bpf_uprobe"}),
     "iostat_internals": (r"\[iostat_internals\] \d+/\d+", {}),
     "qcow2_overlap": (r"\[qcow2_overlap\] \d+/\d+", {}),
+    # a KVM VM with its TSC offset written, and the private ftrace instance armed
+    "tsc_alignment": (r"\[tsc_alignment\] (warm-up )?round 1:",
+                      {"samples": 20000, "rep_min_runs": 200, "rep_max_runs": 200, "rep_budget_s": 3600}),
+    # QEMU guests booting (TCG here; tracing instances armed on the host)
+    "virtio_features": (r"\[virtio_features\] booting a (KVM|TCG) guest", {}),
+    "virtio_blk_latency": (r"\[virtio_blk_latency\] booting a (TCG|KVM) guest", {"accel": "tcg"}),
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
@@ -375,3 +381,34 @@ def test_measure_exits_nonzero_when_a_chapter_fails(scratch_data):
     assert "FAILED: RuntimeError: example: failing on purpose" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     assert _datasets(scratch_data) == []
+
+
+def test_the_example_chapter_from_measure_to_findings(scratch_data):
+    """The README's example, end to end: measure, a typed dataset, findings, a figure."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from tools.chapters import example as X
+    out = framework.collect(X.chapter, "quick", scratch_data, say=lambda s: None)
+    D = X.chapter.load(scratch_data)
+    assert len(D) == 1 and D.quoted.path == out and D.quoted.profile == "quick"
+    assert str(D["calls"]["round"].dtype) == "int64" and len(D["calls"]) == 3
+    f = X.findings(D)
+    assert f["n_datasets"] == 1 and float(f["median_ns"]) > 0 and "%" in f["ci"]
+    fig, caption = X.figures.per_round(D)
+    assert fig.axes[0].get_ylabel() and "1 dataset" in caption
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_papermill_parses_every_parameter_line(ch, caplog):
+    """papermill reads the parameters cell line by line: a line it cannot parse (a chained
+    assignment, say) is a warning on every run and a parameter it does not know."""
+    import logging
+    import nbformat
+    from papermill.translators import PythonTranslator
+    nb = nbformat.read(ch.path, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    with caplog.at_level(logging.WARNING, logger="papermill"):
+        names = {p.name for p in PythonTranslator.inspect(cell)}
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert {"mode", "profile", "data_dir"} <= names
+    assert names - {"mode", "profile", "data_dir"} <= set(ch.load().params), "a notebook parameter the chapter does not declare"

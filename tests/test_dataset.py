@@ -188,11 +188,11 @@ def test_lock_is_reentrant_and_passes_to_children(tmp_path, monkeypatch):
 
 def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
     import pandas as pd
-    from tools.dataset import newest, only_shown, shown_datasets
-    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "parameters": {"profile": "default"}},
-          {"host": {"host_id": "h-a"}, "run_id": "r3", "parameters": {"profile": "quick"}},
-          {"host": {"host_id": "h-b"}, "run_id": "r2", "parameters": {}},   # no profile: a default run
-          {"host": {"host_id": "h-c"}, "run_id": "r4", "parameters": {"profile": "quick"}}]
+    from tools.dataset import migrate, only_shown, quoted as newest, shown_datasets
+    ms = [migrate({"schema": 1, "host": {"host_id": h}, "run_id": r, "tables": {}, "parameters": p})
+          for h, r, p in [("h-a", "r1", {"profile": "default"}), ("h-a", "r3", {"profile": "quick"}),
+                          ("h-b", "r2", {}),                      # no profile: an older run
+                          ("h-c", "r4", {"profile": "quick"})]]
     assert newest(ms)["run_id"] == "r1", "a run of a known real profile comes first"
     assert newest(ms[1:])["run_id"] == "r2", "then one that does not record its profile"
     assert newest(ms[:2])["run_id"] == "r1", "a newer quick run does not replace a real one"
@@ -201,31 +201,6 @@ def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
     assert shown_datasets(ms, ref=ms[1])["h-a"] == "r3"
     df = pd.DataFrame({"host_id": ["h-a", "h-a", "h-b", "h-c"], "run_id": ["r1", "r3", "r2", "r4"], "x": range(4)})
     assert only_shown(df, ms).x.tolist() == [0, 2, 3]
-
-
-def test_begin_collect_validates_then_checks_the_host(tmp_path):
-    from tools.errors import MissingPrerequisite, ParameterError
-    from tools.params import begin_collect
-    calls = []
-
-    def params_fn(profile, **kw):
-        calls.append("params")
-        if kw.get("bad"):
-            raise ParameterError("bad must be falsy")
-        return {"profile": profile, **kw}
-
-    def preflight_fn():
-        calls.append("preflight")
-        return ["no tracefs"] if len(calls) > 2 else []
-
-    p, data = begin_collect(params_fn, preflight_fn, "quick", {"x": 1}, str(tmp_path))
-    assert p == {"profile": "quick", "x": 1} and data == tmp_path
-    with pytest.raises(MissingPrerequisite, match="no tracefs"):
-        begin_collect(params_fn, preflight_fn, "quick", {}, "")
-    n = len(calls)
-    with pytest.raises(ParameterError):
-        begin_collect(params_fn, preflight_fn, "quick", {"bad": True}, "")
-    assert calls[n:] == ["params"]  # bad input stops before the host is touched
 
 
 def test_guest_boot_params_are_checked():

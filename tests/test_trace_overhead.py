@@ -1,17 +1,19 @@
 """The trace-overhead chapter: parameters, harness, a quick live run, and cleanup."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import papermill as pm
 import pytest
 
 from conftest import ROOT, need_preflight, need_tool
-from tools import trace_overhead as T, tracefs
+from tools import cbuild, tracefs
+from tools.chapters import trace_overhead as T
+from tools.chapters.trace_overhead.analysis import caption_for, decompose, host_comparison, overhead_table
+from tools.chapters.trace_overhead.parse import parse_harness
+from tools.dataset import quoted
 from tools.errors import ParameterError
 
 NB = ROOT / "chapters" / "trace_overhead.ipynb"
@@ -28,32 +30,32 @@ NB = ROOT / "chapters" / "trace_overhead.ipynb"
     ({"rep_min_runs": 8, "rep_max_runs": 4}, "rep_max_runs .4. must be >= rep_min_runs .8."),
     ({"rounds": 0}, "rounds must be an integer >= 1"),
     ({"warmup": True}, "warmup must be an integer"),
-    ({"mechanisms": "marker,kprobe"}, "unknown mechanism kprobe"),
-    ({"mechanisms": ""}, "unknown mechanism"),
+    ({"mechanisms": "marker,kprobe"}, "unknown mechanisms kprobe"),
+    ({"mechanisms": ""}, "mechanisms: an empty list; choose from none, syscall"),
     ({"pin_cpu": 4096}, "pin_cpu must be"),
     ({"colour": "red"}, "unknown parameter 'colour'"),
 ])
 def test_bad_parameters_are_one_clear_error(bad, match):
     with pytest.raises(ParameterError, match=match):
-        T.params("quick", **bad)
+        T.chapter.parameters("quick", **bad)
 
 
 def test_parameters_merge_and_keep_the_baseline():
-    p = T.params("default", mechanisms="uprobe,marker", iterations=10)
+    p = T.chapter.parameters("default", mechanisms="uprobe,marker", iterations=10)
     assert p["mechanisms"] == ["none", "uprobe", "marker"]
-    assert p["iterations"] == 10 and p["rep_min_runs"] == T.PROFILES["default"]["rep_min_runs"]
+    assert p["iterations"] == 10 and p["rep_min_runs"] == T.chapter.profiles["default"]["rep_min_runs"]
     with pytest.raises(ParameterError, match="profile"):
-        T.params("huge")
-    fixed = T.params("quick", rounds=3)  # a fixed number of rounds, as before adaptive repetition
+        T.chapter.parameters("huge")
+    fixed = T.chapter.parameters("quick", rounds=3)  # a fixed number of rounds, as before adaptive repetition
     assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
 
 
 def test_harness_output_and_errors():
     need_tool("gcc")
-    b = str(T.cbuild.binary("probench"))
+    b = str(cbuild.binary("probench"))
     r = subprocess.run([b, "--target", "none", "--iters", "1000", "--batches", "4", "--warmup", "1"],
                        capture_output=True, text=True, check=True)
-    df, timer = T.parse_harness(r.stdout)
+    df, timer = parse_harness(r.stdout)
     assert list(df.columns) == ["batch", "iters", "ns"] and len(df) == 4 and timer > 0
     assert (df.ns > 0).all()
     for args, msg in ((["--target", "bogus"], "unknown target"),
@@ -77,7 +79,7 @@ def test_decompose_isolates_steps_and_says_not_significant():
     med = {"none": 2.0, "syscall": 200.0, "marker": 600.0, "uprobe": 4000.0,
            "uprobe_push": 1000.0, "uprobe_nop5": 800.0, "uretprobe": 5000.0,
            "perf_stat": 4000.0}
-    steps = T.decompose(_fake_samples(med)).set_index("key")
+    steps = decompose(_fake_samples(med)).set_index("key")
     assert steps.ns["marker_buffer"] == pytest.approx(400, rel=0.02)
     assert steps.ns["sstep"] == pytest.approx(3000, rel=0.02)
     assert steps.ns["ret"] == pytest.approx(1000, rel=0.05)
@@ -92,39 +94,39 @@ def test_overhead_and_host_comparison():
     med = {"none": 2.0, "marker": 600.0, "uprobe": 4000.0}
     a = _fake_samples(med, dataset="h-a/r1")
     b = _fake_samples({**med, "uprobe": 4400.0}, seed=1, dataset="h-b/r2")
-    over = T.overhead_table(pd.concat([a, b])).set_index(["dataset", "mechanism"])
+    over = overhead_table(pd.concat([a, b])).set_index(["dataset", "mechanism"])
     assert over.loc[("h-b/r2", "uprobe"), "overhead_ns"] == pytest.approx(4398, rel=0.01)
     assert "none" not in over.index.get_level_values("mechanism")
-    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "parameters": {"profile": "default"}},
-          {"host": {"host_id": "h-b"}, "run_id": "r2", "parameters": {"profile": "quick"}}]
-    assert T.latest(ms)["run_id"] == "r1", "a newer quick run does not become the prose's dataset"
-    hc = T.host_comparison(pd.concat([a, b]), ms).set_index("mechanism")
+    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "profile": "default", "tables": {}},
+          {"host": {"host_id": "h-b"}, "run_id": "r2", "profile": "quick", "tables": {}}]
+    assert quoted(ms)["run_id"] == "r1", "a newer quick run does not become the prose's dataset"
+    hc = host_comparison(pd.concat([a, b]), ms).set_index("mechanism")
     assert (hc.baseline == "h-a").all() and (hc.host_id == "h-b").all()
     assert hc.loc["uprobe", "significant"] and "higher" in hc.loc["uprobe", "verdict"]
     assert "not significant" in hc.loc["marker", "verdict"]
-    assert T.host_comparison(a, ms[:1]).empty
+    assert host_comparison(a, ms[:1]).empty
 
 
 def test_caption_counts_warmup_batches():
     s = _fake_samples({"none": 2.0, "marker": 600.0}, n=3)
     old = {"host": {"host_id": "h-a", "description": "box"}, "run_id": "r1",
            "parameters": {"warmup": 2, "batches": 10}}
-    cap = T.caption_for(s, [old], "Cost")
+    cap = caption_for(s, [old], "Cost")
     assert "n = 3 batches" in cap and "after 6 warm-up batches" in cap and "h-a (box)" in cap
     new = {**old, "parameters": {"warmup": 2, "batches": 10, "rep_warmup": 1}}
-    assert "after 18 warm-up batches" in T.caption_for(s, [new], "Cost")  # (3+1)*2 + 1*10
+    assert "after 18 warm-up batches" in caption_for(s, [new], "Cost")  # (3+1)*2 + 1*10
 
 
 def test_committed_data_is_consistent():
     """Every committed run hit the tracer once per call, and has every table."""
-    d = T.load()
+    d = T.chapter.load()
     if d["samples"].empty:
         pytest.skip("no committed trace_overhead dataset")
     chk = d["checks"].dropna(subset=["expected_hits"])
     assert (chk.expected_hits == chk.observed_hits).all()
     assert {"none", "marker", "uprobe"} <= set(d["samples"].mechanism)
-    for m in d["manifests"]:
-        assert m["host"]["host_id"] and m["kernel_features"] is not None
+    for m in d.manifests:
+        assert m.host_id and m.facts["kernel_features"] is not None
     rep = d["repetition"]
     for ds, g in (rep.groupby("dataset") if len(rep) else []):
         rounds = d["samples"][d["samples"].dataset == ds]["round"].nunique()
@@ -141,7 +143,7 @@ def _papermill_error(tmp_path, **params):
 
 @pytest.mark.parametrize("params,ename,text", [
     ({"iterations": -5}, "ParameterError", "iterations must be an integer >= 1, got -5"),
-    ({"mechanisms": "marker,bogus"}, "ParameterError", "unknown mechanism bogus"),
+    ({"mechanisms": "marker,bogus"}, "ParameterError", "unknown mechanisms bogus"),
     ({"mode": "measure"}, "ParameterError", "mode must be one of"),
 ])
 def test_papermill_bad_parameters(tmp_path, scratch_data, params, ename, text):
@@ -152,7 +154,7 @@ def test_papermill_bad_parameters(tmp_path, scratch_data, params, ename, text):
 
 
 def test_papermill_unwritable_data_dir(tmp_path):
-    need_preflight(T)
+    need_preflight(T.chapter)
     bad = tmp_path / "nope"
     bad.write_text("a file, not a directory")
     err = _papermill_error(tmp_path, data_dir=str(bad), profile="quick")
@@ -161,21 +163,21 @@ def test_papermill_unwritable_data_dir(tmp_path):
 
 
 def test_quick_collect_through_papermill(tmp_path, scratch_data):
-    need_preflight(T)
+    need_preflight(T.chapter)
     before = tracefs.snapshot()
     pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
                         parameters={"mode": "collect", "profile": "quick", "data_dir": str(scratch_data),
                                     "rep_warmup": 1},
                         progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
     assert tracefs.snapshot() == before
-    runs = T.load(scratch_data)
-    assert len(runs["manifests"]) == 1
-    m = runs["manifests"][0]
-    assert m["parameters"]["profile"] == "quick" and m["parameters"]["rep_warmup"] == 1
+    runs = T.chapter.load(scratch_data)
+    assert len(runs.manifests) == 1
+    m = runs.manifests[0]
+    assert m.profile == "quick" and m.parameters["rep_warmup"] == 1
     s = runs["samples"]
     measured = set(T.MECHANISMS) - set(m["skipped"])
     assert set(s.mechanism) == measured
-    p = T.params("quick")
+    p = T.chapter.parameters("quick")
     # the repetition table: one row per mechanism, the warm-up round dropped and counted
     rep = runs["repetition"].set_index("key")
     assert set(rep.index) == measured and set(rep.experiment) == {T.EXPERIMENT}
@@ -193,33 +195,3 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     med = s.groupby("mechanism").ns_per_call.median()
     for mech in measured - {"none"}:
         assert med[mech] > med["none"], (mech, med.to_dict())
-
-
-RUN = r"""
-import sys
-from tools import trace_overhead as T
-T.collect(sys.argv[1], profile="quick", iterations=20000, rep_min_runs=50, rep_max_runs=50,
-          rep_budget_s=3600)
-"""
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_collect_restores_state_and_writes_nothing(scratch_data, sig):
-    need_preflight(T)
-    before = tracefs.snapshot()
-    p = subprocess.Popen([sys.executable, "-c", RUN, str(scratch_data)], stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    seen = []
-    for line in p.stdout:  # wait until it is in the middle of a run
-        seen.append(line)
-        if "round 1 (at most 50)" in line and len(seen) >= 3:
-            break
-    p.send_signal(sig)
-    p.communicate(timeout=60)
-    assert p.returncode != 0
-    assert tracefs.snapshot() == before
-    assert not any(p for p in (scratch_data / "runs").rglob("*") if p.is_file())
-    assert not [d for d in (scratch_data / "runs").rglob(".tmp-*")]
-    left = subprocess.run(["pgrep", "-x", "probench"], capture_output=True, text=True).stdout
-    left += subprocess.run(["pgrep", "-f", "bpftrace -e uprobe:.*probench"], capture_output=True, text=True).stdout
-    assert not left.strip(), f"processes left behind: {left}"

@@ -18,14 +18,15 @@ from .errors import PerfbookError, one_line
 
 def trace_cv(runs: int, profile: str, mechanisms: str) -> int:
     from . import stats
-    from . import trace_overhead as T
+    from .chapters.trace_overhead import chapter as T
+    from .framework import collect
     scratch = tempfile.mkdtemp(prefix="perfbook-bench-")
     try:
         meds, nones = [], []
         t0 = time.monotonic()
         for i in range(runs):
             t = time.monotonic()
-            T.collect(scratch, profile=profile, mechanisms=mechanisms)
+            collect(T, profile, scratch, say=lambda s: None, mechanisms=mechanisms)
             s = T.load(scratch)["samples"]
             s = s[s.run_id == s.run_id.max()]
             m = s[s.mechanism == "marker"].ns_per_call

@@ -28,7 +28,8 @@ from typing import Any, Callable
 
 from .errors import ParameterError
 
-_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list"}
+_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
+          object: "a value (checked by the chapter)"}
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,11 @@ class Param:
         if k is list:
             if isinstance(v, str):
                 v = [x.strip() for x in v.split(",") if x.strip()]
-            if not isinstance(v, (list, tuple)) or not v:
-                raise ParameterError(f"{name} must be a non-empty list (or comma-separated string), got {v!r}")
+            if not isinstance(v, (list, tuple)):
+                raise ParameterError(f"{name} must be a list (or a comma-separated string), got {v!r}")
+            if not v:
+                raise ParameterError(f"{name}: an empty list; choose from "
+                                     f"{', '.join(map(str, self.choices or ()))}")
             v = list(dict.fromkeys(v))
             bad = [x for x in v if self.choices is not None and x not in self.choices]
             if bad:
@@ -70,10 +74,24 @@ class Param:
         if self.choices is not None and v not in self.choices:
             raise ParameterError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {v!r}")
         if self.min is not None and v < self.min:
-            raise ParameterError(f"{name} must be {_KINDS[k]} >= {self.min:g}, got {v!r}")
+            raise ParameterError(f"{name} must be {_KINDS[k]} >= {_num(self.min)}, got {v!r}")
         if self.max is not None and v > self.max:
-            raise ParameterError(f"{name} must be {_KINDS[k]} <= {self.max:g}, got {v!r}")
+            raise ParameterError(f"{name} must be {_KINDS[k]} <= {_num(self.max)}, got {v!r}")
         return v
+
+
+def repetition_params(prefix: str = "rep_") -> dict[str, Param]:
+    """The parameters of adaptive repetition (tools.stats.Repetition). Their bounds are
+    checked by tools.stats.repetition_settings, which a chapter's check() calls."""
+    return {prefix + "target": Param(object, help="stop when every median's 95 % CI is this narrow (relative)"),
+            prefix + "min_runs": Param(object, help="measured rounds at least"),
+            prefix + "max_runs": Param(object, help="measured rounds at most"),
+            prefix + "budget_s": Param(object, help="seconds for all rounds (checked after each round)"),
+            prefix + "warmup": Param(object, help="whole rounds run first and dropped")}
+
+
+def _num(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
 
 
 DTYPES = ("int", "float", "str", "bool")
@@ -113,6 +131,8 @@ class Table:
                     num = pd.to_numeric(col)
                     if (num.dropna() % 1 != 0).any():
                         raise ValueError("not whole numbers")
+                    if num.dtype == object or str(num.dtype).startswith("uint") and (num > 2**63 - 1).any():
+                        raise ValueError("beyond 64-bit signed integers (declare it 'str')")
                     df[c] = num.astype("Int64") if num.isna().any() else num.astype("int64")
                 elif t == "float":
                     df[c] = pd.to_numeric(col).astype("float64")
@@ -120,7 +140,7 @@ class Table:
                     if col.dtype != bool:
                         m = col.map({True: True, False: False, "True": True, "False": False,
                                      "true": True, "false": False, 1: True, 0: False})
-                        if m.isna().any() and not col.isna().all():
+                        if (m.isna() & col.notna()).any():
                             raise ValueError("not true/false")
                         df[c] = m.astype("boolean") if col.isna().any() else m.astype(bool)
                 else:
@@ -191,7 +211,8 @@ class Chapter:
         return p
 
     def check(self, p: dict) -> None:
-        """Cross-parameter checks (raise ParameterError); the default has none."""
+        """Cross-parameter checks (raise ParameterError); may normalise values in p (an
+        'auto' resolved, a baseline added). The default has none."""
 
     # -- the steps a chapter implements --------------------------------------------------
     def preflight(self) -> list[str]:
@@ -208,3 +229,11 @@ class Chapter:
 
     def __repr__(self):
         return f"<chapter {self.name}>"
+
+
+# The table tools.stats.Repetition.records() writes, in every chapter that repeats adaptively.
+REPETITION = Table(experiment="str", key="str", n="int", warmup="int", median="float",
+                   ci_low="float", ci_high="float", ci_coverage="float", rel_ci_width="float",
+                   target="float", min_runs="int", max_runs="int", budget_s="float",
+                   elapsed_s="float", met_target="bool", stopped_by="str",
+                   optional=("ci_coverage",))

@@ -53,17 +53,22 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
     for name in (host, chapter, run_id):
         if not NAME.fullmatch(name):
             raise DatasetError(f"{rel}: {name!r} is not a valid dataset path component")
+    from .chapters import by_name
+    from .dataset import load_manifest, read_table
+    m = load_manifest(run)  # JSON, required fields, schema, run and host ids vs the directories
+    if m["chapter"] != chapter:
+        raise DatasetError(f"{rel}: its manifest says chapter {m['chapter']!r}; "
+                           "refusing a dataset filed under another name")
     try:
-        m = json.loads((run / MANIFEST).read_text())
-    except (OSError, ValueError) as e:
-        raise DatasetError(f"{rel}: unreadable {MANIFEST} ({e})") from None
-    got = (m.get("host", {}).get("host_id"), m.get("chapter"), m.get("run_id"))
-    if got != (host, chapter, run_id):
-        raise DatasetError(f"{rel}: its manifest says host {got[0]!r}, chapter {got[1]!r}, "
-                           f"run {got[2]!r}; refusing a dataset filed under another name")
-    for table in m.get("tables", {}):
+        schemas = by_name(chapter).load().tables
+    except PerfbookError:
+        raise DatasetError(f"{rel}: {chapter!r} is not a chapter of this book") from None
+    for table in m["tables"]:
+        if table not in schemas:
+            raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         if not (run / f"{table}.csv").is_file():
             raise DatasetError(f"{rel}: the manifest lists table {table!r} but {table}.csv is missing")
+        read_table(run, table, m, schemas[table])  # row count, columns and types
 
 
 def _datasets(top: Path):
@@ -140,3 +145,32 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
+    """Adopt <src_runs>/<host_id>/<chapter>/<run-id>/ into dest_runs with tools.fleet.
+
+    A dataset that is not in dest_runs yet must carry this second host's `note`
+    in its manifest; existing ones are left alone (identical: 'present', else a
+    'conflict'). Returns tools.fleet.Adopted (relative names)."""
+    base, dest_runs = Path(src_runs) / host_id, Path(dest_runs)
+    if not base.is_dir():
+        return Adopted()
+    for mf in sorted(base.glob("*/*/manifest.json")):
+        run = mf.parent
+        if run.name.startswith(".") or (dest_runs / host_id / run.parent.name / run.name).exists():
+            continue
+        try:
+            host = json.loads(mf.read_text()).get("host", {})
+        except ValueError as e:
+            raise PerfbookError(f"{run}: unreadable manifest.json ({e})") from None
+        if host.get("note") != note:
+            raise PerfbookError(f"{run.parent.name}/{run.name}: its manifest's host.note is not this "
+                                "second host's; not importing it")
+    dest_runs.mkdir(parents=True, exist_ok=True)
+    stage = dest_runs / f".tmp-secondhost-import-{uuid.uuid4().hex[:8]}"  # same file system: renames
+    try:
+        shutil.copytree(base, stage / host_id)
+        return adopt_tree(stage, dest_runs)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -207,12 +207,15 @@ def show(item):
 
 def runs_table(D):
     """One row per dataset: host, run, kernel, CPU, virtualization, profile, plus what the
-    chapter adds (its run_columns(manifest) method, when it has one)."""
+    chapter adds (its run_columns(manifest[, D]) method, when it has one)."""
+    import inspect
     import pandas as pd
     extra = getattr(D.chapter, "run_columns", None)
+    with_data = extra is not None and len(inspect.signature(extra).parameters) >= 2
     rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),
              "cpu": m["host"].get("cpu_model"), "virtualization": m["host"].get("virtualization"),
-             "profile": m.get("profile") or "not recorded", **(extra(m) if extra else {})}
+             "profile": m.get("profile") or "not recorded",
+             **((extra(m, D) if with_data else extra(m)) if extra else {})}
             for m in D.manifests]
     return pd.DataFrame(rows)
 

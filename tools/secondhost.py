@@ -52,11 +52,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -74,8 +72,6 @@ KERNEL_META = "linux-image-amd64"
 # loaded in the guest's initramfs (with their dependencies), after tools.guest's base ones
 EXTRA_MODULES = ("9pnet_virtio", "9p", "overlay", "ext4", "crc32c_generic", "crc32c_intel", "veth",
                  "virtio_net")
-GUEST_ADDR = "10.0.2.15/24"  # QEMU user networking's guest address; restrict=on: no way out
-ROOT_TAG, OUT_TAG = "hostroot", "out"
 PROFILES = ("quick", "default", "full")
 END_RE = guest.END_RE
 
@@ -253,179 +249,10 @@ def describe(spec: MachineSpec, artefacts: dict, parent_id: str, qemu: str | Non
     return label, note
 
 
-# --------------------------------------------------------------------------
-# what runs in the guest
-# --------------------------------------------------------------------------
-INIT_TEMPLATE = r"""#!/bin/busybox sh
-# tools.secondhost: PID 1 in the initramfs; builds the root and switches to it
-/bin/busybox --install -s /bin
-export PATH=/bin
-mount -t proc proc /proc
-mount -t sysfs sys /sys
-mount -t devtmpfs dev /dev
-echo "@@PERFBOOK-INIT@@ $(cut -d' ' -f1 /proc/uptime)" > /dev/console
-fail() {
-  echo "secondhost init: $*" > /dev/console
-  { echo "@@PERFBOOK-BEGIN@@"; echo "secondhost init failed: $*"; echo "@@PERFBOOK-END rc=99@@"; } > /dev/ttyS1
-  sync; poweroff -f
-}
-for m in $(cat /etc/modules.order); do
-  insmod /lib/modules/$m.ko 2>/dev/console || echo "insmod $m failed" > /dev/console
-done
-mkdir -p /lower /upper /newroot
-mount -t 9p -o ro,trans=virtio,version=9p2000.L,cache=loose,msize=262144 @ROOT_TAG@ /lower \
-  || fail "cannot mount the parent's / (9p tag @ROOT_TAG@)"
-mount -t tmpfs -o mode=0755 upper /upper && mkdir -p /upper/u /upper/w || fail "tmpfs"
-mount -t overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w overlay /newroot \
-  || fail "overlayfs over 9p"
-# this machine's own identity; nothing of the parent's container
-echo @MACHINE_ID@ > /newroot/etc/machine-id
-rm -f /newroot/.dockerenv /newroot/run/.containerenv
-mkdir -p /newroot/boot && cp /secondhost/config /newroot/boot/config-@RELEASE@
-mkdir -p /newroot/out
-mount -t 9p -o trans=virtio,version=9p2000.L,cache=none,msize=262144 @OUT_TAG@ /newroot/out \
-  || fail "cannot mount the results share (9p tag @OUT_TAG@)"
-mount -t ext4 /dev/vda /newroot/var/tmp || fail "cannot mount the scratch disk /dev/vda at /var/tmp"
-chmod 1777 /newroot/var/tmp
-mount --move /proc /newroot/proc
-mount --move /sys /newroot/sys
-mount --move /dev /newroot/dev
-mount -t tmpfs -o mode=0755,nosuid,nodev run /newroot/run
-mount -t tmpfs -o mode=1777,nosuid,nodev tmp /newroot/tmp
-cp /secondhost/run.sh /newroot/run/perfbook-secondhost.sh
-exec switch_root /newroot /bin/bash /run/perfbook-secondhost.sh
-fail "switch_root"
-"""
-
-RUN_TEMPLATE = r"""#!/bin/bash
-# tools.secondhost: PID 1 of the second host after switch_root (the parent's userland)
-exec >/dev/ttyS1 2>&1
-stty -F /dev/ttyS1 raw -echo 2>/dev/null
-echo "@@PERFBOOK-BEGIN@@"
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export HOME=/root LANG=C.UTF-8 TERM=dumb PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-export PERFBOOK_HOST_LABEL=@LABEL@
-export PERFBOOK_HOST_NOTE=@NOTE@
-finish() {
-  echo "@@PERFBOOK-END rc=$1@@"
-  sync
-  echo o > /proc/sysrq-trigger
-  sleep 120
-}
-mkdir -p /dev/shm /dev/pts /run/lock
-mount -t tmpfs -o mode=1777,nosuid,nodev shm /dev/shm
-mount -t devpts -o mode=620,ptmxmode=666 devpts /dev/pts
-ln -sf /proc/self/fd /dev/fd; ln -sf fd/0 /dev/stdin; ln -sf fd/1 /dev/stdout; ln -sf fd/2 /dev/stderr
-hostname perfbook-secondhost
-ip link set lo up || finish 97
-# a NIC with an IPv4 address, as on any machine (getaddrinfo's AI_ADDRCONFIG wants one);
-# QEMU's user network with restrict=on lets nothing out
-nic=$(ls /sys/class/net | grep -v '^lo$' | head -n 1)
-[ -n "$nic" ] && ip addr add @GUEST_ADDR@ dev "$nic" && ip link set "$nic" up || finish 94
-cd @REPO@ || finish 96
-echo "second host up at $(cut -d' ' -f1 /proc/uptime) s; kernel $(uname -r)"
-.venv/bin/python -c '
-import json
-from tools import hostinfo
-f = hostinfo.host_facts()
-json.dump(f, open("/out/facts.json", "w"), indent=1, sort_keys=True)
-open("/out/host_id", "w").write(f["host_id"])
-print("second host id", f["host_id"], "-", f["description"])
-' || finish 98
-.venv/bin/python -c 'from tools.secondhost import cpu_selfcheck; print(cpu_selfcheck())' || finish 93
-rc=0
-@COMMANDS@
-cp build/measure-status.jsonl /out/status.jsonl 2>/dev/null
-mkdir -p /out/notebooks
-@NOTEBOOKS@
-gid=$(cat /out/host_id)
-if [ -d "data/runs/$gid" ]; then mkdir -p /out/runs && cp -a "data/runs/$gid" /out/runs/ || rc=95; fi
-dmesg 2>/dev/null | tail -n 60 > /out/dmesg-tail.log
-finish $rc
-"""
-
-
-# what the guest script's exit codes mean (besides the measure step's own)
-RC_MEANING = {99: "the initramfs could not build the root (see the console log)",
-              98: "the guest could not read its host facts", 97: "loopback did not come up",
-              96: "the checkout is not at the same path in the guest", 95: "copying the results back failed",
-              94: "the network card did not come up",
-              93: "the emulated CPU failed the numerical self-check: choose another --cpu-model"}
-
-
-def cpu_selfcheck(n: int = 100001, seed: int = 1) -> str:
-    """Check numpy's vectorized sort, argsort, median and matmul against plain Python.
-
-    An emulator that gets a SIMD instruction wrong makes every statistic wrong
-    without a sign; this runs in the guest before anything is measured."""
-    import statistics
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    n |= 1  # odd: the median is one element, exact in every dtype
-    for dt in (np.uint64, np.int64, np.float64, np.uint32, np.int32, np.float32):
-        a = (rng.random(n) * 1e6).astype(dt)
-        ref = sorted(a.tolist())
-        if np.sort(a).tolist() != ref or a[np.argsort(a)].tolist() != ref:
-            raise PerfbookError(f"emulated CPU self-check failed: numpy sorts {dt.__name__} wrongly")
-        if float(np.median(a)) != float(statistics.median(ref)):
-            raise PerfbookError(f"emulated CPU self-check failed: numpy's median of {dt.__name__} is wrong")
-    m = rng.random((24, 24))
-    ref = [[sum(m[i, k] * m[k, j] for k in range(24)) for j in range(24)] for i in range(24)]
-    if float(np.max(np.abs(m @ m - np.array(ref)))) > 1e-9:
-        raise PerfbookError("emulated CPU self-check failed: numpy's matrix product is wrong")
-    return f"emulated CPU self-check passed (numpy {np.__version__}: sort, argsort, median of 6 dtypes; matmul)"
-
-
-def init_script(mid: str, release: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{32}", mid):
-        raise ParameterError(f"machine id must be 32 hex digits, got {mid!r}")
-    if not re.fullmatch(r"[A-Za-z0-9._+-]+", release):
-        raise ParameterError(f"bad kernel release {release!r}")
-    return (INIT_TEMPLATE.replace("@ROOT_TAG@", ROOT_TAG).replace("@OUT_TAG@", OUT_TAG)
-            .replace("@MACHINE_ID@", mid).replace("@RELEASE@", release))
-
-
-def run_script(steps: list[Step], label: str, note: str, repo: Path | None = None) -> str:
-    cmds = []
-    for s in steps:
-        argv = " ".join(shlex.quote(a) for a in s.measure_argv())
-        cmds.append(f"echo '[secondhost] measure {s.chapter} (profile {s.profile})'\n"
-                    f"{argv} || rc=$?")
-    return (RUN_TEMPLATE.replace("@LABEL@", shlex.quote(label)).replace("@NOTE@", shlex.quote(note))
-            .replace("@REPO@", shlex.quote(str(repo or repo_root()))).replace("@GUEST_ADDR@", GUEST_ADDR)
-            .replace("@COMMANDS@", "\n".join(cmds) if cmds else ":")
-            .replace("@NOTEBOOKS@", "\n".join(f"cp build/measure/{s.chapter}.ipynb /out/notebooks/ 2>/dev/null"
-                                              for s in steps) or ":"))
-
-
-def qemu_cmdline(spec: MachineSpec, artefacts: dict, scratch: Path, initrd: Path) -> list[str]:
-    """The QEMU command: TCG, the parent's / read-only as 9p, a results share, a scratch disk."""
-    return [guest.QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-machine", "pc", "-accel", "tcg,thread=multi", "-cpu", spec.cpu_model,
-            "-m", str(int(spec.memory_mib)), "-smp", str(int(spec.cpus)),
-            "-kernel", str(Path(artefacts["dir"]) / "vmlinuz"), "-initrd", str(initrd),
-            "-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/secondhost/init",
-            "-serial", f"file:{scratch / 'console.log'}",
-            "-serial", f"file:{scratch / 'result.log'}",
-            "-virtfs", f"local,path=/,mount_tag={ROOT_TAG},security_model=none,readonly=on,"
-                       "multidevs=remap",
-            "-virtfs", f"local,path={scratch / 'out'},mount_tag={OUT_TAG},security_model=none,"
-                       "multidevs=remap",
-            "-drive", f"file={scratch / 'disk.img'},format=raw,if=none,id=scratch,cache=none,aio=threads",
-            "-device", "virtio-blk-pci,drive=scratch,serial=scratch",
-            "-netdev", "user,id=net0,restrict=on", "-device", "virtio-net-pci,netdev=net0",
-            "-device", "virtio-rng-pci"]
-
-
-def initrd_bytes(artefacts: dict, init: str, run: str) -> bytes:
-    """tools.guest's initramfs (busybox + modules) plus our init, script and kernel config."""
-    base = (Path(artefacts["dir"]) / "initramfs.cpio.gz").read_bytes()
-    config = (Path(artefacts["dir"]) / "config").read_bytes()
-    extra = guest.build_cpio([("secondhost", guest.DIR | 0o755, b""),
-                              ("secondhost/init", guest.REG | 0o755, init.encode()),
-                              ("secondhost/run.sh", guest.REG | 0o755, run.encode()),
-                              ("secondhost/config", guest.REG | 0o644, config)])
-    return base + gzip.compress(extra)
+# what runs in the guest, and how it boots: tools/secondhost_boot.py
+from .secondhost_boot import (GUEST_ADDR, INIT_TEMPLATE, OUT_TAG, RC_MEANING, ROOT_TAG,  # noqa: E402,F401
+                              RUN_TEMPLATE, cpu_selfcheck, init_script, initrd_bytes, qemu_cmdline,
+                              run_script)
 
 
 # --------------------------------------------------------------------------
@@ -547,7 +374,7 @@ class Machine(guest.Runner):
                 if self.proc.poll() is not None:
                     break
                 if time.monotonic() - t0 > timeout:
-                    guest._kill(self.proc)
+                    guest.kill(self.proc)
                     raise PerfbookError(f"the second host did not finish within {timeout:.0f} s "
                                         f"(last line: {seen[-1] if seen else 'none'})")
                 time.sleep(0.2)
@@ -557,7 +384,7 @@ class Machine(guest.Runner):
                 except subprocess.TimeoutExpired:
                     pass
         finally:
-            guest._kill(self.proc)
+            guest.kill(self.proc)
             self.proc = None
         con = console.read_text(errors="replace") if console.exists() else ""
         if rc is None:
@@ -571,37 +398,8 @@ class Machine(guest.Runner):
                           out=self.scratch / "out", console_tail="\n".join(con.splitlines()[-40:]))
 
 
-# --------------------------------------------------------------------------
-# bringing datasets back
-# --------------------------------------------------------------------------
-def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
-    """Adopt <src_runs>/<host_id>/<chapter>/<run-id>/ into dest_runs with tools.fleet.
-
-    A dataset that is not in dest_runs yet must carry this second host's `note`
-    in its manifest; existing ones are left alone (identical: 'present', else a
-    'conflict'). Returns tools.fleet.Adopted (relative names)."""
-    from .fleet import Adopted, adopt_tree
-    base, dest_runs = Path(src_runs) / host_id, Path(dest_runs)
-    if not base.is_dir():
-        return Adopted()
-    for mf in sorted(base.glob("*/*/manifest.json")):
-        run = mf.parent
-        if run.name.startswith(".") or (dest_runs / host_id / run.parent.name / run.name).exists():
-            continue
-        try:
-            host = json.loads(mf.read_text()).get("host", {})
-        except ValueError as e:
-            raise PerfbookError(f"{run}: unreadable manifest.json ({e})") from None
-        if host.get("note") != note:
-            raise PerfbookError(f"{run.parent.name}/{run.name}: its manifest's host.note is not this "
-                                "second host's; not importing it")
-    dest_runs.mkdir(parents=True, exist_ok=True)
-    stage = dest_runs / f".tmp-secondhost-import-{uuid.uuid4().hex[:8]}"  # same file system: renames
-    try:
-        shutil.copytree(base, stage / host_id)
-        return adopt_tree(stage, dest_runs)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+# bringing datasets back: tools.fleet.import_datasets
+from .fleet import import_datasets  # noqa: E402,F401
 
 
 # --------------------------------------------------------------------------
