@@ -1,21 +1,25 @@
-"""Tests of the qcow2 reader (tools/qcow2.py) and the qcow2_overlap chapter module."""
+"""Tests of the qcow2 reader (tools/qcow2.py) and the qcow2_overlap chapter
+(tools/chapters/qcow2_overlap). Its behaviour under signals is tests/test_contract.py's."""
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
 
 import pandas as pd
 import pytest
 
 from conftest import ROOT, need_tool, need_preflight
-from tools import qcow2_overlap as qo
-from tools.scratch import live_dirs
-from tools.errors import MissingPrerequisite, ParameterError
+from tools import framework
+from tools.chapters import qcow2_overlap as qo
+from tools.chapters.qcow2_overlap import analysis, collect, collect_perf, figures, prose, spec
+from tools.chapters.qcow2_overlap.parse import parse_perf_report
+from tools.dataset import Data
+from tools.errors import ParameterError, PerfbookError
 from tools.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
+from tools.scratch import live_dirs
+
+CH = qo.chapter
 
 MiB = 1 << 20
 
@@ -215,18 +219,21 @@ def test_formula_matches_the_seed_arithmetic():
 # --- parameters -------------------------------------------------------------------------
 
 def test_params_defaults_and_baseline():
-    p = qo.params("quick")
+    p = CH.parameters("quick")
     assert p["modes"] == list(qo.MODES)
-    assert qo.params("quick", modes="cached")["modes"] == ["none", "cached"]
-    assert qo.params("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
-    fixed = qo.params("default", repeats=3)  # a fixed number of rounds, as before
+    assert CH.parameters("quick", modes="cached")["modes"] == ["none", "cached"]
+    assert CH.parameters("quick", modes=["all", "cached", "all"])["modes"] == ["none", "cached", "all"]
+    assert CH.parameters("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
+    assert CH.parameters("quick", prealloc_sizes_512=f"{16 * MiB},{8 * MiB}")["prealloc_sizes_512"] \
+        == [8 * MiB, 16 * MiB]
+    fixed = CH.parameters("default", repeats=3)  # a fixed number of rounds, as before
     assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
-    assert qo.params("default")["rep_target"] == 0.05
+    assert CH.parameters("default")["rep_target"] == 0.05
 
 
 @pytest.mark.parametrize("over,match", [
-    ({"modes": "fast"}, "unknown overlap-check mode"),
-    ({"modes": ""}, "unknown overlap-check mode"),
+    ({"modes": "fast"}, "unknown modes fast"),
+    ({"modes": ""}, "modes: an empty list"),
     ({"repeats": 0}, "repeats must be"),
     ({"repeats": "3"}, "repeats must be"),
     ({"rep_warmup": True}, "rep_warmup must be"),
@@ -237,29 +244,33 @@ def test_params_defaults_and_baseline():
     ({"rep_min_runs": 6, "rep_max_runs": 2}, "rep_max_runs .2. must be >= rep_min_runs .6."),
     ({"bench_size": 1000}, "bench_size must be"),
     ({"bench_size": 3 * MiB + 1}, "multiple of 1 MiB"),
+    ({"perf_prealloc_size": 0}, "perf_prealloc_size must be"),
     ({"prealloc_sizes_512": []}, "prealloc_sizes_512 must be"),
     ({"prealloc_sizes_512": [12345]}, "prealloc_sizes_512 must be"),
+    ({"prealloc_sizes_64k": [True]}, "prealloc_sizes_64k must be"),
     ({"formula_sizes_512": [16 << 30]}, "take hours"),
     ({"colour": 1}, "unknown parameter 'colour'"),
 ])
 def test_params_rejects_bad_input(over, match):
-    with pytest.raises(ParameterError, match=match):
-        qo.params("quick", **over)
+    with pytest.raises(ParameterError, match=match) as e:
+        CH.parameters("quick", **over)
+    assert "\n" not in str(e.value)
 
 
 def test_bad_profile_and_no_dataset(tmp_path):
     with pytest.raises(ParameterError, match="profile must be"):
-        qo.collect(data_dir=tmp_path, profile="huge")
+        framework.collect(CH, "huge", tmp_path)
     with pytest.raises(ParameterError):
-        qo.collect(data_dir=tmp_path, profile="quick", modes="turbo")
+        framework.collect(CH, "quick", tmp_path, modes="turbo")
     assert not (tmp_path / "runs").exists()
 
 
 def test_missing_qemu_img_is_a_prerequisite(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no qemu-img on this PATH
-    assert any("qemu-img is not installed" in r for r in qo.preflight())
-    with pytest.raises(MissingPrerequisite, match="apt-get install qemu-utils"):
-        qo.collect(data_dir=tmp_path, profile="quick")
+    assert any("qemu-img is not installed" in r for r in CH.preflight())
+    said = []
+    assert framework.collect(CH, "quick", tmp_path, say=said.append) is None
+    assert said and said[0].startswith("SKIPPED:") and "apt-get install qemu-utils" in said[0]
     assert not (tmp_path / "runs").exists()
 
 
@@ -269,86 +280,52 @@ def test_image_opts_syntax_is_accepted(tmp_path):
     img = tmp_path / "o.qcow2"
     run("qemu-img", "create", "-q", "-f", "qcow2", img, MiB)
     for mode in qo.MODES:
-        run("qemu-img", "info", "--image-opts", qo.image_opts(img, mode))
-    r = subprocess.run(["qemu-img", "info", "--image-opts", qo.image_opts(img, "sometimes")],
+        run("qemu-img", "info", "--image-opts", spec.image_opts(img, mode))
+    r = subprocess.run(["qemu-img", "info", "--image-opts", spec.image_opts(img, "sometimes")],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "overlap" in r.stderr.lower()
 
 
 def test_perf_symbol_check_says_why():
-    c = qo.perf_symbol_check()
+    c = collect_perf.perf_symbol_check()
     assert c["symbol"] == "qcow2_check_metadata_overlap"
     assert c["resolvable"] or c["reason"]
 
 
 # --- cleanup --------------------------------------------------------------------------------
 
-def test_scratch_removed_on_error(tmp_path):
+def test_runner_error_is_one_line_and_undo_removes_everything(tmp_path):
+    """A failing child is one PerfbookError line; the undo stack (as the framework unwinds
+    it) kills a child still running and removes the scratch directory."""
+    from contextlib import ExitStack
+    from tools.scratch import Scratch
     qemu_img()
-    before = set(live_dirs(qo.CHAPTER))
-    with pytest.raises(Exception, match="failed"):
-        with qo.Scratch() as s:
+    before = set(live_dirs(CH.name))
+    with pytest.raises(PerfbookError, match="failed") as e:
+        with ExitStack() as undo:
+            s = collect.Runner(undo.enter_context(Scratch(CH.name)))
+            undo.callback(s.close)
             d = s.dir
-            s.run(qo.create_cmd(s.path("x.qcow2"), 512, 4 * MiB), "qemu-img create")
+            s.run(spec.create_cmd(s.path("x.qcow2"), 512, 4 * MiB), "qemu-img create")
             assert (d / "x.qcow2").exists()
+            sleeper = subprocess.Popen(["sleep", "4242"], start_new_session=True)
+            s.children.add(sleeper)  # as if a run were under way when the error came
             s.run(["qemu-img", "info", str(s.path("missing.qcow2"))], "qemu-img info")
+    assert "\n" not in str(e.value)
+    assert sleeper.poll() is not None, "a child outlived the undo stack"
     assert not d.exists()
-    assert set(live_dirs(qo.CHAPTER)) == before
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_collect_interrupted_leaves_nothing(tmp_path, sig):
-    """SIGINT/SIGTERM in the middle of a collect: no scratch dir, no qemu-img, no dataset."""
-    qemu_img()
-    need_preflight(qo)
-    before = set(live_dirs(qo.CHAPTER))
-    data = tmp_path / "data"
-    code = ("import tools.qcow2_overlap as q\n"
-            f"q.collect(data_dir={str(data)!r}, profile='quick', repeats=50, rep_budget_s=3600,"
-            " prealloc_sizes_512=[64 << 20])\n")
-    env = {**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")}
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # wait until it is busy (scratch dir exists and a qemu-img is running)
-    deadline = time.monotonic() + 30
-    mine = []
-    while time.monotonic() < deadline:
-        mine = [d for d in live_dirs(qo.CHAPTER) if d not in before]
-        if mine and _children_of(proc.pid):
-            break
-        time.sleep(0.05)
-    assert mine, "collect never created its scratch directory"
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
-    assert not any(d.exists() for d in mine), "scratch directory left behind"
-    assert _children_of(proc.pid) == []
-    assert not _qemu_processes_using(mine)
-    runs = data / "runs"  # no dataset, and no half-written one either
-    assert not runs.exists() or not any(p.name.startswith(("2", ".tmp-")) for p in runs.rglob("*"))
-
-
-def _children_of(pid: int) -> list[str]:
-    r = subprocess.run(["ps", "-o", "pid=,ppid=,comm=", "-e"], capture_output=True, text=True)
-    return [l for l in r.stdout.splitlines()
-            if l.split()[1] == str(pid) and l.split()[2] in ("qemu-img", "qemu-io")]
-
-
-def _qemu_processes_using(dirs) -> list[str]:
-    r = subprocess.run(["ps", "-o", "pid=,args=", "-e"], capture_output=True, text=True)
-    return [l for l in r.stdout.splitlines()
-            if "qemu-" in l and any(str(d) in l for d in dirs)]
+    assert set(live_dirs(CH.name)) == before
 
 
 # --- a real (quick) collect run ----------------------------------------------------------------
 
 def test_quick_collect(scratch_data):
     qemu_img()
-    need_preflight(qo)
-    before = set(live_dirs(qo.CHAPTER))
-    out = qo.collect(data_dir=scratch_data, profile="quick")
-    assert set(live_dirs(qo.CHAPTER)) == before
-    p = qo.params("quick")
+    need_preflight(CH)
+    before = set(live_dirs(CH.name))
+    out = framework.collect(CH, "quick", scratch_data, say=lambda s: None)
+    assert set(live_dirs(CH.name)) == before
+    p = CH.parameters("quick")
     # the repetition table: one row per experiment and mode, the warm-up round counted there
     rep = pd.read_csv(out / "repetition.csv")
     n_cases = len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])
@@ -359,9 +336,11 @@ def test_quick_collect(scratch_data):
     man = json.loads((out / "manifest.json").read_text())
     assert man["tables"]["prealloc"] > 0 and man["tables"]["writes"] > 0
     assert man["tools"]["qemu-img"].startswith("qemu-img version")
-    d = qo.load(scratch_data)
-    pre = d["prealloc"]
-    p = qo.params("quick")
+    assert man["profile"] == "quick" and "profile" not in man["parameters"]
+    assert man["facts"]["scratch"]["filesystem"] and "resolvable" in man["facts"]["perf_symbols"]
+    assert not any("still present" in n for n in man["notes"]), man["notes"]
+    D = CH.load(scratch_data)
+    pre = D["prealloc"]
     assert set(pre["mode"]) == set(qo.MODES)
     pre = pre[pre.command == "resize_no_flush"]
     n_pre = rep[rep.experiment.str.startswith("prealloc")].groupby("experiment").n.first()
@@ -370,19 +349,15 @@ def test_quick_collect(scratch_data):
         == sorted(n_pre.tolist())
     assert (pre.cpu_s > 0).all() and (pre.wall_s > 0).all()
     # every mode produced the same metadata layout
-    meta = d["metadata"]
+    meta = D["metadata"]
     pm = meta[meta.experiment == "prealloc"]
     assert pm.groupby(["cluster_size", "virtual_size"]).n_active_l2.nunique().eq(1).all()
-    ft = qo.formula_table(meta)
+    ft = analysis.formula_table(meta)
     assert (ft.measured_clusters > 0).all()
-    ov = qo.overhead(pre, ["cluster_size", "image_size", "mode"])
+    ov = analysis.overhead(pre, ["cluster_size", "image_size", "mode"])
     assert set(ov["mode"]) == set(qo.MODES)
     assert ov.extra_ci_low.le(ov.extra_ci_high).all()
-    assert qo_children_none()
-
-
-def qo_children_none() -> bool:
-    return qemu_children() == []
+    assert qemu_children() == []
 
 
 # --- analysis on canned input and on the committed data (runs everywhere) ----------------------
@@ -402,14 +377,14 @@ PERF_TEXT = """# Total Lost Samples: 0
 
 
 def test_parse_perf_report():
-    shares, event, total = qo.parse_perf_report(PERF_TEXT)
+    shares, event, total = parse_perf_report(PERF_TEXT)
     assert event == "cpu-clock:ppp" and total == 1000  # no -n counts: the header's 1K
-    shares, _, total = qo.parse_perf_report(PERF_TEXT.replace("22.15%", "22.15%    1107")
-                                            .replace("3.80%", "3.80%     190"))
+    shares, _, total = parse_perf_report(PERF_TEXT.replace("22.15%", "22.15%    1107")
+                                         .replace("3.80%", "3.80%     190"))
     assert total == 1297 and shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
-    assert shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
     assert shares["qcow2_pre_write_overlap_check"] == pytest.approx(0.20)
     assert shares["_top"] == "finish_task_switch.isra.0"
+    assert parse_perf_report("") == ({"_top": ""}, "", 0)
 
 
 def test_overhead_is_a_rank_comparison_against_none():
@@ -417,121 +392,134 @@ def test_overhead_is_a_rank_comparison_against_none():
     rng = np.random.default_rng(3)
     rows = [{"host_id": "h", "case": 1, "mode": m, "cpu_s": base * (1 + rng.normal(0, 0.01))}
             for m, base in (("none", 1.0), ("constant", 1.0), ("cached", 1.3)) for _ in range(8)]
-    ov = qo.overhead(pd.DataFrame(rows), ["host_id", "case", "mode"]).set_index("mode")
+    ov = analysis.overhead(pd.DataFrame(rows), ["host_id", "case", "mode"]).set_index("mode")
     assert ov.loc["cached", "extra"] == pytest.approx(0.3, abs=0.03)
     assert ov.loc["cached", "significant"] and ov.loc["cached", "extra_ci_low"] > 0
     assert not ov.loc["constant", "significant"]
     assert "not significant" in ov.loc["constant", "verdict"]
 
 
+def _committed_or_skip():
+    D = CH.load()
+    if not D.manifests:
+        pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
+    return D
+
+
 def test_host_comparison_and_caption(tmp_path):
     """A second host (a copy of a dataset under another id) shows up side by side."""
-    d0 = qo.load()
-    if not d0["manifests"]:
-        pytest.skip("no committed qcow2_overlap dataset")
     import shutil
-    from tools.paths import data_dir
-    src = data_dir() / "runs" / d0["manifests"][0]["host"]["host_id"] / qo.CHAPTER / d0["manifests"][0]["run_id"]
-    dst = tmp_path / "runs" / "h-00000000fa4e" / qo.CHAPTER / "20300101T000000Z"
-    shutil.copytree(src, dst)
+    D0 = _committed_or_skip()
+    m0 = D0.quoted
+    dst = tmp_path / "runs" / "h-00000000fa4e" / CH.name / "20300101T000000Z"
+    shutil.copytree(m0.path, dst)
     man = json.loads((dst / "manifest.json").read_text())
     man["host"]["host_id"], man["run_id"] = "h-00000000fa4e", dst.name
+    man["parameters"].pop("profile", None)  # the copy records no profile: the original is quoted
     (dst / "manifest.json").write_text(json.dumps(man))
-    shutil.copytree(src, tmp_path / "runs" / d0["manifests"][0]["host"]["host_id"] / qo.CHAPTER / src.name)
-    d = qo.load(tmp_path)
-    assert qo.shown(d["prealloc"], d["manifests"]).host_id.nunique() == 2
-    hc = qo.host_comparison(d)
+    shutil.copytree(m0.path, tmp_path / "runs" / m0.host_id / CH.name / m0.path.name)
+    D = CH.load(tmp_path)
+    assert D.quoted.key == m0.key
+    assert D.of_shown(D["prealloc"]).host_id.nunique() == 2
+    hc = analysis.host_comparison(D)
     assert len(hc) and not hc["significant"].any(), "the same runs under two ids: no difference"
-    cap = qo.caption_for(d["writes"], d["manifests"], "CPU", by=["host_id", "workload", "mode"])
+    assert prose.host_sentence(D) == f"0 of {len(hc)} case-and-mode comparisons differ significantly between hosts."
+    cap = analysis.caption_for(D["writes"], D.manifests, "CPU", by=["host_id", "workload", "mode"])
     assert "h-00000000fa4e" in cap and "runs per group" in cap
+    assert set(analysis.parameters_table(D).columns) == {f"{m0.host_id} {m0.run_id}",
+                                                         f"h-00000000fa4e {dst.name}"}
 
 
 def test_committed_data_tells_a_consistent_story():
-    d = qo.load()
-    if not d["manifests"]:
-        pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
-    h = qo.headline(d)
+    D = _committed_or_skip()
+    h = qo.headline(D)
     # the formula with IS = virtual size is a close upper estimate of L2 tables + refblocks
     assert 0.95 < h["formula_ratio_min"] <= h["formula_ratio_max"] < 1.1
     # reference figures come from the seed's table, not from the code
     assert h["seed_pct_create"] == pytest.approx(48.91)
-    ft = qo.formula_table(qo.this_run(d["metadata"], qo.latest(d["manifests"])))
+    ft = analysis.formula_table(D.of_quoted(D["metadata"]))
     assert (ft.l2_tables > 0).all()
-    ref = d["reference"]
+    ref = D.reference("qcow2_overlap")
     assert {"seed_file", "title", "date", "environment", "note"} <= set(ref.columns)
     assert (ref.seed_file == qo.SEED).all()
+    nm = analysis.not_measured(D)
+    assert set(zip(nm.host, nm.run)) == {m.key for m in D.manifests}
+    assert (nm[nm.what == "perf event"].why != "none").all()
 
 
+class _FirstRunOnly(Data):
+    """The datasets, with the largest 512 B preallocation size of `run` cut to one run per mode."""
 
-def _committed_or_skip() -> dict:
-    d = qo.load()
-    if not d["manifests"]:
-        pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
-    return d
+    def __getitem__(self, name):
+        df = super().__getitem__(name)
+        if name != "prealloc":
+            return df
+        q = self.quoted
+        rs = ((df.host_id == q.host_id) & (df.run_id == q.run_id) & (df.command == "resize_no_flush")
+              & (df.cluster_size == 512))
+        big = rs & (df.image_size == df[rs].image_size.max())
+        first = df[big].groupby("mode")["repeat"].transform("min")
+        return df.drop(index=df[big].index[df.loc[big, "repeat"] != first])
 
 
 def test_headline_skips_a_size_that_stopped_with_one_run():
     """The largest 512 B size stopped on its time budget after one run (n = 1 per mode):
     overhead() drops it, so headline() quotes the next size and says so."""
-    d = _committed_or_skip()
-    m = qo.latest(d["manifests"])
-    pre = d["prealloc"]
-    mine = (pre.host_id == m["host"]["host_id"]) & (pre.run_id == m["run_id"])
-    rs = mine & (pre.command == "resize_no_flush") & (pre.cluster_size == 512)
-    sizes = sorted(pre[rs].image_size.unique())
+    D0 = _committed_or_skip()
+    pre = D0.of_quoted(D0["prealloc"])
+    sizes = sorted(pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)].image_size.unique())
     assert len(sizes) >= 2
-    big = rs & (pre.image_size == sizes[-1])
-    first = pre[big].groupby("mode")["repeat"].transform("min")
-    drop = pre[big].index[pre.loc[big, "repeat"] != first]
-    d = {**d, "prealloc": pre.drop(index=drop)}
-    assert d["prealloc"][big.reindex(d["prealloc"].index)].groupby("mode").size().eq(1).all()
-    h = qo.headline(d)
+    D = _FirstRunOnly(CH)
+    cut = D.of_quoted(D["prealloc"])
+    assert cut[(cut.image_size == sizes[-1]) & (cut.cluster_size == 512)
+               & (cut.command == "resize_no_flush")].groupby("mode").size().eq(1).all()
+    h = qo.headline(D)
     assert h["pre_big_mib"] == sizes[-2] // MiB
     assert h["pre_max_mib"] == sizes[-1] // MiB
     assert f"{sizes[-1] // MiB} MiB" in h["pre_big_note"] and f"{sizes[-2] // MiB} MiB" in h["pre_big_note"]
     assert h["pre_n"] >= 2
     # with every run the largest size is the one quoted, and nothing to explain
-    h0 = qo.headline(_committed_or_skip())
+    h0 = qo.headline(D0)
     assert h0["pre_big_mib"] == h0["pre_max_mib"] == sizes[-1] // MiB and h0["pre_big_note"] == ""
 
 
-def test_headline_floats_are_rounded_to_the_digits_shown():
-    """nbval compares a glued float's full repr; headline() rounds each float to the decimals
-    the chapter shows, so a last-digit difference between numpy builds can't fail it."""
+def test_findings_are_what_the_prose_shows():
+    """Every {glue:text} name in the chapter is glued (findings, or nb.repetition's rep_*),
+    as text formatted the way the prose shows it, or as an int: never a float, whose
+    repr would carry digits the page does not show."""
     import re
-    d = _committed_or_skip()
-    h = qo.headline(d)
-    assert h["pre_slope"] == round(h["pre_slope"], 1)  # shown as :.1f; was 1.3914918610261091
+    D = _committed_or_skip()
+    f, h = qo.findings(D), qo.headline(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
-    shown: dict[str, int] = {}
+    refs = set()
     for c in nb["cells"]:
         if c["cell_type"] == "markdown":
-            for k, n in re.findall(r"\{glue(?::text)?\}`(\w+):\.(\d+)f`", "".join(c["source"])):
-                shown[k] = max(shown.get(k, 0), int(n))
-    assert "pre_slope" in shown
-    for k, n in shown.items():
-        if isinstance(h.get(k), float):
-            assert qo.GLUE_DIGITS.get(k, qo.GLUE_DEFAULT_DIGITS) >= n, k
-    for k, v in h.items():
-        if isinstance(v, float) and v == v:
-            digits = qo.GLUE_DIGITS.get(k, qo.GLUE_DEFAULT_DIGITS)
-            assert v == round(v, digits), (k, v)
-            assert len(repr(v).partition(".")[2]) <= max(digits, 1), (k, v)
+            refs |= set(re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"])))
+    assert refs and all(re.fullmatch(r"\w+", r) for r in refs), "a format spec is left in the prose"
+    from tools.notebook import REPETITION_GLUE
+    missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE}
+    assert not missing, missing
+    assert not [k for k, v in f.items() if isinstance(v, float)]
+    for k, fmt in prose.FORMATS.items():
+        assert f[k] == format(h[k], fmt), k
+    assert f["pre_slope"] == f"{h['pre_slope']:.1f}" and "." in f["pre_slope"]
+
 
 def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
     """A qemu-img that fails mid-run: one-line error, no dataset, no scratch directory."""
     qemu_img()
-    need_preflight(qo)
+    need_preflight(CH)
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))  # fails within a second
-    monkeypatch.setattr(qo, "prealloc_cmd", lambda path, size, mode: ["qemu-img", "resize", "--no-such-option"])
-    before = set(live_dirs(qo.CHAPTER))
+    monkeypatch.setattr(collect, "prealloc_cmd", lambda path, size, mode: ["qemu-img", "resize", "--no-such-option"])
+    before = set(live_dirs(CH.name))
     data = tmp_path / "data"
-    with pytest.raises(qo.PerfbookError) as e:
-        qo.collect(data_dir=data, profile="quick")
+    with pytest.raises(PerfbookError) as e:
+        framework.collect(CH, "quick", data, say=lambda s: None)
     assert "failed (exit" in str(e.value) and "\n" not in str(e.value)
-    assert set(live_dirs(qo.CHAPTER)) == before
+    assert set(live_dirs(CH.name)) == before
     runs = data / "runs"
     assert not runs.exists() or not any(p.name.startswith(("2", ".tmp-")) for p in runs.rglob("*"))
+    assert qemu_children() == []
 
 
 def test_shift_and_median_labels_state_the_real_coverage():
@@ -541,13 +529,22 @@ def test_shift_and_median_labels_state_the_real_coverage():
     rows = [{"cluster_size": 512, "image_size": 1 << 20, "mode": mode, "repeat": r,
              "cpu_s": 1.0 + 0.1 * r + (0.5 if mode != "none" else 0.0)}
             for mode in ("none", "cached", "all") for r in range(3)]
-    ov = qo.overhead(pd.DataFrame(rows), ["cluster_size", "image_size", "mode"])
+    ov = analysis.overhead(pd.DataFrame(rows), ["cluster_size", "image_size", "mode"])
     assert (ov["n"] == 3).all() and (ov["n_none"] == 3).all()
-    assert qo.shift_ci_label(ov) == "90 % CI"            # 3 vs 3: [min, max] of the differences
-    text = qo.prealloc_bars_text(ov)
+    assert analysis.shift_ci_label(ov) == "90 % CI"            # 3 vs 3: [min, max] of the differences
+    text = analysis.prealloc_bars_text(ov)
     assert "90 % CI" in text and "95" not in text
-    assert qo.shift_ci_label(ov.drop(columns="n_none")) == "CI of unknown coverage"
+    assert analysis.shift_ci_label(ov.drop(columns="n_none")) == "CI of unknown coverage"
     summ = pd.DataFrame([{"metric": "cpu_s", "mode": m, "workload": "w", "median": 1.0, "ci_low": 0.9,
                           "ci_high": 1.1, "n": n} for m, n in (("none", 3), ("cached", 6))])
-    g = qo.plot_modes(summ)
+    g = figures.plot_modes(summ)
     assert g.axes.flat[0].get_ylabel() == "CPU s per run (median, 75–96.87 % CI)"
+
+
+def test_figures_have_captions_from_the_data():
+    import matplotlib
+    matplotlib.use("Agg")
+    D = _committed_or_skip()
+    for make in (figures.prealloc, figures.modes, figures.formula):
+        fig, cap = make(D)
+        assert fig.axes and cap and "host" in cap

@@ -1,0 +1,201 @@
+"""qcow2_overlap: every value the chapter's prose quotes, from D.quoted and the seed's table.
+
+headline(D) gives the numbers (floats unrounded); findings(D) formats each one exactly as the
+prose shows it (FORMATS), because tools.notebook.glue_all glues text and integers only.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from .analysis import fit_quadratic, formula_table, host_comparison, overhead, prealloc_overhead
+from .spec import GiB, MiB
+
+# How the prose shows each float (format specs); everything else is an int or a str.
+FORMATS = {
+    "seed_create_gib": ".0f", "run_minutes": ".1f", "l2_cov_kib": ".0f",
+    "pre_big_cached_cpu": ".2f", "pre_big_none_cpu": ".2f", "pre_big_extra": ".2f",
+    "pre_big_extra_lo": ".2f", "pre_big_extra_hi": ".2f", "pre_big_share": ".0f",
+    "pre_prev_extra": ".2f", "pre_size_step": ".0f", "pre_growth": ".1f", "pre_size_sq": ".0f",
+    "pre_slope": ".1f", "pre_extrap_2g": ".1f", "seed_user_saved": ".1f",
+    "seed_create_before": ".1f", "seed_create_after": ".1f", "k64_extra_ms": ".0f",
+    "flush_wall": ".2f", "flush_cpu": ".2f",
+    "ow_cached_us": ".1f", "ow_cached_lo_us": ".1f", "ow_cached_hi_us": ".1f", "ow_cached_share": ".0f",
+    "seed_random_factor": ".0f",
+    "al_cached_us": ".1f", "al_cached_share": ".1f", "al_cached_lo_us": ".0f", "al_cached_hi_us": ".0f",
+    "sn_cached_us": ".1f", "sn_cached_lo_us": ".0f", "sn_cached_hi_us": ".0f",
+    "sn_all_us": ".0f", "sn_all_lo_us": ".0f", "sn_all_hi_us": ".0f", "sn_all_share": ".0f",
+    "perf_ow_cached": ".1f", "seed_pct_random": ".1f", "perf_pre_cached": ".1f",
+    "seed_pct_create": ".1f", "perf_size_ratio": ".0f", "perf_pre_pred_2g": ".0f", "perf_sn_all": ".1f",
+    "formula_ratio_min": ".3f", "formula_ratio_max": ".3f",
+    "seed_disk_mib": ".0f", "seed_formula_kib": ".0f", "seed_list_kib": ".0f",
+    "f2_disk_mib": ".0f", "f2_formula_disk_kib": ".0f", "f2_list_kib": ".0f", "f2_runs_kib": ".0f",
+}
+# The other values the prose quotes, as they are (ints and strings).
+AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "pre_prev_mib", "host_cpus", "pre_not_sig",
+         "pre_n_cmp", "k64_size_gib", "flush_size_mib", "ow_size_mib", "ow_n", "ow_requests",
+         "sn_snapshots", "perf_event", "perf_n", "perf_pre_size_mib", "f2_size_mib", "f2_clusters",
+         "qemu_version", "scratch_fs", "host_sentence", "pre_big_note")
+
+
+def findings(D) -> dict:
+    """Every value the prose glues, formatted as it shows them (strings and ints)."""
+    h = headline(D)
+    out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h}
+    out.update({k: h[k] for k in AS_IS if k in h})
+    return out
+
+
+def headline(D) -> dict:
+    """The numbers the text quotes, from the quoted dataset and the seed's table.
+
+    pre_big_mib is the largest 512-byte-cluster size overhead() compared (>= 2 runs of
+    'cached' and of 'none'); pre_max_mib the largest measured, pre_big_note a sentence
+    when they differ.
+    """
+    import numpy as np
+    m = D.quoted
+    ref = D.reference("qcow2_overlap")
+    out: dict = {}
+    pre = D.of_quoted(D["prealloc"])
+    rs = pre[pre.command == "resize_no_flush"]
+    ov = overhead(rs, ["cluster_size", "image_size", "mode"])
+    # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
+    # time budget with one run has no comparison (pre_max_mib says what was measured)
+    kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
+    if kept.empty:
+        raise ValueError("no 512-byte-cluster size has >= 2 runs of 'cached' and 'none'; "
+                         "nothing to quote")
+    big = int(kept.image_size.max())
+    row = kept[kept.image_size == big].iloc[0]
+    out["pre_big_mib"] = big // MiB
+    out["pre_max_mib"] = int(rs[rs.cluster_size == 512].image_size.max()) // MiB
+    out["pre_big_note"] = ("" if out["pre_max_mib"] == out["pre_big_mib"] else
+                           f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
+                           f"so the largest compared size is {out['pre_big_mib']} MiB")
+    out["pre_big_cached_cpu"] = row["median"]
+    out["pre_big_none_cpu"] = row.none_median
+    out["pre_big_extra"] = row.extra
+    out["pre_big_extra_lo"], out["pre_big_extra_hi"] = row.extra_ci_low, row.extra_ci_high
+    out["pre_big_share"] = row.share_pct
+    out["pre_n"] = int(row.n)
+    a, out["pre_slope"] = fit_quadratic(ov)
+    if len(kept) >= 2:
+        c512 = kept.sort_values("image_size")
+        last, prev = c512.iloc[-1], c512.iloc[-2]
+        out["pre_prev_mib"] = int(prev.image_size) // MiB
+        out["pre_prev_extra"] = prev.extra
+        out["pre_size_step"] = last.image_size / prev.image_size
+        out["pre_size_sq"] = out["pre_size_step"] ** 2
+        out["pre_growth"] = last.extra / prev.extra if prev.extra > 0 else float("nan")
+    # the quoted host's modes against none, at every size (the table's `significant` column)
+    mine = prealloc_overhead(D)
+    mine = mine[(mine.host_id == m.host_id) & (mine["mode"] != "none")]
+    out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
+    seed_size = int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
+    out["pre_extrap_2g"] = a * seed_size ** 2
+    r = ref[(ref.experiment == "create_prealloc_metadata_512") & (ref.metric == "wall_s")]
+    before = r[r.variant == "before_series"].iloc[0]
+    after = r[r.variant == "after_series"].iloc[0]
+    out["seed_user_saved"] = before.user_s - after.user_s
+    out["seed_create_before"], out["seed_create_after"] = before.value, after.value
+    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")]
+    out["k64_size_gib"] = int(k64.image_size.max()) // GiB
+    out["k64_extra_ms"] = 1000 * k64.sort_values("image_size").extra.iloc[-1]
+    cf = pre[pre.command == "create_with_flushes"]
+    out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
+    out["flush_wall"] = float(cf.wall_s.median()) if len(cf) else float("nan")
+    out["flush_cpu"] = float(cf.cpu_s.median()) if len(cf) else float("nan")
+    out.update(_writes(D, ref))
+    out.update(_metadata(D, ref))
+    out.update(_perf(D, ref, seed_size))
+    t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started", "finished"))
+    out["run_minutes"] = (t1 - t0).total_seconds() / 60
+    out["host_cpus"] = m["host"]["cpus_online"]
+    out["scratch_fs"] = (m.facts.get("scratch") or {}).get("filesystem") or "unknown"
+    out["seed_create_gib"] = seed_size / GiB
+    out["step_clusters"] = m.parameters["bench_step_clusters"]
+    out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
+    out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
+    out["host_sentence"] = host_sentence(D)
+    # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+
+
+def _writes(D, ref) -> dict:
+    out = {}
+    wr = D.of_quoted(D["writes"])
+    ovw = overhead(wr, ["workload", "mode"])
+    for wl, key in (("overwrite_scattered_512", "ow"), ("allocate_sequential_64k", "al"),
+                    ("overwrite_after_snapshots_512", "sn")):
+        g = ovw[ovw.workload == wl].set_index("mode")
+        nreq = int(wr[wr.workload == wl].requests.iloc[0])
+        for mode in ("cached", "all"):
+            if mode in g.index:
+                out[f"{key}_{mode}_us"] = 1e6 * g.loc[mode, "extra"] / nreq
+                out[f"{key}_{mode}_share"] = g.loc[mode, "share_pct"]
+                out[f"{key}_{mode}_lo_us"] = 1e6 * g.loc[mode, "extra_ci_low"] / nreq
+                out[f"{key}_{mode}_hi_us"] = 1e6 * g.loc[mode, "extra_ci_high"] / nreq
+        out[f"{key}_requests"] = nreq
+        out[f"{key}_n"] = int(g.n.min())
+    out["ow_size_mib"] = int(wr[wr.workload == "overwrite_scattered_512"].image_size.iloc[0]) // MiB
+    seed_rand = ref[ref.experiment == "guest_random_512_odirect"].image_size_mib.iloc[0]
+    out["seed_random_factor"] = float(seed_rand) / out["ow_size_mib"]
+    out["sn_snapshots"] = int(wr[wr.workload == "overwrite_after_snapshots_512"].snapshots.iloc[0])
+    return out
+
+
+def _metadata(D, ref) -> dict:
+    """The formula against the images; the seed's 2 GiB image at 512-byte clusters."""
+    out = {}
+    ft = formula_table(D.of_quoted(D["metadata"]))
+    ratio = ft.measured_clusters / ft.formula_virtual
+    out["formula_ratio_min"], out["formula_ratio_max"] = float(ratio.min()), float(ratio.max())
+    s2 = ft[(ft.cluster_size == 512) & (ft.snapshots == 0)].sort_values("virtual_size_mib").iloc[-1]
+    out["f2_size_mib"] = int(s2.virtual_size_mib)
+    out["f2_clusters"] = int(s2.measured_clusters)
+    out["f2_list_kib"] = s2.measured_list_kib
+    out["f2_runs_kib"] = s2.runs_list_kib
+    out["f2_disk_mib"] = s2.disk_usage_mib
+    out["f2_formula_disk_kib"] = s2.formula_disk_kib
+    out["f2_formula_virtual_kib"] = s2.formula_virtual_kib
+    rl = ref[ref.experiment == "ram_formula"]
+    out["seed_list_kib"] = float(rl[rl.variant == "measured_list"].value.iloc[0])
+    out["seed_formula_kib"] = float(rl[rl.variant == "formula_disk_size"].value.iloc[0])
+    out["seed_disk_mib"] = float(rl[rl.variant == "formula_disk_size"].image_size_mib.iloc[0])
+    return out
+
+
+def _perf(D, ref, seed_size: int) -> dict:
+    import numpy as np
+    out = {}
+    cy = D.of_quoted(D["cycles"])
+    if cy is not None and len(cy):
+        g = cy.groupby(["workload", "mode"]).check_pct.median()
+        out["perf_event"] = str(cy.event.iloc[0])
+        out["perf_pre_cached"] = float(g.get(("prealloc_512", "cached"), np.nan))
+        out["perf_ow_cached"] = float(g.get(("overwrite_scattered_512", "cached"), np.nan))
+        out["perf_al_cached"] = float(g.get(("allocate_sequential_64k", "cached"), np.nan))
+        out["perf_sn_all"] = float(g.get(("overwrite_after_snapshots_512", "all"), np.nan))
+        out["perf_n"] = int(cy.groupby(["workload", "mode"]).size().min())
+        out["perf_pre_size_mib"] = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB
+        out["perf_size_ratio"] = seed_size / MiB / out["perf_pre_size_mib"]
+        out["perf_work_ratio"] = out["perf_size_ratio"] ** 2
+        # if the check's work grows with size^2 and the rest with size, its share at the
+        # seed's size follows from ours: odds scale with the size ratio
+        odds = out["perf_pre_cached"] / (100 - out["perf_pre_cached"]) * out["perf_size_ratio"]
+        out["perf_pre_pred_2g"] = 100 * odds / (1 + odds)
+    seed = ref[ref.metric == "cycles_share_pct"].set_index(["experiment", "variant"]).value
+    out["seed_pct_create"] = float(seed[("create_prealloc_metadata_512", "before_series")])
+    out["seed_pct_dd"] = float(seed[("guest_dd_64k", "before_series")])
+    out["seed_pct_random"] = float(seed[("guest_random_512_odirect", "before_series")])
+    return out
+
+
+def host_sentence(D) -> str:
+    """What the side-by-side comparison of hosts found, in one sentence."""
+    if len(D.hosts) < 2:
+        return "Only one host has measured this chapter so far, so there is nothing to compare yet."
+    hc = host_comparison(D)
+    if hc.empty:
+        return "The hosts measured no case with the same sizes, so there is nothing to compare case by case."
+    return f"{int(hc.significant.sum())} of {len(hc)} case-and-mode comparisons differ significantly between hosts."
