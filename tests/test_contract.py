@@ -251,7 +251,15 @@ def leftovers(data: Path) -> list[str]:
         m = re.match(r"perfbook_(\d+)_", n)
         if m and _ours(int(m.group(1))):
             out.append(f"netns {n.split()[0]}")
+    from tools import knobs
+    out += [f"knob record {r}" for r in knobs.records() if r.stem.isdigit() and _ours(int(r.stem))]
     return out
+
+
+def mounts_of_ours() -> dict:
+    """The mounts a run may make (and must undo): debugfs, tracefs."""
+    from tools import knobs
+    return {"debugfs": knobs.mounted(), "tracefs": knobs.mounted(Path("/sys/kernel/tracing"), "tracefs")}
 
 
 def settle(data: Path, seconds: float = 30) -> list[str]:
@@ -321,6 +329,9 @@ LIVE = {
     # QEMU guests booting (TCG here; tracing instances armed on the host)
     "virtio_features": (r"\[virtio_features\] booting a (KVM|TCG) guest", {}),
     "virtio_blk_latency": (r"\[virtio_blk_latency\] booting a (TCG|KVM) guest", {"accel": "tcg"}),
+    # debugfs mounted for the scheduler knobs, workers running, an ftrace instance armed
+    "cpu_pinning": (r"\[cpu_pinning\] \d+/\d+ \(\d+%\) round 1 ",
+                    {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600}),
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
@@ -342,6 +353,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
     assert settle(data, 5) == [], "state left before the test by a live process of ours"
     ready, extra = LIVE[chapter]
     sig, target = SIGNALS[how]
+    mounts_before = mounts_of_ours()
     p, seen = start(entry(kind, chapter, data, tmp_path, extra), chapter, ready)
     t0 = time.monotonic()
     if target == "group":
@@ -361,6 +373,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
         sweep_all(log=lambda s: None, data_dir=data)  # what the next run does first
     left = settle(data)
     assert left == [], f"after {how} ({kind}) this was left: {left}\n" + "".join(seen[-5:]) + (out or "")[-2000:]
+    assert mounts_of_ours() == mounts_before, f"after {how} ({kind}) a mount was left or taken away"
     if kind == "measure" and sig != signal.SIGKILL:
         assert stopped < 30, f"took {stopped:.0f} s to stop"
         assert "Traceback" not in (out or ""), out[-2000:]

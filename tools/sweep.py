@@ -9,6 +9,7 @@ removed:
   scratch     <scratch parent>/<chapter>-<pid>-* (and the older /var/tmp/perfbook-*-*)
   datasets    half-written data/runs/**/.tmp-<pid>-* directories
   netns       perfbook_<pid>_* network namespaces
+  knobs       debugfs/sysctl knobs a run changed, and the debugfs it mounted (tools.knobs)
 Child processes die with their run (PR_SET_PDEATHSIG, tools.guard.die_with_parent).
 """
 from __future__ import annotations
@@ -101,6 +102,8 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
         root = find_tracefs()
         if root is not None:
             removed += sweep_stale(root, log=lambda s: None)
+        from . import knobs
+        removed += knobs.sweep_stale(log=log)
         if shutil.which("ip"):
             from .netperf_latency import sweep_stale_netns
             removed += sweep_stale_netns(log=lambda s: None)

@@ -1,0 +1,97 @@
+"""tools.knobs: kernel knobs put back on every exit path, and after a SIGKILL by the sweep.
+On a fake tree (this host's lockdown forbids writing the real debugfs knobs), through the
+cpu_pinning chapter's SchedKnobs, the one user today."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from tools import knobs
+from tools.chapters.cpu_pinning.knobs import SchedKnobs
+from tools.errors import PerfbookError
+
+
+def _fake_debugfs(tmp_path):
+    root = tmp_path / "debug"
+    (root / "sched").mkdir(parents=True)
+    (root / "sched" / "base_slice_ns").write_text("1400000\n")
+    (root / "sched" / "migration_cost_ns").write_text("500000\n")
+    return root
+
+
+def test_knobs_are_restored_after_an_exception(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    with pytest.raises(RuntimeError):
+        with SchedKnobs(root=root, mount=False) as k:
+            k.set("base_slice_ns", "10000000")
+            k.set("base_slice_ns", "20000000")  # the first saved value wins
+            assert (root / "sched/base_slice_ns").read_text() == "20000000"
+            raise RuntimeError("boom")
+    assert (root / "sched/base_slice_ns").read_text() == "1400000"
+    assert (root / "sched/migration_cost_ns").read_text() == "500000\n"
+
+
+KNOB_RUN = r"""
+import sys, time
+from pathlib import Path
+from tools.chapters.cpu_pinning.knobs import SchedKnobs
+with SchedKnobs(root=Path(sys.argv[1]), mount=False) as k:
+    k.set("base_slice_ns", "10000000")
+    print("set", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_knobs_are_restored_on_signals(tmp_path, sig):
+    """The mechanism on a fake tree (this host's lockdown forbids writing the real knobs)."""
+    root = _fake_debugfs(tmp_path)
+    code = KNOB_RUN
+    if sig == signal.SIGTERM:  # the framework's collect turns SIGTERM into KeyboardInterrupt the same way
+        code = "from tools import guard; guard.enter()\n" + KNOB_RUN
+    p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "set"
+    assert (root / "sched/base_slice_ns").read_text() == "10000000"
+    p.send_signal(sig)
+    p.communicate(timeout=30)
+    assert p.returncode != 0
+    assert (root / "sched/base_slice_ns").read_text() == "1400000"
+
+
+def test_unreadable_knob_is_never_written(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    with SchedKnobs(root=root, mount=False) as k:
+        with pytest.raises(PerfbookError, match="refusing to write"):
+            k.set("no_such_knob", "1")
+
+
+def test_a_sigkilled_runs_knobs_are_restored_by_the_sweep(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    p = subprocess.Popen([sys.executable, "-c", KNOB_RUN, str(root)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert p.stdout.readline().strip() == "set"
+    rec = knobs._record_dir() / f"{p.pid}.json"
+    assert json.loads(rec.read_text())["saved"] == {str(root / "sched/base_slice_ns"): "1400000"}
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=30)
+    assert (root / "sched/base_slice_ns").read_text() == "10000000", "SIGKILL: nothing restored yet"
+    done = knobs.sweep_stale(log=lambda s: None)
+    assert (root / "sched/base_slice_ns").read_text() == "1400000" and not rec.exists()
+    assert any("base_slice_ns" in d for d in done)
+
+
+def test_a_live_runs_record_is_left_alone(tmp_path):
+    root = _fake_debugfs(tmp_path)
+    with SchedKnobs(root=root, mount=False) as k:
+        k.set("base_slice_ns", "10000000")
+        assert knobs.sweep_stale(log=lambda s: None) == []
+        assert (root / "sched/base_slice_ns").read_text() == "10000000"
+    assert (root / "sched/base_slice_ns").read_text() == "1400000"
+    assert not (knobs._record_dir() / f"{os.getpid()}.json").exists()

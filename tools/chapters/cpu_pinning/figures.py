@@ -1,0 +1,118 @@
+"""The chapter's figures: frames in, (figure, caption) out (tools.notebook.show displays them)."""
+from __future__ import annotations
+
+from ... import stats
+from . import analysis as A
+from .findings import host_summary
+from .spec import LOAD_TITLE, LOADS, ORDER
+
+
+def plot_metric(summ, metric, ylabel, ax):
+    """Median (point) and CI (bar) per variant, one colour per load."""
+    loads = [ld for ld in LOADS if ld in set(summ.load)]
+    s = summ[summ.metric == metric]
+    order = [v for v in ORDER if v in set(s.variant)]
+    for i, ld in enumerate(loads):
+        g = s[s.load == ld].set_index("variant").reindex(order)
+        x = [k + (i - (len(loads) - 1) / 2) * 0.25 for k in range(len(order))]
+        ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]],
+                    fmt="o", capsize=3, label={"sat": "saturation", "rate": "fixed rate"}[ld])
+    ax.set_xticks(range(len(order)), order, rotation=20)
+    ax.set_ylabel(ylabel)
+    return ax
+
+
+def results(D):
+    """Worker CPU per request and p99 latency per variant and load, quoted dataset."""
+    import matplotlib.pyplot as plt
+    S = D.S
+    sel = S[S.metric.isin(["cpu_per_req_us", "lat_p99_ms"])]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    plot_metric(S, "cpu_per_req_us", "worker CPU µs per request", axes[0])
+    plot_metric(S, "lat_p99_ms", "p99 latency (ms)", axes[1])
+    axes[0].legend(title="load", fontsize="small")
+    axes[1].set_yscale("log")
+    fig.suptitle("Median over rounds, with its distribution-free " + stats.ci_label(sel["n"]), fontsize=10)
+    fig.tight_layout()
+    return fig, stats.caption(
+        "Worker CPU time per request (left) and p99 latency (right) per variant and load, newest dataset",
+        n=sel["n"], unit="rounds", warmup=D.warm, hosts=D.host_caption,
+        extra=f"Each trial also began with {D.p['warmup_ms']} ms of warm-up; disturbed trials are left out")
+
+
+def migrations(D):
+    """Worker migrations per second, from /proc/<pid>/sched and from the tracepoint."""
+    import matplotlib.pyplot as plt
+    TL = D.TL
+    sources = {"worker_migr_per_s": "/proc/<pid>/sched", "worker_migr_trace_per_s": "sched_migrate_task"}
+    mig = TL.melt(id_vars=["variant", "load", "round"], value_vars=[c for c in sources if c in TL],
+                  var_name="source", value_name="per_s")
+    mig["source"] = mig.source.map(sources)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    order = [v for v in ORDER if v in set(mig.variant)]
+    for ax, load in zip(axes, ("rate", "sat")):
+        g = mig[mig.load == load]
+        for i, (src, gs) in enumerate(g.groupby("source")):
+            x = [order.index(v) + (i - 0.5) * 0.25 for v in gs.variant]
+            ax.scatter(x, gs.per_s, s=12, alpha=0.6, label=src)
+        ax.set_xticks(range(len(order)), order, rotation=20)
+        ax.set_title(LOAD_TITLE[load])
+    axes[0].set_ylabel("worker migrations per second (one dot per trial)")
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig, stats.caption(
+        "Worker migrations per second, counted by /proc/<pid>/sched and by the sched_migrate_task "
+        "tracepoint, one dot per trial of the newest dataset", n=TL.groupby(["load", "variant"]).size(),
+        unit="trials", warmup=D.warm, hosts=D.host_caption, ci=False)
+
+
+def core_balance(D):
+    """Busy share of each CPU per variant and load, median over rounds."""
+    import matplotlib.pyplot as plt
+    C = A.busy_cores(D.of_quoted(D["cores"]), D.TL)
+    bal = C.groupby(["load", "variant", "cpu"]).busy_frac.median().mul(100).reset_index()
+    order = [v for v in ORDER if v in set(D.TL.variant)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    for ax, load in zip(axes, ("rate", "sat")):
+        g = bal[bal.load == load]
+        cpus = sorted(g.cpu.unique())
+        for i, cpu in enumerate(cpus):
+            gc = g[g.cpu == cpu].set_index("variant").reindex(order)
+            ax.bar([k + (i - (len(cpus) - 1) / 2) * 0.35 for k in range(len(order))], gc.busy_frac,
+                   width=0.35, label=f"CPU {cpu}")
+        ax.set_xticks(range(len(order)), order, rotation=20)
+        ax.set_title(LOAD_TITLE[load])
+    axes[0].set_ylabel("busy % of the window (median over rounds)")
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig, stats.caption(
+        "Busy share of each CPU during the measurement window, median over rounds, newest dataset",
+        n=C.groupby(["load", "variant", "cpu"]).size(), unit="trials", warmup=D.warm,
+        hosts=D.host_caption, ci=False, extra="Disturbed trials are left out")
+
+
+def hosts(D):
+    """Worker CPU per request per variant, load and host (each host's shown dataset)."""
+    import matplotlib.pyplot as plt
+    SH = host_summary(D)
+    hosts_ = sorted(SH.host_id.unique())
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    for ax, load in zip(axes, ("rate", "sat")):
+        s = SH[(SH.metric == "cpu_per_req_us") & (SH.load == load)]
+        order = [v for v in ORDER if v in set(s.variant)]
+        for k, hid in enumerate(hosts_):
+            g = s[s.host_id == hid].set_index("variant").reindex(order)
+            x = [i + (k - (len(hosts_) - 1) / 2) * 0.8 / len(hosts_) for i in range(len(order))]
+            ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], fmt="o",
+                        capsize=3, label=hid)
+        ax.set_xticks(range(len(order)), order, rotation=20)
+        ax.set_title(LOAD_TITLE[load])
+    axes[0].set_ylabel("worker CPU µs per request")
+    axes[0].legend(title="host", fontsize="small")
+    fig.tight_layout()
+    shown = D.of_shown(D["trials"])
+    warm = [A.warmup_rounds(D["repetition"], r) for r in shown.run_id.unique()]
+    return fig, stats.caption(
+        "Worker CPU time per request per variant, load and host (each host's newest dataset)",
+        n=SH[SH.metric == "cpu_per_req_us"]["n"], unit="rounds", warmup=warm, hosts=stats.hosts_of(D.manifests),
+        extra="Disturbed trials are left out")
