@@ -1,42 +1,49 @@
 """qemu_cache_modes: parameters, the strace parser and the semantics table (fixture and live),
-the analysis helpers, page-cache residency, cleanup on SIGINT/SIGTERM, and a quick collect run
-(live, skipped with a reason where QEMU or strace is missing)."""
+the analysis helpers, page-cache residency, the host facts from tools.blockdev, the findings of
+the committed data, and a quick collect run (live, skipped with a reason where QEMU or strace is
+missing). Cleanup on signals is tests/test_contract.py's matrix (LIVE)."""
 from __future__ import annotations
 
 import json
 import os
-import re
-import signal
-import subprocess
-import sys
+import random
 import textwrap
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tools import guest
-from tools import qemu_cache_modes as Q
-from tools.scratch import live_dirs, sweep as sweep_scratch
+from tools import framework, guest
+from tools.chapters import qemu_cache_modes as Q
+from tools.chapters.qemu_cache_modes import analysis as A
+from tools.chapters.qemu_cache_modes import collect as C
+from tools.chapters.qemu_cache_modes import collect_guest as G
+from tools.chapters.qemu_cache_modes import parse as P
+from tools.chapters.qemu_cache_modes import spec as S
 from tools.errors import ParameterError
+from tools.scratch import live_dirs
 
 from conftest import ROOT, need_tool
 
 FIX = ROOT / "tests" / "fixtures" / "qemu_cache_modes"
+params = Q.chapter.parameters
+
+
+def collect(data, profile="quick", **over):
+    return framework.collect(Q.chapter, profile, data, say=lambda s: None, **over)
 
 
 # ---------------------------------------------------------------- parameters
 def test_params_validate():
-    q = Q.params("quick")
-    assert q["modes"] == list(Q.MODES) and q["parts"] == list(Q.PARTS)
-    d = Q.params("default")
-    assert d["guest_modes"] == list(Q.MODES) and d["bench_depths"] == [1, 16]
-    assert Q.params("quick", modes="unsafe,none")["modes"] == ["none", "unsafe"]  # book order
-    assert Q.params("quick", bench_depths="4,1")["bench_depths"] == [1, 4]
-    assert Q.params("quick")["guest_modes"] == ["none", "writeback"]
-    assert Q.params("quick", modes="writeback,unsafe")["guest_modes"] == ["writeback"]
-    assert Q.params("quick", modes="directsync")["guest_modes"] == ["directsync"]
+    q = params("quick")
+    assert q["modes"] == list(S.MODES) and q["parts"] == list(S.PARTS)
+    d = params("default")
+    assert d["guest_modes"] == list(S.MODES) and d["bench_depths"] == [1, 16]
+    assert params("quick", modes="unsafe,none")["modes"] == ["none", "unsafe"]  # book order
+    assert params("quick", bench_depths="4,1")["bench_depths"] == [1, 4]
+    assert params("quick")["guest_modes"] == ["none", "writeback"]
+    assert params("quick", modes="writeback,unsafe")["guest_modes"] == ["writeback"]
+    assert params("quick", modes="directsync")["guest_modes"] == ["directsync"]
     for bad in ({"modes": "fast"}, {"modes": ""}, {"parts": "semantics,nope"}, {"bench_depths": [0]},
                 {"bench_depths": "one"}, {"bench_size": 1000}, {"bench_size": True},
                 {"bench_flush_intervals": [-1]}, {"accel": "xen"}, {"sem_writes": 100},
@@ -47,34 +54,34 @@ def test_params_validate():
                 {"bench_budget_s": "long"}, {"host_dd_budget_s": 0}, {"host_dd_warmup": -1},
                 {"host_dd_max_runs": 1.5}):
         with pytest.raises(ParameterError):
-            Q.params("quick", **bad)
+            params("quick", **bad)
     with pytest.raises(ParameterError):
-        Q.params("huge")
+        params("huge")
     # adaptive repetition: the default budgets keep the book's measure run short
-    d = Q.params("default")
+    d = params("default")
     assert d["bench_budget_s"] <= 60 and d["host_dd_budget_s"] <= 15 and d["bench_warmup"] >= 1
-    assert Q.params("quick")["bench_budget_s"] <= 30
+    assert params("quick")["bench_budget_s"] <= 30
 
 
 def test_bad_parameter_writes_no_dataset(scratch_data):
     with pytest.raises(ParameterError):
-        Q.collect(scratch_data, "quick", modes="none,bogus")
+        collect(scratch_data, modes="none,bogus")
     assert not any((scratch_data / "runs").iterdir())
-    assert not [d for d in live_dirs(Q.CHAPTER) if _owner(d) == os.getpid()]
+    assert not [d for d in live_dirs(Q.chapter.name) if _owner(d) == os.getpid()]
 
 
 def test_bench_configs_and_command():
-    p = Q.params("default")
-    cfg = Q.bench_configs(p)
+    p = params("default")
+    cfg = C.bench_configs(p)
     # writes: formats x depths x flush intervals x modes; reads: no flush interval
     assert len(cfg) == 2 * 5 * (2 * 2 + 2)
     assert not [c for c in cfg if c["op"] == "read" and c["flush_interval"]]
-    cmd = Q.bench_cmd(Path("/x.img"), "raw", "none", "write", 16, 8, 100, 65536, "threads")
+    cmd = C.bench_cmd(Path("/x.img"), "raw", "none", "write", 16, 8, 100, 65536, "threads")
     assert cmd[:2] == ["qemu-img", "bench"] and "-w" in cmd and "--flush-interval=8" in cmd
     assert cmd[cmd.index("-t") + 1] == "none" and cmd[cmd.index("-d") + 1] == "16"
-    rcmd = Q.bench_cmd(Path("/x.img"), "qcow2", "unsafe", "read", 1, 8, 100, 65536, "threads")
+    rcmd = C.bench_cmd(Path("/x.img"), "qcow2", "unsafe", "read", 1, 8, 100, 65536, "threads")
     assert "-w" not in rcmd and not any(a.startswith("--flush") for a in rcmd)
-    native = Q.bench_configs(Q.params("quick", bench_aio="native"))
+    native = C.bench_configs(params("quick", bench_aio="native"))
     assert {c["mode"] for c in native} == {"none", "directsync"}
 
 
@@ -92,18 +99,18 @@ def test_parse_strace_joins_unfinished_calls():
         101 pread64(7, "ZZ"..., 20480, 7340032) = 20480
         101 +++ exited with 0 +++
         """)
-    ev = Q.parse_strace(text)
+    ev = P.parse_strace(text)
     assert [e["syscall"] for e in ev] == ["openat", "pwrite64", "io_uring_enter", "fdatasync",
                                          "pread64", "pread64", "pread64"]
     assert ev[1]["ret"] == 65536 and ev[3]["ret"] == 0  # joined across the interleaving
     assert ev[5]["ret"] == -1 and ev[5]["errno"] == "EINVAL"
-    rows = Q.classify(ev, "sem.raw")
+    rows = P.classify(ev, "sem.raw")
     kinds = [(r["syscall"], r["kind"], r["bytes"], r["offset"]) for r in rows]
     # fd 7 is not the image: dropped; the io_uring_enter is kept as an opaque 'uring' row
     assert kinds == [("openat", "open", None, None), ("pwrite64", "write", 65536, 0),
                      ("io_uring_enter", "uring", None, None), ("fdatasync", "sync", None, None),
                      ("pread64", "read", 12288, 6291456), ("pread64", "read", 1, 0)]
-    ph = Q.assign_phases(rows)
+    ph = P.assign_phases(rows)
     assert [r["phase"] for r in ph] == ["open", "write", "write", "write", "flush", "flush"]
     assert ph[4]["marker"] == "flush_begin"
 
@@ -115,7 +122,7 @@ def test_parse_io_submit_and_preadv():
         2 preadv(5, [{iov_base="Z"..., iov_len=20480}], 1, 7340032) = 20480
         2 pwritev2(5, [{iov_base="Z"..., iov_len=4096}], 1, 8192, RWF_DSYNC) = 4096
         """)
-    rows = Q.classify(Q.parse_strace(text), "img")
+    rows = P.classify(P.parse_strace(text), "img")
     got = [(r["syscall"], r["kind"], r["bytes"], r["offset"]) for r in rows]
     assert got == [("openat", "open", None, None), ("io_submit:PWRITEV", "write", 65536, 131072),
                    ("preadv", "read", 20480, 7340032), ("pwritev2", "write", 4096, 8192)]
@@ -126,7 +133,7 @@ def test_parse_io_submit_and_preadv():
                        for r in rows])
     ev.loc[ev.kind == "open", "phase"] = "open"
     ev = ev[ev.syscall.isin(["openat", "pwritev2"])]
-    sem = Q.semantics_table(ev).iloc[0]
+    sem = A.semantics_table(ev).iloc[0]
     assert sem.writes == 1 and sem.dsync_writes == 1 and not sem.writeback and not sem.no_flush
 
 
@@ -143,16 +150,16 @@ def test_parse_io_submit_fdsync_pwrite_and_exact_image():
             ("io_submit:FDSYNC", "sync", 3, None, None),
             ("io_submit:FSYNC", "sync", 3, None, None)]
     for name in ("sem.raw", "/var/tmp/qcm-fixture/sem.raw"):
-        rows = Q.classify(Q.parse_strace(text), name)
+        rows = P.classify(P.parse_strace(text), name)
         got = [(r["syscall"], r["kind"], r["fd"], r["bytes"], r["offset"]) for r in rows]
         assert got == want, name
         assert not any(r["dsync"] for r in rows)
     # the writes and flushes of one io_submit keep their order (one call, several rows)
     assert [r["seq"] for r in rows[1:]] == [4, 4, 5, 5, 6]
     for name in ("em.raw", "ixture/sem.raw", "/other/sem.raw", "/var/tmp/qcm-fixture"):
-        assert Q.classify(Q.parse_strace(text), name) == [], name
+        assert P.classify(P.parse_strace(text), name) == [], name
     # xsem.raw (fd 4) by its own name: its PWRITE only, not sem.raw's FSYNC
-    rows = Q.classify(Q.parse_strace(text), "xsem.raw")
+    rows = P.classify(P.parse_strace(text), "xsem.raw")
     assert [(r["syscall"], r["fd"], r["bytes"]) for r in rows] == [("openat", 4, None),
                                                                    ("io_submit:PWRITE", 4, 512)]
 
@@ -161,15 +168,15 @@ def _fixture_events() -> pd.DataFrame:
     for f in sorted(FIX.glob("trace-*.txt")):
         mode, fmt, aio = f.stem.split("-")[1:]
         rows += [{"mode": mode, "format": fmt, "aio": aio, **r}
-                 for r in Q.trace_rows(f.read_text(), f"sem.{fmt}")]
+                 for r in P.trace_rows(f.read_text(), f"sem.{fmt}")]
     return pd.DataFrame(rows)
 
 
 def _check_shape(sem: pd.DataFrame, n_writes: int | None = None):
     """The measured semantics have the shape of QEMU's documented mapping."""
-    assert set(Q.MODES) <= set(sem["mode"])
+    assert set(S.MODES) <= set(sem["mode"])
     for r in sem.itertuples():
-        wb, direct, nf = Q.DOC_MAPPING[r.mode]
+        wb, direct, nf = S.DOC_MAPPING[r.mode]
         assert r.writes > 0, r
         if n_writes is not None:
             assert r.writes == n_writes, r
@@ -182,12 +189,12 @@ def _check_shape(sem: pd.DataFrame, n_writes: int | None = None):
             assert r.syncs_write + r.syncs_flush + r.syncs_close + r.dsync_writes == 0, r
         elif wb:                                            # the guest's flush reaches the host
             assert r.syncs_flush >= 1, r
-    chk = Q.check_documented(sem)
+    chk = A.check_documented(sem)
     assert len(chk) == len(sem) and chk["agrees"].all(), chk[~chk["agrees"]]
 
 
 def test_semantics_table_from_fixture():
-    sem = Q.semantics_table(_fixture_events())
+    sem = A.semantics_table(_fixture_events())
     assert len(sem) == 7  # 5 modes with aio=threads, 2 O_DIRECT modes with aio=native
     _check_shape(sem, n_writes=4)
     t = sem.set_index(["mode", "aio"])
@@ -199,24 +206,24 @@ def test_semantics_check_can_fail():
     """A trace whose per-write syncs are gone no longer matches the documented mapping."""
     ev = _fixture_events()
     broken = ev[~((ev["mode"] == "writethrough") & (ev["kind"] == "sync"))]
-    chk = Q.check_documented(Q.semantics_table(broken))
+    chk = A.check_documented(A.semantics_table(broken))
     bad = chk[~chk["agrees"]]
     assert list(bad["mode"]) == ["writethrough"]
     # and an unsafe trace with a flush that reached the disk is caught too
     ev2 = ev.copy()
     i = ev2[(ev2["mode"] == "writeback") & (ev2["kind"] == "sync")].index
     moved = ev2.loc[i].assign(mode="unsafe")
-    chk2 = Q.check_documented(Q.semantics_table(pd.concat([ev2, moved]).sort_values(["mode", "seq"])))
+    chk2 = A.check_documented(A.semantics_table(pd.concat([ev2, moved]).sort_values(["mode", "seq"])))
     assert not chk2.set_index("mode").loc["unsafe", "agrees"]
 
 
 def test_semantics_live(scratch_data):
     need_tool("strace")
     need_tool("qemu-io", "qemu-utils")
-    out = Q.collect(scratch_data, "quick", parts="semantics", sem_aio="threads,native")
+    out = collect(scratch_data, parts="semantics", sem_aio="threads,native")
     ev = pd.read_csv(out / "trace.csv")
-    sem = Q.semantics_table(ev)
-    _check_shape(sem, n_writes=Q.params("quick")["sem_writes"])
+    sem = A.semantics_table(ev)
+    _check_shape(sem, n_writes=params("quick")["sem_writes"])
     man = json.loads((out / "manifest.json").read_text())
     assert set(man["tables"]) == {"trace"} and "semantics" not in man["skipped"]
     assert len(list((out / "strace").glob("trace-*.txt"))) == len(sem)
@@ -226,34 +233,34 @@ def test_semantics_live(scratch_data):
 # ---------------------------------------------------------------- analysis helpers
 def test_orderings():
     v = {"a": (10, 9, 11), "b": (20, 19, 21), "c": (21, 20.5, 22), "d": (50, 45, 55)}
-    assert Q.order_with_ties(v) == "a < b = c < d"
+    assert A.order_with_ties(v) == "a < b = c < d"
     # no overlap, but within the relative tolerance: equal; outside it: a step
-    assert Q.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}) == "a = b"
-    assert Q.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}, rel_tol=0.01) == "a < b"
-    assert Q.order_by_value({"x": 0.0, "y": 0.4, "z": 32.0}, 1.0) == "x = y < z"
-    assert Q.parse_order("a < b = c < d") == [["a"], ["b", "c"], ["d"]]
-    assert Q.pairwise_disagreements("a < b < c", "a < b < c") == []
-    dis = Q.pairwise_disagreements("a < b < c", "b < a = c")
+    assert A.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}) == "a = b"
+    assert A.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}, rel_tol=0.01) == "a < b"
+    assert A.order_by_value({"x": 0.0, "y": 0.4, "z": 32.0}, 1.0) == "x = y < z"
+    assert A.parse_order("a < b = c < d") == [["a"], ["b", "c"], ["d"]]
+    assert A.pairwise_disagreements("a < b < c", "a < b < c") == []
+    dis = A.pairwise_disagreements("a < b < c", "b < a = c")
     assert dis == ["2013: a < b, today: a > b", "2013: a < c, today: a = c"]
 
 
 def test_guest_script_and_parser():
-    rng = __import__("random").Random(1)
-    order = Q.guest_order(Q.params("quick", dd_repeats=2, dd_warmup=1), rng)
+    rng = random.Random(1)
+    order = G.guest_order(params("quick", dd_repeats=2, dd_warmup=1), rng)
     assert len(order) == 9 and {v for _, _, v in order} == {"normal", "direct", "stamps"}
     assert [r for r, _, _ in order].count(-1) == 3
-    sc = Q.guest_script(4, order)
+    sc = G.guest_script(4, order)
     assert "bs=64k count=64 oflag=direct" in sc and sc.count("\none ") == 9
     out = ("CACHE_TYPE write back\nWRITE_CACHE write back\nSIZE 8192\n"
            "DD 0 0 normal 1000000 1080000 0 64+0_records_out\nDD 0 1 stamps 1090000 1100000 0 none\n"
            "DD 0 2 direct 1100000 1140000 0 64+0_records_out\nGUEST_BUFFERS 4200\n")
-    info, rows = Q.parse_guest(out)
+    info, rows = P.parse_guest(out)
     assert info == {"cache_type": "write back", "write_cache": "write back", "size": "8192",
                     "guest_buffers": "4200"}
     assert [r["variant"] for r in rows] == ["normal", "stamps", "direct"]
     df = pd.DataFrame(rows).assign(host_id="h", run_id="r", boot=0, mode="none", accel="tcg",
                                    bytes=[4 << 20, 0, 4 << 20])
-    t = Q.guest_dd_table(df).set_index("variant")
+    t = A.guest_dd_table(df).set_index("variant")
     # 4 MiB in 80 ms minus the 10 ms the two stamps cost
     assert t.loc["normal", "mb_per_s"] == pytest.approx(4 * 1048576 / 0.070 / 1e6)
     assert t.loc["direct", "mb_per_s_raw"] == pytest.approx(4 * 1048576 / 0.040 / 1e6)
@@ -263,13 +270,13 @@ def test_reference_table_has_provenance():
     ref = pd.read_csv(ROOT / "data" / "reference" / "qemu_cache_modes.csv")
     for col in ("seed_file", "title", "date", "environment", "note"):
         assert ref[col].notna().all(), col
-    assert set(ref.seed_file) == {Q.SEED}
-    dd = Q.seed_dd(ref)
-    assert len(dd) == 12 and set(dd["mode"]) == set(Q.MODES) | {"host"}
+    assert set(ref.seed_file) == {S.SEED}
+    dd = A.seed_dd(ref)
+    assert len(dd) == 12 and set(dd["mode"]) == set(S.MODES) | {"host"}
     # every cell has either a figure or a range
     assert (dd["mb_per_s"].notna() | (dd["low"].notna() & dd["high"].notna())).all()
     sem = ref[ref.kind == "semantics"].pivot(index="mode", columns="item", values="value").astype(int)
-    for m, (wb, direct, nf) in Q.DOC_MAPPING.items():  # the seed's table says what the manual says
+    for m, (wb, direct, nf) in S.DOC_MAPPING.items():  # the seed's table says what the manual says
         assert (sem.loc[m, "host_page_cache"], sem.loc[m, "disk_write_cache"], sem.loc[m, "no_flush"]) \
             == (int(not direct), int(wb), int(nf)), m
     assert set(ref[ref.kind == "ranking"]["item"]) == {"memory", "performance", "safety"}
@@ -282,18 +289,40 @@ def test_resident_bytes(tmp_path):
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        assert Q.resident_bytes(f) == 0
+        assert G.resident_bytes(f) == 0
         os.read(fd, 1 << 20)
-        assert Q.resident_bytes(f) == 1 << 20
+        assert G.resident_bytes(f) == 1 << 20
     finally:
         os.close(fd)
     (tmp_path / "empty").write_bytes(b"")
-    assert Q.resident_bytes(tmp_path / "empty") == 0
+    assert G.resident_bytes(tmp_path / "empty") == 0
+
+
+def test_host_disk_facts_from_blockdev(tmp_path):
+    """The disk under a path and its queue facts (tools.blockdev); none for a path that is not
+    on a block device."""
+    from tools import blockdev
+    assert C.host_disk(Path("/proc")) == {"device": None}
+    got = C.host_disk(tmp_path)
+    if got["device"] is None:
+        pytest.skip(f"{tmp_path} is not on a block device here")
+    assert set(blockdev.QUEUE_KEYS) <= set(got) and got["rotational"] in ("0", "1")
+    assert Path(f"/sys/block/{got['device']}").is_dir()   # a whole disk, not a partition
+
+
+def test_parse_bench_and_dd_output():
+    assert P.bench_seconds("Sending 256 write requests, 65536 bytes each, 1 in parallel\n"
+                           "Run completed in 0.051 seconds.\n") == 0.051
+    assert P.bench_seconds("qemu-img: Could not open 'x'") is None
+    err = ("512+0 records in\n512+0 records out\n"
+           "33554432 bytes (34 MB, 32 MiB) copied, 0.00756422 s, 4.4 GB/s\n")
+    assert P.dd_summary(err) == (33554432, 0.00756422)
+    assert P.dd_summary("dd: failed to open 'x': Permission denied") is None
 
 
 def test_meminfo_has_the_counters():
-    m = Q.meminfo()
-    assert set(Q.MEMINFO_KEYS) <= set(m) and m["Cached"] > 0
+    m = G.meminfo()
+    assert set(S.MEMINFO_KEYS) <= set(m) and m["Cached"] > 0
 
 
 # ---------------------------------------------------------------- live: collect and cleanup
@@ -302,11 +331,6 @@ def _owner(d: Path):
         return int((d / "owner").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _procs_mentioning(text: str) -> list[str]:
-    r = subprocess.run(["pgrep", "-af", re.escape(text)], capture_output=True, text=True)
-    return [x for x in r.stdout.splitlines() if "pgrep" not in x]
 
 
 def _need_everything():
@@ -323,16 +347,16 @@ def _need_everything():
 
 def test_quick_collect_live(scratch_data):
     _need_everything()
-    out = Q.collect(scratch_data, "quick")
+    out = collect(scratch_data)
     man = json.loads((out / "manifest.json").read_text())
-    assert man["chapter"] == Q.CHAPTER and man["skipped"] == {}
+    assert man["chapter"] == Q.chapter.name and man["skipped"] == {}
     assert set(man["tables"]) == {"trace", "bench", "host_dd", "guest_dd", "guest_boots",
                                   "pagecache", "pagecache_samples", "repetition"}
-    p = Q.params("quick")
+    p = params("quick")
     bench = pd.read_csv(out / "bench.csv")
     rep = pd.read_csv(out / "repetition.csv")
-    configs = Q.bench_configs(p)
-    assert set(rep.experiment) == {Q.bench_experiment(c) for c in configs} | {"host_dd"}
+    configs = C.bench_configs(p)
+    assert set(rep.experiment) == {C.bench_experiment(c) for c in configs} | {"host_dd"}
     assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
     bn = rep[rep.experiment != "host_dd"].set_index(["experiment", "key"])["n"]
     assert len(bench) == bn.sum() and (rep[rep.experiment != "host_dd"].warmup == p["bench_warmup"]).all()
@@ -343,102 +367,56 @@ def test_quick_collect_live(scratch_data):
     # what the guest sees: a write cache in writeback mode
     assert boots.loc["writeback", "guest_cache_type"] == "write back"
     dd = pd.read_csv(out / "guest_dd.csv").assign(host_id="h", run_id="r")
-    s = Q.guest_dd_summary(dd)
+    s = A.guest_dd_summary(dd)
     assert set(s["variant"]) == {"normal", "direct"} and (s["median"] > 0).all()
-    pc = Q.pagecache_table(pd.read_csv(out / "pagecache.csv")).set_index("mode")
+    pc = A.pagecache_table(pd.read_csv(out / "pagecache.csv")).set_index("mode")
     # double caching, measured: the writeback image sits in the host page cache, the O_DIRECT one not
     assert pc.loc["writeback", "image_resident_peak_mib"] >= 0.9 * p["dd_mib"]
     assert pc.loc["none", "image_resident_peak_mib"] < 0.1 * p["dd_mib"]
-    sem = Q.semantics_table(pd.read_csv(out / "trace.csv"))
-    assert Q.check_documented(sem)["agrees"].all()
-    assert not [d for d in live_dirs(Q.CHAPTER) if _owner(d) == os.getpid()]
+    sem = A.semantics_table(pd.read_csv(out / "trace.csv"))
+    assert A.check_documented(sem)["agrees"].all()
+    # the host facts come from tools.blockdev (findmnt and sysfs), under "facts"
+    facts = man["facts"]
+    assert facts["scratch_fs"]["fstype"] and facts["scratch_fs"]["mount"]
+    assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(S.MODES)
+    D = Q.chapter.load(scratch_data)        # the dataset loads through the declared schemas
+    assert D.quoted.path == out and len(D.sem) == len(sem) and len(D.gs)
+    assert not [d for d in live_dirs(Q.chapter.name) if _owner(d) == os.getpid()]
     assert not [d for d in live_dirs("guest") if _owner(d) == os.getpid()]
 
 
 def test_no_strace_skips_the_semantics(monkeypatch, scratch_data):
     need_tool("qemu-img", "qemu-utils")
-    real = Q.shutil.which
-    monkeypatch.setattr(Q.shutil, "which", lambda n, *a, **k: None if n == "strace" else real(n, *a, **k))
-    out = Q.collect(scratch_data, "quick", parts="semantics,host_dd")
+    real = C.shutil.which
+    monkeypatch.setattr(C.shutil, "which", lambda n, *a, **k: None if n == "strace" else real(n, *a, **k))
+    out = collect(scratch_data, parts="semantics,host_dd")
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"]["semantics"].startswith("strace is not installed")
     assert set(man["tables"]) == {"host_dd", "repetition"}
     assert "left out by the parts parameter" in man["skipped"]["bench"]
 
 
-@pytest.mark.parametrize("part,sig,wait_for", [
-    ("semantics", signal.SIGINT, "semantics "),
-    ("bench", signal.SIGINT, "bench "),
-    ("guest", signal.SIGINT, "booting a TCG guest"),
-    ("guest", signal.SIGTERM, "booting a TCG guest"),
-])
-def test_signal_cleans_up(tmp_path, part, sig, wait_for):
-    """Interrupted in the middle of a part: no dataset, no scratch directory (ours or the
-    guest runner's), and no strace/qemu-io/qemu-img/qemu-system process left behind."""
-    _need_everything()
-    data = tmp_path / "data"
-    (data / "runs").mkdir(parents=True)
-    prog = textwrap.dedent(f"""
-        from tools import qemu_cache_modes as Q
-        Q.collect({str(data)!r}, "quick", parts={part!r}, accel="tcg", bench_min_runs=50, bench_max_runs=50,
-                  bench_budget_s=600.0,
-                  dd_repeats=30, sem_writes=64, sem_formats="raw,qcow2", sem_aio="threads,native")
-    """)
-    p = subprocess.Popen([sys.executable, "-c", prog], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    scratch, gdir, lines = None, None, []
-    try:
-        deadline = time.monotonic() + 600  # may wait for the machine-wide measure lock
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"scratch directory (\S+)", line)
-            if m:
-                scratch = Path(m.group(1))
-            if wait_for in line:
-                break
-        assert scratch is not None and scratch.is_dir(), "".join(lines[-20:])
-        if part == "guest":
-            until, seen = time.monotonic() + 60, []
-            while time.monotonic() < until and not seen:  # QEMU names our runner's scratch
-                gdirs = [d for d in live_dirs("guest") if _owner(d) == p.pid]
-                seen = _procs_mentioning(str(gdirs[0])) if gdirs else []
-                time.sleep(0.1)
-            assert seen and any("qemu-system" in x for x in seen), "QEMU did not start"
-            gdir = gdirs[0]
-        else:  # a child of ours (strace, qemu-io, qemu-img) is working on our scratch directory
-            until, seen = time.monotonic() + 60, []  # generous: other work can stall us
-            while time.monotonic() < until and not seen:
-                seen = _procs_mentioning(str(scratch))
-                time.sleep(0.01)
-            assert seen, "no child process seen"
-        p.send_signal(sig)
-        p.wait(timeout=60)
-    finally:
-        if p.poll() is None:  # the test failed before the signal: SIGKILL, then tidy up
-            p.kill()
-            p.wait()
-            sweep_scratch()  # the killed run's directories (ours and the guest runner's)
-    assert p.returncode != 0
-    time.sleep(0.2)
-    assert not scratch.exists()
-    assert not _procs_mentioning(str(scratch))
-    assert not [d for d in live_dirs("guest") if _owner(d) == p.pid]
-    if gdir is not None:
-        assert not gdir.exists() and not _procs_mentioning(str(gdir))
-    assert not any((data / "runs").rglob("manifest.json"))
-    assert not [x for x in (data / "runs").rglob("*") if x.name.startswith(".tmp-")]
-
-
 # ---------------------------------------------------------------- the committed data
 def test_committed_semantics_match_the_manual():
-    ev = Q.load()["trace"]
+    ev = Q.chapter.load()["trace"]
     if ev.empty:
         pytest.skip("no committed qemu_cache_modes dataset yet")
     for run, g in ev.groupby("run_id"):
-        _check_shape(Q.semantics_table(g))
+        _check_shape(A.semantics_table(g))
+
+
+def test_findings_of_the_committed_data(monkeypatch):
+    """Every value the prose quotes is text or an integer, the semantics the book quotes match
+    the manual, and nothing depends on the order rows were stored in."""
+    D = Q.chapter.load()
+    if D.quoted is None:
+        pytest.skip("no committed qemu_cache_modes dataset yet")
+    f = Q.findings(D)
+    assert all(isinstance(v, (str, int)) for v in f.values())
+    assert f["n_sem_agree"] == f["n_sem_rows"] and f["newest_host"] == D.quoted.host_id
+    assert f["spw_writethrough"] == "1" and f["sfl_unsafe"] == f["scl_unsafe"] == 0
+    monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
+    assert Q.findings(Q.chapter.load()) == f
 
 
 def test_rankings_state_the_real_coverage_of_the_overlapping_cis():
@@ -448,7 +426,7 @@ def test_rankings_state_the_real_coverage_of_the_overlapping_cis():
     bs = pd.DataFrame([{"format": "raw", "op": "write", "depth": 1, "flush_interval": 0, "mode": m,
                         "median": v, "ci_low": v - 1, "ci_high": v + 1, "n": 6}
                        for m, v in (("none", 10.0), ("writeback", 20.0))])
-    rk = Q.rankings(ref, guest_summary=gs, bench_summary=bs)
+    rk = A.rankings(ref, guest_summary=gs, bench_summary=bs)
     ev = list(rk["evidence today"])
     assert any("equal if the 75 % CIs overlap" in e for e in ev)      # n = 3: [min, max]
     assert any("equal if the 96.87 % CIs overlap" in e for e in ev)   # n = 6

@@ -180,7 +180,7 @@ class Context:
         """A private scratch directory for this run, removed when the run ends
         (tools.scratch.Scratch, registered on the undo stack)."""
         from .scratch import Scratch
-        return self.undo.enter_context(Scratch(self.chapter.name))
+        return self.undo.enter_context(Scratch(self.chapter.name, say=self.say))
 
 
 class Chapter:

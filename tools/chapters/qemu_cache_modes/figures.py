@@ -1,0 +1,147 @@
+"""qemu_cache_modes, figures: D (data.CacheData) in, (figure, caption) out."""
+from __future__ import annotations
+
+from ... import stats
+from . import analysis as A
+from . import views as V
+from .spec import MODES
+
+_M = list(MODES)
+
+
+def _errorbars(ax, x, g, **kw):
+    ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], **kw)
+
+
+def bench(D):
+    """qemu-img bench per mode, format and configuration (the quoted dataset)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    bs, p = D.bs, D.p
+    panels = [(op, d, fi) for op in ("write", "read") for d in p["bench_depths"]
+              for fi in (p["bench_flush_intervals"] if op == "write" else [0])]
+    ncol = 3
+    nrow = -(-len(panels) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(11, 3.1 * nrow), sharey=True, squeeze=False)
+    fmts = list(dict.fromkeys(bs.format))
+    for ax, (op, d, fi) in zip(axes.flat, panels):
+        g = bs[(bs.op == op) & (bs.depth == d) & (bs.flush_interval == fi)]
+        for k, f in enumerate(fmts):
+            gf = g[g.format == f].set_index("mode").reindex(_M)
+            x = np.arange(len(_M)) + (k - (len(fmts) - 1) / 2) * 0.35
+            ax.bar(x, gf["median"], width=0.33, label=f)
+            _errorbars(ax, x, gf, fmt="none", ecolor="black", capsize=2, lw=0.8)
+        ax.set_xticks(range(len(_M)), _M, rotation=30, fontsize="small")
+        ax.set_yscale("log")
+        ax.set_title(f"{op}, depth {d}" + (f", flush every {fi}" if fi else ""), fontsize="medium")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    axes[0, 0].set_ylabel(f"MB/s (median, {stats.ci_label(bs['n'])})")
+    axes[0, 0].legend(fontsize="small")
+    fig.suptitle(f"qemu-img bench on {D.quoted.host_id}, {p['bench_size'] // 1024} KiB requests, no guest",
+                 fontsize="medium")
+    fig.tight_layout()
+    return fig, stats.caption("qemu-img bench per mode, format and configuration, newest dataset, no guest",
+                              n=bs["n"], unit="runs", warmup=int(p["bench_warmup"]), hosts=D.host_of(D.bench))
+
+
+def guest_dd(D):
+    """The seed's dd test: 2013 against this host's guest and the host itself."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    comp, acc, gdd = V.dd_comparison(D), D.acc, D.gdd
+    order = ["host"] + _M
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    sources = list(dict.fromkeys(comp.source))
+    for ax, variant in zip(axes, ("normal", "direct")):
+        c = comp[comp.variant == variant].sort_values("mode")
+        for k, src in enumerate(sources):
+            cs = c[c.source == src].set_index("mode").reindex(order)
+            x = np.arange(len(order)) + (k - 0.5) * 0.38
+            has = cs.mb_per_s.notna()
+            ax.bar(x[has.values], cs.mb_per_s[has], width=0.36, label=src, color=f"C{k}")
+            lo, hi = cs.low, cs.high
+            rng_only = ~has & lo.notna()
+            ax.vlines(x[rng_only.values], lo[rng_only], hi[rng_only], color=f"C{k}", lw=7, alpha=0.5,
+                      label=f"{src}: range only" if rng_only.any() else None)
+            ci = has & lo.notna()
+            ax.errorbar(x[ci.values], cs.mb_per_s[ci], yerr=[cs.mb_per_s[ci] - lo[ci], hi[ci] - cs.mb_per_s[ci]],
+                        fmt="none", ecolor="black", capsize=2, lw=0.8)
+        ax.set_xticks(range(len(order)), order, rotation=30)
+        ax.set_yscale("log")
+        ax.set_title("dd bs=64k" + (" oflag=direct" if variant == "direct" else ""), fontsize="medium")
+    axes[0].set_ylabel("MB/s")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.suptitle(f"The seed's dd test: 2013 against this host ({acc} guest; 'host' = dd on the host itself)",
+                 fontsize="medium")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
+    run = gdd.run_id.iloc[0]
+    warm = int(next(m for m in D.manifests if m.run_id == run).parameters["dd_warmup"])
+    return fig, stats.caption(
+        f"dd of 64 KiB blocks in a {acc} guest per cache mode, and on the host, beside the seed's 2013 figures",
+        n=list(D.gs["n"]) + list(D.hs["n"]), unit="runs", warmup=[warm], hosts=D.host_of(gdd),
+        extra="The guest's count of runs is fixed (it runs a script written before boot); the seed's "
+              "cells are single figures, or a range where it gave only a range")
+
+
+def pagecache(D):
+    """The image's pages in the host page cache and the host's Dirty growth, per mode."""
+    import matplotlib.pyplot as plt
+    samp, mem, acc = D.samples, D.mem, D.acc
+    fig, axes = plt.subplots(1, len(_M), figsize=(12, 2.9), sharey=True)
+    for ax, m in zip(axes, _M):
+        s = samp[samp["mode"] == m]
+        base = mem.loc[m, "dirty_base_kb"]
+        ax.plot(s.t, s.image_resident_kb.fillna(0) / 1024, label="image in host page cache")
+        ax.plot(s.t, (s.dirty_kb - base) / 1024, label="host Dirty growth")
+        ax.set_title(m, fontsize="medium")
+        ax.set_xlabel("s since the guest run began")
+    axes[0].set_ylabel("MiB")
+    axes[0].legend(fontsize="x-small", loc="upper left")
+    fig.suptitle(f"Host memory while the {acc} guest writes its {int(mem.disk_mib.max())} MiB disk",
+                 fontsize="medium")
+    fig.tight_layout()
+    return fig, stats.caption(
+        f"Host page cache of the guest's image (mincore) and growth of the host's Dirty memory while the {acc} "
+        "guest wrote, one line per cache mode", n=samp.groupby("mode").size(), unit="samples", warmup=0,
+        hosts=D.host_of(samp), ci=False, extra=f"One sample every {D.p['sample_ms']} ms")
+
+
+def hosts(D):
+    """Bench and guest dd per mode and host (each host's shown dataset), with the seed's figures."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+    bsh = A.bench_summary(V.shown_bench(D))
+    GH = D.of_shown(D["guest_dd"])
+    gsh = A.guest_dd_summary(GH) if GH is not None and not GH.empty else pd.DataFrame()
+    gdir = gsh[gsh.variant == "direct"] if len(gsh) else gsh
+    hosts_ = sorted(set(bsh.host_id) | set(gdir.host_id if len(gdir) else []))
+    sd = A.seed_dd(D.ref)
+    sd = sd[(sd.variant == "direct") & sd["mode"].isin(_M)].set_index("mode").reindex(_M)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for k, hid in enumerate(hosts_):
+        off = (k - (len(hosts_) - 1) / 2) * 0.8 / (len(hosts_) + 1)
+        g = bsh[bsh.host_id == hid].set_index("mode").reindex(_M)
+        _errorbars(axes[0], np.arange(len(_M)) + off, g, fmt="o", capsize=3, label=hid)
+        if len(gdir):
+            gg = gdir[gdir.host_id == hid].set_index("mode").reindex(_M)
+            acc_h = "/".join(sorted(set(gdir[gdir.host_id == hid].accel))).upper()
+            _errorbars(axes[1], np.arange(len(_M)) + off, gg, fmt="o", capsize=3, label=f"{hid} ({acc_h} guest)")
+    axes[1].scatter(np.arange(len(_M)) + 0.4, sd.mb_per_s, marker="s", color="black",
+                    label=f"seed {D.ref.date.iloc[0][:4]}")
+    for ax, title in zip(axes, ("qemu-img bench, raw writes, one in flight, no flushes",
+                                "guest dd bs=64k oflag=direct")):
+        ax.set_xticks(range(len(_M)), _M, rotation=30)
+        ax.set_yscale("log")
+        ax.set_title(title, fontsize="medium")
+        nci = bsh["n"] if ax is axes[0] else (gdir["n"] if len(gdir) else [])
+        ax.set_ylabel(f"MB/s (median, {stats.ci_label(nci)})")
+        ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig, stats.caption(
+        "Bench and guest dd per cache mode and host (each host's newest dataset), with the seed's 2013 guest figures",
+        n=list(bsh["n"]) + (list(gdir["n"]) if len(gdir) else []), unit="runs",
+        warmup=sorted({int(m.parameters.get("bench_warmup", 1)) for m in D.manifests}),
+        hosts=stats.hosts_of(D.manifests), extra="The seed's figures are single values with no repeat count")
