@@ -329,6 +329,9 @@ LIVE = {
     # QEMU guests booting (TCG here; tracing instances armed on the host)
     "virtio_features": (r"\[virtio_features\] booting a (KVM|TCG) guest", {}),
     "virtio_blk_latency": (r"\[virtio_blk_latency\] booting a (TCG|KVM) guest", {"accel": "tcg"}),
+    # network namespaces with veth pairs, netserver and netperf running
+    "netperf_latency": (r"\[netperf_latency\] \d+/\d+ \(\d+%\) loopback round 1 ",
+                        {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600}),
     # debugfs mounted for the scheduler knobs, workers running, an ftrace instance armed
     "cpu_pinning": (r"\[cpu_pinning\] \d+/\d+ \(\d+%\) round 1 ",
                     {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600}),

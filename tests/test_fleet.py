@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need_root
+from conftest import ROOT, need_root, fake_manifest
 from tools import fleet, hostinfo
 from tools.errors import DatasetError
 from tools.freshness import dir_digest, file_sha256
@@ -31,13 +31,16 @@ CHEAP = ("tsc_alignment", "trace_overhead", "qcow2_overlap")
 
 # --- tools.fleet: adopting an archive ------------------------------------------------
 
+CHECKS = "round,mechanism,expected_hits,observed_hits\n"  # trace_overhead's checks table
+
+
 def _run(top: Path, host="h-aaaaaaaaaaaa", chapter="trace_overhead", run="20260101T000000Z",
-         rows="x\n1\n", manifest=None) -> Path:
+         rows="1", manifest=None) -> Path:
+    """A small dataset whose table matches the chapter's schema; `rows` marks its content."""
     d = top / host / chapter / run
     d.mkdir(parents=True)
-    (d / "samples.csv").write_text(rows)
-    m = manifest or {"chapter": chapter, "run_id": run, "host": {"host_id": host},
-                     "tables": {"samples": rows.count("\n") - 1}}
+    (d / "checks.csv").write_text(f"{CHECKS}0,marker,{rows},{rows}\n")
+    m = manifest or fake_manifest(host, run, chapter, tables={"checks": 1})
     (d / "manifest.json").write_text(json.dumps(m))
     return d
 
@@ -53,35 +56,37 @@ def _archive(tmp_path: Path, src: Path) -> Path:
 def test_import_adopts_new_datasets_and_never_overwrites(tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"
     _run(src, run="20260101T000000Z")                 # identical at the destination
-    _run(src, run="20260102T000000Z", rows="x\n2\n")  # different at the destination
+    _run(src, run="20260102T000000Z", rows="2")  # different at the destination
     _run(src, run="20260103T000000Z")                 # new
     (src / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260104T000000Z-abcd").mkdir()
     _run(dest, run="20260101T000000Z")
-    theirs = _run(dest, run="20260102T000000Z", rows="x\n9\n")
+    theirs = _run(dest, run="20260102T000000Z", rows="9")
     before = dir_digest(theirs)
     res = fleet.adopt_archive(_archive(tmp_path, src), dest)
     assert res.new == ["h-aaaaaaaaaaaa/trace_overhead/20260103T000000Z"]
     assert res.present == ["h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z"]
     assert res.conflicts == ["h-aaaaaaaaaaaa/trace_overhead/20260102T000000Z"]
     assert dir_digest(theirs) == before
-    assert (dest / "h-aaaaaaaaaaaa" / "trace_overhead" / "20260103T000000Z" / "samples.csv").read_text() == "x\n1\n"
+    assert (dest / "h-aaaaaaaaaaaa" / "trace_overhead" / "20260103T000000Z" / "checks.csv").read_text() == f"{CHECKS}0,marker,1,1\n"
     assert sorted(p.name for p in dest.iterdir()) == ["h-aaaaaaaaaaaa"], "the staging directory was left behind"
     assert not (dest / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260104T000000Z-abcd").exists()
 
 
 def test_import_cli_exit_status_says_conflict(tmp_path, capsys):
     src, dest = tmp_path / "src", tmp_path / "dest"
-    _run(src, rows="x\n1\n")
-    _run(dest, rows="x\n2\n")
+    _run(src, rows="1")
+    _run(dest, rows="2")
     assert fleet.main(["import", str(_archive(tmp_path, src)), "--dest", str(dest)]) == 1
     assert "CONFLICT" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("manifest, why", [
-    ({"chapter": "trace_overhead", "run_id": "20260101T000000Z", "host": {"host_id": "h-bbbbbbbbbbbb"}},
-     "manifest says host"),
-    ({"chapter": "trace_overhead", "run_id": "20260101T000000Z", "host": {"host_id": "h-aaaaaaaaaaaa"},
-      "tables": {"missing": 3}}, "missing.csv is missing"),
+    (fake_manifest("h-bbbbbbbbbbbb", "20260101T000000Z", "trace_overhead", tables={"checks": 1}),
+     "host_id 'h-bbbbbbbbbbbb' does not match its directory"),
+    (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "trace_overhead", tables={"missing": 3}),
+     "missing.csv is missing"),
+    (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "cpu_pinning", tables={"checks": 1}),
+     "manifest says chapter 'cpu_pinning'"),
 ])
 def test_import_refuses_a_dataset_filed_under_the_wrong_name(tmp_path, capsys, manifest, why):
     src, dest = tmp_path / "src", tmp_path / "dest"
@@ -92,6 +97,15 @@ def test_import_refuses_a_dataset_filed_under_the_wrong_name(tmp_path, capsys, m
     assert list(dest.iterdir()) == []
     assert fleet.main(["import", str(_archive(tmp_path, src)), "--dest", str(dest)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_import_refuses_a_table_that_breaks_its_schema(tmp_path):
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    d = _run(src)
+    (d / "checks.csv").write_text(f"{CHECKS}0,marker,many,1\n")
+    with pytest.raises(DatasetError, match="column 'expected_hits' is not int"):
+        fleet.adopt_archive(_archive(tmp_path, src), dest)
+    assert list(dest.iterdir()) == []
 
 
 def test_import_refuses_members_outside_the_archive(tmp_path):

@@ -1,40 +1,45 @@
 """Tests of the netperf_latency chapter.
 
 Unit tests and fixture tests run everywhere; the live ones need root, netperf and
-iproute2 and say so when they skip.
+iproute2 and say so when they skip. Signals during a run are tests/test_contract.py's matrix.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from tools import netperf_latency as N
-from tools.errors import MissingPrerequisite, ParameterError
+from tools import framework
+from tools.chapters import netperf_latency as X
+from tools.chapters.netperf_latency import analysis as A
+from tools.chapters.netperf_latency import netperf_hist as H
+from tools.chapters.netperf_latency import parse as P
+from tools.chapters.netperf_latency.spec import CELL, LATENCY_KEYS
+from tools.errors import ParameterError
+from tools.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
 from conftest import ROOT, need_preflight, need_root, need_tool
 
 FIX = ROOT / "tests" / "fixtures" / "netperf"
 FIX_DATA = FIX / "data"
+CH = X.chapter
 
 
 # ------------------------------------------------------------------ parameters
 def test_params_defaults_and_overrides():
-    p = N.params("quick")
+    p = CH.parameters("quick")
     assert p["paths"] == ["loopback", "veth"] and p["rep_min_runs"] == p["rep_max_runs"] == 1
-    p = N.params("default", pins="none,same", reps=2, seconds=1)   # reps fixes the rounds
+    p = CH.parameters("default", pins="none,same", reps=2, seconds=1)   # reps fixes the rounds
     assert p["pins"] == ["none", "same"] and p["rep_min_runs"] == p["rep_max_runs"] == 2
-    assert p["seconds"] == 1.0
-    p = N.params("default", rep_target=0.1, rep_budget_s=5)
-    assert p["rep_target"] == 0.1 and p["rep_min_runs"] == N.PROFILES["default"]["rep_min_runs"]
+    assert p["seconds"] == 1.0 and isinstance(p["seconds"], float)
+    p = CH.parameters("default", rep_target=0.1, rep_budget_s=5)
+    assert p["rep_target"] == 0.1 and p["rep_min_runs"] == CH.profiles["default"]["rep_min_runs"]
+    assert CH.profiles["default"]["pins"] == ["none", "split", "same"], "a validated copy, not the profile"
 
 
 @pytest.mark.parametrize("bad", [
@@ -42,36 +47,39 @@ def test_params_defaults_and_overrides():
     {"reps": 1.5}, {"seconds": -1}, {"netperf_seconds": 0}, {"bogus": 1}, {"pins": "all"},
     {"rep_target": 0}, {"rep_target": 2}, {"rep_budget_s": 0}, {"rep_warmup": -1},
     {"rep_min_runs": 0}, {"rep_min_runs": 9, "rep_max_runs": 3}, {"rep_max_runs": "many"},
+    {"sched_seconds": 6}, {"ping_count": -1}, {"request_size": 70000},
 ])
 def test_params_rejects_bad_input(bad):
     bad = dict(bad)
     profile = bad.pop("profile", "quick")
     with pytest.raises(ParameterError) as ei:
-        N.params(profile, **bad)
+        CH.parameters(profile, **bad)
     assert "\n" not in str(ei.value)
 
 
 def test_bad_parameter_writes_nothing(scratch_data):
     with pytest.raises(ParameterError):
-        N.collect(data_dir=scratch_data, profile="quick", reps=-3)
+        framework.collect(CH, "quick", scratch_data, say=lambda s: None, reps=-3)
     assert list((scratch_data / "runs").iterdir()) == []
 
 
-def test_non_root_is_a_missing_prerequisite(scratch_data, monkeypatch):
+def test_non_root_is_skipped_before_anything(scratch_data, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
-    with pytest.raises(MissingPrerequisite, match="root"):
-        N.collect(data_dir=scratch_data, profile="quick")
+    assert "root" in CH.preflight()[0]
+    said = []
+    assert framework.collect(CH, "quick", scratch_data, say=said.append) is None
+    assert said and said[0].startswith("SKIPPED:") and "root" in said[0]
     assert list((scratch_data / "runs").iterdir()) == []
 
 
 # ------------------------------------------------ netperf's histogram (netlib.c)
 def test_bucket_widths_are_a_hundredth_of_the_decade():
-    w = N.netperf_bucket_width_us([3, 13, 99, 100, 150, 999, 1000, 2500, 12000])
+    w = H.netperf_bucket_width_us([3, 13, 99, 100, 150, 999, 1000, 2500, 12000])
     assert list(w) == [0.1, 1, 1, 10, 10, 10, 100, 100, 1000]
 
 
 def test_hist_counts_place_values_in_netperf_buckets():
-    counts, ridiculous = N.netperf_hist_counts([5, 13, 13, 150, 2500, 200_000_000, -1])
+    counts, ridiculous = H.netperf_hist_counts([5, 13, 13, 150, 2500, 200_000_000, -1])
     assert counts[50] == 1            # unit_usec: 5 us -> bucket 50 (0.1 us wide)
     assert counts[100 + 13] == 2      # ten_usec: 13 us -> bucket 13 (1 us wide)
     assert counts[200 + 15] == 1      # hundred_usec: 150 us -> bucket 15 (10 us wide)
@@ -81,32 +89,32 @@ def test_hist_counts_place_values_in_netperf_buckets():
 
 def test_percentile_interpolates_inside_the_bucket_and_truncates():
     us = np.array([13] * 50 + [14] * 40 + [24] * 9 + [300])
-    c, _ = N.netperf_hist_counts(us)
+    c, _ = H.netperf_hist_counts(us)
     # num lands exactly at the end of bucket 13: interpolation gives its upper edge
-    assert N.netperf_hist_percentile(c, len(us), 0.5) == 14
-    assert N.netperf_hist_percentile(c, len(us), 0.9) == 15
-    assert N.netperf_hist_percentile(c, len(us), 0.99) == 25
+    assert H.netperf_hist_percentile(c, len(us), 0.5) == 14
+    assert H.netperf_hist_percentile(c, len(us), 0.9) == 15
+    assert H.netperf_hist_percentile(c, len(us), 0.99) == 25
     # a constant 150 us is reported 5 us high: half-way through a 10-us bucket
-    c, _ = N.netperf_hist_counts(np.full(1000, 150))
-    assert N.netperf_hist_percentile(c, 1000, 0.5) == 155
-    assert N.netperf_hist_percentile(c, 1000, 0.99) == 159
+    c, _ = H.netperf_hist_counts(np.full(1000, 150))
+    assert H.netperf_hist_percentile(c, 1000, 0.5) == 155
+    assert H.netperf_hist_percentile(c, 1000, 0.99) == 159
 
 
 def test_netperf_style_error_is_bounded_by_one_bucket_plus_one_us():
     rng = np.random.default_rng(1)
     lat = (rng.lognormal(np.log(18_000), 0.3, 50_000)).astype(np.int64)
     phase = rng.integers(0, 1000, len(lat))
-    got = N.netperf_style_percentiles(lat, phase)
+    got = H.netperf_style_percentiles(lat, phase)
     for p, v in got.items():
         exact = np.percentile(lat / 1000, p * 100)
-        assert abs(v - exact) <= N.netperf_bucket_width_us(exact) + 1.0
+        assert abs(v - exact) <= H.netperf_bucket_width_us(exact) + 1.0
 
 
 def test_rank_rule_truncates_the_double_product():
-    assert N.netperf_rank(200, 0.99) == 198 and N.netperf_rank(3, 0.5) == 1
-    assert N.netperf_rank(100, 0.29) == 28       # 0.29 * 100 = 28.999999999999996 in C too
-    assert N.netperf_rank(1, 0.5) == 0
-    assert N.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5] != N.netperf_rank_samples(
+    assert H.netperf_rank(200, 0.99) == 198 and H.netperf_rank(3, 0.5) == 1
+    assert H.netperf_rank(100, 0.29) == 28       # 0.29 * 100 = 28.999999999999996 in C too
+    assert H.netperf_rank(1, 0.5) == 0
+    assert H.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5] != H.netperf_rank_samples(
         np.array([20_000]), ps=(0.5,))[0.5]     # rank 0: NaN, netperf reports 0
 
 
@@ -118,35 +126,35 @@ def _sparse_tail():
 
 def test_sparse_tail_interpolated_percentile_leaves_the_bucket_rank_rule_does_not():
     lat, phase = _sparse_tail()
-    nq = N.netperf_style_percentiles(lat, phase)[0.99]
-    nr = N.netperf_rank_samples(lat, phase)[0.99]
+    nq = H.netperf_style_percentiles(lat, phase)[0.99]
+    nr = H.netperf_rank_samples(lat, phase)[0.99]
     exact = float(np.percentile(lat / 1000, 99))  # 20.3 + 0.01 * (5000 - 20.3)
     assert nq == 21 and nr == 20 and exact == pytest.approx(70.097)
     # the old rule (|netperf - interpolated| <= bucket + 1 us) fails here, with no defect
-    assert abs(nq - exact) > N.netperf_bucket_width_us(exact) + 1.0
+    assert abs(nq - exact) > H.netperf_bucket_width_us(exact) + 1.0
     # the rank rule holds: 21 is the upper edge of the bucket [20, 21] holding sample 198
-    assert N.netperf_in_rank_bucket(nq, nr)
+    assert H.netperf_in_rank_bucket(nq, nr)
     # and it catches defects: a decade off, an off-by-one rank, a sample outside the bucket
-    assert not N.netperf_in_rank_bucket(nq * 10, nr)
-    assert not N.netperf_in_rank_bucket(nq, np.sort(lat // 1000)[198])
-    assert not N.netperf_in_rank_bucket(22, nr) and not N.netperf_in_rank_bucket(19, nr)
+    assert not H.netperf_in_rank_bucket(nq * 10, nr)
+    assert not H.netperf_in_rank_bucket(nq, np.sort(lat // 1000)[198])
+    assert not H.netperf_in_rank_bucket(22, nr) and not H.netperf_in_rank_bucket(19, nr)
 
 
 def test_quantization_table_records_the_rank_check():
     lat, phase = _sparse_tail()
-    st = N.sample_stats(lat)
-    nq = N.netperf_style_percentiles(lat, phase)
-    nr = N.netperf_rank_samples(lat, phase)
+    st = P.sample_stats(lat)
+    nq = H.netperf_style_percentiles(lat, phase)
+    nr = H.netperf_rank_samples(lat, phase)
     row = {"rep": 0, "host_id": "h-x", "path": "loopback", "proto": "udp", "pin": "none", "tool": "rrbench", **st,
            **{f"nq_p{int(p * 100)}_us": v for p, v in nq.items()},
            **{f"nr_p{int(p * 100)}_us": v for p, v in nr.items()}}
-    q = N.quantization(pd.DataFrame([row])).set_index("percentile")
+    q = A.quantization(pd.DataFrame([row])).set_index("percentile")
     assert q["in_rank_bucket"].all()
     assert q.loc["P99", "rank_us"] == 20 and q.loc["P99", "netperf_style_us"] == 21
     assert (q.loc["P99", "rank_bucket_lo_us"], q.loc["P99", "rank_bucket_hi_us"]) == (20, 21)
     assert abs(q.loc["P99", "error_us"]) > 40      # the interpolated gap stays visible
     # a dataset recorded before nr_* existed: no verdict rather than a false one
-    old = N.quantization(pd.DataFrame([{k: v for k, v in row.items() if not k.startswith("nr_")}]))
+    old = A.quantization(pd.DataFrame([{k: v for k, v in row.items() if not k.startswith("nr_")}]))
     assert old["in_rank_bucket"].isna().all()
 
 
@@ -157,30 +165,30 @@ def test_rank_rule_holds_on_random_sparse_tails(seed):
     n = int(rng.integers(5, 400))
     lat = np.exp(rng.uniform(np.log(2_000), np.log(3_000_000), n)).astype(np.int64)
     phase = rng.integers(0, 1000, n)
-    nq = N.netperf_style_percentiles(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
-    nr = N.netperf_rank_samples(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
+    nq = H.netperf_style_percentiles(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
+    nr = H.netperf_rank_samples(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
     for p in nq:
         if nr[p] == nr[p]:
-            assert N.netperf_in_rank_bucket(nq[p], nr[p]), (p, nq[p], nr[p])
+            assert H.netperf_in_rank_bucket(nq[p], nr[p]), (p, nq[p], nr[p])
 
 
 # ------------------------------------------------------------------ parsers
 def test_parse_netperf_k_all_fixture():
-    kv = N.parse_kv((FIX / "netperf_k_all_udp.txt").read_text())
+    kv = P.parse_kv((FIX / "netperf_k_all_udp.txt").read_text())
     assert kv["PROTOCOL"] == "UDP" and kv["THROUGHPUT_UNITS"] == "Trans/s"
-    for k in N.LATENCY_KEYS + ("RT_LATENCY", "REQUEST_SIZE", "RESPONSE_SIZE"):
+    for k in LATENCY_KEYS + ("RT_LATENCY", "REQUEST_SIZE", "RESPONSE_SIZE"):
         assert k in kv
     # MEAN_LATENCY and RT_LATENCY (1/rate) describe the same transactions
     assert abs(float(kv["MEAN_LATENCY"]) / float(kv["RT_LATENCY"]) - 1) < 0.05
 
 
 def test_parse_ping_and_rrbench():
-    pg = N.parse_ping((FIX / "ping_f_loopback.txt").read_text())
+    pg = P.parse_ping((FIX / "ping_f_loopback.txt").read_text())
     assert pg["sent"] == pg["received"] == 20000
     assert pg["min_us"] == pytest.approx(4.0) and pg["max_us"] == pytest.approx(2312.0)
-    assert N.parse_rrbench("n=12 lost=0 elapsed_ns=99\n") == {"n": 12, "lost": 0, "elapsed_ns": 99}
+    assert P.parse_rrbench("n=12 lost=0 elapsed_ns=99\n") == {"n": 12, "lost": 0, "elapsed_ns": 99}
     with pytest.raises(Exception):
-        N.parse_rrbench("garbage")
+        P.parse_rrbench("garbage")
 
 
 def test_parse_sched_trace_pairs_wakeup_with_switch_in():
@@ -194,7 +202,7 @@ def test_parse_sched_trace_pairs_wakeup_with_switch_in():
         "prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120",
         "  other-99 [001] d..2. 100.000030: sched_wakeup: comm=other pid=99 prio=120 target_cpu=001",
     ]
-    d = N.parse_sched_trace(lines, {"server": 11, "client": 10})
+    d = P.parse_sched_trace(lines, {"server": 11, "client": 10})
     assert list(d["server"]) == [pytest.approx(3.0)] and len(d["client"]) == 0
 
 
@@ -206,14 +214,14 @@ def test_parse_sched_trace_with_record_tgid_and_irq_info_off():
         "          <idle>-0       (-------) [000]   100.000013: sched_switch: prev_comm=swapper/0 prev_pid=0 "
         "prev_prio=120 prev_state=R ==> next_comm=rr bench next_pid=11 next_prio=120",
     ]
-    d = N.parse_sched_trace(lines, {"server": 11, "client": 10})
+    d = P.parse_sched_trace(lines, {"server": 11, "client": 10})
     assert list(d["server"]) == [pytest.approx(3.0)] and len(d["client"]) == 0
 
 
 def test_log_histogram_round_trip():
     lat = np.array([500, 17_000, 17_100, 1_200_000], dtype=np.uint32)
-    bins, counts = N.log_histogram(lat)
-    lo, hi = N.bin_edges_us(bins)
+    bins, counts = P.log_histogram(lat)
+    lo, hi = P.bin_edges_us(bins)
     assert counts.sum() == 4
     for v in lat / 1000:
         k = np.searchsorted(hi, v, side="right")
@@ -222,7 +230,7 @@ def test_log_histogram_round_trip():
 
 # ------------------------------------------------------------ fixture dataset
 def _check_dataset(data_dir, crossval=True, rank_check=True):
-    d = N.load(data_dir)
+    d = CH.load(data_dir)
     runs, hist = d["runs"], d["hist"]
     assert set(runs["tool"]) == {"rrbench", "netperf"}
     rr = runs[runs["tool"] == "rrbench"]
@@ -231,20 +239,20 @@ def _check_dataset(data_dir, crossval=True, rank_check=True):
     for _, r in rr.iterrows():
         assert per_run[(r["run_id"], r["order"])] == r["n"]
     # cross-validation: every percentile within the stated tolerance
-    cv = N.crossval(runs)
-    assert len(cv) == 3 * len(rr.groupby(N.CELL))
+    cv = A.crossval(runs)
+    assert len(cv) == 3 * len(rr.groupby(CELL))
     bad = cv[~cv["agree"]]
     if crossval:
         assert bad.empty, bad.to_string()
     # quantization: netperf-style percentiles of our samples beside the exact (interpolated)
     # ones; the gap is a result, not a bound (a sparse tail puts them buckets apart). The exact
     # check: netperf's value lies in the bucket of our sample at netperf's own rank
-    # (netlib.c HIST_get_percentile, N.RANK_RULE); only a defect breaks it
-    q = N.quantization(runs)
+    # (netlib.c HIST_get_percentile, spec.RANK_RULE); only a defect breaks it
+    q = A.quantization(runs)
     assert len(q) == 3 * len(runs[runs["tool"] == "rrbench"])
     if rank_check:  # datasets recorded before nr_* existed (the fixture) have <NA>
         assert q["in_rank_bucket"].notna().all()
-        man = d["manifests"][0]["netperf_rank_check"]
+        man = d.manifests[0].facts["netperf_rank_check"]
         assert man["in_rank_bucket"] == man["percentiles_checked"] == len(q)
     checked = q[q["in_rank_bucket"].notna()]
     assert checked["in_rank_bucket"].all(), checked[~checked["in_rank_bucket"].astype(bool)].to_string()
@@ -257,11 +265,12 @@ def _check_dataset(data_dir, crossval=True, rank_check=True):
 def test_fixture_dataset_cross_validates():
     d = _check_dataset(FIX_DATA, rank_check=False)
     assert set(d["ping"]["path"]) == {"loopback", "veth"}
+    assert d["runs"]["nr_p50_us"].isna().all(), "an optional column absent from an older dataset"
 
 
 def test_reference_table_has_provenance():
     from tools.dataset import load_reference
-    ref = load_reference(N.CHAPTER)
+    ref = load_reference(CH.name)
     for col in ("seed_file", "article_title", "date", "environment", "note"):
         assert ref[col].notna().all()
     sel = ref[ref["run"] == "selectors"].set_index("metric")["value"]
@@ -269,6 +278,33 @@ def test_reference_table_has_provenance():
     hist = ref[ref["metric"] == "hist_count"]
     total = ref[(ref["metric"] == "HIST_TOTAL")]["value"].iloc[0]
     assert hist["value"].sum() == total
+
+
+def _glue_names() -> set[str]:
+    import nbformat
+    nb = nbformat.read(ROOT / "chapters" / "netperf_latency.ipynb", as_version=4)
+    return {m for c in nb.cells if c.cell_type == "markdown"
+            for m in re.findall(r"\{glue:text\}`([^`]+)`", c.source)}
+
+
+def test_findings_give_every_value_the_prose_quotes():
+    """Every glue name of the chapter's prose comes from findings() (or the shared repetition
+    section), as a string or an integer, from the quoted dataset."""
+    D = CH.load()
+    f = X.findings(D)
+    missing = {n for n in _glue_names() - set(f) if not n.startswith("rep_")}
+    assert not missing, missing
+    assert all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in f.values())
+    assert f["host"] == D.quoted.host_id and f["n_datasets"] == len(D)
+    # the ladder the prose quotes is the quoted dataset's, and so is the table beside it
+    lad = X.views.ladder(D).set_index(["host_id", "path", "proto", "pin"])
+    assert f"{lad.loc[(D.quoted.host_id, 'loopback', 'udp', 'none'), 'P50']:,.1f}" == f["loopback_udp_none_P50"]
+
+
+def test_findings_do_not_depend_on_row_order(monkeypatch):
+    base = X.findings(CH.load())
+    monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "11")
+    assert X.findings(CH.load()) == base
 
 
 # -------------------------------------------------- the C harness (no root needed)
@@ -289,15 +325,15 @@ def test_rrbench_records_every_transaction(tmp_path):
             srv.kill()
             srv.wait()
         assert r.returncode == 0, r.stderr
-        s = N.parse_rrbench(r.stdout)
-        lat, phase = N.read_rrbench_file(out)
+        s = P.parse_rrbench(r.stdout)
+        lat, phase = P.read_rrbench_file(out)
         assert s["n"] == len(lat) > 100 and s["lost"] == 0
         assert (phase < 1000).all() and lat.min() > 0
 
 
 # ------------------------------------------------------------------ live tests
 def _our_leftovers(pid: int) -> list[str]:
-    return [n for n in N.list_netns() if n.startswith(f"{N.NS_PREFIX}{pid}_")]
+    return [n for n in list_netns() if n.startswith(f"{NS_PREFIX}{pid}_")]
 
 
 def _pids(name: str) -> set[int]:
@@ -309,7 +345,7 @@ def _live_ready():
     need_root("a live netperf_latency run")
     need_tool("netperf", "netperf")
     need_tool("netserver", "netperf")
-    need_preflight(N)
+    need_preflight(CH)
 
 
 def test_sweep_removes_a_dead_owners_namespace():
@@ -317,11 +353,11 @@ def test_sweep_removes_a_dead_owners_namespace():
     need_tool("ip", "iproute2")
     p = subprocess.Popen(["true"])
     p.wait()
-    name = f"{N.NS_PREFIX}{p.pid}_stale"
+    name = f"{NS_PREFIX}{p.pid}_stale"
     subprocess.run(["ip", "netns", "add", name], check=True)
     try:
-        removed = N.sweep_stale_netns(log=lambda s: None)
-        assert name in removed and name not in N.list_netns()
+        removed = sweep_stale_netns(log=lambda s: None)
+        assert name in removed and name not in list_netns()
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
@@ -329,13 +365,13 @@ def test_sweep_removes_a_dead_owners_namespace():
 def test_live_quick_collect(scratch_data):
     _live_ready()
     before = _pids("netserver")
-    out = N.collect(data_dir=scratch_data, profile="quick", rep_warmup=1)
+    out = framework.collect(CH, "quick", scratch_data, say=lambda s: None, rep_warmup=1)
     assert (out / "manifest.json").is_file()
     # the repetition table: one experiment per path, one key per cell and tool; the
     # warm-up round is counted there and absent from the runs table
     rep = pd.read_csv(out / "repetition.csv")
     runs = pd.read_csv(out / "runs.csv")
-    p = N.params("quick")
+    p = CH.parameters("quick")
     assert set(rep["experiment"]) == set(p["paths"])
     assert len(rep) == len(p["paths"]) * len(p["protos"]) * len(p["pins"]) * 2
     assert (rep["warmup"] == 1).all() and (rep["n"] == 1).all()
@@ -344,8 +380,9 @@ def test_live_quick_collect(scratch_data):
     # one repetition: a single disturbed run on this shared machine may spoil one P99, so
     # the cross-validation proper is test_live_crossval (medians of three repetitions)
     d = _check_dataset(scratch_data, crossval=False)
-    man = d["manifests"][0]
-    if "sched breakdown" not in man["skipped"]:
+    man = d.manifests[0]
+    assert man.profile == "quick" and "profile" not in man.parameters
+    if "sched breakdown" not in man.skipped:
         # a role whose reply always arrives before it blocks is never woken (seen once in
         # a quick run); the breakdown still needs wake-ups to measure in some role
         assert not d["sched"].empty and (d["sched"]["wakeups"] > 0).any()
@@ -357,50 +394,15 @@ def test_live_quick_collect(scratch_data):
 
 def test_live_crossval(scratch_data):
     """netperf's P50/P90/P99 against our distribution on live data, within the stated
-    tolerance (tools.netperf_latency.crossval): medians of three interleaved repetitions."""
+    tolerance (analysis.crossval): medians of three interleaved repetitions."""
     _live_ready()
-    N.collect(data_dir=scratch_data, profile="quick", reps=3, pins="split", sched_seconds=0,
-              ping_count=0)
-    cv = N.crossval(N.load(scratch_data)["runs"])
+    framework.collect(CH, "quick", scratch_data, say=lambda s: None, reps=3, pins="split",
+                      sched_seconds=0, ping_count=0)
+    cv = A.crossval(CH.load(scratch_data)["runs"])
     assert len(cv) == 3 * 2 * 2
     bad = cv[~cv["agree"]]
     assert bad.empty, bad.to_string()
     assert _our_leftovers(os.getpid()) == []
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_mid_run_restores_everything(tmp_path, sig):
-    _live_ready()
-    data = tmp_path / "data"
-    (data / "runs").mkdir(parents=True)
-    before = _pids("netserver")
-    code = ("import tools.netperf_latency as N; "
-            f"N.collect(data_dir={str(data)!r}, profile='quick', reps=5)")
-    proc = subprocess.Popen([sys.executable, "-u", "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    seen = []
-    deadline = time.monotonic() + 1200  # it may first wait for the measure lock
-    try:
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            if " round 1 (at most 5) " in line:  # mid-run: netserver up, namespaces in place
-                break
-        assert any(" round 1 (at most 5) " in s for s in seen), "".join(seen)
-        assert _our_leftovers(proc.pid), "the run should hold its namespaces at this point"
-        proc.send_signal(sig)
-        rest, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0
-    assert _our_leftovers(proc.pid) == []
-    assert _pids("netserver") - before == set()
-    assert _pids("rrbench") == set()
-    assert not any(p.is_dir() for p in (data / "runs").rglob("2*")), "no dataset may be published"
 
 
 def test_hosts_side_by_side_and_pin_comparison(tmp_path):
@@ -415,24 +417,27 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     m["host"]["host_id"], m["run_id"] = "h-00000000fa4e", dst.name
     m["parameters"]["profile"] = "quick"
     (dst / "manifest.json").write_text(json.dumps(m))
-    d = N.load(data)
-    ms = d["manifests"]
-    ref = N.latest(ms)
+    d = CH.load(data)
+    ms = d.manifests
+    ref = d.quoted
     assert ref["run_id"] != dst.name, "a newer quick run does not become the prose's dataset"
-    assert set(N.shown_datasets(ms)) == {ref["host"]["host_id"], "h-00000000fa4e"}
+    assert set(d.shown) == {ref.host_id, "h-00000000fa4e"}
     # the fixture has one run per cell; three slightly different copies make a comparison
     runs = pd.concat([d["runs"].assign(rep=k, p50_us=d["runs"]["p50_us"] * (1 + 0.001 * k))
                       for k in range(3)], ignore_index=True)
-    hc = N.host_comparison(runs, ms)
-    assert len(hc) == 2 * 2 * 2 and (hc["baseline"] == ref["host"]["host_id"]).all()
+    hc = A.host_comparison(runs, d.shown, ref.host_id)
+    assert len(hc) == 2 * 2 * 2 and (hc["baseline"] == ref.host_id).all()
     assert not hc["significant"].any(), "identical data on both hosts: nothing differs"
     assert hc["verdict"].str.contains("not significant").all()
-    pc = N.pin_comparison(runs)
+    pc = A.pin_comparison(runs)
     assert set(pc["pin"]) <= {"same", "split"} and (pc["baseline"] == "none").all()
     assert pc["shift_low"].le(pc["shift_high"]).all()
-    cap = N.caption_for(d["runs"], ms, "Exceedance")
+    cap = A.caption_for(d["runs"], ms, "Exceedance")
     assert "runs per group" in cap and "h-00000000fa4e" in cap and "unrecorded transactions" in cap
-    assert N.host_comparison(d["runs"], ms[:1]).empty
+    assert A.host_comparison(d["runs"], {ref.host_id: ref["run_id"]}, ref.host_id).empty
+    # the hosts sentence says why nothing is compared: one run per cell
+    from tools.chapters.netperf_latency.findings import hosts
+    assert "fewer than two runs" in hosts(d)["host_sentence"]
 
 
 def test_a_server_on_every_interface_is_refused():
@@ -441,5 +446,5 @@ def test_a_server_on_every_interface_is_refused():
     wide = ("LISTEN 0      4096         0.0.0.0:12865      0.0.0.0:*\n"
             "LISTEN 0      4096            [::]:12866         [::]:*\n"
             "LISTEN 0      4096               *:12867            *:*\n")
-    assert N.wildcard_listeners(ours) == []
-    assert N.wildcard_listeners(wide) == ["0.0.0.0:12865", "[::]:12866", "*:12867"]
+    assert P.wildcard_listeners(ours) == []
+    assert P.wildcard_listeners(wide) == ["0.0.0.0:12865", "[::]:12866", "*:12867"]

@@ -196,12 +196,21 @@ def test_scripts_are_valid_shell(tmp_path):
 
 # ---------------------------------------------------------------- bringing datasets back
 def _dataset(base: Path, host: str, chapter: str, run_id: str, note: str | None, rows: str = "1") -> Path:
+    """A copy of a committed dataset of `chapter` (so that its tables match the chapter's
+    schemas), filed as `host`/`run_id` with host.note `note`; `rows` marks its content."""
+    import shutil
+    from tools.dataset import list_runs
     d = base / host / chapter / run_id
-    d.mkdir(parents=True)
-    (d / "manifest.json").write_text(json.dumps({"host": {"host_id": host, "note": note}, "chapter": chapter,
-                                                 "run_id": run_id, "tables": {"samples": 1}}))
-    (d / "samples.csv").write_text(f"a\n{rows}\n")
+    shutil.copytree(list_runs(chapter)[0], d)
+    m = json.loads((d / "manifest.json").read_text())
+    m["host"].update(host_id=host, note=note)
+    m.update(run_id=run_id, notes=[f"content {rows}"])
+    (d / "manifest.json").write_text(json.dumps(m))
     return d
+
+
+def _content(d: Path) -> list:
+    return json.loads((d / "manifest.json").read_text())["notes"]
 
 
 def test_import_datasets_never_overwrites(tmp_path):
@@ -216,8 +225,8 @@ def test_import_datasets_never_overwrites(tmp_path):
     assert res.new == ["h-guest/trace_overhead/20260101T000000Z"]
     assert res.present == ["h-guest/cpu_pinning/20260101T000001Z"]
     assert res.conflicts == ["h-guest/qcow2_overlap/20260101T000002Z"]
-    assert (other / "samples.csv").read_text() == "a\nold\n" and (same / "samples.csv").read_text() == "a\n1\n"
-    assert (dest / res.new[0] / "samples.csv").read_text() == "a\n1\n"
+    assert _content(other) == ["content old"] and _content(same) == ["content 1"]
+    assert _content(dest / res.new[0]) == ["content 1"]
     assert not [p for p in dest.rglob("*") if p.name.startswith(".")]
     again = sh.import_datasets(src, dest, "h-guest", note)  # a second import adds nothing
     assert again.new == [] and len(again.present) == 2 and len(again.conflicts) == 1
@@ -237,7 +246,7 @@ def test_import_refuses_foreign_datasets(tmp_path):
     (d / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(PerfbookError, match="h-parent"):
         sh.import_datasets(src2, dest, "h-guest", "n")
-    assert not list(dest.rglob("*.csv"))
+    assert not (dest / "h-guest" / "trace_overhead" / "r1").exists()
 
 
 # ---------------------------------------------------------------- live: cleanup on signals

@@ -64,10 +64,10 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
     except PerfbookError:
         raise DatasetError(f"{rel}: {chapter!r} is not a chapter of this book") from None
     for table in m["tables"]:
-        if table not in schemas:
-            raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         if not (run / f"{table}.csv").is_file():
             raise DatasetError(f"{rel}: the manifest lists table {table!r} but {table}.csv is missing")
+        if table not in schemas:
+            raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         read_table(run, table, m, schemas[table])  # row count, columns and types
 
 

@@ -105,7 +105,7 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
         from . import knobs
         removed += knobs.sweep_stale(log=log)
         if shutil.which("ip"):
-            from .netperf_latency import sweep_stale_netns
+            from .netns import sweep_stale_netns
             removed += sweep_stale_netns(log=lambda s: None)
     removed += [str(p) for p in scratch.sweep()]
     removed += _legacy_scratch(log)

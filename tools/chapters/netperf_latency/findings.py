@@ -1,0 +1,228 @@
+"""Every value the prose quotes, formatted as it shows, from the quoted dataset (D.quoted: the
+newest default/full run), except where the prose names another scope (every dataset, every
+host's shown dataset)."""
+from __future__ import annotations
+
+from math import comb
+
+from . import analysis as A
+from . import analysis_seed as S
+from .spec import HIST_PER_DECADE, REL_TOL
+
+
+def f1(v) -> str:
+    return f"{v:,.1f}"
+
+
+def f0(v) -> str:
+    return f"{v:,.0f}"
+
+
+def findings(D) -> dict:
+    """All glue values of the chapter (strings and integers)."""
+    if D.quoted is None:
+        return {"n_datasets": 0}
+    out = {}
+    for part in (run, distribution, pinning, maxima, crossval, quantization, ping, sched, seed, hosts):
+        out.update(part(D))
+    return out
+
+
+def run(D) -> dict:
+    """The seed's selectors, the quoted dataset and its parameters."""
+    M, R, P = D.quoted, D.R, D.p
+    sel = S.seed_metrics(D.ref)["selectors"]
+    per_path = R.groupby("path")["rep"].nunique()
+    return {**{name: f"{sel[k]:g}" for k, name in (
+                ("MIN_LATENCY", "seed_min"), ("MEAN_LATENCY", "seed_mean"), ("P90_LATENCY", "seed_p90"),
+                ("P99_LATENCY", "seed_p99"), ("MAX_LATENCY", "seed_max"))},
+            "n_datasets": len(D), "n_hosts": len(D.hosts), "host": M.host_id,
+            "host_desc": M.host["description"], "kernel": M.host["kernel_release"],
+            "virt": M.host["virtualization"], "measured": M["started"][:10],
+            "rounds_text": " and ".join(f"{v} ({k})" for k, v in per_path.items()),
+            "rr_seconds": f"{P['seconds']:g}", "rr_warmup": f"{P['warmup']:g}",
+            "np_seconds": int(P["netperf_seconds"]), "req": int(P["request_size"]),
+            "resp": int(P["response_size"]), "ping_count": f0(P["ping_count"]),
+            "n_cells": len(R.groupby(["path", "proto", "pin"])),
+            "n_transactions": f0(R[R.tool == "rrbench"].n.sum()),
+            "n_np_transactions": f0(R[R.tool == "netperf"].n.sum()),
+            "bin_pct": f"{100 * (10 ** (1 / HIST_PER_DECADE) - 1):.1f}"}
+
+
+def distribution(D) -> dict:
+    """The pooled ladder per cell, the tail, and the cell with the largest P99.9."""
+    lad = A.ladder(D.R, D.H)
+    L = lad.set_index(["path", "proto", "pin"])
+    out = {f"{path}_{proto}_{pin}_{c}": f1(r[c]) for (path, proto, pin), r in L.iterrows()
+           for c in ("P50", "P99", "max")}
+    lo_udp = L.loc[("loopback", "udp", "none")]
+    cc = A.ccdf(D.H)
+    slow100 = cc[(cc.path == "loopback") & (cc.proto == "udp") & (cc.pin == "none") & (cc.latency_us >= 100)]
+    worst = lad.sort_values("P99.9").iloc[-1]
+    R = D.R
+    wr = R[(R.tool == "rrbench") & (R.path == worst.path) & (R.proto == worst.proto) & (R.pin == worst.pin)]
+    disturbed = wr.rate_tps.min() < 0.7 * wr.rate_tps.median()
+    return {**out, "tail_ratio": f1(lo_udp["P99"] / lo_udp["P50"]),
+            "max_ratio": f0(lo_udp["max"] / lo_udp["P50"]),
+            "veth_minus_lo_udp": f1(L.loc[("veth", "udp", "none"), "P50"] - lo_udp["P50"]),
+            "tcp_minus_udp_lo": f1(L.loc[("loopback", "tcp", "none"), "P50"] - lo_udp["P50"]),
+            "slow100_lo_udp": f"{100 * float(slow100['slower_than'].max()):.3f}",
+            "worst_cell": f"{worst.path} / {worst.proto} / {worst.pin}", "worst_p999": f1(worst["P99.9"]),
+            "worst_rate_min": f0(wr.rate_tps.min()), "worst_rate_med": f0(wr.rate_tps.median()),
+            "worst_verdict": "One of its runs was clearly disturbed." if disturbed else
+            "No run of it stands out by its rate, so this tail belongs to the cell, not to one bad run."}
+
+
+def pinning(D) -> dict:
+    """Each pinning mode against none: ratios, rank tests, the unpinned runs' spread."""
+    lad = A.ladder(D.R, D.H)
+    out = {}
+    for _, r in A.pin_effect(lad).iterrows():
+        out[f"pin_{r.path}_{r.proto}_{r.pin}_p50"] = f"{r.P50_vs_none:.2f}"
+        out[f"pin_{r.path}_{r.proto}_{r.pin}_p99"] = f"{r.P99_vs_none:.2f}"
+    pcn = A.pin_comparison(D.R).set_index(["path", "proto", "pin"])
+    for pin in ("same", "split"):
+        key = ("loopback", "udp", pin)
+        out[f"pin_verdict_lo_udp_{pin}"] = (pcn.loc[key, "verdict"] if key in pcn.index
+                                            else "not compared (fewer than two runs)")
+    out["pin_n_sig"] = int(pcn["significant"].sum()) if len(pcn) else 0
+    out["pin_n_cmp"] = len(pcn)
+    # the smallest two-sided p an exact rank test can give with these n
+    out["pin_min_p"] = (f"{min(2 / comb(int(a + b), int(a)) for a, b in zip(pcn.n_a, pcn.n_b)):.2g}"
+                        if len(pcn) else "n/a")
+    lu = A.none_vs_pinned(D.R).set_index(["path", "proto"]).loc[("loopback", "udp")]
+    out.update({"none_lo_udp_min": f1(lu.none_p50_min), "none_lo_udp_max": f1(lu.none_p50_max),
+                "same_lo_udp": f1(lu.same_p50), "split_lo_udp": f1(lu.split_p50),
+                "none_verdict": none_verdict(lu)})
+    for path, proto in (("loopback", "udp"), ("veth", "tcp")):
+        sub = lad[(lad.path == path) & (lad.proto == proto)]
+        out[f"best_pin_{'lo' if path == 'loopback' else path}_{proto}"] = sub.loc[sub.P50.idxmin(), "pin"]
+    return out
+
+
+def none_verdict(lu) -> str:
+    """How far the unpinned runs' P50 spread, against the gap between the pinned modes."""
+    gap = abs(lu.split_p50 - lu.same_p50)
+    cover = (lu.none_p50_max - lu.none_p50_min) / gap if gap else float("nan")
+    mid = (lu.none_p50_min + lu.none_p50_max) / 2
+    near = "split" if abs(mid - lu.split_p50) < abs(mid - lu.same_p50) else "same"
+    if cover > 0.5:
+        return (f"Here the unpinned runs spread over {100 * cover:.0f} % of the gap between the two pinned "
+                "modes: where the scheduler puts the pair in a given run can move its median by much of the "
+                "pinning effect, so a single unpinned RR run is a poor estimate.")
+    return (f"Here the unpinned runs stayed close together ({100 * cover:.0f} % of the gap between the pinned "
+            f"modes), nearer to `{near}`: in this dataset the scheduler placed the pair consistently.")
+
+
+def maxima(D) -> dict:
+    """Millisecond maxima: with both processes on one CPU or not, and their usual values."""
+    R = D.R
+    ms = R.max_us >= 1000
+    same = R.pin == "same"
+    big = A.max_clusters(R)
+    big = big[big.max_us_rounded >= 1000]
+    return {"ms_same": int(ms[same].sum()), "n_same": int(same.sum()),
+            "ms_other": int(ms[~same].sum()), "n_other": int((~same).sum()),
+            "same_verdict": "That the runs confined to one vCPU have them far less often points at the "
+            "cross-vCPU wake-up, but that is a hypothesis this chapter does not test."
+            if ms[same].mean() < ms[~same].mean() / 2 else
+            "Confining both processes to one vCPU does not make them clearly rarer here, so the cross-vCPU "
+            "wake-up is not the whole story.",
+            "mc_top1": f0(big.max_us_rounded.iloc[0]), "mc_top1_n": int(big.runs.iloc[0]),
+            "mc_top2": f0(big.max_us_rounded.iloc[1]), "mc_top2_n": int(big.runs.iloc[1])}
+
+
+def crossval(D) -> dict:
+    """netperf's P50/P90/P99 against rrbench's, within the stated tolerance."""
+    cv = A.crossval(D.R)
+    rel = cv.percentile.str.lower().map(REL_TOL) * cv.ours_us
+    med = cv.diff_us.median()
+    return {"tol_p50": f"{100 * REL_TOL['p50']:.0f}", "tol_p99": f"{100 * REL_TOL['p99']:.0f}",
+            "cv_agree": int(cv.agree.sum()), "cv_total": len(cv), "cv_max_abs": f1(cv.diff_us.abs().max()),
+            "cv_max_rel": f1(100 * cv.rel_diff.abs().max()), "cv_med_diff": f1(med),
+            "cv_by_range": int((cv.run_range_us > rel).sum()),
+            "cv_direction": "high" if med > 0 else "low" if med < 0 else "neither high nor low",
+            **{f"cv_{pc}_maxabs": f1(cv[cv.percentile == pc].diff_us.abs().max()) for pc in ("P50", "P90", "P99")}}
+
+
+def hist_struct_bytes(buckets: int) -> int:
+    """sizeof(struct histogram_struct) of hist.h on x86-64: 8 rows of B ints, then ridiculous,
+    total (int), sum (int64), sumsquare (double), hmin, hmax, limit, count, producer, consumer
+    (int), time_ones (pointer), time_two (struct timeval)."""
+    return 8 * buckets * 4 + 2 * 4 + 8 + 8 + 6 * 4 + 8 + 16
+
+
+def quantization(D) -> dict:
+    """netperf's bucketing: its sizes, and its error on the quoted dataset's own samples."""
+    import numpy as np
+
+    from .netperf_hist import netperf_bucket_width_us, netperf_style_percentiles
+    c150 = netperf_style_percentiles(np.full(1000, 150_000))
+    q = A.quantization(D.R)
+    small, big = q[q.exact_us < 100], q[q.exact_us >= 100]
+    npr = D["runs"][D["runs"].tool == "netperf"]   # every committed netperf run
+    return {"hist_bytes": f"{hist_struct_bytes(100)} (0x{hist_struct_bytes(100):x})",
+            "hist_bytes_10": hist_struct_bytes(10),
+            **{f"bw_{v}": f"{float(netperf_bucket_width_us(v * 1.5)):g}" for v in (10, 100, 1000)},
+            "q_const150_p50": int(c150[0.5]), "q_const150_p99": int(c150[0.99]),
+            "q_max_abs": f"{q.error_us.abs().max():.2f}", "q_mean": f"{q.error_us.mean():+.2f}",
+            "q_max_small": f"{small.error_us.abs().max():.2f}", "q_n_small": len(small),
+            "q_big_clause": (f"The {len(big)} percentile(s) above 100 µs fall in 10-µs buckets, and there the "
+                             f"error reaches {big.error_us.abs().max():.2f} µs.") if len(big) else
+            "No percentile of this run reached 100 µs, where buckets become 10 µs wide.",
+            "q_n": len(q),
+            "mean_rt_ok": int(((npr.mean_us / npr.rt_latency_us - 1).abs() < 0.05).sum()),
+            "mean_rt_n": len(npr)}
+
+
+def ping(D) -> dict:
+    pn = A.ping_vs_rr(D.R, D.of_quoted(D["ping"])).set_index(["path", "proto"])
+    lo, ve = pn.loc[("loopback", "udp")], pn.loc[("veth", "udp")]
+    return {"ping_lo": f1(lo.ping_mean_us), "ping_veth": f1(ve.ping_mean_us),
+            "rr_ping_ratio_lo": f1(lo.rr_over_ping_mean), "rr_ping_ratio_veth": f1(ve.rr_over_ping_mean),
+            "rr_minus_ping_lo": f1(lo.rr_mean_us - lo.ping_mean_us)}
+
+
+def sched(D) -> dict:
+    """The scheduler's share of a transaction, from the traced runs (none: no values)."""
+    Sn = D.of_quoted(D["sched"])
+    if Sn is None or Sn.empty:
+        return {}
+    out = {"sched_seconds": f"{D.p.get('sched_seconds', 0):g}"}
+    for pin, r in A.sched_per_transaction(Sn, D.R).iterrows():
+        out.update({f"sched_wait_{pin}": f1(r.wait_us), f"sched_share_{pin}": f"{100 * r.wait_share:.0f}",
+                    f"sched_traced_{pin}": f1(r.traced_mean_us), f"sched_untraced_{pin}": f1(r.untraced_mean_us)})
+    for _, r in Sn.iterrows():
+        out[f"sched_{r.pin}_{r.role}_mean"] = f1(r.delay_mean_us)
+    return out
+
+
+def seed(D) -> dict:
+    """The seed's loopback UDP numbers beside the quoted dataset's."""
+    vs = S.versus_seed(D.R, D.ref, D.quoted.host_id).set_index("metric")
+    here, then = vs["netperf here"], vs["seed (median of its runs)"]
+    ref, R = D.ref, D.R
+    np_lo = R[(R.tool == "netperf") & (R.path == "loopback") & (R.proto == "udp") & (R.pin == "none")]
+    vh = S.versus_seed_histogram(D.H, ref, D.quoted.host_id).set_index("bucket")
+    return {"seed_over_now_p50": f1(vs.loc["P50_LATENCY", "seed / netperf here"]),
+            "seed_over_now_mean": f1(vs.loc["MEAN_LATENCY", "seed / netperf here"]),
+            "now_np_mean": f1(here["MEAN_LATENCY"]), "now_np_min": f0(here["MIN_LATENCY"]),
+            "now_np_max": f0(here["MAX_LATENCY"]), "seed_med_max": f0(then["MAX_LATENCY"]),
+            "seed_rate": f0(ref[(ref.run == "k_all") & (ref.metric == "THROUGHPUT")].value.iloc[0]),
+            "now_rate": f0(np_lo.rate_tps.median()),
+            "now_med_over_min": f1(here["P50_LATENCY"] / here["MIN_LATENCY"]),
+            "seed_med_over_min": f1(then["P50_LATENCY"] / then["MIN_LATENCY"]),
+            "seed_4050": f1(100 * vh.loc["40-50", "seed_fraction"]),
+            "ours_1020": f1(100 * vh.loc["10-20", "ours_fraction"])}
+
+
+def hosts(D) -> dict:
+    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id)
+    if len(D.shown) < 2:
+        text = "Only one host has measured this chapter so far, so there is nothing to compare yet."
+    elif hc.empty:
+        text = "The other hosts' datasets have fewer than two runs per cell, too few for a rank comparison."
+    else:
+        hlu = hc[(hc.path == "loopback") & (hc.proto == "udp") & (hc.pin == "none")]
+        text = "Loopback UDP without pinning: " + "; ".join(hlu.verdict) + "."
+    return {"host_sentence": text}

@@ -1,0 +1,102 @@
+"""The tables the chapter shows, ready to display. Tables of every host show one dataset per
+host (D.of_shown); the rest show the quoted dataset (the one the prose quotes)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ...dataset import skipped_table
+from . import analysis as A
+from . import analysis_seed as S
+
+
+def run_columns(m, D) -> dict:
+    """The chapter's columns of the shared runs table: repetition, rounds per path, run lengths."""
+    p, runs = m.parameters, D["runs"]
+    r = runs[(runs["host_id"] == m.host_id) & (runs["run_id"] == m["run_id"])]
+    per_path = r.groupby("path")["rep"].nunique()
+    return {"repetition": "adaptive" if "rep_target" in p else "fixed",
+            "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
+            "rrbench s/run": p["seconds"], "netperf s/run": p["netperf_seconds"],
+            "pins": ",".join(p["pins"]), "skipped": "; ".join(m.skipped) or "-"}
+
+
+def ladder(D):
+    """Pooled P50..P99.9 and max per cell, one dataset per host."""
+    lad = A.ladder(D.of_shown(D["runs"]), D.of_shown(D["hist"]))
+    return lad.round({"rate_tps": 0, "P50": 1, "P90": 1, "P99": 1, "P99.9": 1, "max": 0})
+
+
+def pin_effect(D):
+    return A.pin_effect(A.ladder(D.R, D.H)).round(2)
+
+
+def pin_comparison(D):
+    """split and same against none, per dataset (every dataset: each is compared within itself)."""
+    pc = A.pin_comparison(D["runs"])
+    return pc[["host_id", "run_id", "path", "proto", "pin", "n_a", "n_b", "median_a", "median_b", "shift",
+               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+
+
+def none_vs_pinned(D):
+    return A.none_vs_pinned(D.of_shown(D["runs"])).round(1)
+
+
+def max_clusters(D):
+    return A.max_clusters(D.R).head(8)
+
+
+def crossval(D):
+    cv = A.crossval(D.of_shown(D["runs"]))
+    return cv.pivot_table(index=["host_id", "path", "proto", "pin"], columns="percentile",
+                          values=["ours_us", "netperf_us", "diff_us", "tolerance_us", "agree"],
+                          aggfunc="first").round(1)
+
+
+def netperf_summary(D):
+    return A.netperf_summary(D.of_shown(D["runs"]))
+
+
+def quantization(D):
+    q = A.quantization(D.R)
+    return q.groupby("percentile").agg(runs=("error_us", "size"), mean_error_us=("error_us", "mean"),
+                                       max_abs_error_us=("error_us", lambda e: e.abs().max()),
+                                       bucket_us=("bucket_us", "max")).round(2)
+
+
+def ping_vs_rr(D):
+    return A.ping_vs_rr(D.of_shown(D["runs"]), D.of_shown(D["ping"])).round(1)
+
+
+def sched(D):
+    """The traced runs of the quoted dataset, per pinning mode and role."""
+    Sn = D.of_quoted(D["sched"])
+    if Sn is None or Sn.empty:
+        return "no scheduler-tracepoint data in the quoted dataset"
+    return Sn[["pin", "role", "wakeups", "wakeups_per_transaction", "delay_mean_us", "delay_p50_us",
+               "delay_p99_us", "delay_max_us", "traced_transactions", "traced_rr_mean_us",
+               "overrun"]].round(2)
+
+
+def sched_per_transaction(D):
+    Sn = D.of_quoted(D["sched"])
+    if Sn is None or Sn.empty:
+        return "no scheduler-tracepoint data in the quoted dataset"
+    return A.sched_per_transaction(Sn, D.R).round(2)
+
+
+def versus_seed(D):
+    return S.versus_seed(D.R, D.ref, D.quoted.host_id).set_index("metric").round(2)
+
+
+def host_comparison(D):
+    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id)
+    if hc.empty:
+        return "no host comparison (see the text above)"
+    return hc[["path", "proto", "pin", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift",
+               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+
+
+def skipped(D):
+    """Parts a run skipped, and why, from the manifests (the notes are left out)."""
+    t = skipped_table(D.manifests)
+    return pd.DataFrame(t[t["what"] != "note"]).reset_index(drop=True)
