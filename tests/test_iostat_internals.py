@@ -7,10 +7,7 @@ skip with the reason otherwise.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +15,10 @@ import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool
 from tools import diskstats as ds
-from tools import iostat_internals as m
+from tools import framework
+from tools.chapters import iostat_internals as I
+from tools.chapters.iostat_internals import analysis as A, collect as C, figures as F, findings as FI
+from tools.chapters.iostat_internals import parse as PA, spec as S
 from tools.errors import ParameterError
 from tools.scratch import live_dirs
 
@@ -184,48 +184,48 @@ def test_parse_iostat_plain_text():
 # ---- parameters ---------------------------------------------------------------------
 
 def test_params_defaults_and_errors():
-    p = m.params("quick")
-    assert p["phases"] == m.QUICK_PHASES and p["device"] == "auto"
-    assert m.params("default", phases="fsync_4k,discard")["phases"] == ["fsync_4k", "discard"]
+    p = I.chapter.parameters("quick")
+    assert p["phases"] == S.QUICK_PHASES and p["device"] == "auto"
+    assert I.chapter.parameters("default", phases="fsync_4k,discard")["phases"] == ["fsync_4k", "discard"]
     for bad in ({"phases": "nope"}, {"phases": []}, {"phase_seconds": 1}, {"rounds": 2},
                 {"trace_window_s": 2.0}, {"device": "../x"}, {"trace": "yes"}, {"frobnicate": 1},
                 {"scratch_parent": "relative/dir"}, {"rep_target": 0}, {"rep_target": "5 %"},
                 {"rep_min_runs": 0}, {"rep_min_runs": 3, "rep_max_runs": 2}, {"rep_budget_s": -1},
                 {"rep_warmup": -1}, {"rep_max_runs": 2.5}):
         with pytest.raises(ParameterError):
-            m.params("quick", **bad)
+            I.chapter.parameters("quick", **bad)
     with pytest.raises(ParameterError):
-        m.params("huge")
+        I.chapter.parameters("huge")
 
 
 def test_collect_bad_parameter_writes_nothing(scratch_data):
     with pytest.raises(ParameterError):
-        m.collect(data_dir=scratch_data, profile="quick", phases="nope")
+        framework.collect(I.chapter, "quick", scratch_data, say=lambda s: None, phases="nope")
     assert list((scratch_data / "runs").iterdir()) == []
 
 
 def test_params_repetition_settings_per_profile():
-    for prof in m.PROFILES:
-        p = m.params(prof)
+    for prof in I.chapter.profiles:
+        p = I.chapter.parameters(prof)
         assert 0 < p["rep_target"] <= 0.05 and p["rep_min_runs"] <= p["rep_max_runs"]
     # the default profile must keep the book's measure run short: its budget is < 2 minutes
-    assert m.params("default")["rep_budget_s"] <= 120
-    assert m.params("quick")["rep_budget_s"] <= 10
-    assert m.params("default", rep_budget_s=30, rep_max_runs=8)["rep_max_runs"] == 8
+    assert I.chapter.parameters("default")["rep_budget_s"] <= 120
+    assert I.chapter.parameters("quick")["rep_budget_s"] <= 10
+    assert I.chapter.parameters("default", rep_budget_s=30, rep_max_runs=8)["rep_max_runs"] == 8
 
 
 def test_order_rotates_phases():
-    p = m.params("default", phases="fsync_4k,discard,randread_4k_qd1")
-    assert m._round_order(p, 0) == ["fsync_4k", "discard", "randread_4k_qd1"]
-    assert m._round_order(p, 1) == ["discard", "randread_4k_qd1", "fsync_4k"]
-    assert m._round_order(p, 3) == m._round_order(p, 0)
+    p = I.chapter.parameters("default", phases="fsync_4k,discard,randread_4k_qd1")
+    assert C._round_order(p, 0) == ["fsync_4k", "discard", "randread_4k_qd1"]
+    assert C._round_order(p, 1) == ["discard", "randread_4k_qd1", "fsync_4k"]
+    assert C._round_order(p, 3) == C._round_order(p, 0)
 
 
 def test_steady_iops_counts_reads_writes_and_discards():
     a = {"t_ns": 0, "rd_ios": 10, "wr_ios": 5, "dc_ios": 0, "fl_ios": 7}
     c = {"t_ns": 2_000_000_000, "rd_ios": 110, "wr_ios": 105, "dc_ios": 20, "fl_ios": 1000}
-    assert m.steady_iops(a, c) == pytest.approx(110.0)
-    assert m.steady_iops(c, c) != m.steady_iops(c, c)     # no time: NaN, not a division error
+    assert A.steady_iops(a, c) == pytest.approx(110.0)
+    assert A.steady_iops(c, c) != A.steady_iops(c, c)     # no time: NaN, not a division error
 
 
 # ---- tracepoint parsing and pairing ---------------------------------------------------
@@ -254,20 +254,20 @@ def test_parse_trace_with_record_tgid_and_irq_info_off():
                  lambda g: f"{g[1]}    ({int(g[2]):7d}) [{g[3]}]  {g[4]:>12}: ", TRACE, flags=re.M)
     assert alt != TRACE and "..." not in alt.split("\n", 2)[1]
     st = ftrace.new_stats()
-    assert m.parse_trace(alt + "CPU:0 [LOST 3 EVENTS]\n", st) == m.parse_trace(TRACE)
+    assert PA.parse_trace(alt + "CPU:0 [LOST 3 EVENTS]\n", st) == PA.parse_trace(TRACE)
     assert st["lost"] == 3
 
 
 def test_op_class():
-    assert [m.op_class(x) for x in ("R", "RA", "WS", "FWS", "WFS", "FF", "DS", "N")] == \
+    assert [PA.op_class(x) for x in ("R", "RA", "WS", "FWS", "WFS", "FF", "DS", "N")] == \
         ["read", "read", "write", "write", "write", "flush", "discard", "other"]
 
 
 def test_parse_and_pair_trace():
-    ev = m.parse_trace(TRACE)
+    ev = PA.parse_trace(TRACE)
     assert len(ev) == 10 and ev[0][0] == 10_000_010_000
     w0, w1 = 10_000_000_000, 10_000_300_000
-    recs, un, iv, dev_iv = m.pair_requests(ev, w0, w1)
+    recs, un, iv, dev_iv = PA.pair_requests(ev, w0, w1)
     reads = [r for r in recs if r["op"] == "read"]
     assert len(reads) == 1 and reads[0]["q2c_ns"] == 40_000 and reads[0]["d2c_ns"] == 30_000
     writes = [r for r in recs if r["op"] == "write"]
@@ -277,21 +277,21 @@ def test_parse_and_pair_trace():
     assert (10_000_010_000, 10_000_200_000) in iv    # ... counted from the first event on
     assert (10_000_070_000, 10_000_170_000) in dev_iv   # FF issue -> complete
     # a window that ends before the write completes: the write is not one of its requests
-    recs2, un2, _, _ = m.pair_requests(ev, w0, 10_000_100_000)
+    recs2, un2, _, _ = PA.pair_requests(ev, w0, 10_000_100_000)
     assert [r["op"] for r in recs2] == ["read"]
     assert un2["start_without_done"] == 0 and un2["done_without_start"] == 0
     # in flight at the window's end: the write (60..180 us) and the FF flush (70..171 us)
     assert un2["carried_out_ns"] == 40_000 + 30_000 and un2["carried_in_ns"] == 0
     # a window that opens late: the write waited 60 us of it before the window began
-    _, un3, _, _ = m.pair_requests(ev, 10_000_120_000, w1)
+    _, un3, _, _ = PA.pair_requests(ev, 10_000_120_000, w1)
     assert un3["carried_in_ns"] == (120_000 - 60_000) + (120_000 - 70_000)
 
 
 def test_occupancy_known_answer():
     # two overlapping requests in a 10-unit window: [0,4) and [2,6) -> 8 units of work, busy 6
-    occ, busy = m.occupancy([(0, 4), (2, 6)], 0, 10)
+    occ, busy = PA.occupancy([(0, 4), (2, 6)], 0, 10)
     assert occ == pytest.approx(0.8) and busy == pytest.approx(0.6)
-    occ, busy = m.occupancy([(-5, 3)], 0, 10)      # clipped at the window start
+    occ, busy = PA.occupancy([(-5, 3)], 0, 10)      # clipped at the window start
     assert occ == pytest.approx(0.3) and busy == pytest.approx(0.3)
 
 
@@ -307,7 +307,7 @@ def _fixture(name):
 def _check_against_sysstat(intervals, min_share=0.95, min_overall=0.99):
     """The chapter's agreement rule: every column within tolerance in >= 95 % of the
     intervals, and >= 99 % of all values within tolerance."""
-    cmp = m.compare_with_sysstat(intervals)
+    cmp = A.compare_with_sysstat(intervals)
     assert len(cmp) == len(ds.COLUMNS) * (intervals.groupby("run_id").size().sum() - intervals["run_id"].nunique()
                                           if "run_id" in intervals else len(intervals) - 1)
     # a value agrees when it is within tolerance of ours, or of ours over sysstat's nominal
@@ -325,7 +325,7 @@ def _check_against_sysstat(intervals, min_share=0.95, min_overall=0.99):
 
 
 def _check_invariants(intervals, windows=None, trace_windows=None):
-    ours = m.our_columns(intervals)
+    ours = A.our_columns(intervals)
     # 1. await is the request-weighted mix of r_await, w_await and d_await
     for _, r in ours.iterrows():
         assert ds.await_mix(r) == pytest.approx(r["await"], abs=1e-9)
@@ -348,7 +348,7 @@ def _check_invariants(intervals, windows=None, trace_windows=None):
     # 5. %util can't exceed 100 % by more than one jiffy per interval
     assert (ours["%util"] <= 100 + 100 * 0.004 / ours["interval_s"] + 0.5).all()
     if windows is not None and trace_windows is not None and len(trace_windows):
-        tv = m.trace_vs_await(windows, trace_windows)
+        tv = A.trace_vs_await(windows, trace_windows)
         main = tv[(tv["op"].isin(["read", "write"])) & (tv["n_trace"] >= 200)]
         assert len(main) > 0
         # 6. the tracepoint mean (io_start -> io_done) and await measure the same thing with
@@ -377,8 +377,8 @@ def test_fixture_invariants():
 
 def test_fixture_uptime_clock_variant_also_agrees():
     iv = _fixture("intervals")
-    mono = m.compare_with_sysstat(iv, "monotonic")
-    up = m.compare_with_sysstat(iv, "uptime")
+    mono = A.compare_with_sysstat(iv, "monotonic")
+    up = A.compare_with_sysstat(iv, "uptime")
     rates = ["r/s", "w/s", "f/s", "rkB/s", "wkB/s"]
     assert up[up["column"].isin(rates)]["within"].all()
     assert set(mono["column"]) == set(up["column"])
@@ -390,19 +390,19 @@ def _need_live():
     need_root("a collect run (block tracepoints, measure lock)")
     need_tool("fio")
     need_tool("iostat", "sysstat")
-    need_preflight(m)
+    need_preflight(I.chapter)
 
 
 def test_live_quick_collect_matches_sysstat(scratch_data):
     _need_live()
-    out = m.collect(data_dir=scratch_data, profile="quick")
+    out = framework.collect(I.chapter, "quick", scratch_data)
     assert (out / "manifest.json").is_file()
     keep = os.environ.get("PERFBOOK_KEEP_LIVE")
     if keep:                       # for a post-mortem of a failing live comparison
         import shutil
         shutil.copytree(out, Path(keep) / out.name, dirs_exist_ok=True)
     rep = pd.read_csv(out / "repetition.csv")
-    assert set(rep["key"]) == set(m.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
+    assert set(rep["key"]) == set(S.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
     assert rep["stopped_by"].iloc[0] in ("ci_target", "time_budget", "max_runs")
     ph = pd.read_csv(out / "phases.csv")
     assert rep.set_index("key")["n"].to_dict() == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
@@ -415,11 +415,11 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     _check_invariants(iv, w, tw)
     if tw is not None and len(tw):
         man = __import__("json").loads((out / "manifest.json").read_text())
-        assert man["trace_vs_await"]["n_compared"] > 0, man.get("trace_vs_await")
+        assert man["facts"]["trace_vs_await"]["n_compared"] > 0, man["facts"].get("trace_vs_await")
         smp = pd.read_csv(out / "trace_sample.csv").dropna(subset=["d2c_us"])
         assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()   # per request: a part <= the whole
     _check_replay_exact(iv)
-    assert not [d for d in live_dirs(m.CHAPTER) if d.name.startswith(f"{m.CHAPTER}-{os.getpid()}-")]
+    assert not [d for d in live_dirs(I.chapter.name) if d.name.startswith(f"{I.chapter.name}-{os.getpid()}-")]
 
 
 def _check_replay_exact(iv, n_pairs=5):
@@ -431,7 +431,7 @@ def _check_replay_exact(iv, n_pairs=5):
     pairs = list(zip(recs, recs[1:]))
     busy = sorted(pairs, key=lambda pc: -(pc[1]["rd_ios"] + pc[1]["wr_ios"] - pc[0]["rd_ios"] - pc[0]["wr_ios"]))
     for prev, curr in busy[:n_pairs]:
-        theirs = m.replay_sysstat(prev, curr)
+        theirs = A.replay_sysstat(prev, curr)
         T = (curr["uptime_cs"] - prev["uptime_cs"]) / 100
         ours = ds.compute_columns(prev, curr, T)
         for col in ds.COLUMNS:      # printed with 2 decimals: at most half a unit apart
@@ -439,107 +439,38 @@ def _check_replay_exact(iv, n_pairs=5):
                 (col, ours[col], theirs[col], prev["seq"], curr["seq"])
 
 
-def _iostat_pids() -> set[int]:
-    out = set()
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                args = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if args[:5] == [b"iostat", b"-x", b"-d", b"-k", b"-y"]:
-                out.add(int(d.name))
-    return out
-
-
-def _our_children_alive(child_pid: int) -> list[str]:
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            args = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = b" ".join(args).decode(errors="replace")
-        if f"/{m.CHAPTER}-{child_pid}-" in text:  # its scratch directory (tools.scratch)
-            found.append(text)
-    return found
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_live_signal_restores_everything(scratch_data, sig):
-    _need_live()
-    from tools import tracefs
-    before = tracefs.snapshot()
-    iostat_before = _iostat_pids()
-    code = ("from tools import iostat_internals as m\n"
-            f"m.collect(data_dir={str(scratch_data)!r}, profile='quick', phase_seconds=20)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
-    seen = []
-    deadline = time.monotonic() + 600
-    try:
-        for line in p.stdout:
-            seen.append(line)
-            if "scratch file laid out" in line:
-                break
-            if time.monotonic() > deadline:
-                break
-        else:
-            pytest.fail("collect ended before the workload started:\n" + "".join(seen))
-        if not any("scratch file laid out" in s for s in seen):
-            pytest.skip("the measure lock stayed busy; could not start a collect run")
-        time.sleep(3.0)                  # inside the first phase: fio, iostat and tracing are live
-        mid = tracefs.snapshot()
-        assert mid["our_instances"], "no private trace instance while running"
-        assert _our_children_alive(p.pid), "no workload process while running"
-        assert _iostat_pids() - iostat_before, "no iostat process while running"
-        p.send_signal(sig)
-        p.wait(60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    after = tracefs.snapshot()
-    assert after == before
-    assert not any(i.startswith(f"perfbook_{p.pid}_") for i in after.get("our_instances", []))
-    time.sleep(0.5)
-    assert _our_children_alive(p.pid) == []
-    assert _iostat_pids() - iostat_before == set()
-    assert not [d for d in live_dirs(m.CHAPTER) if d.name.startswith(f"{m.CHAPTER}-{p.pid}-")]
-    assert not any((scratch_data / "runs").rglob("manifest.json"))
-    assert p.returncode != 0
-
-
 def test_chapter_prose_keys_are_all_glued():
-    """Every {glue:text} name in the chapter is one figures() always provides."""
+    """Every {glue:text} name in the chapter is one the chapter's glue_values() (or the shared
+    repetition section) always provides, as text or an integer."""
     import json
     import re
+    from tools.notebook import REPETITION_GLUE
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
             for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
-    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    in_cells = set(re.findall(r'glue\(f?"([A-Za-z0-9_]+)"', code))
-    in_cells |= {f"rep_{k}" for k in re.findall(r'for k in \(([^)]*)\):\n    glue\(f"rep_\{k\}"', code)
-                 for k in re.findall(r'"(\w+)"', k)}
-    assert used and used <= set(m.PROSE_KEYS) | in_cells, sorted(used - set(m.PROSE_KEYS) - in_cells)
+    D = I.chapter.load()
+    A, AH = I.views.analyse_all(D)
+    values = I.views.glue_values(D, A, AH)
+    assert all(isinstance(v, (str, int)) for v in values.values())
+    provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE}
+    assert used and used <= provided, sorted(used - provided)
     # and with a dataset that has no trace tables, figures() still fills them
     iv = _fixture("intervals")
-    man = __import__("json").loads((RUN / "manifest.json").read_text())
+    from tools.dataset import Manifest, migrate
+    man = Manifest(migrate(__import__("json").loads((RUN / "manifest.json").read_text())))
     D = {"intervals": iv.assign(run_id=man["run_id"]), "windows": pd.DataFrame(),
          "trace_windows": pd.DataFrame(), "trace_sample": pd.DataFrame(),
          "phases": pd.DataFrame(), "manifests": [man]}
-    f = m.figures(m.analyse(D))
-    assert set(m.PROSE_KEYS) <= set(f) and f["trace_med_diff_us"] == "n/a"
+    f = FI.prose_values(FI.analyse(D))
+    assert set(FI.PROSE_KEYS) <= set(f) and f["trace_med_diff_us"] == "n/a"
 
 
 def test_live_without_sysstat_records_the_skip(scratch_data, monkeypatch):
     """A missing optional tool is a recorded skip, not a failure or a half dataset."""
     _need_live()
-    real = m._optional
-    monkeypatch.setattr(m, "_optional", lambda: {**real(), "sysstat": "sysstat's iostat is not installed (test)"})
-    out = m.collect(data_dir=scratch_data, profile="quick", phases="randread_4k_qd1", trace=False)
+    real = C._optional
+    monkeypatch.setattr(C, "_optional", lambda: {**real(), "sysstat": "sysstat's iostat is not installed (test)"})
+    out = framework.collect(I.chapter, "quick", scratch_data, phases="randread_4k_qd1", trace=False)
     man = __import__("json").loads((out / "manifest.json").read_text())
     assert "sysstat" in man["skipped"] and "tracepoints" in man["skipped"]
     assert not (out / "intervals.csv").exists() and (out / "windows.csv").is_file()
@@ -551,6 +482,6 @@ def test_saturation_axis_labels_state_the_real_coverage():
     ps = pd.DataFrame([{"phase": ph, "n": n, **{c: 1.0 for c in ("IOPS", "aqu-sz", "%util")},
                         **{f"{c} {e}": 1.0 for c in ("IOPS", "aqu-sz", "%util") for e in ("lo", "hi")}}
                        for ph, n in (("a", 5), ("b", 8))])
-    fig = m.plot_saturation({"phase_summary": ps})
+    fig = F.plot_saturation({"phase_summary": ps})
     assert fig.axes[0].get_xlabel() == "IOPS (median per phase, 93.75–99.21 % CI)"
     assert fig.axes[1].get_xlabel() == "aqu-sz (median per phase, 93.75–99.21 % CI)"

@@ -23,7 +23,7 @@ guard -> progress -> publish.
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ParameterError
@@ -78,6 +78,21 @@ class Param:
         if self.max is not None and v > self.max:
             raise ParameterError(f"{name} must be {_KINDS[k]} <= {_num(self.max)}, got {v!r}")
         return v
+
+
+def choose_list(value, allowed, what: str, default=None) -> list[str]:
+    """A list (or comma-separated string) whose items all come from `allowed`, for a check()
+    that allows a list parameter to hold other values too."""
+    if value is None:
+        value = list(default if default is not None else allowed)
+    elif isinstance(value, str):
+        value = [x.strip() for x in value.split(",") if x.strip()]
+    value = list(value)
+    unknown = [x for x in value if x not in allowed]
+    if unknown or not value:
+        raise ParameterError(f"unknown {what} {', '.join(map(str, unknown)) or '(empty list)'}; "
+                             f"choose from {', '.join(allowed)}")
+    return list(dict.fromkeys(value))
 
 
 def repetition_params(prefix: str = "rep_") -> dict[str, Param]:

@@ -395,8 +395,6 @@ def quoted(manifests: list[dict], needs: tuple = ()) -> dict | None:
     return max(real or unknown or ms, key=lambda m: m["run_id"])
 
 
-newest = quoted  # the older name
-
 
 def shown_datasets(manifests: list[dict], ref: dict | None = None, needs: tuple = ()) -> dict[str, str]:
     """host_id -> run_id of the one dataset per host a chapter shows side by side: the

@@ -134,7 +134,7 @@ class VirtioBlkLatency(Chapter):
     quote_needs = ("requests", "jobs")
 
     def check(self, p: dict) -> None:
-        from ...params import choose_list
+        from ...chapter import choose_list
         from ...stats import repetition_settings
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]

@@ -1,0 +1,285 @@
+"""iostat_internals: our iostat columns from the counters, the comparison with sysstat and
+with the tracepoints (frames in, frames out)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from ... import diskstats as ds
+from ...errors import PerfbookError
+from ...proc import die_with_parent, kill_group
+from .spec import IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, TOL_ABS, TOL_REL, TOL_UTIL_JIFFY
+
+def steady_iops(a: dict, c: dict) -> float:
+    """Completed reads + writes + discards per second between two snapshots (the value
+    adaptive repetition tracks per phase)."""
+    T = (c["t_ns"] - a["t_ns"]) / 1e9
+    if T <= 0:
+        return float("nan")
+    return sum(c[k] - a[k] for k in ("rd_ios", "wr_ios", "dc_ios")) / T
+
+
+def our_columns(intervals, clock: str = "monotonic"):
+    """Our iostat columns for every interval (row k from snapshots k-1 and k).
+
+    clock='monotonic' uses the nanosecond clock of our snapshots; clock='uptime'
+    uses /proc/uptime in 1/100 s like sysstat does.
+    """
+    import pandas as pd
+    rows = []
+    iv = intervals.sort_values(["run_id", "seq"] if "run_id" in intervals else ["seq"])
+    groups = iv.groupby("run_id") if "run_id" in iv else [(None, iv)]
+    for run, g in groups:
+        recs = g.to_dict("records")
+        for prev, curr in zip(recs, recs[1:]):
+            if clock == "monotonic":
+                T = (curr["t_ns"] - prev["t_ns"]) / 1e9
+            elif clock == "uptime":
+                T = (curr["uptime_cs"] - prev["uptime_cs"]) / 100
+            elif clock == "nominal":
+                T = IOSTAT_INTERVAL_S
+            else:
+                raise ValueError(f"clock must be monotonic, uptime or nominal, got {clock!r}")
+            if T <= 0:
+                continue
+            c = ds.compute_columns(prev, curr, T)
+            d = ds.delta(prev, curr)
+            counts = {f"n_{k}": d[k] for k in ("rd_ios", "wr_ios", "dc_ios", "fl_ios",
+                                                "rd_merges", "wr_merges", "dc_merges")}
+            same = prev["phase"] == curr["phase"] and prev["round"] == curr["round"]
+            row = {"seq": curr["seq"], "round": curr["round"],
+                   "phase": curr["phase"] if same else "transition",
+                   "prev_phase": prev["phase"], "interval_s": T,
+                   "tiq_residual_ms": ds.tiq_residual_ms(prev, curr),
+                   "io_ticks_delta": d["io_ticks"], **counts, **c}
+            if run is not None:
+                row = {"run_id": run, **row}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# the request (or merge) count behind each column, for judging a gap
+COUNT_OF = {**{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rrqm")},
+            **{c: "wr_ios" for c in ("w/s", "wkB/s", "w_await", "wareq-sz", "%wrqm")},
+            **{c: "dc_ios" for c in ("d/s", "dkB/s", "d_await", "dareq-sz", "%drqm")},
+            "rrqm/s": "rd_merges", "wrqm/s": "wr_merges", "drqm/s": "dc_merges",
+            "f/s": "fl_ios", "f_await": "fl_ios"}
+
+
+def compare_with_sysstat(intervals, clock: str = "monotonic"):
+    """Tidy frame: one row per interval and column with ours, sysstat's and the gap."""
+    ours = our_columns(intervals, clock)
+    keys = ["run_id", "seq"] if "run_id" in ours else ["seq"]
+    sys_cols = {f"sysstat {c}": c for c in ds.COLUMNS}
+    sysdf = intervals[keys + list(sys_cols)].rename(columns=sys_cols)
+    long_o = ours.melt(id_vars=keys + ["phase", "prev_phase"], value_vars=list(ds.COLUMNS),
+                       var_name="column", value_name="ours")
+    long_s = sysdf.melt(id_vars=keys, var_name="column", value_name="sysstat")
+    m = long_o.merge(long_s, on=keys + ["column"])
+    cnt = ours[keys + [c for c in ours.columns if c.startswith("n_")]].copy()
+    cnt["n_all"] = cnt["n_rd_ios"] + cnt["n_wr_ios"] + cnt["n_dc_ios"] + cnt["n_fl_ios"]
+    m = m.merge(cnt, on=keys)
+    m["count"] = [r[f"n_{COUNT_OF.get(r['column'], 'all')}"] for r in m.to_dict("records")]
+    m = m.drop(columns=[c for c in m.columns if c.startswith("n_")])
+    m["abs_diff"] = (m["ours"] - m["sysstat"]).abs()
+    scale = m[["ours", "sysstat"]].abs().max(axis=1)
+    m["rel_diff"] = (m["abs_diff"] / scale).where(scale > 0, 0.0)
+    m["tolerance"] = TOL_ABS + TOL_REL * scale + (m["column"] == "%util") * TOL_UTIL_JIFFY
+    m["within"] = m["abs_diff"] <= m["tolerance"]
+    if clock == "monotonic":
+        # sysstat divides by its own /proc/uptime delta, read just *before* its counters;
+        # if iostat is held up between the two reads (a preempted vCPU), its counts span a
+        # longer or shorter time than its divisor. Our counts over the nominal interval
+        # reproduce that: such a gap is sysstat's divisor, not a disagreement in counters.
+        nom = our_columns(intervals, "nominal")
+        nl = nom.melt(id_vars=keys, value_vars=list(ds.COLUMNS), var_name="column",
+                      value_name="ours_nominal")
+        m = m.merge(nl, on=keys + ["column"])
+        gap = (m["ours_nominal"] - m["sysstat"]).abs()
+        tol = TOL_ABS + TOL_REL * m[["ours_nominal", "sysstat"]].abs().max(axis=1) \
+            + (m["column"] == "%util") * TOL_UTIL_JIFFY
+        m["divisor_explains"] = ~m["within"] & (gap <= tol)
+        m["agree"] = m["within"] | m["divisor_explains"]
+    return m
+
+
+def _stat_line(snap: dict) -> str:
+    """A /sys/block/<dev>/stat line (17 numbers) from one of our diskstats snapshots."""
+    return " ".join(str(int(snap[k])) for k in ds.FIELDS) + "\n"
+
+
+def _uptime_line(snap: dict) -> str:
+    cs = int(snap["uptime_cs"])
+    return f"{cs // 100}.{cs % 100:02d} 0.00\n"
+
+
+def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float = 30.0) -> dict:
+    """Feed sysstat's iostat the very two snapshots we read, and return its second report.
+
+    In a private mount namespace (unshare --mount) a regular file is bind-mounted over
+    /proc/uptime, and `iostat -f DIR` reads DIR/block/<device>/stat. Both files hold
+    `prev` until iostat has printed its first report (its first read is done), then `curr`;
+    iostat sleeps 1 s between its reads, and divides by the uptime it read, so the second
+    report is computed from exactly our two snapshots. Root only. Raises PerfbookError
+    if iostat can't be fed this way."""
+    with tempfile.TemporaryDirectory(prefix="perfbook-replay-") as d:
+        d = Path(d)
+        stat = d / "sys" / "block" / device / "stat"
+        stat.parent.mkdir(parents=True)
+        up = d / "uptime"
+        stat.write_text(_stat_line(prev))
+        up.write_text(_uptime_line(prev))
+        env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
+        env.pop("S_TIME_FORMAT", None)
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               f'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
+               "sh", str(up), str(d / "sys"), device]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)
+        timer = threading.Timer(timeout, kill_group, (proc,))
+        timer.start()
+        out = []
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith(device + " "):
+                    # first report printed: swap in the second snapshot, same inodes
+                    with open(stat, "r+") as f:
+                        f.truncate(0)
+                        f.write(_stat_line(curr))
+                    with open(up, "r+") as f:
+                        f.truncate(0)
+                        f.write(_uptime_line(curr))
+                    break
+            out += proc.stdout.readlines()
+            err = proc.stderr.read()
+        finally:
+            timer.cancel()
+            kill_group(proc)
+        rows = ds.parse_iostat_text("".join(out), device)
+        if len(rows) != 2:
+            raise PerfbookError(f"iostat replay gave {len(rows)} report(s): {err.strip()[-200:]}")
+        return rows[1]
+
+
+def disagreement_table(cmp):
+    """Per column: n intervals, share within tolerance, largest absolute and relative gap."""
+    import pandas as pd
+    rows = []
+    for col in ds.COLUMNS:
+        g = cmp[cmp["column"] == col]
+        if g.empty:
+            continue
+        i = g["abs_diff"].idxmax()
+        rows.append({"column": col, "n": len(g), "within_tol_pct": 100 * g["within"].mean(),
+                     "outside": int((~g["within"]).sum()),
+                     "divisor_explains": int(g["divisor_explains"].sum()) if "divisor_explains" in g else 0,
+                     "max_abs_diff": g["abs_diff"].max(),
+                     "at_value": g.loc[i, "sysstat"],
+                     "max_rel_diff_pct": 100 * g.loc[g["sysstat"].abs() >= 1, "rel_diff"].max()
+                     if (g["sysstat"].abs() >= 1).any() else 0.0})
+    return pd.DataFrame(rows)
+
+
+def window_columns(windows):
+    """iostat columns over each trace window (start/end snapshots), one row per window."""
+    import pandas as pd
+    rows = []
+    keys = ["run_id", "window"] if "run_id" in windows else ["window"]
+    for key, g in windows.groupby(keys):
+        s = g[g["edge"] == "start"].iloc[0].to_dict()
+        e = g[g["edge"] == "end"].iloc[0].to_dict()
+        T = (e["t_ns"] - s["t_ns"]) / 1e9
+        c = ds.compute_columns(s, e, T)
+        d = ds.delta(s, e)
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(keys, key)), "round": s["round"], "phase": s["phase"],
+                     "window_s": T, "ios": d["rd_ios"] + d["wr_ios"] + d["dc_ios"],
+                     "ticks_ms": d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"], **c})
+    return pd.DataFrame(rows)
+
+
+def trace_vs_await(windows, trace_windows):
+    """Per window and op: tracepoint mean latency (io_start->io_done) beside await."""
+    import pandas as pd
+    wc = window_columns(windows)
+    keys = ["run_id", "window"] if "run_id" in wc else ["window"]
+    m = trace_windows.merge(wc, on=keys + ["round", "phase"], suffixes=("", "_ds"))
+    out = []
+    for _, r in m.iterrows():
+        aw = {"read": r["r_await"], "write": r["w_await"], "discard": r["d_await"],
+              "flush": r["f_await"], "all": r["await"]}.get(r["op"])
+        out.append({**{k: r[k] for k in keys}, "round": r["round"], "phase": r["phase"],
+                    "op": r["op"], "n_trace": r["n"], "trace_mean_ms": r["q2c_mean_us"] / 1000,
+                    "device_mean_ms": r["d2c_mean_us"] / 1000, "await_ms": aw,
+                    "trace_p50_ms": r["q2c_p50_us"] / 1000, "trace_p99_ms": r["q2c_p99_us"] / 1000})
+    df = pd.DataFrame(out)
+    df["diff_ms"] = df["trace_mean_ms"] - df["await_ms"]
+    return df
+
+
+def trace_vs_util(windows, trace_windows):
+    """Per window: trace busy fraction vs %util and trace occupancy vs aqu-sz."""
+    wc = window_columns(windows)
+    keys = ["run_id", "window"] if "run_id" in wc else ["window"]
+    tw = trace_windows[trace_windows["op"] == "all"]
+    m = tw.merge(wc, on=keys + ["round", "phase"], suffixes=("_trace", ""))
+    T = m["window_s_trace"] if "window_s_trace" in m else m["window_s"]
+    m["occupancy_as_tiq"] = (m["occupancy"] + (m["carried_in_ns"] - m["carried_out_ns"]) / 1e9 / T
+                             if "carried_in_ns" in m else float("nan"))
+    m["trace_busy_pct"] = 100 * m["busy_frac"]
+    m["device_busy_pct"] = 100 * m["dev_busy_frac"]
+    return m[keys + ["round", "phase", "trace_busy_pct", "device_busy_pct", "%util", "occupancy",
+                     "occupancy_as_tiq", "dev_occupancy", "aqu-sz",
+                     "r/s", "w/s", "await", "f/s", "f_await", "done_without_start",
+                     "start_without_done", "flush_without_start", "n"]]
+
+
+def in_written_order(df, table: str):
+    """`table`'s rows sorted by host, run and the table's natural key (ORDER_KEYS)."""
+    keys = ORDER_KEYS.get(table)
+    if not len(df) or keys is None:
+        return df
+    rank = {o: i for i, o in enumerate(OPS)}
+    d = df.assign(_op=df["op"].map(rank).fillna(len(OPS)) if "op" in df else 0,
+                  _key=df["key"].map({k: i for i, k in enumerate(PHASES)}).fillna(len(PHASES))
+                  if "key" in df else 0)
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=["_op", "_key"]).reset_index(drop=True))
+
+
+def steady(ours):
+    """Intervals that lie wholly inside one phase of a measured (not warm-up) round."""
+    return ours[~ours["phase"].isin(["transition", "idle"]) & (ours["round"] >= 0)]
+
+
+def phase_summary(ours):
+    """Per phase: median [CI] of the key columns over steady intervals (tools.stats)."""
+    import pandas as pd
+    from ...stats import summarize
+    rows = []
+    st = steady(ours).copy()
+    st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
+    for ph, g in st.groupby("phase", sort=False):
+        row = {"phase": ph, "n": len(g)}
+        for col in ("IOPS", "await", "aqu-sz", "%util", "f/s", "rareq-sz", "wareq-sz", "%wrqm"):
+            s = summarize(g[col])
+            row[col] = s.median
+            row[f"{col} lo"], row[f"{col} hi"] = s.ci_low, s.ci_high
+        rows.append(row)
+    order = [p for p in PHASES if p in {r["phase"] for r in rows}]
+    return pd.DataFrame(rows).set_index("phase").loc[order].reset_index()
+
+
+def jiffy_check(ours, hz: int | None) -> dict:
+    """Are io_ticks deltas whole jiffies? (io_ticks is kept in jiffies, printed in ms)."""
+    if not hz:
+        return {"hz": None, "share": float("nan"), "n": len(ours)}
+    ms = 1000 // hz if 1000 % hz == 0 else None
+    if not ms:
+        return {"hz": hz, "share": float("nan"), "n": len(ours)}
+    d = ours["io_ticks_delta"]
+    return {"hz": hz, "ms": ms, "n": int(len(d)), "share": float((d % ms == 0).mean())}

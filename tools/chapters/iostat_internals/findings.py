@@ -1,0 +1,321 @@
+"""iostat_internals: the analysis of the quoted dataset and of every host, and every value
+the prose quotes."""
+from __future__ import annotations
+
+import re
+
+from ... import diskstats as ds
+from ...dataset import quoted
+from .analysis import (compare_with_sysstat, disagreement_table, jiffy_check, our_columns,
+                       phase_summary, steady, trace_vs_await, trace_vs_util)
+from .spec import TOL_ABS, TOL_REL
+
+
+def only_run(df, run_id):
+    """The rows of one run of a loaded table."""
+    return df[df["run_id"] == run_id] if len(df) and "run_id" in df else df
+
+# Every glue name the chapter's prose uses; figures() fills the ones a dataset can't give
+# (no sysstat, no tracepoints, a phase not run) with 'n/a' so the page still renders.
+PROSE_KEYS = (
+    "agree_pct",
+    "aqu_max_abs",
+    "busy_util_max_gap",
+    "dev_busy_util_med_gap",
+    "device",
+    "device_share_max_pct",
+    "device_share_min_pct",
+    "edge_max_rel_pct",
+    "file_mb",
+    "fio_version",
+    "fsync_4k_fs",
+    "fsync_fio_rate",
+    "host",
+    "host_desc",
+    "hz",
+    "interval_max_ms",
+    "interval_min_ms",
+    "jiffy_ms",
+    "jiffy_share_pct",
+    "kernel",
+    "little_max_diff",
+    "max_rate_rel_pct",
+    "max_rate_rel_pct_uptime",
+    "min_col_within_pct",
+    "mix_max_diff",
+    "n_compared",
+    "n_divisor",
+    "n_intervals",
+    "n_phases",
+    "n_traced",
+    "n_unexplained",
+    "n_windows",
+    "nr_hw_queues",
+    "occ_max_rel_pct",
+    "occ_med_rel_pct",
+    "occ_tiq_max_rel_pct",
+    "occ_tiq_med_rel_pct",
+    "occ_worst_phase",
+    "phase_seconds",
+    "qd16_over_qd1",
+    "randread_4k_qd16_aqu",
+    "randread_4k_qd16_iops",
+    "randread_4k_qd16_util",
+    "randread_4k_qd1_iops",
+    "randread_4k_qd1_util",
+    "ratio_max_rel_big_pct",
+    "ratio_med_abs",
+    "ratio_within_pct",
+    "rounds",
+    "run_id",
+    "scheduler",
+    "seqwrite_4k_qd16_wrqm",
+    "skipped",
+    "sysstat_version",
+    "tiq_max_resid",
+    "tol_abs",
+    "tol_rel_pct",
+    "trace_busy_util_med_gap",
+    "trace_max_abs_us",
+    "trace_max_rel_pct",
+    "trace_med_diff_us",
+    "trace_med_rel_pct",
+    "unexplained_max_count",
+    "unexplained_phases",
+    "util_max",
+    "util_max_abs",
+    "window_jiffies",
+    "window_ms",
+    "within_pct",
+    "write_cache",
+)
+
+
+def _fmt(x, nd=2):
+    try:
+        if x != x:
+            return "n/a"
+    except TypeError:
+        return str(x)
+    return f"{x:,.{nd}f}"
+
+
+def analyse(D: dict) -> dict:
+    """All derived frames the chapter shows, for the newest dataset (plus all-run frames)."""
+    man = quoted(D["manifests"])
+    if man is None:
+        return {}
+    rid = man["run_id"]
+    iv = only_run(D["intervals"], rid) if len(D["intervals"]) else D["intervals"]
+    out = {"manifest": man, "run_id": rid}
+    if len(iv):
+        out["ours"] = our_columns(iv)
+        out["cmp"] = compare_with_sysstat(iv)
+        out["cmp_uptime"] = compare_with_sysstat(iv, "uptime")
+        out["disagree"] = disagreement_table(out["cmp"])
+        out["disagree_uptime"] = disagreement_table(out["cmp_uptime"])
+        out["phase_summary"] = phase_summary(out["ours"])
+    out["phases"] = only_run(D["phases"], rid)
+    w = only_run(D["windows"], rid)
+    tw = only_run(D["trace_windows"], rid)
+    if len(w) and len(tw):
+        out["trace_await"] = trace_vs_await(w, tw)
+        out["trace_util"] = trace_vs_util(w, tw)
+        out["sample"] = only_run(D["trace_sample"], rid)
+    return out
+
+
+def analyse_hosts(D: dict) -> dict[str, dict]:
+    """analyse() of the dataset shown for each host (tools.dataset.shown_datasets: the prose's
+    dataset for its host, the newest non-quick one of every other host), keyed by host id."""
+    from ...dataset import shown_datasets
+    out = {}
+    for hid, rid in sorted(shown_datasets(D["manifests"]).items()):
+        out[hid] = analyse({**D, "manifests": [m for m in D["manifests"]
+                                               if m["host"]["host_id"] == hid and m["run_id"] == rid]})
+    return out
+
+
+def host_overview(AH: dict[str, dict]):
+    """One row per host (its newest dataset): how well its counters agree with sysstat and
+    with the tracepoints."""
+    import pandas as pd
+    rows = []
+    for hid, A in AH.items():
+        man = A["manifest"]
+        row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
+               "device": man["facts"].get("device", {}).get("name"),
+               "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
+               "rounds": prose_values(A)["rounds"]}
+        if "cmp" in A:
+            c = A["cmp"]
+            row.update({"intervals": len(A["ours"]), "values compared": len(c),
+                        "within tolerance %": round(100 * c["within"].mean(), 2),
+                        "agree %": round(100 * c["agree"].mean(), 2)})
+        if "trace_await" in A:
+            ta = A["trace_await"]
+            main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
+            rel = (main["diff_ms"] / main["await_ms"]).abs()
+            row.update({"trace windows": int(ta["window"].nunique()),
+                        "median |trace - await| %": round(100 * rel.median(), 2)})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def steady_intervals(AH: dict[str, dict]):
+    """Every host's steady 1-s intervals (newest dataset each), with IOPS, in one frame."""
+    import pandas as pd
+    frames = []
+    for hid, A in AH.items():
+        if "ours" not in A:
+            continue
+        st = steady(A["ours"]).copy()
+        st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
+        st.insert(0, "host_id", hid)
+        frames.append(st)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def phase_summary_hosts(AH: dict[str, dict]):
+    """phase_summary() of every host, with a host column."""
+    import pandas as pd
+    frames = [A["phase_summary"].assign(host_id=hid) for hid, A in AH.items() if "phase_summary" in A]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    return df[["host_id", *[c for c in df.columns if c != "host_id"]]]
+
+
+def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
+    """Each host against the first (sorted) host, per phase, on a column of the steady
+    intervals (tools.stats.compare_frame: Mann-Whitney U, Cliff's delta, Hodges-Lehmann)."""
+    from ...stats import compare_frame
+    st = steady_intervals(AH)
+    if st.empty or st["host_id"].nunique() < 2:
+        return st.iloc[0:0]
+    base = sorted(st["host_id"].unique())[0]
+    return compare_frame(st, by="host_id", value=value, baseline=base, within="phase")
+
+
+def prose_values(A: dict) -> dict[str, str]:
+    """Every number the chapter's prose quotes, formatted, keyed by glue name."""
+    man = A["manifest"]
+    f = {}
+    p = man["parameters"]
+    dev = man["facts"].get("device", {})
+    f["run_id"] = man["run_id"]
+    f["host"] = man["host"]["host_id"]
+    f["host_desc"] = man["host"]["description"]
+    f["kernel"] = man["host"]["kernel_release"]
+    f["sysstat_version"] = (man["tools"].get("iostat") or "not installed")
+    f["fio_version"] = (man["tools"].get("fio") or "not installed")
+    f["device"] = dev.get("name", "?")
+    f["scheduler"] = re.sub(r".*\[(\S+)\].*", r"\1", dev.get("scheduler") or "?")
+    f["write_cache"] = dev.get("write_cache") or "?"
+    f["nr_hw_queues"] = str(dev.get("nr_hw_queues"))
+    f["hz"] = str(man["facts"].get("clock", {}).get("CONFIG_HZ"))
+    f["phase_seconds"] = str(p["phase_seconds"])
+    ph_ = A.get("phases")
+    measured = (ph_[ph_["round"] >= 0]["round"].nunique() if ph_ is not None and len(ph_)
+                else p.get("rounds"))
+    f["rounds"] = str(measured)
+    f["n_phases"] = str(len(p["phases"]))
+    f["window_ms"] = _fmt(p["trace_window_s"] * 1000, 0)
+    hz = man["facts"].get("clock", {}).get("CONFIG_HZ")
+    f["window_jiffies"] = _fmt(p["trace_window_s"] * hz, 0) if hz else "n/a"
+    f["file_mb"] = str(p["file_mb"])
+    if "ours" in A:
+        ours, cmp, dis = A["ours"], A["cmp"], A["disagree"]
+        f["n_intervals"] = str(len(ours))
+        f["n_steady"] = str(len(steady(ours)))
+        f["n_compared"] = f"{len(cmp):,}"
+        f["within_pct"] = _fmt(100 * cmp["within"].mean(), 1)
+        f["tol_abs"] = _fmt(TOL_ABS, 3)
+        f["tol_rel_pct"] = _fmt(100 * TOL_REL, 0)
+        rates = dis[dis["column"].isin(["r/s", "w/s", "rkB/s", "wkB/s", "f/s", "d/s", "dkB/s"])]
+        f["max_rate_rel_pct"] = _fmt(rates["max_rel_diff_pct"].max(), 2)
+        ratio_cols = ["r_await", "w_await", "d_await", "f_await", "rareq-sz",
+                      "wareq-sz", "dareq-sz", "%rrqm", "%wrqm", "%drqm"]
+        rc = cmp[cmp["column"].isin(ratio_cols)]
+        f["ratio_within_pct"] = _fmt(100 * rc["within"].mean(), 1)
+        f["ratio_med_abs"] = _fmt(rc["abs_diff"].median(), 4)
+        big = rc[(rc["count"] >= 1000) & (rc["sysstat"].abs() >= 1)]
+        f["ratio_max_rel_big_pct"] = _fmt(100 * big["rel_diff"].max(), 2) if len(big) else "n/a"
+        miss = cmp[~cmp["within"]]
+        f["n_divisor"] = str(int(cmp["divisor_explains"].sum()))
+        f["agree_pct"] = _fmt(100 * cmp["agree"].mean(), 1)
+        f["n_unexplained"] = str(int((~cmp["agree"]).sum()))
+        um = cmp[~cmp["agree"]]
+        f["unexplained_max_count"] = f"{int(um['count'].max()):,}" if len(um) else "0"
+        f["unexplained_phases"] = ", ".join(sorted(set(um["phase"]))) or "none"
+        f["n_outside"] = str(len(miss))
+        f["outside_max_count"] = f"{int(miss['count'].max()):,}" if len(miss) else "0"
+        f["outside_phases"] = ", ".join(sorted(set(miss["phase"]))) or "none"
+        f["min_col_within_pct"] = _fmt(dis["within_tol_pct"].min(), 1)
+        du = A["disagree_uptime"]
+        ur = du[du["column"].isin(rates["column"])]
+        f["max_rate_rel_pct_uptime"] = _fmt(ur["max_rel_diff_pct"].max(), 2)
+        f["util_max_abs"] = _fmt(dis.set_index("column").loc["%util", "max_abs_diff"], 2)
+        f["aqu_max_abs"] = _fmt(dis.set_index("column").loc["aqu-sz", "max_abs_diff"], 3)
+        f["interval_min_ms"] = _fmt(ours["interval_s"].min() * 1000, 1)
+        f["interval_max_ms"] = _fmt(ours["interval_s"].max() * 1000, 1)
+        f["tiq_max_resid"] = str(int(ours["tiq_residual_ms"].abs().max()))
+        mix = (ours.apply(ds.await_mix, axis=1) - ours["await"]).abs().max()
+        f["mix_max_diff"] = f"{mix:.1e}"
+        pred = ours.apply(ds.little_prediction, axis=1)
+        f["little_max_diff"] = _fmt((ours["aqu-sz"] - pred).abs().max(), 4)
+        jc = jiffy_check(ours, man["facts"].get("clock", {}).get("CONFIG_HZ"))
+        f["jiffy_share_pct"] = _fmt(100 * jc["share"], 1)
+        f["jiffy_ms"] = str(jc.get("ms", "?"))
+        f["util_max"] = _fmt(ours["%util"].max(), 1)
+        ps = A["phase_summary"].set_index("phase")
+        for ph in ("randread_4k_qd1", "randread_4k_qd16", "randwrite_4k_qd1", "randwrite_4k_qd16",
+                   "fsync_4k", "seqwrite_4k_qd16", "discard", "buffered_seqread", "seqread_1m_qd1"):
+            if ph in ps.index:
+                r = ps.loc[ph]
+                f[f"{ph}_iops"] = _fmt(r["IOPS"], 0)
+                f[f"{ph}_util"] = _fmt(r["%util"], 1)
+                f[f"{ph}_aqu"] = _fmt(r["aqu-sz"], 2)
+                f[f"{ph}_await"] = _fmt(r["await"], 3)
+                f[f"{ph}_fs"] = _fmt(r["f/s"], 0)
+                f[f"{ph}_wrqm"] = _fmt(r["%wrqm"], 1)
+                f[f"{ph}_rareq"] = _fmt(r["rareq-sz"], 1)
+        ph = A.get("phases")
+        if ph is not None and len(ph) and "fsync_4k" in set(ph["phase"]):
+            f["fsync_fio_rate"] = _fmt(ph[ph["phase"] == "fsync_4k"]["fio_write_iops"].median(), 0)
+        if "randread_4k_qd1" in ps.index and "randread_4k_qd16" in ps.index:
+            f["qd16_over_qd1"] = _fmt(ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"], 1)
+    if "trace_await" in A:
+        ta = A["trace_await"]
+        main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
+        f["n_windows"] = str(ta["window"].nunique())
+        f["n_traced"] = f"{int(ta[ta['op'] == 'all']['n_trace'].sum()):,}"
+        f["trace_max_abs_us"] = _fmt(1000 * main["diff_ms"].abs().max(), 2)
+        f["trace_med_diff_us"] = _fmt(1000 * main["diff_ms"].median(), 2)
+        rel = (main["diff_ms"] / main["await_ms"]).abs()
+        f["trace_max_rel_pct"] = _fmt(100 * rel.max(), 1)
+        f["trace_med_rel_pct"] = _fmt(100 * rel.median(), 1)
+        share = (main["device_mean_ms"] / main["trace_mean_ms"])
+        f["device_share_min_pct"] = _fmt(100 * share.min(), 0)
+        f["device_share_max_pct"] = _fmt(100 * share.max(), 0)
+        tu = A["trace_util"]
+        rel = ((tu["occupancy"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
+        f["occ_max_rel_pct"] = _fmt(100 * rel.max(), 1)
+        f["occ_med_rel_pct"] = _fmt(100 * rel.median(), 2)
+        iw = rel.idxmax()
+        f["occ_worst_phase"] = str(tu.loc[iw, "phase"])
+        rel2 = ((tu["occupancy_as_tiq"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
+        f["occ_tiq_max_rel_pct"] = _fmt(100 * rel2.max(), 1)
+        f["occ_tiq_med_rel_pct"] = _fmt(100 * rel2.median(), 2)
+        f["occ_worst_tiq_rel_pct"] = _fmt(100 * rel2.loc[iw], 1)
+        edge = ((tu["occupancy_as_tiq"] - tu["occupancy"]).abs()
+                / tu["aqu-sz"].where(tu["aqu-sz"] > 0))
+        f["edge_max_rel_pct"] = _fmt(100 * edge.max(), 2)
+        f["busy_util_max_gap"] = _fmt((tu["trace_busy_pct"] - tu["%util"]).abs().max(), 1)
+        f["dev_busy_util_med_gap"] = _fmt((tu["device_busy_pct"] - tu["%util"]).median(), 1)
+        f["trace_busy_util_med_gap"] = _fmt((tu["trace_busy_pct"] - tu["%util"]).median(), 1)
+    skipped = man.get("skipped", {})
+    f["skipped"] = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "nothing"
+    for k in PROSE_KEYS:
+        f.setdefault(k, "n/a")
+    return f

@@ -1,0 +1,167 @@
+"""iostat_internals: what the notebook shows, each a one-line call: the values the prose
+glues, the tables, and the figures with their captions."""
+from __future__ import annotations
+
+from ... import stats
+from .analysis import in_written_order
+from .figures import (plot_disagreement, plot_latency, plot_little, plot_saturation, plot_timeseries,
+                      seed_table)
+from .findings import analyse, analyse_hosts, compare_hosts, host_overview, phase_summary_hosts, prose_values
+from .spec import PHASES
+
+
+def analyse_all(D):
+    """(A, AH): the quoted dataset's analysis, and every host's shown dataset's."""
+    return analyse(D.frames()), analyse_hosts(D.frames())
+
+
+def glue_values(D, A, AH) -> dict:
+    """Every value the prose quotes (prose_values of the quoted dataset, plus the counts of
+    datasets and hosts, the repetition settings and the host comparison's sentence)."""
+    f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in prose_values(A).items()}
+    p, prof = A["manifest"]["parameters"], D.chapter.profiles
+    ph = D["phases"]
+    ph = ph[(ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
+    per_round = ph.groupby("round").apply(lambda g: (g["t_end_ns"].max() - g["t_start_ns"].min()) / 1e9,
+                                          include_groups=False)
+    cmp = compare_hosts(AH)
+    f.update({"n_hosts": len(AH), "n_datasets": len(D.manifests), "rep_datasets": len(D.manifests),
+              "rep_target_pct": f'{100 * p.get("rep_target", prof["default"]["rep_target"]):g}',
+              "rep_budget_default": f'{prof["default"]["rep_budget_s"]:.0f}',
+              "rep_budget_full": f'{prof["full"]["rep_budget_s"]:.0f}',
+              "round_s": f"{per_round.median():.0f}" if len(per_round) else "n/a",
+              "host_cmp_sentence": _host_sentence(AH, cmp)})
+    return f
+
+
+def _host_sentence(AH, cmp) -> str:
+    if len(cmp):
+        return (f"With {len(AH)} hosts, each is compared with {cmp['baseline'].iloc[0]} phase by phase on "
+                f"the IOPS of its steady intervals ({stats.COMPARE_METHOD}): {stats.significance_text(cmp)}. "
+                "The environment diff above lists the facts in which the hosts' manifests differ.")
+    return ("Only one host has data for this chapter, so there is no second host to compare it with and "
+            "no environment diff. A second host's dataset (see the README) would appear here, with a rank "
+            "test per phase and the facts in which the two environments differ.")
+
+
+def _host(A):
+    m = A["manifest"]
+    return [(m["host"]["host_id"], m["host"].get("description"))]
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+def phase_table(D, A):
+    ph = D["phases"][D["phases"]["run_id"] == A["run_id"]]
+    return (ph.groupby("phase", sort=False)
+              .agg(what=("what", "first"), runs=("round", "size"),
+                   fio_read_iops=("fio_read_iops", "median"), fio_write_iops=("fio_write_iops", "median"))
+              .round(0))
+
+
+def repetition_table(D):
+    from IPython.display import Markdown
+    from ...notebook import FIXED_REPETITION
+    rk = in_written_order(D["repetition"], "repetition")
+    if not len(rk):
+        return Markdown(f"No dataset of this chapter has a repetition table yet: all of them used {FIXED_REPETITION}.")
+    return (rk[["host_id", "run_id", "key", "n", "warmup", "median", "ci_low", "ci_high", "rel_ci_width",
+                "met_target", "stopped_by"]].rename(columns={"key": "phase", "median": "median IOPS"}).round(3))
+
+
+def outside_tolerance(A):
+    c = A["cmp"]
+    return c[~c["agree"]][["seq", "phase", "prev_phase", "column", "ours", "ours_nominal", "sysstat",
+                           "count"]].round(3)
+
+
+def trace_await_table(A):
+    ta = A["trace_await"]
+    return ta[ta["op"] != "all"].groupby(["phase", "op"], sort=False)[
+        ["n_trace", "trace_mean_ms", "await_ms", "diff_ms", "device_mean_ms", "trace_p50_ms", "trace_p99_ms"]
+    ].median().round(4)
+
+
+def trace_util_table(A):
+    return A["trace_util"].groupby("phase", sort=False)[
+        ["trace_busy_pct", "device_busy_pct", "%util", "occupancy", "aqu-sz"]].median().round(2)
+
+
+def host_comparison(AH):
+    cmp = compare_hosts(AH)
+    if not len(cmp):
+        return None
+    return cmp[["phase", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "rel_shift",
+                "rel_low", "rel_high", "p_value", "cliffs_delta", "verdict"]].round(4)
+
+
+def seed(D, A):
+    """The seed's reading of each counter beside today's (long cells shown whole)."""
+    import pandas as pd
+    from IPython.display import HTML
+    with pd.option_context("display.max_colwidth", 200):
+        return HTML(seed_table(D.reference("iostat_internals"), A).set_index("counter").to_html())
+
+
+# ---- figures: (figure, caption) ------------------------------------------------------------
+
+def timeseries(A):
+    return plot_timeseries(A), stats.caption(
+        "iostat columns per 1-s interval of the newest dataset, coloured by the phase that ran through "
+        "the whole interval", n=A["ours"].groupby("phase").size(), unit="intervals", warmup=0, hosts=_host(A),
+        ci=False, extra="Grey: intervals that straddle two phases; every phase begins with 1 s of warm-up")
+
+
+def disagreement(A):
+    return plot_disagreement(A), stats.caption(
+        "Gap between our column and sysstat's, divided by the stated tolerance, one dot per interval",
+        n=A["cmp"].groupby("column").size(), unit="intervals", warmup=0, hosts=_host(A), ci=False,
+        extra="Values above the dashed line are outside the tolerance")
+
+
+def little(A):
+    return plot_little(A), stats.caption(
+        "Left: aqu-sz against Little's law per interval; right: aqu-sz against the time-average number "
+        "of requests in flight from the tracepoints, per trace window",
+        n=[len(A["ours"]), len(A.get("trace_util", []))], unit="intervals or windows", warmup=0,
+        hosts=_host(A), ci=False)
+
+
+def latency(A):
+    return plot_latency(A), stats.caption(
+        "Per-request latency from block_io_start to block_io_done, a random sample of each trace window's "
+        "requests, per phase and direction", n=A["sample"].groupby(["phase", "op"]).size(), unit="requests",
+        warmup=0, hosts=_host(A), ci=False, extra="Dashed: the mean of await over the same windows")
+
+
+def saturation(A):
+    return plot_saturation(A), stats.caption(
+        "%util against IOPS and aqu-sz, median per phase over its steady 1-s intervals",
+        n=A["phase_summary"]["n"], unit="intervals", warmup=0, hosts=_host(A),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out")
+
+
+def hosts_iops(D, AH):
+    """Device IOPS per phase and host, median with its interval, log scale."""
+    import matplotlib.pyplot as plt
+    PH = phase_summary_hosts(AH)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    order = [p for p in PHASES if p in set(PH["phase"])]
+    hosts = sorted(PH["host_id"].unique())
+    for k, hid in enumerate(hosts):
+        g = PH[PH["host_id"] == hid].set_index("phase").reindex(order)
+        x = [i + (k - (len(hosts) - 1) / 2) * 0.8 / max(len(hosts), 1) for i in range(len(order))]
+        ax.errorbar(x, g["IOPS"], yerr=[g["IOPS"] - g["IOPS lo"], g["IOPS hi"] - g["IOPS"]], fmt="o",
+                    capsize=3, label=hid)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("IOPS (median of steady 1-s intervals)")
+    ax.legend(title="host", fontsize=8)
+    fig.tight_layout()
+    return fig, stats.caption(
+        "Device IOPS per phase and host (each host's newest dataset)", n=PH["n"], unit="intervals",
+        warmup=0, hosts=stats.hosts_of(D.manifests),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out")
+
+
+__all__ = ["analyse_all", "glue_values", "host_overview"]
