@@ -415,6 +415,17 @@ def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple 
     return df[[chosen.get(h) == r for h, r in zip(df["host_id"], df["run_id"])]]
 
 
+def in_order(df, keys, **ranks):
+    """Rows by host, run and `keys`; each rank name=(column, order) sorts a column in a given
+    order (values not in it last). The analysis must not depend on the order rows were written in."""
+    if df is None or df.empty:
+        return df
+    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+                     for k, (c, o) in ranks.items()})
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=list(ranks)).reset_index(drop=True))
+
+
 class Data:
     """Every dataset of one chapter, loaded and checked: what analysis and figures read.
 
@@ -442,9 +453,14 @@ class Data:
         if name not in self._tables:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
-            self._tables[name] = load_table(self.chapter.name, name, self.data_dir,
-                                            self.chapter.tables.get(name))
+            df = load_table(self.chapter.name, name, self.data_dir, self.chapter.tables.get(name))
+            self._tables[name] = self.prepare(name, df)
         return self._tables[name]
+
+    def prepare(self, name: str, df):
+        """A chapter's Data subclass puts a table in its natural row order, or adds derived
+        columns, here (once per table; the result is cached). The default keeps it as read."""
+        return df
 
     def __contains__(self, name: str) -> bool:
         return any(name in m["tables"] for m in self.manifests)

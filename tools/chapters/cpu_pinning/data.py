@@ -17,22 +17,14 @@ class PinningData(Data):
     effects), D.XR (exclusions), D.K (its knob inventory), D.warm (its warm-up rounds) and
     D.host_caption."""
 
-    def __init__(self, chapter, data_dir=None, manifests=None):
-        super().__init__(chapter, data_dir, manifests)
-        self._ready: dict = {}
-
-    def __getitem__(self, name: str):
-        if name in self._ready:
-            return self._ready[name]
+    def prepare(self, name: str, df):
         from . import analysis as A
-        df = super().__getitem__(name)
         if name == "trials" and len(df):
             df = A.derive(df)
         elif name == "knobs":
             df = A.in_order(df, A.knob_rank)
         elif name == "repetition":
             df = A.in_order(df, A.repetition_rank)
-        self._ready[name] = df
         return df
 
     # -- the quoted dataset ------------------------------------------------------------

@@ -40,10 +40,7 @@ class IostatData(Data):
     """The datasets, every table in its natural order (the analysis must not depend on the
     order rows were written in), and the plain dict of frames the analysis takes."""
 
-    def __getitem__(self, name):
-        if name == "manifests":
-            return self.manifests
-        df = super().__getitem__(name)
+    def prepare(self, name, df):
         return analysis.in_written_order(df, name)
 
     def frames(self) -> dict:

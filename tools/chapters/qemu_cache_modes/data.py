@@ -33,14 +33,8 @@ class CacheData(Data):
     D.bs (bench_summary), D.boots, D.gdd, D.hdd, D.gs, D.hs (the dd summaries), D.acc (the
     accelerator label), D.pc (pagecache_table) and D.samples; D.ref, the seed's figures."""
 
-    def __init__(self, chapter, data_dir=None, manifests=None):
-        super().__init__(chapter, data_dir, manifests)
-        self._ordered: dict = {}
-
-    def __getitem__(self, name: str):
-        if name not in self._ordered:
-            self._ordered[name] = natural_order(super().__getitem__(name), name)
-        return self._ordered[name]
+    def prepare(self, name: str, df):
+        return natural_order(df, name)
 
     @property
     def p(self) -> dict:

@@ -24,9 +24,8 @@ _COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
 class TraceData(Data):
     """The datasets, with a 'dataset' column (host/run) in every table."""
 
-    def __getitem__(self, name):
-        df = super().__getitem__(name)
-        if len(df) and "dataset" not in df.columns:
+    def prepare(self, name, df):
+        if len(df):
             df.insert(0, "dataset", df.host_id + "/" + df.run_id)
         return df
 

@@ -18,14 +18,7 @@ class VirtioData(Data):
     on the host's axis), D.cum / D.cum1 (the seed's cumulative table, one layer per boot / all
     at once), D.acc (the accelerator label) and D.hosts_caption."""
 
-    def __init__(self, chapter, data_dir=None, manifests=None):
-        super().__init__(chapter, data_dir, manifests)
-        self._ready: dict = {}
-
-    def __getitem__(self, name: str):
-        if name in self._ready:
-            return self._ready[name]
-        df = super().__getitem__(name)
+    def prepare(self, name: str, df):
         if len(df) and name in ORDER:
             df = df.sort_values(["host_id", "run_id", *ORDER[name]], kind="stable", ignore_index=True)
         if name == "requests" and len(df):
@@ -33,7 +26,6 @@ class VirtioData(Data):
             j["aio"] = j["aio"].fillna("")
             j["accel"] = j["accel"].fillna("")
             df = df.merge(j, on=["host_id", "run_id", "job"], how="left")
-        self._ready[name] = df
         return df
 
     # -- the quoted dataset ------------------------------------------------------------
