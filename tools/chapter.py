@@ -230,12 +230,28 @@ class Chapter:
         'auto' resolved, a baseline added). The default has none."""
 
     # -- the steps a chapter implements --------------------------------------------------
+    needs_tools: dict[str, str] = {}  # program -> the Debian package that has it
+    needs_scratch: bool = False        # a private scratch directory (tools.statedir)
+
     def preflight(self) -> list[str]:
-        """Why this chapter cannot measure on this host ([] when it can)."""
-        return []
+        """Why this chapter cannot measure on this host ([] when it can): the programs in
+        needs_tools, a usable scratch parent if needs_scratch. A chapter adds its own checks
+        to super().preflight()."""
+        import shutil
+        reasons = [f"{tool} is not installed (apt-get install {pkg})"
+                   for tool, pkg in self.needs_tools.items() if not shutil.which(tool)]
+        if self.needs_scratch:
+            from . import statedir
+            try:
+                statedir.scratch_parent()
+            except statedir.UnsafePath as e:
+                reasons.append(f"no place for scratch files: {e}")
+        return reasons
 
     def measure(self, ctx: Context) -> None:
-        raise NotImplementedError(f"{type(self).__name__}.measure")
+        """The measurement: `measure(ctx)` of the chapter package's collect module."""
+        import importlib
+        importlib.import_module(f"{type(self).__module__}.collect").measure(ctx)
 
     def load(self, data_dir=None):
         """Every dataset of this chapter, checked and typed (tools.dataset.Data)."""

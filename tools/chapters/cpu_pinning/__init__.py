@@ -38,7 +38,6 @@ and sched:sched_migrate_task in a private ftrace instance), per-CPU utilisation
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
@@ -120,6 +119,8 @@ class CpuPinning(Chapter):
     reference = ("cpu_pinning",)
     quote_needs = ("trials",)
 
+    needs_tools = {"cc": "gcc"}   # the prefork harness
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         repetition_settings(p, "rep_")
@@ -142,13 +143,8 @@ class CpuPinning(Chapter):
         if not Path("/proc/self/sched").is_file():
             return ["/proc/<pid>/sched is missing (kernel without scheduler statistics): "
                     "no per-task CPU time, switches and migrations"]
-        if not (shutil.which("cc") or shutil.which("gcc")):
-            return ["no C compiler to build the prefork harness (apt-get install gcc)"]
-        return []
+        return super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> PinningData:
         return PinningData.load(self, data_dir)

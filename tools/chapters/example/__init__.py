@@ -32,8 +32,6 @@ class Example(Chapter):
               "fail_after": Param(int, min=0, help="raise after this many rounds (0: never)")}
     tables = {"calls": Table(round="int", ns_per_call="float")}
 
-    def measure(self, ctx):
-        collect.measure(ctx)
 
 
 chapter = Example()

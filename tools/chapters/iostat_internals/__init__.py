@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from pathlib import Path
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
@@ -97,6 +96,9 @@ class IostatInternals(Chapter):
     }
     reference = ("iostat_internals",)
 
+    needs_tools = {"fio": "fio"}
+    needs_scratch = True
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         repetition_settings(p, "rep_")
@@ -111,21 +113,11 @@ class IostatInternals(Chapter):
                                  f"or an absolute directory, got {p['scratch_parent']!r}")
 
     def preflight(self) -> list[str]:
-        from ... import statedir
-        reasons = []
+        reasons = super().preflight()
         if not Path("/proc/diskstats").is_file():
             reasons.append("no /proc/diskstats (not Linux, or /proc not mounted)")
-        if not shutil.which("fio"):
-            reasons.append("fio is not installed (apt-get install fio); it drives the workload")
-        try:
-            statedir.scratch_parent()
-        except statedir.UnsafePath as e:
-            reasons.append(f"no place for the scratch file: {e}")
         return reasons
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> IostatData:
         return IostatData(self, data_dir)

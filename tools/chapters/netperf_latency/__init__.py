@@ -37,7 +37,6 @@ bucketing so it can be applied to our exact samples.
 from __future__ import annotations
 
 import os
-import shutil
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
 from . import analysis, figures, views  # noqa: F401  (the notebook's entry points)
@@ -107,6 +106,8 @@ class NetperfLatency(Chapter):
     reference = ("netperf_latency",)
     quote_needs = ("runs",)
 
+    needs_tools = {"ip": "iproute2", "taskset": "util-linux", "cc": "gcc"}
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         if p["reps"] is not None:
@@ -117,16 +118,8 @@ class NetperfLatency(Chapter):
         reasons = []
         if os.geteuid() != 0:
             reasons.append("needs root (network namespaces, veth, CPU pinning of netserver); run as root")
-        for tool, pkg in (("ip", "iproute2"), ("taskset", "util-linux")):
-            if not shutil.which(tool):
-                reasons.append(f"{tool} is missing (apt-get install {pkg})")
-        if not (shutil.which("cc") or shutil.which("gcc")):
-            reasons.append("no C compiler for tools/c/rrbench.c (apt-get install gcc)")
-        return reasons
+        return reasons + super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> NetperfData:
         return NetperfData.load(self, data_dir)

@@ -26,7 +26,6 @@ Tables (tidy, raw samples):
 """
 from __future__ import annotations
 
-import shutil
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
 from ...errors import ParameterError
@@ -128,6 +127,9 @@ class Qcow2Overlap(Chapter):
     reference = ("qcow2_overlap",)
     quote_needs = ("prealloc", "writes", "metadata")
 
+    needs_tools = {"qemu-img": "qemu-utils"}
+    needs_scratch = True
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         if p["repeats"] is not None:
@@ -146,19 +148,8 @@ class Qcow2Overlap(Chapter):
         p["modes"] = [m for m in MODES if m in modes or m == "none"]  # none: the baseline
 
     def preflight(self) -> list[str]:
-        from ... import statedir
-        reasons = []
-        if not shutil.which("qemu-img"):
-            reasons.append("qemu-img is not installed (apt-get install qemu-utils)")
-        try:
-            statedir.scratch_parent()
-        except statedir.UnsafePath as e:
-            reasons.append(f"no place for scratch images: {e}")
-        return reasons
+        return super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
 
 def _sizes(name: str, v) -> list[int]:

@@ -36,7 +36,6 @@ qemu-system-x86_64(1) manual page of QEMU 7.2 (generated from qemu-options.hx).
 """
 from __future__ import annotations
 
-import shutil
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
 from ...errors import ParameterError
@@ -146,6 +145,9 @@ class QemuCacheModes(Chapter):
     reference = ("qemu_cache_modes",)
     quote_needs = ("trace", "bench", "host_dd", "guest_dd", "guest_boots", "pagecache", "pagecache_samples")
 
+    needs_tools = {"qemu-img": "qemu-utils", "qemu-io": "qemu-utils"}
+    needs_scratch = True
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         repetition_settings(p, "bench_")
@@ -163,20 +165,8 @@ class QemuCacheModes(Chapter):
 
     def preflight(self) -> list[str]:
         """Why collect can't run here at all ([] = it can; missing strace/QEMU only skip parts)."""
-        from ... import statedir
-        reasons = []
-        for tool, pkg in (("qemu-img", "qemu-utils"), ("qemu-io", "qemu-utils")):
-            if not shutil.which(tool):
-                reasons.append(f"{tool} is not installed (apt-get install {pkg})")
-        try:
-            statedir.scratch_parent()
-        except statedir.UnsafePath as e:
-            reasons.append(f"no place for scratch images: {e}")
-        return reasons
+        return super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> CacheData:
         return CacheData(self, data_dir)

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
 from ...dataset import Data
@@ -63,6 +62,8 @@ class TraceOverhead(Chapter):
     }
     reference = ("trace_overhead",)
 
+    needs_tools = {"cc": "gcc"}   # the probench harness
+
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
         if p["rounds"] is not None:
@@ -79,14 +80,8 @@ class TraceOverhead(Chapter):
 
     def preflight(self) -> list[str]:
         from ...tracefs import preflight as tracefs_preflight
-        reasons = tracefs_preflight(need_uprobes=True)
-        if not (shutil.which("cc") or shutil.which("gcc")):
-            reasons.append("no C compiler to build the probench harness (apt-get install gcc)")
-        return reasons
+        return tracefs_preflight(need_uprobes=True) + super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> TraceData:
         return TraceData(self, data_dir)

@@ -98,9 +98,6 @@ class TscAlignment(Chapter):
             return [f"TSC experiments need x86-64 (this is {platform.machine()})"]
         return []
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def run_columns(self, m, D) -> dict:
         return analysis.runs_columns(m, D)

@@ -50,7 +50,6 @@ by tools.tracefs.TraceSession; all are on the framework's undo stack.
 """
 from __future__ import annotations
 
-import shutil
 
 from ...chapter import REPETITION, Chapter, Param, Table, repetition_params
 from ...errors import ParameterError
@@ -133,6 +132,8 @@ class VirtioBlkLatency(Chapter):
     reference = ("virtio_blk_latency",)
     quote_needs = ("requests", "jobs")
 
+    needs_tools = {"cc": "gcc"}   # the benchmark
+
     def check(self, p: dict) -> None:
         from ...chapter import choose_list
         from ...stats import repetition_settings
@@ -150,14 +151,8 @@ class VirtioBlkLatency(Chapter):
     def preflight(self) -> list[str]:
         """Why collect can't run here at all ([] = it can; a missing layer is only a skip)."""
         from ... import guest
-        reasons = list(guest.preflight())
-        if not shutil.which("cc") and not shutil.which("gcc"):
-            reasons.append("no C compiler for the benchmark (apt-get install gcc libc6-dev)")
-        return reasons
+        return list(guest.preflight()) + super().preflight()
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> VirtioData:
         return VirtioData(self, data_dir)

@@ -101,9 +101,6 @@ class VirtioFeatures(Chapter):
             return []
         return [f"this host has no virtio devices in {SYSFS_VIRTIO} and no guest can run: {g[0]}"]
 
-    def measure(self, ctx) -> None:
-        from .collect import measure
-        measure(ctx)
 
     def load(self, data_dir=None) -> VirtioData:
         return VirtioData(self, data_dir)
