@@ -111,3 +111,37 @@ def test_sweep_leaves_live_owners_alone(root_tracefs):
         s.add_uprobe("mine", b, elfsym.file_offset(b, "pb_ret"))
         assert tracefs.sweep_stale(s.root, log=lambda *_: None) == []
         assert s.instance.exists()
+
+
+CONCURRENT = r"""
+import sys, time
+from tools.tracefs import TraceSession
+with TraceSession(sys.argv[1]):
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_concurrent_sessions_mount_once_and_the_last_one_out_unmounts():
+    """Sessions that start together while tracefs is unmounted mount it once (the decision is
+    taken under a lock) and the last one out unmounts it: no stacked mount is left behind."""
+    need_root("mounting tracefs")
+    if tracefs.find_tracefs() is not None:
+        pytest.skip("tracefs is mounted by someone else here; not unmounting it")
+    for attempt in range(3):   # a race: several rounds of eight sessions starting together
+        procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, f"conc{i}", str(0.2 * (i % 3))])
+                 for i in range(8)]
+        assert all(p.wait(60) == 0 for p in procs)
+        mounted = [m for m, t in tracefs.mounts() if t == "tracefs"]
+        assert mounted == [], f"round {attempt + 1}: left mounted: {mounted}"
+        assert not (tracefs._mount_dir() / "mounted").exists()
+
+
+def test_a_flag_without_a_mount_is_cleared():
+    """A run killed between writing the 'mounted' flag and mounting leaves only the flag:
+    the next release removes it and unmounts nothing."""
+    need_root("the tracefs registry")
+    if tracefs.find_tracefs() is not None:
+        pytest.skip("tracefs is mounted here")
+    flag = tracefs._mount_dir() / "mounted"
+    tracefs.write_file(flag, "999999\n")
+    assert tracefs.release_mount(tracefs.DEFAULT_MOUNT) is False and not flag.exists()

@@ -23,6 +23,7 @@ import errno
 import os
 import re
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,18 +137,35 @@ def _live_users(exclude: str | None = None) -> list[Path]:
     return users
 
 
+@contextmanager
+def _mount_decision():
+    """Whether to mount, and whether to unmount, is decided by one perfbook process at a time
+    (an flock in the private state directory): two sessions that both found tracefs unmounted
+    would otherwise stack two mounts, and only one would be released."""
+    import fcntl
+    from .statedir import open_file
+    fd = open_file(_mount_dir() / "mount.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        with guard.restoring():
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
 def release_mount(root: Path, exclude: str | None = None) -> bool:
     """Unmount tracefs if a perfbook session mounted it and no live session uses it.
 
-    The 'mounted' flag survives a SIGKILLed session, so the next session (or a
-    sweep) unmounts what the killed one mounted."""
-    d = _mount_dir()
-    flag = d / "mounted"
-    if not flag.exists() or _live_users(exclude):
-        return False
-    r = subprocess.run(["umount", str(root)], capture_output=True)
-    flag.unlink(missing_ok=True)
-    return r.returncode == 0
+    The 'mounted' flag is written before the mount and survives a SIGKILLed session, so the
+    next session (or a sweep) unmounts what the killed one mounted."""
+    with _mount_decision():
+        flag = _mount_dir() / "mounted"
+        if not flag.exists() or _live_users(exclude):
+            return False
+        mounted = any(t == "tracefs" and Path(m) == Path(root) for m, t in mounts())
+        r = subprocess.run(["umount", str(root)], capture_output=True) if mounted else None
+        flag.unlink(missing_ok=True)
+        return r is not None and r.returncode == 0
 
 
 def sweep_stale(root: Path, log=print) -> list[str]:
@@ -252,17 +270,21 @@ class TraceSession:
         return self
 
     def _open(self):
-        root = find_tracefs()
-        if root is None:
-            r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(DEFAULT_MOUNT)],
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
-            write_file(_mount_dir() / "mounted", f"{os.getpid()}\n")
-            root = DEFAULT_MOUNT
-        self.root = root
-        self._user = _mount_dir() / f"user.{os.getpid()}.{id(self)}"
-        write_file(self._user, self.tag + "\n")
+        with _mount_decision():   # mount and register as one step: no release in between
+            root = find_tracefs()
+            if root is None:
+                # the flag first: a signal or SIGKILL right after the mount leaves a record
+                write_file(_mount_dir() / "mounted", f"{os.getpid()}\n")
+                with guard.restoring():
+                    r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(DEFAULT_MOUNT)],
+                                       capture_output=True, text=True)
+                if r.returncode != 0:
+                    (_mount_dir() / "mounted").unlink(missing_ok=True)
+                    raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
+                root = DEFAULT_MOUNT
+            self.root = root
+            self._user = _mount_dir() / f"user.{os.getpid()}.{id(self)}"
+            write_file(self._user, self.tag + "\n")
         sweep_stale(root, self.log)
         self.saved = GlobalState.read(root)
         if self.use_instance and (root / "instances").is_dir():
