@@ -1,7 +1,6 @@
 # The two commands of the README are `make all` and `make test`.
 # Everything else is a step of those two.
 PY = $(shell cat build/python 2>/dev/null || echo .venv/bin/python)
-JB = $(dir $(PY))jupyter-book
 PROFILE ?= default
 PYTEST_ARGS ?=
 
@@ -29,9 +28,7 @@ notebooks:
 
 ## book: render the stored notebooks into _build/html, warnings are errors
 book:
-	@echo "[book] building the site (Sphinx warnings are errors) ..."
-	@$(JB) build . --all -W -n --keep-going -q
-	@echo "site: $(CURDIR)/_build/html/index.html"
+	@$(PY) -m tools book
 
 summary:
 	$(PY) -m tools summary

@@ -56,7 +56,9 @@ def test_pages_workflow_builds_with_the_repository_tools():
     assert "make book" in commands
     makefile = (ROOT / "Makefile").read_text()
     book = re.search(r"^book:.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert book and "build . --all -W" in book.group(1), "Makefile's book target changed"
+    assert book and "-m tools book" in book.group(1), "Makefile's book target changed"
+    main = (ROOT / "tools" / "__main__.py").read_text()
+    assert '"build", str(repo_root()), "--all", "-W", "-n"' in main, "the book is built without -W"
 
     # the Binder buttons get the repository from the environment the build step sets
     step = next(s for s in _steps(build) if s.get("run", "").strip() == "make book")
@@ -65,7 +67,7 @@ def test_pages_workflow_builds_with_the_repository_tools():
 
     upload = _uses(build, "actions/upload-pages-artifact")
     assert upload["with"]["path"] == "_build/html"
-    assert "_build/html" in makefile  # where `make book` says the site is
+    assert '"_build" / "html"' in main  # where `make book` says the site is
 
 
 def test_pages_workflow_deploys_the_uploaded_site():

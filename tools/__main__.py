@@ -10,11 +10,14 @@
   collect  -- one chapter in this process (what a notebook's collect mode runs)
   sweep    -- remove every kind of state a killed run of ours left (tools/sweep.py)
   doctor   -- which prerequisites this host has, per chapter
+  book     -- build the site with jupyter-book (Sphinx warnings are errors); its banner
+              and progress go to build/book.log, and only problems reach the terminal
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -254,6 +257,29 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_book(args) -> int:
+    """jupyter-book build, quiet: Jupyter Book prints a banner and a how-to-open screen even
+    with -q. The full output goes to build/book.log; the terminal gets our two lines, or the
+    warnings and errors (the lines Sphinx marks WARNING/ERROR, plus the tail) when it fails."""
+    import subprocess
+    log = build_dir() / "book.log"
+    jb = Path(sys.executable).with_name("jupyter-book")
+    print("[book] building the site (Sphinx warnings are errors) ...", flush=True)
+    with open(log, "w") as out:
+        rc = subprocess.run([str(jb), "build", str(repo_root()), "--all", "-W", "-n", "--keep-going", "-q"],
+                            stdout=out, stderr=subprocess.STDOUT, cwd=repo_root()).returncode
+    text = log.read_text(errors="replace")
+    problems = [ln for ln in text.splitlines() if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Traceback|Error:", ln)]
+    site = repo_root() / "_build" / "html" / "index.html"
+    if rc == 0 and not problems:
+        print(f"site: {site}")
+        return 0
+    for ln in (problems or text.splitlines()[-15:])[:40]:
+        print(f"[book] {ln}")
+    print(f"[book] jupyter-book build {'failed' if rc else 'warned'} (exit {rc}); its full output: {log}")
+    return rc or 1
+
+
 def cmd_doctor(args) -> int:
     from .chapters import CHAPTERS
     for ch in CHAPTERS:
@@ -285,9 +311,10 @@ def main(argv=None) -> int:
     v.add_argument("--data-dir", default="", help="a data directory other than the checkout's data/")
     sub.add_parser("sweep")
     sub.add_parser("doctor")
+    sub.add_parser("book")
     args = ap.parse_args(argv)
     fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
-          "sweep": cmd_sweep, "doctor": cmd_doctor}[args.cmd]
+          "sweep": cmd_sweep, "doctor": cmd_doctor, "book": cmd_book}[args.cmd]
     try:
         return fn(args)
     except PerfbookError as e:
