@@ -207,6 +207,16 @@ class Chapter:
     tables: dict[str, Table] = {}
     reference: tuple[str, ...] = ()   # data/reference/<name>.csv tables this chapter shows
     quote_needs: tuple[str, ...] = ()  # tables the quoted dataset must have (see dataset.quoted)
+    # the chapter's conclusions, each computed per host from the data (tools.findings.Finding);
+    # the chapter opens with them and the hosts page shows them for every host
+    key_findings: tuple = ()
+    # the rerun box: what a collect needs beyond root and needs_tools, in a reader's words
+    needs_text: str = ""
+
+    def platform_notes(self, D) -> dict[str, list[str]]:
+        """host_id -> facts of this chapter's runs that the platform banner adds (for example
+        the accelerator its guests ran under). Default: none."""
+        return {}
 
     # -- parameters ---------------------------------------------------------------------
     def parameters(self, profile: str = "default", **overrides) -> dict:

@@ -75,6 +75,29 @@ def virtualization() -> str:
     return "none"
 
 
+def pmu() -> dict:
+    """The perf event sources, and whether one is a hardware PMU ('cpu', 'cpu_core', 'cpu_atom'
+    or an ARM/POWER core PMU): a guest without a virtual PMU has only software sources."""
+    d = Path("/sys/bus/event_source/devices")
+    names = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+    hw = [n for n in names if n in ("cpu", "cpu_core", "cpu_atom") or n.startswith("armv8_pmuv3")
+          or n.startswith("power")]
+    return {"hardware": bool(hw), "sources": names}
+
+
+def lockdown() -> str:
+    """Kernel lockdown: securityfs's [selected] mode when it is mounted, else what the kernel
+    log says ("restricted (kernel log)" once a Lockdown: line was printed), else "unknown"."""
+    text = _read("/sys/kernel/security/lockdown")
+    if text and "[" in text:
+        return text.split("[", 1)[1].split("]", 1)[0]
+    try:
+        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        log = ""
+    return "restricted (kernel log)" if "Lockdown:" in log else "unknown"
+
+
 def clocksource() -> dict:
     base = "/sys/devices/system/clocksource/clocksource0"
     return {"current": _read(f"{base}/current_clocksource"),
@@ -184,6 +207,9 @@ def host_facts() -> dict:
         "mitigations": mitigations(),
         "governor": governor(),
         "kvm_modules": sorted(p.name for p in Path("/sys/module").glob("kvm*")),
+        "dev_kvm": os.path.exists("/dev/kvm"),
+        "pmu": pmu(),
+        "lockdown": lockdown(),
         "hz_guess": _config_hz(),
         "preempt": _preempt(),
         "virtio_devices": virtio_devices(),

@@ -197,6 +197,25 @@ def glue_all(findings: dict) -> None:
         glue(name, value, display=False)
 
 
+def figure(key: str, item) -> None:
+    """A (figure, caption) pair glued for a numbered figure in the prose: the figure as
+    fig_<key>, its data-made caption as cap_<key>. The markdown cell that follows shows it:
+
+        ```{glue:figure} fig_<key>
+        :name: fig-<chapter>-<key>
+        :alt: what the figure shows, in words
+
+        {glue:text}`cap_<key>`
+        ```
+    """
+    import matplotlib.pyplot as plt
+    from myst_nb import glue
+    fig, caption = item
+    glue(f"fig_{key}", fig, display=False)
+    plt.close(fig)
+    glue(f"cap_{key}", caption, display=False)
+
+
 def show(item):
     """A (figure, caption) pair from a chapter's figures module, or a table to display."""
     if isinstance(item, tuple) and len(item) == 2:
@@ -234,3 +253,103 @@ def not_measured(D):
     """What each dataset did not measure, and why (its manifest's skips and notes)."""
     from .dataset import skipped_table
     return skipped_table(D.manifests)
+
+
+# -- the book's frame around a chapter: banner, key findings, rerun box ----------------------
+
+def _html(text: str):
+    from IPython.display import HTML
+    return HTML(text)
+
+
+def _host_facts(D) -> dict[str, dict]:
+    """host_id -> the host facts of its newest counted dataset."""
+    from .findings import counted_runs
+    out = {}
+    for h in D.hosts:
+        ms = counted_runs([m for m in D.manifests if m.host_id == h])
+        out[h] = ms[-1]["host"]
+    return out
+
+
+def host_kinds(D) -> dict[str, str]:
+    from .machine import short_kind
+    return {h: short_kind(f) for h, f in _host_facts(D).items()}
+
+
+def platform(D):
+    """The platform banner: what kind of machine measured each host's data (tools.machine),
+    with what differs between a host's runs (one host id can be several cloned machines)."""
+    import html
+    from .findings import counted_runs
+    from .machine import facts
+    esc = html.escape
+    notes = D.chapter.platform_notes(D) if len(D) else {}
+    rows = []
+    for h in D.hosts:
+        ms = counted_runs([m for m in D.manifests if m.host_id == h])
+        per_run = [dict(facts(m["host"])) for m in ms]
+        items = []
+        for what, _ in facts(ms[-1]["host"]):
+            seen = list(dict.fromkeys(r[what] for r in per_run))
+            val = seen[0] if len(seen) == 1 else " / ".join(seen) + f" (differs between its {len(ms)} runs)"
+            items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
+        items += [esc(n) for n in notes.get(h, [])]
+        rows.append(f"<li><code>{esc(h)}</code>, {len(ms)} dataset(s): " + "; ".join(items) + "</li>")
+    if not rows:
+        return _html('<div class="platform-banner admonition note"><p class="admonition-title">'
+                     'Measured on</p><p>No dataset yet.</p></div>')
+    return _html('<div class="platform-banner admonition note"><p class="admonition-title">Measured on</p>'
+                 f'<ul>{"".join(rows)}</ul></div>')
+
+
+def key_findings(D):
+    """The Key findings block (tools.findings) with each finding's sentence for the quoted
+    host glued as kf_<key> for the prose."""
+    from myst_nb import glue
+    from .findings import evaluate, html_block, sentence
+    q = D.quoted
+    if q is not None:
+        for f in D.chapter.key_findings:
+            glue(f"kf_{f.key}", sentence(evaluate(D, f, q.host_id)), display=False)
+    return _html(html_block(D, host_kinds(D)))
+
+
+def _durations(D) -> dict[str, str]:
+    from datetime import datetime
+    from .machine import short_kind
+    out: dict[str, list] = {}
+    for m in D.manifests:
+        prof = m.get("profile")
+        if prof is None:
+            continue
+        s = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
+        out.setdefault(prof, []).append((s, short_kind(m["host"])))
+    return {p: ", ".join(f"{round(s)} s ({k})" for s, k in sorted(v)) for p, v in out.items()}
+
+
+def rerun(D):
+    """The "Rerun this chapter" box: the exact commands, what the collect needs, how long each
+    profile took on the hosts in data/, and where the dataset lands."""
+    import html
+    esc = html.escape
+    ch = D.chapter
+    tools = ", ".join(f"{t} (Debian {p})" for t, p in ch.needs_tools.items()) or "none beyond setup"
+    took = _durations(D)
+    times = "; ".join(f"{p}: {took[p]}" for p in ("quick", "default", "full") if p in took) or \
+        "no dataset in data/ recorded its profile yet"
+    cmd = (f"sudo make setup\n"
+           f"sudo .venv/bin/python -m tools measure --chapters {ch.name} --profile quick   # a smoke test\n"
+           f"sudo .venv/bin/python -m tools measure --chapters {ch.name}                   # the default profile\n"
+           f"make notebooks book")
+    tables = ", ".join(f"{t}.csv" for t in ch.tables)
+    return _html(
+        '<div class="rerun-box admonition tip"><p class="admonition-title">Rerun this chapter</p>'
+        f'<pre>{esc(cmd)}</pre><ul>'
+        f'<li><b>needs</b>: root; tools: {esc(tools)}'
+        + (f"; {esc(ch.needs_text)}" if ch.needs_text else "") + '</li>'
+        f'<li><b>took</b>, per profile, on the hosts in data/: {esc(times)}</li>'
+        f'<li><b>lands in</b> <code>data/runs/&lt;your host id&gt;/{esc(ch.name)}/&lt;run id&gt;/</code>: '
+        f'manifest.json and {esc(tables)}. A failed or interrupted run writes nothing.</li>'
+        f'<li>The same from the notebook: <code>papermill chapters/{esc(ch.name)}.ipynb /tmp/out.ipynb -p mode collect</code></li>'
+        '</ul></div>')

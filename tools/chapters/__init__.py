@@ -34,19 +34,20 @@ class Entry:
 
 CHAPTERS: list[Entry] = [
     Entry("trace_overhead", "tools.chapters.trace_overhead", "chapters/trace_overhead.ipynb"),
+    Entry("iostat_internals", "tools.chapters.iostat_internals", "chapters/iostat_internals.ipynb"),
+    Entry("qemu_cache_modes", "tools.chapters.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
+    Entry("qcow2_overlap", "tools.chapters.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
+    Entry("virtio_blk_latency", "tools.chapters.virtio_blk_latency", "chapters/virtio_blk_latency.ipynb"),
+    Entry("virtio_features", "tools.chapters.virtio_features", "chapters/virtio_features.ipynb"),
     Entry("tsc_alignment", "tools.chapters.tsc_alignment", "chapters/tsc_alignment.ipynb"),
     Entry("netperf_latency", "tools.chapters.netperf_latency", "chapters/netperf_latency.ipynb"),
-    Entry("qcow2_overlap", "tools.chapters.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
-    Entry("iostat_internals", "tools.chapters.iostat_internals", "chapters/iostat_internals.ipynb"),
-    Entry("virtio_features", "tools.chapters.virtio_features", "chapters/virtio_features.ipynb"),
-    Entry("qemu_cache_modes", "tools.chapters.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
-    Entry("virtio_blk_latency", "tools.chapters.virtio_blk_latency", "chapters/virtio_blk_latency.ipynb"),
     Entry("cpu_pinning", "tools.chapters.cpu_pinning", "chapters/cpu_pinning.ipynb"),
 ]
 
 
 # Pages that read data/ but measure nothing: refreshed like the chapters.
 PAGES: list[Entry] = [
+    Entry("summary", "tools.summary", "summary.ipynb"),
     Entry("hosts", "tools.hosts", "hosts.ipynb"),
 ]
 
