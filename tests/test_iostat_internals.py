@@ -409,7 +409,11 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     assert (ph["steady_iops"] > 0).all() and (ph["steady_s"] > 0.5).all()
     iv = pd.read_csv(out / "intervals.csv")
     assert len(iv) >= 6
-    _check_against_sysstat(iv)
+    # sysstat's iostat ran beside us and read /proc/diskstats at other instants, so on a busy
+    # machine a workload transition can fall between its read and ours: a statistical
+    # closeness, recorded in the dataset. Here only a bound a defect breaks (a wrong formula
+    # fails most rows of its column); exact agreement is _check_replay_exact, on our snapshots.
+    _check_against_sysstat(iv, min_share=0.8, min_overall=0.9)
     w = pd.read_csv(out / "windows.csv")
     tw = pd.read_csv(out / "trace_windows.csv") if (out / "trace_windows.csv").is_file() else None
     _check_invariants(iv, w, tw)
