@@ -95,3 +95,34 @@ def test_a_live_runs_record_is_left_alone(tmp_path):
         assert (root / "sched/base_slice_ns").read_text() == "10000000"
     assert (root / "sched/base_slice_ns").read_text() == "1400000"
     assert not (knobs._record_dir() / f"{os.getpid()}.json").exists()
+
+
+def test_a_mount_below_ours_does_not_keep_ours_mounted(tmp_path):
+    """Found by a noisy make test: perf read /sys/kernel/debug/tracing while cpu_pinning had
+    debugfs mounted, the kernel automounted tracefs there, and debugfs could not be unmounted
+    (busy) after a SIGTERM; the record was dropped too, so no sweep ever retried. Here with
+    tmpfs in a scratch directory (a mount below the session's root stands for the automount)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    root = tmp_path / "dbg"
+    root.mkdir()
+    said = []
+    with knobs.KnobSession(root=root, mount=True, log=said.append, fstype="tmpfs") as k:
+        assert k.mounted_by_us and knobs.mounted(root, "tmpfs")
+        (root / "tracing").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(root / "tracing")], check=True)
+    assert not knobs.mounted(root / "tracing", "tmpfs") and not knobs.mounted(root, "tmpfs"), said
+    assert not (knobs._record_dir() / f"{os.getpid()}.json").exists()
+
+
+def test_a_mount_that_cannot_be_released_stays_recorded_for_the_sweep(tmp_path, monkeypatch):
+    root = _fake_debugfs(tmp_path)
+    monkeypatch.setattr(knobs, "_umount", lambda root, log: False)
+    s = knobs.KnobSession(root=root, mount=False, log=lambda m: None)
+    with s:
+        s.mounted_by_us = True                 # as if it had mounted root
+    rec = knobs._record_dir() / f"{os.getpid()}.json"
+    try:
+        assert rec.exists() and json.loads(rec.read_text())["mounted"] is True
+    finally:
+        rec.unlink(missing_ok=True)

@@ -84,17 +84,26 @@ class KnobSession:
         if self._closed:
             return
         with guard.restoring():  # a second signal can't cut the restore in half
+            left = False
             try:
                 for key in list(self.saved):
+                    value = self.saved[key]
                     try:
-                        write_knob(Path(key), self.saved.pop(key))
+                        write_knob(Path(key), value)
+                        self.saved.pop(key)
                     except OSError as e:
+                        left = True
                         self.log(f"warning: could not restore {key}: {e.strerror}")
                 if self.mounted_by_us:
-                    _umount(self.root, self.log)
-                    self.mounted_by_us = False
+                    if _umount(self.root, self.log):
+                        self.mounted_by_us = False
+                    else:
+                        left = True
             finally:
-                self._record.unlink(missing_ok=True)
+                if left:   # keep the record: the next run's sweep retries what failed here
+                    self._save_record()
+                else:
+                    self._record.unlink(missing_ok=True)
                 self._closed = True
 
     def __exit__(self, *exc):
@@ -102,7 +111,25 @@ class KnobSession:
         return False
 
 
+def _submounts(root: Path) -> list[str]:
+    """Mount points below root, deepest first (from /proc/self/mountinfo)."""
+    below = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point.startswith(str(root).rstrip("/") + "/"):
+                below.append(point)
+    return sorted(set(below), key=lambda p: -p.count("/"))
+
+
 def _umount(root: Path, log) -> bool:
+    """Unmount root. Reading /sys/kernel/debug/tracing (perf and libtraceevent do) makes the
+    kernel automount tracefs there, and debugfs can't be unmounted under it: such submounts
+    are unmounted first (an automount comes back by itself the next time it is read)."""
+    for sub in _submounts(root):
+        r = subprocess.run(["umount", sub], capture_output=True, text=True)
+        if r.returncode != 0:
+            log(f"warning: could not unmount {sub} (below {root}): {r.stderr.strip()}")
     r = subprocess.run(["umount", str(root)], capture_output=True, text=True)
     if r.returncode != 0:
         log(f"warning: could not unmount {root}: {r.stderr.strip()}")
