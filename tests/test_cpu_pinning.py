@@ -338,3 +338,18 @@ def test_committed_data_is_consistent():
                        for n in m.notes), (m["run_id"], m.notes)
         assert set(mine.variant) == set(m.facts["variants_measured"])
     assert d.quoted.profile in ("default", "full"), "the prose quotes a real run"
+
+
+def test_a_run_on_a_busy_machine_is_not_published():
+    """Every summary leaves disturbed trials out; a run where most trials were disturbed (found
+    in a make all while other work ran: 80 of 80 trials, and the chapter's glue went missing) is
+    rejected instead of published."""
+    import pandas as pd
+    from tools.chapters.cpu_pinning.collect import too_disturbed
+    from tools.dataset import list_runs
+    run = min(list_runs("cpu_pinning"), key=lambda r: r.name)
+    t = pd.read_csv(run / "trials.csv")
+    assert too_disturbed(t) is None
+    busy = t.assign(busy_ticks=t["total_ticks"])       # every tick busy: others used the rest
+    assert "the machine was busy" in too_disturbed(busy)
+    assert too_disturbed(t.iloc[:0]) == "no trial completed"

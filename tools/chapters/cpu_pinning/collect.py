@@ -23,6 +23,22 @@ from .spec import BASELINE, HELPER, PERF_EVENTS, RATE_KEPT_UP, VARIANTS, l2_byte
 ROLES = ("worker", "loadgen", "backend")
 
 
+def too_disturbed(trials) -> str | None:
+    """Why the run is doubtful, or None: when other processes took more than DISTURBED_PCT of a
+    CPU in more than half of the trials, the comparisons would rest on too few trials (every
+    summary leaves disturbed trials out), so the run is not published."""
+    from .analysis import derive
+    from .spec import DISTURBED_PCT
+    if trials is None or trials.empty:
+        return "no trial completed"
+    other = derive(trials)["other_cpu_pct"]
+    bad = int((other > DISTURBED_PCT).sum())
+    if bad > len(other) / 2:
+        return (f"the machine was busy: other processes took more than {DISTURBED_PCT:.0f} % of a CPU "
+                f"in {bad} of {len(other)} trials (median {other.median():.0f} %); rerun on a quieter machine")
+    return None
+
+
 def measure(ctx) -> None:
     import pandas as pd
     from ...tracefs import TraceSession, preflight as tracefs_preflight
@@ -144,6 +160,9 @@ def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None
                                                  for ld, r in reps.items()))
     tdf = pd.DataFrame(out["trials"])
     w.add_table("trials", tdf)
+    reason = too_disturbed(tdf)
+    if reason:
+        w.reject(reason)
     w.add_table("repetition", pd.DataFrame([r for rp in reps.values() for r in rp.records()]))
     if warm:
         w.add_table("warmup_trials", pd.DataFrame(warm))
