@@ -123,3 +123,67 @@ def test_a_second_hosts_dataset_changes_the_chapter(page, second_host, tmp_path)
         problems.append(f"no output names the new host {NEW_HOST}")
     assert not problems, (f"{page.name}: " + "; ".join(problems) +
                           ". A chapter should show every host's data, labelled with its host id.")
+
+
+CONTRA_HOST = "h-fixture00003"
+
+
+@pytest.mark.slow
+def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_path):
+    """A second host's trace_overhead dataset whose marker costs as much as its uprobe: the
+    headline finding (a uprobe costs more than twice a marker) must not hold for that host,
+    in the chapter's Key findings block and on the hosts page, while it still holds for the
+    committed host it was copied from."""
+    import pandas as pd
+    import papermill as pm
+    from tools.chapters import trace_overhead as T
+    from tools.findings import HOLDS, FAILS, evaluate
+    data = tmp_path / "data"
+    shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
+    src = max(list_runs("trace_overhead", data), key=lambda r: r.name)
+    dst = data / "runs" / CONTRA_HOST / "trace_overhead" / new_run_id()
+    shutil.copytree(src, dst)
+    m = json.loads((dst / MANIFEST).read_text())
+    m["host"] = dict(_fixture_host(m["host"]), host_id=CONTRA_HOST)
+    m["run_id"] = dst.name
+    (dst / MANIFEST).write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    s = pd.read_csv(dst / "samples.csv")
+    marker = s["mechanism"] == "marker"
+    # the marker made as slow as the uprobe: the ratio is 1, whatever the source run measured
+    k = s.loc[s["mechanism"] == "uprobe", "ns_per_call"].median() / s.loc[marker, "ns_per_call"].median()
+    s.loc[marker, "ns"] = (s.loc[marker, "ns"] * k).round()
+    s.loc[marker, "ns_per_call"] = (s.loc[marker, "ns_per_call"] * k).round(3)
+    s.to_csv(dst / "samples.csv", index=False)
+
+    finding = next(f for f in T.chapter.key_findings if f.key == "uprobe_vs_marker")
+    D = T.chapter.load(data)
+    assert evaluate(D, finding, src.parts[-3]).verdict == HOLDS
+    assert evaluate(D, finding, CONTRA_HOST).verdict == FAILS
+
+    def outputs(nb_path, name):
+        out = tmp_path / f"{name}.ipynb"
+        pm.execute_notebook(str(nb_path), str(out), parameters={"data_dir": str(data)},
+                            kernel_name="python3", progress_bar=False, cwd=str(nb_path.parent))
+        nb = nbformat.read(out, as_version=4)
+        return "\n".join(_cell_text(c) for c in _code_cells(nb))
+
+    chapter_text = outputs(ROOT / "chapters" / "trace_overhead.ipynb", "trace_overhead")
+    block = chapter_text[chapter_text.index('class="key-findings'):]
+    item = block.split("<li><strong>")[1]          # the first finding: the headline
+    from tools.findings import _code
+    assert item.startswith(_code(finding.claim)), item[:200]
+    assert f'kf-does-not-hold">does not hold</span> on <code>{CONTRA_HOST}</code>' in item, item[:2000]
+    assert f'kf-holds">holds</span> on <code>{src.parts[-3]}</code>' in item
+
+    out = tmp_path / "hosts.ipynb"
+    pm.execute_notebook(str(ROOT / "hosts.ipynb"), str(out), parameters={"data_dir": str(data)},
+                        kernel_name="python3", progress_bar=False, cwd=str(ROOT))
+    html = next(o["data"]["text/html"] for c in _code_cells(nbformat.read(out, as_version=4))
+                for o in c.get("outputs", []) if "uprobe_vs_marker" in o.get("data", {}).get("text/html", ""))
+    from bs4 import BeautifulSoup
+    table = BeautifulSoup(html, "html.parser").find("table")
+    head = [th.get_text(strip=True) for th in table.find("thead").find_all("tr")[0].find_all("th")]
+    row = next([td.get_text(strip=True) for td in tr.find_all(["th", "td"])]
+               for tr in table.find("tbody").find_all("tr") if "uprobe_vs_marker" in tr.get_text())
+    cells = dict(zip(head, row))
+    assert cells[CONTRA_HOST] == FAILS and cells[src.parts[-3]] == HOLDS, cells

@@ -3,8 +3,11 @@
 The site is the session's one build of the book (conftest.built_book), served over HTTP on
 127.0.0.1. Every page in _toc.yml is opened: it loads, every image on it is complete and not
 broken, no glue reference is left unresolved, and every chapter page has figures, its Binder
-button, and a Datasets section whose links download the committed data byte for byte. Two
-screenshots are kept in build/artifacts/screenshots/.
+button, and a Datasets section whose links download the committed data byte for byte. Every
+chapter reads like a book: Key findings before the first section, the platform banner, the rerun
+box, no visible code cell longer than 10 lines, math rendered with the network cut, numbered
+figures with real alt text. Screenshots of two chapters (top and first figure) are kept in
+build/artifacts/screenshots/.
 """
 from __future__ import annotations
 
@@ -165,11 +168,11 @@ def test_page_renders_in_chromium(browser, site, page):
     warned = _glue_warnings(site.book.log, page)
     assert not warned, f"{page}: the build could not resolve glue: {warned[:5]}"
 
-    # Resources of the site itself must all load; outside ones (the MathJax CDN) may be
-    # unreachable on an offline CI machine and are not the site's fault.
+    # Every resource must load with the network cut (the browser resolves only 127.0.0.1):
+    # the site serves its own MathJax, so nothing may come from outside.
     origin = site.url.rstrip("/")
     errors = [e["message"] for e in browser.get_log("browser")
-              if e["level"] == "SEVERE" and origin in e["message"]
+              if e["level"] == "SEVERE"
               and not e["message"].startswith(f"{origin}/favicon.ico ")]  # chromium's own guess
     assert not errors, f"{page}: the browser reported errors: {errors}"
 
@@ -212,6 +215,52 @@ def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
     assert (ROOT / f"{page}.ipynb").is_file()
 
 
+_HASHLIKE = re.compile(r"^(?:\.\./)*(?:_images/)?[0-9a-f]{16,}(?:\.png|\.svg|\.jpg)?$")
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
+def test_chapter_reads_like_a_book(browser, site, page):
+    """Key findings near the top, the platform banner, no long visible code, math rendered
+    with the network cut (the browser resolves only 127.0.0.1), numbered figures with alt text."""
+    _open(browser, site, page)
+    q = browser.find_elements
+    findings = q("css selector", "article.bd-article .key-findings")
+    assert findings, f"{page}: no Key findings block"
+    assert findings[0].find_elements("css selector", ".kf-verdict"), f"{page}: findings without verdicts"
+    before_sections = browser.execute_script(
+        "const k = document.querySelector('article.bd-article .key-findings');"
+        "const h = document.querySelector('article.bd-article h2');"
+        "return !h || !!(k.compareDocumentPosition(h) & Node.DOCUMENT_POSITION_FOLLOWING);")
+    assert before_sections, f"{page}: the Key findings block is not before the first section"
+    assert q("css selector", "article.bd-article .platform-banner"), f"{page}: no platform banner"
+    assert q("css selector", "article.bd-article .rerun-box"), f"{page}: no rerun box"
+
+    long_code = browser.execute_script(
+        "return Array.from(document.querySelectorAll('article.bd-article div.cell'))"
+        ".filter(c => !c.classList.contains('tag_teaching'))"
+        ".map(c => c.querySelector('div.cell_input'))"
+        ".filter(i => i && i.offsetParent !== null && i.getClientRects().length > 0)"
+        ".map(i => i.innerText.trim().split('\\n').length).filter(n => n > 10);")
+    assert not long_code, f"{page}: visible code cells longer than 10 lines: {long_code}"
+
+    text = browser.execute_script("return document.querySelector('article.bd-article').innerText;")
+    for raw in ("\\(", "\\[", "$$"):
+        assert raw not in text, f"{page}: raw TeX {raw!r} in the visible text (math not rendered)"
+    src = _source(page).read_text()
+    if re.search(r"\$[^$\s][^$]*\$|\\\\\(", src):
+        assert q("css selector", "article.bd-article mjx-container"), f"{page}: math not rendered"
+
+    imgs = browser.execute_script(
+        "return Array.from(document.querySelectorAll('article.bd-article img')).map(i => ({"
+        "alt: i.getAttribute('alt') || '', src: i.getAttribute('src'),"
+        "numbered: !!(i.closest('figure') && i.closest('figure').querySelector('.caption-number'))}));")
+    assert imgs, f"{page}: no figure"
+    for i in imgs:
+        assert i["numbered"], f"{page}: figure {i['src']} has no number"
+        assert len(i["alt"]) >= 20 and not _HASHLIKE.match(i["alt"]), \
+            f"{page}: figure {i['src']} has no real alt text ({i['alt']!r})"
+
+
 def _nonblank_png(path: Path) -> None:
     from PIL import Image
     with Image.open(path) as im:
@@ -221,13 +270,14 @@ def _nonblank_png(path: Path) -> None:
 
 
 def test_screenshots(browser, site, capsys):
-    """The intro and the first chapter, kept as test artifacts (the chapter at its first figure)."""
-    first_chapter = next(p for p in PAGES if p in _chapters())
+    """Two chapters, each at the top of the page and at its first figure, kept as test artifacts."""
+    two = [p for p in PAGES if p in _chapters()][:2]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     saved = []
-    for page, name in ((PAGES[0], "intro.png"), (first_chapter, "chapter.png")):
+    shots = [(p, f"{p.rsplit('/', 1)[-1]}-{where}.png", where) for p in two for where in ("top", "figure")]
+    for page, name, where in shots:
         _open(browser, site, page)
-        if page == first_chapter:
+        if where == "figure":
             browser.execute_script(
                 "const i = document.querySelector('article.bd-article img');"
                 "if (i) { i.scrollIntoView({block: 'center'}); }")

@@ -212,6 +212,7 @@ class Chapter:
     key_findings: tuple = ()
     # the rerun box: what a collect needs beyond root and needs_tools, in a reader's words
     needs_text: str = ""
+    needs_root: bool = True            # the rerun box: does a collect need root
 
     def platform_notes(self, D) -> dict[str, list[str]]:
         """host_id -> facts of this chapter's runs that the platform banner adds (for example

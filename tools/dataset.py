@@ -443,6 +443,8 @@ class Data:
         self.data_dir = Path(data_dir) if data_dir else None
         self.manifests = (manifests if manifests is not None
                           else load_manifests(chapter.name, self.data_dir))
+        # given manifests: this Data is those datasets only (a finding's view of one run)
+        self._only = None if manifests is None else {(m.host_id, m["run_id"]) for m in manifests}
         self._tables: dict = {}
 
     @classmethod
@@ -454,6 +456,8 @@ class Data:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
             df = load_table(self.chapter.name, name, self.data_dir, self.chapter.tables.get(name))
+            if self._only is not None and df is not None and len(df):
+                df = df[[k in self._only for k in zip(df["host_id"], df["run_id"])]].reset_index(drop=True)
             self._tables[name] = self.prepare(name, df)
         return self._tables[name]
 

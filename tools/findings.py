@@ -48,6 +48,15 @@ class Run:
     def __init__(self, D, manifest):
         self.D, self.manifest = D, manifest
         self.host_id, self.run_id = manifest.host_id, manifest["run_id"]
+        self._data = None
+
+    @property
+    def data(self):
+        """The chapter's Data (its own subclass) holding this dataset only: the chapter's
+        analysis functions run on it unchanged, and its `quoted` is this run."""
+        if self._data is None:
+            self._data = type(self.D)(self.D.chapter, self.D.data_dir, manifests=[self.manifest])
+        return self._data
 
     def __getitem__(self, name: str):
         df = self.D[name]
@@ -60,6 +69,56 @@ class Run:
 
     def reference(self, name: str, dtype=None):
         return self.D.reference(name, dtype)
+
+
+_GLUE_CACHE: dict = {}
+
+
+def glued(run, compute) -> dict | None:
+    """compute(run.data): the chapter's own prose values for this one dataset, cached per
+    dataset; None when this dataset can't give them (an older dataset without a table)."""
+    key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
+    if key not in _GLUE_CACHE:
+        try:
+            _GLUE_CACHE[key] = compute(run.data)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+            _GLUE_CACHE[key] = None
+    return _GLUE_CACHE[key]
+
+
+def per_host_note(D, compute, say) -> dict[str, list[str]]:
+    """host_id -> [say(g)] from the newest counted dataset of each host (for a chapter's
+    platform_notes), where glued(run, compute) gives values and say() does not fail."""
+    out = {}
+    for h in D.hosts:
+        m = counted_runs([m for m in D.manifests if m.host_id == h])[-1]
+        g = glued(Run(D, m), compute)
+        try:
+            out[h] = [say(g)] if g else []
+        except (KeyError, TypeError, ValueError):
+            out[h] = []
+    return out
+
+
+def num(text) -> float:
+    """A number as the prose shows it ('1,927', '+122', '-4.4 % (CI ...)', '74%') as a float."""
+    t = str(text).strip().replace(",", "").replace("\u2212", "-").split()[0].rstrip("%")
+    return float(t)
+
+
+def from_glue(compute, decide):
+    """A finding test from the chapter's prose values: decide(g) -> Outcome, where g is
+    glued(run, compute); a missing value means this dataset did not measure it."""
+    def test(run):
+        g = glued(run, compute)
+        if g is None:
+            return None
+        try:
+            return decide(g)
+        except (KeyError, ValueError, IndexError, TypeError):
+            return None
+    test.__name__ = getattr(decide, "__name__", "test")
+    return test
 
 
 @dataclass(frozen=True)
@@ -86,11 +145,11 @@ class HostVerdict:
 
 
 def counted_runs(manifests) -> list:
-    """The datasets a host's verdict rests on: those measured with a real profile; a host
-    with none (only older datasets that recorded no profile, or quick runs) uses all of its."""
-    real = [m for m in manifests if m.get("profile") in REAL_PROFILES]
-    unknown = [m for m in manifests if m.get("profile") is None]
-    return sorted(real or unknown or list(manifests), key=lambda m: m["run_id"])
+    """The datasets a host's verdict rests on: those measured with a real profile or with
+    none recorded (older datasets, measured before the profile was recorded); quick runs are
+    tests and count only where a host has nothing else."""
+    counted = [m for m in manifests if m.get("profile") in REAL_PROFILES or m.get("profile") is None]
+    return sorted(counted or list(manifests), key=lambda m: m["run_id"])
 
 
 def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
@@ -140,9 +199,15 @@ def sentence(v: HostVerdict) -> str:
     return f"{said} ({v.evidence})"
 
 
+def _code(text: str) -> str:
+    """Escaped text with `code` spans as <code> (claims are written in the prose's markdown)."""
+    import re
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
 def html_block(D, kinds: dict[str, str]) -> str:
     """The Key findings block: each claim with every host's verdict and numbers."""
-    esc = html.escape
+    esc = _code
     items = []
     for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
         hosts = "".join(

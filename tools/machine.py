@@ -39,10 +39,13 @@ def _own_kvm(host: dict) -> str | None:
     return ", ".join(flavours)
 
 
+NOT_RECORDED = "not recorded"
+
+
 def facts(host: dict) -> list[tuple[str, str]]:
     """(what, value) pairs for the banner; a fact the dataset predates says so."""
     def rec(v):
-        return "not recorded (dataset predates this fact)" if v is None else v
+        return f"{NOT_RECORDED} (dataset predates this fact)" if v is None else v
     pmu = host.get("pmu")
     pmu_s = None if pmu is None else ("yes" if pmu.get("hardware") else
                                       f"none (event sources: {', '.join(pmu.get('sources', []))})")

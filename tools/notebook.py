@@ -282,7 +282,7 @@ def platform(D):
     with what differs between a host's runs (one host id can be several cloned machines)."""
     import html
     from .findings import counted_runs
-    from .machine import facts
+    from .machine import NOT_RECORDED, facts
     esc = html.escape
     notes = D.chapter.platform_notes(D) if len(D) else {}
     rows = []
@@ -291,8 +291,11 @@ def platform(D):
         per_run = [dict(facts(m["host"])) for m in ms]
         items = []
         for what, _ in facts(ms[-1]["host"]):
-            seen = list(dict.fromkeys(r[what] for r in per_run))
+            told = [r[what] for r in per_run if not r[what].startswith(NOT_RECORDED)]
+            seen = list(dict.fromkeys(told)) or [per_run[-1][what]]
             val = seen[0] if len(seen) == 1 else " / ".join(seen) + f" (differs between its {len(ms)} runs)"
+            if told and len(told) < len(per_run):
+                val += f" (recorded by {len(told)} of its {len(per_run)} runs)"
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
         items += [esc(n) for n in notes.get(h, [])]
         rows.append(f"<li><code>{esc(h)}</code>, {len(ms)} dataset(s): " + "; ".join(items) + "</li>")
@@ -338,15 +341,16 @@ def rerun(D):
     took = _durations(D)
     times = "; ".join(f"{p}: {took[p]}" for p in ("quick", "default", "full") if p in took) or \
         "no dataset in data/ recorded its profile yet"
+    su = "sudo " if ch.needs_root else ""
     cmd = (f"sudo make setup\n"
-           f"sudo .venv/bin/python -m tools measure --chapters {ch.name} --profile quick   # a smoke test\n"
-           f"sudo .venv/bin/python -m tools measure --chapters {ch.name}                   # the default profile\n"
+           f"{su}.venv/bin/python -m tools measure --chapters {ch.name} --profile quick   # a smoke test\n"
+           f"{su}.venv/bin/python -m tools measure --chapters {ch.name}                   # the default profile\n"
            f"make notebooks book")
     tables = ", ".join(f"{t}.csv" for t in ch.tables)
     return _html(
         '<div class="rerun-box admonition tip"><p class="admonition-title">Rerun this chapter</p>'
         f'<pre>{esc(cmd)}</pre><ul>'
-        f'<li><b>needs</b>: root; tools: {esc(tools)}'
+        f'<li><b>needs</b>: {"root" if ch.needs_root else "no root"}; tools: {esc(tools)}'
         + (f"; {esc(ch.needs_text)}" if ch.needs_text else "") + '</li>'
         f'<li><b>took</b>, per profile, on the hosts in data/: {esc(times)}</li>'
         f'<li><b>lands in</b> <code>data/runs/&lt;your host id&gt;/{esc(ch.name)}/&lt;run id&gt;/</code>: '

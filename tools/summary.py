@@ -31,9 +31,9 @@ def headlines(data_dir=None):
     """Each chapter's first key finding (its headline, which sets our figure beside the
     seed's), with every host's verdict and numbers and what kind of machine each host is."""
     from IPython.display import HTML
+    from .findings import _code as esc
     from .findings import evaluate
     from .notebook import host_kinds
-    esc = html.escape
     rows = []
     for entry, ch, D in _chapters(data_dir):
         if not ch.key_findings or not len(D):

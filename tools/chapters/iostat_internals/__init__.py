@@ -133,4 +133,6 @@ class IostatInternals(Chapter):
                 "repetition": "adaptive" if "repetition" in m["tables"] else "fixed"}
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+IostatInternals.key_findings = KEY_FINDINGS
 chapter = IostatInternals()

@@ -169,4 +169,6 @@ def _sizes(name: str, v) -> list[int]:
     return sorted(set(v))
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+Qcow2Overlap.key_findings = KEY_FINDINGS
 chapter = Qcow2Overlap()

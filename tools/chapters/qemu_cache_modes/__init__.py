@@ -191,4 +191,18 @@ def _int_list(p: dict, key: str, lo: int, hi: int) -> list[int]:
     return sorted(set(v))
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+QemuCacheModes.key_findings = KEY_FINDINGS
+
+
+def _platform_notes(self, D):
+    from ...findings import per_host_note
+    from .claims import _g
+    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
+
+
+QemuCacheModes.platform_notes = _platform_notes
+QemuCacheModes.needs_text = 'QEMU boots its guests with KVM where /dev/kvm works and under TCG elsewhere (the dataset says which)'
+QemuCacheModes.needs_root = False
 chapter = QemuCacheModes()

@@ -15,6 +15,7 @@ from ...dataset import Data
 from ...errors import ParameterError
 from . import analysis, figures  # noqa: F401  (the notebook's entry points)
 from .analysis import findings  # noqa: F401
+from .claims import KEY_FINDINGS
 from .spec import DEFAULT_MECHANISMS, EXPERIMENT, MECHANISMS  # noqa: F401
 
 _COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
@@ -90,4 +91,5 @@ class TraceOverhead(Chapter):
         return analysis.runs_columns(m, D)
 
 
+TraceOverhead.key_findings = KEY_FINDINGS
 chapter = TraceOverhead()

@@ -126,4 +126,7 @@ def _parse_cpus(value) -> list[int] | None:
     return cpus
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+TscAlignment.key_findings = KEY_FINDINGS
+TscAlignment.needs_text = '/dev/kvm (the KVM API, no QEMU)'
 chapter = TscAlignment()

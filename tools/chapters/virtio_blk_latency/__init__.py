@@ -158,4 +158,17 @@ class VirtioBlkLatency(Chapter):
         return VirtioData(self, data_dir)
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+VirtioBlkLatency.key_findings = KEY_FINDINGS
+
+
+def _platform_notes(self, D):
+    from ...findings import per_host_note
+    from .claims import _g
+    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
+
+
+VirtioBlkLatency.platform_notes = _platform_notes
+VirtioBlkLatency.needs_text = "root for the host layer's tracepoints; with a working /dev/kvm the kvm.ko row is filled and the figures say KVM instead of TCG"
 chapter = VirtioBlkLatency()

@@ -109,4 +109,17 @@ class VirtioFeatures(Chapter):
         return analysis.run_columns(m)
 
 
+from .claims import KEY_FINDINGS  # noqa: E402
+VirtioFeatures.key_findings = KEY_FINDINGS
+
+
+def _platform_notes(self, D):
+    from ...findings import per_host_note
+    from .claims import _g
+    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel_used']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
+
+
+VirtioFeatures.platform_notes = _platform_notes
+VirtioFeatures.needs_text = 'QEMU for the guest part, with KVM where /dev/kvm works and TCG elsewhere'
 chapter = VirtioFeatures()

@@ -1,0 +1,43 @@
+"""Key findings of the CPU pinning chapter, from the chapter's values for one dataset."""
+from __future__ import annotations
+
+from ...findings import Finding, Outcome, from_glue, num
+
+
+def _g(D):
+    from . import findings
+    return findings(D)
+
+
+def _ci_high(text):
+    return num(str(text).split(" to ")[1].rstrip(")"))
+
+
+def pin_cpu(g):
+    hi = _ci_high(g["cpu_pinned_rate"])
+    return Outcome(hi < 0, f"pinned, fixed rate: CPU per request {g['cpu_pinned_rate']}; 2015: {g['seed_pin']} %")
+
+
+def no_migration(g):
+    m = num(g["mig_pinned_rate"])
+    return Outcome(m == 0, f"pinned workers: {g['mig_pinned_rate']} migrations/s (unpinned {g['mig_unpinned_rate']})")
+
+
+def batch(g):
+    b, u = num(g["inv_batch_rate"]), num(g["inv_unpinned_rate"])
+    return Outcome(b < 0.5 * u, f"involuntary switches per request: SCHED_BATCH {b:g}, default {u:g}")
+
+
+def counters(g):
+    d = num(g["trace_maxdiff"])
+    return Outcome(d == 0, f"{g['trace_agree']} trials agree; largest difference {g['trace_maxdiff']}")
+
+
+KEY_FINDINGS = (
+    Finding("pin_cpu", "Pinning the workers lowers CPU time per request by a resolvable amount (2015: -20 %)",
+            from_glue(_g, pin_cpu), contrary="Pinning the workers did not lower CPU time per request resolvably"),
+    Finding("no_migration", "Pinned workers never migrate", from_glue(_g, no_migration)),
+    Finding("batch", "SCHED_BATCH cuts involuntary context switches to less than half", from_glue(_g, batch)),
+    Finding("counters", "/proc/<pid>/sched and the sched_migrate_task tracepoint count the same migrations",
+            from_glue(_g, counters)),
+)

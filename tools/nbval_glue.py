@@ -1,0 +1,17 @@
+"""A pytest plugin for nbval (`-p tools.nbval_glue`, set in pyproject.toml's addopts).
+
+nbval compares every stored output except images. A figure glued for a numbered figure
+(tools.notebook.figure) is stored as `application/papermill.record/image/png`, which nbval
+does not know to be an image; its pixels are as unportable as any PNG's, so it is skipped
+like one. Its caption (text) is still compared.
+"""
+
+GLUED_IMAGES = ("application/papermill.record/image/png", "application/papermill.record/image/jpeg")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        parent = getattr(item, "parent", None)
+        skip = getattr(parent, "skip_compare", None)
+        if skip is not None and "image/png" in skip and GLUED_IMAGES[0] not in skip:
+            parent.skip_compare = tuple(skip) + GLUED_IMAGES
