@@ -35,7 +35,7 @@ summary:
 
 ## test: set up, then unit tests, quick collect runs (root), nbval, book build
 test: setup
-	$(PY) -m pytest tests chapters hosts.ipynb --nbval --nbval-current-env \
+	$(PY) -m pytest tests chapters summary.ipynb hosts.ipynb --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
 
 sweep:

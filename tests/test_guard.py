@@ -53,3 +53,44 @@ def test_no_signal_no_interrupt_and_received_is_empty_outside():
     with guard.interruptible():
         guard.check_interrupted()
     assert guard.received() == []
+
+
+def _after_fork():
+    """Named like threading's at-fork hook; the signal lands in a function it calls."""
+    def _reinit():
+        signal.raise_signal(signal.SIGTERM)
+    _reinit()
+
+
+def test_a_signal_below_a_swallowing_hook_is_delivered_again():
+    """CI printed 'Exception ignored in: <function _after_fork>' with a KeyboardInterrupt
+    traceback: the signal landed in threading._after_fork, and only the innermost frame was
+    checked against the swallowing hooks."""
+    reached = False
+    with guard.interruptible():
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            _after_fork()
+            reached = True
+            time.sleep(5)
+    assert reached
+
+
+def test_a_child_between_fork_and_exec_dies_of_the_signal_quietly():
+    """A Popen preexec_fn runs Python in the child before exec; a group SIGTERM landing there
+    kills the child as it would kill the exec'd program, with no traceback printed."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import os, signal, subprocess, sys\n"
+        "from tools import guard\n"
+        "with guard.interruptible():\n"
+        "    try:\n"
+        "        p = subprocess.Popen(['true'], preexec_fn=lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+        "        print('child', p.wait())\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('parent interrupted')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert "Traceback" not in r.stderr and "ignored" not in r.stderr, r.stderr
+    assert f"child {-signal.SIGTERM}" in r.stdout, r.stdout + r.stderr

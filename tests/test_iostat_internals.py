@@ -456,7 +456,8 @@ def test_chapter_prose_keys_are_all_glued():
     A, AH = I.views.analyse_all(D)
     values = I.views.glue_values(D, A, AH)
     assert all(isinstance(v, (str, int)) for v in values.values())
-    provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE}
+    from tools.notebook import frame_glue
+    provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
     assert used and used <= provided, sorted(used - provided)
     # and with a dataset that has no trace tables, figures() still fills them
     iv = _fixture("intervals")

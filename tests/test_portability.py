@@ -12,7 +12,7 @@ def test_nbval_passes_with_shuffled_rows():
     env = dict(os.environ, PERFBOOK_SHUFFLE_ROWS="7", OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "chapters", "hosts.ipynb", "--nbval", "--nbval-current-env",
+        [sys.executable, "-m", "pytest", "chapters", "summary.ipynb", "hosts.ipynb", "--nbval", "--nbval-current-env",
          "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-q", "-p", "no:cacheprovider", "-p", "tools.nbval_glue"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]

@@ -415,7 +415,8 @@ def test_host_comparison_and_caption(tmp_path):
     shutil.copytree(m0.path, dst)
     man = json.loads((dst / "manifest.json").read_text())
     man["host"]["host_id"], man["run_id"] = "h-00000000fa4e", dst.name
-    man["parameters"].pop("profile", None)  # the copy records no profile: the original is quoted
+    man["parameters"].pop("profile", None)  # the copy records no profile (schema 1 kept it here,
+    man["profile"] = None                   # schema 2 at the top): the original is quoted
     (dst / "manifest.json").write_text(json.dumps(man))
     shutil.copytree(m0.path, tmp_path / "runs" / m0.host_id / CH.name / m0.path.name)
     D = CH.load(tmp_path)
@@ -497,7 +498,8 @@ def test_findings_are_what_the_prose_shows():
             refs |= set(re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"])))
     assert refs and all(re.fullmatch(r"\w+", r) for r in refs), "a format spec is left in the prose"
     from tools.notebook import REPETITION_GLUE
-    missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE}
+    from tools.notebook import frame_glue
+    missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
     assert not missing, missing
     assert not [k for k, v in f.items() if isinstance(v, float)]
     for k, fmt in prose.FORMATS.items():

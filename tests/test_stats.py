@@ -266,3 +266,22 @@ def test_hl_ci_label_states_real_or_approximate_coverage():
     assert stats.hl_ci_label((3, 3)) == "90 % CI"
     assert stats.hl_ci_label([(3, 3), (5, 5)]) == "90–96.82 % CI"
     assert stats.hl_ci_label([(3, 3), (300, 300)]) == "approx. 95 % CI"
+
+
+def test_a_pair_that_is_not_comparable_is_shown_but_not_tested():
+    """A TCG guest against a real CPU (tools.machine.comparable): the row keeps both medians
+    and says why, with no p-value; the prose's count leaves it out."""
+    import pandas as pd
+    from tools.machine import host_pairs
+    from tools.stats import compare_frame, significance_text
+    df = pd.DataFrame({"host_id": ["kvm"] * 5 + ["tcg"] * 5, "x": [1, 2, 3, 4, 5, 11, 12, 13, 14, 15]})
+    manifests = [{"host": {"host_id": "kvm", "virtualization": "kvm"}},
+                 {"host": {"host_id": "tcg", "virtualization": "qemu"}}]
+    out = compare_frame(df, by="host_id", value="x", baseline="kvm", pair_check=host_pairs(manifests))
+    row = out.iloc[0]
+    assert not row["compared"] and row["verdict"].startswith("not compared: tcg is a TCG guest")
+    assert row["median_a"] == 13 and row["median_b"] == 3 and row["p_value"] != row["p_value"]
+    assert "not comparable" in significance_text(out)
+    both = [{"host": {"host_id": h, "virtualization": "kvm"}} for h in ("kvm", "tcg")]
+    tested = compare_frame(df, by="host_id", value="x", baseline="kvm", pair_check=host_pairs(both))
+    assert tested.iloc[0]["compared"] and tested.iloc[0]["p_value"] < 0.05

@@ -26,6 +26,7 @@ it left, see tools/sweep.py.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -39,18 +40,35 @@ _received: list[int] = []
 
 # Code that Python runs where an exception is printed and dropped ("Exception ignored in"):
 # at-fork hooks (logging's lock hooks run in every fork, e.g. Popen with a preexec_fn),
-# finalizers and weakref callbacks. A signal that lands there is delivered again, shortly.
+# finalizers and weakref callbacks. A signal that lands there, or in anything they call,
+# is delivered again, shortly.
 _SWALLOWING = {"_releaseLock", "_acquireLock", "_after_at_fork_child_reinit_locks", "__del__",
-               "_remove_dead_weakref", "_cleanup"}
+               "_remove_dead_weakref", "_cleanup", "_after_fork", "_at_fork_reinit",
+               "_reset_internal_locks"}
 _raised = False
+_owner = 0  # the pid that installed the handlers
+
+
+def _swallowed(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name in _SWALLOWING:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _handler(signum, frame):
     global _raised
+    if os.getpid() != _owner:
+        # a child between fork and exec (Popen with a preexec_fn runs Python there): it
+        # would print a swallowed KeyboardInterrupt and exec anyway; die as exec'd code would
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     if _raised:
         _received.append(signum)
         return  # the run is already stopping: a later signal must not cut its cleanup short
-    if frame is not None and frame.f_code.co_name in _SWALLOWING:
+    if _swallowed(frame):
         threading.Timer(0.05, signal.pthread_kill, (threading.main_thread().ident, signum)).start()
         return
     _received.append(signum)
@@ -77,11 +95,12 @@ def interrupted_by() -> str | None:
 
 def enter() -> None:
     """Start an interruptible stretch (see interruptible()); pair with leave()."""
-    global _depth, _raised
+    global _depth, _raised, _owner
     if threading.current_thread() is not threading.main_thread():
         return
     if _depth == 0:
         _raised = False
+        _owner = os.getpid()
         _received.clear()
         for s in SIGNALS:
             _saved[s] = signal.signal(s, _handler)

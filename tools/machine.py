@@ -69,3 +69,15 @@ def comparable(a: dict, b: dict) -> tuple[bool, str]:
                        f"{other.get('host_id')} a {short_kind(other)}; a difference would measure "
                        "QEMU's emulation, not the kernel or the machine")
     return True, ""
+
+
+def host_pairs(manifests):
+    """A pair_check for tools.stats.compare_frame(by="host_id"): comparable() on the hosts'
+    facts from their manifests."""
+    facts = {m["host"]["host_id"]: m["host"] for m in manifests}
+
+    def check(a, b):
+        if a in facts and b in facts:
+            return comparable(facts[a], facts[b])
+        return True, ""
+    return check

@@ -216,6 +216,15 @@ def figure(key: str, item) -> None:
     glue(f"cap_{key}", caption, display=False)
 
 
+def frame_glue(chapter, nb) -> set[str]:
+    """The glue names the book's frame provides in a chapter notebook (a dict or nbformat node):
+    kf_<key> for each declared key finding (key_findings), cap_<key> for each nb.figure call."""
+    import re
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    figs = set(re.findall(r'nb\.figure\("(\w+)"', code))
+    return {f"kf_{f.key}" for f in chapter.key_findings} | {f"cap_{k}" for k in figs}
+
+
 def show(item):
     """A (figure, caption) pair from a chapter's figures module, or a table to display."""
     if isinstance(item, tuple) and len(item) == 2:

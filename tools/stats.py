@@ -317,11 +317,14 @@ def compare(a, b, alpha: float = 0.05, confidence: float = 0.95,
                       rel(est), rel(lo), rel(hi), p, delta, mag, sig, alpha, verdict)
 
 
-def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float = 0.05):
+def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float = 0.05, pair_check=None):
     """One Comparison row per group of `by` against its `baseline` group.
 
     `within` (a column or list) repeats the comparison inside each of its
-    groups, e.g. per host. Returns a DataFrame.
+    groups, e.g. per host. `pair_check(variant, baseline)` -> (ok, why) leaves out a pair
+    whose comparison would carry no information (tools.machine.comparable for hosts: a TCG
+    guest against a real CPU); its row keeps the medians and says why in `verdict`.
+    Returns a DataFrame.
     """
     import pandas as pd
     within_l = [] if within is None else ([within] if isinstance(within, str) else list(within))
@@ -333,9 +336,17 @@ def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float =
         for variant, gv in g.groupby(by, sort=True):
             if variant == baseline or len(base) < 2 or len(gv) < 2:
                 continue
+            ok, why = pair_check(variant, baseline) if pair_check else (True, "")
+            if not ok:
+                nan = float("nan")
+                rows.append({**dict(zip(within_l, key)), by: variant, "baseline": baseline,
+                             **Comparison(len(gv), len(base), float(gv[value].median()), float(base.median()),
+                                          nan, nan, nan, nan, nan, nan, nan, nan, "not compared", False,
+                                          alpha, why).as_dict(), "compared": False})
+                continue
             c = compare(gv[value], base, alpha=alpha, names=(str(variant), str(baseline)))
             rows.append({**dict(zip(within_l, key)), by: variant, "baseline": baseline,
-                         **c.as_dict()})
+                         **c.as_dict(), "compared": True})
     return pd.DataFrame(rows)
 
 
@@ -412,13 +423,21 @@ def hosts_of(manifests) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------
 # adaptive repetition settings in a chapter's PROFILES
 # --------------------------------------------------------------------------
+def n_rows(df) -> int:
+    return 0 if df is None else len(df)
+
+
 def significance_text(comparisons, alpha: float = 0.05) -> str:
     """'3 of 8 comparisons are significant at p < 0.05; the other 5 are not significant' for a
     compare_frame() result (also the all and none cases), for a chapter's prose."""
+    skipped = int((~comparisons["compared"]).sum()) if n_rows(comparisons) and "compared" in comparisons else 0
+    if skipped:
+        comparisons = comparisons[comparisons["compared"]]
     n = len(comparisons)
     k = int(comparisons["significant"].sum()) if n else 0
     if n == 0:
-        return "no comparison could be made"
+        return (f"no comparison was made ({skipped} pair(s) not comparable: a TCG guest against a real CPU)"
+                if skipped else "no comparison could be made")
     if k == n:
         return f"all {n} comparison(s) are significant at p < {alpha:g}"
     if k == 0:

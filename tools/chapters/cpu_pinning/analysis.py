@@ -171,14 +171,17 @@ def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def compare_hosts(shown_trials, metric: str = "cpu_per_req_us"):
-    """Each host's shown dataset (D.of_shown) against the first host's, per load and variant."""
+def compare_hosts(shown_trials, metric: str = "cpu_per_req_us", manifests=()):
+    """Each host's shown dataset (D.of_shown) against the first host's, per load and variant;
+    a TCG host against a real CPU is not compared (tools.machine.comparable)."""
+    from ...machine import host_pairs
     from ...stats import compare_frame
     t = comparable(shown_trials)
     if t.empty or t.host_id.nunique() < 2:
         return t.iloc[0:0]
     base = sorted(t.host_id.unique())[0]
-    return compare_frame(t, by="host_id", value=metric, baseline=base, within=["load", "variant"])
+    return compare_frame(t, by="host_id", value=metric, baseline=base, within=["load", "variant"],
+                         pair_check=host_pairs(manifests))
 
 
 def fmt_pct(x: float) -> str:

@@ -190,7 +190,7 @@ def host_summary(D):
 
 
 def hosts(D) -> dict:
-    CH = A.compare_hosts(D.of_shown(D["trials"]))
+    CH = A.compare_hosts(D.of_shown(D["trials"]), manifests=D.manifests)
     if len(CH):
         sentence = (f"Each host is compared with {CH.baseline.iloc[0]} on worker CPU per request, "
                     f"per load and variant ({stats.COMPARE_METHOD}): {stats.significance_text(CH)}. "

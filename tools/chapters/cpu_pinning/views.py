@@ -83,7 +83,7 @@ def hosts(D):
 
 
 def host_comparisons(D):
-    CH = A.compare_hosts(D.of_shown(D["trials"]))
+    CH = A.compare_hosts(D.of_shown(D["trials"]), manifests=D.manifests)
     if not len(CH):
         return None
     return CH[["load", "variant", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "rel_shift",

@@ -217,14 +217,17 @@ def pin_comparison(runs, tool="rrbench"):
     return t
 
 
-def host_comparison(runs, shown: dict, baseline: str, tool="rrbench"):
+def host_comparison(runs, shown: dict, baseline: str, tool="rrbench", manifests=()):
     """Each other host's shown dataset (shown: host_id -> run_id) against the prose's host
-    `baseline`, per cell, on the per-run P50; empty with fewer than two hosts."""
+    `baseline`, per cell, on the per-run P50; empty with fewer than two hosts. A TCG host
+    against a real CPU is not compared (tools.machine.comparable)."""
+    from ...machine import host_pairs
     if len(shown) < 2:
         return pd.DataFrame()
     r = runs[runs["tool"] == tool]
     r = r[[shown.get(h) == x for h, x in zip(r["host_id"], r["run_id"])]]
-    return compare_frame(r, by="host_id", value="p50_us", baseline=baseline, within=["path", "proto", "pin"])
+    return compare_frame(r, by="host_id", value="p50_us", baseline=baseline, within=["path", "proto", "pin"],
+                         pair_check=host_pairs(manifests))
 
 
 def caption_for(runs, manifests, what: str, extra: str = "") -> str:

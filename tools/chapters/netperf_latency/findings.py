@@ -217,7 +217,7 @@ def seed(D) -> dict:
 
 
 def hosts(D) -> dict:
-    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id)
+    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests)
     if len(D.shown) < 2:
         text = "Only one host has measured this chapter so far, so there is nothing to compare yet."
     elif hc.empty:

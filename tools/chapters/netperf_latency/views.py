@@ -89,7 +89,7 @@ def versus_seed(D):
 
 
 def host_comparison(D):
-    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id)
+    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests)
     if hc.empty:
         return "no host comparison (see the text above)"
     return hc[["path", "proto", "pin", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift",

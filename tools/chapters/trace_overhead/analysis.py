@@ -111,8 +111,9 @@ def host_comparison(samples, manifests, mechanisms=("marker", "uprobe")):
     ref = quoted(manifests)
     sel = only_shown(samples, manifests)
     sel = sel[sel.mechanism.isin(mechanisms)]
+    from ...machine import host_pairs
     return compare_frame(sel, by="host_id", value="ns_per_call", baseline=ref["host"]["host_id"],
-                         within="mechanism")
+                         within="mechanism", pair_check=host_pairs(manifests))
 
 
 def caption_for(samples, manifests, what: str, ci: bool = True, extra: str = "") -> str:

@@ -61,7 +61,7 @@ TRANSPORT_BITS: list[tuple[int, str, str, str, str]] = [
     (40, "RING_RESET", "VIRTIO_F_RING_RESET", "", "uapi-6.1"),
     (41, "ADMIN_VQ", "VIRTIO_F_ADMIN_VQ", "", "upstream"),
 ]
-TRANSPORT_RANGE = range(24, 42)  # spec 1.2: 24..41 are for queue and feature negotiation
+TRANSPORT_RANGE = range(24, 42)  # virtio 1.3: 24..41 (1.2: 24..40; bit 41, ADMIN_VQ, came with 1.3)
 
 # Device-specific bits per device type: (bit, short name, C macro, note, source)
 DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
