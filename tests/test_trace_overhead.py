@@ -195,3 +195,66 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     med = s.groupby("mechanism").ns_per_call.median()
     for mech in measured - {"none"}:
         assert med[mech] > med["none"], (mech, med.to_dict())
+
+
+# ---- the publish guards: a doubtful run is rejected, not published (#16) ----------------
+class _Writer:
+    def __init__(self):
+        self.rejected = []
+
+    def reject(self, reason):
+        self.rejected.append(reason)
+
+
+def _table(rows):
+    import pandas as pd
+    return pd.DataFrame(rows, columns=["mechanism", "ns_per_call"])
+
+
+def test_sanity_rejects_a_baseline_far_above_a_function_call():
+    """The issue's published dataset had the unprobed baseline at 12,901 ns per call (an
+    orphaned bpftrace on the harness); about 1.5 ns is normal here."""
+    from tools.chapters.trace_overhead.collect import _sanity
+    from tools.chapters.trace_overhead.spec import BASELINE_MAX_NS
+    p = {"mechanisms": ["none", "marker"]}
+    ok, bad = _Writer(), _Writer()
+    _sanity(ok, p, _table([("none", 1.5), ("none", 1.6), ("marker", 600.0)]), [], {})
+    _sanity(bad, p, _table([("none", 12901.0), ("none", 12890.0), ("marker", 13500.0)]), [], {})
+    assert ok.rejected == []
+    assert len(bad.rejected) == 1 and "baseline" in bad.rejected[0] and str(BASELINE_MAX_NS) in bad.rejected[0]
+
+
+def test_sanity_rejects_a_hit_count_mismatch_and_a_missing_mechanism():
+    from tools.chapters.trace_overhead.collect import _sanity
+    w = _Writer()
+    checks = [{"mechanism": "uprobe", "expected_hits": 2000, "observed_hits": 1999}]
+    _sanity(w, {"mechanisms": ["none", "uprobe", "marker"]}, _table([("none", 1.5), ("uprobe", 4400.0)]),
+            checks, {})
+    assert any("different number of hits" in r for r in w.rejected)
+    assert any("marker was planned but has no samples" in r for r in w.rejected)
+    w2 = _Writer()  # a mechanism skipped for a missing tool is not "missing samples"
+    _sanity(w2, {"mechanisms": ["none", "bpf_uprobe"]}, _table([("none", 1.5)]), [],
+            {"bpf_uprobe": "bpftrace is not installed"})
+    assert w2.rejected == []
+
+
+def test_another_tracer_on_the_harness_is_found(tmp_path):
+    """A process whose command line names our harness (bpftrace left from a killed run),
+    and a uprobe on it outside our group, are both reported; our own group is not."""
+    import subprocess
+    from tools.chapters.trace_overhead.collect import foreign_attachments
+    harness = tmp_path / "probench"
+    harness.write_text("")
+    root = tmp_path / "tracefs"
+    root.mkdir()
+    (root / "uprobe_events").write_text(
+        f"p:perfbook_{os.getpid()}/uprobe {harness}:0x1860\n"
+        f"p:other/stray {harness}:0x1860\n")
+    p = subprocess.Popen(["sleep", "30", str(harness)])
+    try:
+        found = foreign_attachments(harness, root)
+    finally:
+        p.kill()
+        p.wait()
+    assert any(f.startswith(f"pid {p.pid} ") for f in found), found
+    assert "uprobe p:other/stray" in found and not any("perfbook_" in f for f in found), found

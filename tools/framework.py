@@ -1,8 +1,8 @@
 """The one sequence every chapter's collect runs through, whoever starts it
 (`python -m tools measure`, `make all`, or a papermill collect of a notebook):
 
-  parameters -> preflight -> sweep of dead runs' state -> lock -> signals -> the chapter's
-  measure(ctx) (writing through ctx.writer, registering every change on
+  parameters -> preflight -> sweep of dead runs' state -> lock -> signals -> a cgroup of
+  its own (tools.cgroup: no descendant outlives the run) -> the chapter's measure(ctx) (writing through ctx.writer, registering every change on
   ctx.undo) -> undo -> publish -> status line.
 
 The chapter (tools/chapter.py) brings only its parameters, preflight() and measure(ctx);
@@ -38,6 +38,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
     """Measure one chapter (a tools.chapter.Chapter) on this host. Returns the new dataset,
     or None when skipped."""
     from contextlib import ExitStack
+    from .cgroup import RunGroup
     from .chapter import Context
     from .dataset import DatasetWriter
     from .sweep import sweep_all
@@ -54,7 +55,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
         sweep_all(log=say)
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
-                with ExitStack() as undo:
+                with RunGroup(), ExitStack() as undo:   # every descendant is gone before publishing
                     try:
                         chapter.measure(Context(chapter, p, profile, w, undo, say))
                     finally:

@@ -101,6 +101,9 @@ else
   say "Python packages: up to date"
 fi
 echo "$PY" > build/python
+# the notebooks' kernel drops ipykernel's TCP-transport warning (tools/kernel.py says why);
+# written on every setup, since reinstalling ipykernel puts its own kernelspec back
+"$PY" -c 'import tools.kernel as k; k.install_kernelspec()'
 
 # ---- 3. C harnesses ---------------------------------------------------------------
 if command -v gcc >/dev/null; then

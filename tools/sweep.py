@@ -10,7 +10,11 @@ removed:
   datasets    half-written data/runs/**/.tmp-<pid>-* directories
   netns       perfbook_<pid>_* network namespaces
   knobs       debugfs/sysctl knobs a run changed, and the debugfs it mounted (tools.knobs)
-Child processes die with their run (PR_SET_PDEATHSIG, tools.guard.die_with_parent).
+  processes   whatever is left in the cgroup of a dead run, perfbook-run-<pid> (tools.cgroup)
+  kernels     the connection file of a notebook kernel that ran a collect and was killed
+              before papermill could remove it (recorded by remember_kernel_file)
+Children also die with their run at once: PR_SET_PDEATHSIG (tools.proc.die_with_parent), and
+the run's cgroup watchdog for every descendant.
 """
 from __future__ import annotations
 
@@ -92,12 +96,50 @@ def _dataset_tmp(data_dir=None) -> list[str]:
     return removed
 
 
+_KFILE = re.compile(r"^kernel-[\w.-]+\.json$")
+
+
+def remember_kernel_file(pid: int, path) -> None:
+    """Record that notebook kernel `pid` (a collect) was started with connection file `path`,
+    so that the sweep removes that file, and only that file, once the kernel is dead."""
+    from .statedir import subdir, write_file
+    write_file(subdir("kernelfiles") / str(pid), f"{path}\n")
+
+
+def forget_kernel_file(pid: int) -> None:
+    from .statedir import subdir
+    (subdir("kernelfiles") / str(pid)).unlink(missing_ok=True)
+
+
+def _kernel_files() -> list[str]:
+    """Connection files of dead collect kernels: removed only when still a regular file of
+    ours named like jupyter's (never through a symlink, never another user's)."""
+    from .statedir import subdir
+    removed = []
+    reg = subdir("kernelfiles")
+    for rec in reg.iterdir():
+        if not rec.name.isdigit() or pid_alive(int(rec.name)):
+            continue
+        try:
+            path = Path(rec.read_text().strip())
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
+                path.unlink()
+                removed.append(str(path))
+        except (OSError, ValueError):
+            pass
+        rec.unlink(missing_ok=True)
+    return removed
+
+
 def sweep_all(log=print, data_dir=None) -> list[str]:
     """Sweep every kind of state of dead runs; returns what was removed."""
     from . import scratch
     removed: list[str] = []
     removed += _legacy_state()  # first: it may hand over a tracefs mount to release below
     if os.geteuid() == 0:
+        from . import cgroup    # first: a leftover bpftrace or perf still holds probes
+        removed += cgroup.sweep_stale(log=log)
         from .tracefs import find_tracefs, sweep_stale
         root = find_tracefs()
         if root is not None:
@@ -107,6 +149,7 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
         if shutil.which("ip"):
             from .netns import sweep_stale_netns
             removed += sweep_stale_netns(log=lambda s: None)
+    removed += _kernel_files()
     removed += [str(p) for p in scratch.sweep()]
     removed += _legacy_scratch(log)
     removed += _dataset_tmp(data_dir)

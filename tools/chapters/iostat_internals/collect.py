@@ -203,6 +203,8 @@ def measure(ctx) -> None:
             if session is not None:
                 session.clear()
                 session.set_option("tracing_on", "1")
+            prog.note(f"{name}: workload running, iostat sampling" + (", tracing on" if session else ""))
+            if session is not None:
                 time.sleep(TRACE_PREROLL_S)  # requests completing in the window started after this
             with _realtime():
                 a = snapshot(dev)

@@ -122,6 +122,7 @@ class _Runner:
                 if time.monotonic() > deadline:
                     raise PerfbookError("bpftrace did not attach within 60 s")
             time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
+            self.log(f"bpftrace {bt.pid} attached to pb_ret; timing the harness under it")
             r = run_group(self.harness_cmd(spec["target"]))
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
