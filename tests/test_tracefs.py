@@ -145,3 +145,20 @@ def test_a_flag_without_a_mount_is_cleared():
     flag = tracefs._mount_dir() / "mounted"
     tracefs.write_file(flag, "999999\n")
     assert tracefs.release_mount(tracefs.DEFAULT_MOUNT) is False and not flag.exists()
+
+
+def test_our_instance_prints_lines_the_parser_reads_whatever_the_top_level_says(tmp_path):
+    """A new instance inherits every output option from the top level; with context-info off,
+    or raw/hex/bin on, tools.ftrace could read none of its lines (they went to 'unparsed'
+    and were silently dropped). The session writes the kernel's defaults on its own instance."""
+    from tools.tracefs import READABLE_FORMAT, readable_format
+    opts = tmp_path / "options"
+    opts.mkdir()
+    inherited = {"context-info": "0", "raw": "1", "hex": "0", "bin": "1", "record-tgid": "1", "irq-info": "0"}
+    for k, v in inherited.items():
+        (opts / k).write_text(v + "\n")
+    changed = readable_format(tmp_path)
+    assert changed == {"context-info": "1", "raw": "0", "bin": "0"}
+    assert {k: (opts / k).read_text().strip() for k in READABLE_FORMAT} == READABLE_FORMAT
+    assert (opts / "record-tgid").read_text().strip() == "1", "layouts the parser reads are left alone"
+    assert readable_format(tmp_path) == {}

@@ -35,7 +35,8 @@ anything else -- the function tracer's "func <-parent", syscall events "sys_x(ar
 
 Not understood, counted in attrs['unparsed']: options/context-info off (no context),
 verbose latency format, raw/hex/bin output, the function_graph tracer, and continuation
-lines of multi-line bodies (stack traces).
+lines of multi-line bodies (stack traces). Our own instances never print the first three,
+whatever the top level inherits to them: tools.tracefs.readable_format sets their defaults.
 """
 from __future__ import annotations
 

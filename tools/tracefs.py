@@ -235,6 +235,28 @@ class TraceError(PerfbookError):
     pass
 
 
+# Output options a new instance inherits from the top level that would print lines
+# tools.ftrace can't read (no context, raw/hex/binary records): set to the kernel's defaults
+# on our own instance, so whatever another user set globally, every line is parsed.
+# record-tgid, irq-info and latency-format are left alone: tools.ftrace reads all their layouts.
+READABLE_FORMAT = {"context-info": "1", "raw": "0", "hex": "0", "bin": "0"}
+
+
+def readable_format(instance: Path) -> dict[str, str]:
+    """Write READABLE_FORMAT into `instance`/options where it differs; returns what changed."""
+    changed = {}
+    for name, want in READABLE_FORMAT.items():
+        path = instance / "options" / name
+        try:
+            have = path.read_text().strip()
+        except OSError:
+            continue  # an option this kernel doesn't have
+        if have != want:
+            _write(path, want)
+            changed[name] = want
+    return changed
+
+
 class TraceSession:
     """Private tracing state for one measurement, restored on every exit path."""
 
@@ -290,6 +312,7 @@ class TraceSession:
         if self.use_instance and (root / "instances").is_dir():
             self.instance = root / "instances" / f"{self.group}_{self.tag}"
             self.instance.mkdir()
+            readable_format(self.instance)
         else:
             self.instance = None
 
