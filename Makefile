@@ -3,6 +3,10 @@
 PY = $(shell cat build/python 2>/dev/null || echo .venv/bin/python)
 PROFILE ?= default
 PYTEST_ARGS ?=
+# CHAPTERS=a,b measures only those; MEASURE_ARGS passes more, e.g. --param data_dir=/tmp/d
+CHAPTERS ?=
+MEASURE_ARGS ?=
+MEASURE = $(PY) -m tools measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
 
 .PHONY: all setup measure notebooks book summary test test-unit test-notebooks clean sweep doctor
 
@@ -10,7 +14,7 @@ PYTEST_ARGS ?=
 ## A failed chapter still gets the book built and the summary printed, then `make` fails;
 ## an interrupted measure (Ctrl-C: exit 130, SIGTERM: 143, SIGHUP: 129) stops at once.
 all: setup
-	@rc=0; $(PY) -m tools measure --profile $(PROFILE) || rc=$$?; \
+	@rc=0; $(MEASURE) || rc=$$?; \
 	case $$rc in 129|130|143) exit $$rc;; esac; \
 	$(MAKE) --no-print-directory notebooks book || rc=$$?; \
 	$(PY) -m tools summary; \
@@ -20,7 +24,7 @@ setup:
 	bash tools/setup.sh
 
 measure: setup
-	$(PY) -m tools measure --profile $(PROFILE)
+	@$(MEASURE)
 
 ## notebooks: re-execute every chapter in explain mode so stored outputs follow data/
 notebooks:

@@ -467,3 +467,30 @@ def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     for noise in ("Unable to parse", "without encryption", "WARNING", "Traceback"):
         assert noise not in out, out[-2000:]
     assert json.loads((tmp_path / "out.ipynb").read_text())["cells"]
+
+
+def _make(data: Path, *more: str) -> list[str]:
+    return ["make", "--no-print-directory", "measure", "PROFILE=quick", "CHAPTERS=example",
+            f"MEASURE_ARGS=--param data_dir={data} " + " ".join(more)]
+
+
+@pytest.mark.parametrize("how", ["sigint-group", "sigterm-group"])
+def test_make_measure_stops_on_a_signal_and_restores(how, scratch_data):
+    """Ctrl-C at the terminal reaches `make measure` as well as `python -m tools measure`."""
+    sig, _ = SIGNALS[how]
+    p, seen = start(_make(scratch_data, "--param hold_s=60"), "example", r"state changed", timeout=300)
+    t0 = time.monotonic()
+    os.killpg(p.pid, sig)
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode != 0, f"make exited 0 after {how}"
+    assert time.monotonic() - t0 < 30
+    assert settle(scratch_data) == [], out
+    assert "Traceback" not in out, out
+
+
+def test_make_measure_exits_nonzero_when_a_chapter_fails(scratch_data):
+    r = subprocess.run(_make(scratch_data, "--param fail_after=1"), capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "FAILED" in r.stdout + r.stderr and "Traceback" not in r.stdout + r.stderr
+    assert settle(scratch_data, 10) == []
