@@ -76,19 +76,86 @@ def prealloc_bars_text(ov_cpu) -> str:
 
 
 def fit_quadratic(ov, mode: str = "cached"):
-    """Fit extra CPU = a * size^2 (cluster size 512) and return (a, log-log slope); the check
-    is O(size) per write and the number of writes is O(size), so the total should grow with
-    size^2."""
+    """Least-squares extra CPU = a * size^2 (cluster size 512), the exponent fixed at 2: shown
+    only beside fit_power_law() for comparison, since the data need not support it."""
     import numpy as np
     g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
     x = g.image_size.to_numpy(float)
     y = g.extra.to_numpy(float)
     if len(x) == 0:
-        return float("nan"), float("nan")
-    a = float(np.sum(x ** 2 * y) / np.sum(x ** 4))
-    ok = y > 0  # log-log slope as a check on the exponent
-    slope = float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0]) if ok.sum() >= 2 else float("nan")
-    return a, slope
+        return float("nan")
+    return float(np.sum(x ** 2 * y) / np.sum(x ** 4))
+
+
+def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
+    """Fit extra CPU = c * size^k by least squares in log-log space over the 512-byte-cluster
+    sizes whose shift over none is positive (a log needs it).
+
+    Returns n (points fitted), dropped (sizes with a shift <= 0), k and c, r2 (in log space),
+    k_lo/k_hi (95 % t interval of the slope, n >= 3) and, for a size `at` in bytes, pred (the
+    fitted extra there) with pred_lo/pred_hi (95 % interval of the fitted line at `at`, which
+    lies outside the sizes measured when it is an extrapolation). NaN where it can't be said."""
+    import numpy as np
+    from scipy import stats
+    g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
+    x, y = g.image_size.to_numpy(float), g.extra.to_numpy(float)
+    ok = y > 0
+    nan = float("nan")
+    out = {"n": int(ok.sum()), "dropped": int((~ok).sum()), "k": nan, "c": nan, "r2": nan,
+           "k_lo": nan, "k_hi": nan, "pred": nan, "pred_lo": nan, "pred_hi": nan}
+    if ok.sum() < 2 or len(set(x[ok])) < 2:
+        return out
+    lx, ly = np.log(x[ok]), np.log(y[ok])
+    n = len(lx)
+    k, b = np.polyfit(lx, ly, 1)
+    out.update(k=float(k), c=float(np.exp(b)))
+    if at is not None:
+        out["pred"] = float(np.exp(b + k * np.log(at)))
+    if n >= 3:
+        resid = ly - (b + k * lx)
+        sxx = float(np.sum((lx - lx.mean()) ** 2))
+        s = float(np.sqrt(np.sum(resid ** 2) / (n - 2)))
+        t = float(stats.t.ppf(0.975, n - 2))
+        ss_tot = float(np.sum((ly - ly.mean()) ** 2))
+        out["r2"] = 1 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else nan
+        out["k_lo"], out["k_hi"] = float(k - t * s / np.sqrt(sxx)), float(k + t * s / np.sqrt(sxx))
+        if at is not None:
+            half = t * s * np.sqrt(1 / n + (np.log(at) - lx.mean()) ** 2 / sxx)
+            out["pred_lo"] = float(np.exp(b + k * np.log(at) - half))
+            out["pred_hi"] = float(np.exp(b + k * np.log(at) + half))
+    return out
+
+
+def prealloc_fits(D, at: float | None = None):
+    """fit_power_law() of `cached` for every dataset (not only those shown), one row per run:
+    the run-to-run spread of the exponent, with each fit's quality."""
+    import pandas as pd
+    from ...findings import counted_runs
+    pre = D["prealloc"]
+    rs = pre[pre.command == "resize_no_flush"]
+    rows = []
+    for h in D.hosts:
+        for m in counted_runs([m for m in D.manifests if m.host_id == h]):
+            mine = rs[(rs.host_id == h) & (rs.run_id == m["run_id"])]
+            ov = overhead(mine, ["cluster_size", "image_size", "mode"])
+            if ov.empty:
+                continue
+            f = fit_power_law(ov, at=at)
+            sizes = mine[mine.cluster_size == 512].image_size
+            rows.append({"host_id": h, "run_id": m["run_id"], "profile": m.profile or "not recorded",
+                         "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}", **f})
+    return pd.DataFrame(rows)
+
+
+def fits_table(D, at: float | None = None):
+    """prealloc_fits() for display: exponent with its 95 % interval, R², points."""
+    f = prealloc_fits(D, at)
+    if f.empty:
+        return "no 512-byte-cluster preallocation with two runs per mode"
+    t = f[["host_id", "run_id", "profile", "sizes_mib", "n", "dropped", "k", "k_lo", "k_hi", "r2"]]
+    return t.rename(columns={"n": "points", "dropped": "shift <= 0", "k": "exponent",
+                             "k_lo": "exponent_ci_low", "k_hi": "exponent_ci_high",
+                             "r2": "R2_loglog"}).round(2).set_index(["host_id", "run_id"])
 
 
 def formula_table(meta):
@@ -180,23 +247,45 @@ def cycles_table(D):
 
 
 def comparison_table(D):
-    """The seed's 2014 figures next to ours (self share of sampled CPU in the check)."""
+    """The seed's 2014 shares next to ours (self share of sampled CPU in the check), each with
+    its cluster size, and whether the two cluster sizes are the same."""
     import pandas as pd
-    from .prose import headline
+    from .prose import cluster_text, headline
     h = headline(D)
     nan = float("nan")
-    rows = [
-        ("metadata preallocation, 512 B clusters",
-         f"2 GiB create: {h['seed_pct_create']:.2f} %", f"{h.get('perf_pre_size_mib', 0)} MiB: "
-         f"{h.get('perf_pre_cached', nan):.2f} %"),
-        ("sequential 64 KiB writes that allocate",
-         f"guest dd, 1 GB: {h['seed_pct_dd']:.2f} %", f"{h.get('perf_al_cached', nan):.2f} %"),
-        ("scattered 512 B overwrites, preallocated image",
-         f"guest O_DIRECT, 1 GB: {h['seed_pct_random']:.2f} %",
-         f"{h['ow_size_mib']} MiB: {h.get('perf_ow_cached', nan):.2f} %"),
-    ]
-    return pd.DataFrame(rows, columns=["workload", "seed 2014, before the series",
-                                       "this host, overlap-check=cached"])
+    ref = D.reference("qcow2_overlap")
+    seed = ref[(ref.metric == "cycles_share_pct") & (ref.variant == "before_series")].set_index("experiment")
+    wr = D.of_quoted(D["writes"])
+
+    def ours(wl, col):
+        v = sorted(set(wr[wr.workload == wl][col].astype(int)))
+        return v[0] if len(v) == 1 else None
+
+    cy = D.of_quoted(D["cycles"])
+    pre_mib = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB if len(cy) else None
+    rows = []
+    # the perf recording of each workload builds the image the timed runs use (collect_perf)
+    for what, exp, seed_what, share, cs, mib in (
+            ("metadata preallocation", "create_prealloc_metadata_512", "qemu-img create",
+             h.get("perf_pre_cached", nan), 512, pre_mib),
+            ("sequential 64 KiB writes that allocate", "guest_dd_64k", "guest dd",
+             h.get("perf_al_cached", nan), ours("allocate_sequential_64k", "cluster_size"),
+             (ours("allocate_sequential_64k", "image_size") or 0) // MiB),
+            ("scattered 512 B overwrites, preallocated image", "guest_random_512_odirect",
+             "guest O_DIRECT", h.get("perf_ow_cached", nan), ours("overwrite_scattered_512", "cluster_size"),
+             h["ow_size_mib"])):
+        r = seed.loc[exp]
+        same_cs = cs is not None and int(r.cluster_size) == cs
+        rows.append({"workload": what,
+                     "seed 2014, before the series": f"{seed_what}: {r.value:.2f} %",
+                     "seed image": f"{int(r.image_size_mib)} MiB",
+                     "seed cluster size": f"{cluster_text(r.cluster_size)} ({r.cluster_size_basis.split(':')[0]})",
+                     "this host, overlap-check=cached": f"{share:.2f} %",
+                     "our image": f"{mib} MiB" if mib else "—",
+                     "our cluster size": cluster_text(cs) if cs else "mixed",
+                     "same cluster size": "yes" if same_cs else "no: not like with like",
+                     "same image size": "yes" if mib == int(r.image_size_mib) else "no"})
+    return pd.DataFrame(rows)
 
 
 FORMULA_COLUMNS = ["host_id", "cluster_size", "virtual_size_mib", "snapshots", "l2_tables", "refcount_blocks",

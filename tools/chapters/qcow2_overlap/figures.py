@@ -6,21 +6,58 @@ from .spec import MODES, MiB
 
 
 def prealloc(D):
-    """Extra CPU of cached and all over none when preallocating, against the image size."""
-    rs, ov = A.resizes(D), A.prealloc_overhead(D)
-    fig = plot_prealloc(ov, D.reference("qcow2_overlap"), fit_host=D.quoted.host_id)
+    """Extra CPU of cached over none when preallocating, against the image size: every dataset,
+    each with its fitted power law; the quoted one extrapolated to the seed's size."""
+    import pandas as pd
+    from ...findings import counted_runs
+    from ...machine import legend
+    rs = D["prealloc"]
+    rs = rs[rs.command == "resize_no_flush"]
+    ref = D.reference("qcow2_overlap")
+    seed_size = int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
+    runs = []
+    for h in D.hosts:
+        for m in counted_runs([m for m in D.manifests if m.host_id == h]):
+            mine = rs[(rs.host_id == h) & (rs.run_id == m["run_id"])]
+            ov = A.overhead(mine, ["cluster_size", "image_size", "mode"])
+            if not ov.empty:
+                runs.append({"label": f"{legend(m['host'])}, run {m['run_id']}", "ov": ov,
+                             "fit": A.fit_power_law(ov, at=seed_size),
+                             "quoted": m.key == D.quoted.key})
+    fig = plot_prealloc(runs, ref)
+    used = rs[(rs.cluster_size == 512) & rs["mode"].isin(["none", "cached"])]
+    cached = pd.concat([r["ov"] for r in runs]) if runs else pd.DataFrame(
+        columns=["cluster_size", "mode", "extra", "n", "n_none"])
+    cached = cached[(cached.cluster_size == 512) & (cached["mode"] == "cached")]
+    n_neg = int((cached.extra <= 0).sum())
+    q = next((r for r in runs if r["quoted"]), None)
+    fit_text = "lines: each run's power law, fitted by least squares in log-log space over the sizes it measured"
+    if q is not None and q["fit"]["n"] >= 3:
+        f = q["fit"]
+        fit_text += (f"; the quoted run ({D.quoted.run_id}): exponent {f['k']:.2f}, 95 % interval "
+                     f"{f['k_lo']:.1f} to {f['k_hi']:.1f}, R² {f['r2']:.2f}, dotted its extrapolation to the "
+                     f"seed's {seed_size // MiB} MiB; grey dashed, a quadratic (exponent fixed at 2) through "
+                     "the quoted run's points, for comparison only")
+    extra = "; ".join(x for x in (
+        A.prealloc_bars_text(cached),
+        "an interval reaching zero or below runs to the bottom edge",
+        f"{n_neg} of {len(cached)} shifts are zero or below and cannot be drawn on the log axis" if n_neg else "",
+        "each run's points are set slightly apart horizontally", fit_text) if x)
     cap = A.caption_for(
-        rs[(rs.cluster_size == 512) & rs["mode"].isin(["none", "cached", "all"])], D.manifests,
-        "Extra CPU seconds of overlap-check=cached and =all over =none when preallocating metadata at "
-        "512-byte clusters, against the image size; the star is the seed's 2014 saving",
-        by=["host_id", "image_size", "mode"], ci=False, extra=A.prealloc_bars_text(ov))
+        used, D.manifests,
+        "Extra CPU seconds of overlap-check=cached over =none when preallocating metadata at 512-byte "
+        "clusters, against the image size, for every dataset; the star is the user time the seed's 2014 "
+        "series saved on its create", by=["host_id", "run_id", "image_size", "mode"], ci=False, extra=extra)
     return fig, cap
 
 
 def modes(D):
     """Median CPU time per qemu-img bench run, per mode, workload and host."""
+    from ...machine import legend
     wr = A.writes(D)
-    g = plot_modes(A.summary(wr, A.WRITES_BY))
+    names = {m.host_id: legend(m["host"]) for m in D.manifests}  # host id and kind (TCG guest ...)
+    summ = A.summary(wr, A.WRITES_BY)
+    g = plot_modes(summ.assign(host_id=summ.host_id.map(names)))
     return g.figure, A.caption_for(wr, D.manifests, "CPU seconds per qemu-img bench run, per "
                                    "overlap-check mode, workload and host", by=A.WRITES_BY)
 
@@ -37,41 +74,61 @@ def formula(D):
     return plot_formula(ft), cap
 
 
-def plot_prealloc(ov_cpu, ref, fit_host=None):
-    """Extra CPU seconds of each mode over 'none' versus image size (512-byte clusters),
-    per host if `ov_cpu` has a host_id column; the quadratic fit is `fit_host`'s."""
+def plot_prealloc(runs, ref):
+    """`runs`: [{label, ov (overhead() of one dataset), fit (fit_power_law at the seed's size),
+    quoted}]. Points: cached's Hodges-Lehmann shift over none with its interval, per run, each
+    with its fitted power law over the sizes it measured; the quoted run's fit extrapolated to
+    the seed's size (dotted) beside a quadratic through the same points (dashed, comparison)."""
     import matplotlib.pyplot as plt
-    # constant scatters around zero (see the table); a log axis can only show the two
-    # modes whose cost is real
-    g = ov_cpu[(ov_cpu.cluster_size == 512) & ov_cpu["mode"].isin(["cached", "all"])]
-    if "host_id" not in g.columns:
-        g = g.assign(host_id="this host")
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    for (host, mode), d in g.groupby(["host_id", "mode"]):
-        d = d.sort_values("image_size")
-        x = d.image_size / MiB
-        # the HL interval need not contain the point estimate's sign; clip the bars at zero
-        ax.errorbar(x, d.extra, yerr=[(d.extra - d.extra_ci_low).clip(lower=0),
-                                      (d.extra_ci_high - d.extra).clip(lower=0)],
-                    fmt="o-", capsize=3, label=f"overlap-check={mode} ({host})")
+    import numpy as np
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     r = ref[ref.experiment == "create_prealloc_metadata_512"]
-    fit = ov_cpu if fit_host is None or "host_id" not in ov_cpu else ov_cpu[ov_cpu.host_id == fit_host]
-    a, _ = A.fit_quadratic(fit)
-    if len(r) and a == a and a > 0:
-        import numpy as np
-        xs = np.geomspace(g.image_size.min(), r.image_size_mib.iloc[0] * MiB, 50)
-        ax.plot(xs / MiB, a * xs ** 2, ls="--", color="grey", lw=1,
-                label="cached: fit extra = a · size², extrapolated")
+    seed_mib = float(r.image_size_mib.iloc[0]) if len(r) else None
+    positive = []
+    for i, run in enumerate(runs):
+        ov, f, c = run["ov"], run["fit"], colors[i % len(colors)]
+        d = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")].sort_values("image_size")
+        d = d[d.extra > 0]
+        if d.empty:
+            continue
+        positive += list(d.extra)
+        x = d.image_size / MiB * (1 + 0.04 * (i - (len(runs) - 1) / 2))
+        fit = (f"exponent {f['k']:.2f} [{f['k_lo']:.1f}, {f['k_hi']:.1f}], R² {f['r2']:.2f}"
+               if f["n"] >= 3 else f"{f['n']} sizes: no fit with an interval")
+        # an interval reaching zero or below runs to the bottom edge (a log axis has no zero)
+        low = d.extra - d.extra_ci_low.clip(lower=1e-9)
+        ax.errorbar(x, d.extra, yerr=[low.clip(lower=0), (d.extra_ci_high - d.extra).clip(lower=0)],
+                    fmt="o", capsize=3, color=c, label=f"{run['label']}: {fit}")
+        if f["n"] >= 3 and f["k"] == f["k"]:  # two points: no fit worth a line
+            xs = np.geomspace(d.image_size.min(), d.image_size.max(), 30)
+            ax.plot(xs / MiB, f["c"] * xs ** f["k"], color=c, lw=1.2)
+            if run["quoted"] and seed_mib:
+                xe = np.geomspace(d.image_size.max(), seed_mib * MiB, 30)
+                ax.plot(xe / MiB, f["c"] * xe ** f["k"], color=c, lw=1.2, ls=":",
+                        label="quoted run's power law, extrapolated")
+                a = A.fit_quadratic(ov)
+                if a == a and a > 0:
+                    xq = np.geomspace(d.image_size.min(), seed_mib * MiB, 50)
+                    ax.plot(xq / MiB, a * xq ** 2, ls="--", color="grey", lw=1,
+                            label="for comparison: quadratic (exponent fixed at 2) through the quoted run")
     if len(r):
         before = r[r.variant == "before_series"].user_s.iloc[0]
         after = r[r.variant == "after_series"].user_s.iloc[0]
-        ax.scatter([r.image_size_mib.iloc[0]], [before - after], marker="*", s=180, color="black",
-                   label="seed 2014: user time saved by the series", zorder=5)
+        ax.scatter([seed_mib], [before - after], marker="*", s=180, color="black",
+                   label="seed 2014: user time its series saved (a different quantity, another CPU)", zorder=5)
+        positive.append(before - after)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    if positive:
+        ax.set_ylim(min(positive) / 5, max(positive) * 3)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("virtual image size, MiB (cluster size 512 B)")
-    ax.set_ylabel("extra CPU s over overlap-check=none")
-    ax.legend(fontsize="small")
+    ax.set_ylabel("extra CPU s of cached over none")
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: not labels[i].startswith("h-"))  # runs first
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize="small",
+              loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -97,7 +154,8 @@ def plot_modes(summ, workload_col: str = "workload"):
     g.set_titles("{row_name}\n{col_name}", size="small")
     for ax in g.axes.flat:
         ax.tick_params(axis="x", labelrotation=30)
-    g.set_axis_labels("overlap-check", f"CPU s per run (median, {ci_label(d['n'])})")
+    # two lines: one row's label must not run into the next row's
+    g.set_axis_labels("overlap-check", f"CPU s per run\n(median, {ci_label(d['n'])})")
     return g
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .analysis import fit_quadratic, formula_table, host_comparison, overhead, prealloc_overhead
+from .analysis import fit_power_law, fit_quadratic, formula_table, host_comparison, overhead
 from .spec import GiB, MiB
 
 # How the prose shows each float (format specs); everything else is an int or a str.
@@ -15,26 +15,53 @@ FORMATS = {
     "seed_create_gib": ".0f", "run_minutes": ".1f", "l2_cov_kib": ".0f",
     "pre_big_cached_cpu": ".2f", "pre_big_none_cpu": ".2f", "pre_big_extra": ".2f",
     "pre_big_extra_lo": ".2f", "pre_big_extra_hi": ".2f", "pre_big_share": ".0f",
-    "pre_prev_extra": ".2f", "pre_size_step": ".0f", "pre_growth": ".1f", "pre_size_sq": ".0f",
-    "pre_slope": ".1f", "pre_extrap_2g": ".1f", "seed_user_saved": ".1f",
-    "seed_create_before": ".1f", "seed_create_after": ".1f", "k64_extra_ms": ".0f",
-    "flush_wall": ".2f", "flush_cpu": ".2f",
+    "pre_k": ".2f", "pre_extrap_2g": ".1f", "pre_extrap_factor": ".0f", "pre_extrap_2g_quad": ".1f", "seed_user_saved": ".1f",
+    "seed_create_before": ".1f", "seed_create_after": ".1f",
+    "flush_wall": ".2f", "flush_cpu": ".2f", "flush_wait": ".2f",
     "ow_cached_us": ".1f", "ow_cached_lo_us": ".1f", "ow_cached_hi_us": ".1f", "ow_cached_share": ".0f",
     "seed_random_factor": ".0f",
     "al_cached_us": ".1f", "al_cached_share": ".1f", "al_cached_lo_us": ".0f", "al_cached_hi_us": ".0f",
     "sn_cached_us": ".1f", "sn_cached_lo_us": ".0f", "sn_cached_hi_us": ".0f",
     "sn_all_us": ".0f", "sn_all_lo_us": ".0f", "sn_all_hi_us": ".0f", "sn_all_share": ".0f",
-    "perf_ow_cached": ".1f", "seed_pct_random": ".1f", "perf_pre_cached": ".1f",
-    "seed_pct_create": ".1f", "perf_size_ratio": ".0f", "perf_pre_pred_2g": ".0f", "perf_sn_all": ".1f",
+    "perf_ow_cached": ".1f", "seed_pct_random": ".1f", "perf_pre_cached": ".1f", "perf_al_cached": ".1f",
+    "seed_pct_create": ".1f", "seed_pct_dd": ".1f", "perf_size_ratio": ".0f", "perf_sn_all": ".1f",
     "formula_ratio_min": ".3f", "formula_ratio_max": ".3f",
     "seed_disk_mib": ".0f", "seed_formula_kib": ".0f", "seed_list_kib": ".0f",
     "f2_disk_mib": ".0f", "f2_formula_disk_kib": ".0f", "f2_list_kib": ".0f", "f2_runs_kib": ".0f",
 }
-# The other values the prose quotes, as they are (ints and strings).
-AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "pre_prev_mib", "host_cpus", "pre_not_sig",
-         "pre_n_cmp", "k64_size_gib", "flush_size_mib", "ow_size_mib", "ow_n", "ow_requests",
+# The other values the prose quotes, as they are (ints and strings, formatted in headline()).
+AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "host_cpus", "pre_not_sig",
+         "pre_n_cmp", "flush_size_mib", "ow_size_mib", "ow_n", "ow_requests",
          "sn_snapshots", "perf_event", "perf_n", "perf_pre_size_mib", "f2_size_mib", "f2_clusters",
-         "qemu_version", "scratch_fs", "host_sentence", "pre_big_note")
+         "qemu_version", "scratch_fs", "host_sentence", "pre_big_note", "pre_big_sig",
+         "pre_fit_n", "pre_fit_dropped", "pre_k_lo", "pre_k_hi", "pre_r2", "pre_fit_sentence",
+         "pre_extrap_2g_lo", "pre_extrap_2g_hi", "pre_constant_sentence", "k64_sentence",
+         "ow_cached_sig", "al_cached_sig", "sn_cached_sig", "sn_all_sig", "f2_runs_phrase",
+         "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence")
+
+
+def cluster_text(b: int) -> str:
+    """A cluster size as the prose shows it: '512 B', '64 KiB'."""
+    b = int(b)
+    return f"{b // 1024} KiB" if b >= 1024 and b % 1024 == 0 else f"{b} B"
+
+
+def sig2(x: float) -> str:
+    """Two significant digits without exponent notation ('0.00031', '8.8', '880')."""
+    import math
+    if not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    digits = max(0, 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{round(x, digits):,.{digits}f}"
+
+
+def significance(row) -> str:
+    """'significant (Mann–Whitney p = 0.008)' or 'not significant (… p = 0.34)' for an
+    overhead() row."""
+    word = "significant" if bool(row["significant"]) else "not significant"
+    return f"{word} (Mann–Whitney p = {row['p_value']:.2g})"
 
 
 def findings(D) -> dict:
@@ -78,33 +105,51 @@ def headline(D) -> dict:
     out["pre_big_extra_lo"], out["pre_big_extra_hi"] = row.extra_ci_low, row.extra_ci_high
     out["pre_big_share"] = row.share_pct
     out["pre_n"] = int(row.n)
-    a, out["pre_slope"] = fit_quadratic(ov)
-    if len(kept) >= 2:
-        c512 = kept.sort_values("image_size")
-        last, prev = c512.iloc[-1], c512.iloc[-2]
-        out["pre_prev_mib"] = int(prev.image_size) // MiB
-        out["pre_prev_extra"] = prev.extra
-        out["pre_size_step"] = last.image_size / prev.image_size
-        out["pre_size_sq"] = out["pre_size_step"] ** 2
-        out["pre_growth"] = last.extra / prev.extra if prev.extra > 0 else float("nan")
-    # the quoted host's modes against none, at every size (the table's `significant` column)
-    mine = prealloc_overhead(D)
-    mine = mine[(mine.host_id == m.host_id) & (mine["mode"] != "none")]
-    out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
+    out["pre_big_sig"] = significance(row)
     seed_size = int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
-    out["pre_extrap_2g"] = a * seed_size ** 2
+    fit = fit_power_law(ov, at=seed_size)
+    out["pre_k"], out["pre_fit_n"], out["pre_fit_dropped"] = fit["k"], fit["n"], fit["dropped"]
+    out["pre_k_lo"], out["pre_k_hi"] = f"{fit['k_lo']:.1f}", f"{fit['k_hi']:.1f}"
+    out["pre_r2"] = f"{fit['r2']:.2f}"
+    out["pre_extrap_2g"] = fit["pred"]
+    out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
+    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * seed_size ** 2
+    out["pre_extrap_factor"] = seed_size / big
+    dropped = (f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
+               "positive value" if fit["dropped"] else "")
+    out["pre_fit_sentence"] = (
+        f"a power law fitted by least squares in log-log space to the {fit['n']} sizes gives an "
+        f"exponent of {fit['k']:.2f} (95 % interval {fit['k_lo']:.1f} to {fit['k_hi']:.1f}, "
+        f"R² = {fit['r2']:.2f} in log space{dropped})" if fit["n"] >= 3 else
+        f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval")
+    # constant against none at every 512-byte-cluster size of the quoted dataset
+    con = ov[(ov.cluster_size == 512) & (ov["mode"] == "constant")]
+    if len(con):
+        out["pre_constant_sentence"] = (
+            f"`constant` differs significantly from `none` at {int(con.significant.sum())} of the "
+            f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)")
+    # the quoted host's modes against none, at every size (the table's `significant` column)
+    mine = ov[ov["mode"] != "none"]
+    out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
     r = ref[(ref.experiment == "create_prealloc_metadata_512") & (ref.metric == "wall_s")]
     before = r[r.variant == "before_series"].iloc[0]
     after = r[r.variant == "after_series"].iloc[0]
     out["seed_user_saved"] = before.user_s - after.user_s
     out["seed_create_before"], out["seed_create_after"] = before.value, after.value
-    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")]
-    out["k64_size_gib"] = int(k64.image_size.max()) // GiB
-    out["k64_extra_ms"] = 1000 * k64.sort_values("image_size").extra.iloc[-1]
+    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size")
+    if len(k64):
+        k = k64.iloc[-1]
+        equiv = int(k.image_size * (512 / 65536) ** 2) // MiB
+        out["k64_sentence"] = (
+            f"preallocating a {int(k.image_size) // GiB} GiB image (as many L2 "
+            f"tables as {equiv} MiB at 512-byte clusters), `cached` took {1000 * k.extra:.0f} ms more "
+            f"CPU than `none` (interval {1000 * k.extra_ci_low:.0f} to {1000 * k.extra_ci_high:.0f} ms, "
+            f"{significance(k)}; `none` took {k.none_median:.2f} s)")
     cf = pre[pre.command == "create_with_flushes"]
     out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
     out["flush_wall"] = float(cf.wall_s.median()) if len(cf) else float("nan")
     out["flush_cpu"] = float(cf.cpu_s.median()) if len(cf) else float("nan")
+    out["flush_wait"] = out["flush_wall"] - out["flush_cpu"]
     out.update(_writes(D, ref))
     out.update(_metadata(D, ref))
     out.update(_perf(D, ref, seed_size))
@@ -135,6 +180,7 @@ def _writes(D, ref) -> dict:
                 out[f"{key}_{mode}_share"] = g.loc[mode, "share_pct"]
                 out[f"{key}_{mode}_lo_us"] = 1e6 * g.loc[mode, "extra_ci_low"] / nreq
                 out[f"{key}_{mode}_hi_us"] = 1e6 * g.loc[mode, "extra_ci_high"] / nreq
+                out[f"{key}_{mode}_sig"] = significance(g.loc[mode])
         out[f"{key}_requests"] = nreq
         out[f"{key}_n"] = int(g.n.min())
     out["ow_size_mib"] = int(wr[wr.workload == "overwrite_scattered_512"].image_size.iloc[0]) // MiB
@@ -158,6 +204,11 @@ def _metadata(D, ref) -> dict:
     out["f2_disk_mib"] = s2.disk_usage_mib
     out["f2_formula_disk_kib"] = s2.formula_disk_kib
     out["f2_formula_virtual_kib"] = s2.formula_virtual_kib
+    merged = s2.runs_list_kib < 0.99 * s2.measured_list_kib
+    out["f2_runs_phrase"] = (
+        f"{'they merge' if merged else 'they do not merge'} into fewer contiguous runs "
+        f"({s2.runs_list_kib:.0f} KiB at one entry per run)"
+        + ("" if merged else ": preallocation places each L2 table among the data clusters it maps"))
     rl = ref[ref.experiment == "ram_formula"]
     out["seed_list_kib"] = float(rl[rl.variant == "measured_list"].value.iloc[0])
     out["seed_formula_kib"] = float(rl[rl.variant == "formula_disk_size"].value.iloc[0])
@@ -179,15 +230,44 @@ def _perf(D, ref, seed_size: int) -> dict:
         out["perf_n"] = int(cy.groupby(["workload", "mode"]).size().min())
         out["perf_pre_size_mib"] = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB
         out["perf_size_ratio"] = seed_size / MiB / out["perf_pre_size_mib"]
-        out["perf_work_ratio"] = out["perf_size_ratio"] ** 2
-        # if the check's work grows with size^2 and the rest with size, its share at the
-        # seed's size follows from ours: odds scale with the size ratio
-        odds = out["perf_pre_cached"] / (100 - out["perf_pre_cached"]) * out["perf_size_ratio"]
-        out["perf_pre_pred_2g"] = 100 * odds / (1 + odds)
     seed = ref[ref.metric == "cycles_share_pct"].set_index(["experiment", "variant"]).value
     out["seed_pct_create"] = float(seed[("create_prealloc_metadata_512", "before_series")])
     out["seed_pct_dd"] = float(seed[("guest_dd_64k", "before_series")])
     out["seed_pct_random"] = float(seed[("guest_random_512_odirect", "before_series")])
+    out.update(_dd(D, ref))
+    return out
+
+
+def _dd(D, ref) -> dict:
+    """The seed's guest dd share against our sequential 64 KiB writes, with both cluster sizes:
+    the seed's from data/reference (where it says whether the seed stated it), ours from the
+    writes table (the perf recording of the same workload builds the same image, collect_perf)."""
+    out = {}
+    dd = ref[(ref.experiment == "guest_dd_64k") & (ref.variant == "before_series")].iloc[0]
+    seed_cs = int(dd.cluster_size)
+    out["seed_dd_cluster"] = cluster_text(seed_cs)
+    out["seed_dd_basis"] = str(dd.cluster_size_basis)
+    wl = "allocate_sequential_64k"
+    wr = D.of_quoted(D["writes"])
+    ours = sorted(set(wr[wr.workload == wl].cluster_size.astype(int)))
+    every = D["writes"]
+    every = sorted(set(every[every.workload == wl].cluster_size.astype(int)))
+    out["al_cluster"] = ", ".join(cluster_text(c) for c in ours)
+    if ours == [seed_cs]:
+        out["dd_sentence"] = (
+            f"The seed's guest `dd` share and our sequential 64 KiB writes were both measured with "
+            f"{cluster_text(seed_cs)} clusters, so the two shares compare like with like in cluster size.")
+    else:
+        at_seed = seed_cs in every
+        out["dd_sentence"] = (
+            f"The seed's guest `dd` share ({dd.value:.1f} %) is for an image with {cluster_text(seed_cs)} "
+            f"clusters ({out['seed_dd_basis']}); our sequential 64 KiB writes ran on "
+            f"{out['al_cluster']} clusters"
+            + ("" if at_seed else f", and no committed dataset measured them at {cluster_text(seed_cs)}")
+            + ". The table sets the two side by side with their cluster sizes, but they are not a "
+            f"like-with-like comparison: per byte of disk, {cluster_text(ours[0])} clusters give the check "
+            f"{(seed_cs // ours[0]) ** 2:,} times more L1 entries to walk than {cluster_text(seed_cs)} "
+            "clusters.")
     return out
 
 
