@@ -280,6 +280,53 @@ def test_reference_table_has_provenance():
     assert hist["value"].sum() == total
 
 
+def test_seed_conditions_come_from_the_reference_table():
+    """The seed's run length is its -k all ELAPSED_TIME; its CPU count is a provenance'd row
+    whose empty value means the article does not state it."""
+    from tools.chapters.netperf_latency.findings import seed_conditions
+    from tools.dataset import load_reference
+    ref = load_reference(CH.name)
+    c = seed_conditions(ref)
+    assert c["seed_seconds"] == "10"
+    assert c["seed_cpus"] == "not stated in the article"
+    row = ref[ref["metric"] == "CPU_COUNT"]
+    assert len(row) == 1 and row["note"].iloc[0].startswith("not stated")
+    stated = pd.concat([ref, row.assign(value=4.0)], ignore_index=True)
+    stated = stated[~(stated["metric"].eq("CPU_COUNT") & stated["value"].isna())]
+    assert seed_conditions(stated)["seed_cpus"] == "4 CPUs"
+
+
+def test_seed_histogram_buckets_in_numeric_order_and_hosts_by_kind():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    D = CH.load()
+    fig, _ = X.figures.seed_histogram(D)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    lo = [float(t.split("-")[0].lstrip("<")) for t in labels]
+    assert lo == sorted(lo) and len(set(labels)) == len(labels), labels
+    assert ax.get_yscale() == "log" and not ax.patches, "points, not bars, on a log axis"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    from tools.machine import legend as host_legend
+    for m in D.manifests:
+        assert any(host_legend(m.host) in t for t in legend), (m.host_id, legend)
+    plt.close(fig)
+
+
+def test_data_dependent_words_are_computed():
+    """The bucket names and the comparisons the prose draws come from the data, not from typed words."""
+    D = CH.load()
+    f = X.findings(D)
+    from tools.chapters.netperf_latency.analysis_seed import versus_seed_histogram
+    vh = versus_seed_histogram(D.H, D.ref, D.quoted.host_id).set_index("bucket")
+    assert f["seed_mode_bucket"] == vh.seed_fraction.idxmax()
+    assert f["ours_mode_bucket"] == vh.ours_fraction.idxmax()
+    for proto in ("udp", "tcp"):
+        assert f[f"spread_{proto}_text"].startswith("the lines are ")
+    assert "path: " in f["mc_where"]
+
+
 def _glue_names() -> set[str]:
     import nbformat
     nb = nbformat.read(ROOT / "chapters" / "netperf_latency.ipynb", as_version=4)

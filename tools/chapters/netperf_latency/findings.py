@@ -39,6 +39,7 @@ def run(D) -> dict:
             "n_datasets": len(D), "n_hosts": len(D.hosts), "host": M.host_id,
             "host_desc": M.host["description"], "kernel": M.host["kernel_release"],
             "virt": M.host["virtualization"], "measured": M["started"][:10],
+            "cpus": int(M.host["cpus_online"]) if M.host.get("cpus_online") else "?",
             "rounds_text": " and ".join(f"{v} ({k})" for k, v in per_path.items()),
             "rr_seconds": f"{P['seconds']:g}", "rr_warmup": f"{P['warmup']:g}",
             "np_seconds": int(P["netperf_seconds"]), "req": int(P["request_size"]),
@@ -62,15 +63,31 @@ def distribution(D) -> dict:
     R = D.R
     wr = R[(R.tool == "rrbench") & (R.path == worst.path) & (R.proto == worst.proto) & (R.pin == worst.pin)]
     disturbed = wr.rate_tps.min() < 0.7 * wr.rate_tps.median()
-    return {**out, "tail_ratio": f1(lo_udp["P99"] / lo_udp["P50"]),
+    veth_d = L.loc[("veth", "udp", "none"), "P50"] - lo_udp["P50"]
+    return {**out, **spread(lad), "tail_ratio": f1(lo_udp["P99"] / lo_udp["P50"]),
             "max_ratio": f0(lo_udp["max"] / lo_udp["P50"]),
-            "veth_minus_lo_udp": f1(L.loc[("veth", "udp", "none"), "P50"] - lo_udp["P50"]),
+            "veth_minus_lo_udp": f1(veth_d), "veth_minus_lo_pct": f"{100 * veth_d / lo_udp['P50']:.0f}",
             "tcp_minus_udp_lo": f1(L.loc[("loopback", "tcp", "none"), "P50"] - lo_udp["P50"]),
             "slow100_lo_udp": f"{100 * float(slow100['slower_than'].max()):.3f}",
             "worst_cell": f"{worst.path} / {worst.proto} / {worst.pin}", "worst_p999": f1(worst["P99.9"]),
             "worst_rate_min": f0(wr.rate_tps.min()), "worst_rate_med": f0(wr.rate_tps.median()),
             "worst_verdict": "One of its runs was clearly disturbed." if disturbed else
             "No run of it stands out by its rate, so this tail belongs to the cell, not to one bad run."}
+
+
+def spread(lad) -> dict:
+    """Per protocol, the slowest line (path and pinning mode) over the fastest at P50, P99,
+    P99.9 and the maximum, and whether that ratio is larger in the tail than at the median."""
+    out = {}
+    for proto, g in lad.groupby("proto"):
+        r = {c: g[c].max() / g[c].min() for c in ("P50", "P99", "P99.9", "max")}
+        out.update({f"spread_{proto}_{c.replace('.', '')}": f1(v) for c, v in r.items()})
+        wider = r["P99.9"] > 1.5 * r["P50"]
+        out[f"spread_{proto}_text"] = (
+            f"the lines are {'further apart' if wider else 'not much further apart'} in the tail than at "
+            f"the median (slowest / fastest: {f1(r['P50'])} at P50, {f1(r['P99'])} at P99, "
+            f"{f1(r['P99.9'])} at P99.9)")
+    return out
 
 
 def pinning(D) -> dict:
@@ -121,7 +138,15 @@ def maxima(D) -> dict:
     same = R.pin == "same"
     big = A.max_clusters(R)
     big = big[big.max_us_rounded >= 1000]
-    return {"ms_same": int(ms[same].sum()), "n_same": int(same.sum()),
+    top = R[((R.max_us / 100).round() * 100).isin(big.max_us_rounded.iloc[:2])]
+    seen = {c: sorted(top[c].unique()) for c in ("path", "proto", "tool")}
+    where = "; ".join(f"{c}: {', '.join(map(str, v))}" for c, v in seen.items())
+    return {"mc_where": where,
+            "mc_verdict": "A cost of the network path would differ between loopback and veth; the same values "
+            "on both paths do not." if len(seen["path"]) > 1 else
+            "They occur on one path only here, so this dataset cannot tell a cost of that path from a "
+            "scheduling interval.",
+            "ms_same": int(ms[same].sum()), "n_same": int(same.sum()),
             "ms_other": int(ms[~same].sum()), "n_other": int((~same).sum()),
             "same_verdict": "That the runs confined to one vCPU have them far less often points at the "
             "cross-vCPU wake-up, but that is a hypothesis this chapter does not test."
@@ -204,7 +229,26 @@ def seed(D) -> dict:
     ref, R = D.ref, D.R
     np_lo = R[(R.tool == "netperf") & (R.path == "loopback") & (R.proto == "udp") & (R.pin == "none")]
     vh = S.versus_seed_histogram(D.H, ref, D.quoted.host_id).set_index("bucket")
-    return {"seed_over_now_p50": f1(vs.loc["P50_LATENCY", "seed / netperf here"]),
+    seed_mode, ours_mode = vh.seed_fraction.idxmax(), vh.ours_fraction.idxmax()
+    p50_r = vs.loc["P50_LATENCY", "seed / netperf here"]
+    min_r = then["MIN_LATENCY"] / here["MIN_LATENCY"]
+    mom_now, mom_seed = here["P50_LATENCY"] / here["MIN_LATENCY"], then["P50_LATENCY"] / then["MIN_LATENCY"]
+    return {**seed_conditions(ref),
+            "seed_mode_bucket": seed_mode, "seed_mode_pct": f1(100 * vh.loc[seed_mode, "seed_fraction"]),
+            "ours_mode_bucket": ours_mode, "ours_mode_pct": f1(100 * vh.loc[ours_mode, "ours_fraction"]),
+            "seed_over_now_min": f1(min_r),
+            "min_verdict": ("The minimum moved much less than the median: the best case of a round trip changed "
+                            "less than the typical one." if min_r < p50_r / 2 else
+                            "The minimum moved about as much as the median, so the whole distribution shifted, "
+                            "not only its typical case."),
+            "med_over_min_verdict": (
+                "The seed's median sits further above its own minimum than ours does, which suggests that its "
+                "typical transaction paid a delay its best case did not, such as a CPU that had gone idle or a "
+                "frequency that had dropped between transactions, rather than more work per packet."
+                if mom_seed > 1.5 * mom_now else
+                "Both medians sit about as far above their minima, so this comparison gives no sign of a delay "
+                "that only the seed's typical transaction paid."),
+            "seed_over_now_p50": f1(vs.loc["P50_LATENCY", "seed / netperf here"]),
             "seed_over_now_mean": f1(vs.loc["MEAN_LATENCY", "seed / netperf here"]),
             "now_np_mean": f1(here["MEAN_LATENCY"]), "now_np_min": f0(here["MIN_LATENCY"]),
             "now_np_max": f0(here["MAX_LATENCY"]), "seed_med_max": f0(then["MAX_LATENCY"]),
@@ -212,8 +256,16 @@ def seed(D) -> dict:
             "now_rate": f0(np_lo.rate_tps.median()),
             "now_med_over_min": f1(here["P50_LATENCY"] / here["MIN_LATENCY"]),
             "seed_med_over_min": f1(then["P50_LATENCY"] / then["MIN_LATENCY"]),
-            "seed_4050": f1(100 * vh.loc["40-50", "seed_fraction"]),
-            "ours_1020": f1(100 * vh.loc["10-20", "ours_fraction"])}
+            }
+
+
+def seed_conditions(ref) -> dict:
+    """How long the seed's runs lasted (its -k all run's ELAPSED_TIME) and its CPU count
+    (data/reference: an empty value means the article does not state it)."""
+    el = ref[(ref.run == "k_all") & (ref.metric == "ELAPSED_TIME")].value
+    cpu = ref[ref.metric == "CPU_COUNT"].value.dropna()
+    return {"seed_seconds": f"{float(el.iloc[0]):g}",
+            "seed_cpus": f"{int(cpu.iloc[0])} CPUs" if len(cpu) else "not stated in the article"}
 
 
 def hosts(D) -> dict:
