@@ -490,3 +490,54 @@ def test_saturation_axis_labels_state_the_real_coverage():
     fig = F.plot_saturation({"phase_summary": ps})
     assert fig.axes[0].get_xlabel() == "IOPS (median per phase, 93.75–99.21 % CI)"
     assert fig.axes[1].get_xlabel() == "aqu-sz (median per phase, 93.75–99.21 % CI)"
+
+
+def test_fs_facts_reads_the_journal_task(tmp_path):
+    """collect records whether ext4 has a journal (the fsync analysis needs it): '<none>' in
+    /sys/fs/ext4/<dev>/journal_task is no journal; a missing file is not recorded."""
+    (tmp_path / "sys/fs/ext4/vda").mkdir(parents=True)
+    (tmp_path / "proc/fs/ext4/vda").mkdir(parents=True)
+    (tmp_path / "sys/fs/ext4/vda/journal_task").write_text("<none>\n")
+    (tmp_path / "proc/fs/ext4/vda/options").write_text("rw\nbarrier\n")
+    mount = {"fstype": "ext4", "source": "/dev/vda"}
+    f = C.fs_facts(mount, "vda", root=str(tmp_path))
+    assert f["journal"] == "none" and f["ext4_options"] == "rw,barrier" and f["max_segment_size"] is None
+    (tmp_path / "sys/fs/ext4/vda/journal_task").write_text("jbd2/vda-8\n")
+    assert C.fs_facts(mount, "vda", root=str(tmp_path))["journal"] == "jbd2/vda-8"
+    assert C.fs_facts({"fstype": "xfs", "source": "/dev/vda"}, "vda", root=str(tmp_path))["journal"] is None
+    assert FI._journal_said(None) == "not recorded in this dataset"
+    assert FI._journal_said({"journal": "none"}).startswith("none")
+
+
+def test_flush_origin_counts_empty_preflushes_and_flush_requests():
+    """Accounted writes never issued are the empty preflushes; flush requests without a start
+    are what the flush machinery issued; a journal commit would add flush requests of its own."""
+    tw = pd.DataFrame([
+        {"window": 1, "phase": "fsync_4k", "op": "all", "n": 30, "n_d2c": 16, "flush_without_start": 14.0},
+        {"window": 1, "phase": "fsync_4k", "op": "write", "n": 30, "n_d2c": 16, "flush_without_start": float("nan")},
+        {"window": 2, "phase": "discard", "op": "all", "n": 9, "n_d2c": 9, "flush_without_start": 3.0},
+        {"window": 2, "phase": "discard", "op": "write", "n": 9, "n_d2c": 9, "flush_without_start": float("nan")}])
+    assert A.flush_origin(tw) == {"windows": 1, "accounted_writes": 30, "issued_writes": 16,
+                                  "empty_preflush": 14, "flush_requests": 14}
+    assert A.flush_origin(tw, "randread_4k_qd1") == {} and A.flush_origin(pd.DataFrame()) == {}
+
+
+def test_per_round_rates_little_on_both_sides():
+    """Per round: device requests per fio I/O, and fio's in-flight count (IOPS x latency)."""
+    ours = pd.DataFrame([{"round": 0, "phase": "fsync_4k", "n_rd_ios": 0, "n_wr_ios": 200, "n_fl_ios": 100,
+                          "interval_s": 1.0, "await": 0.05, "aqu-sz": 1.0}] * 2)
+    phases = pd.DataFrame([{"round": 0, "phase": "fsync_4k", "fio_write_iops": 100.0,
+                            "fio_write_lat_mean_us": 200.0}])
+    g = A.per_round_rates(ours, phases, "fsync_4k", "write")
+    assert g.loc[0, "wr_per_op"] == pytest.approx(2) and g.loc[0, "fl_per_op"] == pytest.approx(1)
+    assert g.loc[0, "fio_in_flight"] == pytest.approx(0.02) and g.loc[0, "inside_share"] == pytest.approx(0.25)
+    assert A.per_round_rates(ours, phases, "discard", "write").empty
+
+
+def test_phase_colours_are_not_the_non_phase_grey():
+    """No phase is drawn in the grey of 'transition'/'idle' (issue #18: fsync_4k was tab10's grey)."""
+    pal = F._phase_palette(list(S.PHASES) + ["transition", "idle"])
+    assert all(pal[p] != F.NON_PHASE_COLOR and abs(pal[p][0] - pal[p][1]) + abs(pal[p][1] - pal[p][2]) > 0.05
+               or pal[p] == (0.0, 0.0, 0.0) for p in S.PHASES)
+    assert len({pal[p] for p in S.PHASES}) == len(S.PHASES)
+    assert pal["transition"] == pal["idle"] == F.NON_PHASE_COLOR

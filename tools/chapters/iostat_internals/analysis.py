@@ -283,3 +283,50 @@ def jiffy_check(ours, hz: int | None) -> dict:
         return {"hz": hz, "share": float("nan"), "n": len(ours)}
     d = ours["io_ticks_delta"]
     return {"hz": hz, "ms": ms, "n": int(len(d)), "share": float((d % ms == 0).mean())}
+
+
+def per_round_rates(ours, phases, phase: str, direction: str):
+    """Per measured round of `phase`: the device's completed requests per second over the
+    phase's steady intervals (reads for 'read', writes and flushes for 'write') beside fio's
+    own rate and latency for that round (fio's IOPS x mean latency is fio's time-average number
+    of I/Os in flight, by Little's law). Empty when the phase or fio's numbers are missing."""
+    import pandas as pd
+    if ours is None or phases is None or not len(ours) or not len(phases) or "phase" not in phases:
+        return pd.DataFrame()
+    st = steady(ours)
+    st = st[st["phase"] == phase]
+    f = phases[(phases["phase"] == phase) & (phases["round"] >= 0)].set_index("round")
+    if st.empty or f.empty:
+        return pd.DataFrame()
+    g = st.groupby("round").agg(rd=("n_rd_ios", "sum"), wr=("n_wr_ios", "sum"), fl=("n_fl_ios", "sum"),
+                                secs=("interval_s", "sum"), await_ms=("await", "median"),
+                                aqu=("aqu-sz", "median"))
+    g = g.join(f[[f"fio_{direction}_iops", f"fio_{direction}_lat_mean_us"]], how="inner")
+    g = g.rename(columns={f"fio_{direction}_iops": "fio_iops", f"fio_{direction}_lat_mean_us": "fio_lat_us"})
+    for k in ("rd", "wr", "fl"):
+        g[f"{k}_per_op"] = g[k] / g["secs"] / g["fio_iops"]
+    g["fio_in_flight"] = g["fio_iops"] * g["fio_lat_us"] / 1e6
+    g["inside_share"] = 1000 * g["await_ms"] / g["fio_lat_us"]
+    return g.reset_index()
+
+
+def flush_origin(trace_windows, phase: str = "fsync_4k") -> dict:
+    """Where the flush requests of `phase`'s trace windows came from.
+
+    An empty preflush write (fsync's blkdev_issue_flush, rwbs 'FWS') is accounted as a write
+    (block_io_start/done) but is never issued itself: the flush machinery issues a flush request
+    ('FF') in its place, which has no block_io_start. So in a window, accounted writes that were
+    never issued = empty preflushes, and flush requests without a start = flushes issued. A flush
+    with data or FUA (a jbd2 commit record) is issued as a write and adds flush requests of its own."""
+    tw = trace_windows
+    if tw is None or not len(tw) or "phase" not in tw:
+        return {}
+    keys = ["run_id", "window"] if "run_id" in tw else ["window"]
+    w = tw[(tw["phase"] == phase) & (tw["op"] == "write")]
+    a = tw[(tw["phase"] == phase) & (tw["op"] == "all")]
+    if w.empty or a.empty:
+        return {}
+    m = w.merge(a[keys + ["flush_without_start"]], on=keys, suffixes=("", "_all"))
+    return {"windows": int(len(m)), "accounted_writes": int(m["n"].sum()),
+            "issued_writes": int(m["n_d2c"].sum()), "empty_preflush": int((m["n"] - m["n_d2c"]).sum()),
+            "flush_requests": int(m["flush_without_start_all"].sum())}

@@ -27,6 +27,15 @@ def aqu(g):
     return Outcome(q < 8, f"aqu-sz {q:g} at fio iodepth 16 (4 KiB random reads)")
 
 
+def fsync(g):
+    w, fl = num(g["fsync_w_per"]), num(g["fsync_f_per"])
+    empty, flushes = num(g["fsync_empty"]), num(g["fsync_flush_rq"])
+    ok = abs(w - 2) <= 0.25 and abs(fl - 1) <= 0.125 and flushes <= 1.02 * empty
+    return Outcome(ok, f"{g['fsync_w_per']} writes and {g['fsync_f_per']} flushes per fsync; "
+                   f"{g['fsync_flush_rq']} flush requests for {g['fsync_empty']} empty preflush writes "
+                   f"in {g['fsync_nwin']} trace windows")
+
+
 def trace(g):
     r = num(g["trace_max_rel_pct"])
     return Outcome(r < 5, f"tracepoint mean vs await: at most {g['trace_max_abs_us']} µs, {r:g} % apart")
@@ -38,5 +47,9 @@ KEY_FINDINGS = (
     Finding("equal", "Our columns from /proc/diskstats agree with sysstat's iostat in at least 99 % of values",
             from_glue(_g, equal)),
     Finding("aqu", "aqu-sz stays below half of fio's iodepth of 16", from_glue(_g, aqu)),
+    Finding("fsync", "Each fsync cost one data write and one empty preflush write, and every flush request "
+            "came from such an empty preflush, none from a journal commit", from_glue(_g, fsync),
+            contrary="An fsync was not just a data write and an empty preflush: journal commits or other "
+                     "flushes added requests"),
     Finding("trace", "The block tracepoints' mean latency matches await within 5 %", from_glue(_g, trace)),
 )

@@ -118,6 +118,28 @@ def _summarize_window(text: str, w0: int, w1: int, n_sample: int, rng: random.Ra
     return rows, sample
 
 
+def fs_facts(mount: dict, dev: str, root: str = "/") -> dict:
+    """The file system under the scratch directory, for reading the fsync phase: whether ext4
+    has a journal (/sys/fs/ext4/<name>/journal_task names the jbd2 thread, '<none>' without a
+    journal), its options as ext4 reports them, and the disk's largest segment. Read-only;
+    None for what this kernel or file system does not expose."""
+    def read(rel):
+        try:
+            return (Path(root) / rel).read_text().strip()
+        except OSError:
+            return None
+    out = {"journal": None, "ext4_options": None,
+           "max_segment_size": read(f"sys/block/{dev}/queue/max_segment_size")}
+    src = (mount or {}).get("source") or ""
+    if (mount or {}).get("fstype") == "ext4" and src.startswith("/dev/"):
+        name = os.path.basename(src)
+        task = read(f"sys/fs/ext4/{name}/journal_task")
+        out["journal"] = None if task is None else ("none" if task == "<none>" else task)
+        opts = read(f"proc/fs/ext4/{name}/options")
+        out["ext4_options"] = None if opts is None else ",".join(opts.split())
+    return out
+
+
 def _config_hz() -> int | None:
     import gzip
     import platform
@@ -154,8 +176,9 @@ def measure(ctx) -> None:
     sd = ctx.undo.enter_context(Scratch("iostat_internals", parent=None if p["scratch_parent"] == "auto"
                                         else parent, say=ctx.say))
     scratch = sd.dir
-    w.extra["device"] = {"name": dev, "major": major, "minor": minor, **queue_facts(dev),
-                         "mount": mount_of(parent)}
+    mount = mount_of(parent)
+    w.extra["device"] = {"name": dev, "major": major, "minor": minor, **queue_facts(dev), "mount": mount}
+    w.extra["filesystem"] = fs_facts(mount, dev)
     w.extra["_tool_cmds"] = {"fio": ["fio", "--version"], "iostat": ["iostat", "-V"]}
     w.extra["clock"] = {"CONFIG_HZ": _config_hz(), "USER_HZ": os.sysconf("SC_CLK_TCK")}
     rep = stats.repetition("phases", p["phases"], p, "rep_")

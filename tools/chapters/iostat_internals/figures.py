@@ -5,13 +5,31 @@ from ... import diskstats as ds
 from .findings import prose_values
 from .spec import PHASES
 
+# what the two non-phase labels mean (legends and captions)
+NON_PHASE = {"transition": "transition (interval spans two phases)",
+             "idle": "idle (no phase running: before the first, after the last)"}
+NON_PHASE_COLOR = (0.6, 0.6, 0.6)
+
+
 def _phase_palette(phases):
+    """A colour per workload phase, none of them grey (tab10 without its grey, then black, in
+    spec order), and light grey for the intervals that belong to no phase (NON_PHASE)."""
     import seaborn as sns
     names = [p for p in PHASES if p in set(phases)]
-    pal = dict(zip(names, sns.color_palette("tab10", len(names))))
+    colours = [c for i, c in enumerate(sns.color_palette("tab10", 10)) if i != 7] + [(0.0, 0.0, 0.0)]
+    pal = dict(zip(names, colours[:len(names)] + colours[:max(0, len(names) - len(colours))]))
     for extra in sorted(set(phases) - set(PHASES)):
-        pal[extra] = (0.6, 0.6, 0.6)          # transition, idle
+        pal[extra] = NON_PHASE_COLOR
     return pal
+
+
+def _scatter_phase(ax, x, y, ph, pal, size, label=True):
+    """Points of one phase: filled in the phase's colour, or open grey circles for NON_PHASE."""
+    lab = NON_PHASE.get(ph, ph) if label else None
+    if ph in PHASES:
+        ax.scatter(x, y, s=size, color=pal.get(ph, "0.3"), label=lab, zorder=2)
+    else:
+        ax.scatter(x, y, s=size, facecolors="none", edgecolors=NON_PHASE_COLOR, label=lab, zorder=2)
 
 
 def plot_timeseries(A):
@@ -24,14 +42,18 @@ def plot_timeseries(A):
             ("aqu-sz", "aqu-sz"), ("%util", "%util"), ("f/s", "f/s")]
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(len(cols), 1, figsize=(9, 9), sharex=True)
+    order = [p for p in PHASES if p in set(ours["phase"])] + sorted(set(ours["phase"]) - set(PHASES))
     for ax, (c, label) in zip(axes, cols):
-        ax.plot(ours["t_s"], ours[c], color="0.6", lw=0.8, zorder=1)
-        for ph, g in ours.groupby("phase"):
-            ax.scatter(g["t_s"], g[c], s=14, color=pal.get(ph, "0.3"), label=ph, zorder=2)
+        ax.plot(ours["t_s"], ours[c], color="0.8", lw=0.8, zorder=1)
+        for ph in order:
+            g = ours[ours["phase"] == ph]
+            _scatter_phase(ax, g["t_s"], g[c], ph, pal, 14)
         ax.set_ylabel(label, fontsize=9)
-    axes[0].legend(ncol=3, fontsize=7, loc="upper left", bbox_to_anchor=(0, 1.65))
     axes[-1].set_xlabel("seconds since the first report")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles, labels, ncol=3, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               frameon=False)
     return fig
 
 
@@ -69,15 +91,17 @@ def plot_latency(A):
     for ax, ph in zip(axes, phases):
         g = s[s["phase"] == ph]
         sns.histplot(data=g, x="q2c_us", hue="op", ax=ax, log_scale=True, bins=60,
-                     element="step", stat="density", common_norm=False, legend=(ax is axes[0]),
+                     element="step", stat="percent", common_norm=False, legend=(ax is axes[0]),
                      hue_order=["read", "write"], palette={"read": "tab:blue", "write": "tab:orange"})
         for op, color in (("read", "tab:blue"), ("write", "tab:orange")):
             a = ta[(ta["phase"] == ph) & (ta["op"] == op)]["await_ms"]
             if len(a):
                 ax.axvline(1000 * a.mean(), color=color, ls="--", lw=1.2)
-        ax.set_ylabel(ph, rotation=0, ha="right", fontsize=8)
-        ax.set_yticks([])
-    axes[-1].set_xlabel("io_start -> io_done per request (us, log scale); dashed: await over the same window")
+        ax.set_ylabel("")
+        ax.text(0.005, 0.95, ph, transform=ax.transAxes, ha="left", va="top", fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+    axes[-1].set_xlabel("io_start -> io_done per request (µs, log scale); dashed: await over the same window")
+    fig.supylabel("requests per bin (% of the direction's sample)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -89,9 +113,10 @@ def plot_little(A):
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     pred = ours.apply(ds.little_prediction, axis=1)
-    for ph in ours["phase"].unique():
+    order = [p for p in PHASES if p in set(ours["phase"])] + sorted(set(ours["phase"]) - set(PHASES))
+    for ph in order:
         sel = ours["phase"] == ph
-        axes[0].scatter(pred[sel], ours.loc[sel, "aqu-sz"], s=16, color=pal.get(ph, "0.3"), label=ph)
+        _scatter_phase(axes[0], pred[sel], ours.loc[sel, "aqu-sz"], ph, pal, 16)
     hi = max(pred.max(), ours["aqu-sz"].max()) * 1.05 + 0.01
     axes[0].plot([0, hi], [0, hi], color="0.4", lw=0.8, ls="--")
     axes[0].set_xlabel("sum of rate x await (Little's law), per interval")
@@ -99,13 +124,15 @@ def plot_little(A):
     if tu is not None and len(tu):
         for ph in tu["phase"].unique():
             g = tu[tu["phase"] == ph]
-            axes[1].scatter(g["occupancy"], g["aqu-sz"], s=22, color=pal.get(ph, "0.3"))
+            _scatter_phase(axes[1], g["occupancy"], g["aqu-sz"], ph, pal, 22, label=False)
         hi = max(tu["occupancy"].max(), tu["aqu-sz"].max()) * 1.05 + 0.01
         axes[1].plot([0, hi], [0, hi], color="0.4", lw=0.8, ls="--")
     axes[1].set_xlabel("time-average requests in flight, from tracepoints")
     axes[1].set_ylabel("aqu-sz over the same window")
-    axes[0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    fig.legend(handles, labels, ncol=3, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               frameon=False)
     return fig
 
 
@@ -153,7 +180,7 @@ def seed_table(ref, A) -> "pd.DataFrame":
         "io_ticks": ("changed", "jiffies between accounting events while requests are in flight (update_io_ticks)",
                      f"{f.get('jiffy_share_pct', 'n/a')} % of deltas are whole {f.get('jiffy_ms', '?')} ms jiffies"),
         "svctm": ("gone", "not printed by sysstat 12.x", "-"),
-        "in_flight": ("changed mechanism", "counted on demand from the tag set when the file is read", "-"),
+        "in_flight": ("changed mechanism", "per-CPU counts raised at request start and lowered at completion, summed when the file is read (bdev_count_inflight)", "-"),
         "interval": ("changed", "sysstat 12.x divides by /proc/uptime deltas in 1/100 s", 
                      f"rate gaps {f.get('max_rate_rel_pct', 'n/a')} % (ns clock) vs {f.get('max_rate_rel_pct_uptime', 'n/a')} % (uptime clock)"),
     }

@@ -6,8 +6,8 @@ import re
 
 from ... import diskstats as ds
 from ...dataset import quoted
-from .analysis import (compare_with_sysstat, disagreement_table, jiffy_check, our_columns,
-                       phase_summary, steady, trace_vs_await, trace_vs_util)
+from .analysis import (compare_with_sysstat, disagreement_table, flush_origin, jiffy_check, our_columns,
+                       per_round_rates, phase_summary, steady, trace_vs_await, trace_vs_util)
 from .spec import TOL_ABS, TOL_REL
 
 
@@ -18,6 +18,33 @@ def only_run(df, run_id):
 # Every glue name the chapter's prose uses; figures() fills the ones a dataset can't give
 # (no sysstat, no tracepoints, a phase not run) with 'n/a' so the page still renders.
 PROSE_KEYS = (
+    "fs_journal",
+    "fsync_origin_said",
+    "fsync_w_per",
+    "fsync_f_per",
+    "fsync_rounds",
+    "fsync_nwin",
+    "fsync_empty",
+    "fsync_flush_rq",
+    "fsync_issued_w",
+    "fsync_data_per_flush",
+    "fsync_extra_flush",
+    "qd16_fio_inflight",
+    "qd16_fio_lat_us",
+    "qd16_await_us",
+    "qd16_inside_pct",
+    "qd16_pred_aqu",
+    "qd16_occ",
+    "seq1m_req_per_read",
+    "seq1m_split_rounds",
+    "seq1m_rounds",
+    "seq1m_aqu_rounds",
+    "max_segments",
+    "mix_said",
+    "await_device_said",
+    "pre_dispatch_max_pct",
+    "seqread_1m_qd1_aqu",
+    "seqread_1m_qd1_rareq",
     "agree_pct",
     "aqu_max_abs",
     "busy_util_max_gap",
@@ -100,6 +127,40 @@ def _fmt(x, nd=2):
     return f"{x:,.{nd}f}"
 
 
+def _journal_said(fs: dict | None) -> str:
+    """What the dataset recorded about the file system's journal (collect records it since
+    the fsync analysis needed it; older datasets did not)."""
+    if not fs or fs.get("journal") is None:
+        return "not recorded in this dataset"
+    j = fs["journal"]
+    return "none (ext4 without a journal)" if j == "none" else f"a jbd2 journal ({j})"
+
+
+def _per_op_values(ours, phases) -> dict[str, str]:
+    """Per fsync and per fio I/O: the device's requests and flushes, and Little's law on fio's
+    side and the block layer's (median over the measured rounds)."""
+    f = {}
+    fs = per_round_rates(ours, phases, "fsync_4k", "write")
+    if len(fs):
+        f["fsync_w_per"] = _fmt(fs["wr_per_op"].median(), 2)
+        f["fsync_f_per"] = _fmt(fs["fl_per_op"].median(), 2)
+        f["fsync_rounds"] = str(len(fs))
+    qd = per_round_rates(ours, phases, "randread_4k_qd16", "read")
+    if len(qd):
+        f["qd16_fio_inflight"] = _fmt(qd["fio_in_flight"].median(), 2)
+        f["qd16_fio_lat_us"] = _fmt(qd["fio_lat_us"].median(), 0)
+        f["qd16_await_us"] = _fmt(1000 * qd["await_ms"].median(), 0)
+        f["qd16_inside_pct"] = _fmt(100 * qd["inside_share"].median(), 0)
+        f["qd16_pred_aqu"] = _fmt((qd["fio_in_flight"] * qd["inside_share"]).median(), 2)
+    sq = per_round_rates(ours, phases, "seqread_1m_qd1", "read")
+    if len(sq):
+        f["seq1m_rounds"] = str(len(sq))
+        f["seq1m_req_per_read"] = " and ".join(_fmt(x, 2) for x in sq["rd_per_op"])
+        f["seq1m_aqu_rounds"] = " and ".join(_fmt(x, 2) for x in sq["aqu"])
+        f["seq1m_split_rounds"] = str(int((sq["rd_per_op"] > 1.5).sum()))
+    return f
+
+
 def analyse(D: dict) -> dict:
     """All derived frames the chapter shows, for the newest dataset (plus all-run frames)."""
     man = quoted(D["manifests"])
@@ -118,6 +179,7 @@ def analyse(D: dict) -> dict:
     out["phases"] = only_run(D["phases"], rid)
     w = only_run(D["windows"], rid)
     tw = only_run(D["trace_windows"], rid)
+    out["trace_windows_raw"] = tw
     if len(w) and len(tw):
         out["trace_await"] = trace_vs_await(w, tw)
         out["trace_util"] = trace_vs_util(w, tw)
@@ -213,6 +275,8 @@ def prose_values(A: dict) -> dict[str, str]:
     f["scheduler"] = re.sub(r".*\[(\S+)\].*", r"\1", dev.get("scheduler") or "?")
     f["write_cache"] = dev.get("write_cache") or "?"
     f["nr_hw_queues"] = str(dev.get("nr_hw_queues"))
+    f["max_segments"] = str(dev.get("max_segments") or "n/a")
+    f["fs_journal"] = _journal_said(man["facts"].get("filesystem"))
     f["hz"] = str(man["facts"].get("clock", {}).get("CONFIG_HZ"))
     f["phase_seconds"] = str(p["phase_seconds"])
     ph_ = A.get("phases")
@@ -285,6 +349,10 @@ def prose_values(A: dict) -> dict[str, str]:
             f["fsync_fio_rate"] = _fmt(ph[ph["phase"] == "fsync_4k"]["fio_write_iops"].median(), 0)
         if "randread_4k_qd1" in ps.index and "randread_4k_qd16" in ps.index:
             f["qd16_over_qd1"] = _fmt(ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"], 1)
+        f.update(_per_op_values(ours, A.get("phases")))
+        tiny = mix < 1e-9
+        f["mix_said"] = ("within floating-point rounding, so the identity holds" if tiny else
+                         "more than floating-point rounding: the identity does not hold exactly here")
     if "trace_await" in A:
         ta = A["trace_await"]
         main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
@@ -298,7 +366,29 @@ def prose_values(A: dict) -> dict[str, str]:
         share = (main["device_mean_ms"] / main["trace_mean_ms"])
         f["device_share_min_pct"] = _fmt(100 * share.min(), 0)
         f["device_share_max_pct"] = _fmt(100 * share.max(), 0)
+        pre = 100 * (1 - share.min())      # the largest share of a window's mean spent before dispatch
+        f["pre_dispatch_max_pct"] = _fmt(pre, 0)
+        f["await_device_said"] = ("so await is not the device's latency here either" if pre >= 10 else
+                                  "so here await came within 10 % of the device's latency in every window")
         tu = A["trace_util"]
+        qd = tu[tu["phase"] == "randread_4k_qd16"]
+        if len(qd):
+            f["qd16_occ"] = _fmt(qd["occupancy"].median(), 2)
+        fo = flush_origin(A.get("trace_windows_raw"))
+        if fo:
+            f["fsync_nwin"] = str(fo["windows"])
+            f["fsync_empty"] = f"{fo['empty_preflush']:,}"
+            f["fsync_flush_rq"] = f"{fo['flush_requests']:,}"
+            f["fsync_issued_w"] = f"{fo['issued_writes']:,}"
+            f["fsync_extra_flush"] = f"{fo['flush_requests'] - fo['empty_preflush']:,}"
+            f["fsync_data_per_flush"] = (_fmt(fo["issued_writes"] / fo["flush_requests"], 2)
+                                         if fo["flush_requests"] else "n/a")
+            extra = fo["flush_requests"] - fo["empty_preflush"]
+            f["fsync_origin_said"] = (
+                "every flush request came from an fsync's own empty preflush, none from a journal commit"
+                if extra <= 0.02 * fo["empty_preflush"] else
+                f"{extra:,} flush requests came from elsewhere than the empty preflushes, "
+                "such as journal commits")
         rel = ((tu["occupancy"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
         f["occ_max_rel_pct"] = _fmt(100 * rel.max(), 1)
         f["occ_med_rel_pct"] = _fmt(100 * rel.median(), 2)

@@ -25,7 +25,7 @@ PHASES: dict[str, dict] = {
                          "what": "random 70/30 read/write mix, 4 KiB O_DIRECT, queue depth 8"},
     "fsync_4k":         {"fio": ["--rw=randwrite", "--bs=4k", "--direct=0", "--ioengine=psync",
                                  "--fsync=1"],
-                         "what": "buffered random 4 KiB writes, fsync after each (journal + flush)"},
+                         "what": "buffered random 4 KiB writes, fsync after each"},
     "buffered_seqread": {"own": "buffered_read",
                          "what": "buffered sequential 128 KiB reads, page cache dropped every pass (readahead)"},
     "discard":          {"own": "discard",

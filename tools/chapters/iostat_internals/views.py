@@ -30,8 +30,27 @@ def glue_values(D, A, AH) -> dict:
               "rep_budget_default": f'{prof["default"]["rep_budget_s"]:.0f}',
               "rep_budget_full": f'{prof["full"]["rep_budget_s"]:.0f}',
               "round_s": f"{per_round.median():.0f}" if len(per_round) else "n/a",
-              "host_cmp_sentence": _host_sentence(AH, cmp)})
+              "host_cmp_sentence": _host_sentence(AH, cmp),
+              "seq1m_runs": _per_run(D, A, lambda g: f"{g['seq1m_req_per_read']} requests per read, "
+                                                     f"aqu-sz {g['seqread_1m_qd1_aqu']}")})
     return f
+
+
+def _per_run(D, A, say) -> str:
+    """say(g) for every counted dataset of the quoted dataset's host, with its run id (the same
+    per-dataset values the key findings use); '' for a single dataset (the prose says it)."""
+    from ...findings import Run, counted_runs, glued
+    from .claims import _g
+    hid = A["manifest"]["host"]["host_id"]
+    runs = counted_runs([m for m in D.manifests if m.host_id == hid])
+    if len(D.manifests) < 2 or len(runs) < 2:
+        return "only this dataset"
+    parts = []
+    for m in runs:
+        g = glued(Run(D, m), _g)
+        if g is not None:
+            parts.append(f"run {m['run_id']}: {say(g)}")
+    return "; ".join(parts)
 
 
 def _host_sentence(AH, cmp) -> str:
@@ -52,7 +71,10 @@ def _host(A):
 # ---- tables ---------------------------------------------------------------------------------
 
 def phase_table(D, A):
+    """Per phase: what it runs (the chapter's own description, spec.PHASES, where the dataset's
+    wording is older), the rounds and fio's median IOPS."""
     ph = D["phases"][D["phases"]["run_id"] == A["run_id"]]
+    ph = ph.assign(what=[PHASES.get(p, {}).get("what", w) for p, w in zip(ph["phase"], ph["what"])])
     return (ph.groupby("phase", sort=False)
               .agg(what=("what", "first"), runs=("round", "size"),
                    fio_read_iops=("fio_read_iops", "median"), fio_write_iops=("fio_write_iops", "median"))
@@ -109,7 +131,8 @@ def timeseries(A):
     return plot_timeseries(A), stats.caption(
         "iostat columns per 1-s interval of the newest dataset, coloured by the phase that ran through "
         "the whole interval", n=A["ours"].groupby("phase").size(), unit="intervals", warmup=0, hosts=_host(A),
-        ci=False, extra="Grey: intervals that straddle two phases; every phase begins with 1 s of warm-up")
+        ci=False, extra="Open grey circles: intervals that straddle two phases (transition) or in which no "
+        "phase ran (idle: before the first phase and after the last); every phase begins with 1 s of warm-up")
 
 
 def disagreement(A):
@@ -131,7 +154,9 @@ def latency(A):
     return plot_latency(A), stats.caption(
         "Per-request latency from block_io_start to block_io_done, a random sample of each trace window's "
         "requests, per phase and direction", n=A["sample"].groupby(["phase", "op"]).size(), unit="requests",
-        warmup=0, hosts=_host(A), ci=False, extra="Dashed: the mean of await over the same windows")
+        warmup=0, hosts=_host(A), ci=False,
+        extra="Each direction's histogram is normalised to its own sample: the y axis is the share of the "
+              "sampled requests per bin, in %. Dashed: the mean of await over the same windows")
 
 
 def saturation(A):
