@@ -4,7 +4,7 @@ Two things the published site needs that no chapter notebook should have to carr
 
 * **Datasets on every chapter page.** Each chapter registered in tools/chapters.py gets a
   "Datasets" section at its end, with a link to one archive of everything the chapter reads
-  (``data/runs/*/<chapter>/`` of every host, and ``data/reference/<chapter>.csv``) and a link to
+  (``data/runs/*/<chapter>/`` of every host, and ``data/reference/<chapter>*.csv``) and a link to
   each raw file of each run. The files are written into the HTML output when the build finishes:
   ``datasets/<chapter>.zip`` (deterministic: sorted members, fixed timestamps; its paths start with
   ``data/`` so that unzipping it at the top of a clone merges it into ``data/``) and
@@ -114,7 +114,7 @@ class Run:
 class ChapterData:
     chapter: str
     runs: list[Run]
-    reference: Path | None          # data/reference/<chapter>.csv when it exists
+    references: list[Path]          # data/reference/<chapter>*.csv (the seed's, published ones)
 
     @property
     def hosts(self) -> list[str]:
@@ -126,8 +126,8 @@ class ChapterData:
         for r in self.runs:
             for f in r.files:
                 out.append((r.path / f, f"runs/{r.host}/{self.chapter}/{r.run_id}/{f}"))
-        if self.reference:
-            out.append((self.reference, f"reference/{self.reference.name}"))
+        for ref in self.references:
+            out.append((ref, f"reference/{ref.name}"))
         return sorted(out, key=lambda m: m[1])
 
     def signature(self) -> str:
@@ -166,8 +166,8 @@ def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
                         description=str((man.get("host") or {}).get("description") or ""),
                         profile=str(man.get("profile") or ""),
                         files=_visible_files(path)))
-    ref = reference_dir(data_dir) / f"{chapter}.csv"
-    return ChapterData(chapter, runs, ref if ref.is_file() else None)
+    refs = sorted(p for p in reference_dir(data_dir).glob(f"{chapter}*.csv") if p.is_file())
+    return ChapterData(chapter, runs, refs)
 
 
 def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "data/") -> Path:
@@ -224,8 +224,8 @@ def datasets_section(data: ChapterData, document) -> nodes.section:
     size = sum(src.stat().st_size for src, _ in data.members())
     what = (f"{nruns} run{'s' * (nruns != 1)} from {nhosts} host{'s' * (nhosts != 1)}"
             if nruns else "no measured run yet")
-    if data.reference:
-        what += " and the seed articles' figures"
+    if data.references:
+        what += " and the reference figures (the seed articles' and other published ones)"
     p = nodes.paragraph()
     p += nodes.Text("Everything this chapter reads, as committed: ")
     p += _link(f"{data.chapter}.zip", f"{data.chapter}.zip", "perfbook-dataset-archive")
@@ -236,10 +236,12 @@ def datasets_section(data: ChapterData, document) -> nodes.section:
     p += nodes.literal("make notebooks", "make notebooks")
     p += nodes.Text(" reads them.")
     sec += p
-    if data.reference:
+    if data.references:
         p = nodes.paragraph()
-        p += nodes.Text("The historical figures, with their provenance columns: ")
-        p += _link(f"reference/{data.reference.name}", f"reference/{data.reference.name}")
+        p += nodes.Text("The reference figures, with their provenance columns: ")
+        for i, ref in enumerate(data.references):
+            p += nodes.Text(", " if i else "")
+            p += _link(f"reference/{ref.name}", f"reference/{ref.name}")
         p += nodes.Text(".")
         sec += p
     if not data.runs:
