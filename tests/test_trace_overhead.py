@@ -3,6 +3,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pandas as pd
 import papermill as pm
@@ -250,7 +252,11 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
     (root / "uprobe_events").write_text(
         f"p:perfbook_{os.getpid()}/uprobe {harness}:0x1860\n"
         f"p:other/stray {harness}:0x1860\n")
-    p = subprocess.Popen(["sleep", "30", str(harness)])
+    # a shell that names the harness on its command line ($0) and stays alive
+    p = subprocess.Popen(["sh", "-c", "sleep 30; :", str(harness)])
+    deadline = time.monotonic() + 10   # right after exec, /proc/<pid>/cmdline can still be empty
+    while not Path(f"/proc/{p.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         found = foreign_attachments(harness, root)
     finally:
@@ -258,3 +264,53 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
         p.wait()
     assert any(f.startswith(f"pid {p.pid} ") for f in found), found
     assert "uprobe p:other/stray" in found and not any("perfbook_" in f for f in found), found
+
+
+# -- the run-to-run spread and the published bare-metal figures (#18 items 1 and 9) ---------------
+
+def test_spread_names_the_runs_at_its_ends_and_a_single_run():
+    from tools.chapters.trace_overhead.analysis import spread
+    two = spread({"r1": 616.0, "r2": 400.0, "r3": 618.4})
+    assert two == "400–618 ns across 3 runs (lowest in run r2, highest in run r3)"
+    assert spread({"r1": 616.0}) == "616 ns (one run, r1)"
+    assert spread({}) == "not measured" and spread({"r1": float("nan")}) == "not measured"
+
+
+def test_published_figures_keep_their_provenance_and_convert_rates_to_ns():
+    """Every published figure names its source, author, list, date, URL and CPU; ns per hit is
+    1000 / (M/s); the comparison uses the kernel state with the patch applied."""
+    from tools.chapters.trace_overhead.analysis import BAREMETAL, published, published_current
+    d = T.chapter.load()
+    raw = d.reference(BAREMETAL)
+    for col in ("bench_mechanism", "value", "unit", "title", "author", "venue", "date", "url", "cpu"):
+        assert raw[col].notna().all(), col
+    assert set(raw.unit) == {"M/s"} and raw.url.str.startswith("https://lore.kernel.org/").all()
+    pub = published(d)
+    assert (pub.ns_per_hit * pub.rate).round(9).eq(1000).all()
+    cur = published_current(d).set_index("machine")
+    amd = cur.loc["AMD Ryzen 7 5700U (2024)"]
+    assert amd["uprobe-ret"] == pytest.approx(1000 / 0.826) and amd["uprobe-push"] == pytest.approx(1000 / 1.384)
+    assert amd["sstep"] == pytest.approx(1000 / 0.826 - 1000 / 1.384)
+    assert cur.loc["Intel (2025)", "uprobe-nop5"] == pytest.approx(1000 / 7.286)
+
+
+def test_the_single_step_finding_follows_the_data():
+    """A host whose single step is as cheap as the published ones does not hold the finding."""
+    from tools.chapters.trace_overhead.claims import sstep_dearer
+
+    class _Run:
+        def __init__(self, s):
+            self.s = s
+
+        def __getitem__(self, name):
+            return self.s
+
+        def reference(self, name, dtype=None):
+            return T.chapter.load().reference(name, dtype)
+
+    base = {"none": 2.0, "marker": 600.0, "uprobe_push": 1000.0}
+    dear = sstep_dearer(_Run(_fake_samples({**base, "uprobe": 4000.0})))
+    assert dear.holds and "single step 3,0" in dear.evidence and "published at most 582 ns" in dear.evidence
+    cheap = sstep_dearer(_Run(_fake_samples({**base, "uprobe": 1400.0})))
+    assert not cheap.holds
+    assert sstep_dearer(_Run(_fake_samples(base))) is None

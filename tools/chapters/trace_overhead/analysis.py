@@ -36,33 +36,6 @@ def dataset_key(m: dict) -> str:
     return f"{m['host']['host_id']}/{m['run_id']}"
 
 
-def host_labels(manifests: list[dict]) -> dict[str, str]:
-    out = {}
-    for m in sorted(manifests, key=lambda m: m["run_id"]):
-        h = m["host"]
-        out[dataset_key(m)] = f"{dataset_key(m)}: {h['description']}, Linux {h['kernel_release']}"
-    return out
-
-
-def comparison(summary, reference, manifests):
-    """Seed vs our hosts, per mechanism, in microseconds per call (tidy)."""
-    import pandas as pd
-    ref = reference[reference.run == "uprobe-based event tracer"]
-    rows = [{"source": f"seed 2013 ({r.seed_file[:3]}), Linux 3.x", "mechanism": r.mechanism,
-             "per_call_us": r.per_call_us} for r in ref.itertuples()]
-    st = reference[reference.mechanism == "systemtap"]
-    rows += [{"source": f"seed 2013 ({r.seed_file[:3]}), Linux 3.x", "mechanism": "systemtap / BPF",
-              "per_call_us": r.per_call_us} for r in st.itertuples()]
-    labels = {dataset_key(m): f"{dataset_key(m)}, Linux {m['host']['kernel_release']}"
-              for m in manifests}
-    for r in summary.itertuples():
-        mech = {"bpf_uprobe": "systemtap / BPF"}.get(r.mechanism, r.mechanism)
-        if mech in ("none", "marker", "uprobe", "systemtap / BPF"):
-            rows.append({"source": labels.get(r.dataset, r.dataset), "mechanism": mech,
-                         "per_call_us": r.median / 1000})
-    return pd.DataFrame(rows)
-
-
 STEPS = [
     ("marker_buffer", "ring-buffer write of a marker", "marker - syscall"),
     ("syscall_entry", "system call of a 9-byte write", "syscall - none"),
@@ -257,9 +230,238 @@ def findings(D) -> dict:
     c = c[c.dataset == h]
     f["checks_ok"] = int((c.expected_hits == c.observed_hits).sum())
     f["checks_n"] = len(c)
+    f.update(_host_spread(D, q))
+    f.update(_published_findings(D))
+    f["virt_note"] = virt_note(q["host"])
+    tp = S.drop(index=[k for k in ("none", "syscall") if k in S.index])["median"]
+    share = (S.loc["none", "median"] + timer / p["iterations"]) / tp.min()
+    f["harness_share"] = (f"{share * 100:.1f} % of the cheapest trace point in this run "
+                          f"({tp.idxmin()}, {tp.min():,.0f} ns)")
     hc = host_comparison(samples, D.manifests)
     f["host_sentence"] = ("Only one host has measured this chapter so far, so there is nothing to compare yet."
                           if len(D.hosts) < 2 else "The other hosts' datasets are too small for a rank "
                           "comparison." if hc.empty else
                           "; ".join(f"{r.mechanism}: {r.verdict}" for r in hc.itertuples()) + ".")
     return f
+
+
+# ---- runs of one host, and the published bare-metal benchmarks ----------------------------
+
+BAREMETAL = "trace_overhead_baremetal"   # data/reference/trace_overhead_baremetal.csv
+# the published benchmark's variant -> the row it is shown in (the probed instruction)
+VARIANTS = {"uprobe-ret": "uprobe on `ret`", "uprobe-push": "uprobe on `push %rbp`",
+            "uprobe-nop5": "uprobe on a 5-byte nop", "uretprobe-ret": "uretprobe on `ret`"}
+OUR_VARIANT = {"uprobe": "uprobe-ret", "uprobe_push": "uprobe-push", "uprobe_nop5": "uprobe-nop5",
+               "uretprobe": "uretprobe-ret", "bpf_uprobe": "uprobe-ret"}
+
+
+def host_runs(D, host_id: str) -> list:
+    """The datasets a host's figures rest on (tools.findings.counted_runs: real profiles first),
+    oldest first."""
+    from ...findings import counted_runs
+    return counted_runs([m for m in D.manifests if m.host_id == host_id])
+
+
+def run_medians(D):
+    """Per dataset and mechanism: the median ns per call with its CI, and host_id/run_id columns."""
+    s = summary_table(D["samples"])
+    parts = s["dataset"].str.split("/", n=1, expand=True)
+    return s.assign(host_id=parts[0], run_id=parts[1])
+
+
+def run_steps(D):
+    """decompose() of every dataset: one row per dataset and step."""
+    import pandas as pd
+    out = []
+    for ds, g in D["samples"].groupby("dataset"):
+        h, r = ds.split("/", 1)
+        out.append(decompose(g).assign(dataset=ds, host_id=h, run_id=r))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def spread(values: dict, fmt=lambda v: f"{v:,.0f}", unit=" ns") -> str:
+    """The run-to-run spread of one quantity on one host, as the prose shows it: the range of
+    the per-run values with the runs that gave its ends, or the single run it comes from."""
+    vals = {r: v for r, v in values.items() if v == v}
+    if not vals:
+        return "not measured"
+    if len(vals) == 1:
+        (r, v), = vals.items()
+        return f"{fmt(v)}{unit} (one run, {r})"
+    lo, hi = min(vals, key=vals.get), max(vals, key=vals.get)
+    return (f"{fmt(vals[lo])}–{fmt(vals[hi])}{unit} across {len(vals)} runs "
+            f"(lowest in run {lo}, highest in run {hi})")
+
+
+def spread_table(D):
+    """Per mechanism, for every host: the range of its per-run medians over its counted runs
+    (the run-to-run spread) beside its newest run's median with the 95 % CI within that run."""
+    import pandas as pd
+    med = run_medians(D)
+    order = [m for m in MECHANISMS if m in set(med.mechanism)]
+    out = pd.DataFrame(index=pd.Index(order, name="mechanism"))
+    for h in D.hosts:
+        runs = [m.run_id for m in host_runs(D, h)]
+        g = med[(med.host_id == h) & med.run_id.isin(runs)]
+        label = host_label(D, h)
+        out[f"{label}: per-run medians, ns"] = [
+            _range(dict(zip(x.run_id, x["median"]))) for x in (g[g.mechanism == m] for m in order)]
+        last = g[g.run_id == runs[-1]].set_index("mechanism").reindex(order)
+        out[f"{label}: run {runs[-1]}, median (95 % CI)"] = [
+            "n/a" if r["median"] != r["median"] else f"{r['median']:,.0f} ({r.ci_low:,.0f}–{r.ci_high:,.0f})"
+            for _, r in last.iterrows()]
+    return out
+
+
+def published(D):
+    """The kernel developers' published uprobe benchmarks (bpf selftests' run_bench_uprobes.sh,
+    quoted in the uprobe-syscall patch series), one row per figure, converted from the posted
+    rate in million hits per second to nanoseconds per hit: ns_per_hit = 1000 / (M/s)."""
+    ref = D.reference(BAREMETAL, dtype={"our_mechanism": str, "value": str, "plus_minus": str})
+    ref["our_mechanism"] = ref["our_mechanism"].fillna("")
+    ref["rate"] = ref["value"].astype(float)
+    ref["ns_per_hit"] = 1000.0 / ref["rate"]                    # M hits/s -> ns per hit
+    ref["machine"] = [f"{c.split(' (')[0].split(' @')[0]} ({d[:4]})" for c, d in zip(ref.cpu, ref.date)]
+    return ref
+
+
+def published_current(D):
+    """Per published machine, the figures of the kernel state closest to the one measured here
+    (the patch applied: the uretprobe syscall, or optimized nop5 uprobes): ns per hit of each
+    variant, the single step (uprobe-ret minus uprobe-push) and the ret/push ratio."""
+    import pandas as pd
+    ref = published(D)
+    ref = ref[ref.patch_applied.astype(str) == "True"]
+    rows = []
+    for (machine, source), g in ref.groupby(["machine", "source"], sort=False):
+        ns = g.set_index("bench_mechanism").ns_per_hit
+        row = {"machine": machine, "source": source, "cpu": g.cpu.iloc[0], "date": g.date.iloc[0],
+               **{k: ns.get(k, float("nan")) for k in VARIANTS}}
+        row["sstep"] = row["uprobe-ret"] - row["uprobe-push"]
+        row["ret_push"] = row["uprobe-ret"] / row["uprobe-push"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# rows of the comparison: (our mechanism or step, the published variant, what it is)
+COMPARED = [("bpf_uprobe", "uprobe-ret", "uprobe on ret, BPF count"),
+            ("uprobe", "uprobe-ret", "uprobe on ret, ftrace event"),
+            ("uprobe_push", "uprobe-push", "uprobe on push %rbp, ftrace event"),
+            ("uprobe_nop5", "uprobe-nop5", "uprobe on a 5-byte nop, ftrace event"),
+            ("uretprobe", "uretprobe-ret", "uretprobe on ret, ftrace event"),
+            ("sstep", "sstep", "single step (ret minus push)")]
+
+
+def host_label(D, host_id: str) -> str:
+    """A host as tables and legends name it: its id and its kind (tools.machine.legend)."""
+    from ...machine import legend
+    return legend(host_runs(D, host_id)[-1]["host"])
+
+
+def published_table(D):
+    """The published figures beside ours, as shown: per variant, each published machine's ns per
+    hit (1000 / the posted M/s) and the range of our per-run medians on every host."""
+    import pandas as pd
+    pub = published_current(D).to_dict("records")
+    med, steps = run_medians(D), run_steps(D)
+    rows = []
+    for mech, variant, label in COMPARED:
+        row = {"variant": label, "ours": "uprobe - uprobe_push" if mech == "sstep" else mech}
+        for p in pub:
+            v = p[variant]
+            row[f"{p['machine']}, published"] = "n/a" if v != v else f"{v:,.0f}"
+        for h in D.hosts:
+            runs = [m.run_id for m in host_runs(D, h)]
+            if mech == "sstep":
+                g = steps[(steps.host_id == h) & steps.run_id.isin(runs) & (steps.key == "sstep")]
+                vals = dict(zip(g.run_id, g.ns))
+            else:
+                g = med[(med.host_id == h) & med.run_id.isin(runs) & (med.mechanism == mech)]
+                vals = dict(zip(g.run_id, g["median"]))
+            row[f"{host_label(D, h)}, ours"] = _range(vals)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("variant")
+
+
+def _range(vals: dict) -> str:
+    vals = [v for v in vals.values() if v == v]
+    if not vals:
+        return "n/a"
+    lo, hi = min(vals), max(vals)
+    return f"{lo:,.0f} (1 run)" if len(vals) == 1 else f"{lo:,.0f}–{hi:,.0f} ({len(vals)} runs)"
+
+
+def _host_spread(D, q) -> dict:
+    """The quoted host's run-to-run spread: every value as the range of its per-run medians over
+    the host's counted runs, naming the runs at its ends (one run: that run), so that a single
+    run's interval is never shown as the uncertainty of the host."""
+    from collections import Counter
+    runs = host_runs(D, q.host_id)
+    ids = [m.run_id for m in runs]
+    med = run_medians(D)
+    med = med[(med.host_id == q.host_id) & med.run_id.isin(ids)]
+    by = {m: dict(zip(g.run_id, g["median"])) for m, g in med.groupby("mechanism")}
+    f = {"host_n_runs": len(ids), "newest_run": q.run_id,
+         "host_first_date": runs[0]["started"][:10], "host_last_date": runs[-1]["started"][:10]}
+    kernels = Counter(m["host"]["kernel_release"] for m in runs)
+    f["host_kernels"] = (f"the same kernel build, {next(iter(kernels))}, in every run" if len(kernels) == 1 else
+                         "different kernel builds under the same host id: " +
+                         ", ".join(f"{k} in {n} run{'s' * (n != 1)}" for k, n in kernels.items()))
+    for m in MECHANISMS:
+        f[f"runs_{m}"] = spread(by.get(m, {}), (lambda v: f"{v:.2f}") if m == "none" else (lambda v: f"{v:,.0f}"))
+    ratio = lambda a, b: {r: by[a][r] / by[b][r] for r in by.get(a, {}) if r in by.get(b, {})}
+    x = lambda v: f"{v:.1f}"
+    f["runs_ratio"] = spread(ratio("uprobe", "marker"), x, "×")
+    f["runs_ret_push"] = spread(ratio("uprobe", "uprobe_push"), x, "×")
+    f["runs_nop5_marker"] = spread(ratio("uprobe_nop5", "marker"), x, "×")
+    st = run_steps(D)
+    st = st[(st.host_id == q.host_id) & st.run_id.isin(ids)] if len(st) else st
+    step = {k: dict(zip(g.run_id, g.ns)) for k, g in st.groupby("key")} if len(st) else {}
+    f["runs_sstep"] = spread(step.get("sstep", {}))
+    share = {r: v / by["uprobe"][r] * 100 for r, v in step.get("sstep", {}).items() if r in by.get("uprobe", {})}
+    f["runs_sstep_share"] = spread(share, lambda v: f"{v:.0f}", " %")
+    smaller = [r for r in step.get("sstep", {})
+               if max(abs(step.get(c, {}).get(r, float("inf"))) for c in ("consumer_perf", "consumer_bpf"))
+               < step["sstep"][r]]
+    told = [r for r in step.get("sstep", {}) if all(r in step.get(c, {}) for c in ("consumer_perf", "consumer_bpf"))]
+    f["consumer_vs_sstep"] = (f"in {len(smaller)} of {len(told)} run(s) of this host both changes are smaller "
+                              f"than the single step of the same run" if told else
+                              "this host measured too few of these mechanisms to compare them with the single step")
+    return f
+
+
+def _published_findings(D) -> dict:
+    """The published bare-metal figures as the prose quotes them (ns per hit = 1000 / M/s)."""
+    pub = published_current(D)
+    rng = lambda col, fmt="{:,.0f}", unit=" ns": (
+        "n/a" if pub[col].isna().all() else
+        (fmt.format(pub[col].min()) + unit if pub[col].nunique() == 1 or pub[col].count() == 1 else
+         f"{fmt.format(pub[col].min())}–{fmt.format(pub[col].max())}{unit}"))
+    return {"pub_n": len(pub), "pub_machines": "; ".join(pub.machine),
+            "pub_ret": rng("uprobe-ret"), "pub_push": rng("uprobe-push"), "pub_nop5": rng("uprobe-nop5"),
+            "pub_uret": rng("uretprobe-ret"), "pub_sstep": rng("sstep"),
+            "pub_ret_push": rng("ret_push", "{:.1f}", "×")}
+
+
+def virt_note(host: dict) -> str:
+    """What the measured host's virtualization means for the #BP/#DB of a uprobe, from its
+    manifest: bare metal, TCG, a PVM-flavoured KVM guest, or another guest."""
+    from ...machine import kind
+    v, mods = host.get("virtualization"), host.get("kvm_modules") or []
+    hid = host.get("host_id")
+    if v == "none":
+        return (f"{hid} is bare metal: the #BP and the #DB reach its kernel directly, with no "
+                "hypervisor in between")
+    if v == "qemu":
+        return (f"{hid} is a TCG guest: QEMU emulates every instruction, the int3, the trap flag "
+                "and both exceptions included, so no hardware VM exit is involved and every step "
+                "costs emulation instead")
+    if "kvm_pvm" in mods:
+        return (f"{hid} is a {kind(host)} whose own KVM module is kvm_pvm, not kvm_intel or "
+                "kvm_amd: it runs its own guests with PVM, which is neither VMX nor SVM, and "
+                "nothing inside it shows how the hypervisor underneath runs it or delivers its "
+                "#BP and #DB. The VMX and SVM interception above is the mechanism of a "
+                "hardware-virtualized KVM guest; it is not known to be this host's")
+    return (f"{hid} is a {kind(host)} (its own KVM modules: {', '.join(mods) or 'none loaded'}); "
+            "whether its hypervisor uses VMX or SVM, and so which of the two interception paths "
+            "above applies, is not recorded in its datasets")
