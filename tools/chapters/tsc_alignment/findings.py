@@ -7,6 +7,14 @@ from . import analysis as A
 
 def findings(D) -> dict:
     """All glue values of the chapter (strings and integers)."""
+    out = values(D)
+    out.update(_platform(D, out))
+    return out
+
+
+def values(D) -> dict:
+    """The quoted dataset's values (findings without the per-host caveats, which read each
+    host's values through this function)."""
     q = D.quoted
     ex = q.facts.get("tsc_alignment", {})
     p = q.parameters
@@ -43,7 +51,8 @@ def findings(D) -> dict:
 def _skew(D) -> dict:
     sb = A.skew_bounds(D.of_quoted(D["skew_pingpong"]))
     a = sb[sb["round"] == "all"].iloc[0]
-    return {"skew_lo": f"{int(a['lo']):+,}", "skew_hi": f"{int(a['hi']):+,}",
+    rounds = sb[sb["round"] != "all"]["bound"]
+    return {"skew_round_min": f"{int(rounds.min()):,}", "n_skew_rounds": int(len(rounds)),"skew_lo": f"{int(a['lo']):+,}", "skew_hi": f"{int(a['hi']):+,}",
             "skew_bound": f"{int(a['bound']):,}", "skew_n": f"{int(a['n']):,}",
             "skew_rtt": f"{a['rtt_median']:,.0f}", "skew_rtt_min": f"{int(a['rtt_min']):,}",
             "skew_round_max": f"{int(sb[sb['round'] != 'all']['bound'].max()):,}",
@@ -125,3 +134,113 @@ def _host_sentence(D) -> str:
     if hc.empty:
         return "The other hosts' datasets have too few rounds for a rank comparison."
     return "; ".join(f"{r.variant}: {r.verdict}" for r in hc.itertuples()) + "."
+
+
+# -- what the platform lets this chapter conclude, per host, from the manifests and the data ----
+def tcg_equal_reads(pp) -> tuple[int, int]:
+    """(exchanges in which the responder read the initiator's value again, exchanges): under TCG
+    QEMU serves every vCPU's RDTSC from one host-tick counter that it never lets go backwards
+    (cpu_get_ticks in softmmu/cpu-timers.c), so a read that would fall behind the last value
+    served returns that value again."""
+    return int((pp["t2_minus_t1"] == 0).sum()), int(len(pp))
+
+
+def _kvm_modules(m) -> list[str] | None:
+    """The KVM vendor modules of a dataset: the manifest's host.kvm_modules (hostinfo), else the
+    chapter's own fact (older datasets)."""
+    mods = m["host"].get("kvm_modules")
+    if mods is None:
+        mods = m.facts.get("tsc_alignment", {}).get("kvm_vendor_modules")
+    return None if mods is None else [x for x in mods if x != "kvm"]
+
+
+def _platform(D, g: dict) -> dict:
+    """The up-front caveats: for each host, whether the before/after check can fail there and
+    what its skew bound means, from its newest counted manifest and its data."""
+    from ...findings import Run, counted_runs, glued
+    from ...machine import legend
+    pvm, tcg, other = [], [], []
+    for h in D.hosts:
+        m = counted_runs([x for x in D.manifests if x.host_id == h])[-1]
+        mods = _kvm_modules(m)
+        if m["host"].get("virtualization") == "qemu":
+            pp = D["skew_pingpong"]
+            pp = pp[(pp["host_id"] == h) & (pp["run_id"] == m["run_id"])]
+            if len(pp):
+                sb = A.skew_bounds(pp)
+                a = sb[sb["round"] == "all"].iloc[0]
+                eq, n = tcg_equal_reads(pp)
+                tcg.append(f"on {legend(m['host'])}, run {m['run_id']}, the bounds are {int(a['lo']):+,} to "
+                           f"{int(a['hi']):+,} cycles, and in {eq:,} of {n:,} exchanges the second vCPU read "
+                           "exactly the value the first had read")
+            continue
+        gm = glued(Run(D, m), values) if mods and "bracket" in m["tables"] else None
+        where = f"{legend(m['host'])}, whose manifest lists the KVM modules {', '.join(mods or ['none'])}"
+        if mods and "kvm_pvm" in mods and gm is not None:
+            pvm.append(f"on {where}, {gm['inside_created']} % of the readings taken with the offset KVM chose at "
+                       f"vCPU creation already lie inside their host brackets (run {m['run_id']})")
+        elif gm is not None:
+            other.append(f"on {where}, {gm['inside_created']} % of the readings taken with KVM's creation "
+                         f"offset lie inside their brackets (run {m['run_id']}), so the check can fail there")
+    out = {}
+    out["pvm_caveat"] = (
+        "Under PVM the before/after alignment check cannot fail. The check asks whether the guest's RDTSC "
+        "lands between the two host TSC reads around its KVM_RUN; with a working offset it fails before the "
+        "offset is set to 0 and passes after. PVM's write_tsc_offset hook keeps the offset the guest runs "
+        "with at 0 whatever x86.c computed, so the guest's RDTSC, run natively or emulated by KVM, is a read "
+        "of the host's TSC taken during that KVM_RUN, on the same CPU, between the two host reads: it lands "
+        "inside in every variant, before alignment as well as after. The data agree: "
+        + "; ".join(pvm) + ". On such a host a pass says the bracket works, not that the alignment did"
+        if pvm else "No host in the data runs PVM, so on every host with KVM brackets the before/after "
+        "alignment check can fail")
+    if other:
+        out["pvm_caveat"] += ". Elsewhere: " + "; ".join(other)
+    out["tcg_caveat"] = (
+        "A TCG guest's skew bound of 0 cycles is an emulator artefact, not perfect synchronisation: "
+        "QEMU serves every vCPU's RDTSC from one host-tick counter, under one lock, that it never lets go "
+        "backwards, so in every exchange t1 ≤ t2 ≤ t3, the bounds contain 0 whatever the hardware's "
+        "TSCs do, and a read that would fall behind the last value served returns that value again: "
+        + "; ".join(tcg) + ". That is how the bounds close to exactly 0 (see the TCG row of the first figure)"
+        if tcg else "No host in the data is a TCG guest.")
+    mods = _kvm_modules(D.quoted) or []
+    if "kvm_pvm" in mods:
+        out["roundtrip_kind"] = (
+            f"On the quoted host ({g['host']}, KVM module {', '.join(mods)}) the bracket below is not a hardware "
+            "VM exit: PVM enters and leaves its guest by switching page tables and stacks in software, so a "
+            "KVM_RUN round trip there is a system call plus PVM's world switch.")
+    elif mods:
+        out["roundtrip_kind"] = (
+            f"On the quoted host ({g['host']}, KVM module {', '.join(mods)}) the bracket below contains a "
+            "hardware VM entry and exit, plus the system call around them.")
+    else:
+        out["roundtrip_kind"] = f"The quoted host ({g['host']}) recorded no KVM vendor module."
+    pvm_here = "kvm_pvm" in mods and g["api_zero"] == g["n_ops"]
+    out["api_sentence"] = (
+        f"On this host's {g['vendor']} module that is what the source predicts: x86.c computes an offset and "
+        "traces it, and the vendor hook throws it away. The tracepoint's next was 0 in "
+        f"{g['n_zero_next']} writes (our attribute writes of 0), which accounts for the matches"
+        if pvm_here else
+        f"On this host's {g['vendor']} module the readback follows the tracepoint in {g['n_match']} of "
+        f"{g['n_ops']} writes; a VMX or SVM module should match in every write")
+    out["nested_sentence"] = (
+        "Everything called \"host\" below is then the first-level guest, and the test VM is nested inside it. "
+        "This matters here, as the caveats below say"
+        if g["nested_word"] == "is" else "The test VM below is a first-level guest of this host")
+    bound = int(g["skew_bound"].replace(",", ""))
+    msr = float(g["msr_err_median"].replace(",", ""))
+    out["skew_vs_msr"] = (f"the median MSR alignment error measured below, {g['msr_err_median']} cycles, is "
+                          f"{msr / bound:,.0f} times this bound" if bound else
+                          "this bound is 0, so no alignment error can be set beside it")
+    out["guest_kind"] = (
+        "the helper's TSC read, then the kernel emulating the guest's instructions (jmp, the nops, "
+        "RDTSC), then the guest's stamp, just after the event for the emulated RDTSC and before the "
+        "emulated stores and the OUT. Then kvm_pio, kvm_userspace_exit, and the helper's second read"
+        if g["n_emulate"] else
+        "the helper's TSC read, kvm_entry, the guest's stamp, kvm_exit for the OUT, kvm_pio, "
+        "kvm_userspace_exit, and the helper's second read")
+    out["exit_kind"] = (
+        f"The traced run had no kvm_exit event ({g['n_emulate']} emulated instructions instead): the real-mode "
+        "guest is emulated, so the round-trip distribution is the cost of an emulated KVM_RUN on this host, "
+        "not of a VMX/SVM exit" if g["n_emulate"] and not g["n_kvm_exit"] else
+        f"The traced run recorded {g['n_kvm_exit']} kvm_exit events, so the guest ran on the CPU")
+    return out

@@ -24,7 +24,7 @@ def delta_bars(D):
             series.append((f"{a}\nall at once\n{acc}", dl))
     order = [n for n, _u, _l in A.DELTA_ROWS]
     colors = dict(zip(order, plt.cm.tab10.colors))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.2), layout="constrained")
     for k, (label, dl) in enumerate(series):
         for ax, col, scale in ((axes[0], "delta_pct", 1.0), (axes[1], "delta_ns", 1e-3)):
             bottom = 0.0
@@ -39,10 +39,10 @@ def delta_bars(D):
         ax.axhline(0, color="black", lw=0.6)
     h_, l_ = axes[0].get_legend_handles_labels()
     uniq = dict(zip(l_, h_))
-    axes[1].legend(uniq.values(), uniq.keys(), fontsize="x-small", loc="upper left")
+    fig.legend(uniq.values(), uniq.keys(), fontsize="small", loc="outside lower center", ncol=len(uniq),
+               frameon=False)
     fig.suptitle(f"Where a 4 KiB O_DIRECT sequential read goes: the seed (KVM) and ours ({acc} guest)",
                  fontsize="medium")
-    fig.tight_layout()
     first = D.cum if D.have_seed_method else D.cum1
     ns_ = [int(first.set_index("key").loc["guest_benchmark", "n"])] + [
         int(c.set_index("key").loc["guest_benchmark", "n"]) for c in per_aio.values()]
@@ -60,8 +60,8 @@ def cdfs(D):
     import numpy as np
     from ... import stats
     acc, p, allv = D.acc, D.p, V.all_layers(D)
-    fig, axes = plt.subplots(1, len(p["aio"]), figsize=(4.2 * len(p["aio"]), 4.2), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(1, len(p["aio"]), figsize=(4.2 * len(p["aio"]), 4.8), sharex=True, sharey=True,
+                             squeeze=False, layout="constrained")
     for ax, a in zip(axes[0], p["aio"]):
         sub = allv[(allv.aio == a) | (allv.kind == "host")]
         for k in V.KEYS:
@@ -72,9 +72,9 @@ def cdfs(D):
         ax.set_title(f"aio={a} ({acc} guest)", fontsize="medium")
         ax.set_xlabel("latency per request (µs, log scale)")
     axes[0, 0].set_ylabel("fraction of requests ≤ x")
-    axes[0, -1].legend(fontsize="x-small", loc="lower right")
+    fig.legend(*axes[0, -1].get_legend_handles_labels(), fontsize="small", loc="outside lower center", ncol=4,
+               frameon=False)
     fig.suptitle(f"Per-layer latency distributions, all layers traced, {acc} guest", fontsize="medium")
-    fig.tight_layout()
     return fig, stats.caption(
         f"Empirical CDFs of every layer's per-request latency in the all-layer boots, sequential and random "
         f"reads together, one panel per aio mode ({acc} guest); the host benchmark is the same in every panel",

@@ -41,7 +41,14 @@ def method(D) -> dict:
         "n_requests": int((D.req.warm == 0).sum()),
         "tsc_ghz": f"{float(guest_jobs.tsc_hz.median()) / 1e9:.3f}",
         "host_disk": ex.get("host_block_device", {}).get("name", "not traced"),
-        "n_qemu_events": len(ex.get("qemu_events", [])), "qemu_events": ", ".join(ex.get("qemu_events", []))}
+        "n_qemu_events": len(ex.get("qemu_events", [])), "qemu_events": ", ".join(ex.get("qemu_events", [])),
+        "host_cpus": int(h.get("cpus_online") or 0),
+        "host_disk_sentence": (
+            f"The quoted host is itself a {h.get('virtualization')} guest, so the image's disk "
+            f"({ex.get('host_block_device', {}).get('name', 'not traced')}) is a virtual disk too"
+            if h.get("virtualization") not in (None, "none") else
+            f"The quoted host is bare metal; the image's disk is "
+            f"{ex.get('host_block_device', {}).get('name', 'not traced')}")}
 
 
 def alignment(D) -> dict:
@@ -174,7 +181,45 @@ def aio_modes(D) -> dict:
         out[f"sys_{r['aio']}_us"] = f"{r['median (µs)']:.1f}"
     ms = ref[ref.kind == "measure"].set_index("item")["value"].astype(float)
     out["seed_io_submit_us"] = f"{ms['vcpu_io_submit_mean']:.0f}"
+    out.update(aio_power(D))
+    out.update(syscall_inflation(D))
     return out
+
+
+def aio_power(D, alpha: float = 0.05, power: float = 0.8) -> dict:
+    """How many untraced boots per aio mode would resolve each pair of modes
+    (analysis.boots_needed: normal approximation with the Mann-Whitney ARE, and a resampling check)."""
+    u, aio = V.untraced(D), D.p["aio"]
+    pairs = [(m, "threads") for m in aio if m != "threads"] + (
+        [("native", "io_uring")] if {"native", "io_uring"} <= set(aio) else [])
+    told, have = [], []
+    for x, y in pairs:
+        a_, b_ = u[u.aio == x].us, u[u.aio == y].us
+        if min(len(a_), len(b_)) < 2:
+            continue
+        r = A.boots_needed(a_, b_, alpha=alpha, power=power)
+        have.append(r["n_have"])
+        n = f"{r['n']:,}" if math.isfinite(r["n"]) else "no finite number of"
+        sim = (f", {r['n_sim']:,} by resampling" if math.isfinite(r["n_sim"]) else
+               "" if not math.isfinite(r["n"]) or r["n"] > 2000 else ", more than 4,000 by resampling")
+        told.append(f"{x} vs {y}, {n} boots per mode{sim} (Hodges-Lehmann shift {r['shift']:+.1f} µs, "
+                    f"boot-to-boot SD {r['sd']:.1f} µs)")
+    return {"aio_n_have": min(have) if have else 0,
+            "aio_alpha_pct": f"{100 * alpha:.0f}", "aio_power_pct": f"{100 * power:.0f}",
+            "aio_n_needed": "; ".join(told) if told else "too few untraced boots to estimate"}
+
+
+def syscall_inflation(D) -> dict:
+    """aio=threads' pread64 in the boots that trace only the host against the all-layer boots: what
+    the rest of the tracing adds to a traced system call (the syscall tracepoints themselves are on in
+    both, so an untraced system call time is not in the data)."""
+    iv = D.iv
+    t = iv[(iv.warm == 0) & (iv.kind == "guest") & (iv.aio == "threads") & iv.host_syscall.notna()]
+    med = t.groupby("variant").host_syscall.median() / 1000
+    if not {"host", "all"} <= set(med.index):
+        return {"sys_host_only_us": "not measured", "sys_all_us": "not measured", "sys_infl_pct": "not measured"}
+    return {"sys_host_only_us": f"{med['host']:.1f}", "sys_all_us": f"{med['all']:.1f}",
+            "sys_infl_pct": f"{100 * (med['all'] / med['host'] - 1):+.0f}"}
 
 
 def one_request(D) -> dict:
