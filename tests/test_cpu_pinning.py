@@ -34,6 +34,7 @@ FIX = ROOT / "tests" / "fixtures" / "cpu_pinning"
     ({"loads": "burst"}, "unknown loads burst"),
     ({"workers": 0}, "workers must be 'auto' or an integer"),
     ({"workers": "many"}, "workers must be 'auto' or an integer"),
+    ({"workers_per_cpu": 0}, "workers_per_cpu must be an integer"),
     ({"ws_kib": 1}, "ws_kib must be 'auto' or an integer"),
     ({"rate_fraction": 1.5}, "rate_fraction must be a number <= 1, got 1.5"),
     ({"rate_fraction": 0.01}, "rate_fraction must be a number >= 0.05"),
@@ -53,7 +54,11 @@ def test_parameters_merge_and_keep_the_baseline():
     assert CH.parameters("default")["rep_budget_s"] <= 150 and CH.parameters("quick")["rep_budget_s"] <= 60
     assert p["loads"] == list(SP.LOADS) and p["variants"][0] == SP.BASELINE
     assert CH.parameters("quick", loads="rate,sat,rate")["loads"] == ["rate", "sat"]
-    assert p["workers"] == os.cpu_count()
+    # default and full: a pool larger than the machine (the seed's migrations need one); quick: one per CPU
+    assert p["workers"] == min(64, 2 * os.cpu_count()) > os.cpu_count()
+    assert CH.parameters("full")["workers"] == min(64, 2 * os.cpu_count())
+    assert CH.parameters("quick")["workers"] == os.cpu_count()
+    assert CH.parameters("quick", workers_per_cpu=3)["workers"] == min(64, 3 * os.cpu_count())
     l2 = SP.l2_bytes()
     if l2:
         assert p["ws_kib"] == int(l2 * 0.75) // 1024
@@ -281,10 +286,20 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     need_preflight(CH)
     need_root("a live cpu_pinning run (debugfs, ftrace instance)")
     before = _sched_state()
-    pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
-                        parameters={"mode": "collect", "profile": "quick",
-                                    "data_dir": str(scratch_data)},
-                        progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    try:
+        pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
+                            parameters={"mode": "collect", "profile": "quick",
+                                        "data_dir": str(scratch_data)},
+                            progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    except pm.PapermillExecutionError as e:
+        # on a busy machine the run is rejected, not published (collect.too_disturbed): that is
+        # the chapter working, not a defect; everything must still be restored
+        if "the machine was busy" not in str(e):
+            raise
+        assert _sched_state() == before and not _our_processes()
+        assert len(CH.load(scratch_data).manifests) == 0, "a rejected run was published"
+        pytest.skip("the machine was too busy for a publishable quick run (rejected, nothing "
+                    "published, everything restored): " + str(e).splitlines()[-1][:160])
     assert _sched_state() == before
     assert not _our_processes()
     d = CH.load(scratch_data)

@@ -5,7 +5,9 @@ Performance Tuning", 2015) pinned the workers of a prefork, CPU-bound bidding se
 to cores with sched_setaffinity() and raised sched_min_granularity_ns and
 sched_wakeup_granularity_ns with tuned's throughput-performance profile.
 
-Here tools/c/prefork.c is the server: N forked workers doing a pointer chase through
+Here tools/c/prefork.c is the server: N forked workers (by default workers_per_cpu x the
+online CPUs: two per CPU in the default and full profiles, so that the pool is larger than the
+machine as a prefork pool usually is; one per CPU in the quick profile) doing a pointer chase through
 a private table sized against this CPU's L2, with one loopback UDP round trip per
 request, driven over loopback TCP by a load generator at saturation and at a fixed
 rate. measure() runs the variants interleaved (shuffled order in every round):
@@ -52,8 +54,12 @@ from .spec import BASELINE, LOADS, VARIANTS, l2_bytes
 # experiments share the rounds (one shuffled order of every variant x load still running), and
 # each stops on its own: CI target, time budget or maximum number of rounds. A default round
 # takes about 15 s on 2 CPUs: its budget gives one warm-up and about 7 measured rounds.
+# workers "auto" = workers_per_cpu x online CPUs. The seed's migrations need a pool larger than
+# the machine (an unpinned worker then has somewhere to go while another runs), so the default
+# and full profiles run two workers per CPU; the quick profile (a test) keeps one.
 _COMMON = {"variants": list(VARIANTS), "loads": list(LOADS), "workers": "auto", "ws_kib": "auto",
            "lookups": 20000, "rate_fraction": 0.6, "seed": 1, "trace": True}
+MAX_WORKERS = 64
 _KEY = dict(round="int", position="int", variant="str", load="str")
 _ROLES = ("worker", "loadgen", "backend")
 _PERF = ("perf_cache_misses", "perf_cache_references", "perf_instructions", "perf_cycles")
@@ -65,13 +71,14 @@ class CpuPinning(Chapter):
     title = "Pinning prefork workers, and the scheduler tunables of this kernel"
     profiles = {
         "quick": {"warmup_ms": 100, "duration_ms": 300, "calib_runs": 1, "rep_target": 0.05,
-                  "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 60.0, "rep_warmup": 0, **_COMMON},
+                  "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 60.0, "rep_warmup": 0,
+                  "workers_per_cpu": 1, **_COMMON},
         "default": {"warmup_ms": 300, "duration_ms": 1000, "calib_runs": 3, "rep_target": 0.05,
                     "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 120.0, "rep_warmup": 1,
-                    **_COMMON},
+                    "workers_per_cpu": 2, **_COMMON},
         "full": {"warmup_ms": 500, "duration_ms": 2000, "calib_runs": 5, "rep_target": 0.05,
                  "rep_min_runs": 10, "rep_max_runs": 60, "rep_budget_s": 600.0, "rep_warmup": 1,
-                 **_COMMON},
+                 "workers_per_cpu": 2, **_COMMON},
     }
     params = {
         "warmup_ms": Param(int, min=0, max=60000, help="warm-up of every trial (ms)"),
@@ -81,7 +88,9 @@ class CpuPinning(Chapter):
         "variants": Param(list, choices=tuple(VARIANTS),
                           help="variants to run, e.g. 'unpinned,pinned' (unpinned is always added)"),
         "loads": Param(list, choices=LOADS, help="'sat', 'rate' or both"),
-        "workers": Param(object, help="worker processes: 'auto' (one per CPU) or 1..64"),
+        "workers": Param(object, help="worker processes: 'auto' (workers_per_cpu x online CPUs) or 1..64"),
+        "workers_per_cpu": Param(int, min=1, max=16,
+                                 help="workers per online CPU when workers is 'auto' (capped at 64)"),
         "ws_kib": Param(object, help="each worker's table in KiB: 'auto' (3/4 of the L2) or 16..4194304"),
         "lookups": Param(int, min=100, max=10_000_000, help="dependent loads per request"),
         "rate_fraction": Param(float, min=0.05, max=1.0,
@@ -128,8 +137,8 @@ class CpuPinning(Chapter):
             p["variants"] = [BASELINE, *p["variants"]]   # every effect is relative to it
         w = p["workers"]
         if w == "auto":
-            w = os.cpu_count() or 1
-        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 64:
+            w = min(MAX_WORKERS, p["workers_per_cpu"] * (os.cpu_count() or 1))
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WORKERS:
             raise ParameterError(f"workers must be 'auto' or an integer in [1, 64], got {p['workers']!r}")
         p["workers"] = w
         ws = p["ws_kib"]

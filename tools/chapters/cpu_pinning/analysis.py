@@ -227,5 +227,5 @@ def run_columns(m, D) -> dict:
     return {"description": m["host"].get("description"),
             "rounds": mine["round"].nunique() if len(mine) else 0,
             "repetition": "adaptive" if "repetition" in m["tables"] else "fixed",
-            "workers": m.parameters.get("workers"),
+            "workers": m.parameters.get("workers"), "CPUs": m["host"].get("cpus_online"),
             "fixed rate (req/s)": m.facts.get("calibration", {}).get("rate_req_s")}

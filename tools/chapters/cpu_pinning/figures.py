@@ -1,7 +1,7 @@
 """The chapter's figures: frames in, (figure, caption) out (tools.notebook.show displays them)."""
 from __future__ import annotations
 
-from ... import stats
+from ... import machine, stats
 from . import analysis as A
 from .findings import host_summary
 from .spec import LOAD_TITLE, LOADS, ORDER
@@ -22,6 +22,23 @@ def plot_metric(summ, metric, ylabel, ax):
     return ax
 
 
+def legend_below(fig, axes, title=None, ncol=None):
+    """One legend for the whole figure, centred below the panels, where it hides no point or
+    interval (the handles of the first panel: every panel uses the same ones)."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, title=title, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=ncol or len(labels), fontsize="small", frameon=False)
+
+
+def log_ticks(ax):
+    """A log y axis with plain numbers at its ticks (200, 500, 1000 rather than 10^2)."""
+    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def results(D):
     """Worker CPU per request and p99 latency per variant and load, quoted dataset."""
     import matplotlib.pyplot as plt
@@ -30,10 +47,10 @@ def results(D):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     plot_metric(S, "cpu_per_req_us", "worker CPU µs per request", axes[0])
     plot_metric(S, "lat_p99_ms", "p99 latency (ms)", axes[1])
-    axes[0].legend(title="load", fontsize="small")
-    axes[1].set_yscale("log")
+    log_ticks(axes[1])
     fig.suptitle("Median over rounds, with its distribution-free " + stats.ci_label(sel["n"]), fontsize=10)
     fig.tight_layout()
+    legend_below(fig, axes, title="load")
     return fig, stats.caption(
         "Worker CPU time per request (left) and p99 latency (right) per variant and load, newest dataset",
         n=sel["n"], unit="rounds", warmup=D.warm, hosts=D.host_caption,
@@ -58,8 +75,8 @@ def migrations(D):
         ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set_title(LOAD_TITLE[load])
     axes[0].set_ylabel("worker migrations per second (one dot per trial)")
-    axes[0].legend(fontsize="small")
     fig.tight_layout()
+    legend_below(fig, axes, title="counted by")
     return fig, stats.caption(
         "Worker migrations per second, counted by /proc/<pid>/sched and by the sched_migrate_task "
         "tracepoint, one dot per trial of the newest dataset", n=TL.groupby(["load", "variant"]).size(),
@@ -83,8 +100,8 @@ def core_balance(D):
         ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set_title(LOAD_TITLE[load])
     axes[0].set_ylabel("busy % of the window (median over rounds)")
-    axes[0].legend(fontsize="small")
     fig.tight_layout()
+    legend_below(fig, axes, ncol=min(8, len(cpus)))
     return fig, stats.caption(
         "Busy share of each CPU during the measurement window, median over rounds, newest dataset",
         n=C.groupby(["load", "variant", "cpu"]).size(), unit="trials", warmup=D.warm,
@@ -96,6 +113,8 @@ def hosts(D):
     import matplotlib.pyplot as plt
     SH = host_summary(D)
     hosts_ = sorted(SH.host_id.unique())
+    label = {m.host_id: machine.legend(m.host) for m in D.manifests}   # 'h-… (TCG guest)'
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, load in zip(axes, ("rate", "sat")):
         s = SH[(SH.metric == "cpu_per_req_us") & (SH.load == load)]
@@ -104,12 +123,13 @@ def hosts(D):
             g = s[s.host_id == hid].set_index("variant").reindex(order)
             x = [i + (k - (len(hosts_) - 1) / 2) * 0.8 / len(hosts_) for i in range(len(order))]
             ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], fmt="o",
-                        capsize=3, label=hid)
+                        capsize=3, label=label.get(hid, hid))
         ax.set_xticks(range(len(order)), order, rotation=20)
         ax.set_title(LOAD_TITLE[load])
-    axes[0].set_ylabel("worker CPU µs per request")
-    axes[0].legend(title="host", fontsize="small")
+        log_ticks(ax)
+    axes[0].set_ylabel("worker CPU µs per request (log scale)")
     fig.tight_layout()
+    legend_below(fig, axes, title="host (kind)", ncol=min(3, len(hosts_)))
     shown = D.of_shown(D["trials"])
     warm = [A.warmup_rounds(D["repetition"], r) for r in shown.run_id.unique()]
     return fig, stats.caption(

@@ -8,7 +8,7 @@ import pandas as pd
 
 from ... import stats
 from . import analysis as A
-from .spec import DISTURBED_PCT, RATE_KEPT_UP, SLICE_10MS
+from .spec import DISTURBED_PCT, RATE_KEPT_UP, SCHED_FEATURES_6_18, SLICE_10MS
 
 TUNED = ("pinned", "slice_10ms", "batch", "pinned_tuned")      # the variants with an effect
 ALL = ("unpinned", *TUNED)
@@ -21,8 +21,8 @@ def findings(D) -> dict:
     if D.quoted is None:
         return {"n_datasets": 0}
     out = {}
-    for part in (run, knobs, repetition, effects, comparisons, switches, balance, hosts, seed,
-                 not_measured):
+    for part in (run, design, knobs, features, repetition, effects, comparisons, switches, balance,
+                 hosts, seed, not_measured):
         out.update(part(D))
     return out
 
@@ -47,6 +47,61 @@ def run(D) -> dict:
             "n_rate_saturated": int(TL.rate_saturated.sum()),
             "rate_kept_up_pct": f"{100 * RATE_KEPT_UP:.0f}",
             "rate_saturated_variants": ", ".join(sorted(set(TL[TL.rate_saturated].variant))) or "none"}
+
+
+def design(D) -> dict:
+    """Workers and CPUs of every dataset, from the manifests. The seed's migrations need a pool
+    larger than the machine; a dataset with at most one worker per CPU cannot show them."""
+    rows = [(m, int(m.parameters["workers"]), int(m.host["cpus_online"])) for m in D.manifests]
+    pool = [r for r in rows if r[1] > r[2]]
+    listing = "; ".join(f"{m.host_id} run {m.run_id} ({m.get('profile') or 'profile not recorded'}): "
+                        f"{w} workers on {c} CPUs" for m, w, c in rows)
+    if not pool:
+        sentence = ("None of them had more workers than CPUs. So none can show the seed's setting, a pool "
+                    "larger than the machine, where an unpinned worker that wakes may find its last CPU "
+                    "busy and run elsewhere. The key finding on pinning such a pool reads “not measured” "
+                    "for every host, and the pinning results below are for the designs listed here.")
+    else:
+        sentence = (f"{len(pool)} of them had more workers than CPUs, the seed's setting; the key finding on "
+                    "pinning such a pool rests on those, and the finding on one worker per CPU on the others.")
+    M = D.quoted
+    w, c = int(M.parameters["workers"]), int(M.host["cpus_online"])
+    prof = D.chapter.profiles
+    return {"design_list": listing, "n_design": len(rows), "n_pool": len(pool), "pool_sentence": sentence,
+            "quoted_design": f"{w} workers on {c} CPUs",
+            "quoted_pool_word": ("more workers than CPUs" if w > c else
+                                 "one worker per CPU" if w == c else "fewer workers than CPUs"),
+            "wpc_default": prof["default"]["workers_per_cpu"], "wpc_full": prof["full"]["workers_per_cpu"],
+            "wpc_quick": prof["quick"]["workers_per_cpu"]}
+
+
+def features(D) -> dict:
+    """The scheduler features of the quoted dataset's kernel: sysctl_sched_features (a bit mask,
+    from sched/debug) read in the order of Linux v6.18's kernel/sched/features.h."""
+    M = D.quoted
+    raw = M.facts.get("debugfs", {}).get("sched_debug", {}).get("sysctl_sched_features")
+    kernel = M.host["kernel_release"]
+    names = [n for n, _ in SCHED_FEATURES_6_18]
+    if raw is None or not kernel.startswith("6.18"):
+        why = "not recorded" if raw is None else f"kernel {kernel} is not a 6.18 kernel"
+        return {"feat_value": raw or "not recorded", "feat_r2p": "unknown", "feat_short": "unknown",
+                "feat_sentence": f"The scheduler features of this dataset were not decoded ({why})."}
+    v = int(raw)
+    bits = [(v >> i) & 1 for i in range(max(v.bit_length(), len(names)))]
+    match = next((i for i, (b, (_, d)) in enumerate(zip(bits, SCHED_FEATURES_6_18)) if b != int(d)),
+                 min(len(bits), len(names)))
+    same = match == len(names) == len(bits)
+    state = {n: "on" if bits[i] else "off" for i, n in enumerate(names)}
+    last = max(names.index("RUN_TO_PARITY"), names.index("PREEMPT_SHORT"))
+    tail = ("all of them equal v6.18's defaults" if same else
+            f"its first {match} bits equal v6.18's defaults, but it has {v.bit_length()} bits where v6.18 "
+            f"lists {len(names)} features, so this kernel's list differs from v6.18's after bit {match - 1}. "
+            + ("Both bits read here lie in the part that matches." if last < match else
+               "The bits read here lie beyond the part that matches, so this reading is uncertain."))
+    return {"feat_value": str(v), "feat_r2p": state["RUN_TO_PARITY"], "feat_short": state["PREEMPT_SHORT"],
+            "feat_sentence": (f"sched/debug shows sysctl_sched_features = {v}, one bit per feature. Read in "
+                              f"the order of v6.18's features.h, RUN_TO_PARITY is {state['RUN_TO_PARITY']} "
+                              f"and PREEMPT_SHORT is {state['PREEMPT_SHORT']}; {tail}")}
 
 
 def knobs(D) -> dict:
@@ -74,11 +129,24 @@ def knobs(D) -> dict:
             if "base_slice_10ms" in skipped
             else "Here the global knob could be changed, and the base_slice_10ms variant ran.",
             "base_slice_formula": f"{0.70 * (1 + int(math.log2(min(ncpu, 8)))):.2f}",
-            "slice_ms": f"{SLICE_10MS / 1e6:.0f}",
+            "slice_ms": f"{SLICE_10MS / 1e6:.0f}", **slices_seen(D),
             "tuned_min": f"{int(tm.tuned_value):,}", "tuned_wake": f"{int(tw.tuned_value):,}",
             "tuned_min_ms": f"{int(tm.tuned_value) / 1e6:.0f}",
             "seed_min": f"{int(R.loc['sched_min_granularity_ns', 'value']):,}",
             "seed_wake": f"{int(R.loc['sched_wakeup_granularity_ns', 'value']):,}"}
+
+
+def slices_seen(D) -> dict:
+    """The slice every task of the quoted dataset reported (/proc/<pid>/sched), per variant."""
+    T = D.of_quoted(D["tasks"])
+
+    def span(v):
+        x = T[T.variant == v].slice_ns
+        if not len(x):
+            return "not measured"
+        lo, hi = x.min() / 1e6, x.max() / 1e6
+        return f"{lo:g} ms" if lo == hi else f"{lo:g} to {hi:g} ms"
+    return {"slice_seen_10ms": span("slice_10ms"), "slice_seen_base": span("unpinned")}
 
 
 def repetition(D) -> dict:
@@ -137,8 +205,14 @@ def switches(D) -> dict:
     if "worker_migrations_trace" in TL and TL.worker_migrations_trace.notna().all():
         diff = (TL.worker_migrations_trace - TL.worker_migrations).abs()
         out.update(trace_agree=f"{int((diff == 0).sum())} of {len(TL)}", trace_maxdiff=int(diff.max()))
+        out["trace_sentence"] = (
+            f"The two ways of counting migrations agree: the tracepoint count equals the se.nr_migrations "
+            f"difference in {out['trace_agree']} trials." if diff.max() == 0 else
+            f"The two ways of counting migrations differ: the tracepoint count equals the se.nr_migrations "
+            f"difference in {out['trace_agree']} trials, and they differ by up to {int(diff.max())}.")
     else:
-        out.update(trace_agree="none (the tracepoint was not recorded)", trace_maxdiff="n/a")
+        out.update(trace_agree="none (the tracepoint was not recorded)", trace_maxdiff="n/a",
+                   trace_sentence="The tracepoint was not recorded, so migrations were counted only once.")
     mm = switch_medians(D)
 
     def val(load, v, m):
@@ -159,18 +233,27 @@ def switches(D) -> dict:
     thr = S[S.metric == "throughput"].set_index(["load", "variant"])["median"]
     mig_kreq = 1000 * val("rate", "unpinned", "worker_migr_per_s") / thr.get(("rate", "unpinned"), math.nan)
     out["mig_per_kreq"] = "n/a" if math.isnan(mig_kreq) else f"{mig_kreq:.1f}"
+    sw = val("rate", "unpinned", "invol_per_req") + val("rate", "unpinned", "vol_per_req")
+    mig_req = mig_kreq / 1000
+    if math.isnan(sw) or math.isnan(mig_req):
+        out["switch_mig_sentence"] = "Switches and migrations per request were not both measured."
+    else:
+        per = (f"and migrated {mig_req:.4f} times per request: {sw / mig_req:,.0f} context switches per "
+               "migration" if mig_req > 0 else "and never migrated")
+        out["switch_mig_sentence"] = (f"At the fixed rate an unpinned worker was switched out {sw:.2f} times "
+                                      f"per request {per}.")
     out["mig_where"] = ("more often at the fixed rate than at saturation"
                         if val("rate", "unpinned", "worker_migr_per_s") > val("sat", "unpinned", "worker_migr_per_s")
                         else "no more often at the fixed rate than at saturation")
     ib, iu, isl = (val("rate", v, "invol_per_req") for v in ("batch", "unpinned", "slice_10ms"))
     out["batch_inv_word"] = "drops to" if ib < 0.5 * iu else "is"
     out["slice_inv_word"] = "stays near" if abs(isl - iu) < 0.25 * iu else "moves to"
-    eb = A.effect(D.E, "rate", "batch", "cpu_per_req_us")["verdict"]
+    e = A.effect(D.E, "rate", "batch", "cpu_per_req_us")
     out["batch_cpu_sentence"] = (
-        "Fewer preemptions did not turn into less CPU per request: the batch variant's change was "
-        f"{eb} at the fixed rate. On this machine, a switch to a small load-generator thread and back "
-        "does not cost the worker a measurable amount of cache." if eb != "lower" else
-        "Fewer preemptions did turn into less CPU per request at the fixed rate.")
+        "Fewer preemptions did not show as less CPU per request: the batch variant's change at the fixed "
+        f"rate was {e['text']}, {e['verdict']}. A cost of the preemptions smaller than that interval "
+        "would not show here." if e["verdict"] != "lower" else
+        f"Fewer preemptions did show as less CPU per request at the fixed rate: {e['text']}.")
     return out
 
 

@@ -43,6 +43,19 @@ SEED_KNOBS = {
                               "debugfs_5_13": "tunable_scaling", "now": "tunable_scaling"},
 }
 
+# The scheduler features of Linux v6.18 in the order of kernel/sched/features.h, with their
+# defaults: bit i of sysctl_sched_features (printed in sched/debug) is feature i. Read from the
+# v6.18.2 stable tree (x86-64: CONFIG_PREEMPT_RT off, HAVE_RT_PUSH_IPI defined).
+SCHED_FEATURES_6_18 = (
+    ("PLACE_LAG", True), ("PLACE_DEADLINE_INITIAL", True), ("PLACE_REL_DEADLINE", True),
+    ("RUN_TO_PARITY", True), ("PREEMPT_SHORT", True), ("NEXT_BUDDY", False), ("PICK_BUDDY", True),
+    ("CACHE_HOT_BUDDY", True), ("DELAY_DEQUEUE", True), ("DELAY_ZERO", True),
+    ("WAKEUP_PREEMPTION", True), ("HRTICK", False), ("HRTICK_DL", False), ("NONTASK_CAPACITY", True),
+    ("TTWU_QUEUE", True), ("SIS_UTIL", True), ("WARN_DOUBLE_CLOCK", False), ("RT_PUSH_IPI", True),
+    ("RT_RUNTIME_SHARE", False), ("LB_MIN", False), ("ATTACH_AGE_LOAD", True), ("WA_IDLE", True),
+    ("WA_WEIGHT", True), ("WA_BIAS", True), ("UTIL_EST", True), ("LATENCY_WARN", False),
+)
+
 PERF_EVENTS = ("cache-misses", "cache-references", "instructions", "cycles")
 
 # A trial is "disturbed" when the rest of the host used more than this share of one CPU

@@ -1,7 +1,7 @@
 """qemu_cache_modes, figures: D (data.CacheData) in, (figure, caption) out."""
 from __future__ import annotations
 
-from ... import stats
+from ... import machine, stats
 from . import analysis as A
 from . import views as V
 from .spec import MODES
@@ -11,6 +11,21 @@ _M = list(MODES)
 
 def _errorbars(ax, x, g, **kw):
     ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], **kw)
+
+
+def _log_ticks(ax):
+    """A log y axis labelled with plain numbers at 1, 2 and 5 of every decade (no 10^x)."""
+    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _legend_below(fig, handles, labels, ncol=3):
+    """The figure's legend centred below its panels, where it hides nothing."""
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
+               fontsize="small", frameon=False)
 
 
 def bench(D):
@@ -28,19 +43,20 @@ def bench(D):
         g = bs[(bs.op == op) & (bs.depth == d) & (bs.flush_interval == fi)]
         for k, f in enumerate(fmts):
             gf = g[g.format == f].set_index("mode").reindex(_M)
-            x = np.arange(len(_M)) + (k - (len(fmts) - 1) / 2) * 0.35
-            ax.bar(x, gf["median"], width=0.33, label=f)
-            _errorbars(ax, x, gf, fmt="none", ecolor="black", capsize=2, lw=0.8)
+            x = np.arange(len(_M)) + (k - (len(fmts) - 1) / 2) * 0.3
+            _errorbars(ax, x, gf, fmt="o", ms=4, capsize=3, lw=1, color=f"C{k}", label=f)
         ax.set_xticks(range(len(_M)), _M, rotation=30, fontsize="small")
-        ax.set_yscale("log")
+        _log_ticks(ax)
+        ax.grid(axis="y", which="major", alpha=0.3)
         ax.set_title(f"{op}, depth {d}" + (f", flush every {fi}" if fi else ""), fontsize="medium")
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
-    axes[0, 0].set_ylabel(f"MB/s (median, {stats.ci_label(bs['n'])})")
-    axes[0, 0].legend(fontsize="small")
-    fig.suptitle(f"qemu-img bench on {D.quoted.host_id}, {p['bench_size'] // 1024} KiB requests, no guest",
-                 fontsize="medium")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("MB/s (log scale)")
+    fig.suptitle(f"qemu-img bench on {machine.legend(D.quoted.host)}, {p['bench_size'] // 1024} KiB "
+                 f"requests, no guest: median with its {stats.ci_label(bs['n'])}", fontsize="medium")
     fig.tight_layout()
+    _legend_below(fig, *axes[0, 0].get_legend_handles_labels(), ncol=len(fmts))
     return fig, stats.caption("qemu-img bench per mode, format and configuration, newest dataset, no guest",
                               n=bs["n"], unit="runs", warmup=int(p["bench_warmup"]), hosts=D.host_of(D.bench))
 
@@ -57,25 +73,31 @@ def guest_dd(D):
         c = comp[comp.variant == variant].sort_values("mode")
         for k, src in enumerate(sources):
             cs = c[c.source == src].set_index("mode").reindex(order)
-            x = np.arange(len(order)) + (k - 0.5) * 0.38
+            x = np.arange(len(order)) + (k - 0.5) * 0.3
             has = cs.mb_per_s.notna()
-            ax.bar(x[has.values], cs.mb_per_s[has], width=0.36, label=src, color=f"C{k}")
             lo, hi = cs.low, cs.high
-            rng_only = ~has & lo.notna()
-            ax.vlines(x[rng_only.values], lo[rng_only], hi[rng_only], color=f"C{k}", lw=7, alpha=0.5,
-                      label=f"{src}: range only" if rng_only.any() else None)
             ci = has & lo.notna()
-            ax.errorbar(x[ci.values], cs.mb_per_s[ci], yerr=[cs.mb_per_s[ci] - lo[ci], hi[ci] - cs.mb_per_s[ci]],
-                        fmt="none", ecolor="black", capsize=2, lw=0.8)
+            seed = src.startswith("seed")
+            # a single figure (the seed's) is a hollow square; a median with its CI a point with a bar
+            if seed:
+                ax.plot(x[has.values], cs.mb_per_s[has], "s", ms=6, color="black", mfc="none", label=src)
+            else:
+                ax.errorbar(x[has.values], cs.mb_per_s[has],
+                            yerr=[(cs.mb_per_s - lo).where(ci, 0)[has], (hi - cs.mb_per_s).where(ci, 0)[has]],
+                            fmt="o", ms=5, capsize=3, lw=1, color=f"C{k}", label=src)
+            rng_only = ~has & lo.notna()
+            ax.vlines(x[rng_only.values], lo[rng_only], hi[rng_only], color="grey", lw=4, alpha=0.6,
+                      label=f"{src}: range only" if rng_only.any() else None)
         ax.set_xticks(range(len(order)), order, rotation=30)
-        ax.set_yscale("log")
+        _log_ticks(ax)
+        ax.grid(axis="y", which="major", alpha=0.3)
         ax.set_title("dd bs=64k" + (" oflag=direct" if variant == "direct" else ""), fontsize="medium")
-    axes[0].set_ylabel("MB/s")
+    axes[0].set_ylabel("MB/s (log scale)")
     handles, labels = axes[1].get_legend_handles_labels()
     fig.suptitle(f"The seed's dd test: 2013 against this host ({acc} guest; 'host' = dd on the host itself)",
                  fontsize="medium")
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
+    fig.tight_layout()
+    _legend_below(fig, handles, labels)
     run = gdd.run_id.iloc[0]
     warm = int(next(m for m in D.manifests if m.run_id == run).parameters["dd_warmup"])
     return fig, stats.caption(
@@ -120,25 +142,29 @@ def hosts(D):
     hosts_ = sorted(set(bsh.host_id) | set(gdir.host_id if len(gdir) else []))
     sd = A.seed_dd(D.ref)
     sd = sd[(sd.variant == "direct") & sd["mode"].isin(_M)].set_index("mode").reindex(_M)
+    label = {m.host_id: machine.legend(m.host) for m in D.manifests}   # 'h-… (TCG guest)'
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     for k, hid in enumerate(hosts_):
         off = (k - (len(hosts_) - 1) / 2) * 0.8 / (len(hosts_) + 1)
         g = bsh[bsh.host_id == hid].set_index("mode").reindex(_M)
-        _errorbars(axes[0], np.arange(len(_M)) + off, g, fmt="o", capsize=3, label=hid)
+        _errorbars(axes[0], np.arange(len(_M)) + off, g, fmt="o", capsize=3, color=f"C{k}",
+                   label=label.get(hid, hid))
         if len(gdir):
             gg = gdir[gdir.host_id == hid].set_index("mode").reindex(_M)
             acc_h = "/".join(sorted(set(gdir[gdir.host_id == hid].accel))).upper()
-            _errorbars(axes[1], np.arange(len(_M)) + off, gg, fmt="o", capsize=3, label=f"{hid} ({acc_h} guest)")
-    axes[1].scatter(np.arange(len(_M)) + 0.4, sd.mb_per_s, marker="s", color="black",
+            _errorbars(axes[1], np.arange(len(_M)) + off, gg, fmt="o", capsize=3, color=f"C{k}",
+                       label=f"{label.get(hid, hid)}: dd in its {acc_h} guest")
+    axes[1].scatter(np.arange(len(_M)) + 0.4, sd.mb_per_s, marker="s", color="black", facecolors="none",
                     label=f"seed {D.ref.date.iloc[0][:4]}")
     for ax, title in zip(axes, ("qemu-img bench, raw writes, one in flight, no flushes",
                                 "guest dd bs=64k oflag=direct")):
         ax.set_xticks(range(len(_M)), _M, rotation=30)
-        ax.set_yscale("log")
+        _log_ticks(ax)
+        ax.grid(axis="y", which="major", alpha=0.3)
         ax.set_title(title, fontsize="medium")
         nci = bsh["n"] if ax is axes[0] else (gdir["n"] if len(gdir) else [])
         ax.set_ylabel(f"MB/s (median, {stats.ci_label(nci)})")
-        ax.legend(fontsize="x-small")
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
     fig.tight_layout()
     return fig, stats.caption(
         "Bench and guest dd per cache mode and host (each host's newest dataset), with the seed's 2013 guest figures",
