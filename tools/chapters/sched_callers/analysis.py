@@ -23,6 +23,7 @@ def callers(stacks):
     if stacks is None or not len(stacks):
         return pd.DataFrame(columns=["dataset", "tracer", "workload", "entry", "caller", "count", "share", "top"])
     df = stacks.copy()
+    df["stack"] = df["stack"].fillna("")   # a stack of tracing frames only is stored empty
     df[["entry", "caller"]] = pd.DataFrame([classify(s) for s in df["stack"]], index=df.index)
     df["top"] = [" ← ".join([x for x in s.split(";") if x != "__schedule"][:4]) for s in df["stack"]]
     key = ["dataset", "tracer", "workload", "entry", "caller"]
