@@ -36,7 +36,7 @@ ALL = CHAPTERS + [EXAMPLE]
 IDS = [c.name for c in ALL]
 PY = sys.executable
 # processes a run of ours may start; none may outlive it
-CHILDREN = ("probench", "bpftrace", "fio", "iostat", "qemu-system-x86_64", "qemu-io", "qemu-img",
+CHILDREN = ("probench", "bpftrace", "hackbench", "fio", "iostat", "qemu-system-x86_64", "qemu-io", "qemu-img",
             "netserver", "netperf", "perf", "prefork", "seqread", "kvmtsc", "rrbench", "strace")
 
 
@@ -348,6 +348,11 @@ LIVE = {
     # debugfs mounted for the scheduler knobs, workers running, an ftrace instance armed
     "cpu_pinning": (r"\[cpu_pinning\] \d+/\d+ \(\d+%\) round 1 ",
                     {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600}),
+    # a tracer armed in the private instance (the stacktrace trigger) or attached (bpftrace),
+    # hackbench running under it long enough for the signal to land
+    "sched_callers": (r"\[sched_callers\] \w+ armed for hackbench",
+                      {"tracers": "ftrace_trigger,bpftrace", "workloads": "hackbench",
+                       "hackbench_loops": 2000}),
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}

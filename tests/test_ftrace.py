@@ -150,3 +150,30 @@ def test_trace_session_set_trace_options(tmp_path):
     assert got == {"record-tgid": "0", "irq-info": "1", "trace_printk_dest": "0"}
     with pytest.raises(tracefs.TraceError, match="no trace option"):
         s.set_trace_options(no_such_option=True)
+
+
+def test_stack_traces_from_a_trigger_and_the_function_tracer():
+    text = """# tracer: nop
+          python-9832    [000] d..2.  1849.458884: <stack trace>
+ => trace_event_raw_event_sched_switch
+ => __schedule
+ => schedule
+ => schedule_timeout
+ memfd:sealed-91-1411    [001] d..2.  1849.458955: <stack trace>
+ => __schedule+0x5f8/0x1200
+ => schedule_idle
+ => do_idle
+          <idle>-0       [001] d..2.  1849.458960: schedule <-schedule_timeout
+          sleep-9835    [000] ....  1849.460433: <user stack trace>
+ =>  <00007f0000001234>
+CPU:1 [LOST 3 EVENTS]
+           sleep-9835    [000] d..2.  1849.461398: <stack trace>
+"""
+    st = F.new_stats()
+    got = list(F.stack_traces(text, st))
+    assert [(r.task, r.pid, r.cpu) for r, _ in got] == [("python", 9832, 0), ("memfd:sealed-91", 1411, 1),
+                                                        ("sleep", 9835, 0)]
+    assert got[0][1] == ["trace_event_raw_event_sched_switch", "__schedule", "schedule", "schedule_timeout"]
+    assert got[1][1] == ["__schedule+0x5f8/0x1200", "schedule_idle", "do_idle"]
+    assert got[2][1] == []                       # a stack cut off at the end of the buffer
+    assert st["lost"] == 3 and st["unparsed"] == 0

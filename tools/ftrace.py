@@ -35,8 +35,11 @@ anything else -- the function tracer's "func <-parent", syscall events "sys_x(ar
 
 Not understood, counted in attrs['unparsed']: options/context-info off (no context),
 verbose latency format, raw/hex/bin output, the function_graph tracer, and continuation
-lines of multi-line bodies (stack traces). Our own instances never print the first three,
-whatever the top level inherits to them: tools.tracefs.readable_format sets their defaults.
+lines of multi-line bodies. The one multi-line body that is read is the kernel stack trace
+(options/stacktrace, options/func_stack_trace, the `stacktrace` event trigger): a record whose
+body is "<stack trace>", followed by one " => func" line per frame, innermost first;
+stack_traces() returns each with its frames. Our own instances never print the first three
+layouts, whatever the top level inherits to them: tools.tracefs.readable_format sets their defaults.
 """
 from __future__ import annotations
 
@@ -114,6 +117,33 @@ def records(text_or_lines, stats: dict | None = None) -> Iterator[Record]:
         tgid = m.groupdict().get("tgid")
         yield Record(m.group("task").strip(), int(m.group("pid")), int(tgid) if tgid else None,
                      int(m.group("cpu")), m.group("flags"), ts, event, body)
+
+
+_FRAME = re.compile(r"^ =>\s+(\S+)")
+
+
+def stack_traces(text_or_lines, stats: dict | None = None) -> Iterator[tuple[Record, list[str]]]:
+    """Yield (record, frames) for every "<stack trace>" record of ftrace text: frames are the
+    " => func" lines after it, innermost first ("func+0x1a/0x40" kept as printed). Other
+    records are skipped; a "<user stack trace>" block is skipped too. Frame lines are not
+    counted as unparsed; `stats` gets lost events as in records()."""
+    st = stats if stats is not None else new_stats()
+    cur: tuple[Record, list[str]] | None = None
+    for line in _lines(text_or_lines):
+        line = line.rstrip("\n")
+        fm = _FRAME.match(line)
+        if fm:
+            if cur is not None:
+                cur[1].append(fm.group(1))
+            continue
+        if cur is not None:
+            yield cur
+            cur = None
+        for rec in records([line], st):
+            if rec.event is None and rec.body.strip() == "<stack trace>":
+                cur = (rec, [])
+    if cur is not None:
+        yield cur
 
 
 def frame(recs: Iterable[Record], stats: dict | None = None):

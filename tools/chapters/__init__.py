@@ -42,6 +42,7 @@ CHAPTERS: list[Entry] = [
     Entry("tsc_alignment", "tools.chapters.tsc_alignment", "chapters/tsc_alignment.ipynb"),
     Entry("netperf_latency", "tools.chapters.netperf_latency", "chapters/netperf_latency.ipynb"),
     Entry("cpu_pinning", "tools.chapters.cpu_pinning", "chapters/cpu_pinning.ipynb"),
+    Entry("sched_callers", "tools.chapters.sched_callers", "chapters/sched_callers.ipynb"),
 ]
 
 
