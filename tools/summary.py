@@ -27,6 +27,12 @@ def findings_matrix(data_dir=None):
     return out[["chapter", "finding", "claim", *hosts]].fillna("no data")
 
 
+def findings_table(data_dir=None):
+    """findings_matrix() for the page: every claim shown whole (a DataFrame's repr cuts
+    text at 50 characters), without the row numbers."""
+    return findings_matrix(data_dir).style.hide(axis="index")
+
+
 def headlines(data_dir=None):
     """Each chapter's first key finding (its headline, which sets our figure beside the
     seed's), with every host's verdict and numbers and what kind of machine each host is."""
@@ -42,7 +48,8 @@ def headlines(data_dir=None):
         kinds = host_kinds(D)
         cells = "".join(
             f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> on '
-            f'<code>{esc(h)}</code> ({esc(kinds[h])}): {esc(v.evidence)}</li>'
+            f'<code>{esc(h)}</code> ({esc(kinds[h])})'
+            + (f": {esc(v.evidence)}" if v.evidence else "") + "</li>"
             for h in D.hosts for v in [evaluate(D, f, h)])
         rows.append(f'<tr><td><a href="{esc(entry.notebook[:-6])}.html">{esc(ch.title)}</a></td>'
                     f'<td>{esc(f.claim)}</td><td><ul>{cells}</ul></td></tr>')
