@@ -21,7 +21,7 @@ def findings(D) -> dict:
     if D.quoted is None:
         return {"n_datasets": 0}
     out = {}
-    for part in (run, design, knobs, features, repetition, effects, comparisons, switches, balance,
+    for part in (run, design, host_kind_sentences, knobs, features, repetition, effects, comparisons, switches, balance,
                  hosts, seed, not_measured):
         out.update(part(D))
     return out
@@ -68,11 +68,76 @@ def design(D) -> dict:
     w, c = int(M.parameters["workers"]), int(M.host["cpus_online"])
     prof = D.chapter.profiles
     return {"design_list": listing, "n_design": len(rows), "n_pool": len(pool), "pool_sentence": sentence,
+            "design_default_sentence": default_sentence(rows, prof["default"]["workers_per_cpu"]),
             "quoted_design": f"{w} workers on {c} CPUs",
             "quoted_pool_word": ("more workers than CPUs" if w > c else
                                  "one worker per CPU" if w == c else "fewer workers than CPUs"),
             "wpc_default": prof["default"]["workers_per_cpu"], "wpc_full": prof["full"]["workers_per_cpu"],
             "wpc_quick": prof["quick"]["workers_per_cpu"]}
+
+
+def default_sentence(rows, wpc: int) -> str:
+    """How many datasets ran with the profiles' workers_per_cpu, from their manifests: one that
+    records no workers_per_cpu was measured before the parameter existed."""
+    at = [m for m, w, c in rows if m.parameters.get("workers_per_cpu") == wpc and w == wpc * c]
+    before = [m for m, _, _ in rows if m.parameters.get("workers_per_cpu") is None]
+    other = len(rows) - len(at) - len(before)
+    parts = [f"{len(at)} of the {len(rows)} dataset(s) in this book ran with that default"
+             + (f" (run {', '.join(m.run_id for m in at)})" if at else "")]
+    if before:
+        parts.append(f"{len(before)} predate it: their manifests record no workers_per_cpu")
+    if other:
+        parts.append(f"{other} set another pool size")
+    return "; ".join(parts) + "."
+
+
+def host_kind_sentences(D) -> dict:
+    """What kind of CPU "CPU" means, and what became of the global knob, from the quoted
+    dataset's host facts (tools.machine) and knob inventory."""
+    from ... import machine
+    M, K = D.quoted, D.K
+    h = M.host
+    virt, kind, cont = h.get("virtualization"), machine.kind(h), h.get("container")
+    in_cont = "" if cont in (None, "none") else f", and the chapter ran in a {cont} container"
+    if virt == "none":
+        cpu = (f"The host reports no virtualization layer ({kind}), so \"CPU\" below means a CPU of the "
+               f"machine itself{in_cont}.")
+        vcpu = ("This host is bare metal, like the seed's servers: a pinned worker stays on one "
+                "physical core and its L2.")
+    else:
+        cpu = (f"The host reports virtualization {virt} ({machine.short_kind(h)}), so \"CPU\" below means a virtual CPU "
+               f"of a guest{in_cont}.")
+        vcpu = (f"This host is a {machine.short_kind(h)}. A guest's CPU is a thread of the hypervisor's "
+                "host, and its L2 is the L2 of whatever physical core that host runs it on at the "
+                "moment. Pinning inside the guest fixes the vCPU, not the cache. The seed pinned to "
+                "physical cores.")
+    knob = K[(K.knob == "debugfs sched/base_slice_ns") & (K.era == "now")]
+    exists = bool(len(knob)) and bool(knob.exists_here.iloc[0])
+    writable = exists and bool(knob.writable_here.fillna(False).iloc[0])
+    lock = h.get("lockdown")
+    why = M.skipped.get("base_slice_10ms", "")
+    locked = (lock not in (None, "none", "unknown")) or "Lockdown" in why
+    if writable:
+        knob_s = ("The knobs table shows base_slice_ns as writable here, so the base_slice_10ms variant "
+                  "made a global change like the seed's through tuned.")
+    elif exists and locked:
+        mode = ("reported in the kernel log" if lock in (None, "none", "unknown") else
+                lock.replace(" (kernel log)", ", as the kernel log reports"))
+        knob_s = (f"Kernel lockdown ({mode}) keeps base_slice_ns out of "
+                  "reach even for root (the knobs table shows it as not writable), so the global change "
+                  "the seed made through tuned could not be made here. The per-task settings were applied "
+                  "to every task of the experiment instead, but not to the rest of the system.")
+    elif exists:
+        err = knob.error.iloc[0]
+        knob_s = (f"base_slice_ns exists but could not be opened for writing even by root ({err}), so the "
+                  "global change the seed made through tuned could not be made here. The per-task "
+                  "settings were applied to every task of the experiment instead, but not to the rest "
+                  "of the system.")
+    else:
+        knob_s = ("This kernel has no base_slice_ns knob, so the global change the seed made through tuned "
+                  "could not be made here. The per-task settings were applied to every task of the "
+                  "experiment instead, but not to the rest of the system.")
+    return {"cpu_kind_sentence": cpu, "vcpu_sentence": vcpu, "global_knob_sentence": knob_s}
 
 
 def features(D) -> dict:

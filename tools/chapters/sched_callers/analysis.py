@@ -209,8 +209,68 @@ def findings(D) -> dict:
             r = pe.loc[t]
             f[f"slow_{t}"] = (f"{100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to "
                               f"{100 * r.rel_high:+.1f} %)")
+    for part in (session_sizes, repetition_findings, host_findings, skipped_findings):
+        f.update(part(D))
     ref = D.reference("sched_callers")
     for wl, g in ref.groupby("workload"):
         top = g.sort_values("count", ascending=False).iloc[0]
         f[f"seed_top_{wl}"] = f"{top.caller} ({top['count']:,} of {g['count'].sum():,})"
     return f
+
+
+def session_sizes(D, dataset: str | None = None) -> dict:
+    """Per workload: each tracer's median switches per session and the session's wall time
+    (arming, the workload, disarming and reading the tracer's output)."""
+    ses = D["sessions"]
+    ses = ses[(ses.dataset == (dataset or dataset_key(D.quoted))) & (ses.tracer != "none")]
+    out = {}
+    for wl in ("sleep", "dd", "hackbench"):
+        g = ses[ses.workload == wl].groupby("tracer")[["events", "wall_s"]].median()
+        order = [t for t in STACK_TRACERS if t in g.index]
+        out[f"sessions_{wl}"] = "; ".join(f"{t} {g.loc[t, 'events']:,.0f} switches in {g.loc[t, 'wall_s']:.1f} s"
+                                          for t in order) or "not measured"
+    return out
+
+
+def repetition_findings(D) -> dict:
+    """The quoted dataset's repetition settings and how far its medians got."""
+    q = D.quoted
+    p = q["parameters"]
+    rep = D["repetition"]
+    rep = rep[rep.dataset == dataset_key(q)]
+    out = {"p_rep_target": f"{100 * p['rep_target']:g}", "p_rep_min": p["rep_min_runs"],
+           "p_rep_max": p["rep_max_runs"], "p_rep_budget": f"{p['rep_budget_s']:.0f}"}
+    if len(rep):
+        w = rep.sort_values("rel_ci_width")
+        out["rep_stop"] = ", ".join(sorted(set(rep.stopped_by))).replace("_", " ")
+        out["rep_width_range"] = (f"{100 * w.rel_ci_width.iloc[0]:.0f} % ({w.key.iloc[0]}) to "
+                                  f"{100 * w.rel_ci_width.iloc[-1]:.0f} % ({w.key.iloc[-1]})")
+        out["rep_n"] = int(rep.n.max())
+    else:
+        out.update(rep_stop="not recorded", rep_width_range="not recorded", rep_n=0)
+    return out
+
+
+def host_findings(D) -> dict:
+    """Which hosts measured the chapter, with their kind (tools.machine), as a sentence."""
+    from ... import machine
+    hosts = {}
+    for m in D.manifests:
+        hosts[m["host"]["host_id"]] = machine.short_kind(m["host"])
+    names = ", ".join(f"{h} ({k})" for h, k in hosts.items())
+    if len(hosts) < 2:
+        s = (f"So far only {names} has measured it; another host's dataset would add its own rows "
+             "to the probe-effect table and figure.")
+    else:
+        s = (f"{len(hosts)} hosts have measured this chapter: {names}. The table below lists the facts in "
+             "which their newest manifests differ. Each host's slowdowns are measured against its own untraced "
+             "runs.")
+    return {"host_sentence": s}
+
+
+def skipped_findings(D) -> dict:
+    """How many tracers the quoted dataset skipped, of how many asked for."""
+    q = D.quoted
+    asked = list(q["parameters"]["tracers"])
+    sk = [t for t in asked if t in q.get("skipped", {})]
+    return {"n_tracers_asked": len(asked), "n_tracers_skipped": len(sk)}
