@@ -154,8 +154,11 @@ def plot_saturation(A):
         ax.set_xlabel(x)
         ax.set_ylabel("%util")
         ax.axhline(100, color="0.5", lw=0.8, ls=":")
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()   # below the panels: inside, it hid points
+    rows = -(-len(labels) // 4)
+    fig.tight_layout(rect=(0, 0.03 + 0.045 * rows, 1, 1))
+    fig.legend(handles, labels, ncol=4, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
+               frameon=False, title="phase", title_fontsize=8)
     return fig
 
 

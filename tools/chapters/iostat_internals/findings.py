@@ -115,6 +115,14 @@ PROSE_KEYS = (
     "window_ms",
     "within_pct",
     "write_cache",
+    "driver",
+    "device_kind",
+    "device_said",
+    "mount_said",
+    "discard_said",
+    "queues_said",
+    "qd16_shape_said",
+    "util_said",
 )
 
 
@@ -134,6 +142,90 @@ def _journal_said(fs: dict | None) -> str:
         return "not recorded in this dataset"
     j = fs["journal"]
     return "none (ext4 without a journal)" if j == "none" else f"a jbd2 journal ({j})"
+
+
+def _device_values(man) -> dict[str, str]:
+    """What the measured device and its mount are, from the manifest's host and device facts,
+    and the sentences on what this dataset cannot show because of them."""
+    from ... import machine
+    h, dev = man["host"], man["facts"].get("device", {})
+    name, drv = dev.get("name", "?"), dev.get("driver") or "unknown driver"
+    guest = (h.get("virtualization") or "none") != "none"
+    kind = machine.short_kind(h)
+    mnt = dev.get("mount") or {}
+    opts = (mnt.get("options") or "").split(",")
+    nq = dev.get("nr_hw_queues")
+    f = {"driver": drv, "device_kind": f"{name} ({drv}) of a {kind}" if guest else f"{name} ({drv}) on {kind}"}
+    if guest:
+        f["device_said"] = (f"The device is {name}, a {drv} disk of a {kind}. Its latency includes whatever the "
+                            "hypervisor and the storage behind it add, which cannot be seen from inside. The "
+                            "chapter's claims rest on comparisons made inside one run, not on the absolute latencies.")
+    else:
+        f["device_said"] = (f"The device is {name} ({drv}) of a {kind} host, so its latencies are the device's "
+                            "own; the chapter's claims still rest on comparisons made inside one run.")
+    if not mnt:
+        f["mount_said"] = "The dataset does not record which file system the scratch directory was on."
+    elif mnt.get("mount") == "/":
+        f["mount_said"] = (f"The disk also carries the root file system ({mnt.get('source')} mounted at /), so "
+                           "other processes' I/O lands in the same counters. All three observers see that I/O too, "
+                           "so the comparisons stay valid. The absolute rates are not the workload's alone.")
+    else:
+        f["mount_said"] = (f"The scratch directory is on {mnt.get('source')}, mounted at {mnt.get('mount')}; I/O "
+                           "of other processes to that device, if any, lands in the same counters and all three "
+                           "observers see it.")
+    if not mnt:
+        f["discard_said"] = "The mount options are not recorded, so why the discard phase did or did not show d/s is not known."
+    elif "discard" in opts:
+        f["discard_said"] = (f"Discards appear because {mnt.get('mount')} is mounted with discard ({mnt.get('fstype')}). "
+                             "On a file system without it, the discard phase would show no d/s.")
+    else:
+        f["discard_said"] = (f"{mnt.get('mount')} is mounted without discard, so the discard phase's punched holes "
+                             "send no discards to the device and d/s stays at zero.")
+    if nq is None:
+        f["queues_said"] = "The dataset does not record the device's hardware queues."
+    elif int(nq) == 1:
+        f["queues_said"] = "With one hardware queue, this device cannot show how %util behaves across several queues."
+    else:
+        f["queues_said"] = (f"The device has {nq} hardware queues; %util counts time with any request in flight on "
+                            "any of them, which this chapter does not take apart.")
+    return f
+
+
+def _and(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _tail_values(sample, ta) -> dict[str, str]:
+    """The shape of the queue-depth-16 latency histograms (the sampled requests of each trace
+    window): mean against median, and the share of requests above twice the median."""
+    if sample is None or not len(sample):
+        return {}
+    keep = set(zip(ta[ta["n_trace"] >= 200]["window"], ta[ta["n_trace"] >= 200]["op"]))
+    s = sample[[(w, o) in keep for w, o in zip(sample["window"], sample["op"])]]
+    parts, ratios, names = [], [], []
+    for (ph, op), g in s[s["phase"].str.endswith("_qd16")].groupby(["phase", "op"], sort=False):
+        x = g["q2c_us"]
+        if len(x) < 200:
+            continue
+        r = x.mean() / x.median()
+        ratios.append(r)
+        names.append(f"{ph} {op}s")
+        parts.append(f"{ph} {op}s: mean {x.mean():,.0f} µs, median {x.median():,.0f} µs ({r:.2f}×), "
+                     f"{100 * (x > 2 * x.median()).mean():.1f} % above twice the median")
+    if not parts:
+        return {}
+    skewed = [n for n, r in zip(names, ratios) if r >= 1.15]
+    if not skewed:
+        said = ("In every queue-depth-16 phase the mean lies within 15 % of the median, so here the latencies "
+                "cluster around a typical value and await, a mean, describes a typical request; a tail that "
+                "pulled await up would show as a mean well above the median")
+    else:
+        said = (f"In {_and(skewed)} the mean lies 15 % or more above the median: there a tail of slow "
+                "requests pulls await above what a typical request takes"
+                + ("" if len(skewed) == len(names) else
+                   f"; in {_and(n for n in names if n not in skewed)} it does not"))
+    return {"qd16_shape_said": f"{'; '.join(parts)}. {said}"}
 
 
 def _per_op_values(ours, phases) -> dict[str, str]:
@@ -277,6 +369,7 @@ def prose_values(A: dict) -> dict[str, str]:
     f["nr_hw_queues"] = str(dev.get("nr_hw_queues"))
     f["max_segments"] = str(dev.get("max_segments") or "n/a")
     f["fs_journal"] = _journal_said(man["facts"].get("filesystem"))
+    f.update(_device_values(man))
     f["hz"] = str(man["facts"].get("clock", {}).get("CONFIG_HZ"))
     f["phase_seconds"] = str(p["phase_seconds"])
     ph_ = A.get("phases")
@@ -348,7 +441,12 @@ def prose_values(A: dict) -> dict[str, str]:
         if ph is not None and len(ph) and "fsync_4k" in set(ph["phase"]):
             f["fsync_fio_rate"] = _fmt(ph[ph["phase"] == "fsync_4k"]["fio_write_iops"].median(), 0)
         if "randread_4k_qd1" in ps.index and "randread_4k_qd16" in ps.index:
-            f["qd16_over_qd1"] = _fmt(ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"], 1)
+            ratio = ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"]
+            f["qd16_over_qd1"] = _fmt(ratio, 1)
+            f["util_said"] = (f"So at depth 1, {_fmt(ps.loc['randread_4k_qd1', '%util'], 1)} % util came with "
+                              f"{100 / ratio:.0f} % of the IOPS the same device gave at depth 16."
+                              if ratio >= 1.2 else
+                              "Here the deeper queue gave hardly more IOPS, so this device did not show the effect.")
         f.update(_per_op_values(ours, A.get("phases")))
         tiny = mix < 1e-9
         f["mix_said"] = ("within floating-point rounding, so the identity holds" if tiny else
@@ -370,6 +468,7 @@ def prose_values(A: dict) -> dict[str, str]:
         f["pre_dispatch_max_pct"] = _fmt(pre, 0)
         f["await_device_said"] = ("so await is not the device's latency here either" if pre >= 10 else
                                   "so here await came within 10 % of the device's latency in every window")
+        f.update(_tail_values(A.get("sample"), ta))
         tu = A["trace_util"]
         qd = tu[tu["phase"] == "randread_4k_qd16"]
         if len(qd):

@@ -3,8 +3,10 @@ newest default/full run), except where the prose names another scope (every data
 host's shown dataset)."""
 from __future__ import annotations
 
+import math
 from math import comb
 
+from ... import machine
 from . import analysis as A
 from . import analysis_seed as S
 from .spec import HIST_PER_DECADE, REL_TOL
@@ -23,7 +25,8 @@ def findings(D) -> dict:
     if D.quoted is None:
         return {"n_datasets": 0}
     out = {}
-    for part in (run, distribution, pinning, maxima, crossval, quantization, ping, sched, seed, hosts):
+    for part in (run, platform, distribution, pinning, maxima, crossval, quantization, decades, ping, sched,
+                 seed, hosts):
         out.update(part(D))
     return out
 
@@ -48,6 +51,69 @@ def run(D) -> dict:
             "n_transactions": f0(R[R.tool == "rrbench"].n.sum()),
             "n_np_transactions": f0(R[R.tool == "netperf"].n.sum()),
             "bin_pct": f"{100 * (10 ** (1 / HIST_PER_DECADE) - 1):.1f}"}
+
+
+def is_guest(host: dict) -> bool:
+    return (host.get("virtualization") or "none") != "none"
+
+
+def platform(D) -> dict:
+    """What the quoted host is (its manifest's host facts), and the sentences that depend on it."""
+    h = D.quoted.host
+    v = h.get("virtualization") or "none"
+    guest = is_guest(h)
+    if v == "qemu":
+        ipi = ("in a TCG guest such as the quoted host, that takes an inter-processor interrupt that QEMU "
+               "emulates, to a vCPU that is a "
+               "QEMU thread on the host and, if its guest CPU had halted, must first be woken there")
+    elif guest:
+        ipi = (f"in a {machine.short_kind(h)} such as the quoted host, that takes an inter-processor interrupt, "
+               "which the hypervisor "
+               "typically has to deliver, to a vCPU that may have halted and must first be run again by the host")
+    else:
+        ipi = ("on bare metal, as on the quoted host, that takes an inter-processor interrupt to a CPU that "
+               "may have gone idle and must first "
+               "leave its idle state")
+    return {
+        "machine": dict(machine.facts(h))["machine"],
+        "cpu_word": "vCPU" if guest else "CPU",
+        "disturb_sources": (f"another process on it, or, since it is a {machine.short_kind(h)}, the host "
+                            "descheduling its vCPUs" if guest else "another process or interrupt on it"),
+        "ipi_said": ipi,
+        "cause_said": ("From inside a guest we cannot tell whether the guest's own scheduler or the host "
+                       "(descheduling a vCPU) caused it." if guest else
+                       "No scheduler trace covers these runs, so the data do not say which task or interrupt "
+                       "held the CPU."),
+        "nic_said": ("the guest's network device, and the host and hypervisor behind it, are not exercised. An "
+                     "RR test across it would add the device's queue notifications and the host's path"
+                     if guest else "the machine's network card is not exercised. An RR test across it would "
+                     "add the driver, the card and the wire"),
+        "unseen_said": (f"from inside a {machine.short_kind(h)} we cannot see when the host descheduled our vCPUs, "
+                        "which is one plausible source of the millisecond maxima" if guest else
+                        "interrupts and other tasks on the CPUs were not traced during the measured runs, so "
+                        "what held a CPU during the millisecond maxima is not recorded")}
+
+
+def decade(v: float) -> str:
+    """The decade a latency in µs falls in, as the prose names it."""
+    names = ["below 1 µs", "1–10 µs", "10–100 µs", "100 µs–1 ms", "1–10 ms", "10–100 ms"]
+    i = 0 if v < 1 else min(len(names) - 1, 1 + int(math.floor(math.log10(v))))
+    return names[i]
+
+
+def decades(D) -> dict:
+    """Per shown host: the range of the cells' pooled medians and the netperf decade(s) they fall in."""
+    lad = A.ladder(D.of_shown(D["runs"]), D.of_shown(D["hist"]))
+    hosts = {m.host_id: m.host for m in D.manifests}
+    parts = []
+    for i, (hid, g) in enumerate(lad.groupby("host_id")):
+        lo, hi = g.P50.min(), g.P50.max()
+        ds = sorted({decade(lo), decade(hi)}, key=[decade(10 ** k) for k in range(-1, 5)].index)
+        where = f"in the {ds[0]} decade" if len(ds) == 1 else f"across the {' and '.join(ds)} decades"
+        what = f"the medians of the {len(g)} cells lie" if i == 0 else "they lie"
+        parts.append(f"on {machine.legend(hosts.get(hid, {'host_id': hid}))} {what} between {f1(lo)} and "
+                     f"{f1(hi)} µs, {where}")
+    return {"decade_text": "; ".join(parts)}
 
 
 def distribution(D) -> dict:
@@ -141,6 +207,7 @@ def maxima(D) -> dict:
     top = R[((R.max_us / 100).round() * 100).isin(big.max_us_rounded.iloc[:2])]
     seen = {c: sorted(top[c].unique()) for c in ("path", "proto", "tool")}
     where = "; ".join(f"{c}: {', '.join(map(str, v))}" for c, v in seen.items())
+    cpu = "vCPU" if is_guest(D.quoted.host) else "CPU"
     return {"mc_where": where,
             "mc_verdict": "A cost of the network path would differ between loopback and veth; the same values "
             "on both paths do not." if len(seen["path"]) > 1 else
@@ -148,10 +215,10 @@ def maxima(D) -> dict:
             "scheduling interval.",
             "ms_same": int(ms[same].sum()), "n_same": int(same.sum()),
             "ms_other": int(ms[~same].sum()), "n_other": int((~same).sum()),
-            "same_verdict": "That the runs confined to one vCPU have them far less often points at the "
-            "cross-vCPU wake-up, but that is a hypothesis this chapter does not test."
+            "same_verdict": f"That the runs confined to one {cpu} have them far less often points at the "
+            f"cross-{cpu} wake-up, but that is a hypothesis this chapter does not test."
             if ms[same].mean() < ms[~same].mean() / 2 else
-            "Confining both processes to one vCPU does not make them clearly rarer here, so the cross-vCPU "
+            f"Confining both processes to one {cpu} does not make them clearly rarer here, so the cross-{cpu} "
             "wake-up is not the whole story.",
             "mc_top1": f0(big.max_us_rounded.iloc[0]), "mc_top1_n": int(big.runs.iloc[0]),
             "mc_top2": f0(big.max_us_rounded.iloc[1]), "mc_top2_n": int(big.runs.iloc[1])}
@@ -192,12 +259,31 @@ def quantization(D) -> dict:
             "q_const150_p50": int(c150[0.5]), "q_const150_p99": int(c150[0.99]),
             "q_max_abs": f"{q.error_us.abs().max():.2f}", "q_mean": f"{q.error_us.mean():+.2f}",
             "q_max_small": f"{small.error_us.abs().max():.2f}", "q_n_small": len(small),
-            "q_big_clause": (f"The {len(big)} percentile(s) above 100 µs fall in 10-µs buckets, and there the "
-                             f"error reaches {big.error_us.abs().max():.2f} µs.") if len(big) else
-            "No percentile of this run reached 100 µs, where buckets become 10 µs wide.",
+            "q_big_clause": big_clause(q, big),
             "q_n": len(q),
             "mean_rt_ok": int(((npr.mean_us / npr.rt_latency_us - 1).abs() < 0.05).sum()),
             "mean_rt_n": len(npr)}
+
+
+def big_clause(q, big) -> str:
+    """The percentiles above 100 µs: their buckets, their largest error, and whether that error
+    exceeds one bucket (the exact percentile interpolates between sparse tail samples; netperf
+    takes the sample at its rank, which tools/chapters/netperf_latency/netperf_hist.py checks)."""
+    if not len(big):
+        return "No percentile of this run reached 100 µs, where buckets become 10 µs wide."
+    widths = " and ".join(f"{w:g} µs" for w in sorted(big.bucket_us.unique()))
+    over = (big.error_us.abs() > big.bucket_us + 1).sum()
+    checked = q.in_rank_bucket.notna().sum()
+    inb = int((q.in_rank_bucket == True).sum())  # noqa: E712
+    said = (f"The {len(big)} percentile(s) above 100 µs fall in buckets {widths} wide, and there the error reaches "
+            f"{big.error_us.abs().max():.2f} µs.")
+    if over:
+        said += (f" In {over} of them it exceeds one bucket plus 1 µs: in a sparse tail the exact percentile, "
+                 "interpolated between two samples far apart, can lie buckets away from the sample at netperf's rank.")
+    if checked:
+        said += (f" Against that sample, netperf's value lies in the sample's bucket in {inb} of {checked} "
+                 "percentiles" + (", as the bound says." if inb == checked else "; the others break the bound."))
+    return said
 
 
 def ping(D) -> dict:
@@ -233,7 +319,7 @@ def seed(D) -> dict:
     p50_r = vs.loc["P50_LATENCY", "seed / netperf here"]
     min_r = then["MIN_LATENCY"] / here["MIN_LATENCY"]
     mom_now, mom_seed = here["P50_LATENCY"] / here["MIN_LATENCY"], then["P50_LATENCY"] / then["MIN_LATENCY"]
-    return {**seed_conditions(ref),
+    return {**seed_conditions(ref), "max_said": max_said(R, here, then),
             "seed_mode_bucket": seed_mode, "seed_mode_pct": f1(100 * vh.loc[seed_mode, "seed_fraction"]),
             "ours_mode_bucket": ours_mode, "ours_mode_pct": f1(100 * vh.loc[ours_mode, "ours_fraction"]),
             "seed_over_now_min": f1(min_r),
@@ -257,6 +343,24 @@ def seed(D) -> dict:
             "now_med_over_min": f1(here["P50_LATENCY"] / here["MIN_LATENCY"]),
             "seed_med_over_min": f1(then["P50_LATENCY"] / then["MIN_LATENCY"]),
             }
+
+
+def max_said(R, here, then) -> str:
+    """Whether both maxima are single events far above the median, and whether ours point at the
+    network path (only one path has millisecond maxima) or not (both paths have them)."""
+    now_r, seed_r = here["MAX_LATENCY"] / here["P50_LATENCY"], then["MAX_LATENCY"] / then["P50_LATENCY"]
+    if min(now_r, seed_r) < 10:
+        return (f"The maximum is {f0(now_r)} times the median here and {f0(seed_r)} times in the seed, so at "
+                "least one of them is no single event far above the rest, and the comparison says nothing about "
+                "its cause.")
+    paths = R[R.max_us >= 1000].path.nunique()
+    head = (f"Both are single events far above the median ({f0(now_r)} times it here, {f0(seed_r)} times in the "
+            "seed).")
+    if paths > 1:
+        return (f"{head} Ours occur on loopback and veth alike (the millisecond maxima above), which fits the "
+                "seed's explanation that they are scheduling events, not a cost of the network path.")
+    return (f"{head} Our millisecond maxima occur on {'one path only' if paths else 'neither path'}, so this "
+            "dataset cannot tell the seed's explanation, a scheduling event, from a cost of the path.")
 
 
 def seed_conditions(ref) -> dict:

@@ -2,7 +2,7 @@
 chapter's data.CacheData). One function per section of the chapter; findings() has them all."""
 from __future__ import annotations
 
-from ... import stats
+from ... import machine, stats
 from . import analysis as A
 from . import views as V
 from .spec import DD_BS, MODES, SEM_WRITE
@@ -19,6 +19,7 @@ def method(D) -> dict:
         "n_datasets": len(D.manifests), "n_hosts": len(D.hosts), "rep_datasets": len(D.manifests),
         "newest_host": h["host_id"], "newest_desc": h["description"],
         "newest_kernel": h["kernel_release"], "newest_virt": h["virtualization"],
+        "newest_machine": dict(machine.facts(h))["machine"],
         "newest_date": man["started"][:10],
         "qemu_img_version": tools.get("qemu-img", "?").split("(")[0].replace("qemu-img version", "").strip(),
         "strace_version": tools.get("strace", "?").replace("strace -- version", "").strip(),
@@ -82,6 +83,7 @@ def bench(D) -> dict:
         none_depth_gain=f"{med('write', dn, 0, 'none')['median'] / w['none']['median']:.1f}",
         read_cache_gain=f"{med('read', d1, 0, 'writeback')['median'] / med('read', d1, 0, 'none')['median']:.1f}",
         d1=d1, dn=dn, fmax=fmax, bench_cv_max=f"{bs.cv.max():.2f}", bench_cv_med=f"{bs.cv.median():.2f}",
+        bench_cv_said=cv_said(D, bs.cv.median()),
         bench_n=int(bs.n.min()))
     if "qcow2" in set(bs.format):
         q = bs[(bs.op == "write") & (bs.depth == d1) & (bs.flush_interval == 0)].pivot(
@@ -93,6 +95,62 @@ def bench(D) -> dict:
                cmp_bench_main="; ".join(main.verdict) if len(main) else
                "not measured (fewer than two runs per mode)")
     return out
+
+
+def host_kind(D) -> tuple[dict, bool, str]:
+    """The quoted host's facts, whether it is a guest, and its disk as the prose names it."""
+    h, disk = D.quoted.host, D.quoted.facts.get("host_disk", {})
+    guest = (h.get("virtualization") or "none") != "none"
+    return h, guest, f'{disk.get("device")}, {disk.get("driver")}'
+
+
+def virtual_disk(D) -> bool | None:
+    """True: a virtio disk of a guest; False: a disk of a bare-metal host; None: cannot tell (a
+    guest's disk with another driver may be emulated or passed through)."""
+    h, guest, _ = host_kind(D)
+    if not guest:
+        return False
+    return True if str(D.quoted.facts.get("host_disk", {}).get("driver", "")).startswith("virtio") else None
+
+
+def cv_said(D, cv_med) -> str:
+    """How much the bench's runs vary, and what the quoted host is (its manifest)."""
+    h, guest, disk = host_kind(D)
+    where = f"on the quoted host ({dict(machine.facts(h))['machine']}; scratch disk {disk})"
+    if cv_med >= 0.05:
+        return (f"Runs of one configuration vary this much {where}, so the intervals, not the points, are "
+                "what a comparison can rely on.")
+    return (f"Runs of one configuration agree closely {where}; still, a comparison rests on the intervals, "
+            "not on the points.")
+
+
+def accel_effect(D) -> dict:
+    """What the guests' accelerator (guest_boots.accel) does to the guest's figures."""
+    accels = set(D.gs.accel)
+    h = D.quoted.host
+    host_side = "the host side (pwrite, fdatasync and the page cache) runs at native speed"
+    if accels == {"tcg"}:
+        lead = ("The guests ran under TCG: every guest instruction is translated and run by QEMU on the host "
+                "CPU, so the guest's own work (filling its page cache, building requests, the virtio "
+                f"notifications) is much slower than on hardware, while {host_side}.")
+    elif accels == {"kvm"}:
+        lead = ("The guests ran under KVM: their instructions run natively on the host CPU, and each virtio "
+                f"notification costs an exit to the hypervisor and QEMU, while {host_side}.")
+    else:
+        lead = (f"The guests ran under {D.acc}, differently from boot to boot: under TCG the guest's own work "
+                f"is emulated, under KVM it runs natively; either way {host_side}.")
+    note = D.boots["accel_note"].iloc[0]
+    if "tcg" in accels and "fallback" in note.lower():
+        own = dict(machine.facts(h))["its own KVM"]
+        kvm = (f"The quoted host ({dict(machine.facts(h))['machine']}; its own KVM: {own}) did not boot the "
+               "KVM guest in time, so tools/guest.py fell back to TCG and labels every result.")
+    elif "tcg" in accels:
+        kvm = "TCG was chosen for these guests, not forced by the host; every result is labelled with it."
+    else:
+        kvm = "No guest fell back to TCG."
+    return {"accel_effect": lead, "kvm_said": kvm,
+            "rk_2_note": "Under TCG that column measures the emulated CPU, as explained above."
+            if accels == {"tcg"} else "It compares the guest's whole write path, not the modes alone."}
 
 
 def guest(D) -> dict:
@@ -133,8 +191,63 @@ def guest(D) -> dict:
     else:
         pen = f"The penalty of the per-write sync is as large as in {ref.date.iloc[0][:4]} or larger."
     CG = A.compare_modes(A.guest_dd_table(D.gdd).query("variant == 'direct'"))
+    s_norm = f"directsync {S[('directsync', 'normal')]:g}, none {S[('none', 'normal')]:g} MB/s"
+    spread_n = norm['median'].max() / norm['median'].min()
+    if spread_n >= 1.5:
+        normal = ("The modes differ this much even here, so the host side shows through the guest's own path; "
+                  f"the seed's normal-write column ({s_norm}) is set beside ours in the figure.")
+    elif set(gs.accel) == {"tcg"}:
+        normal = ("That is what a common bottleneck in the emulated CPU, the same in every mode, would produce, "
+                  f"so absolute guest throughput does not carry over: the seed's normal-write column ({s_norm}) "
+                  "cannot be compared with ours.")
+    else:
+        normal = ("Without oflag=direct the modes share the guest's own path (its page cache and the virtio "
+                  f"queue), which hides their differences; the seed's normal-write column ({s_norm}) is set "
+                  "beside ours in the figure, not compared.")
+    shrank = sp < op_ < 1
+    vd = virtual_disk(D)
+    _, _, disk = host_kind(D)
+    bare = sum(1 for hid in D.hosts if next((m.host.get("virtualization") for m in D.manifests
+                                              if m.host_id == hid), None) == "none")
+    measured = ("no bare-metal host has measured this chapter yet, so the cause is not measured" if not bare else
+                f"{bare} bare-metal host(s) measured this chapter (Hosts side by side, below)")
+    if vd:
+        cause = (f"The quoted host's disk ({disk}) is a virtual disk whose flushes go to the hypervisor below "
+                 f"it. {'That may be why the penalty shrank; ' if shrank else ''}{measured}.")
+    elif vd is False:
+        cause = (f"The quoted host runs on bare metal, so its fdatasync reaches a physical disk ({disk})"
+                 f"{'; the data do not say why the penalty shrank' if shrank else ''}.")
+    else:
+        cause = (f"Whether the quoted host's disk ({disk}) is emulated or passed through to it is not recorded"
+                 f"{', so the data do not say why the penalty shrank' if shrank else ''}.")
+    out.update(normal_said=normal, pen_cause=cause, **accel_effect(D), **throttle(D))
     out.update(pen_sentence=pen, cmp_guest_direct="; ".join(CG.verdict) if len(CG) else "not measured")
     return out
+
+
+def throttle(D) -> dict:
+    """Could the host's dirty-page limits have throttled the guests' writes? The global limits
+    (vm.dirty_*_ratio of the dirtyable memory, at least the free memory sampled) against the
+    host's Dirty peak; a container's memory cgroup has limits of its own, which are not recorded."""
+    vm = D.quoted.facts.get("vm_dirty") or {}
+    ps, pc = D.samples, D.pc
+    if not vm or ps is None or ps.empty or "memfree_kb" not in ps:
+        return {"throttle_said": "The dataset does not record the host's dirty-page limits, so whether they "
+                "throttled these writes is not known."}
+    bg = float(vm["dirty_background_ratio"])
+    free = ps.memfree_kb.min() / 1024
+    thr = bg / 100 * free
+    peak = pc.dirty_peak_kb.max() / 1024
+    said = (f"Host Dirty peaked at {peak:,.0f} MiB during the guests' runs. The kernel starts background "
+            f"writeback at vm.dirty_background_ratio = {bg:g} % of its dirtyable memory (the free memory less "
+            "the kernel's reserves, plus the file cache), and throttles writers only above that: here about "
+            f"{thr:,.0f} MiB or more ({bg:g} % of the smallest MemFree sampled, {free:,.0f} MiB). ")
+    said += ("So the global dirty limits did not throttle these writes" if peak < thr / 2 else
+             "So the global dirty limits may have come into play; the chapter did not record throttling")
+    cont = D.quoted.host.get("container")
+    said += (f"; the host ran in a {cont} container, whose memory cgroup has dirty limits of its own that the "
+             "dataset does not record." if cont not in (None, "none") else ".")
+    return {"throttle_said": said}
 
 
 def seed_environment(ref) -> dict:
@@ -188,7 +301,7 @@ def ranking(D) -> dict:
         out["disagree_sentence"] = "Today's speed orderings agree with the seed's."
     else:
         out["disagree_sentence"] = (
-            f"In the two speed orderings that carry over from TCG (the guest's oflag=direct runs and the "
+            f"In the two speed orderings that rest on the host's side (the guest's oflag=direct runs and the "
             f"host bench), {len(diffs)} pair comparisons differ from the seed's: {n_tie} where the seed saw "
             f"a step and today's figures are equal by the rule above, and {len(diffs) - n_tie} where today's "
             f"order is reversed.")
@@ -209,6 +322,32 @@ def hosts(D) -> dict:
         "with a rank test per mode against this one.")}
 
 
+def disk(D) -> dict:
+    """What the quoted host's disk is (its manifest's host_disk and host facts), for the sentences
+    on "none" as the middle ground and on durability."""
+    vd = virtual_disk(D)
+    _, _, name = host_kind(D)
+    wc = D.quoted.facts.get("host_disk", {}).get("write_cache")
+    below = ", and it is itself a virtual disk, so what finally holds the data is the hypervisor's storage"
+    if wc == "write back":
+        cache = f"The quoted host's disk reports a volatile write-back cache ({name}){below if vd else ''}."
+    elif wc:
+        cache = (f"The quoted host's disk reports \"{wc}\" ({name}), that is, no volatile cache"
+                 f"{', though as a virtual disk it cannot show what the hypervisor below does' if vd else ''}.")
+    else:
+        cache = "The dataset does not record whether the quoted host's disk has a volatile cache."
+    if vd:
+        dur = (f"A sync that reaches the quoted host's disk ({name}) reaches a virtual disk. Whether the data "
+               "would survive a power cut depends on the hypervisor below, which cannot be seen from inside.")
+    elif vd is False:
+        dur = (f"A sync reaches the quoted host's physical disk ({name}); whether that disk's cache honours "
+               "it was not tested (no power was cut).")
+    else:
+        dur = f"Whether the quoted host's disk ({name}) is virtual is not recorded, so where a sync lands is not known."
+    return {"none_cache_said": cache, "durability_said": dur}
+
+
 def findings(D) -> dict:
     """Every value the prose quotes."""
-    return {**method(D), **semantics(D), **bench(D), **guest(D), **memory(D), **ranking(D), **hosts(D)}
+    return {**method(D), **semantics(D), **bench(D), **guest(D), **memory(D), **ranking(D), **hosts(D),
+            **disk(D)}
