@@ -308,3 +308,23 @@ def test_committed_data_decodes_every_guest_config():
     f = V.findings(D)
     assert not [k for k, v in f.items() if isinstance(v, float)]
     assert f["seed_removed"] == "SCSI and CONFIG_WCE" and f["n_configs"] == len(spec.GUEST_CONFIGS)
+
+
+def test_accel_findings_compare_only_configs_measured_under_both():
+    """The accelerator sentence says 'not measured' with one accelerator, and with two compares
+    each configuration's negotiated block bits across them."""
+    import pandas as pd
+    from types import SimpleNamespace
+
+    def rows(accel, run, config, names):
+        return [{"host_id": "h", "run_id": run, "source": "guest", "boot": 0, "device": "virtio1",
+                 "type": "block", "accel": accel, "config": config, "name": n} for n in names]
+    one = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"]))
+    assert "whether KVM negotiates the same bits was not measured" in \
+        analysis.accel_findings(SimpleNamespace(bits=one))["accel_compare"]
+    two = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"])
+                       + rows("kvm", "r2", "default", ["FLUSH", "VERSION_1"])
+                       + rows("kvm", "r2", "packed=on", ["RING_PACKED"])
+                       + rows("tcg", "r1", "legacy", ["FLUSH"]) + rows("kvm", "r2", "legacy", ["SCSI"]))
+    s = analysis.accel_findings(SimpleNamespace(bits=two))["accel_compare"]
+    assert s.startswith("1 of the 2 disk configurations measured under both"), s

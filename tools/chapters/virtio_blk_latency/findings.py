@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ...machine import kind, short_kind
 from . import analysis as A
 from . import views as V
 from .spec import QEMU_CORE_EVENTS
@@ -29,7 +30,7 @@ def method(D) -> dict:
     return {
         "n_datasets": len(D.manifests), "n_hosts": len(D.hosts), "host_id": h["host_id"],
         "host_desc": h.get("description", ""), "host_kernel": h["kernel_release"],
-        "host_virt": h.get("virtualization", "none"), "run_date": man["started"][:10], "accel": D.acc,
+        "host_virt": h.get("virtualization", "none"), "host_kind": kind(h), "run_date": man["started"][:10], "accel": D.acc,
         "accel_note": notes.iloc[0] if len(notes) else "", "qemu_version": qemu,
         "guest_kernel": f"{ga.get('kernel_package', '?')} {ga.get('kernel_version', '')}".strip(),
         "p_requests": p["requests"], "p_warmup": p["warmup"], "n_rounds": int(jobs["round"].nunique()),
@@ -44,7 +45,7 @@ def method(D) -> dict:
         "n_qemu_events": len(ex.get("qemu_events", [])), "qemu_events": ", ".join(ex.get("qemu_events", [])),
         "host_cpus": int(h.get("cpus_online") or 0),
         "host_disk_sentence": (
-            f"The quoted host is itself a {h.get('virtualization')} guest, so the image's disk "
+            f"The quoted host is itself a {short_kind(h)}, so the image's disk "
             f"({ex.get('host_block_device', {}).get('name', 'not traced')}) is a virtual disk too"
             if h.get("virtualization") not in (None, "none") else
             f"The quoted host is bare metal; the image's disk is "

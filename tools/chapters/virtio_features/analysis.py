@@ -6,11 +6,12 @@ quoted dataset (D.quoted); "every host" views use each host's shown dataset (D.o
 from __future__ import annotations
 
 from ...errors import DatasetError
+from ...machine import kind
 from .bits import SOURCES
 from .decode import cache_type_from_features, decode, diff, table_rows
 from .parse import bits_from_dump, blocks_from_dump, devices_from_dump
-from .analysis_guest import (block_matrix, changes_table, guest_findings, guest_summary,  # noqa: F401
-                             guest_view, quoted, type_matrix)
+from .analysis_guest import (accel_findings, block_matrix, changes_table, guest_findings,  # noqa: F401
+                             guest_summary, guest_view, option_findings, quoted, type_matrix)
 
 HOST_COLUMNS = ["device", "type", "driver", "status_flags", "n_chars", "n_set", "names", "unknown_bits"]
 RENAME = {"status_flags": "status", "n_chars": "chars", "n_set": "bits set"}
@@ -173,6 +174,7 @@ def overview(D) -> dict:
     host_devs, g_devs = quoted(D, D.devices, "host"), quoted(D, D.devices, "guest")
     return {"n_datasets": len(D.manifests), "n_hosts": len(D.hosts),
             "host_kernel": q["host"]["kernel_release"], "host_virt": q["host"]["virtualization"],
+            "host_kind": kind(q["host"]),
             "run_date": q["started"][:10], "n_host_devices": len(host_devs),
             "host_types": ", ".join(sorted(host_devs["type"])), "host_chars": _chars(host_devs),
             "guest_chars": _chars(g_devs) or "none"}
@@ -198,9 +200,20 @@ def host_findings(D) -> dict:
         sentence = ("Only one host has data for this chapter, so there is nothing to compare yet; "
                     "another host's dataset would add its rows here, a bit-by-bit difference and an "
                     "environment diff.")
-    return {"n_unknown_devices": len(unk),
-            "unknown_where": "; ".join(f"{r.type} ({r.device}): bit {r.unknown_bits}"
-                                       for r in unk.itertuples()) or "none",
+    where = "; ".join(f"{r.type} ({r.device}): bit {r.unknown_bits}" for r in unk.itertuples()) or "none"
+    v1 = host_devs[host_devs.names.astype(str).str.split().apply(lambda n: "VERSION_1" in n)]
+    legacy = sorted(set(host_devs["type"]) - set(v1["type"]))
+    return {"n_unknown_devices": len(unk), "unknown_where": where,
+            "host_v1_sentence": (
+                f"All {len(host_devs)} devices ({', '.join(sorted(host_devs['type']))}) are virtio 1.0 devices "
+                "(VERSION_1, bit 32)" if not legacy else
+                f"{len(v1)} of the {len(host_devs)} devices are virtio 1.0 devices (VERSION_1, bit 32); "
+                f"the others ({', '.join(legacy)}) are legacy devices"),
+            "unknown_sentence": (
+                f"Bits the decoder has no name for: {where}. The string shows that the driver and the device "
+                "agreed on such a bit. It is in none of the decoder's sources listed above, so the decoder "
+                "reports it and does not guess a name" if len(unk) else
+                "Every negotiated bit of these devices has a name in the decoder's tables"),
             "host_diff_sentence": sentence}
 
 
@@ -232,7 +245,7 @@ def boot_findings(D) -> dict:
 def findings(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     return {**overview(D), **table_findings(), **host_findings(D), **seed_findings(D),
-            **boot_findings(D), **guest_findings(D)}
+            **boot_findings(D), **guest_findings(D), **accel_findings(D), **option_findings(D)}
 
 
 def run_columns(m) -> dict:

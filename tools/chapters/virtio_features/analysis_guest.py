@@ -143,3 +143,56 @@ def guest_findings(D) -> dict:
                              "default, so this machine's virtual disk is not QEMU's virtio-blk."
                              if miss and not hb.empty else
                              "This host's disk has the bits QEMU's virtio-blk always offers.")}
+
+
+def accel_findings(D) -> dict:
+    """Whether the data can say that the accelerator leaves the negotiated bits alone: every
+    guest disk configuration measured under both KVM and TCG (in any dataset), compared on its
+    negotiated virtio-blk bits."""
+    b = D.bits
+    g = b[(b.source == "guest") & (b.type == "block")] if len(b) else b
+    accels = sorted(set(g.accel)) if len(g) else []
+    if len(accels) < 2:
+        return {"accel_compare": (f"every guest in the data ran under {accels[0].upper()}, so whether "
+                                  f"{'TCG' if accels[0] == 'kvm' else 'KVM'} negotiates the same bits was "
+                                  "not measured"
+                                  if accels else "no guest ran, so nothing was compared")}
+    sets = g.groupby(["config", "accel", "host_id", "run_id", "boot", "device"])["name"].agg(frozenset)
+    per = sets.reset_index().groupby(["config", "accel"])["name"].agg(set)
+    both = [c for c in set(per.index.get_level_values(0))
+            if all((c, a) in per.index for a in accels)]
+    same = [c for c in both if len({s for a in accels for s in per[(c, a)]}) == 1]
+    return {"accel_compare": (f"{len(same)} of the {len(both)} disk configurations measured under both "
+                              "accelerators negotiated the same virtio-blk bits under each"
+                              if both else "no disk configuration was measured under both accelerators, "
+                              "so whether they negotiate the same bits was not measured")}
+
+
+def option_findings(D) -> dict:
+    """What single QEMU options changed, from the changes table and the block matrix."""
+    from .decode import table_rows
+    ch = changes_table(D)
+    transport = {r["name"] for r in table_rows() if r["kind"] == "transport"}
+    out = {"wco_cache": "-", "legacy_removed": "-", "transport_only": "none", "modern_v1": "-"}
+    if ch.empty:
+        return out
+    by = ch.set_index("config")
+    if "write-cache=off" in by.index:
+        out["wco_cache"] = by.loc["write-cache=off", "cache_type"]
+    if "legacy" in by.index:
+        out["legacy_removed"] = " and ".join(by.loc["legacy", "removed"].split()) or "nothing"
+
+    def names(r):
+        return [n for col in ("added", "removed") for n in r[col].split() if n != "-"]
+    only = [f"{r['config']} ({' '.join(('+' if n in r['added'].split() else '-') + n for n in names(r))})"
+            for _, r in ch.iterrows() if names(r) and set(names(r)) <= transport]
+    out["transport_only"] = ", ".join(only) or "none"
+    M = block_matrix(D)
+    v1 = [i for i in M.index if i.split()[-1] == "VERSION_1"]
+    modern = [c for c in M.columns if not c.startswith("seed:") and "legacy" not in c]
+    has = sum(int(M.loc[v1[0], c]) for c in modern) if v1 else 0
+    out["modern_v1"] = (f"All {len(modern)} columns other than the seed's and the legacy disks have "
+                        "VERSION_1" if has == len(modern) else
+                        f"{has} of the {len(modern)} columns other than the seed's and the legacy disks "
+                        "have VERSION_1")
+    return out
