@@ -30,11 +30,25 @@ def pin_effect(D):
     return A.pin_effect(A.ladder(D.R, D.H)).round(2)
 
 
+def _compact(t, keys: list[str]):
+    """A comparison table (tools.stats.compare columns) cut to its key columns: the identifiers,
+    the runs on each side, the Hodges-Lehmann shift with its 95 % interval in one cell, and the
+    verdict (which already quotes the p-value and Cliff's delta). The medians, the separate
+    interval ends, Cliff's delta and the p-value stay in A.pin_comparison/A.host_comparison."""
+    def shift(r):
+        if pd.isna(r["shift"]):
+            return "-"
+        return f'{r["shift"]:.2f} [{r["shift_low"]:.2f}, {r["shift_high"]:.2f}]'
+    out = t[keys].copy()
+    out["runs"] = [f"{a} vs {b}" for a, b in zip(t["n_a"], t["n_b"])]
+    out["shift µs (95 % CI)"] = [shift(r) for _, r in t.iterrows()]
+    out["verdict"] = t["verdict"]
+    return out.reset_index(drop=True)
+
+
 def pin_comparison(D):
     """split and same against none, per dataset (every dataset: each is compared within itself)."""
-    pc = A.pin_comparison(D["runs"])
-    return pc[["host_id", "run_id", "path", "proto", "pin", "n_a", "n_b", "median_a", "median_b", "shift",
-               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+    return _compact(A.pin_comparison(D["runs"]), ["host_id", "run_id", "path", "proto", "pin"])
 
 
 def none_vs_pinned(D):
@@ -92,8 +106,7 @@ def host_comparison(D):
     hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests)
     if hc.empty:
         return "no host comparison (see the text above)"
-    return hc[["path", "proto", "pin", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift",
-               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+    return _compact(hc, ["path", "proto", "pin", "host_id", "baseline"])
 
 
 def skipped(D):

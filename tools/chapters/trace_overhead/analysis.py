@@ -145,6 +145,26 @@ def cost_table(D):
     return table.round(1).reset_index(drop=True)
 
 
+def _with_ci(value, low, high) -> str:
+    """'value [low, high]', one decimal; '-' where there is no value (none against itself)."""
+    import math
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.1f} [{low:.1f}, {high:.1f}]"
+
+
+def cost_view(D):
+    """cost_table() as shown: the key columns only, each estimate with its 95 % interval in one
+    cell (the percentiles p5/p95/p99 stay in cost_table; the batches are in samples.csv)."""
+    import pandas as pd
+    t = cost_table(D)
+    return pd.DataFrame({
+        "dataset": t["dataset"], "mechanism": t["mechanism"], "n": t["n"],
+        "median ns (95 % CI)": [_with_ci(*r) for r in zip(t["median"], t["ci_low"], t["ci_high"])],
+        "overhead ns (95 % CI)": [_with_ci(*r) for r in zip(t["overhead_ns"], t["over_ci_low"],
+                                                          t["over_ci_high"])]})
+
+
 def steps_table(D):
     """decompose() of the quoted dataset, as shown."""
     steps = decompose(D["samples"][D["samples"].dataset == dataset_key(D.quoted)])
