@@ -81,14 +81,35 @@ def phase_table(D, A):
               .round(0))
 
 
+def _ci(m, lo, hi, fmt: str) -> list[str]:
+    """'median [low, high]' strings, formatted at the source."""
+    return [f"{a:{fmt}} [{b:{fmt}}, {c:{fmt}}]" for a, b, c in zip(m, lo, hi)]
+
+
 def repetition_table(D):
+    """Per dataset and phase: the rounds, the median IOPS with its 95 % interval, the relative
+    width reached and whether it met the target (the rest of repetition.csv is linked under
+    Datasets)."""
     from IPython.display import Markdown
     from ...notebook import FIXED_REPETITION
     rk = in_written_order(D["repetition"], "repetition")
     if not len(rk):
         return Markdown(f"No dataset of this chapter has a repetition table yet: all of them used {FIXED_REPETITION}.")
-    return (rk[["host_id", "run_id", "key", "n", "warmup", "median", "ci_low", "ci_high", "rel_ci_width",
-                "met_target", "stopped_by"]].rename(columns={"key": "phase", "median": "median IOPS"}).round(3))
+    out = rk[["host_id", "run_id", "key", "n"]].rename(columns={"key": "phase", "n": "rounds"})
+    return out.assign(**{"median IOPS [95 % CI]": _ci(rk["median"], rk["ci_low"], rk["ci_high"], ".0f"),
+                         "rel. CI width": rk["rel_ci_width"].round(3), "met target": rk["met_target"]})
+
+
+def phase_glance(A):
+    """Phases at a glance: per phase, the steady intervals, IOPS median [95 % CI] and the medians
+    of the columns the prose discusses (the CIs of the others, and rareq-sz/wareq-sz, are in
+    A['phase_summary']; the per-interval values are intervals.csv)."""
+    ps = A["phase_summary"]
+    out = ps[["phase", "n"]].rename(columns={"n": "intervals"})
+    return out.assign(**{"IOPS [95 % CI]": _ci(ps["IOPS"], ps["IOPS lo"], ps["IOPS hi"], ".0f"),
+                         "await ms": ps["await"].round(3), "aqu-sz": ps["aqu-sz"].round(2),
+                         "%util": ps["%util"].round(1), "f/s": ps["f/s"].round(0),
+                         "%wrqm": ps["%wrqm"].round(1)})
 
 
 def outside_tolerance(A):

@@ -50,12 +50,17 @@ def seed_semantics(D):
 
 
 def bench_table(D):
-    """The bench's summary per configuration and mode."""
-    tab = D.bs[["format", "op", "depth", "flush_interval", "mode", "n", "median", "ci_low", "ci_high", "cv",
-                "latency_us"]]
-    tab = tab.rename(columns={"median": "MB/s", "ci_low": "CI low", "ci_high": "CI high",
-                              "latency_us": "mean µs/request"})
-    return tab.round({"MB/s": 0, "CI low": 0, "CI high": 0, "cv": 2, "mean µs/request": 0}).reset_index(drop=True)
+    """The bench's summary, one row per configuration (format, operation, depth, flush interval)
+    and one column per mode: median MB/s [95 % CI]. The per-run rows (cv, latency) stay in
+    bench.csv, which the Datasets section links."""
+    from .spec import MODES
+    tab = D.bs.assign(cell=[f"{m:.0f} [{lo:.0f}, {hi:.0f}]"
+                            for m, lo, hi in zip(D.bs["median"], D.bs["ci_low"], D.bs["ci_high"])])
+    wide = tab.pivot_table(index=["format", "op", "depth", "flush_interval"], columns="mode",
+                           values="cell", aggfunc="first")
+    wide = wide[[m for m in MODES if m in wide.columns]]
+    wide.columns.name = "MB/s [95 % CI]"
+    return wide
 
 
 def main_bench(CB, d1: int):
