@@ -30,7 +30,7 @@ def findings_matrix(data_dir=None):
 def findings_table(data_dir=None):
     """findings_matrix() for the page: every claim shown whole (a DataFrame's repr cuts
     text at 50 characters), without the row numbers."""
-    return findings_matrix(data_dir).style.hide(axis="index")
+    return findings_matrix(data_dir).style.hide(axis="index").format(escape="html")
 
 
 def headlines(data_dir=None):
