@@ -238,7 +238,10 @@ def leftovers(data: Path) -> list[str]:
     ps = subprocess.run(["ps", "-eo", "pid=,comm=,args="], capture_output=True, text=True).stdout
     for line in ps.splitlines():
         pid, comm, args = (line.split(None, 2) + ["", ""])[:3]
-        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args) and _tagged(int(pid)):
+        # the children, a notebook kernel, and a papermill collect's own process (tools
+        # collect), which restores after its kernel is gone: its exit ends the restore
+        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args or "tools.kernel" in args
+                or " -m tools collect " in f" {args} ") and _tagged(int(pid)):
             out.append(f"process {pid} {comm}")
     for d in scratch.live_dirs():
         m = scratch._NAME.match(d.name)
@@ -273,7 +276,7 @@ def mounts_of_ours() -> dict:
     return {"debugfs": knobs.mounted(), "tracefs": knobs.mounted(Path("/sys/kernel/tracing"), "tracefs")}
 
 
-def settle(data: Path, seconds: float = 30) -> list[str]:
+def settle(data: Path, seconds: float = 60) -> list[str]:
     """leftovers(), polled until empty or `seconds` passed (a kernel cleans up after its parent)."""
     deadline = time.monotonic() + seconds
     while True:
@@ -394,7 +397,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
         # sweep: an orphaned bpftrace would skew whatever runs in between. A SIGKILLed papermill
         # SIGTERMs the collect (which then restores and ends its children itself), so allow
         # for a restore on a busy machine
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while (procs := [x for x in leftovers(data) if x.startswith(("process", "cgroup"))]) \
                 and time.monotonic() < deadline:
             time.sleep(0.2)
