@@ -174,13 +174,20 @@ class RunGroup:
             return False
         from . import guard
         with guard.restoring():
-            try:
-                (self._home / "cgroup.procs").write_text(str(os.getpid()))
-            except OSError:
-                kill_all(self.path, spare=os.getpid())
+            for home in (self._home, mount()):  # where we came from, else the hierarchy's top
+                try:
+                    (home / "cgroup.procs").write_text(str(os.getpid()))
+                    break
+                except (OSError, TypeError):
+                    continue
             else:
-                kill_all(self.path)
-                remove(self.path)
+                # still inside: end the others now; the watchdog empties and removes the
+                # group when this process exits (closing its pipe now would kill us)
+                kill_all(self.path, spare=os.getpid())
+                self._watchdog, self.path = None, None
+                return False
+            kill_all(self.path)
+            remove(self.path)
             self._stop_watchdog()
             self.path = None
         return False
