@@ -162,3 +162,32 @@ def test_our_instance_prints_lines_the_parser_reads_whatever_the_top_level_says(
     assert {k: (opts / k).read_text().strip() for k in READABLE_FORMAT} == READABLE_FORMAT
     assert (opts / "record-tgid").read_text().strip() == "1", "layouts the parser reads are left alone"
     assert readable_format(tmp_path) == {}
+
+
+def test_a_busy_unmount_keeps_the_flag_for_the_next_sweep(tmp_path, monkeypatch):
+    """v3 of this session's noisy runs left tracefs mounted with no flag of ours: the session
+    ended while a child still held a tracefs file, umount said EBUSY, and the flag was dropped
+    anyway, so no later sweep would ever unmount it. The flag now stays until umount works."""
+    from pathlib import Path
+    from types import SimpleNamespace
+    mount_dir = tmp_path / "state"
+    mount_dir.mkdir(mode=0o700)
+    monkeypatch.setattr(tracefs, "_mount_dir", lambda: mount_dir)
+    monkeypatch.setattr(tracefs.time, "sleep", lambda s: None)
+    root = Path("/sys/kernel/tracing")
+    state = {"mounted": True, "busy": True, "calls": 0}
+    monkeypatch.setattr(tracefs, "mounts", lambda: [(str(root), "tracefs")] if state["mounted"] else [])
+
+    def umount(cmd, capture_output=True):
+        state["calls"] += 1
+        if state["busy"]:
+            return SimpleNamespace(returncode=32, stdout=b"", stderr=b"target is busy")
+        state["mounted"] = False
+        return SimpleNamespace(returncode=0, stdout=b"", stderr=b"")
+    monkeypatch.setattr(tracefs.subprocess, "run", umount)
+    (mount_dir / "mounted").write_text("1\n")
+    assert tracefs.release_mount(root) is False and state["calls"] > 1, "retried"
+    assert (mount_dir / "mounted").exists(), "a failed unmount must keep our flag"
+    state["busy"] = False
+    assert tracefs.release_mount(root) is True
+    assert not (mount_dir / "mounted").exists() and not state["mounted"]

@@ -34,6 +34,18 @@ def status(chapter: str, state: str, detail: str, **extra) -> None:
             f.write(json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n")
 
 
+def _release_tracefs() -> None:
+    """Unmount the tracefs a session of ours mounted, now that every child is gone (a no-op
+    when we did not mount it or another live session uses it)."""
+    if os.geteuid() != 0:
+        return
+    from .tracefs import find_tracefs, release_mount
+    root = find_tracefs()
+    if root is not None:
+        with guard.restoring():
+            release_mount(root)
+
+
 def collect(chapter, profile: str = "default", data_dir=None, say=print, **overrides) -> Path | None:
     """Measure one chapter (a tools.chapter.Chapter) on this host. Returns the new dataset,
     or None when skipped."""
@@ -55,12 +67,15 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
         sweep_all(log=say)
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
-                with RunGroup(), ExitStack() as undo:   # every descendant is gone before publishing
-                    try:
-                        chapter.measure(Context(chapter, p, profile, w, undo, say))
-                    finally:
-                        with guard.restoring():   # a second signal cannot cut the restore short
-                            undo.close()
+                try:
+                    with RunGroup(), ExitStack() as undo:   # every descendant is gone before publishing
+                        try:
+                            chapter.measure(Context(chapter, p, profile, w, undo, say))
+                        finally:
+                            with guard.restoring():   # a second signal cannot cut the restore short
+                                undo.close()
+                finally:
+                    _release_tracefs()  # a mount our session could not release while a child held it
         except MissingPrerequisite as e:
             say(f"SKIPPED: {e}")
             status(chapter.name, "skipped", str(e))

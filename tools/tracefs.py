@@ -23,6 +23,7 @@ import errno
 import os
 import re
 import subprocess
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,10 +163,21 @@ def release_mount(root: Path, exclude: str | None = None) -> bool:
         flag = _mount_dir() / "mounted"
         if not flag.exists() or _live_users(exclude):
             return False
-        mounted = any(t == "tracefs" and Path(m) == Path(root) for m, t in mounts())
-        r = subprocess.run(["umount", str(root)], capture_output=True) if mounted else None
-        flag.unlink(missing_ok=True)
-        return r is not None and r.returncode == 0
+        def still_mounted() -> bool:
+            return any(t == "tracefs" and Path(m) == Path(root) for m, t in mounts())
+        if not still_mounted():
+            flag.unlink(missing_ok=True)
+            return False
+        # a child of ours that is still exiting (perf, bpftrace) can hold a tracefs file a
+        # moment longer: retry, and if it stays busy keep the flag so the next session or
+        # sweep unmounts it (dropping the flag would leave the mount looking like someone else's)
+        for _ in range(30):
+            r = subprocess.run(["umount", str(root)], capture_output=True)
+            if r.returncode == 0 or not still_mounted():
+                flag.unlink(missing_ok=True)
+                return True
+            time.sleep(0.1)
+        return False
 
 
 def sweep_stale(root: Path, log=print) -> list[str]:
