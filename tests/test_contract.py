@@ -264,8 +264,11 @@ def leftovers(data: Path) -> list[str]:
                 if g.name.removeprefix(cgroup.PREFIX).isdigit() and _ours(int(g.name.removeprefix(cgroup.PREFIX)))]
         from tools.statedir import subdir
         for rec in subdir("kernelfiles").iterdir():
+            # only the kernels of the run under test: an earlier test's kernel (a papermill
+            # run in this process) may end, and leave its file to the next sweep, meanwhile
             f = Path(rec.read_text().strip())
-            if rec.name.isdigit() and _ours(int(rec.name)) and f.exists():
+            if rec.name.isdigit() and rec.stat().st_mtime >= _STARTED[0] and _ours(int(rec.name)) \
+                    and f.exists():
                 out.append(f"kernel connection file {f}")
     return out
 
@@ -290,9 +293,13 @@ def _fg():
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's foreground job has it
 
 
+_STARTED = [0.0]  # when start() began the run under test (time.time())
+
+
 def start(argv, chapter: str, ready: str, timeout: float = 240):
     """Start a run in its own session and read its output until `ready` (a regex) shows
     that it changed state; returns (process, output so far)."""
+    _STARTED[0] = time.time()
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True, preexec_fn=_fg,
                          env={**os.environ, "PYTHONUNBUFFERED": "1", "PERFBOOK_TEST_TAG": TAG})
