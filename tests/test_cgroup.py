@@ -148,3 +148,34 @@ def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path):
     remember_kernel_file(_dead_pid(), other)
     assert _kernel_files() == []
     assert victim.read_text() == "user data" and link.is_symlink() and other.exists()
+
+
+def test_a_collect_whose_kernel_ended_removes_that_kernels_file_itself(tmp_path):
+    """A SIGTERM to papermill's group can kill papermill midway through its own cleanup, and
+    the kernel's connection file was left to the next sweep (a noisy make test saw it). The
+    collect, reparented once its kernel ended, removes that one file as it exits; while its
+    kernel lives (its parent), the file is the kernel's own business."""
+    _need_cgroup()
+    from tools.sweep import forget_kernel_file, remember_kernel_file
+    ROOT = Path(__file__).resolve().parents[1]
+    ended = subprocess.Popen(["sleep", "120"])  # a kernel that is not the collect's parent
+    mine = tmp_path / "kernel-4242.json"
+    parents = tmp_path / "kernel-4343.json"
+    for f in (mine, parents):
+        f.write_text("{}")
+    remember_kernel_file(ended.pid, mine)
+    remember_kernel_file(os.getpid(), parents)
+    try:
+        for kernel in (ended.pid, os.getpid()):
+            r = subprocess.run([sys.executable, "-m", "tools", "collect", "example", "--profile", "quick",
+                                "--data-dir", str(tmp_path / "data"), "--params", "{}"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=300,
+                               env={**os.environ, "PERFBOOK_KERNEL_PID": str(kernel)})
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        assert not mine.exists(), "the ended kernel's file outlived the collect"
+        assert parents.exists(), "a live parent kernel's file was removed"
+    finally:
+        ended.kill()
+        ended.wait()
+        forget_kernel_file(os.getpid())
+        forget_kernel_file(ended.pid)

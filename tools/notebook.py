@@ -12,6 +12,8 @@ committed data; either way it returns the chapter's datasets (tools.dataset.Data
 """
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 from .errors import ParameterError, install_notebook_handler
@@ -71,7 +73,8 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
     p = subprocess.Popen([sys.executable, "-m", "tools", "collect", chapter.name, "--profile", profile,
                           "--data-dir", str(data), "--params", json.dumps(given)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent)
+                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent,
+                         env={**os.environ, "PERFBOOK_KERNEL_PID": str(os.getpid())})
     last = ""
     try:
         for line in p.stdout:
@@ -92,7 +95,6 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
 def _remember_connection_file() -> None:
     """A killed papermill leaves this kernel's connection file behind: record it for the
     sweep (tools.sweep.remember_kernel_file). Outside a kernel there is none."""
-    import os
     try:
         from ipykernel.connect import get_connection_file
         path = get_connection_file()

@@ -111,24 +111,38 @@ def forget_kernel_file(pid: int) -> None:
     (subdir("kernelfiles") / str(pid)).unlink(missing_ok=True)
 
 
+def _remove_recorded(rec: Path) -> list[str]:
+    """Remove the connection file a record names, only when still a regular file of ours
+    named like jupyter's (never through a symlink, never another user's); then the record."""
+    removed = []
+    try:
+        path = Path(rec.read_text().strip())
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
+            path.unlink()
+            removed.append(str(path))
+    except (OSError, ValueError):
+        pass
+    rec.unlink(missing_ok=True)
+    return removed
+
+
+def forget_ended_kernel(pid: int) -> list[str]:
+    """A collect whose notebook kernel `pid` ended under it (it was reparented) removes that
+    kernel's connection file at once: a papermill killed mid-cleanup leaves it otherwise,
+    until the next run's sweep."""
+    from .statedir import subdir
+    rec = subdir("kernelfiles") / str(pid)
+    return _remove_recorded(rec) if rec.is_file() else []
+
+
 def _kernel_files() -> list[str]:
-    """Connection files of dead collect kernels: removed only when still a regular file of
-    ours named like jupyter's (never through a symlink, never another user's)."""
+    """Connection files of dead collect kernels (_remove_recorded)."""
     from .statedir import subdir
     removed = []
-    reg = subdir("kernelfiles")
-    for rec in reg.iterdir():
-        if not rec.name.isdigit() or pid_alive(int(rec.name)):
-            continue
-        try:
-            path = Path(rec.read_text().strip())
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
-                path.unlink()
-                removed.append(str(path))
-        except (OSError, ValueError):
-            pass
-        rec.unlink(missing_ok=True)
+    for rec in subdir("kernelfiles").iterdir():
+        if rec.name.isdigit() and not pid_alive(int(rec.name)):
+            removed += _remove_recorded(rec)
     return removed
 
 
