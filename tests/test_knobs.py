@@ -126,3 +126,29 @@ def test_a_mount_that_cannot_be_released_stays_recorded_for_the_sweep(tmp_path, 
         assert rec.exists() and json.loads(rec.read_text())["mounted"] is True
     finally:
         rec.unlink(missing_ok=True)
+
+
+def test_the_sweep_keeps_the_record_of_a_mount_it_could_not_release(tmp_path, monkeypatch):
+    """A noisy make test left debugfs (with tracefs automounted below it) mounted and no record:
+    the sweep's own unmount failed (busy) and it dropped the record anyway, so no later sweep
+    retried. Now the record stays until an unmount succeeds."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    root = tmp_path / "dbg"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(root)], check=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    rec = knobs._record_dir() / f"{dead.pid}.json"
+    from tools.statedir import write_file
+    write_file(rec, json.dumps({"root": str(root), "mounted": True, "fstype": "tmpfs", "saved": {}}))
+    try:
+        monkeypatch.setattr(knobs, "_umount", lambda root, log: False)   # busy
+        assert knobs.sweep_stale(log=lambda s: None) == []
+        assert rec.exists() and knobs.mounted(root, "tmpfs")
+        monkeypatch.undo()
+        assert knobs.sweep_stale(log=lambda s: None) == [f"{root} unmounted"]
+        assert not rec.exists() and not knobs.mounted(root, "tmpfs")
+    finally:
+        rec.unlink(missing_ok=True)
+        subprocess.run(["umount", str(root)], capture_output=True)

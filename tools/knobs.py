@@ -47,7 +47,7 @@ class KnobSession:
 
     def _save_record(self) -> None:
         write_file(self._record, json.dumps({"root": str(self.root), "mounted": self.mounted_by_us,
-                                             "saved": self.saved}) + "\n")
+                                             "fstype": self.fstype, "saved": self.saved}) + "\n")
 
     def __enter__(self):
         self._closed = False
@@ -160,8 +160,12 @@ def sweep_stale(log=print) -> list[str]:
         root = Path(state.get("root", DEBUGFS))
         live = [r for r in _record_dir().glob("*.json") if r != rec and r.stem.isdigit()
                 and pid_alive(int(r.stem))]
-        if state.get("mounted") and not live and mounted(root) and _umount(root, log):
-            done.append(f"{root} unmounted")
+        if state.get("mounted") and not live and mounted(root, state.get("fstype", "debugfs")):
+            if _umount(root, log):
+                done.append(f"{root} unmounted")
+            else:  # busy (a process still reads the tracefs below it): the next sweep retries;
+                write_file(rec, json.dumps({**state, "saved": {}}) + "\n")  # dropping the
+                continue                                          # record would orphan the mount
         rec.unlink(missing_ok=True)
     return done
 
