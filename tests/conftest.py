@@ -38,6 +38,10 @@ def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> di
     host_facts = fields.pop("host", {})
     m.update(fields)
     m["host"].update(host_facts)
+    # an explicitly labelled host (as PERFBOOK_HOST_ID gives), with identity facts to compare
+    m["host"].setdefault("machine", {"version": 2, "machine_key": host_id, "id_override": True,
+                                     "cpu_model": "test CPU", "cpus": 2, "mem_gib": 4,
+                                     "arch": "x86_64", "tsc_mhz": 2000})
     return m
 
 

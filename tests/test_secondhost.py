@@ -204,6 +204,7 @@ def _dataset(base: Path, host: str, chapter: str, run_id: str, note: str | None,
     shutil.copytree(list_runs(chapter)[0], d)
     m = json.loads((d / "manifest.json").read_text())
     m["host"].update(host_id=host, note=note)
+    m["host"]["machine"]["id_override"] = True  # an explicit label, as PERFBOOK_HOST_ID gives
     m.update(run_id=run_id, notes=[f"content {rows}"])
     (d / "manifest.json").write_text(json.dumps(m))
     return d

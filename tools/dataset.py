@@ -14,7 +14,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from . import hostinfo
+from . import hostinfo, identity
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -330,7 +330,7 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
     checked against the chapter's schemas (DatasetError on the first problem); returns the
     number of datasets checked."""
     from .chapters import CHAPTERS
-    n = 0
+    n, seen = 0, []
     for ch in CHAPTERS:
         if names is not None and ch.name not in names:
             continue
@@ -339,13 +339,20 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
             man = load_manifest(run)
             if man["chapter"] != ch.name:
                 raise DatasetError(f"{run / MANIFEST}: chapter {man['chapter']!r} in the directory of {ch.name}")
+            why = identity.check(man)
+            if why:
+                raise DatasetError(f"{run / MANIFEST}: {why}")
             for table in man["tables"]:
                 if not (run / f"{table}.csv").is_file():
                     raise DatasetError(f"{run / (table + '.csv')}: listed in its manifest but missing")
                 if schemas and table not in schemas:
                     raise DatasetError(f"{run / (table + '.csv')}: not a table the {ch.name} chapter declares")
                 read_table(run, table, man, schemas.get(table))
+            seen.append(man)
             n += 1
+    for hid, what in identity.clashes(seen).items():
+        raise DatasetError(f"{runs_dir(data_dir) / hid}: its datasets disagree on {'; '.join(what)}: "
+                           "one host id given to two machines (PERFBOOK_HOST_ID?); give each its own")
     return n
 
 

@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import identity
 from .dataset import MANIFEST
 from .errors import DatasetError, PerfbookError, one_line
 from .freshness import dir_digest
@@ -56,6 +57,9 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
     from .chapters import by_name
     from .dataset import load_manifest, read_table
     m = load_manifest(run)  # JSON, required fields, schema, run and host ids vs the directories
+    why = identity.check(m)  # the host id must follow from the machine facts it carries
+    if why:
+        raise DatasetError(f"{rel}: {why}")
     if m["chapter"] != chapter:
         raise DatasetError(f"{rel}: its manifest says chapter {m['chapter']!r}; "
                            "refusing a dataset filed under another name")
@@ -69,6 +73,19 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
         if table not in schemas:
             raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         read_table(run, table, m, schemas[table])  # row count, columns and types
+
+
+def _check_identity(found, dest: Path) -> None:
+    """A host id already in `dest` must come with the same machine facts: a contribution
+    never hides under another machine's id."""
+    from .dataset import load_manifest
+    hosts = {host for host, *_ in found}
+    mans = [load_manifest(run) for *_, run in found]
+    mans += [load_manifest(mf.parent) for h in sorted(hosts)
+             for mf in sorted((dest / h).glob(f"*/*/{MANIFEST}"))]
+    for hid, what in identity.clashes(mans).items():
+        raise DatasetError(f"{hid}: the archive's datasets and those already here disagree on "
+                           f"{'; '.join(what)}: a host id reused by another machine; refusing them")
 
 
 def _datasets(top: Path):
@@ -86,6 +103,7 @@ def adopt_tree(src: Path, dest: Path) -> Adopted:
     found = list(_datasets(src))
     for host, chapter, run_id, run in found:  # all checks first: a bad archive adds nothing
         _validate(run, host, chapter, run_id)
+    _check_identity(found, dest)
     out = Adopted()
     for host, chapter, run_id, run in found:
         rel = f"{host}/{chapter}/{run_id}"

@@ -151,20 +151,42 @@ def machine_secret() -> str:
     return f"{ci['model']}|{os.cpu_count()}|{platform.machine()}"
 
 
+def machine_key() -> str:
+    """The salted hash of the machine-id: shared by every machine cloned from one image."""
+    digest = hashlib.sha256(("perfbook-host-v1:" + machine_secret()).encode()).hexdigest()
+    return "h-" + digest[:12]
+
+
+def _id_override() -> str | None:
+    env = os.environ.get("PERFBOOK_HOST_ID")
+    if env and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", env):
+        from .errors import ParameterError
+        raise ParameterError(
+            f"PERFBOOK_HOST_ID={env!r} is not a valid id; use letters, digits, '.', '_' or '-'")
+    return env or None
+
+
+def machine() -> dict:
+    """This machine's identity facts (tools.identity): the machine key plus stable hardware."""
+    from . import identity
+    ci = cpuinfo()
+    base = {"machine_key": machine_key(), "cpu_model": ci["model"], "cpus_online": os.cpu_count(),
+            "mem_total_gib": mem_total_gib(), "arch": platform.machine(),
+            "tsc_flags": sorted(f for f in TSC_FLAGS if f in ci["flags"])}
+    m = identity.local_machine(base)
+    if _id_override():
+        m["id_override"] = True
+    return m
+
+
 def host_id() -> str:
-    """Stable anonymous fingerprint: 'h-' + 12 hex of a salted hash.
+    """Anonymous id of this machine: 'h-' + 12 hex (tools.identity: the machine-id's salted hash
+    combined with CPU model, CPU count, memory, architecture and TSC frequency).
 
     PERFBOOK_HOST_ID overrides it (useful for labelling a second machine).
     """
-    env = os.environ.get("PERFBOOK_HOST_ID")
-    if env:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", env):
-            from .errors import ParameterError
-            raise ParameterError(
-                f"PERFBOOK_HOST_ID={env!r} is not a valid id; use letters, digits, '.', '_' or '-'")
-        return env
-    digest = hashlib.sha256(("perfbook-host-v1:" + machine_secret()).encode()).hexdigest()
-    return "h-" + digest[:12]
+    from . import identity
+    return _id_override() or identity.derive(machine())
 
 
 def mem_total_gib() -> float | None:
@@ -187,9 +209,13 @@ def host_facts() -> dict:
     """Everything a manifest records about this host."""
     ci = cpuinfo()
     label = os.environ.get("PERFBOOK_HOST_LABEL")  # opt-in, may identify the host
+    mach = machine()
+    from . import identity
     return {
-        "host_id": host_id(),
-        "description": describe(label),
+        "host_id": _id_override() or identity.derive(mach),
+        "machine_key": mach["machine_key"],
+        "machine": mach,
+        "description": describe(label) if label else identity.with_tsc(describe(), {"machine": mach}),
         "label_opt_in": bool(label),
         "note": os.environ.get("PERFBOOK_HOST_NOTE") or None,  # opt-in: what kind of machine this is
         "cpu_model": ci["model"],

@@ -42,6 +42,8 @@ def env_facts(manifest: dict) -> dict[str, str]:
         if key == "clocksource" and isinstance(val, dict):
             val = val.get("current")
         out[key] = _fmt(val)
+    mach = h.get("machine") or {}
+    out["tsc_mhz"] = _fmt(mach.get("tsc_mhz"))
     for name, val in sorted((h.get("mitigations") or {}).items()):
         out[f"mitigation: {name}"] = _fmt(val)
     for dev in h.get("virtio_devices") or []:
@@ -104,7 +106,9 @@ def all_manifests(data_dir: Path | None = None) -> list[dict]:
 def host_table(data_dir: Path | None = None):
     """One row per host: key facts, datasets per chapter, first and last run."""
     import pandas as pd
+    from .identity import conflicts
     ms = all_manifests(data_dir)
+    differ = conflicts(ms)
     rows = []
     for hid, m in latest_per_host(ms).items():
         mine = [x for x in ms if x.get("host", {}).get("host_id") == hid]
@@ -119,6 +123,7 @@ def host_table(data_dir: Path | None = None):
             "cpu": h.get("cpu_model"),
             "cpus": h.get("cpus_online"),
             "mem_gib": h.get("mem_total_gib"),
+            "tsc_mhz": (h.get("machine") or {}).get("tsc_mhz"),
             "virtualization": h.get("virtualization"),
             "container": h.get("container"),
             "clocksource": cs.get("current") if isinstance(cs, dict) else cs,
@@ -126,6 +131,8 @@ def host_table(data_dir: Path | None = None):
             "datasets": len(mine),
             "first_run": min(str(x.get("run_id")) for x in mine),
             "last_run": max(str(x.get("run_id")) for x in mine),
+            "machine": ("same id, different machine: " + "; ".join(differ[hid])) if hid in differ
+                       else "one machine as far as its facts show",
         })
     return pd.DataFrame(rows)
 
