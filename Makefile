@@ -8,7 +8,7 @@ CHAPTERS ?=
 MEASURE_ARGS ?=
 MEASURE = $(PY) -m tools measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
 
-.PHONY: all setup measure notebooks book summary test test-unit test-notebooks clean sweep doctor
+.PHONY: all setup measure notebooks notebooks-all book summary compare test test-unit test-notebooks clean sweep doctor
 
 ## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site.
 ## A failed chapter still gets the book built and the summary printed, then `make` fails;
@@ -18,6 +18,7 @@ all: setup
 	case $$rc in 129|130|143) exit $$rc;; esac; \
 	$(MAKE) --no-print-directory notebooks book || rc=$$?; \
 	$(PY) -m tools summary; \
+	$(PY) -m tools compare || true; \
 	exit $$rc
 
 setup:
@@ -26,8 +27,12 @@ setup:
 measure: setup
 	@$(MEASURE)
 
-## notebooks: re-execute every chapter in explain mode so stored outputs follow data/
+## notebooks: re-execute, in explain mode, the chapters whose data or code changed since they
+## were stored (tools/freshness.py), so stored outputs follow data/; `make notebooks-all` runs all
 notebooks:
+	$(PY) -m tools refresh --changed
+
+notebooks-all:
 	$(PY) -m tools refresh
 
 ## book: render the stored notebooks into _build/html, warnings are errors
@@ -36,6 +41,10 @@ book:
 
 summary:
 	$(PY) -m tools summary
+
+## compare: where this host sits among all hosts, per key finding (make all ends with it)
+compare:
+	$(PY) -m tools compare
 
 ## test: set up, then unit tests, quick collect runs (root), nbval, book build
 test: setup

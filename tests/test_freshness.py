@@ -160,3 +160,38 @@ def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, c
     assert freshness.stale() == []
     assert main(["stale"]) == 0
     assert "every stored notebook follows the data" in capsys.readouterr().out
+
+
+def test_a_notebook_is_re_executed_only_when_its_data_or_code_changed(data, monkeypatch):
+    """`make notebooks` (refresh --changed): the stored digests decide, per notebook."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
+    freshness.record(nb, "trace_overhead", freshness.data_digest("trace_overhead", data))
+    assert freshness.changed(nb, "trace_overhead", data) == "no code digest stored yet"
+    freshness.record(nb, "trace_overhead", freshness.data_digest("trace_overhead", data),
+                     freshness.code_digest("trace_overhead", nb))
+    assert freshness.changed(nb, "trace_overhead", data) is None
+    nb.cells[0].source = "x = 2"                              # its own cells
+    assert "code" in freshness.changed(nb, "trace_overhead", data)
+    nb.cells[0].source = "x = 1"
+    assert freshness.changed(nb, "trace_overhead", data) is None
+    _dataset(data, "h-bbbbbbbbbbbb", "trace_overhead", "20260102T000000Z")   # its data
+    assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
+
+
+def test_the_code_digest_follows_the_chapters_package_and_the_shared_layer(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__", "c"))
+    shutil.copy(ROOT / "environment.yml", root / "environment.yml")
+    monkeypatch.setenv("PERFBOOK_ROOT", str(root))
+    nb = nbformat.v4.new_notebook()
+    base = {n: freshness.code_digest(n, nb) for n in ("trace_overhead", "tsc_alignment", "summary")}
+    analysis = root / "tools" / "chapters" / "trace_overhead" / "analysis.py"
+    analysis.write_text(analysis.read_text() + "\n# changed\n")
+    now = {n: freshness.code_digest(n, nb) for n in base}
+    assert now["trace_overhead"] != base["trace_overhead"]   # its own package
+    assert now["tsc_alignment"] == base["tsc_alignment"]     # another chapter's is not its code
+    assert now["summary"] != base["summary"]                 # a page reads every chapter
+    (root / "tools" / "stats.py").write_text((root / "tools" / "stats.py").read_text() + "\n#\n")
+    assert all(freshness.code_digest(n, nb) != now[n] for n in base)   # the shared layer

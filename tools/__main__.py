@@ -150,7 +150,14 @@ def cmd_refresh(args) -> int:
     for ch in chapters:
         t0 = time.monotonic()
         nb = nbformat.read(ch.path, as_version=4)
+        if args.changed:
+            why = freshness.changed(nb, ch.name)
+            if why is None:
+                print(f"[refresh] {ch.name}: unchanged (same data and code), not re-executed", flush=True)
+                continue
+            print(f"[refresh] {ch.name}: {why}; re-executing", flush=True)
         digest = freshness.data_digest(ch.name)  # before the run: what it is about to read
+        code = freshness.code_digest(ch.name, nb)
         km = _private_kernel_manager()
         client = NotebookClient(nb, km=km, timeout=1800, kernel_name="python3",
                                 resources={"metadata": {"path": str(ch.path.parent)}})
@@ -169,7 +176,7 @@ def cmd_refresh(args) -> int:
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
         nb.metadata.pop("papermill", None)
-        freshness.record(nb, ch.name, digest)
+        freshness.record(nb, ch.name, digest, code)
         tmp = ch.path.with_suffix(".ipynb.tmp")
         nbformat.write(nb, tmp)
         tmp.replace(ch.path)
@@ -196,6 +203,11 @@ def cmd_collect(args) -> int:
             from .sweep import forget_ended_kernel            # reparented): its file goes too
             forget_ended_kernel(int(kernel))
     return 0 if out is not None else 3
+
+
+def cmd_compare(args) -> int:
+    from .compare import report
+    return report(args.host or None)
 
 
 def cmd_validate(args) -> int:
@@ -306,9 +318,13 @@ def main(argv=None) -> int:
                    help="a notebook parameter for every chapter of this run (JSON value, else a string)")
     r = sub.add_parser("refresh")
     r.add_argument("--chapters", default="")
+    r.add_argument("--changed", action="store_true",
+                   help="only the notebooks whose data or code changed since they were stored")
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")
+    cp = sub.add_parser("compare", help="where this host sits among all hosts, per key finding")
+    cp.add_argument("--host", default="")
     c = sub.add_parser("collect", help="one chapter in this process (a notebook's collect mode)")
     c.add_argument("chapter")
     c.add_argument("--profile", default="default")
@@ -320,7 +336,7 @@ def main(argv=None) -> int:
     sub.add_parser("doctor")
     sub.add_parser("book")
     args = ap.parse_args(argv)
-    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
+    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "compare": cmd_compare, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
           "sweep": cmd_sweep, "doctor": cmd_doctor, "book": cmd_book}[args.cmd]
     try:
         return fn(args)

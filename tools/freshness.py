@@ -25,6 +25,7 @@ from .paths import reference_dir, resolve_data_dir, runs_dir
 METADATA_KEY = "perfbook"
 DIGEST_KEY = "data_digest"
 FILES_KEY = "data_files"
+CODE_KEY = "code_digest"
 ALGO = "sha256"
 
 
@@ -102,10 +103,47 @@ def data_digest(name: str, data_dir: str | Path | None = None) -> tuple[str, int
     return tree_digest(files), len(files)
 
 
-def record(nb, name: str, digest: tuple[str, int]) -> None:
-    """Store a data digest (from data_digest) in a notebook's metadata."""
+def code_files(name: str) -> dict[str, Path]:
+    """The code a notebook's outputs follow from: the shared layer (tools/*.py), the chapter's
+    own package (every chapter's, for a page that reads them all) and the pinned environment.
+    The C harnesses are left out: they run only in collect mode."""
+    from .paths import repo_root
+    root = repo_root()
+    tools = root / "tools"
+    pkgs = [tools / "chapters" / name] if _is_chapter(name) else [tools / "chapters"]
+    files = [*tools.glob("*.py"), tools / "chapters" / "__init__.py", root / "environment.yml"]
+    for pkg in pkgs:
+        files += [p for p in pkg.rglob("*.py") if "__pycache__" not in p.parts]
+    return {p.relative_to(root).as_posix(): p for p in files if p.is_file()}
+
+
+def code_digest(name: str, nb) -> str:
+    """Digest of code_files(name) and the notebook's own cell sources (not its outputs)."""
+    h = hashlib.sha256(tree_digest(code_files(name)).encode())
+    for cell in nb.cells:
+        h.update(cell.cell_type.encode() + b"\0" + cell.source.encode() + b"\n")
+    return f"{ALGO}:{h.hexdigest()}"
+
+
+def record(nb, name: str, digest: tuple[str, int], code: str | None = None) -> None:
+    """Store a data digest (from data_digest), and the code digest, in a notebook's metadata."""
     meta = nb.metadata.setdefault(METADATA_KEY, {})
     meta[DIGEST_KEY], meta[FILES_KEY] = digest
+    if code is not None:
+        meta[CODE_KEY] = code
+
+
+def changed(nb, name: str, data_dir: str | Path | None = None) -> str | None:
+    """Why notebook `name` must be re-executed (its data or its code changed since it was
+    stored); None when neither did. `make notebooks` re-executes only these."""
+    meta = nb.metadata.get(METADATA_KEY) or {}
+    if meta.get(DIGEST_KEY) != data_digest(name, data_dir)[0]:
+        return "its data changed"
+    if meta.get(CODE_KEY) is None:
+        return "no code digest stored yet"
+    if meta[CODE_KEY] != code_digest(name, nb):
+        return "its code (tools/, its package, its cells or environment.yml) changed"
+    return None
 
 
 def stored_digest(nb) -> str | None:
