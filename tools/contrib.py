@@ -1,0 +1,81 @@
+"""Check a contribution (a pull request) against the branch it goes into.
+
+    python -m tools.contrib BASE        # e.g. origin/main
+
+Datasets are immutable, so a contribution may only *add* datasets under data/runs/. This
+fails, with one line per problem and exit status 1, when the change since BASE
+(git diff BASE...HEAD):
+
+* modifies, deletes or renames a file of an existing dataset;
+* adds a file to an existing dataset;
+* adds a dataset that does not validate (tools.dataset.validate_all: JSON, schemas, row
+  counts, a run id reused under one host, a host id that does not follow from its machine
+  facts, or one host id carried by two machines).
+
+The CI workflow .github/workflows/contributions.yml runs it, beside the unprivileged tests.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from .errors import PerfbookError, one_line
+from .paths import repo_root
+
+
+def _git(*args: str) -> str:
+    r = subprocess.run(["git", "-C", str(repo_root()), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PerfbookError(f"git {' '.join(args)} failed: {r.stderr.strip().splitlines()[-1:]}")
+    return r.stdout
+
+
+def _dataset_of(path: str) -> str | None:
+    parts = Path(path).parts
+    if len(parts) >= 6 and parts[:2] == ("data", "runs"):
+        return "/".join(parts[2:5])
+    return None
+
+
+def problems(base: str) -> list[str]:
+    """Every reason the change since `base` is not a valid contribution ([] when it is)."""
+    out = []
+    base_sets = {_dataset_of(p) for p in _git("ls-tree", "-r", "--name-only", base, "data/runs").split()}
+    for line in _git("diff", "--name-status", "--no-renames", f"{base}...HEAD", "--", "data/runs").splitlines():
+        status, path = line.split("\t", 1)
+        ds = _dataset_of(path)
+        if ds is None:
+            continue
+        if status != "A":
+            out.append(f"{path}: {'deleted' if status == 'D' else 'modified'}, but datasets are "
+                       "immutable; add a new dataset instead")
+        elif ds in base_sets:
+            out.append(f"{path}: added to the existing dataset {ds}; datasets are immutable")
+    from .dataset import validate_all
+    try:
+        validate_all()
+    except PerfbookError as e:
+        out.append(str(e))
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m tools.contrib BASE   (for example origin/main)", file=sys.stderr)
+        return 2
+    try:
+        found = problems(argv[0])
+    except PerfbookError as e:
+        print(one_line(e), file=sys.stderr)
+        return 2
+    for p in found:
+        print(f"contribution: {p}")
+    if not found:
+        print(f"contribution: only new datasets since {argv[0]}, and every dataset validates")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
