@@ -14,6 +14,7 @@ from tools import cbuild, knobs, tracefs
 from tools.chapters.cpu_pinning import chapter as CH
 from tools.chapters.cpu_pinning import analysis as A, knobs as KN, parse as PA, spec as SP
 from tools.errors import ParameterError, PerfbookError
+from tools.dataset import table_path
 
 NB = ROOT / "chapters" / "cpu_pinning.ipynb"
 FIX = ROOT / "tests" / "fixtures" / "cpu_pinning"
@@ -363,7 +364,7 @@ def test_a_run_on_a_busy_machine_is_not_published():
     from tools.chapters.cpu_pinning.collect import too_disturbed
     from tools.dataset import list_runs
     run = min(list_runs("cpu_pinning"), key=lambda r: r.name)
-    t = pd.read_csv(run / "trials.csv")
+    t = pd.read_csv(table_path(run, "trials"))
     assert too_disturbed(t) is None
     busy = t.assign(busy_ticks=t["total_ticks"])       # every tick busy: others used the rest
     assert "the machine was busy" in too_disturbed(busy)

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tools import dataset, hostinfo, lock
+from tools.dataset import load_manifest, table_path
 from tools.errors import DatasetError
 
 
@@ -24,7 +25,7 @@ def _write(data, run_id="20260101T000000Z", fail=False):
 
 def test_publish_and_load(scratch_data):
     out = _write(scratch_data)
-    assert (out / "samples.csv").is_file() and (out / "manifest.json").is_file()
+    assert (table_path(out, "samples") is not None) and (out / "manifest.json").is_file()
     df = dataset.load_table("unit", "samples", scratch_data)
     assert list(df.columns) == ["host_id", "run_id", "a"] and len(df) == 2
     man = dataset.load_manifests("unit", scratch_data)[0]
@@ -246,14 +247,50 @@ def test_corrupt_manifest_is_one_line_naming_the_file(tmp_path):
 def test_truncated_table_is_refused_not_quoted(tmp_path):
     """178 of 600 rows and a malformed last row were once accepted as a dataset."""
     from tools.dataset import load_table
+    import lzma
     run = _copy_committed(tmp_path)
-    rows = (run / "samples.csv").read_text().splitlines()
-    (run / "samples.csv").write_text("\n".join(rows[:179]) + "\n" + rows[179][:7] + "\n")
+    p = table_path(run, "samples")
+    rows = lzma.decompress(p.read_bytes()).decode().splitlines()
+    p.write_bytes(lzma.compress(("\n".join(rows[:179]) + "\n" + rows[179][:7] + "\n").encode()))
     with pytest.raises(DatasetError) as e:
         load_table("trace_overhead", "samples", tmp_path)
-    assert str(run / "samples.csv") in str(e.value) and "\n" not in str(e.value)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
     r = _validate_cli(tmp_path)
-    assert r.returncode == 2 and str(run / "samples.csv") in r.stderr
+    assert r.returncode == 2 and str(p) in r.stderr
+
+
+def test_a_cut_compressed_table_is_one_line_that_names_it(tmp_path):
+    """A table whose xz stream was cut short (an interrupted copy) is malformed, not a crash."""
+    from tools.dataset import load_table
+    run = _copy_committed(tmp_path)
+    p = table_path(run, "samples")
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    with pytest.raises(DatasetError, match="malformed CSV") as e:
+        load_table("trace_overhead", "samples", tmp_path)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_compact_is_lossless_and_idempotent(tmp_path):
+    """`python -m tools compact` (the migration of the committed data to .csv.xz): every table
+    decompresses to the very bytes of the plain CSV it replaced, and reads as the same frame."""
+    import lzma
+    from tools.dataset import compact, read_table
+    run = _copy_committed(tmp_path)
+    man = load_manifest(run)
+    plain = {}
+    for t in man["tables"]:          # make it a dataset written before compaction
+        p = table_path(run, t)
+        plain[t] = lzma.decompress(p.read_bytes())
+        p.unlink()
+        (run / f"{t}.csv").write_bytes(plain[t])
+    before = {t: read_table(run, t, man) for t in man["tables"]}
+    n, raw, packed = compact(tmp_path, say=lambda s: None)
+    assert n == len(man["tables"]) and raw == sum(map(len, plain.values())) and packed < raw
+    for t in man["tables"]:
+        assert not (run / f"{t}.csv").exists()
+        assert lzma.decompress(table_path(run, t).read_bytes()) == plain[t]
+        pd.testing.assert_frame_equal(read_table(run, t, man), before[t])
+    assert compact(tmp_path, say=lambda s: None) == (0, 0, 0)
 
 
 def test_copied_dataset_with_the_same_run_id_is_not_merged(tmp_path):

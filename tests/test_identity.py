@@ -121,7 +121,7 @@ def test_validate_refuses_a_dataset_whose_id_does_not_follow_from_its_facts(tmp_
 
 def _tables(root):
     return {(p.parent.parent.name, p.parent.name, p.name): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in root.glob("*/*/*/*.csv")}
+            for p in root.glob("*/*/*/*.csv*")}
 
 
 def test_migration_of_the_committed_data_loses_nothing_and_lands_where_it_is(tmp_path):

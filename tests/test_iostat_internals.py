@@ -21,6 +21,7 @@ from tools.chapters.iostat_internals import analysis as A, collect as C, figures
 from tools.chapters.iostat_internals import parse as PA, spec as S
 from tools.errors import ParameterError
 from tools.scratch import live_dirs
+from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "iostat"
 RUN = FIX / "run"
@@ -401,26 +402,26 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     if keep:                       # for a post-mortem of a failing live comparison
         import shutil
         shutil.copytree(out, Path(keep) / out.name, dirs_exist_ok=True)
-    rep = pd.read_csv(out / "repetition.csv")
+    rep = pd.read_csv(table_path(out, "repetition"))
     assert set(rep["key"]) == set(S.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
     assert rep["stopped_by"].iloc[0] in ("ci_target", "time_budget", "max_runs")
-    ph = pd.read_csv(out / "phases.csv")
+    ph = pd.read_csv(table_path(out, "phases"))
     assert rep.set_index("key")["n"].to_dict() == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
     assert (ph["steady_iops"] > 0).all() and (ph["steady_s"] > 0.5).all()
-    iv = pd.read_csv(out / "intervals.csv")
+    iv = pd.read_csv(table_path(out, "intervals"))
     assert len(iv) >= 6
     # sysstat's iostat ran beside us and read /proc/diskstats at other instants, so on a busy
     # machine a workload transition can fall between its read and ours: a statistical
     # closeness, recorded in the dataset. Here only a bound a defect breaks (a wrong formula
     # fails most rows of its column); exact agreement is _check_replay_exact, on our snapshots.
     _check_against_sysstat(iv, min_share=0.8, min_overall=0.9)
-    w = pd.read_csv(out / "windows.csv")
-    tw = pd.read_csv(out / "trace_windows.csv") if (out / "trace_windows.csv").is_file() else None
+    w = pd.read_csv(table_path(out, "windows"))
+    tw = pd.read_csv(table_path(out, "trace_windows")) if (table_path(out, "trace_windows") is not None) else None
     _check_invariants(iv, w, tw)
     if tw is not None and len(tw):
         man = __import__("json").loads((out / "manifest.json").read_text())
         assert man["facts"]["trace_vs_await"]["n_compared"] > 0, man["facts"].get("trace_vs_await")
-        smp = pd.read_csv(out / "trace_sample.csv").dropna(subset=["d2c_us"])
+        smp = pd.read_csv(table_path(out, "trace_sample")).dropna(subset=["d2c_us"])
         assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()   # per request: a part <= the whole
     _check_replay_exact(iv)
     assert not [d for d in live_dirs(I.chapter.name) if d.name.startswith(f"{I.chapter.name}-{os.getpid()}-")]
@@ -478,7 +479,7 @@ def test_live_without_sysstat_records_the_skip(scratch_data, monkeypatch):
     out = framework.collect(I.chapter, "quick", scratch_data, phases="randread_4k_qd1", trace=False)
     man = __import__("json").loads((out / "manifest.json").read_text())
     assert "sysstat" in man["skipped"] and "tracepoints" in man["skipped"]
-    assert not (out / "intervals.csv").exists() and (out / "windows.csv").is_file()
+    assert not (table_path(out, "intervals") is not None) and (table_path(out, "windows") is not None)
 
 
 def test_saturation_axis_labels_state_the_real_coverage():

@@ -24,6 +24,7 @@ from tools.errors import ParameterError
 from tools.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
 from conftest import ROOT, need_preflight, need_root, need_tool
+from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "netperf"
 FIX_DATA = FIX / "data"
@@ -419,8 +420,8 @@ def test_live_quick_collect(scratch_data):
     assert (out / "manifest.json").is_file()
     # the repetition table: one experiment per path, one key per cell and tool; the
     # warm-up round is counted there and absent from the runs table
-    rep = pd.read_csv(out / "repetition.csv")
-    runs = pd.read_csv(out / "runs.csv")
+    rep = pd.read_csv(table_path(out, "repetition"))
+    runs = pd.read_csv(table_path(out, "runs"))
     p = CH.parameters("quick")
     assert set(rep["experiment"]) == set(p["paths"])
     assert len(rep) == len(p["paths"]) * len(p["protos"]) * len(p["pins"]) * 2

@@ -18,6 +18,7 @@ from tools.dataset import Data
 from tools.errors import ParameterError, PerfbookError
 from tools.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
 from tools.scratch import live_dirs
+from tools.dataset import table_path
 
 CH = qo.chapter
 
@@ -327,7 +328,7 @@ def test_quick_collect(scratch_data):
     assert set(live_dirs(CH.name)) == before
     p = CH.parameters("quick")
     # the repetition table: one row per experiment and mode, the warm-up round counted there
-    rep = pd.read_csv(out / "repetition.csv")
+    rep = pd.read_csv(table_path(out, "repetition"))
     n_cases = len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])
     assert rep.experiment.nunique() == n_cases + 4  # + create with flushes, 3 write workloads
     assert (rep.warmup == p["rep_warmup"]).all()

@@ -24,6 +24,7 @@ from tools.errors import ParameterError
 from tools.scratch import live_dirs
 
 from conftest import ROOT, need_tool
+from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "qemu_cache_modes"
 params = Q.chapter.parameters
@@ -221,7 +222,7 @@ def test_semantics_live(scratch_data):
     need_tool("strace")
     need_tool("qemu-io", "qemu-utils")
     out = collect(scratch_data, parts="semantics", sem_aio="threads,native")
-    ev = pd.read_csv(out / "trace.csv")
+    ev = pd.read_csv(table_path(out, "trace"))
     sem = A.semantics_table(ev)
     _check_shape(sem, n_writes=params("quick")["sem_writes"])
     man = json.loads((out / "manifest.json").read_text())
@@ -353,27 +354,27 @@ def test_quick_collect_live(scratch_data):
     assert set(man["tables"]) == {"trace", "bench", "host_dd", "guest_dd", "guest_boots",
                                   "pagecache", "pagecache_samples", "repetition"}
     p = params("quick")
-    bench = pd.read_csv(out / "bench.csv")
-    rep = pd.read_csv(out / "repetition.csv")
+    bench = pd.read_csv(table_path(out, "bench"))
+    rep = pd.read_csv(table_path(out, "repetition"))
     configs = C.bench_configs(p)
     assert set(rep.experiment) == {C.bench_experiment(c) for c in configs} | {"host_dd"}
     assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
     bn = rep[rep.experiment != "host_dd"].set_index(["experiment", "key"])["n"]
     assert len(bench) == bn.sum() and (rep[rep.experiment != "host_dd"].warmup == p["bench_warmup"]).all()
-    assert len(pd.read_csv(out / "host_dd.csv")) == rep[rep.experiment == "host_dd"]["n"].sum()
+    assert len(pd.read_csv(table_path(out, "host_dd"))) == rep[rep.experiment == "host_dd"]["n"].sum()
     assert (bench["mb_per_s"] > 0).all() and (bench["count"] >= p["bench_count"]).all()
-    boots = pd.read_csv(out / "guest_boots.csv").set_index("mode")
+    boots = pd.read_csv(table_path(out, "guest_boots")).set_index("mode")
     assert set(boots["accel"]) <= {"kvm", "tcg"} and boots["accel_note"].notna().all()
     # what the guest sees: a write cache in writeback mode
     assert boots.loc["writeback", "guest_cache_type"] == "write back"
-    dd = pd.read_csv(out / "guest_dd.csv").assign(host_id="h", run_id="r")
+    dd = pd.read_csv(table_path(out, "guest_dd")).assign(host_id="h", run_id="r")
     s = A.guest_dd_summary(dd)
     assert set(s["variant"]) == {"normal", "direct"} and (s["median"] > 0).all()
-    pc = A.pagecache_table(pd.read_csv(out / "pagecache.csv")).set_index("mode")
+    pc = A.pagecache_table(pd.read_csv(table_path(out, "pagecache"))).set_index("mode")
     # double caching, measured: the writeback image sits in the host page cache, the O_DIRECT one not
     assert pc.loc["writeback", "image_resident_peak_mib"] >= 0.9 * p["dd_mib"]
     assert pc.loc["none", "image_resident_peak_mib"] < 0.1 * p["dd_mib"]
-    sem = A.semantics_table(pd.read_csv(out / "trace.csv"))
+    sem = A.semantics_table(pd.read_csv(table_path(out, "trace")))
     assert A.check_documented(sem)["agrees"].all()
     # the host facts come from tools.blockdev (findmnt and sysfs), under "facts"
     facts = man["facts"]

@@ -23,6 +23,7 @@ import pytest
 from conftest import ROOT
 from tools import chapters, freshness
 from tools.dataset import MANIFEST, list_runs, new_run_id
+from tools.dataset import table_path, write_table
 
 NEW_HOST = "h-fixture00002"
 PAGES = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
@@ -147,13 +148,13 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     m["host"] = dict(_fixture_host(m["host"]), host_id=CONTRA_HOST)
     m["run_id"] = dst.name
     (dst / MANIFEST).write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    s = pd.read_csv(dst / "samples.csv")
+    s = pd.read_csv(table_path(dst, "samples"))
     marker = s["mechanism"] == "marker"
     # the marker made as slow as the uprobe: the ratio is 1, whatever the source run measured
     k = s.loc[s["mechanism"] == "uprobe", "ns_per_call"].median() / s.loc[marker, "ns_per_call"].median()
     s.loc[marker, "ns"] = (s.loc[marker, "ns"] * k).round()
     s.loc[marker, "ns_per_call"] = (s.loc[marker, "ns_per_call"] * k).round(3)
-    s.to_csv(dst / "samples.csv", index=False)
+    write_table(dst / "samples", s)
 
     finding = next(f for f in T.chapter.key_findings if f.key == "uprobe_vs_marker")
     D = T.chapter.load(data)

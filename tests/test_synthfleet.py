@@ -10,6 +10,7 @@ from conftest import ROOT
 from tools import hosts, identity, synthfleet
 from tools.dataset import load_manifest, read_table, validate_all
 from tools.errors import PerfbookError
+from tools.dataset import table_path
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +45,13 @@ def test_values_are_scaled_per_host_and_counts_kept(fleet):
     man = load_manifest(run)
     src = next((ROOT / "data" / "runs").glob(f"*/trace_overhead/{run.name}"))
     for table, rows in man["tables"].items():
-        mine, orig = read_table(run, table, man), pd.read_csv(src / f"{table}.csv")
+        mine, orig = read_table(run, table, man), pd.read_csv(table_path(src, f"{table}"))
         assert len(mine) == rows == len(orig)
         assert list(mine.columns) == list(orig.columns)
         for c in orig.columns:
             if orig[c].dtype.kind in "iu":
                 assert (mine[c] == orig[c]).all(), (table, c)
-    s, o = read_table(run, "samples", man), pd.read_csv(src / "samples.csv")
+    s, o = read_table(run, "samples", man), pd.read_csv(table_path(src, "samples"))
     ratio = (s.ns_per_call / o.ns_per_call).dropna()
     assert ratio.max() / ratio.min() < 1.0001  # one factor per host keeps ratios within it
 

@@ -19,6 +19,7 @@ from tools.chapters import tsc_alignment as X
 from tools.chapters.tsc_alignment import analysis as A, collect as C, helper as H, parse as P
 from tools.chapters.tsc_alignment.spec import U64, fact_rank, signed
 from tools.errors import ParameterError
+from tools.dataset import table_path
 
 FIX = Path(__file__).parent / "fixtures" / "tsc_alignment"
 HELPER_OUT = (FIX / "helper_run.txt").read_text()
@@ -175,7 +176,7 @@ def test_without_kvm_the_kvm_parts_are_skipped(scratch_data, monkeypatch):
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"] == {"kvm": reason, "tracepoint": reason, "timeline": reason}
     assert man["profile"] == "quick" and "tsc_alignment" in man["facts"]
-    assert (out / "tsc_facts.csv").is_file() and not (out / "bracket.csv").exists()
+    assert (table_path(out, "tsc_facts") is not None) and not (table_path(out, "bracket") is not None)
 
 
 # ------------------------------------------------------- committed data --
@@ -309,15 +310,15 @@ def test_quick_collect(scratch_data):
     need_root("collect (ftrace + /dev/kvm)")
     before = _snap()
     out = framework.collect(X.chapter, "quick", scratch_data, say=lambda s: None, rep_warmup=1)
-    assert (out / "manifest.json").is_file() and (out / "tsc_facts.csv").is_file()
+    assert (out / "manifest.json").is_file() and (table_path(out, "tsc_facts") is not None)
     if not C.kvm_problem():
         for t in ("bracket", "kvm_ops", "tsc_offset_events", "timeline_events", "repetition"):
-            assert (out / f"{t}.csv").is_file(), t
-        rep = pd.read_csv(out / "repetition.csv").set_index("key")
+            assert (table_path(out, f"{t}") is not None), t
+        rep = pd.read_csv(table_path(out, "repetition")).set_index("key")
         assert set(rep.index) == set(X.VARIANTS) and set(rep.experiment) == {X.EXPERIMENT}
         assert (rep.warmup == 1).all()
         assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
-        b = pd.read_csv(out / "bracket.csv")
+        b = pd.read_csv(table_path(out, "bracket"))
         warm = b[b["warmup_round"]]
         assert len(warm) and (warm["warmup"] == 1).all() and set(warm["round"]) == {0}
         measured = b[(b["round"] >= 0) & ~b["warmup_round"]]

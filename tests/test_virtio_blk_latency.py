@@ -31,6 +31,7 @@ from tools.errors import MissingPrerequisite, ParameterError, PerfbookError
 from tools.scratch import live_dirs
 
 from conftest import ROOT, need_root, scratch_owner as _owner
+from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_blk_latency"
 
@@ -282,7 +283,7 @@ def test_fit_clock_recovers_a_line():
 
 
 def test_fit_clock_on_real_calibration_samples():
-    cal = pd.read_csv(FIX / "calib.csv")
+    cal = pd.read_csv(table_path(FIX, "calib"))
     fit = AL.fit_clock(cal)
     assert 1e8 < fit["tsc_hz"] < 1e10
     assert abs(fit["slope"] * 1e9 / fit["tsc_hz"] - 1) < 1e-3  # REALTIME and MONOTONIC_RAW agree
@@ -319,7 +320,7 @@ def test_alignment_on_the_fixture_is_causal():
     req["q_anchor"] = seg.q_notify.to_numpy(dtype=float)[mq]
     for c in ("q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req", "q_flush", "q_irq", "q_apic"):
         req[c] = seg[c].to_numpy(dtype=float)[mq] - req.q_anchor
-    fit = AL.fit_clock(pd.read_csv(FIX / "calib.csv"))
+    fit = AL.fit_clock(pd.read_csv(table_path(FIX, "calib")))
     jrow = {"q_tsc_ref": fit["tsc_ref"], "q_real_ref_us": fit["real_ref_us"], "q_slope": fit["slope"]}
     al = AL.alignment_summary(req, jrow)
     assert al["off_consistent"] and al["off_lo"] <= al["off_hi"]

@@ -19,6 +19,7 @@ from tools.dataset import load_manifest, shown_datasets
 from tools.errors import ParameterError
 
 from conftest import ROOT, need_guest, owned_by, qemu_children
+from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_features" / "host_sysfs.json"
 # the seed's two strings (000_7b0d737d6588117b.txt, 2013-03-09)
@@ -251,7 +252,7 @@ def test_no_qemu_skips_the_guest_part(monkeypatch, scratch_data):
     assert man["skipped"] == {"guests": why}
     assert set(man["tables"]) == {"sysfs"}
     import pandas as pd
-    s = pd.read_csv(out / "sysfs.csv")
+    s = pd.read_csv(table_path(out, "sysfs"))
     assert set(s["source"]) == {"host"} and (s[s.path.str.endswith("/serial")]["value"] == "(redacted)").all()
 
 

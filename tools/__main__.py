@@ -7,6 +7,8 @@
   stale    -- which stored notebooks were executed on other data than data/ holds
   summary  -- one screen: what was measured, what was skipped and why
   validate -- load every dataset and check it against its manifest
+  compact  -- compress the plain .csv tables of every dataset in place (lossless, checked)
+  compare  -- where this host sits among all hosts, per key finding (tools/compare.py)
   collect  -- one chapter in this process (what a notebook's collect mode runs)
   sweep    -- remove every kind of state a killed run of ours left (tools/sweep.py)
   doctor   -- which prerequisites this host has, per chapter
@@ -210,6 +212,12 @@ def cmd_compare(args) -> int:
     return report(args.host or None)
 
 
+def cmd_compact(args) -> int:
+    from .dataset import compact
+    compact(Path(args.data_dir) if args.data_dir else None)
+    return 0
+
+
 def cmd_validate(args) -> int:
     from .dataset import validate_all
     n = validate_all(Path(args.data_dir) if args.data_dir else None)
@@ -323,6 +331,8 @@ def main(argv=None) -> int:
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")
+    ck = sub.add_parser("compact", help="compress plain .csv tables of every dataset in place (lossless)")
+    ck.add_argument("--data-dir", default="")
     cp = sub.add_parser("compare", help="where this host sits among all hosts, per key finding")
     cp.add_argument("--host", default="")
     c = sub.add_parser("collect", help="one chapter in this process (a notebook's collect mode)")
@@ -336,7 +346,7 @@ def main(argv=None) -> int:
     sub.add_parser("doctor")
     sub.add_parser("book")
     args = ap.parse_args(argv)
-    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "compare": cmd_compare, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
+    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "compare": cmd_compare, "compact": cmd_compact, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
           "sweep": cmd_sweep, "doctor": cmd_doctor, "book": cmd_book}[args.cmd]
     try:
         return fn(args)

@@ -55,7 +55,7 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
         if not NAME.fullmatch(name):
             raise DatasetError(f"{rel}: {name!r} is not a valid dataset path component")
     from .chapters import by_name
-    from .dataset import load_manifest, read_table
+    from .dataset import load_manifest, read_table, table_path
     m = load_manifest(run)  # JSON, required fields, schema, run and host ids vs the directories
     why = identity.check(m)  # the host id must follow from the machine facts it carries
     if why:
@@ -68,8 +68,8 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
     except PerfbookError:
         raise DatasetError(f"{rel}: {chapter!r} is not a chapter of this book") from None
     for table in m["tables"]:
-        if not (run / f"{table}.csv").is_file():
-            raise DatasetError(f"{rel}: the manifest lists table {table!r} but {table}.csv is missing")
+        if table_path(run, table) is None:
+            raise DatasetError(f"{rel}: the manifest lists table {table!r} but {table}.csv.xz is missing")
         if table not in schemas:
             raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         read_table(run, table, m, schemas[table])  # row count, columns and types

@@ -219,12 +219,17 @@ def _tsc_evidence(runs_root: Path) -> dict[tuple[str, str], tuple[int, str]]:
     """(old host id, kernel release) -> (kHz, source) from tsc_alignment datasets:
     the same machine key and kernel build means the same boot image series on one machine."""
     import csv
+    import lzma
     ev = {}
-    for facts in sorted(runs_root.glob("*/tsc_alignment/*/tsc_facts.csv")):
-        run = facts.parent
+    from .dataset import table_path
+    for mf in sorted(runs_root.glob("*/tsc_alignment/*/manifest.json")):
+        run, facts = mf.parent, table_path(mf.parent, "tsc_facts")
+        if facts is None:
+            continue
         try:
-            man = json.loads((run / "manifest.json").read_text())
-            rows = {r["key"]: r["value"] for r in csv.DictReader(facts.open())}
+            man = json.loads(mf.read_text())
+            with (lzma.open(facts, "rt") if facts.suffix == ".xz" else open(facts)) as f:
+                rows = {r["key"]: r["value"] for r in csv.DictReader(f)}
         except (OSError, ValueError, KeyError):
             continue
         host = man.get("host") or {}

@@ -128,14 +128,14 @@ def repetition_overview(chapter: str, data_dir=None):
     """
     import pandas as pd
     from . import stats
-    from .dataset import list_runs, load_manifest
+    from .dataset import list_runs, load_manifest, table_path
     from .paths import resolve_data_dir
     rows, tables = [], []
     for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
         man = load_manifest(run)
         base = {"host_id": man["host"]["host_id"], "run_id": man["run_id"]}
-        p = run / "repetition.csv"
-        if not p.is_file():
+        p = table_path(run, "repetition")
+        if p is None:
             rows.append({**base, "experiment": "(all)", "stopped_by": FIXED_REPETITION})
             continue
         t = pd.read_csv(p)
@@ -371,7 +371,7 @@ def rerun(D):
            f"{su}.venv/bin/python -m tools measure --chapters {ch.name} --profile quick   # a smoke test\n"
            f"{su}.venv/bin/python -m tools measure --chapters {ch.name}                   # the default profile\n"
            f"make notebooks book")
-    tables = ", ".join(f"{t}.csv" for t in ch.tables)
+    tables = ", ".join(f"{t}.csv.xz" for t in ch.tables)
     return _html(
         '<div class="rerun-box admonition tip"><p class="admonition-title">Rerun this chapter</p>'
         f'<pre>{esc(cmd)}</pre><ul>'

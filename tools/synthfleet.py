@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from . import identity
-from .dataset import MANIFEST, list_runs, load_manifest
+from .dataset import MANIFEST, list_runs, load_manifest, table_path, write_table
 from .errors import PerfbookError, one_line
 from .paths import data_dir as book_data_dir
 
@@ -72,13 +72,16 @@ def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict) ->
     import pandas as pd
     dest.mkdir(parents=True)
     for t in tables:
-        df = pd.read_csv(src / f"{t}.csv")
+        df = pd.read_csv(table_path(src, t))
         schema = schemas.get(t)
         floats = [c for c, kind in (schema.columns.items() if schema else ()) if kind == "float"]
         for c in floats:
             if c in df.columns:
                 df[c] = df[c] * factor
-        df.to_csv(dest / f"{t}.csv", index=False, float_format="%.6g")
+        for c in floats:   # no more digits than the source shows (a portable output)
+            if c in df.columns:
+                df[c] = df[c].map(lambda v: float(f"{v:.6g}") if v == v else v)
+        write_table(dest / t, df)
 
 
 def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=print) -> list[str]:
