@@ -158,6 +158,14 @@ class RunGroup:
         self.path, self._home = group, root / here.lstrip("/")
         return self
 
+    def end_children(self) -> None:
+        """SIGKILL every other process of the group now, and wait until they are gone: the
+        framework does this before it restores, so that no child (a perf still reading the
+        tracefs automounted below debugfs, a bpftrace on a probe) holds or re-creates the
+        state being undone."""
+        if self.path is not None and not self._nested:
+            kill_all(self.path, spare=os.getpid())
+
     def _stop_watchdog(self):
         if self._watchdog is not None:
             try:

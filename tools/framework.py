@@ -68,11 +68,12 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
                 try:
-                    with RunGroup(), ExitStack() as undo:   # every descendant is gone before publishing
+                    with RunGroup() as group, ExitStack() as undo:   # every descendant is gone before publishing
                         try:
                             chapter.measure(Context(chapter, p, profile, w, undo, say))
                         finally:
                             with guard.restoring():   # a second signal cannot cut the restore short
+                                group.end_children()  # first: no child may hold what is undone
                                 undo.close()
                 finally:
                     _release_tracefs()  # a mount our session could not release while a child held it
