@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, need_root, fake_manifest
+from tools.dataset import table_path
 from tools import fleet, hostinfo
 from tools.errors import DatasetError
 from tools.freshness import dir_digest, file_sha256
@@ -84,7 +85,7 @@ def test_import_cli_exit_status_says_conflict(tmp_path, capsys):
     (fake_manifest("h-bbbbbbbbbbbb", "20260101T000000Z", "trace_overhead", tables={"checks": 1}),
      "host_id 'h-bbbbbbbbbbbb' does not match its directory"),
     (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "trace_overhead", tables={"missing": 3}),
-     "missing.csv is missing"),
+     "missing.csv.xz is missing"),
     (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "cpu_pinning", tables={"checks": 1}),
      "manifest says chapter 'cpu_pinning'"),
 ])
@@ -223,7 +224,7 @@ def test_playbook_measures_localhost_and_brings_the_dataset_home(tmp_path, cheap
     assert (m["host"]["host_id"], m["chapter"], m["run_id"]) == (host, chapter, run_id)
     assert m["parameters"], "the manifest has no parameters"
     assert m["git"] == {"commit": head, "dirty": False}, "the host should measure a clean checkout of HEAD"
-    assert m["tables"] and all((dest / rel / f"{t}.csv").is_file() for t in m["tables"])
+    assert m["tables"] and all(table_path(dest / rel, t) is not None for t in m["tables"])
     assert "1 new" in out
     first_digest = dir_digest(dest / rel)
 
