@@ -152,3 +152,24 @@ def test_the_sweep_keeps_the_record_of_a_mount_it_could_not_release(tmp_path, mo
     finally:
         rec.unlink(missing_ok=True)
         subprocess.run(["umount", str(root)], capture_output=True)
+
+
+def test_a_debugfs_that_appeared_during_the_run_is_released_after_it(tmp_path):
+    """A noisy make test: after SIGTERM to a papermill cpu_pinning collect, debugfs stayed
+    mounted with no record of ours (perf mounts debugfs, or reads the tracefs below it, by
+    itself). The framework now unmounts debugfs if it was not mounted when the run began.
+    Here with tmpfs standing for debugfs."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    root = tmp_path / "dbg"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(root)], check=True)
+    try:
+        assert not knobs.release_debugfs_if_new(True, lambda s: None, root, "tmpfs")
+        assert knobs.mounted(root, "tmpfs"), "a mount that was there before the run stays"
+        (root / "tracing").mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(root / "tracing")], check=True)
+        assert knobs.release_debugfs_if_new(False, lambda s: None, root, "tmpfs")
+        assert not knobs.mounted(root, "tmpfs") and not knobs.mounted(root / "tracing", "tmpfs")
+    finally:
+        subprocess.run(["umount", "-R", str(root)], capture_output=True)

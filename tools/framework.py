@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from . import guard
+from . import guard, knobs
 from .dataset import check_writable
 from .errors import MissingPrerequisite
 from .lock import measure_lock
@@ -65,6 +65,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
     t0 = time.monotonic()
     with guard.interruptible(), measure_lock(f"{chapter.name} collect"):
         sweep_all(log=say)
+        debugfs_before = knobs.mounted()  # the mount table this run must leave as it found it
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
                 try:
@@ -77,6 +78,9 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
                                 undo.close()
                 finally:
                     _release_tracefs()  # a mount our session could not release while a child held it
+                    if os.geteuid() == 0:
+                        with guard.restoring():
+                            knobs.release_debugfs_if_new(debugfs_before, say)
         except MissingPrerequisite as e:
             say(f"SKIPPED: {e}")
             status(chapter.name, "skipped", str(e))

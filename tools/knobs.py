@@ -136,6 +136,19 @@ def _umount(root: Path, log) -> bool:
     return r.returncode == 0
 
 
+def release_debugfs_if_new(was_mounted: bool, log=print, root: Path | None = None,
+                           fstype: str = "debugfs") -> bool:
+    """After a run (every child gone, every session closed): unmount debugfs if it was not
+    mounted when the run began and is now. perf and libtraceevent mount debugfs, or read the
+    tracefs automounted below it, on their own when they look for tracing; a run's children
+    must not leave the mount table different from the one the run found. The run holds the
+    machine-wide lock, so no other run of ours can be using it."""
+    root = root or DEBUGFS
+    if was_mounted or not mounted(root, fstype):
+        return False
+    return _umount(root, log)
+
+
 def sweep_stale(log=print) -> list[str]:
     """Restore the knobs and unmount what runs that died (SIGKILL) left; returns what."""
     done = []
