@@ -191,3 +191,19 @@ def test_a_busy_unmount_keeps_the_flag_for_the_next_sweep(tmp_path, monkeypatch)
     state["busy"] = False
     assert tracefs.release_mount(root) is True
     assert not (mount_dir / "mounted").exists() and not state["mounted"]
+
+
+def test_a_snapshot_of_a_tracefs_unmounted_while_it_looks_says_unmounted(tmp_path, monkeypatch):
+    """A noisy make test: the contract test's leftovers() read tracefs while the run under
+    test unmounted it (its restore), and crashed on the vanished instances/ directory."""
+    from tools import tracefs
+    root = tmp_path / "tracing"
+    (root / "instances").mkdir(parents=True)
+    for name, text in (("tracing_on", "0"), ("trace_clock", "[local] global"), ("current_tracer", "nop"),
+                       ("set_event", ""), ("uprobe_events", "")):
+        (root / name).write_text(text + "\n")
+
+    def gone(self):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+    monkeypatch.setattr(type(root), "iterdir", gone)
+    assert tracefs.snapshot(root) == {"mounted": False}

@@ -513,14 +513,17 @@ def snapshot(root: Path | None = None) -> dict:
     root = root or find_tracefs()
     if root is None:
         return {"mounted": False}
-    st = GlobalState.read(root)
-    return {
-        "mounted": True,
-        "tracing_on": st.tracing_on,
-        "trace_clock": st.trace_clock,
-        "current_tracer": st.current_tracer,
-        "set_event": st.set_event,
-        "our_probes": [l for l in _read_lines(root / "uprobe_events") if PREFIX in l],
-        "our_instances": sorted(d.name for d in (root / "instances").iterdir()
-                                if d.name.startswith(PREFIX)) if (root / "instances").is_dir() else [],
-    }
+    try:
+        st = GlobalState.read(root)
+        return {
+            "mounted": True,
+            "tracing_on": st.tracing_on,
+            "trace_clock": st.trace_clock,
+            "current_tracer": st.current_tracer,
+            "set_event": st.set_event,
+            "our_probes": [l for l in _read_lines(root / "uprobe_events") if PREFIX in l],
+            "our_instances": sorted(d.name for d in (root / "instances").iterdir()
+                                    if d.name.startswith(PREFIX)) if (root / "instances").is_dir() else [],
+        }
+    except FileNotFoundError:  # unmounted while we looked (a run restoring meanwhile)
+        return {"mounted": False}
