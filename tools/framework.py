@@ -34,16 +34,18 @@ def status(chapter: str, state: str, detail: str, **extra) -> None:
             f.write(json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n")
 
 
-def _release_tracefs() -> None:
-    """Unmount the tracefs a session of ours mounted, now that every child is gone (a no-op
-    when we did not mount it or another live session uses it)."""
+def _release_mounts(debugfs_before: bool, say) -> None:
+    """Now that every child is gone: unmount the tracefs a session of ours mounted (a no-op
+    when we did not mount it or another live session uses it), and debugfs if it appeared
+    during the run (tools.knobs.release_debugfs_if_new)."""
     if os.geteuid() != 0:
         return
     from .tracefs import find_tracefs, release_mount
-    root = find_tracefs()
-    if root is not None:
-        with guard.restoring():
+    with guard.restoring():
+        root = find_tracefs()
+        if root is not None:
             release_mount(root)
+        knobs.release_debugfs_if_new(debugfs_before, say)
 
 
 def collect(chapter, profile: str = "default", data_dir=None, say=print, **overrides) -> Path | None:
@@ -77,10 +79,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
                                 group.end_children()  # first: no child may hold what is undone
                                 undo.close()
                 finally:
-                    _release_tracefs()  # a mount our session could not release while a child held it
-                    if os.geteuid() == 0:
-                        with guard.restoring():
-                            knobs.release_debugfs_if_new(debugfs_before, say)
+                    _release_mounts(debugfs_before, say)  # what a child held or mounted
         except MissingPrerequisite as e:
             say(f"SKIPPED: {e}")
             status(chapter.name, "skipped", str(e))

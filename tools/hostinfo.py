@@ -38,8 +38,12 @@ def mounts() -> list[tuple[str, str]]:
     return out
 
 
+_FMS = {"cpu family": "cpu_family", "model": "cpu_model_number", "stepping": "cpu_stepping"}
+
+
 def cpuinfo() -> dict:
-    model, flags = None, set()
+    """The first CPU's model name, flags, and family/model/stepping (x86; absent elsewhere)."""
+    model, flags, fms = None, set(), {}
     text = _read("/proc/cpuinfo", "") or ""
     for line in text.splitlines():
         key, _, val = line.partition(":")
@@ -48,7 +52,23 @@ def cpuinfo() -> dict:
             model = val.strip()
         elif key == "flags" and not flags:
             flags = set(val.split())
-    return {"model": model or platform.processor() or "unknown", "flags": flags}
+        elif key in _FMS and _FMS[key] not in fms:
+            fms[_FMS[key]] = val.strip()
+    return {"model": model or platform.processor() or "unknown", "flags": flags, "fms": fms}
+
+
+_KERNEL_LOG: list[str] = []
+
+
+def kernel_log() -> str:
+    """The kernel log (dmesg), read once per process; '' where it can't be read."""
+    if not _KERNEL_LOG:
+        try:
+            out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _KERNEL_LOG.append(out)
+    return _KERNEL_LOG[0]
 
 
 def _detect_virt(flag: str) -> str | None:
@@ -91,11 +111,7 @@ def lockdown() -> str:
     text = _read("/sys/kernel/security/lockdown")
     if text and "[" in text:
         return text.split("[", 1)[1].split("]", 1)[0]
-    try:
-        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        log = ""
-    return "restricted (kernel log)" if "Lockdown:" in log else "unknown"
+    return "restricted (kernel log)" if "Lockdown:" in kernel_log() else "unknown"
 
 
 def clocksource() -> dict:
@@ -173,7 +189,7 @@ def machine() -> dict:
     base = {"machine_key": machine_key(), "cpu_model": ci["model"], "cpus_online": os.cpu_count(),
             "mem_total_gib": mem_total_gib(), "arch": platform.machine(),
             "tsc_flags": sorted(f for f in TSC_FLAGS if f in ci["flags"])}
-    m = identity.local_machine(base)
+    m = identity.local_machine(base, ci["fms"], kernel_log())
     if _id_override():
         m["id_override"] = True
     return m

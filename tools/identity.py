@@ -21,8 +21,9 @@ Rounding. A TSC frequency the kernel *calibrates* varies from boot to boot (by u
 frequencies sit on multiples of 50 or 100 MHz, at the middle of a bin, and a value such as
 this project's 2,445.4 MHz (a 2.45 GHz part) stays 20 MHz from a bin's edge. Machines whose
 TSCs differ by less than that share the id unless another fact tells them apart; where the
-kernel was told the exact frequency, the kHz value is a check fact (below). MemTotal depends on the kernel build by a few MiB and always sits below the
-installed size, so it is rounded up to whole GiB from the manifest's 0.1 GiB figure.
+kernel was told the exact frequency, the kHz value is a check fact (below). MemTotal depends
+on the kernel build by a few MiB and always sits below the installed size, so it is rounded
+up to whole GiB from the manifest's 0.1 GiB figure.
 
 The DMI product UUID (root-only) enters only as a salted hash; the raw machine-id never
 leaves tools.hostinfo. Older datasets are brought to this identity once, by
@@ -32,13 +33,11 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import functools
 import hashlib
 import json
 import math
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -52,7 +51,7 @@ _DMESG_TSC = (re.compile(r"tsc: Refined TSC clocksource calibration: ([0-9.]+) M
               re.compile(r"tsc: Detected ([0-9.]+) MHz processor"))
 
 
-def tsc_from_kernel_log(text: str) -> float | None:
+def tsc_from_kernel_log(text: str) -> int | None:
     """The TSC frequency in kHz from kernel log text: the refined calibration if the kernel
     printed one, else its first estimate; None if neither line is there."""
     for pat in _DMESG_TSC:
@@ -82,37 +81,16 @@ def _tsc_kvm() -> int | None:
                 os.close(fd)
 
 
-@functools.lru_cache(maxsize=1)
-def tsc() -> tuple[int | None, str]:
-    """(kHz, source) of this machine's TSC; (None, why) where it can't be read."""
-    try:
-        log = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        log = ""
-    khz = tsc_from_kernel_log(log)
+def tsc(kernel_log: str) -> tuple[int | None, str]:
+    """(kHz, source) of this machine's TSC, from its kernel log (tools.hostinfo.kernel_log)
+    or KVM; (None, why) where neither can tell."""
+    khz = tsc_from_kernel_log(kernel_log)
     if khz:
         return khz, "kernel log"
     khz = _tsc_kvm()
     if khz:
         return khz, "KVM_GET_TSC_KHZ"
     return None, "unavailable: kernel log not readable (dmesg_restrict) and no /dev/kvm access"
-
-
-def _cpuid_fms() -> dict:
-    out = {}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return out
-    keys = {"cpu family": "cpu_family", "model": "cpu_model_number", "stepping": "cpu_stepping"}
-    for line in text.splitlines():
-        k, _, v = line.partition(":")
-        k = k.strip()
-        if k in keys and keys[k] not in out:
-            out[keys[k]] = v.strip()
-        if not line.strip() and out:
-            break
-    return out
 
 
 def _dmi_uuid_hash() -> str | None:
@@ -148,12 +126,11 @@ def machine_facts(host: dict, khz: int | None, khz_source: str, extra: dict | No
     return m
 
 
-def local_machine(host: dict) -> dict:
-    """This machine's identity facts; `host` is the manifest host block being built."""
-    khz, source = tsc()
-    extra = _cpuid_fms()
-    extra["dmi_uuid_hash"] = _dmi_uuid_hash()
-    return machine_facts(host, khz, source, extra)
+def local_machine(host: dict, fms: dict, kernel_log: str) -> dict:
+    """This machine's identity facts: `host` is the manifest host block being built, `fms`
+    the CPU's family/model/stepping (tools.hostinfo.cpuinfo)."""
+    khz, source = tsc(kernel_log)
+    return machine_facts(host, khz, source, {**fms, "dmi_uuid_hash": _dmi_uuid_hash()})
 
 
 def with_tsc(description: str | None, host: dict) -> str | None:
