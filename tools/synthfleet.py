@@ -3,8 +3,8 @@
     python -m tools.synthfleet N DEST [--seed S]
 
 DEST is a data directory (DEST/runs/ is created) outside the repository's data/: the
-generator refuses the book's own data. Each synthetic host takes, per chapter, the newest
-committed dataset of one real host and changes what a fleet varies:
+generator refuses the book's own data. Each synthetic host takes, per chapter, the shown
+committed dataset (the one its chapter shows, tools.dataset.shown_datasets) of one real host and changes what a fleet varies:
 
 * the manifest's host block: CPU vendor and model, CPU count, memory, kernel release,
   bare metal / KVM guest / TCG guest, and identity facts from which its host id is derived
@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from . import identity
-from .dataset import MANIFEST, list_runs, load_manifest, table_path, write_table
+from .dataset import MANIFEST, list_runs, load_manifest, shown_datasets, table_path, write_table
 from .errors import PerfbookError, one_line
 from .paths import data_dir as book_data_dir
 
@@ -85,7 +85,7 @@ def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict) ->
 
 
 def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=print) -> list[str]:
-    """Make n synthetic hosts under dest/runs from the newest dataset per (host, chapter) of
+    """Make n synthetic hosts under dest/runs from the shown dataset per (host, chapter) of
     `source` (default: the book's data/); returns their host ids."""
     from .chapters import CHAPTERS
     dest = Path(dest)
@@ -94,12 +94,10 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
     newest: dict[str, list[Path]] = {}
     schemas = {ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS}
     for ch in CHAPTERS:
-        runs = list_runs(ch.name, source)
-        by_host: dict[str, Path] = {}
-        for r in runs:
-            by_host[r.parent.parent.name] = r  # sorted by run id: the last is the newest
-        if by_host:
-            newest[ch.name] = list(by_host.values())
+        mans = [load_manifest(r) for r in list_runs(ch.name, source)]
+        shown = shown_datasets(mans)  # one dataset per host: the one a chapter shows (quoted())
+        if shown:
+            newest[ch.name] = [m.path for m in mans if shown.get(m.host_id) == m["run_id"]]
     ids = []
     for i in range(n):
         factor = rng.lognormvariate(0.0, 0.15)
