@@ -3,8 +3,9 @@
     python -m tools.synthfleet N DEST [--seed S]
 
 DEST is a data directory (DEST/runs/ is created) outside the repository's data/: the
-generator refuses the book's own data. Each synthetic host takes, per chapter, the shown
-committed dataset (the one its chapter shows, tools.dataset.shown_datasets) of one real host and changes what a fleet varies:
+generator refuses the book's own data. Each synthetic host takes, per chapter, the committed
+dataset its chapter shows for one real host (tools.dataset.shown_datasets) and changes what
+a fleet varies:
 
 * the manifest's host block: CPU vendor and model, CPU count, memory, kernel release,
   bare metal / KVM guest / TCG guest, and identity facts from which its host id is derived
