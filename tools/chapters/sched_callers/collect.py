@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ... import ftrace
+from ... import bpftrace, ftrace
 from ...errors import PerfbookError
 from ...proc import die_with_parent, kill_group, run_group
 from ...stats import repetition
@@ -131,35 +131,11 @@ class _Bpftrace:
 
     def arm(self):
         prog = f"tracepoint:sched:sched_switch {{ @[kstack({self.depth + 4})] = count(); }}"
-        bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True, preexec_fn=die_with_parent)
-        self.ctx.undo.callback(kill_group, bt)   # never an orphan attached to the scheduler
-        self.bt, out, deadline = bt, [], time.monotonic() + 60
-        while True:
-            line = bt.stdout.readline()
-            if not line:
-                raise PerfbookError("bpftrace exited before attaching: " + " ".join(out)[-300:])
-            out.append(line.strip())
-            if line.startswith("Attaching"):
-                return
-            if time.monotonic() > deadline:
-                raise PerfbookError("bpftrace did not attach within 60 s")
+        self.bt = bpftrace.start(prog, self.ctx.say)
+        self.ctx.undo.callback(kill_group, self.bt)   # never an orphan attached to the scheduler
 
     def disarm(self):
-        bt, rest = self.bt, None
-        try:
-            for _ in range(12):   # now and then a SIGINT is lost
-                bt.send_signal(signal.SIGINT)
-                try:
-                    rest, _ = bt.communicate(timeout=5)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        finally:
-            kill_group(bt)
-        if rest is None:
-            raise PerfbookError("bpftrace did not print its map within 60 s of SIGINT")
-        return parse.bpftrace_stacks(rest, self.depth), 0
+        return parse.bpftrace_stacks(bpftrace.stop(self.bt, self.ctx.say), self.depth), 0
 
 
 class _Perf:

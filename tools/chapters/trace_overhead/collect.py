@@ -14,14 +14,13 @@ import os
 import random
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
 
-from ... import cbuild, elfsym
+from ... import bpftrace, cbuild, elfsym
 from ...errors import PerfbookError
-from ...proc import die_with_parent, kill_group, run_group
+from ...proc import run_group
 from ...stats import repetition
 from ...tracefs import TraceSession
 from .parse import parse_harness, perf_count
@@ -105,44 +104,18 @@ class _Runner:
         return df, timer, hits
 
     def _run_bpftrace(self, spec):
-        prog = f"uprobe:{self.bin}:pb_ret {{ @hits = count(); }}"
-        bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                              preexec_fn=die_with_parent)  # never an orphan attached to us
-        out = []
+        bt = bpftrace.start(f"uprobe:{self.bin}:pb_ret {{ @hits = count(); }}", self.log)
         try:
-            deadline = time.monotonic() + 60
-            while True:
-                line = bt.stdout.readline()
-                if not line:
-                    raise PerfbookError("bpftrace exited before attaching: " + " ".join(out)[-200:])
-                out.append(line.strip())
-                if line.startswith("Attaching"):
-                    break
-                if time.monotonic() > deadline:
-                    raise PerfbookError("bpftrace did not attach within 60 s")
             time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
-            self.log(f"bpftrace {bt.pid} attached to pb_ret; timing the harness under it")
+            self.log("timing the harness under bpftrace")
             r = run_group(self.harness_cmd(spec["target"]))
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
             df, timer = parse_harness(r.stdout)
-            rest = None
-            for attempt in range(12):  # bpftrace exits in ~0.2 s; a SIGINT is now and then lost
-                bt.send_signal(signal.SIGINT)
-                try:
-                    rest, _ = bt.communicate(timeout=5)
-                    break
-                except subprocess.TimeoutExpired:
-                    self.log(f"bpftrace has not exited {5 * (attempt + 1)} s after SIGINT; sending it again")
-            if rest is None:
-                raise PerfbookError("bpftrace did not print its count within 60 s of SIGINT, "
-                                    "so the bpf_uprobe hits can't be checked")
-            m = re.search(r"@hits:\s*(\d+)", rest)
-            hits = int(m.group(1)) if m else None
-            return df, timer, hits
         finally:
-            kill_group(bt)
+            rest = bpftrace.stop(bt, self.log)   # never an orphan attached to our harness
+        m = re.search(r"@hits:\s*(\d+)", rest)
+        return df, timer, int(m.group(1)) if m else None
 
 
 def foreign_attachments(binary: Path, root: Path | None = None) -> list[str]:
