@@ -103,3 +103,52 @@ def test_significance_text_covers_all_none_and_some():
     assert stats.significance_text(df.iloc[:1]).startswith("all 1 comparison")
     assert stats.significance_text(df.iloc[1:]).startswith("none of the 2")
     assert stats.significance_text(df.iloc[0:0]) == "no comparison could be made"
+
+
+# ---------------------------------------------------------------- the time budget is a bound
+def _run(rep, clk, durations, value=lambda i: 1.0 + i % 3):
+    """Drive `rep` with rounds lasting durations[i] seconds (the last one repeats)."""
+    for rnd in rep.rounds():
+        clk.t += durations[min(rnd.index, len(durations) - 1)]
+        for k in rep.keys:
+            rep.add(k, value(rnd.index))
+    return rep
+
+
+def test_a_round_the_last_one_says_would_overrun_the_budget_is_not_started():
+    clk = Clock()
+    # 4 s rounds, 10 s budget: after 8 s a third round would end at 12 s, so it is not started
+    rep = _run(stats.Repetition("r", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=10,
+                                warmup=0, clock=clk), clk, [4])
+    assert rep.stopped_by == stats.STOP_BUDGET and rep.n == 2 and rep.elapsed_s == 8 <= rep.budget_s
+    # a long first round (the chapter's extra work in round 0) and short ones after it: the
+    # estimate follows the last round, and the rounds end exactly at the budget
+    clk = Clock()
+    rep = _run(stats.Repetition("s", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=12,
+                                warmup=0, clock=clk), clk, [6, 2])
+    assert rep.n == 4 and rep.elapsed_s == 12 and rep.stopped_by == stats.STOP_BUDGET
+
+
+def test_one_measured_round_always_runs_even_after_a_warmup_past_the_budget():
+    clk = Clock()
+    rep = _run(stats.Repetition("w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5,
+                                warmup=1, clock=clk), clk, [9, 9])
+    assert rep.n == 1 and rep.warmup_values["a"] == 1 and rep.stopped_by == stats.STOP_BUDGET
+    (rec, _) = rep.records()
+    assert rec["elapsed_s"] == 18 and rec["n"] == 1 and rec["rel_ci_width"] != rec["rel_ci_width"]  # NaN
+
+
+def test_stop_rule_tells_fixed_rounds_and_unrecorded_reasons_apart():
+    from tools.repetition import NOT_RECORDED, STOP_FIXED, stop_rule
+    clk = Clock()
+    fixed = _run(stats.Repetition("f", ["a"], target=0.5, min_runs=3, max_runs=3, budget_s=100,
+                                  warmup=0, clock=clk), clk, [1], value=lambda i: 10.0)
+    (rec,) = fixed.records()
+    # the CI target was met at n = 3, but with min_runs == max_runs the rounds were fixed anyway
+    assert rec["stopped_by"] == stats.STOP_TARGET and stop_rule(rec) == STOP_FIXED
+    assert stop_rule({**rec, "stopped_by": stats.STOP_MAX}) == STOP_FIXED
+    # a budget that cut fixed rounds short is still the budget
+    assert stop_rule({**rec, "stopped_by": stats.STOP_BUDGET}) == stats.STOP_BUDGET
+    assert stop_rule({**rec, "min_runs": 2}) == stats.STOP_TARGET
+    assert stop_rule({**rec, "stopped_by": float("nan")}) == NOT_RECORDED
+    assert stop_rule({"n": 3}) == NOT_RECORDED

@@ -203,6 +203,10 @@ class Chapter:
     name: str = ""
     title: str = ""
     profiles: dict[str, dict] = {}
+    # seconds a collect is planned to take per profile on the book's own 2-CPU host ("full" has
+    # none: it takes as long as its targets need); `python -m tools measure` prints the plan
+    # beside the time taken, and tests keep the sum within the budget of `make all`
+    plan_s: dict[str, int] = {}
     params: dict[str, Param] = {}
     tables: dict[str, Table] = {}
     reference: tuple[str, ...] = ()   # data/reference/<name>.csv tables this chapter shows

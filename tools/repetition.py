@@ -12,6 +12,12 @@ from .stats import median_ci, summarize
 STOP_TARGET = "ci_target"
 STOP_BUDGET = "time_budget"
 STOP_MAX = "max_runs"
+# derived, never written by Repetition: min_runs == max_runs (a fixed number of rounds), and a
+# dataset whose repetition table lacks the reason (stop_rule)
+STOP_FIXED = "fixed_rounds"
+NOT_RECORDED = "not_recorded"
+STOP_TEXT = {STOP_TARGET: "CI target reached", STOP_MAX: "max runs", STOP_BUDGET: "time budget",
+             STOP_FIXED: "fixed rounds", "not run": "not run", NOT_RECORDED: "not recorded"}
 
 
 class Repetition:
@@ -29,9 +35,14 @@ class Repetition:
     Stops after a round when (a) at least `min_runs` measured rounds are in and
     every key's relative CI width (high - low) / median is <= `target`
     ("ci_target"), or (b) the measured rounds reach `max_runs` ("max_runs"),
-    or (c) `budget_s` seconds have passed since the first round began
-    ("time_budget"; checked after each round, so a round is never cut short).
-    Warm-up rounds count toward the time budget but never toward n.
+    or (c) the time budget is spent ("time_budget"): `budget_s` seconds have passed
+    since the first round began, or the next round would end past them if it lasts as
+    long as the last one did. A round is never cut short, and no round is started that
+    the last one says would overrun, so the budget bounds the rounds' time (give or take
+    how much one round differs from the next) instead of overrunning it by a round.
+    Warm-up rounds count toward the time budget but never toward n, and at least one
+    measured round always runs. With min_runs == max_runs the rounds are fixed (the
+    `rounds` / `reps` parameters): stop_rule() reports that as "fixed_rounds".
     """
 
     def __init__(self, experiment: str, keys=("value",), *, target: float = 0.05,
@@ -54,6 +65,7 @@ class Repetition:
         self._in_warmup = False
         self._t0: float | None = None
         self.elapsed_s = 0.0
+        self.last_round_s = 0.0
         self.stopped_by: str | None = None
         self.rounds_done = 0
 
@@ -86,8 +98,8 @@ class Repetition:
             return STOP_TARGET
         if self.n >= self.max_runs:
             return STOP_MAX
-        if self.elapsed_s >= self.budget_s:
-            return STOP_BUDGET
+        if self.elapsed_s + self.last_round_s > self.budget_s or self.elapsed_s >= self.budget_s:
+            return STOP_BUDGET      # spent, or the next round (as long as the last) would overrun it
         return None
 
     def rounds(self):
@@ -96,10 +108,13 @@ class Repetition:
         i = 0
         while True:
             self._in_warmup = i < self.warmup
+            started = self.clock()
             yield Round(i, self._in_warmup)
             i += 1
             self.rounds_done = i
-            self.elapsed_s = self.clock() - self._t0
+            now = self.clock()
+            self.last_round_s = now - started
+            self.elapsed_s = now - self._t0
             if not self._in_warmup:
                 why = self._decide()
                 if why:
@@ -150,6 +165,21 @@ def repetition_summary(df) -> dict:
     for why in (STOP_TARGET, STOP_BUDGET, STOP_MAX):
         out[why] = int((exp["stopped_by"] == why).sum())
     return out
+
+
+def stop_rule(rec) -> str:
+    """The rule that stopped one experiment, from a row of its `repetition` table (a dict or a
+    pandas row): stopped_by as recorded, except that an experiment whose min_runs equals its
+    max_runs ran a fixed number of rounds (STOP_FIXED, unless the time budget cut them short),
+    and a row without a reason is NOT_RECORDED."""
+    why = rec.get("stopped_by")
+    if not isinstance(why, str) or not why:
+        return NOT_RECORDED
+    lo, hi = rec.get("min_runs"), rec.get("max_runs")
+    fixed = lo is not None and hi is not None and lo == lo and hi == hi and int(lo) == int(hi)
+    if fixed and why in (STOP_TARGET, STOP_MAX):
+        return STOP_FIXED
+    return why
 
 
 # --------------------------------------------------------------------------

@@ -52,8 +52,12 @@ from .spec import BASELINE, LOADS, VARIANTS, l2_bytes
 # Rounds repeat adaptively (tools.stats.Repetition, settings rep_*): one experiment per load,
 # whose keys are the variants and whose tracked value is the worker CPU time per request. Both
 # experiments share the rounds (one shuffled order of every variant x load still running), and
-# each stops on its own: CI target, time budget or maximum number of rounds. A default round
-# takes about 15 s on 2 CPUs: its budget gives one warm-up and about 7 measured rounds.
+# each stops on its own: CI target, time budget or maximum number of rounds. A round is one
+# trial per variant and load, each warmup_ms + duration_ms plus ~50 ms of start-up: 1.35 s and
+# 13.5 s a round with the committed default's 300 + 1000 ms (a warm-up and 8 rounds in 120 s).
+# The default's 200 + 500 ms make a ~7.5 s round of the 10 trials this host can run (12 where
+# base_slice_10ms is writable: ~9 s), so its 26 s budget holds 3 rounds (a fourth would
+# overrun it) and the chapter, with 2 calibration runs, takes about 26 s (plan_s). No warm-up round: every trial has its own warm-up; `full` keeps one.
 # workers "auto" = workers_per_cpu x online CPUs. The seed's migrations need a pool larger than
 # the machine (an unpinned worker then has somewhere to go while another runs), so the default
 # and full profiles run two workers per CPU; the quick profile (a test) keeps one.
@@ -69,12 +73,13 @@ _TRACE = ("trace_markers", "trace_window_s", "trace_overrun", *(f"{r}_migrations
 class CpuPinning(Chapter):
     name = "cpu_pinning"
     title = "Pinning prefork workers, and the scheduler tunables of this kernel"
+    plan_s = {"quick": 8, "default": 26}   # seconds a collect should take here (tools.summary)
     profiles = {
-        "quick": {"warmup_ms": 100, "duration_ms": 300, "calib_runs": 1, "rep_target": 0.05,
+        "quick": {"warmup_ms": 100, "duration_ms": 200, "calib_runs": 1, "rep_target": 0.05,
                   "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 60.0, "rep_warmup": 0,
                   "workers_per_cpu": 1, **_COMMON},
-        "default": {"warmup_ms": 300, "duration_ms": 1000, "calib_runs": 3, "rep_target": 0.05,
-                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 120.0, "rep_warmup": 1,
+        "default": {"warmup_ms": 200, "duration_ms": 500, "calib_runs": 2, "rep_target": 0.05,
+                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 26.0, "rep_warmup": 0,
                     "workers_per_cpu": 2, **_COMMON},
         "full": {"warmup_ms": 500, "duration_ms": 2000, "calib_runs": 5, "rep_target": 0.05,
                  "rep_min_runs": 10, "rep_max_runs": 60, "rep_budget_s": 600.0, "rep_warmup": 1,

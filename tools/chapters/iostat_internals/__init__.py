@@ -52,14 +52,20 @@ class IostatInternals(Chapter):
     title = "iostat -x internals: recomputed from /proc/diskstats, checked against sysstat and tracepoints"
     # Rounds are repeated adaptively (tools.repetition, settings rep_*): one round runs every
     # phase once; the value tracked per phase is the device's IOPS over the phase's steady part.
-    # A round of the default profile takes about a minute, so its budget allows two rounds and its
-    # min_runs (6, the smallest n with a real 95 % interval of the median) is reached only in "full".
+    # A round lasts as long as its phases (phase_seconds each, plus ~0.26 s of fio start-up), on
+    # any machine; 3 s is the shortest phase that still holds a whole 1 s iostat interval after its
+    # 1.2 s warm-up and pre-roll. The default's round of 10 phases takes ~33 s, so its 40 s budget
+    # stops after one round (a second would overrun it: no interval across rounds, n = 1); with
+    # ~10 s for the scratch file, iostat's start and end and the trace windows' parsing, about
+    # 43 s (plan_s). `full` (10 s phases, 660 s) is the profile that repeats
+    # rounds until min_runs (6, the smallest n with a real 95 % interval of the median).
+    plan_s = {"quick": 16, "default": 43}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick":   {"phases": QUICK_PHASES, "phase_seconds": 3, "file_mb": 64, "trace_window_s": 0.3,
                     "rep_target": 0.05, "rep_min_runs": 1, "rep_max_runs": 2, "rep_budget_s": 5.0,
                     "rep_warmup": 0, **_COMMON},
-        "default": {"phases": list(PHASES), "phase_seconds": 5, "file_mb": 256, "trace_window_s": 0.5,
-                    "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 12, "rep_budget_s": 100.0,
+        "default": {"phases": list(PHASES), "phase_seconds": 3, "file_mb": 128, "trace_window_s": 0.5,
+                    "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 12, "rep_budget_s": 40.0,
                     "rep_warmup": 0, **_COMMON},
         "full":    {"phases": list(PHASES), "phase_seconds": 10, "file_mb": 1024, "trace_window_s": 1.0,
                     "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 20, "rep_budget_s": 660.0,

@@ -36,11 +36,21 @@ class SchedCallers(Chapter):
     # Each round arms every tracer once (shuffled); the first caller_rounds rounds run every
     # workload under it, later rounds hackbench only. Rounds repeat adaptively until each
     # tracer's median hackbench time has a 95 % CI narrower than rep_target, or the budget ends.
+    # On 2 CPUs with 3 usable tracers (committed data: 4 runs of hackbench -l 100, 0.84 s each,
+    # 27 s for the first round and 22 s for the next, 93 s in all) the default's 2 runs of
+    # -l 50 make a first round of ~14 s (sleep, dd and the tracers' start, stop and parsing)
+    # and later ones of ~6.5 s. The default runs a fixed 2 rounds (rep_min_runs = rep_max_runs;
+    # a budget that must let the long first round be followed by a second would also let a
+    # third in), about 23 s in all (plan_s); its 30 s budget caps a host where
+    # all six tracers run, whose rounds are about twice as long.
+    plan_s = {"quick": 11, "default": 23}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick":   {"hackbench_runs": 2, "caller_rounds": 1, "rep_target": 0.05, "rep_min_runs": 1,
-                    "rep_max_runs": 1, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON},
-        "default": {"hackbench_runs": 4, "caller_rounds": 1, "rep_target": 0.03, "rep_min_runs": 3,
-                    "rep_max_runs": 8, "rep_budget_s": 90.0, "rep_warmup": 0, **_COMMON},
+                    "rep_max_runs": 1, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON,
+                    "hackbench_loops": 50},
+        "default": {"hackbench_runs": 2, "caller_rounds": 1, "rep_target": 0.03, "rep_min_runs": 2,
+                    "rep_max_runs": 2, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON,
+                    "hackbench_loops": 50},
         "full":    {"hackbench_runs": 5, "caller_rounds": 3, "rep_target": 0.02, "rep_min_runs": 10,
                     "rep_max_runs": 40, "rep_budget_s": 900.0, "rep_warmup": 1, **_COMMON},
     }

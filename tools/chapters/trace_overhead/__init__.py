@@ -37,11 +37,19 @@ class TraceOverhead(Chapter):
     # dropped, whole rounds of every mechanism run until each mechanism's median per-round
     # cost has a 95 % CI narrower than rep_target (relative), or rep_budget_s runs out, or
     # rep_max_runs rounds are in. `warmup` is the harness's untimed batches inside each run.
+    # A round's time is mostly the four ~10 µs probes (uprobe, uretprobe, perf_stat, bpf_uprobe)
+    # times the calls per run, plus ~1.7 s of process and bpftrace start-up. On 2 CPUs (a KVM
+    # guest, committed data) 20000-call batches made a 12.5 s round: 3 rounds in 45 s. The
+    # default's 4000 calls (48000 per run with its warm-up batches) make a ~3.9 s round, so its
+    # 14 s budget gives 3 rounds (a fourth would overrun it) and the chapter about 15 s
+    # (plan_s). No warm-up round: every run already starts with `warmup` untimed
+    # batches; `full` keeps two.
+    plan_s = {"quick": 5, "default": 15}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick":   {"iterations": 2000, "batches": 3, "warmup": 1, "rep_target": 0.05,
                     "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON},
-        "default": {"iterations": 20000, "batches": 10, "warmup": 2, "rep_target": 0.05,
-                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 45.0, "rep_warmup": 1, **_COMMON},
+        "default": {"iterations": 4000, "batches": 10, "warmup": 2, "rep_target": 0.05,
+                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 14.0, "rep_warmup": 0, **_COMMON},
         "full":    {"iterations": 100000, "batches": 20, "warmup": 3, "rep_target": 0.02,
                     "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 600.0, "rep_warmup": 2, **_COMMON},
     }
