@@ -45,7 +45,8 @@ def test_digest_covers_the_chapters_runs_and_its_reference_only(data):
                        if p.name != "trace_overhead.csv")
     assert sorted(files) == sorted(["reference/trace_overhead.csv",
                                     "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/manifest.json",
-                                    "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/t.csv", *committed])
+                                    "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/t.csv", *committed,
+                                    "reference/reference_host.json"])   # every figure marks it
     assert not any("tsc_alignment" in f for f in files)
 
 

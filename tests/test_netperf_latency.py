@@ -297,7 +297,7 @@ def test_seed_conditions_come_from_the_reference_table():
     assert seed_conditions(stated)["seed_cpus"] == "4 CPUs"
 
 
-def test_seed_histogram_buckets_in_numeric_order_and_hosts_by_kind():
+def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -309,9 +309,13 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_by_kind():
     assert lo == sorted(lo) and len(set(labels)) == len(labels), labels
     assert ax.get_yscale() == "log" and not ax.patches, "points, not bars, on a log axis"
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    from tools.machine import legend as host_legend
-    for m in D.manifests:
-        assert any(host_legend(m.host) in t for t in legend), (m.host_id, legend)
+    from tools import fleetview
+    from tools.machine import short_kind
+    F = fleetview.fleet(D)
+    assert F.label(fleetview.THIS) in legend and short_kind(D.quoted.host) in F.label(fleetview.THIS)
+    if len(D.hosts) > 1:   # the other hosts are one entry, not one each
+        assert F.label(fleetview.OTHER) in legend
+        assert not any(m.host_id in t for m in D.manifests if m.host_id != D.quoted.host_id for t in legend)
     plt.close(fig)
 
 

@@ -606,17 +606,20 @@ def test_dd_comparison_shows_both_cluster_sizes_and_says_when_they_differ():
     assert "like with like" in same["dd_sentence"] and "not a like" not in same["dd_sentence"]
 
 
-def test_prealloc_figure_names_each_host_by_kind_and_draws_the_fitted_model():
+def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_model():
     import matplotlib
     matplotlib.use("Agg")
+    from tools import fleetview
     D = _committed_or_skip()
     fig, cap = figures.prealloc(D)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    from tools.machine import legend
-    for m in D.manifests:
-        assert any(x.startswith(f"{legend(m['host'])}, run {m['run_id']}") for x in labels), m.key
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    F = fleetview.fleet(D)
+    assert F.label(fleetview.THIS) in labels and F.label(fleetview.THIS).startswith(("this host", "this host = "))
+    if len(D.hosts) > 1:   # every other host in one entry, whatever their number
+        assert F.label(fleetview.OTHER) in labels and f"n = {len(D.hosts) - 1}" in F.label(fleetview.OTHER)
+    assert not any(m.host_id in x for m in D.manifests if m.host_id != D.quoted.host_id for x in labels)
     if any(m["host"].get("virtualization") == "qemu" for m in D.manifests):
-        assert any("(TCG guest)" in x for x in labels)
+        assert "TCG guest" in cap
     assert any("exponent" in x for x in labels)
     assert any(x.startswith("for comparison: quadratic") for x in labels)
     h = qo.headline(D)

@@ -5,7 +5,8 @@ off), so a dataset added without `make notebooks` would leave a chapter that
 silently shows the old data. `python -m tools refresh` therefore records, in
 each notebook's metadata, a digest of exactly the files that notebook reads:
 
-* a chapter: every file under data/runs/*/<chapter>/ and data/reference/<chapter>*.csv;
+* a chapter: every file under data/runs/*/<chapter>/, data/reference/<chapter>*.csv and the
+  reference host's file (data/reference/reference_host.json, tools.fleetview);
 * a page that reads every chapter (tools.chapters.PAGES): all of data/runs and
   data/reference.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from .fleetview import REFERENCE_FILE as REFERENCE_HOST_FILE
 from .paths import reference_dir, resolve_data_dir, runs_dir
 
 METADATA_KEY = "perfbook"
@@ -85,11 +87,12 @@ def data_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]
     for top in tops:
         for f in _visible_files(top):
             out[f"runs/{f.relative_to(runs).as_posix()}"] = f
-    pattern = f"{name}*.csv" if chapter else "*.csv"
-    found = {p.name: p for p in (refs.glob(pattern) if refs.is_dir() else [])}
+    # every notebook marks the reference host (tools.fleetview), so its file counts for all
+    patterns = (f"{name}*.csv" if chapter else "*.csv", REFERENCE_HOST_FILE)
+    found = {p.name: p for pat in patterns for p in (refs.glob(pat) if refs.is_dir() else [])}
     committed = reference_dir()
     if committed != refs and committed.is_dir():
-        for p in committed.glob(pattern):
+        for p in (p for pat in patterns for p in committed.glob(pat)):
             found.setdefault(p.name, p)
     for fname, p in found.items():
         if not fname.startswith("."):

@@ -27,6 +27,28 @@ def legend(host: dict) -> str:
     return f"{host.get('host_id')} ({short_kind(host)})"
 
 
+def kernel_series(host: dict) -> str:
+    """'Linux 6.1', 'Linux 6.18': the kernel's major.minor, the series a figure facets on."""
+    rel = str(host.get("kernel_release") or "")
+    parts = rel.split("-")[0].split(".")
+    return f"Linux {parts[0]}.{parts[1]}" if len(parts) >= 2 and parts[0].isdigit() else "kernel not recorded"
+
+
+def cpu_vendor(host: dict) -> str:
+    """'AMD', 'Intel', 'ARM', 'emulated (TCG)', ...: the CPU's maker, from the manifest's
+    cpu_vendor where it has one, else from the CPU model string."""
+    if host.get("virtualization") == "qemu":
+        return "emulated (TCG)"
+    if host.get("cpu_vendor"):
+        return str(host["cpu_vendor"])
+    model = str(host.get("cpu_model") or "").lower()
+    for word, name in (("amd", "AMD"), ("intel", "Intel"), ("neoverse", "ARM"), ("cortex", "ARM"),
+                       ("ampere", "ARM"), ("apple", "Apple")):
+        if word in model:
+            return name
+    return "other CPU" if model else "CPU not recorded"
+
+
 def _own_kvm(host: dict) -> str | None:
     mods = host.get("kvm_modules")
     if mods is None:

@@ -1,7 +1,7 @@
 """The chapter's figures: frames in, (figure, caption) out (tools.notebook.show displays them)."""
 from __future__ import annotations
 
-from ... import machine, stats
+from ... import stats
 from . import analysis as A
 from .findings import host_summary
 from .spec import LOAD_TITLE, LOADS, ORDER
@@ -109,30 +109,35 @@ def core_balance(D):
 
 
 def hosts(D):
-    """Worker CPU per request per variant, load and host (each host's shown dataset)."""
+    """Worker CPU per request per variant and load over the hosts (each host's shown dataset): one
+    point per other host, this host and the reference host with their intervals; one row of
+    panels per machine kind (a TCG guest's CPU time is QEMU's emulation)."""
     import matplotlib.pyplot as plt
+    from ... import fleetview as fv
     SH = host_summary(D)
-    hosts_ = sorted(SH.host_id.unique())
-    label = {m.host_id: machine.legend(m.host) for m in D.manifests}   # 'h-… (TCG guest)'
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, load in zip(axes, ("rate", "sat")):
-        s = SH[(SH.metric == "cpu_per_req_us") & (SH.load == load)]
-        order = [v for v in ORDER if v in set(s.variant)]
-        for k, hid in enumerate(hosts_):
-            g = s[s.host_id == hid].set_index("variant").reindex(order)
-            x = [i + (k - (len(hosts_) - 1) / 2) * 0.8 / len(hosts_) for i in range(len(order))]
-            ax.errorbar(x, g["median"], yerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], fmt="o",
-                        capsize=3, label=label.get(hid, hid))
-        ax.set_xticks(range(len(order)), order, rotation=20)
-        ax.set_title(LOAD_TITLE[load])
-        log_ticks(ax)
-    axes[0].set_ylabel("worker CPU µs per request (log scale)")
-    fig.tight_layout()
-    legend_below(fig, axes, title="host (kind)", ncol=min(3, len(hosts_)))
+    SH = SH[SH.metric == "cpu_per_req_us"]
+    F = fv.fleet(D, set(SH.host_id))
+    order = [v for v in ORDER if v in set(SH.variant)]
+    SH = SH.assign(pos=SH.variant.map({v: i for i, v in enumerate(order)}))
+    rows = fv.facets(F, "kind")
+    fig, axes = plt.subplots(len(rows), 2, figsize=(10, 3.6 * len(rows) + 1.0), sharey="row", squeeze=False,
+                             layout="constrained")
+    drawn = []
+    for (kind, Fk), axrow in zip(rows, axes):
+        for ax, load in zip(axrow, ("rate", "sat")):
+            drawn.append(fv.points(ax, Fk, SH[SH.load == load], "pos", "median", "ci_low", "ci_high"))
+            ax.set_xticks(range(len(order)), order, rotation=20)
+            ax.set_title(f"{kind}: {LOAD_TITLE[load]}" if len(rows) > 1 else LOAD_TITLE[load], fontsize="medium")
+            log_ticks(ax)
+        axrow[0].set_ylabel("worker CPU µs per request\n(log scale)")
+    d = fv.merge(*drawn)
+    fv.legend(fig, F, d)
     shown = D.of_shown(D["trials"])
-    warm = [A.warmup_rounds(D["repetition"], r) for r in shown.run_id.unique()]
+    warm = [A.warmup_rounds(D["repetition"], h, r) for h, r in shown[["host_id", "run_id"]].drop_duplicates().itertuples(index=False)]
+    kinds = (" One row of panels per machine kind: a TCG guest's CPU time is QEMU's emulation, to be read "
+             "within its row.") if len(rows) > 1 else ""
     return fig, stats.caption(
-        "Worker CPU time per request per variant, load and host (each host's newest dataset)",
-        n=SH[SH.metric == "cpu_per_req_us"]["n"], unit="rounds", warmup=warm, hosts=stats.hosts_of(D.manifests),
-        extra="Disturbed trials are left out")
+        "Worker CPU time per request per variant and load over the hosts (each host's shown dataset)",
+        n=SH["n"], unit="rounds", warmup=warm, hosts=F.caption_hosts(),
+        extra="Disturbed trials are left out. " + F.marks_text(d, "a host's median over its undisturbed rounds",
+                                                             panels=len(rows) > 1) + kinds)

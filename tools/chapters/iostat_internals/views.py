@@ -21,7 +21,7 @@ def glue_values(D, A, AH) -> dict:
     f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in prose_values(A).items()}
     p, prof = A["manifest"]["parameters"], D.chapter.profiles
     ph = D["phases"]
-    ph = ph[(ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
+    ph = ph[(ph["host_id"] == A["manifest"]["host"]["host_id"]) & (ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
     per_round = ph.groupby("round").apply(lambda g: (g["t_end_ns"].max() - g["t_start_ns"].min()) / 1e9,
                                           include_groups=False)
     cmp = compare_hosts(AH)
@@ -73,7 +73,7 @@ def _host(A):
 def phase_table(D, A):
     """Per phase: what it runs (the chapter's own description, spec.PHASES, where the dataset's
     wording is older), the rounds and fio's median IOPS."""
-    ph = D["phases"][D["phases"]["run_id"] == A["run_id"]]
+    ph = D["phases"][(D["phases"]["host_id"] == A["manifest"]["host"]["host_id"]) & (D["phases"]["run_id"] == A["run_id"])]
     ph = ph.assign(what=[PHASES.get(p, {}).get("what", w) for p, w in zip(ph["phase"], ph["what"])])
     return (ph.groupby("phase", sort=False)
               .agg(what=("what", "first"), runs=("round", "size"),
@@ -188,26 +188,26 @@ def saturation(A):
 
 
 def hosts_iops(D, AH):
-    """Device IOPS per phase and host, median with its interval, log scale."""
+    """Device IOPS per phase: one point per other host, this host and the reference host with
+    their intervals (each host's shown dataset), log scale."""
     import matplotlib.pyplot as plt
+    from ... import fleetview as fv
     PH = phase_summary_hosts(AH)
-    fig, ax = plt.subplots(figsize=(9, 4))
+    F = fv.fleet(D, set(PH["host_id"]))
     order = [p for p in PHASES if p in set(PH["phase"])]
-    hosts = sorted(PH["host_id"].unique())
-    for k, hid in enumerate(hosts):
-        g = PH[PH["host_id"] == hid].set_index("phase").reindex(order)
-        x = [i + (k - (len(hosts) - 1) / 2) * 0.8 / max(len(hosts), 1) for i in range(len(order))]
-        ax.errorbar(x, g["IOPS"], yerr=[g["IOPS"] - g["IOPS lo"], g["IOPS hi"] - g["IOPS"]], fmt="o",
-                    capsize=3, label=hid)
+    PH = PH[PH["phase"].isin(order)]
+    PH = PH.assign(pos=PH["phase"].map({p: i for i, p in enumerate(order)}))
+    fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    drawn = fv.points(ax, F, PH, "pos", "IOPS", "IOPS lo", "IOPS hi")
     ax.set_yscale("log")
     ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("IOPS (median of steady 1-s intervals)")
-    ax.legend(title="host", fontsize=8)
-    fig.tight_layout()
+    fv.legend(fig, F, drawn)
     return fig, stats.caption(
-        "Device IOPS per phase and host (each host's newest dataset)", n=PH["n"], unit="intervals",
-        warmup=0, hosts=stats.hosts_of(D.manifests),
-        extra="Intervals that straddle two phases, and warm-up rounds, are left out")
+        "Device IOPS per phase, each host's shown dataset", n=PH["n"], unit="intervals",
+        warmup=0, hosts=F.caption_hosts(),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out. "
+              + F.marks_text(drawn, "a host's median IOPS over the phase's steady intervals"))
 
 
 __all__ = ["analyse_all", "glue_values", "host_overview"]

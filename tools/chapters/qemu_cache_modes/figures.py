@@ -98,8 +98,8 @@ def guest_dd(D):
                  fontsize="medium")
     fig.tight_layout()
     _legend_below(fig, handles, labels)
-    run = gdd.run_id.iloc[0]
-    warm = int(next(m for m in D.manifests if m.run_id == run).parameters["dd_warmup"])
+    host, run = gdd.host_id.iloc[0], gdd.run_id.iloc[0]
+    warm = int(next(m for m in D.manifests if m.host_id == host and m.run_id == run).parameters["dd_warmup"])
     return fig, stats.caption(
         f"dd of 64 KiB blocks in a {acc} guest per cache mode, and on the host, beside the seed's 2013 figures",
         n=list(D.gs["n"]) + list(D.hs["n"]), unit="runs", warmup=[warm], hosts=D.host_of(gdd),
@@ -131,43 +131,47 @@ def pagecache(D):
 
 
 def hosts(D):
-    """Bench and guest dd per mode and host (each host's shown dataset), with the seed's figures."""
+    """Bench and guest dd per mode over the hosts (each host's shown dataset): one point per other
+    host, this host and the reference host with their intervals; the guest dd split by the
+    guest's accelerator (KVM and TCG guests are not comparable), with the seed's figures."""
     import matplotlib.pyplot as plt
-    import numpy as np
     import pandas as pd
+    from ... import fleetview as fv
     bsh = A.bench_summary(V.shown_bench(D))
     GH = D.of_shown(D["guest_dd"])
     gsh = A.guest_dd_summary(GH) if GH is not None and not GH.empty else pd.DataFrame()
     gdir = gsh[gsh.variant == "direct"] if len(gsh) else gsh
-    hosts_ = sorted(set(bsh.host_id) | set(gdir.host_id if len(gdir) else []))
+    F = fv.fleet(D, set(bsh.host_id) | set(gdir.host_id if len(gdir) else []))
     sd = A.seed_dd(D.ref)
     sd = sd[(sd.variant == "direct") & sd["mode"].isin(_M)].set_index("mode").reindex(_M)
-    label = {m.host_id: machine.legend(m.host) for m in D.manifests}   # 'h-… (TCG guest)'
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for k, hid in enumerate(hosts_):
-        off = (k - (len(hosts_) - 1) / 2) * 0.8 / (len(hosts_) + 1)
-        g = bsh[bsh.host_id == hid].set_index("mode").reindex(_M)
-        _errorbars(axes[0], np.arange(len(_M)) + off, g, fmt="o", capsize=3, color=f"C{k}",
-                   label=label.get(hid, hid))
-        if len(gdir):
-            gg = gdir[gdir.host_id == hid].set_index("mode").reindex(_M)
-            acc_h = "/".join(sorted(set(gdir[gdir.host_id == hid].accel))).upper()
-            _errorbars(axes[1], np.arange(len(_M)) + off, gg, fmt="o", capsize=3, color=f"C{k}",
-                       label=f"{label.get(hid, hid)}: dd in its {acc_h} guest")
-    axes[1].scatter(np.arange(len(_M)) + 0.4, sd.mb_per_s, marker="s", color="black", facecolors="none",
-                    label=f"seed {D.ref.date.iloc[0][:4]}")
-    for ax, title in zip(axes, ("qemu-img bench, raw writes, one in flight, no flushes",
-                                "guest dd bs=64k oflag=direct")):
+    pos = {m: i for i, m in enumerate(_M)}
+    panels = [("qemu-img bench, raw writes, one in flight, no flushes", bsh.assign(pos=bsh["mode"].map(pos)))]
+    if len(gdir):
+        acc = gdir.groupby("host_id").accel.agg(lambda a: "/".join(sorted(set(a))).upper())
+        gdir = gdir.assign(pos=gdir["mode"].map(pos), acc=gdir.host_id.map(acc))
+        for a in sorted(set(acc)):
+            panels.append((f"guest dd bs=64k oflag=direct, {a} guests (n = {int((acc == a).sum())})",
+                           gdir[gdir.acc == a]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 0.6, 4.4), squeeze=False,
+                             layout="constrained")
+    drawn, seeded = [], False
+    for ax, (title, d) in zip(axes[0], panels):
+        drawn.append(fv.points(ax, F.within(set(d.host_id)), d, "pos", "median", "ci_low", "ci_high"))
+        if ax is not axes[0, 0]:
+            fv.seed_mark(ax, [k - 0.33 for k in range(len(_M))], sd.mb_per_s.to_numpy(float))
+            seeded = True
         ax.set_xticks(range(len(_M)), _M, rotation=30)
         _log_ticks(ax)
         ax.grid(axis="y", which="major", alpha=0.3)
         ax.set_title(title, fontsize="medium")
-        nci = bsh["n"] if ax is axes[0] else (gdir["n"] if len(gdir) else [])
-        ax.set_ylabel(f"MB/s (median, {stats.ci_label(nci)})")
-        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.3), frameon=False)
-    fig.tight_layout()
+        ax.set_ylabel(f"MB/s (median, {stats.ci_label(d['n'])})")
+    seed_label = f"seed {D.ref.date.iloc[0][:4]}: dd in a KVM guest, one figure" if seeded else None
+    d = fv.merge(*drawn)
+    fv.legend(fig, F, d, seed=seed_label, ncol=2)
     return fig, stats.caption(
-        "Bench and guest dd per cache mode and host (each host's newest dataset), with the seed's 2013 guest figures",
+        "Bench and guest dd per cache mode over the hosts (each host's shown dataset), with the seed's 2013 guest "
+        "figures; the guest dd has one panel per accelerator of the guest",
         n=list(bsh["n"]) + (list(gdir["n"]) if len(gdir) else []), unit="runs",
         warmup=sorted({int(m.parameters.get("bench_warmup", 1)) for m in D.manifests}),
-        hosts=stats.hosts_of(D.manifests), extra="The seed's figures are single values with no repeat count")
+        hosts=F.caption_hosts(),
+        extra=F.marks_text(d, "a host's median MB/s", seed="the seed's figures, single values with no repeat count"))

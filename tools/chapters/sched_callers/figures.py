@@ -1,7 +1,7 @@
 """sched_callers: the figures (frames in, (figure, caption) out)."""
 from __future__ import annotations
 
-from ...machine import legend, short_kind
+from ...machine import legend
 from . import analysis as A
 
 
@@ -27,26 +27,27 @@ def callers(D, workload: str = "hackbench", n: int = 8):
 
 
 def probe_effect(D):
-    """hackbench's median time per tracer with its CI, one row of points per dataset."""
+    """hackbench's median time per tracer with its CI over the hosts: every counted run of this
+    host and of the reference host, one point per other host (its shown dataset)."""
     import matplotlib.pyplot as plt
-    from ...stats import caption
-    s = A.probe_effect(D["runs"])
+    from ... import fleetview as fv
+    from ...stats import caption, summarize_frame
+    runs = D["runs"]
+    F = fv.fleet(D, set(runs.host_id))
+    keep = fv.runs(D, F)
+    runs = fv.of_runs(runs, keep)
+    s = summarize_frame(runs, ["host_id", "run_id", "tracer"], "seconds")
     order = [t for t in A.TRACERS if t in set(s.tracer)]
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(order) + 1.5))
-    ds = sorted(s.dataset.unique())
-    names = {A.dataset_key(m): f"{legend(m['host'])}, run {m['run_id']}" for m in D.manifests}
-    for i, d in enumerate(ds):
-        g = s[s.dataset == d].set_index("tracer").reindex(order)
-        y = [k + (i - (len(ds) - 1) / 2) * 0.25 for k in range(len(order))]
-        ax.errorbar(g["median"], y, xerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], fmt="o",
-                    capsize=3, label=names.get(d, d))
+    s = s.assign(pos=s.tracer.map({t: i for i, t in enumerate(order)}))
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(order) + 2.2), layout="constrained")
+    drawn = fv.points(ax, F, s, "pos", "median", "ci_low", "ci_high", orient="h", width=0.6)
     ax.set_yticks(range(len(order)), order)
-    ax.invert_yaxis()
-    ax.set_xlabel("hackbench time (s, median and 95 % CI)")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize="small")
-    fig.tight_layout()
-    n = D["runs"].groupby(["dataset", "tracer"]).size().to_numpy()
+    ax.set_ylim(len(order) - 0.5, -0.5)
+    ax.set_xlabel("hackbench time (s, median and its CI)")
+    fv.legend(fig, F, drawn)
+    mans = [m for m in D.manifests if m.key in keep]
+    n = runs.groupby(["host_id", "run_id", "tracer"]).size().to_numpy()
     return fig, caption("hackbench's own time per run, untraced and under each tracer", n=n, unit="runs",
-                        warmup=[m["parameters"].get("rep_warmup", 0) * m["parameters"]["hackbench_runs"] for m in D.manifests],
-                        hosts=[(m["host"]["host_id"], f"{short_kind(m['host'])}, {m['host']['cpu_model']}, "
-                                                      f"{m['host']['cpus_online']} CPUs") for m in D.manifests])
+                        warmup=[m["parameters"].get("rep_warmup", 0) * m["parameters"]["hackbench_runs"] for m in mans],
+                        hosts=F.caption_hosts(),
+                        extra=F.marks_text(drawn, F.runs_text("the median of one dataset's runs")))

@@ -1,0 +1,266 @@
+"""Figures that scale (tools/fleetview.py): with 25 synthetic hosts beside the committed ones,
+every chapter figure keeps a legend of at most 10 entries, draws this host and the reference host
+in their styles, and names no more hosts in its caption than those two; with the committed data
+every figure still renders. Plus the primitives on their own (roles, facets, legend, reference)."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from tools import fleetview as fv
+from tools.chapters import CHAPTERS
+from tools.errors import DatasetError
+
+MAX_LEGEND = 10
+NEWEST = "29991231T000000Z"   # a run id newer than any: makes one synthetic host "this host"
+
+
+def _iostat(M, D):
+    A, AH = M.views.analyse_all(D)
+    return {"timeseries": lambda: M.views.timeseries(A), "disagreement": lambda: M.views.disagreement(A),
+            "little": lambda: M.views.little(A), "latency": lambda: M.views.latency(A),
+            "saturation": lambda: M.views.saturation(A), "hosts_iops": lambda: M.views.hosts_iops(D, AH)}
+
+
+# every figure each chapter's notebook shows (nb.figure key -> how it is made); the cross-host
+# ones are the keys in CROSS_HOST
+FIGURES = {
+    "trace_overhead": {"costs": "costs", "seed_comparison": "seed_comparison", "published": "published"},
+    "qemu_cache_modes": {"bench": "bench", "guest_dd": "guest_dd", "pagecache": "pagecache", "hosts": "hosts"},
+    "qcow2_overlap": {"prealloc": "prealloc", "modes": "modes", "formula": "formula"},
+    "virtio_blk_latency": {"delta_bars": "delta_bars", "cdfs": "cdfs", "lifecycle_timeline": "lifecycle_timeline"},
+    "virtio_features": {"block_bits": "block_bits", "type_bits": "type_bits"},
+    "tsc_alignment": {"pingpong": "pingpong", "inside": "inside", "widths": "widths", "timeline": "timeline"},
+    "netperf_latency": {"exceedance": "exceedance", "ladder": "ladder", "seed_histogram": "seed_histogram"},
+    "cpu_pinning": {"results": "results", "migrations": "migrations", "core_balance": "core_balance",
+                    "hosts": "hosts"},
+    "sched_callers": {"callers_hackbench": "callers", "probe_effect": "probe_effect"},
+}
+CROSS_HOST = {("trace_overhead", k) for k in ("costs", "seed_comparison", "published")} | {
+    ("iostat_internals", "hosts_iops"), ("qemu_cache_modes", "hosts"), ("qcow2_overlap", "prealloc"),
+    ("qcow2_overlap", "modes"), ("tsc_alignment", "pingpong"), ("tsc_alignment", "inside"),
+    ("tsc_alignment", "widths"), ("netperf_latency", "exceedance"), ("netperf_latency", "ladder"),
+    ("netperf_latency", "seed_histogram"), ("cpu_pinning", "hosts"), ("sched_callers", "probe_effect")}
+HEATMAP = {("virtio_features", "block_bits")}   # roles are columns of a grid, not marks
+
+
+def makers(entry, D) -> dict:
+    M = entry.package()
+    if entry.name == "iostat_internals":
+        return _iostat(M, D)
+    args = {"callers_hackbench": ("hackbench",)}
+    return {k: (lambda fn=getattr(M.figures, fn), a=args.get(k, ()): fn(D, *a))
+            for k, fn in FIGURES[entry.name].items()}
+
+
+ENTRIES = [e for e in CHAPTERS if e.name in FIGURES or e.name == "iostat_internals"]
+
+
+def test_every_notebook_figure_is_covered():
+    """A figure added to a chapter's notebook must be added here too (and drawn to scale)."""
+    for e in ENTRIES:
+        code = "\n".join("".join(c["source"]) for c in json.loads(e.path.read_text())["cells"]
+                         if c["cell_type"] == "code")
+        keys = set(re.findall(r'nb\.figure\("(\w+)"', code))
+        covered = set(FIGURES.get(e.name, {})) | ({"timeseries", "disagreement", "little", "latency",
+                                                    "saturation", "hosts_iops"}
+                                                   if e.name == "iostat_internals" else set())
+        assert keys <= covered, (e.name, keys - covered)
+
+
+def _colours(fig) -> set:
+    """Every colour a figure's marks use (lines, markers, collections), as RGBA tuples."""
+    from matplotlib.colors import to_rgba
+    out = set()
+    for ax in fig.axes:
+        for ln in ax.get_lines():
+            for c in (ln.get_color(), ln.get_markerfacecolor()):
+                try:
+                    out.add(tuple(round(v, 3) for v in to_rgba(c)[:3]))
+                except ValueError:
+                    pass
+        for col in ax.collections:
+            for arr in (col.get_facecolors(), col.get_edgecolors()):
+                for c in arr:
+                    out.add(tuple(round(float(v), 3) for v in c[:3]))
+    return out
+
+
+def _rgb(colour):
+    from matplotlib.colors import to_rgba
+    return tuple(round(v, 3) for v in to_rgba(colour)[:3])
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """25 synthetic hosts beside the committed ones (the reference host among them); one synthetic
+    host's datasets get the newest run id, so that it is this host and the two roles differ."""
+    from tools import synthfleet
+
+    def plain(base, df):   # plain CSV, which every loader reads as well: 6x faster than xz here
+        p = f"{base}.csv"
+        df.to_csv(p, index=False)
+        return p
+    dest = tmp_path_factory.mktemp("fleetview") / "data"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(synthfleet, "write_table", plain)
+        ids = synthfleet.generate(25, dest, seed=11, say=lambda *_: None)
+    for real in (ROOT / "data" / "runs").iterdir():
+        if real.is_dir() and not real.name.startswith("."):
+            (dest / "runs" / real.name).symlink_to(real)
+    this = ids[0]
+    for chap in (dest / "runs" / this).iterdir():
+        for run in list(chap.iterdir()):
+            man = json.loads((run / "manifest.json").read_text())
+            man["run_id"] = NEWEST
+            (run / "manifest.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+            run.rename(chap / NEWEST)
+    return dest, this, fv.reference_host()["host_id"], set(ids)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(fleet, entry):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    dest, this, ref, synthetic = fleet
+    D = entry.load().load(dest)
+    F = fv.fleet(D)
+    assert len(F.hosts) >= 25 and F.this == this and F.reference == ref
+    assert fv.roles(D)[this] == fv.THIS and fv.roles(D)[ref] == fv.REFERENCE
+    own = None   # a figure of the quoted dataset only: its legend is the one the committed data gives
+    for key, make in makers(entry, D).items():
+        fig, caption = make()
+        try:
+            n = fv.legend_entries(fig)
+            if (entry.name, key) in CROSS_HOST | HEATMAP:
+                assert n <= MAX_LEGEND, (entry.name, key, n)
+            else:
+                own = own or makers(entry, entry.load().load())
+                fig0, _ = own[key]()
+                assert n == fv.legend_entries(fig0), (entry.name, key, n)
+                plt.close(fig0)
+            legend_text = " ".join(t.get_text() for lg in fig.legends for t in lg.get_texts())
+            legend_text += " ".join(t.get_text() for ax in fig.axes if ax.get_legend()
+                                    for t in ax.get_legend().get_texts())
+            assert set(re.findall(r"h-[0-9a-f]{12}", legend_text)) <= {this, ref}, (entry.name, key)
+            assert caption, (entry.name, key)
+            if (entry.name, key) in CROSS_HOST:
+                colours = _colours(fig)
+                assert _rgb(fv.STYLE[fv.THIS]["color"]) in colours, (entry.name, key, "this host not drawn")
+                assert _rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours, (entry.name, key, "reference host not drawn")
+                assert all(w in legend_text for w in ("this host", "reference host", "other hosts (n = ")), \
+                    (entry.name, key, legend_text)
+            if (entry.name, key) in HEATMAP:
+                labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+                assert any(x.startswith("this host") for x in labels), labels
+                assert any(x.startswith("reference host") for x in labels), labels
+                assert sum(x.startswith("other hosts") for x in labels) == 1, labels
+            # a caption names the highlighted hosts only, never the whole fleet
+            named = {h for h in synthetic if h in caption}
+            assert named <= {this}, (entry.name, key, sorted(named)[:5])
+        finally:
+            plt.close(fig)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_the_committed_data_still_renders_every_figure(entry):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    D = entry.load().load()
+    if not D.manifests:
+        pytest.skip(f"no committed dataset of {entry.name}")
+    for key, make in makers(entry, D).items():
+        fig, caption = make()
+        try:
+            assert fig.axes and caption, (entry.name, key)
+            if (entry.name, key) in CROSS_HOST | HEATMAP:
+                assert fv.legend_entries(fig) <= MAX_LEGEND, (entry.name, key)
+        finally:
+            plt.close(fig)
+
+
+# -- the primitives -------------------------------------------------------------------------
+
+def _fleet(n, this="h-000000000000", ref="h-000000000001", kinds=("none", "kvm", "qemu")):
+    facts = {f"h-{i:012x}": {"host_id": f"h-{i:012x}", "virtualization": kinds[i % len(kinds)],
+                             "kernel_release": f"6.{i % 4}.0", "cpu_model": "AMD EPYC" if i % 2 else "Intel Xeon",
+                             "description": f"host {i}"} for i in range(n)}
+    return fv.Fleet(facts, this, ref)
+
+
+def test_roles_read_naturally_with_one_and_two_hosts():
+    one = _fleet(1, ref="h-000000000000")
+    assert one.roles() == {"h-000000000000": fv.THIS} and one.others == []
+    assert one.label(fv.THIS).startswith("this host = reference host: h-000000000000 (bare metal)")
+    assert [lbl for _, lbl in fv.handles(one)] == [one.label(fv.THIS)]
+    two = _fleet(2)
+    assert [r for _, r in two.highlighted] == [fv.THIS, fv.REFERENCE] and two.others == []
+    assert [lbl.split(":")[0] for _, lbl in fv.handles(two)] == ["this host", "reference host"]
+    gone = _fleet(3, ref="h-0000000000ff")      # the reference host has no data here
+    assert gone.reference is None and gone.label(fv.OTHER) == "other hosts (n = 2)"
+
+
+def test_a_legend_does_not_grow_with_the_fleet():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    counts = {}
+    for n in (1, 3, 100):
+        F = _fleet(n)
+        df = pd.DataFrame([{"host_id": h, "pos": k, "v": 1.0 + i + k, "lo": 0.5 + i, "hi": 2.0 + i + k}
+                           for i, h in enumerate(F.hosts) for k in range(3)])
+        fig, ax = plt.subplots(layout="constrained")
+        drawn = fv.points(ax, F, df, "pos", "v", "lo", "hi")
+        fv.legend(fig, F, drawn, seed="seed")
+        counts[n] = fv.legend_entries(fig)
+        assert drawn["summary"] == (n >= fv.SUMMARY_MIN) and drawn["other_bars"] == (0 < n - 2 <= fv.FEW_OTHERS)
+        text = F.marks_text(drawn, "a median", seed="the seed's figure")
+        assert ("quartiles" in text) == (n >= fv.SUMMARY_MIN) and "Black star: the seed's figure." in text
+        plt.close(fig)
+    assert counts == {1: 2, 3: 4, 100: 5}
+
+
+def test_facets_follow_the_machine_kind_and_stay_bounded():
+    F = _fleet(30, kinds=("none", "kvm", "qemu", "microsoft", "vmware", "xen"))
+    panels = fv.facets(F, "kind", max_facets=4)
+    assert len(panels) == 4 and panels[0][0].startswith("bare metal")   # this host's kind first
+    assert panels[1][1].reference == "h-000000000001" and panels[-1][0].startswith("other kinds: ")
+    assert sum(len(p.hosts) for _, p in panels) == 30
+    assert [t.split(" (")[0] for t, _ in fv.facets(F, "vendor")][:2] == ["Intel", "AMD"]
+    assert {t.split(" (")[0] for t, _ in fv.facets(F, "kernel", max_facets=9)} == {
+        "Linux 6.0", "Linux 6.1", "Linux 6.2", "Linux 6.3"}
+
+
+def test_captions_name_the_highlighted_hosts_and_count_the_rest():
+    from tools.stats import caption, hosts_of
+    F = _fleet(40)
+    hosts = F.caption_hosts()
+    assert [h for h, _ in hosts[:2]] == ["h-000000000000", "h-000000000001"]
+    assert hosts[2][0] == "and 38 other hosts" and "KVM guests" in hosts[2][1]
+    mans = [{"host": f, "run_id": "r"} for f in F.facts.values()]
+    old = caption("x", n=3, unit="runs", warmup=0, hosts=hosts_of(mans))
+    new = fv.recaption(old, mans, F)
+    assert "h-000000000027" in old and "h-000000000027" not in new and "38 other hosts" in new
+
+
+def test_the_reference_host_is_declared_once_and_read_or_refused_in_one_line(tmp_path):
+    ref = fv.reference_host()
+    assert re.match(r"^h-[0-9a-f]{12}$", ref["host_id"]) and ref["why"]
+    assert (ROOT / "data" / "runs" / ref["host_id"]).is_dir()
+    (tmp_path / "reference").mkdir()
+    assert fv.reference_host(tmp_path) == ref                 # a scratch data dir: the committed one
+    (tmp_path / "reference" / fv.REFERENCE_FILE).write_text('{"host_id": "nope"}')
+    with pytest.raises(DatasetError, match=r"reference_host.json: must be a JSON object") as e:
+        fv.reference_host(tmp_path)
+    assert "\n" not in str(e.value)
+    (tmp_path / "reference" / fv.REFERENCE_FILE).write_text("{")
+    with pytest.raises(DatasetError, match="not valid JSON"):
+        fv.reference_host(tmp_path)
+    shutil.rmtree(tmp_path / "reference")
