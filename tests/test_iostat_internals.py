@@ -464,7 +464,7 @@ def test_chapter_prose_keys_are_all_glued():
     iv = _fixture("intervals")
     from tools.dataset import Manifest, migrate
     man = Manifest(migrate(__import__("json").loads((RUN / "manifest.json").read_text())))
-    D = {"intervals": iv.assign(run_id=man["run_id"]), "windows": pd.DataFrame(),
+    D = {"intervals": iv.assign(host_id=man.host_id, run_id=man["run_id"]), "windows": pd.DataFrame(),
          "trace_windows": pd.DataFrame(), "trace_sample": pd.DataFrame(),
          "phases": pd.DataFrame(), "manifests": [man]}
     f = FI.prose_values(FI.analyse(D))
@@ -542,3 +542,22 @@ def test_phase_colours_are_not_the_non_phase_grey():
                or pal[p] == (0.0, 0.0, 0.0) for p in S.PHASES)
     assert len({pal[p] for p in S.PHASES}) == len(S.PHASES)
     assert pal["transition"] == pal["idle"] == F.NON_PHASE_COLOR
+
+
+def test_two_hosts_with_one_run_id_are_analysed_apart():
+    """A fleet's hosts can measure in the same second: a dataset is its host and run id together
+    (selecting by run id alone once made each host's analysis read every such host's rows)."""
+    iv = _fixture("intervals")
+    from tools.dataset import Manifest, migrate
+    raw = __import__("json").loads((RUN / "manifest.json").read_text())
+    mine = Manifest(migrate(raw))
+    other = Manifest(migrate({**raw, "host": {**raw["host"], "host_id": "h-000000000000"}}))
+    alone = iv.assign(host_id=mine.host_id, run_id=mine["run_id"])
+    twin = iv.assign(host_id=other.host_id, run_id=mine["run_id"], t_ns=iv["t_ns"] + 7)
+    empty = pd.DataFrame()
+
+    def ours(intervals):
+        D = {"intervals": intervals, "windows": empty, "trace_windows": empty,
+             "trace_sample": empty, "phases": empty, "manifests": [mine]}
+        return FI.analyse(D)["ours"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(ours(pd.concat([alone, twin], ignore_index=True)), ours(alone))

@@ -70,11 +70,11 @@ def derive(trials):
     return t
 
 
-def warmup_rounds(repetition, run_id) -> int:
+def warmup_rounds(repetition, host_id, run_id) -> int:
     """Warm-up rounds of one dataset (0 for datasets from before adaptive repetition)."""
     if repetition is None or repetition.empty:
         return 0
-    r = repetition[repetition.run_id == run_id]
+    r = repetition[(repetition.host_id == host_id) & (repetition.run_id == run_id)]
     return int(r["warmup"].max()) if len(r) else 0
 
 

@@ -58,7 +58,7 @@ class PinningData(Data):
     @property
     def warm(self) -> int:
         from .analysis import warmup_rounds
-        return warmup_rounds(self["repetition"], self.quoted["run_id"])
+        return warmup_rounds(self["repetition"], self.quoted.host_id, self.quoted["run_id"])
 
     @property
     def host_caption(self) -> list[tuple]:

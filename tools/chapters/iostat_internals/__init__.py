@@ -130,12 +130,12 @@ class IostatInternals(Chapter):
 
     def run_columns(self, m, D) -> dict:
         ph = D["phases"]
-        nwin = D["windows"].groupby("run_id")["window"].nunique() if len(D["windows"]) else {}
-        mine = ph[(ph["run_id"] == m["run_id"]) & (ph["round"] >= 0)] if len(ph) else ph
+        nwin = D["windows"].groupby(["host_id", "run_id"])["window"].nunique() if len(D["windows"]) else {}
+        mine = ph[(ph["host_id"] == m.host_id) & (ph["run_id"] == m["run_id"]) & (ph["round"] >= 0)] if len(ph) else ph
         return {"device": m.facts.get("device", {}).get("name"),
                 "rounds": mine["round"].nunique() if len(mine) else 0,
                 "intervals": m["tables"].get("intervals", 0),
-                "trace windows": int(nwin.get(m["run_id"], 0)) if len(nwin) else 0,
+                "trace windows": int(nwin.get((m.host_id, m["run_id"]), 0)) if len(nwin) else 0,
                 "repetition": "adaptive" if "repetition" in m["tables"] else "fixed"}
 
 

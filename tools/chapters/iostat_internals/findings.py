@@ -11,9 +11,10 @@ from .analysis import (compare_with_sysstat, disagreement_table, flush_origin, j
 from .spec import TOL_ABS, TOL_REL
 
 
-def only_run(df, run_id):
-    """The rows of one run of a loaded table."""
-    return df[df["run_id"] == run_id] if len(df) and "run_id" in df else df
+def only_run(df, host_id, run_id):
+    """The rows of one dataset of a loaded table: its host and run id together (two hosts may
+    measure in the same second, and a fleet's copies share run ids)."""
+    return df[(df["host_id"] == host_id) & (df["run_id"] == run_id)] if len(df) and "run_id" in df else df
 
 # Every glue name the chapter's prose uses; figures() fills the ones a dataset can't give
 # (no sysstat, no tracepoints, a phase not run) with 'n/a' so the page still renders.
@@ -258,8 +259,8 @@ def analyse(D: dict) -> dict:
     man = quoted(D["manifests"])
     if man is None:
         return {}
-    rid = man["run_id"]
-    iv = only_run(D["intervals"], rid) if len(D["intervals"]) else D["intervals"]
+    hid, rid = man["host"]["host_id"], man["run_id"]
+    iv = only_run(D["intervals"], hid, rid) if len(D["intervals"]) else D["intervals"]
     out = {"manifest": man, "run_id": rid}
     if len(iv):
         out["ours"] = our_columns(iv)
@@ -268,14 +269,14 @@ def analyse(D: dict) -> dict:
         out["disagree"] = disagreement_table(out["cmp"])
         out["disagree_uptime"] = disagreement_table(out["cmp_uptime"])
         out["phase_summary"] = phase_summary(out["ours"])
-    out["phases"] = only_run(D["phases"], rid)
-    w = only_run(D["windows"], rid)
-    tw = only_run(D["trace_windows"], rid)
+    out["phases"] = only_run(D["phases"], hid, rid)
+    w = only_run(D["windows"], hid, rid)
+    tw = only_run(D["trace_windows"], hid, rid)
     out["trace_windows_raw"] = tw
     if len(w) and len(tw):
         out["trace_await"] = trace_vs_await(w, tw)
         out["trace_util"] = trace_vs_util(w, tw)
-        out["sample"] = only_run(D["trace_sample"], rid)
+        out["sample"] = only_run(D["trace_sample"], hid, rid)
     return out
 
 

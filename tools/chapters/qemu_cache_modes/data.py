@@ -46,9 +46,9 @@ class CacheData(Data):
 
     def host_of(self, df) -> list[tuple]:
         """[(host_id, description)] of the dataset df's first row comes from, for a caption."""
-        run = df.run_id.iloc[0]
-        return [(df.host_id.iloc[0], next(m.host.get("description") for m in self.manifests
-                                          if m.run_id == run))]
+        host, run = df.host_id.iloc[0], df.run_id.iloc[0]
+        return [(host, next(m.host.get("description") for m in self.manifests
+                            if m.host_id == host and m.run_id == run))]
 
     # -- the quoted dataset ------------------------------------------------------------
     @cached_property
