@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ... import bpftrace, cbuild, elfsym
 from ...errors import PerfbookError
-from ...proc import run_group
+from ...proc import kill_group, run_group
 from ...stats import repetition
 from ...tracefs import TraceSession
 from .parse import parse_harness, perf_count
@@ -112,8 +112,10 @@ class _Runner:
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
             df, timer = parse_harness(r.stdout)
-        finally:
-            rest = bpftrace.stop(bt, self.log)   # never an orphan attached to our harness
+        except BaseException:       # a failure or a signal: never an orphan attached to our harness
+            kill_group(bt)
+            raise
+        rest = bpftrace.stop(bt, self.log)   # its count of hits, as it exits
         m = re.search(r"@hits:\s*(\d+)", rest)
         return df, timer, int(m.group(1)) if m else None
 
