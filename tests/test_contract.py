@@ -352,6 +352,8 @@ LIVE = {
     # QEMU guests booting (TCG here; tracing instances armed on the host)
     "virtio_features": (r"\[virtio_features\] booting a (KVM|TCG) guest", {}),
     "virtio_blk_latency": (r"\[virtio_blk_latency\] booting a (TCG|KVM) guest", {"accel": "tcg"}),
+    # a guest with an iothread booting: QEMU, its scratch disks and the QMP socket in place
+    "virtio_blk_iothread": (r"\[virtio_blk_iothread\] booting a (TCG|KVM) guest", {}),
     # network namespaces with veth pairs, netserver and netperf running
     "netperf_latency": (r"\[netperf_latency\] \d+/\d+ \(\d+%\) loopback round 1 ",
                         {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600}),

@@ -3,6 +3,7 @@ DiskSpec, the KVM -> TCG fallback, a failed boot, and a Runner stopped by a sign
 (outside the framework, so not part of tests/test_contract.py's matrix)."""
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 import subprocess
@@ -160,3 +161,187 @@ def test_guest_files_validation(tmp_path):
     for bad in ({"/abs": b""}, {"a/../b": b""}, {"bin/missing": tmp_path / "nope"}):
         with pytest.raises(ParameterError):
             guest.GuestConfig(files=bad).validate()
+
+
+# -- iothreads, QMP, thread names, streamed lines, host programs in the guest ----------------
+FIX = ROOT / "tests" / "fixtures" / "virtio_blk_iothread"
+
+
+def test_iothread_qmp_and_thread_names_on_the_command_line(tmp_path):
+    d = guest.DiskSpec(label="x", cache="none", aio="native", iothread="io0", num_queues=1)
+    cfg = guest.GuestConfig(disks=[d], iothreads=["io0"], thread_names=True, qmp=True)
+    cfg.validate()
+    r = guest.Runner(accel="tcg")
+    r.artefacts = {"dir": str(tmp_path)}
+    cmd = r.cmdline(cfg, "tcg", tmp_path, tmp_path / "i")
+    assert cmd[cmd.index("-object") + 1] == "iothread,id=io0"
+    assert cmd[cmd.index("-name") + 1] == "perfbook,debug-threads=on"
+    assert cmd[cmd.index("-qmp") + 1] == f"unix:{tmp_path / 'qmp.sock'},server=on,wait=off"
+    dev = [a for a in cmd if a.startswith("virtio-blk-pci")][0]
+    assert dev.endswith(",iothread=io0,num-queues=1")
+    assert d.describe() == "cache=none aio=native iothread=io0 num-queues=1"
+    plain = r.cmdline(guest.GuestConfig(), "tcg", tmp_path, tmp_path / "i")
+    assert not {"-object", "-name", "-qmp"} & set(plain)
+    with pytest.raises(ParameterError, match="not in iothreads"):
+        guest.GuestConfig(disks=[guest.DiskSpec(iothread="io1")], iothreads=["io0"]).validate()
+    with pytest.raises(ParameterError, match="iothread id"):
+        guest.GuestConfig(iothreads=["0bad id"]).validate()
+
+
+def test_task_stat_parsing_and_thread_classes():
+    """Real /proc lines of a process whose threads were named as QEMU names its own."""
+    pid = next((FIX / "proc").iterdir()).name
+    line = (FIX / "proc" / pid / "task").glob("*/stat")
+    comms = {guest.parse_task_stat(p.read_text())[0] for p in line}
+    assert comms == {"python", "CPU 0/TCG", "IO io0", "worker", "call_rcu"}
+    assert guest.parse_task_stat("7 (a) b) c) R 1 1 1 0 -1 0 0 0 0 0 5 6 0 0")[0] == "a) b) c"
+    assert guest.parse_task_stat("7 (x) R 1 1 1 0 -1 0 0 0 0 0 5 6 0 0")[1:] == (5, 6)
+    assert [guest.thread_class(c) for c in ("CPU 1/KVM", "ALL CPUs/TCG", "IO io0", "IO mon_iothread", "worker",
+                                             "call_rcu", "qemu-system-x86")] == \
+        ["vcpu", "vcpu", "iothread", "monitor", "worker", "other", "other"]
+    assert guest.thread_class("qemu-system-x86", 5, 5) == "main"
+    snap = guest.thread_times(int(pid), proc=FIX / "proc")
+    assert len(snap["threads"]) == 5 and all(u >= 0 and s >= 0 for _, u, s in snap["threads"].values())
+
+
+def test_thread_delta_counts_new_and_exited_threads():
+    before = {"process": (1.0, 0.5), "threads": {10: ("qemu-system-x86", 0.8, 0.4), 11: ("CPU 0/TCG", 0.1, 0.0),
+                                                 12: ("worker", 0.1, 0.1)}}
+    after = {"process": (3.0, 1.5), "threads": {10: ("qemu-system-x86", 1.0, 0.6), 11: ("CPU 0/TCG", 1.1, 0.1),
+                                                13: ("IO io0", 0.3, 0.2)}}
+    d = guest.thread_delta(before, after, pid=10)
+    assert d["main"] == pytest.approx({"threads": 1, "user_s": 0.2, "sys_s": 0.2})
+    assert d["vcpu"] == pytest.approx({"threads": 1, "user_s": 1.0, "sys_s": 0.1})
+    assert d["iothread"] == pytest.approx({"threads": 1, "user_s": 0.3, "sys_s": 0.2})
+    # worker 12 ended: the process's 2.0 + 1.0 s less the live threads' 1.5 + 0.5 s
+    assert d["exited"] == pytest.approx({"threads": 0, "user_s": 0.5, "sys_s": 0.5})
+    assert d["worker"]["threads"] == 0
+
+
+def test_thread_times_of_live_named_threads():
+    """This process's own threads, named with prctl as QEMU names its threads."""
+    import ctypes
+    import threading
+    libc = ctypes.CDLL(None)
+    go, stop = threading.Barrier(3), threading.Event()
+
+    def body(name):
+        libc.prctl(15, name.encode(), 0, 0, 0)   # PR_SET_NAME
+        go.wait()
+        stop.wait()
+    ts = [threading.Thread(target=body, args=(n,)) for n in ("CPU 0/TCG", "IO io0")]
+    for t in ts:
+        t.start()
+    go.wait()
+    try:
+        snap = guest.thread_times(os.getpid())
+    finally:
+        stop.set()
+        for t in ts:
+            t.join()
+    classes = [guest.thread_class(c, tid, os.getpid()) for tid, (c, _, _) in snap["threads"].items()]
+    assert {"main", "vcpu", "iothread"} <= set(classes)
+
+
+LDD = """\tlinux-vdso.so.1 (0x00007ffd2b3f2000)
+\tlibaio.so.1 => /lib/x86_64-linux-gnu/libaio.so.1 (0x00007f5c8a3e5000)
+\tlibceph-common.so.2 => /usr/lib/x86_64-linux-gnu/ceph/libceph-common.so.2 (0x00007fda0c800000)
+\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f5c8a204000)
+\t/lib64/ld-linux-x86-64.so.2 (0x00007f5c8a40f000)
+"""
+
+
+def test_parse_ldd_and_bundle(tmp_path):
+    from tools.errors import MissingPrerequisite
+    got = guest_image.parse_ldd(LDD)
+    assert got == [("libaio.so.1", "/lib/x86_64-linux-gnu/libaio.so.1"),
+                   ("libceph-common.so.2", "/usr/lib/x86_64-linux-gnu/ceph/libceph-common.so.2"),
+                   ("libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6"), ("ld.so", "/lib64/ld-linux-x86-64.so.2")]
+    assert guest_image.parse_ldd("\tnot a dynamic executable\n") == []
+    with pytest.raises(MissingPrerequisite, match="libfoo.so.3"):
+        guest_image.parse_ldd("\tlibfoo.so.3 => not found\n", "fio")
+    with pytest.raises(MissingPrerequisite, match="missing"):
+        guest_image.binary_bundle({"x": tmp_path / "nope"})
+    b = guest_image.binary_bundle({"python3": Path(sys.executable).resolve()})
+    assert b["bin/python3"].startswith(b"#!/bin/sh\nexec /perfbook/lib/ld.so --library-path /perfbook/lib ")
+    assert Path(b["perfbook/lib/ld.so"]).is_file() and "perfbook/lib/libc.so.6" in b
+    guest.GuestConfig(files={**b, "bin/bonnie++": b"x"}).validate()   # '+' in names
+
+
+def _unpack_like_linux(data: bytes) -> dict[str, bytes]:
+    """The kernel's initramfs rule (init/initramfs.c unpack_to_rootfs): concatenated archives,
+    each gzip'd or plain; zero bytes between them are skipped, and a plain one must start at a
+    multiple of 4 bytes."""
+    import zlib
+    files, off = {}, 0
+    while off < len(data):
+        if data[off] == 0:
+            off += 1
+            continue
+        plain = data[off:off + 6] == b"070701"
+        if plain:
+            assert off % 4 == 0, f"plain cpio at offset {off}: broken padding"
+            arc = data[off:]
+        else:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            arc = d.decompress(data[off:])
+            off = len(data) - len(d.unused_data)
+        pos = 0
+        while True:
+            f = [int(arc[pos + 6 + 8 * i:pos + 14 + 8 * i], 16) for i in range(13)]
+            name = arc[pos + 110:pos + 110 + f[11] - 1].decode()
+            pos += 110 + f[11]
+            pos += -pos % 4
+            files[name] = arc[pos:pos + f[6]]
+            pos += f[6] + (-(pos + f[6]) % 4)
+            if name == "TRAILER!!!":
+                break
+        if plain:
+            off += pos
+    return files
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_initrd_with_files_and_streamed_lines(tmp_path, monkeypatch, plain):
+    """A fake QEMU (a shell script) prints lines on the second serial port as a guest would:
+    on_line gets each line once, with QEMU's pid, before the run ends; the initrd holds the
+    base archive, the files (plain and aligned when large) and the script."""
+    fake = tmp_path / "qemu"
+    fake.write_text(textwrap.dedent("""\
+        #!/bin/sh
+        for a in "$@"; do case "$a" in file:*result.log) out=${a#file:};; esac; prev=$a; done
+        for a in "$@"; do [ "$p" = "-initrd" ] && cp "$a" "$(dirname "$out")/../initrd.copy"; p=$a; done
+        printf '@@PERFBOOK-BEGIN@@\\nREADY\\nJOB a\\r\\n' >> "$out"; sleep 0.3
+        printf 'JOB b\\npartial' >> "$out"; sleep 0.3
+        printf ' line\\n@@PERFBOOK-END rc=0@@\\n' >> "$out"
+        """))
+    fake.chmod(0o755)
+    monkeypatch.setattr(guest, "QEMU", str(fake))
+    monkeypatch.setattr(guest, "FILES_GZIP_MAX", 16 if plain else 1 << 30)
+    art = tmp_path / "art"
+    art.mkdir()
+    (art / "initramfs.cpio.gz").write_bytes(gzip.compress(guest_image.build_cpio([("init", 0o100755, b"base")])))
+    seen = []
+    r = guest.Runner(accel="tcg", timeout=30)
+    r.artefacts = {"dir": str(art), "kernel_package": "k", "kernel_version": "1"}
+    r.scratch = tmp_path
+    cfg = guest.GuestConfig(files={"bin/tool": b"T" * 33, "etc/x": b"y"},
+                            on_line=lambda line, live: seen.append((line, live.pid, live.qmp)), qmp=True)
+    res = r.run("echo hi", cfg)
+    assert res.rc == 0 and res.output == "READY\nJOB a\nJOB b\npartial line\n"
+    assert [s[0] for s in seen] == ["READY", "JOB a", "JOB b", "partial line"]
+    assert {s[1] for s in seen} == {res.qemu_pid} and seen[0][2].name == "qmp.sock"
+    files = _unpack_like_linux((tmp_path / "initrd.copy").read_bytes())
+    assert files["init"] == b"base" and files["bin/tool"] == b"T" * 33
+    assert files["perfbook/script.sh"] == b"echo hi"
+    assert len(list(tmp_path.glob("files-*.cpio" + ("" if plain else ".gz")))) == 1
+
+
+def test_boot_params_check_their_bounds():
+    ps = guest.boot_params(60)
+    assert set(ps) == {"accel", "kvm_boot_timeout", "boot_timeout"}
+    assert ps["boot_timeout"].check("boot_timeout", 30) == 30.0
+    with pytest.raises(ParameterError, match="<= 60"):
+        ps["boot_timeout"].check("boot_timeout", 61)
+    with pytest.raises(ParameterError, match="auto, kvm, tcg"):
+        ps["accel"].check("accel", "hvf")

@@ -43,10 +43,20 @@ num-queues, packed, event_idx, indirect_desc, disable-modern/legacy, discard,
 write-zeroes, and anything else through ``extra``). Disks appear in the guest as
 /dev/vda, vdb ... in order; ``/sys/block/vdX/serial`` holds each disk's label.
 Hold ``tools.lock.measure_lock()`` around runs that measure anything.
+
+For looking at QEMU from the host while the guest runs: ``GuestConfig(iothreads=["io0"])``
+with ``DiskSpec(iothread="io0")`` gives a disk its own I/O thread; ``thread_names=True`` names
+QEMU's threads (main loop, "CPU n/TCG", "IO io0", "worker"); ``qmp=True`` opens a QMP socket;
+``on_line(line, live)`` is called with each line the script prints, as it prints it, and
+``live`` (a LiveGuest) holds QEMU's pid and the QMP socket, so that the host can sample
+``thread_times(pid)`` or load the main loop at moments the guest chooses.
+``guest_image.binary_bundle`` carries a dynamically linked host program (fio, bonnie++) into
+the guest with its libraries and ld.so.
 """
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import re
 import shutil
@@ -66,7 +76,11 @@ from .guest_image import (ARTEFACT_VERSION, BASE_MODULES, BEGIN, BUSYBOX_PKG, EN
                           INIT_MARK, INIT_SCRIPT, KERNEL_META, OPTIONAL_MODULES, artefacts_cached,
                           build_cpio, ensure_artefacts, guest_root, module_closure, modinfo_depends,
                           resolve_kernel_package, DIR, REG)
+# QEMU's threads seen from the host (/proc/<pid>/task): tools/guest_threads.py
+from .guest_threads import (THREAD_CLASSES, parse_task_stat, thread_class, thread_delta,  # noqa: E402,F401
+                            thread_times)
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
+FILES_GZIP_MAX = 4 << 20   # GuestConfig.files archives up to this size are gzip'd
 
 
 # --------------------------------------------------------------------------
@@ -99,6 +113,7 @@ class DiskSpec:
     discard: bool | None = None
     write_zeroes: bool | None = None
     readonly: bool = False
+    iothread: str | None = None           # device iothread= (an id from GuestConfig.iothreads)
     extra: dict = field(default_factory=dict)
     # an existing raw image file to attach instead of a fresh sparse one (the caller owns it,
     # keeps it in its own scratch directory and removes it; size_mib is then ignored)
@@ -134,6 +149,8 @@ class DiskSpec:
                 p[name] = _onoff(v)
         if self.disable_legacy is not None:
             p["disable-legacy"] = _onoff(self.disable_legacy)
+        if self.iothread is not None:
+            p["iothread"] = self.iothread
         if self.num_queues is not None:
             p["num-queues"] = str(int(self.num_queues))
         p.update({str(k): str(v) for k, v in self.extra.items()})
@@ -161,6 +178,12 @@ class GuestConfig:
     # called with QEMU's pid right after QEMU starts (e.g. to point host tracing at its
     # threads); an exception stops the run and QEMU with it
     on_start: object = None
+    iothreads: list = field(default_factory=list)   # -object iothread,id=<id> for each
+    thread_names: bool = False                      # -name ...,debug-threads=on
+    qmp: bool = False                               # a QMP socket (LiveGuest.qmp)
+    # called with (line, LiveGuest) for each line the script prints, while the guest runs;
+    # an exception stops the run and QEMU with it
+    on_line: object = None
 
     def validate(self) -> None:
         if not self.disks:
@@ -176,11 +199,24 @@ class GuestConfig:
             raise ParameterError("cpus must be 1..8")
         if not (96 <= int(self.memory_mib) <= 4096):
             raise ParameterError("memory_mib must be 96..4096")
+        for io in self.iothreads:
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,19}", str(io)):
+                raise ParameterError(f"iothread id {io!r}: use a letter, then letters, digits, '_' or '-'")
+        for d in self.disks:
+            if d.iothread is not None and d.iothread not in self.iothreads:
+                raise ParameterError(f"disk {d.label}: iothread {d.iothread!r} is not in iothreads {self.iothreads}")
         for gp, src in self.files.items():
-            if not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*", str(gp)) or ".." in str(gp):
+            if not re.fullmatch(r"[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*", str(gp)) or ".." in str(gp):
                 raise ParameterError(f"guest file path {gp!r} must be relative, without '..'")
             if not isinstance(src, (bytes, bytearray)) and not Path(src).is_file():
                 raise ParameterError(f"guest file {gp}: {src} is not a file")
+
+
+@dataclass(frozen=True)
+class LiveGuest:
+    """What a callback knows about the running guest."""
+    pid: int                    # QEMU's process id
+    qmp: Path | None = None     # its QMP socket (GuestConfig.qmp)
 
 
 @dataclass
@@ -246,6 +282,15 @@ def preflight() -> list[str]:
 # --------------------------------------------------------------------------
 # scratch directories and processes
 # --------------------------------------------------------------------------
+def boot_params(max_seconds: float = 900) -> dict:
+    """The parameters of a chapter that boots guests (tools.chapter.Param): accel,
+    kvm_boot_timeout and boot_timeout."""
+    from .chapter import Param
+    return {"accel": Param(str, choices=("auto", "kvm", "tcg"), help="KVM if the guest boots in time (auto), KVM or TCG"),
+            "kvm_boot_timeout": Param(float, min=1, max=max_seconds, help="seconds a KVM guest gets to reach init (auto)"),
+            "boot_timeout": Param(float, min=1, max=max_seconds, help="seconds one boot may take in all")}
+
+
 def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
     """Validate a chapter's `accel`, `kvm_boot_timeout` and `boot_timeout` in place."""
     if p["accel"] not in ("auto", "kvm", "tcg"):
@@ -359,6 +404,12 @@ class Runner:
                "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init",
                "-serial", f"file:{rundir / 'console.log'}",
                "-serial", f"file:{rundir / 'result.log'}"]
+        if cfg.thread_names:
+            cmd += ["-name", "perfbook,debug-threads=on"]
+        if cfg.qmp:
+            cmd += ["-qmp", f"unix:{rundir / 'qmp.sock'},server=on,wait=off"]
+        for io in cfg.iothreads:
+            cmd += ["-object", f"iothread,id={io}"]
         for i, d in enumerate(cfg.disks):
             img = Path(d.path) if d.path is not None else rundir / f"disk{i}.img"
             drive = f"file={img},format=raw,if=none,id=d{i},cache={d.cache}"
@@ -374,6 +425,35 @@ class Runner:
         if cfg.balloon:
             cmd += ["-device", "virtio-balloon-pci"]
         return cmd + list(cfg.extra_args)
+
+    def _files_archive(self, files: dict) -> Path:
+        """The cpio archive of GuestConfig.files, written once per Runner into its scratch
+        directory: gzip'd when small, plain when large (a large bundle such as fio's libraries
+        unpacks faster than it inflates in a TCG guest)."""
+        key = tuple(sorted((str(gp), hashlib.sha256(bytes(src)).hexdigest() if isinstance(src, (bytes, bytearray))
+                            else f"{Path(src).resolve()}:{Path(src).stat().st_size}:{Path(src).stat().st_mtime_ns}")
+                           for gp, src in files.items()))
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        for have in (self.scratch / f"files-{name}.cpio.gz", self.scratch / f"files-{name}.cpio"):
+            if have.is_file():
+                return have
+        entries, dirs = [], set()
+        for gp, src in sorted(files.items()):
+            parts = str(gp).split("/")
+            for i in range(1, len(parts)):
+                d = "/".join(parts[:i])
+                if d not in dirs:
+                    dirs.add(d)
+                    entries.append((d, DIR | 0o755, b""))
+            data = bytes(src) if isinstance(src, (bytes, bytearray)) else Path(src).read_bytes()
+            entries.append((str(gp), REG | 0o755, data))
+        arc = build_cpio(entries)
+        small = len(arc) < FILES_GZIP_MAX
+        dest = self.scratch / (f"files-{name}.cpio" + (".gz" if small else ""))
+        tmp = self.scratch / f"files-{name}.tmp"
+        tmp.write_bytes(gzip.compress(arc) if small else arc)
+        tmp.rename(dest)
+        return dest
 
     def run(self, script: str, cfg: GuestConfig | None = None) -> GuestResult:
         """Boot a guest with `cfg`, run `script` (busybox sh) in it, return its output."""
@@ -418,21 +498,17 @@ class Runner:
                     continue  # the caller's own image
                 with open(rundir / f"disk{i}.img", "wb") as f:
                     f.truncate(int(d.size_mib) * 1024 * 1024)
-            # the per-run script rides in a second cpio archive appended to the base one
+            # the extra files and the per-run script ride in archives appended to the base one
             initrd = rundir / "initrd.img"
             with open(initrd, "wb") as out:
                 out.write((Path(self.artefacts["dir"]) / "initramfs.cpio.gz").read_bytes())
-                extra, dirs = [], set()
-                for gp, src in sorted(cfg.files.items()):
-                    parts = str(gp).split("/")
-                    for i in range(1, len(parts)):
-                        d = "/".join(parts[:i])
-                        if d not in dirs:
-                            dirs.add(d)
-                            extra.append((d, DIR | 0o755, b""))
-                    data = bytes(src) if isinstance(src, (bytes, bytearray)) else Path(src).read_bytes()
-                    extra.append((str(gp), REG | 0o755, data))
-                out.write(gzip.compress(build_cpio(extra + [
+                if cfg.files:
+                    files = self._files_archive(cfg.files)
+                    if not files.name.endswith(".gz"):   # a plain cpio starts 4-byte aligned
+                        out.write(b"\0" * (-out.tell() % 4))
+                    with open(files, "rb") as f:
+                        shutil.copyfileobj(f, out)
+                out.write(gzip.compress(build_cpio([
                     ("perfbook", DIR | 0o755, b""),
                     ("perfbook/script.sh", REG | 0o755, script.encode())])))
             cmd = self.cmdline(cfg, accel, rundir, initrd)
@@ -444,16 +520,24 @@ class Runner:
             qemu_pid = self.proc.pid
             if callable(cfg.on_start):
                 cfg.on_start(qemu_pid)
+            live = LiveGuest(qemu_pid, rundir / "qmp.sock" if cfg.qmp else None)
             console, result = rundir / "console.log", rundir / "result.log"
             booted_at = None
             deadline = t0 + self.timeout
             rc = None
+            lines_seen = 0
             while True:
                 now = time.monotonic()
                 con = console.read_text(errors="replace") if console.exists() else ""
                 if booted_at is None and INIT_MARK in con:
                     booted_at = now - t0
                 res = result.read_text(errors="replace") if result.exists() else ""
+                if callable(cfg.on_line) and BEGIN in res:
+                    done = res[res.find(BEGIN) + len(BEGIN):].replace("\r", "").split("\n")[1:-1]
+                    for line in done[lines_seen:]:
+                        if not END_RE.search(line):
+                            cfg.on_line(line, live)
+                    lines_seen = len(done)
                 m = END_RE.search(res)
                 if m:
                     rc = int(m.group(1))

@@ -122,6 +122,45 @@ def module_closure(names, index: dict[str, Path]) -> list[str]:
     return order
 
 
+# -- host programs in the guest ----------------------------------------------
+GUEST_LIB = "perfbook/lib"      # where binary_bundle puts libraries and ld.so in the guest
+
+
+def parse_ldd(text: str, what: str = "the program") -> list[tuple[str, str]]:
+    """(name in the guest, host path) for every library in ldd's output, and ("ld.so", path)
+    for the dynamic loader; [] for a static program. A library ldd can't find is one line."""
+    out = []
+    for line in text.splitlines():
+        if m := re.match(r"\s*(\S+) => not found", line):
+            raise MissingPrerequisite(f"{what} needs {m.group(1)}, which this host does not have")
+        if m := re.match(r"\s*(\S+) => (/\S+) \(0x[0-9a-f]+\)", line):
+            out.append((m.group(1), m.group(2)))
+        elif m := re.match(r"\s*(/\S*/ld-linux[^\s/]*) \(0x[0-9a-f]+\)", line):
+            out.append(("ld.so", m.group(1)))
+    return out
+
+
+def binary_bundle(programs: dict[str, Path]) -> dict[str, Path | bytes]:
+    """GuestConfig.files for dynamically linked host programs: each program, the libraries
+    ldd resolves for it and the dynamic loader go under /perfbook, and /bin/<name> runs the
+    program through that loader with that library path (the busybox guest has no libc)."""
+    files: dict[str, Path | bytes] = {}
+    for name, exe in programs.items():
+        exe = Path(exe)
+        if not exe.is_file():
+            raise MissingPrerequisite(f"{exe} is missing")
+        libs = parse_ldd(_run(["ldd", str(exe)]), str(exe)) if shutil.which("ldd") else []
+        if not libs:   # static, or no ldd: the program alone
+            files[f"bin/{name}"] = exe
+            continue
+        for so, path in libs:
+            files[f"{GUEST_LIB}/{so}"] = Path(path)
+        files[f"perfbook/libexec/{name}"] = exe
+        files[f"bin/{name}"] = (f'#!/bin/sh\nexec /{GUEST_LIB}/ld.so --library-path /{GUEST_LIB} '
+                                f'/perfbook/libexec/{name} "$@"\n').encode()
+    return files
+
+
 # -- cpio (newc) ------------------------------------------------------------
 def _cpio_entry(name: str, mode: int, data: bytes = b"", ino: int = 1) -> bytes:
     nb = name.encode() + b"\x00"

@@ -38,6 +38,7 @@ CHAPTERS: list[Entry] = [
     Entry("qemu_cache_modes", "tools.chapters.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
     Entry("qcow2_overlap", "tools.chapters.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
     Entry("virtio_blk_latency", "tools.chapters.virtio_blk_latency", "chapters/virtio_blk_latency.ipynb"),
+    Entry("virtio_blk_iothread", "tools.chapters.virtio_blk_iothread", "chapters/virtio_blk_iothread.ipynb"),
     Entry("virtio_features", "tools.chapters.virtio_features", "chapters/virtio_features.ipynb"),
     Entry("tsc_alignment", "tools.chapters.tsc_alignment", "chapters/tsc_alignment.ipynb"),
     Entry("netperf_latency", "tools.chapters.netperf_latency", "chapters/netperf_latency.ipynb"),

@@ -1,0 +1,258 @@
+"""virtio_blk_iothread: parsers on real fio and bonnie++ output, the guest script's markers,
+parameters, the seed's table, and the analysis and key findings on synthetic datasets."""
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+from tools.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P
+from tools.dataset import DatasetWriter, load_reference
+from tools.errors import ParameterError, PerfbookError
+from tools.findings import HOLDS, FAILS, evaluate, num
+
+FIX = ROOT / "tests" / "fixtures" / "virtio_blk_iothread"
+
+
+def test_fio_json_rows():
+    r = P.fio_rows((FIX / "fio_randread_qd1.json").read_text())["randread_qd1"]
+    assert r["iops"] == pytest.approx(682666.666667) and r["ios"] > 0
+    assert (r["clat_p50_us"], r["clat_p90_us"], r["clat_p99_us"], r["clat_p999_us"]) == (1.048, 1.32, 6.112, 8.512)
+    w = P.fio_rows("fio: a warning first\n" + (FIX / "fio_randwrite_qd32.json").read_text())["randwrite_qd32"]
+    assert w["iops"] > 0 and w["clat_p99_us"] >= w["clat_p50_us"] and w["bw_kib_s"] == pytest.approx(w["iops"] * 4, rel=0.01)
+    with pytest.raises(PerfbookError, match="does not parse"):
+        P.fio_rows('{"jobs": [')
+    with pytest.raises(PerfbookError, match="failed with error 5"):
+        P.fio_rows('{"jobs": [{"jobname": "x", "error": 5}]}')
+
+
+def test_bonnie_csv_rows():
+    rows = {r["item"]: r for r in P.bonnie_rows((FIX / "bonnie_direct.csv").read_text())}
+    assert set(rows) == {"block_output", "rewrite", "block_input", "seeks"}   # -f: no per-character tests
+    assert rows["block_output"]["value"] == 58754 and rows["block_output"]["cpu_pct"] == 17
+    assert rows["block_output"]["latency_us"] == 35255 and rows["seeks"]["unit"] == "/s"
+    assert math.isnan(rows["block_input"]["value"]) and rows["block_input"]["latency_us"] == 4036
+    fast = P.bonnie_rows((FIX / "bonnie_too_fast.csv").read_text())
+    assert all(math.isnan(r["value"]) for r in fast) and len(fast) == 4
+    assert P._latency_us("632ms") == 632000 and P._latency_us("2s") == 2e6
+    with pytest.raises(PerfbookError, match="format 1.98"):
+        P.bonnie_rows("1.96,1.96,fraw,1,2G")
+
+
+def test_guest_output_splits_into_tools():
+    p = chapter.parameters("quick")
+    plan = C.job_plan(p, random.Random(3))
+    script = C.guest_script(p, plan, True)
+    jobs = C.fio_jobfile(p, plan)
+    assert jobs.count("stonewall") == len(plan) and jobs.count("exec_prerun=") == len(plan)
+    assert "exec_prerun=sh -c 'echo @@JOB-IO warmup@@ >/dev/ttyS1'" in jobs and jobs in script
+    assert "-s 32 -r 16 -n 0 -f -D" in script and "mount -t ext4 /dev/vdb /mnt" in script
+    assert "bonnie++" not in C.guest_script(p, plan, False)
+    js = (FIX / "fio_randread_qd1.json").read_text()
+    text = "\n".join(["INFO queues 1", "INFO scheduler [none] mq-deadline", "@@JOB-IO j0@@", "@@JOB-IODONE j0@@",
+                      "@@JOB-END fio rc=0@@", "@@OUT-BEGIN fio@@", js, "@@OUT-END fio@@", "@@JOB-END bonnie rc=1@@",
+                      "@@OUT-BEGIN bonnie@@", "@@OUT-END bonnie@@", "@@ERR bonnie Can't open file@@"])
+    info, out = P.split_output(text)
+    assert info == {"queues": "1", "scheduler": "[none] mq-deadline"}
+    assert out["fio"]["rc"] == 0 and P.fio_rows(out["fio"]["out"])["randread_qd1"]["ios"] > 0
+    assert out["bonnie"] == {"rc": 1, "out": "", "err": "Can't open file"}
+
+
+def test_job_plan_is_seeded_with_the_warmup_first():
+    p = chapter.parameters("default")
+    a, b = C.job_plan(p, random.Random(7)), C.job_plan(p, random.Random(7))
+    assert a == b and a[0]["job"] == "warmup"
+    fio = a[1:]
+    assert len(fio) == (4 + 1) * p["repeats"] == 10 and sum(j["storm"] for j in fio) == p["repeats"]
+    assert [j["position"] for j in fio] == list(range(len(fio)))
+    full = chapter.parameters("full")
+    jf = C.fio_jobfile(full, C.job_plan(full, random.Random(1)))
+    assert "bs=128k" in jf and "iodepth=32" in jf and f"runtime={full['runtime_ms']}ms" in jf
+    assert C.IO_RE.fullmatch("@@JOB-IO j7@@") and C.IODONE_RE.fullmatch("@@JOB-IODONE j7@@")
+
+
+def test_bonnie_image_is_ext4_with_extents(tmp_path):
+    """ext4 with extents: direct writes into new blocks stay direct (ext2's would not)."""
+    import shutil
+    import struct
+    if not shutil.which("mkfs.ext4"):
+        pytest.skip("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
+    img = tmp_path / "b.img"
+    C.bonnie_image(img, 8)
+    sb = img.read_bytes()[1024:2048]
+    magic, incompat = struct.unpack_from("<H", sb, 56)[0], struct.unpack_from("<I", sb, 96)[0]
+    assert magic == 0xEF53 and incompat & 0x40 and img.stat().st_blocks * 512 >= 8 << 20   # extents, allocated
+
+
+def test_parameters():
+    p = chapter.parameters("quick", depths="32,1,1", variants="on")
+    assert p["depths"] == [1, 32] and p["variants"] == ["on"]
+    assert chapter.parameters("quick", storm=[])["storm"] == []
+    for bad, words in (({"storm": "randwrite_qd1"}, "not among"), ({"depths": "0"}, "1..256"),
+                       ({"cache": "writeback"}, "aio=native"),
+                       ({"variants": "maybe"}, "unknown variants")):
+        with pytest.raises(ParameterError, match=words):
+            chapter.parameters("quick", **bad)
+
+
+def test_the_seed_table():
+    ref = load_reference("virtio_blk_iothread")
+    io = ref[ref.kind == "bonnie_io"].pivot_table(index="item", columns="variant", values="value")
+    assert io.loc["block_output"].tolist() == [74157, 61252] and io.loc["block_input"].tolist() == [50335, 91454]
+    assert io.loc["seeks"].tolist() == [263.5, 242.6]
+    rep = ref[ref.kind == "report"].set_index("variant").value
+    assert (rep["off"], rep["on"]) == (140000, 600000)
+    assert ref.seed_file.eq("000_7b0d737d6588117b.txt").all()
+
+
+# ---- analysis and findings on synthetic datasets ---------------------------------------------
+
+def _dataset(data_dir, effect: float, storm_cost_off: float, seed: int = 1, vcpu: float = 0.97):
+    """A dataset like a collect's: `effect` is on/off - 1 of QD1 randread IOPS; the storm costs
+    the off guest `storm_cost_off` of its IOPS and the on guest nothing."""
+    rng = random.Random(seed)
+    p = chapter.parameters("default")
+    fio, threads, storm, bonnie, boots = [], [], [], [], []
+    boot = 0
+    for rnd in range(3):
+        for v in ("off", "on"):
+            boots.append({"round": rnd, "boot": boot, "variant": v, "accel": "tcg", "accel_note": "TCG fallback",
+                          "boot_seconds": 9.0, "total_seconds": 60.0, "queues": 1, "scheduler": "[none]",
+                          "guest_cpus": 1, "qemu_version": "7.2.22", "guest_kernel": "k", "qemu_cmdline": "x"})
+            for pos, (job, st) in enumerate([("randread_qd1", False), ("randread_qd1", True), ("randread_qd32", False)]):
+                for rep in range(2):
+                    base = 1000.0 if job.endswith("qd1") else 3000.0
+                    iops = base * (1 + effect if v == "on" else 1) * (1 - storm_cost_off if st and v == "off" else 1)
+                    iops *= 1 + rng.uniform(-0.01, 0.01)
+                    fio.append({"round": rnd, "boot": boot, "variant": v, "position": pos, "job": job,
+                                "rw": "randread", "depth": 1 if job.endswith("qd1") else 32, "storm": st, "rep": rep,
+                                "iops": iops, "bw_kib_s": 4 * iops, "lat_mean_us": 1e6 / iops, "clat_p50_us": 900.0,
+                                "clat_p90_us": 1000.0, "clat_p99_us": 1500.0, "clat_p999_us": 3000.0,
+                                "guest_usr_pct": 5.0, "guest_sys_pct": 40.0, "ios": int(iops * 2)})
+                    rates = {"main": 0.30 if v == "off" else 0.05, "vcpu": vcpu, "iothread": 0.0 if v == "off" else 0.25,
+                             "monitor": 0.0, "worker": 0.0, "other": 0.0, "exited": 0.0}
+                    threads += [{"round": rnd, "boot": boot, "variant": v, "job": job, "storm": st, "rep": rep,
+                                 "cls": c, "threads": 1, "user_s": 2 * x * 0.7, "sys_s": 2 * x * 0.3, "wall_s": 2.0}
+                                for c, x in rates.items()]
+                    if st:
+                        storm.append({"round": rnd, "boot": boot, "variant": v, "job": job, "rep": rep,
+                                      "command": "query-block", "commands": 4000, "seconds": 2.0, "client_cpu_s": 1.2})
+            if rnd == 0:
+                for item, val in (("block_output", 40000.0), ("rewrite", 20000.0), ("block_input", 45000.0),
+                                  ("seeks", 900.0)):
+                    bonnie.append({"round": rnd, "boot": boot, "variant": v, "item": item,
+                                   "value": val * (1.1 if v == "on" else 1.0), "unit": "KiB/s", "cpu_pct": 10.0,
+                                   "latency_us": 1000.0})
+            boot += 1
+    with DatasetWriter(chapter.name, data_dir, p, profile="default", schemas=chapter.tables) as w:
+        for name, rows in (("fio", fio), ("threads", threads), ("storm", storm), ("bonnie", bonnie), ("boots", boots)):
+            w.add_table(name, pd.DataFrame(rows))
+        w.add_table("repetition", pd.DataFrame([{"experiment": "randread_qd1 IOPS", "key": "off", "n": 6, "warmup": 0,
+                                                "median": 1000.0, "ci_low": 990.0, "ci_high": 1010.0, "ci_coverage": 0.97,
+                                                "rel_ci_width": 0.02, "target": 0.05, "min_runs": 2, "max_runs": 4,
+                                                "budget_s": 240.0, "elapsed_s": 100.0, "met_target": True,
+                                                "stopped_by": "ci_target"}]))
+    return chapter.load(data_dir)
+
+
+def test_findings_and_claims_hold_on_a_clear_effect(scratch_data):
+    D = _dataset(scratch_data, effect=0.20, storm_cost_off=0.30)
+    f = A.findings(D)
+    assert all(isinstance(v, (str, int)) for v in f.values())
+    assert f["accel"] == "tcg" and abs(num(f["iops_randread_qd1_off"]) - 1000) <= 10
+    assert f["eff_randread_qd1"].startswith("+20.") and f["cpu_randread_qd32_on_iothread"] == "0.25"
+    assert f["seed_block_input_ratio"] == "1.82" and f["ours_block_input_ratio"] == "1.10"
+    assert f["seed_iops_before"] == "140,000" and f["storm_rate"] == "2,000"
+    v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
+    assert v == {"io_leaves_main_loop": HOLDS, "qd1_randread": HOLDS, "storm_hurts_off_more": HOLDS,
+                 "bonnie_close": HOLDS, "none_saturated": FAILS}   # the vCPU at 0.97 s/s
+    e = A.effects_table(D)
+    assert set(e.job) == {"randread_qd1", "randread_qd32"} and (e.n_on == 6).all()
+    assert list(A.cpu_table(D).columns) == ["main", "vcpu", "iothread", "monitor", "worker", "other", "exited"]
+    assert A.bonnie_beside_seed(D).set_index("test").loc["block_output", "2013 on/off"] == 0.83
+
+
+def test_claims_fail_where_nothing_differs(scratch_data):
+    D = _dataset(scratch_data, effect=0.0, storm_cost_off=0.0, vcpu=0.2)
+    v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
+    assert v["qd1_randread"] == FAILS and v["storm_hurts_off_more"] == FAILS and v["none_saturated"] == HOLDS
+    assert v["io_leaves_main_loop"] == HOLDS   # the thread split does not depend on IOPS
+
+
+def test_figures_draw(scratch_data):
+    import matplotlib
+    matplotlib.use("Agg")
+    from tools.chapters.virtio_blk_iothread import figures
+    D = _dataset(scratch_data, effect=0.1, storm_cost_off=0.2)
+    for fn in (figures.iops, figures.cpu, figures.hosts):
+        fig, cap = fn(D)
+        assert fig.axes and "n = 6 runs per group" in cap
+
+
+class FakeQMP:
+    """A QMP server on a Unix socket, enough for qemu.qmp's client: the greeting, then an
+    empty return for every command (with its id)."""
+
+    def __init__(self, path):
+        import json
+        import socket
+        import threading
+        self.path, self.commands, self.json = path, [], json
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(1)
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            conn.sendall(b'{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, '
+                         b'"capabilities": []}}\r\n')
+            buf, dec = "", self.json.JSONDecoder()
+            while data := conn.recv(65536):      # a stream of JSON objects, not lines
+                buf += data.decode()
+                while buf.strip():
+                    try:
+                        msg, end = dec.raw_decode(buf.lstrip())
+                    except ValueError:
+                        break
+                    buf = buf.lstrip()[end:]
+                    self.commands.append(msg["execute"])
+                    conn.sendall(self.json.dumps({"return": {}, "id": msg.get("id")}).encode() + b"\r\n")
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+
+
+def test_sampler_brackets_jobs_and_runs_the_storm(tmp_path):
+    """On a job's markers the sampler snapshots a process's threads (here: this one) and, for a
+    storm job, floods a QMP server with the command until the job ends."""
+    import os
+    import time
+    from tools import guest
+    pytest.importorskip("qemu.qmp")
+    srv = FakeQMP(tmp_path / "qmp.sock")
+    try:
+        p = chapter.parameters("quick")
+        plan = [{"id": "j0", "job": "randread_qd1", "storm": True}, {"id": "j1", "job": "randread_qd1", "storm": False}]
+        s = C.Sampler(p, plan)
+        live = guest.LiveGuest(os.getpid(), tmp_path / "qmp.sock")
+        for line in ("@@JOB-IO j0@@", "sleep", "@@JOB-IODONE j0@@", "@@JOB-IO j1@@", "{ not a marker",
+                     "@@JOB-IODONE j1@@"):
+            time.sleep(0.3) if line == "sleep" else s.on_line(line, live)
+    finally:
+        srv.close()
+    st = s.storms["j0"]
+    assert st.commands > 5 and srv.commands.count("query-block") == st.commands
+    assert srv.commands[0] == "qmp_capabilities" and st.seconds >= 0.25 and st.cpu > 0
+    assert set(s.deltas) == {"j0", "j1"} and s.storm is None and "j1" not in s.storms
+    delta, wall = s.deltas["j0"]
+    assert wall >= 0.25 and delta["main"]["threads"] == 1 and set(delta) == set(guest.THREAD_CLASSES)
