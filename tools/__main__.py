@@ -7,6 +7,7 @@
   stale    -- which stored notebooks were executed on other data than data/ holds
   summary  -- one screen: what was measured, what was skipped and why
   validate -- load every dataset and check it against its manifest
+  catalog  -- build the catalog of the datasets' manifests (tools/catalog.py) and print it
   compact  -- compress the plain .csv tables of every dataset in place (lossless, checked)
   compare  -- where this host sits among all hosts, per key finding (tools/compare.py)
   collect  -- one chapter in this process (what a notebook's collect mode runs)
@@ -62,14 +63,36 @@ def _notebook_parameters(path) -> set[str]:
     return set()
 
 
+def _seconds_text(s: float | None) -> str:
+    return "-" if s is None else f"{s:.0f} s"
+
+
+def plan_report(rows, profile: str) -> list[str]:
+    """The lines `measure` ends with: per chapter its planned seconds (each chapter's plan_s) beside
+    the seconds it took and how it ended, then the totals. rows: (name, plan, took, outcome)."""
+    out = [f"[measure] time per chapter against the plan (profile {profile}):"]
+    for name, plan, took, outcome in rows:
+        over = "" if plan is None or outcome != "measured" else f" ({took - plan:+.0f} s)"
+        out.append(f"[measure]   {name:<22} plan {_seconds_text(plan):>6}   took {_seconds_text(took):>6}"
+                   f"{over}{'' if outcome == 'measured' else '   ' + outcome}")
+    planned = [r[1] for r in rows if r[1] is not None]
+    total_plan = sum(planned) if len(planned) == len(rows) else None
+    out.append(f"[measure]   {'total':<22} plan {_seconds_text(total_plan):>6}   "
+               f"took {_seconds_text(sum(r[2] for r in rows)):>6}")
+    return out
+
+
 def cmd_measure(args) -> int:
     """Collect every chapter in this process (tools.framework.collect): Ctrl-C, SIGTERM and
     SIGHUP reach the code that holds the kernel state, which restores it and publishes
-    nothing. Exit 0 only if no chapter failed; 130/143/129 when a signal stopped the run."""
+    nothing. Exit 0 only if no chapter failed; 130/143/129 when a signal stopped the run.
+    Each chapter's planned time (each chapter's plan_s) is printed before it, and all of them
+    beside the time taken at the end."""
     from . import guard
     from .chapters import CHAPTERS, PAGES, by_name
     from .errors import ParameterError
     from .framework import collect, status as record
+    from .summary import plan_seconds
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS
     pages = [c.name for c in chapters if c in PAGES]
     if pages:
@@ -89,11 +112,20 @@ def cmd_measure(args) -> int:
     import os
     os.environ["PERFBOOK_STATUS_FILE"] = str(status)
     failed = []
+    plans = {ch.name: plan_seconds(ch.load(), args.profile) for ch in chapters}
+    if all(v is not None for v in plans.values()):
+        total = sum(plans.values())
+        print(f"[measure] plan: {len(chapters)} chapter(s), about {total} s ({total / 60:.1f} min) "
+              f"with profile {args.profile}" + (" and these --param values (the plan is for the "
+                                                  "profile's own)" if extra else ""), flush=True)
+    rows = []   # (chapter, planned s, seconds taken, outcome) for the closing plan_report
     with guard.interruptible():
         for i, ch in enumerate(chapters, 1):
             mod = ch.load()
             tag = f"[measure {i}/{len(chapters)}] {ch.name}"
-            print(f"{tag}: collecting (profile {args.profile}) ...", flush=True)
+            plan = plans[ch.name]
+            print(f"{tag}: collecting (profile {args.profile}, "
+                  + (f"plan {plan} s" if plan is not None else "no time plan") + ") ...", flush=True)
             t0 = time.monotonic()
             try:
                 out = collect(mod, args.profile, say=lambda s, tag=tag: print(f"{tag}: {s}", flush=True),
@@ -104,6 +136,7 @@ def cmd_measure(args) -> int:
                 raise
             except PerfbookError as e:
                 failed.append(ch.name)
+                rows.append((ch.name, plan, time.monotonic() - t0, "failed"))
                 msg = one_line(e)[len("error: "):]
                 print(f"{tag}: FAILED: {msg}" + ("" if "published" in msg else " (nothing published)"),
                       flush=True)
@@ -112,6 +145,7 @@ def cmd_measure(args) -> int:
             except Exception as e:  # a defect of ours: one line here, the traceback in a file
                 import traceback
                 failed.append(ch.name)
+                rows.append((ch.name, plan, time.monotonic() - t0, "failed"))
                 log = build_dir() / "measure" / f"{ch.name}.traceback"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 log.write_text(traceback.format_exc())
@@ -119,8 +153,13 @@ def cmd_measure(args) -> int:
                 print(f"{tag}: FAILED: {detail} (nothing published; traceback in {log})", flush=True)
                 record(ch.name, "failed", detail)
                 continue
+            took = time.monotonic() - t0
+            rows.append((ch.name, plan, took, "measured" if out is not None else "skipped"))
             if out is not None:
-                print(f"{tag}: done in {time.monotonic() - t0:.0f} s", flush=True)
+                print(f"{tag}: done in {took:.0f} s" + (f" (plan {plan} s)" if plan is not None else ""),
+                      flush=True)
+    for line in plan_report(rows, args.profile):
+        print(line, flush=True)
     if failed:
         print(f"[measure] {len(failed)} chapter(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -212,6 +251,12 @@ def cmd_compare(args) -> int:
     return report(args.host or None)
 
 
+def cmd_catalog(args) -> int:
+    from .catalog import build
+    build(Path(args.data_dir) if args.data_dir else None)
+    return 0
+
+
 def cmd_compact(args) -> int:
     from .dataset import compact
     compact(Path(args.data_dir) if args.data_dir else None)
@@ -239,7 +284,7 @@ def cmd_stale(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from . import hostinfo
+    from . import hostinfo, summary
     from .chapters import CHAPTERS
     from .dataset import list_runs, load_manifest
     status = {}
@@ -268,6 +313,8 @@ def cmd_summary(args) -> int:
         for r in mine[-1:]:
             m = load_manifest(r)
             skipped = [f"{k}: {v}" for k, v in m.get("skipped", {}).items()]
+            for line in summary.cost_lines(ch.load(), r):   # its profile, time and stop rules
+                print(f"{'':<22} {line}")
         for s in skipped:
             print(f"{'':<22} not measured: {s}")
     site = repo_root() / "_build" / "html" / "index.html"
@@ -331,6 +378,8 @@ def main(argv=None) -> int:
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")
+    cg = sub.add_parser("catalog", help="build the catalog of every dataset's manifest and print what it holds")
+    cg.add_argument("--data-dir", default="", help="a data directory other than the checkout's data/")
     ck = sub.add_parser("compact", help="compress plain .csv tables of every dataset in place (lossless)")
     ck.add_argument("--data-dir", default="")
     cp = sub.add_parser("compare", help="where this host sits among all hosts, per key finding")
@@ -346,7 +395,7 @@ def main(argv=None) -> int:
     sub.add_parser("doctor")
     sub.add_parser("book")
     args = ap.parse_args(argv)
-    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "compare": cmd_compare, "compact": cmd_compact, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
+    fn = {"measure": cmd_measure, "refresh": cmd_refresh, "summary": cmd_summary, "compare": cmd_compare, "compact": cmd_compact, "catalog": cmd_catalog, "stale": cmd_stale, "validate": cmd_validate, "collect": cmd_collect,
           "sweep": cmd_sweep, "doctor": cmd_doctor, "book": cmd_book}[args.cmd]
     try:
         return fn(args)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-import uuid
+import stat
 from pathlib import Path
 
-from . import hostinfo, identity
+from . import identity
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -43,124 +42,6 @@ def check_writable(data_dir: Path) -> None:
         raise DatasetError(
             f"data directory {data_dir} is not writable ({e.strerror}); "
             "pass a writable data_dir parameter") from None
-
-
-class DatasetWriter:
-    """Collects tables and a manifest, then publishes them atomically.
-
-    Use as a context manager: on an exception the temporary directory is
-    removed and nothing appears under data/runs.
-    """
-
-    def __init__(self, chapter: str, data_dir: Path, parameters: dict,
-                 run_id: str | None = None, profile: str | None = None, schemas: dict | None = None):
-        self.chapter = chapter
-        self.data_dir = Path(data_dir)
-        self.parameters = dict(parameters)
-        self.profile = profile
-        self.schemas = schemas or {}
-        self.host = hostinfo.host_facts()
-        self.run_id = run_id or new_run_id()
-        self.dest = runs_dir(self.data_dir) / self.host["host_id"] / chapter / self.run_id
-        self.tmp = self.dest.parent / f".tmp-{os.getpid()}-{self.run_id}-{uuid.uuid4().hex[:8]}"
-        self.tables: dict[str, int] = {}
-        self.notes: list[str] = []
-        self.skipped: dict[str, str] = {}
-        self.rejected: list[str] = []
-        self.extra: dict = {}
-        self.started = utc_now()
-        self.published: Path | None = None
-
-    def __enter__(self):
-        check_writable(self.data_dir)
-        if self.dest.exists():
-            raise DatasetError(f"dataset {self.dest} exists already; refusing to overwrite it")
-        self.tmp.mkdir(parents=True)
-        return self
-
-    def __exit__(self, etype, exc, tb):
-        from . import guard
-        if etype is None and guard.received():
-            # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
-            # a finalizer): the run was asked to stop, so it is not published either
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
-            raise KeyboardInterrupt(f"{guard.interrupted_by()} arrived during the run; nothing was published")
-        if etype is None:
-            self._publish()
-        else:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
-        return False
-
-    def _prune_empty(self):
-        for d in (self.dest.parent, self.dest.parent.parent):
-            try:
-                d.rmdir()
-            except OSError:
-                break
-
-    def path(self, name: str) -> Path:
-        """A file inside the (temporary) dataset directory, for raw artefacts."""
-        return self.tmp / name
-
-    def add_table(self, name: str, df) -> Path:
-        """Store a tidy pandas DataFrame as <name>.csv.xz (write_table)."""
-        if not name.replace("_", "").isalnum():
-            raise DatasetError(f"table name {name!r} must be alphanumeric")
-        if self.schemas:
-            if name not in self.schemas:
-                raise DatasetError(f"table {name!r} is not declared in the {self.chapter} chapter's tables")
-            self.schemas[name].check(df, f"{self.chapter} table {name}")  # raises on a mismatch
-        p = write_table(self.tmp / name, df)
-        self.tables[name] = int(len(df))
-        return p
-
-    def reject(self, reason: str) -> None:
-        """A sanity check failed: the run is doubtful and will not be published."""
-        self.rejected.append(reason)
-
-    def skip(self, part: str, reason: str) -> None:
-        """Record that part of the experiment was not measured, and why."""
-        self.skipped[part] = reason
-
-    def manifest(self) -> dict:
-        extra = {k: v for k, v in self.extra.items() if k != "_tool_cmds"}
-        return {
-            "schema": SCHEMA,
-            "chapter": self.chapter,
-            "run_id": self.run_id,
-            "host": self.host,
-            "profile": self.profile,
-            "parameters": self.parameters,
-            "tools": hostinfo.tool_versions(self.extra.pop("_tool_cmds", None)),
-            "git": hostinfo.git_commit(),
-            "started": self.started,
-            "finished": utc_now(),
-            "tables": self.tables,
-            "skipped": self.skipped,
-            "notes": self.notes,
-            "facts": extra,
-        }
-
-    def _publish(self):
-        if self.rejected:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
-            raise DatasetError("the run failed its sanity checks, so nothing was published: "
-                               + "; ".join(self.rejected))
-        if not self.tables:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
-            raise DatasetError("the run produced no table; nothing was saved")
-        with open(self.tmp / MANIFEST, "w") as f:
-            json.dump(self.manifest(), f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
-        if self.dest.exists():
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
-        os.rename(self.tmp, self.dest)
-        self.published = self.dest
 
 
 # -- tables on disk: CSV text, xz-compressed ----------------------------------------------
@@ -227,43 +108,119 @@ REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "fin
 def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
     """Every published dataset of a chapter, all hosts, sorted by host then run. Two datasets
     that claim the same run id (a copy that kept its manifest) are an error, never merged."""
+    return [run for run, _ in _listed(chapter, data_dir)]
+
+
+def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Manifest"]]:
+    """(directory, Manifest) of every dataset of a chapter (list_runs, load_manifests).
+
+    The directories are listed every time; the manifests come from the catalog
+    (tools/catalog.py) where its entry still matches the file, and it is updated here."""
+    from . import catalog
     base = runs_dir(data_dir)
-    if not base.is_dir():
+    try:
+        hosts = sorted(e.name for e in os.scandir(base) if e.is_dir() and not e.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
         return []
     found = []
-    for host in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        chap = host / chapter
-        if chap.is_dir():
-            found += sorted(r for r in chap.iterdir()
-                            if r.is_dir() and not r.name.startswith(".") and (r / MANIFEST).is_file())
+    for host in hosts:
+        chap = os.path.join(base, host, chapter)
+        try:
+            names = sorted(e.name for e in os.scandir(chap) if e.is_dir() and not e.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        top = base / host / chapter
+        for name in names:
+            try:
+                if stat.S_ISREG(os.stat(os.path.join(chap, name, MANIFEST)).st_mode):
+                    found.append((top / name, f"{host}/{chapter}/{name}"))
+            except OSError:
+                continue
+    cat = catalog.for_runs(data_dir)
+    use = cat if cat.path is not None else None    # None: PERFBOOK_CATALOG=off
     seen: dict[tuple, Path] = {}
-    for run in found:
-        key = (run.parent.parent.name, load_manifest(run)["run_id"])
+    out = []
+    for run, rel in found:
+        man = _load(run, rel, use)
+        key = (rel.split("/", 1)[0], man["run_id"])
         if key in seen:
             raise DatasetError(f"{run / MANIFEST}: run id {key[1]} is also the run id of "
                                f"{seen[key]}; a copied dataset must get its own run id")
         seen[key] = run
-    return found
+        out.append((run, man))
+    cat.forget_missing(chapter, {rel for _, rel in found})
+    cat.save()
+    return out
+
+
+def _read_manifest(p: Path) -> tuple[os.stat_result, bytes]:
+    """A manifest's stat and bytes, never through a symlink (a dataset holds regular files)."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == 40:  # ELOOP
+            raise DatasetError(f"{p}: a symlink; a dataset holds regular files only "
+                               "(replace it with the file it points to)") from None
+        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return st, f.read()
+    except OSError as e:
+        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 _manifest_cache: dict[tuple, dict] = {}
 
 
-def load_manifest(run: Path) -> dict:
+def load_manifest(run: Path, catalog=None) -> dict:
     """A dataset's manifest, checked: valid JSON, the required fields, a schema this code
-    reads, and a run id and host id that match its directory. One line names the file."""
-    p = Path(run) / MANIFEST
+    reads, and a run id and host id that match its directory. One line names the file.
+
+    Given a tools.catalog.Catalog (list_runs passes it), the manifest comes from its entry
+    while the file's stat is the one the entry recorded; otherwise the file is read, and the
+    entry is kept (same SHA-256) or replaced. Either way it is validated here."""
+    run = Path(run)
+    return _load(run, "/".join(run.parts[-3:]), catalog)
+
+
+def _load(run: Path, rel: str, catalog) -> "Manifest":
+    """load_manifest, given the dataset's name in the catalog (<host>/<chapter>/<run>)."""
+    p = os.path.join(run, MANIFEST)   # strings, not Paths: this runs for every dataset
     try:
-        st = p.stat()
-        key = (str(p), st.st_mtime_ns, st.st_size)
-        if key in _manifest_cache:
-            return _manifest_cache[key]
-        with open(p) as f:
-            m = json.load(f)
+        st = os.lstat(p)
     except OSError as e:
         raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
-    except ValueError as e:
-        raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git or remove the dataset") from None
+    key = (p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key in _manifest_cache and (catalog is None or catalog.has(rel, st)):
+        return _manifest_cache[key]
+    raw = catalog.lookup(rel, st) if catalog is not None else None
+    if raw is None:
+        st, data = _read_manifest(p)
+        key = (p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        digest = catalog.digest(data) if catalog is not None else None
+        raw = catalog.by_digest(rel, digest, st) if catalog is not None else None
+        if raw is None:
+            try:
+                raw = json.loads(data)
+            except ValueError as e:
+                raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git or remove the dataset") from None
+            man = _checked(raw, run, p, rel)
+            if catalog is not None:
+                catalog.remember(rel, st, digest, raw, man)
+            _manifest_cache[key] = man
+            return man
+    man = _checked(raw, run, p, rel)
+    _manifest_cache[key] = man
+    return man
+
+
+def _checked(m, run: Path, p: str, rel: str) -> "Manifest":
+    """A manifest as parsed from file `p`, checked against its directory `run` (named
+    <host>/<chapter>/<run> in `rel`) and migrated."""
+    host_dir, _, run_dir = rel.split("/")
     if not isinstance(m, dict):
         raise DatasetError(f"{p}: a manifest must be a JSON object")
     missing = [k for k in REQUIRED if k not in m]
@@ -272,18 +229,16 @@ def load_manifest(run: Path) -> dict:
     if not isinstance(m["schema"], int) or not 1 <= m["schema"] <= SCHEMA:
         raise DatasetError(f"{p}: schema {m['schema']!r} is not one this code reads (1..{SCHEMA}); "
                            "update the checkout")
-    if m["run_id"] != Path(run).name:
+    if m["run_id"] != run_dir:
         raise DatasetError(f"{p}: run_id {m['run_id']!r} does not match its directory "
-                           f"{Path(run).name!r} (a copied dataset?)")
+                           f"{run_dir!r} (a copied dataset?)")
     host = m["host"].get("host_id") if isinstance(m["host"], dict) else None
-    if host != Path(run).parent.parent.name:
+    if host != host_dir:
         raise DatasetError(f"{p}: host_id {host!r} does not match its directory "
-                           f"{Path(run).parent.parent.name!r}")
+                           f"{host_dir!r}")
     if not isinstance(m["tables"], dict):
         raise DatasetError(f"{p}: 'tables' must map table names to row counts")
-    m = Manifest(migrate(m), path=Path(run))
-    _manifest_cache[key] = m
-    return m
+    return Manifest(migrate(m), path=run)
 
 
 # The manifest's own fields; everything a chapter records beyond them lives in "facts".
@@ -371,18 +326,51 @@ def read_table(run: Path, table: str, manifest: dict | None = None, schema=None)
 def load_table(chapter: str, table: str, data_dir: Path | None = None, schema=None):
     """Concatenate table `table` of every run of `chapter`, with host_id/run_id columns."""
     import pandas as pd
-    frames = []
-    for run in list_runs(chapter, data_dir):
-        if table_path(run, table) is None:
+    frame, _ = _table_rows(chapter, table, data_dir, schema)
+    return frame.copy(deep=False) if len(frame.columns) else pd.DataFrame()
+
+
+# The tables a process read last, each as one frame of every dataset's rows: a chapter's Data
+# and each one-dataset view of it (tools.findings.Run.data, once per dataset and finding) cut
+# their rows from it instead of reading every dataset again, which made evaluating a fleet's
+# findings quadratic in its hosts. An entry holds while the listing, the manifests' row
+# counts and every table file's stat are the same; frames are shared copy-on-write (pandas 3).
+TABLE_CACHE = 16
+_table_cache: dict[tuple, tuple] = {}
+
+
+def _table_rows(chapter: str, table: str, data_dir: Path | None, schema):
+    """(frame of table `table` of every dataset of `chapter`, {(host, run): (first row,
+    end)}): what load_table returns, and where each dataset's rows are in it."""
+    import pandas as pd
+    parts = []
+    for run, man in _listed(chapter, data_dir):
+        p = table_path(run, table)
+        if p is None:
             continue
-        man = load_manifest(run)
-        df = read_table(run, table, man, schema)
-        df.insert(0, "run_id", man["run_id"])
-        df.insert(0, "host_id", man["host"]["host_id"])
-        frames.append(df)
-    if not frames:
-        return pd.DataFrame()
-    return pd.concat(frames, ignore_index=True)
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        parts.append((run, man, p, (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
+                                    man.key, man["tables"].get(table))))
+    key = (chapter, table, str(runs_dir(data_dir)), schema, os.environ.get("PERFBOOK_SHUFFLE_ROWS"),
+           tuple(sig for *_, sig in parts))
+    hit = _table_cache.pop(key, None)
+    if hit is None:
+        frames, spans, at = [], {}, 0
+        for run, man, _p, _sig in parts:
+            df = read_table(run, table, man, schema)
+            df.insert(0, "run_id", man["run_id"])
+            df.insert(0, "host_id", man["host"]["host_id"])
+            frames.append(df)
+            spans[man.key] = (at, at + len(df))
+            at += len(df)
+        hit = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), spans)
+        while len(_table_cache) >= TABLE_CACHE:
+            _table_cache.pop(next(iter(_table_cache)))
+    _table_cache[key] = hit      # the most recently used last
+    return hit
 
 
 def validate_all(data_dir: Path | None = None, names=None) -> int:
@@ -417,7 +405,8 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
 
 
 def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
-    return [load_manifest(r) for r in list_runs(chapter, data_dir)]
+    """The Manifests of every dataset of a chapter, in list_runs order."""
+    return [man for _, man in _listed(chapter, data_dir)]
 
 
 def load_reference(name: str, data_dir: Path | None = None, dtype=None):
@@ -522,9 +511,15 @@ class Data:
         if name not in self._tables:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
-            df = load_table(self.chapter.name, name, self.data_dir, self.chapter.tables.get(name))
-            if self._only is not None and df is not None and len(df):
-                df = df[[k in self._only for k in zip(df["host_id"], df["run_id"])]].reset_index(drop=True)
+            import pandas as pd
+            full, spans = _table_rows(self.chapter.name, name, self.data_dir, self.chapter.tables.get(name))
+            if not len(full.columns):
+                df = pd.DataFrame()
+            elif self._only is None:
+                df = full.copy(deep=False)
+            else:          # this Data's datasets' rows, in order: what a row filter would keep
+                cut = [full.iloc[a:b] for k, (a, b) in spans.items() if k in self._only] or [full.iloc[0:0]]
+                df = (cut[0] if len(cut) == 1 else pd.concat(cut)).reset_index(drop=True)
             self._tables[name] = self.prepare(name, df)
         return self._tables[name]
 
@@ -562,3 +557,12 @@ class Data:
 
     def __len__(self):
         return len(self.manifests)
+
+
+def __getattr__(name: str):
+    """DatasetWriter lives in tools/writer.py (it imports this module); it is still importable
+    from here, as the framework and the tests name it."""
+    if name == "DatasetWriter":
+        from .writer import DatasetWriter
+        return DatasetWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,8 @@
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from dataclasses import asdict, dataclass
 
@@ -42,6 +44,7 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     return (float(x[best_k - 1]), float(x[n - best_k]), float(best_cov))
 
 
+@functools.lru_cache(maxsize=None)   # a pure function of (n, confidence), asked for thousands of times a page
 def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
     best_k, best_cov = 1, 1 - 2 * _st.binom.cdf(0, n, 0.5)
     for k in range(1, n // 2 + 1):

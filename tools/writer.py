@@ -1,0 +1,136 @@
+"""The dataset writer: tables and a manifest gathered during a run, published atomically.
+
+Everything goes into a hidden temporary directory next to the destination, which is renamed
+into place only when the run succeeded; an existing dataset is never overwritten
+(tools.dataset reads what it publishes, and still exports DatasetWriter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from . import hostinfo
+from .dataset import MANIFEST, SCHEMA, check_writable, new_run_id, utc_now, write_table
+from .errors import DatasetError
+from .paths import runs_dir
+
+
+class DatasetWriter:
+    """Collects tables and a manifest, then publishes them atomically.
+
+    Use as a context manager: on an exception the temporary directory is
+    removed and nothing appears under data/runs.
+    """
+
+    def __init__(self, chapter: str, data_dir: Path, parameters: dict,
+                 run_id: str | None = None, profile: str | None = None, schemas: dict | None = None):
+        self.chapter = chapter
+        self.data_dir = Path(data_dir)
+        self.parameters = dict(parameters)
+        self.profile = profile
+        self.schemas = schemas or {}
+        self.host = hostinfo.host_facts()
+        self.run_id = run_id or new_run_id()
+        self.dest = runs_dir(self.data_dir) / self.host["host_id"] / chapter / self.run_id
+        self.tmp = self.dest.parent / f".tmp-{os.getpid()}-{self.run_id}-{uuid.uuid4().hex[:8]}"
+        self.tables: dict[str, int] = {}
+        self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.rejected: list[str] = []
+        self.extra: dict = {}
+        self.started = utc_now()
+        self.published: Path | None = None
+
+    def __enter__(self):
+        check_writable(self.data_dir)
+        if self.dest.exists():
+            raise DatasetError(f"dataset {self.dest} exists already; refusing to overwrite it")
+        self.tmp.mkdir(parents=True)
+        return self
+
+    def __exit__(self, etype, exc, tb):
+        from . import guard
+        if etype is None and guard.received():
+            # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
+            # a finalizer): the run was asked to stop, so it is not published either
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise KeyboardInterrupt(f"{guard.interrupted_by()} arrived during the run; nothing was published")
+        if etype is None:
+            self._publish()
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+        return False
+
+    def _prune_empty(self):
+        for d in (self.dest.parent, self.dest.parent.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+    def path(self, name: str) -> Path:
+        """A file inside the (temporary) dataset directory, for raw artefacts."""
+        return self.tmp / name
+
+    def add_table(self, name: str, df) -> Path:
+        """Store a tidy pandas DataFrame as <name>.csv.xz (write_table)."""
+        if not name.replace("_", "").isalnum():
+            raise DatasetError(f"table name {name!r} must be alphanumeric")
+        if self.schemas:
+            if name not in self.schemas:
+                raise DatasetError(f"table {name!r} is not declared in the {self.chapter} chapter's tables")
+            self.schemas[name].check(df, f"{self.chapter} table {name}")  # raises on a mismatch
+        p = write_table(self.tmp / name, df)
+        self.tables[name] = int(len(df))
+        return p
+
+    def reject(self, reason: str) -> None:
+        """A sanity check failed: the run is doubtful and will not be published."""
+        self.rejected.append(reason)
+
+    def skip(self, part: str, reason: str) -> None:
+        """Record that part of the experiment was not measured, and why."""
+        self.skipped[part] = reason
+
+    def manifest(self) -> dict:
+        extra = {k: v for k, v in self.extra.items() if k != "_tool_cmds"}
+        return {
+            "schema": SCHEMA,
+            "chapter": self.chapter,
+            "run_id": self.run_id,
+            "host": self.host,
+            "profile": self.profile,
+            "parameters": self.parameters,
+            "tools": hostinfo.tool_versions(self.extra.pop("_tool_cmds", None)),
+            "git": hostinfo.git_commit(),
+            "started": self.started,
+            "finished": utc_now(),
+            "tables": self.tables,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            "facts": extra,
+        }
+
+    def _publish(self):
+        if self.rejected:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise DatasetError("the run failed its sanity checks, so nothing was published: "
+                               + "; ".join(self.rejected))
+        if not self.tables:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self._prune_empty()
+            raise DatasetError("the run produced no table; nothing was saved")
+        with open(self.tmp / MANIFEST, "w") as f:
+            json.dump(self.manifest(), f, indent=2, sort_keys=True, default=str)
+            f.write("\n")
+        if self.dest.exists():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
+        os.rename(self.tmp, self.dest)
+        self.published = self.dest
