@@ -8,7 +8,7 @@ CHAPTERS ?=
 MEASURE_ARGS ?=
 MEASURE = $(PY) -m tools measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
 
-.PHONY: all setup measure notebooks notebooks-all book summary compare test test-unit test-notebooks clean sweep doctor
+.PHONY: all setup measure notebooks notebooks-all book summary compare test test-fleet test-unit test-notebooks clean sweep doctor
 
 ## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site.
 ## A failed chapter still gets the book built and the summary printed, then `make` fails;
@@ -50,6 +50,10 @@ compare:
 test: setup
 	$(PY) -m pytest tests chapters summary.ipynb hosts.ipynb --nbval --nbval-current-env \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+
+## test-fleet: the hosts page and the site in a browser with a 100-host synthetic fleet (~15 min)
+test-fleet: setup
+	PERFBOOK_TEST_FLEET=100 $(PY) -m pytest tests/test_site_browser.py -k fleet $(PYTEST_ARGS)
 
 sweep:
 	$(PY) -m tools sweep

@@ -97,6 +97,62 @@ def built_book(tmp_path_factory):
                            branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main")
 
 
+# A synthetic fleet (tools.synthfleet) for the scaling checks of the site: how many hosts.
+# 12 in `make test` (more hosts than a legend or a drop-down may list, in a few minutes);
+# `make test-fleet` builds the 100-host fleet (about 15 minutes on 2 cores).
+FLEET_HOSTS = int(os.environ.get("PERFBOOK_TEST_FLEET", "12"))
+
+
+@pytest.fixture(scope="session")
+def fleet_book(tmp_path_factory, pytestconfig):
+    """The book built once per session in a SCRATCH COPY of this checkout (tools.bench's
+    scratch_checkout: never this checkout's data/, build/ or _build/) whose data/runs also
+    holds FLEET_HOSTS synthetic hosts (`python -m tools.synthfleet N DEST`, then moved in),
+    with hosts.ipynb re-executed there on that data (papermill, in place). The chapters keep
+    their stored outputs: only their Datasets sections and the hosts page follow data/.
+    Returns (returncode, log, html dir, the copy, number of synthetic hosts, failed step)."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+    from tools.bench import check_copy, copy_env, scratch_checkout
+    base = tmp_path_factory.mktemp("fleetbook")
+    fleet, out = base / "fleet", base / "out"
+    repo = scratch_checkout(base / "repo", ROOT)
+    env = copy_env(repo)
+    env["PERFBOOK_STATE_DIR"] = str(base / "state")
+    env.setdefault("PERFBOOK_REPOSITORY_URL", TEST_REPOSITORY_URL)
+    env.setdefault("PERFBOOK_REPOSITORY_BRANCH", "main")
+    check_copy(repo, env)
+    say = pytestconfig.pluginmanager.get_plugin("terminalreporter")
+    bindir = Path(sys.executable).parent
+    log = []
+
+    def step(what, cmd):
+        if say:
+            say.write_line(f"[fleet book] {what} ...")
+        r = subprocess.run([str(c) for c in cmd], cwd=repo, env=env, capture_output=True, text=True)
+        killed = f"(killed by signal {-r.returncode})\n" if r.returncode < 0 else ""
+        log.append(f"$ {' '.join(map(str, cmd))}\n{r.stdout}{r.stderr}{killed}")
+        return r.returncode
+
+    def result(rc, failed=""):
+        return SimpleNamespace(returncode=rc, log="\n".join(log), html=out / "_build" / "html",
+                               repo=repo, hosts=FLEET_HOSTS, failed=failed)
+
+    if step(f"generating {FLEET_HOSTS} synthetic hosts",
+            [sys.executable, "-m", "tools.synthfleet", FLEET_HOSTS, fleet]):
+        return result(1, "synthfleet")
+    for host in sorted((fleet / "runs").iterdir()):
+        shutil.move(str(host), str(repo / "data" / "runs" / host.name))
+    if step("re-executing hosts.ipynb on the fleet",
+            [bindir / "papermill", "hosts.ipynb", "hosts.ipynb", "-k", "python3", "--cwd", repo,
+             "--no-progress-bar", "--log-level", "WARNING"]):
+        return result(1, "hosts.ipynb")
+    rc = step("building the book", [bindir / "jupyter-book", "build", repo, "--path-output", out,
+                                    "-W", "-n", "--keep-going"])
+    return result(rc, "jupyter-book build" if rc else "")
+
+
 def scratch_owner(d: Path) -> int | None:
     """The pid in a scratch directory's 'owner' file (the convention of tools.scratch)."""
     try:

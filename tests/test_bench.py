@@ -46,9 +46,22 @@ def test_the_copy_holds_the_checkout_and_runs_its_own_tools(tmp_path):
     for rel in files:
         if os.path.lexists(ROOT / rel):
             assert os.path.lexists(copy / rel), rel
-    assert os.readlink(copy / ".venv") == str(ROOT / ".venv")
+    assert os.readlink(copy / ".venv") == str((ROOT / ".venv").resolve())
     assert not any((copy / d).exists() for d in (".git", "build", "_build"))
     bench.check_copy(copy, bench.copy_env(copy))            # it imports its own tools
+
+
+def test_a_copy_of_a_copy_holds_the_same_files(tmp_path):
+    """A benchmark or test run inside a scratch copy makes its own copy of that copy: no .git
+    there, and a .venv that is a link (it used to be copied as a file and then clash)."""
+    first = bench.scratch_checkout(tmp_path / "first")
+    (first / "build").mkdir()
+    (first / "build" / "junk").write_text("not content\n")
+    second = bench.scratch_checkout(tmp_path / "second", first)
+    assert bench.checkout_files(second) == bench.checkout_files(first)
+    assert "tools/bench.py" in bench.checkout_files(second)
+    assert not (second / "build").exists()
+    assert os.readlink(second / ".venv") == str((ROOT / ".venv").resolve())
 
 
 def test_a_copy_that_would_run_the_checkouts_tools_is_refused(tmp_path):

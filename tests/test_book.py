@@ -31,3 +31,26 @@ def test_book_builds_without_warnings(built_book):
         assert "{glue" not in text and "glue:text" not in text, f"unresolved glue reference in {page}"
         if page.startswith("chapters/"):
             assert "<img" in text, f"{page} has no figure"
+
+
+@pytest.mark.slow
+def test_the_site_holds_each_dataset_once(built_book):
+    """Every dataset file in data/runs and every reference figure of a chapter is in exactly
+    one archive under datasets/, and nothing else is there (no raw copies beside them)."""
+    import zipfile
+    from tools.chapters import CHAPTERS
+    from tools.sphinx_site import SITE_DIR, chapter_data, run_chapters
+    assert built_book.returncode == 0, built_book.log[-4000:]
+    site = built_book.html / SITE_DIR
+    members, others = [], []
+    for f in sorted(p for p in site.rglob("*") if p.is_file()):
+        if f.suffix != ".zip":
+            others.append(f)
+            continue
+        with zipfile.ZipFile(f) as z:
+            members += z.namelist()
+    assert others == [], f"files beside the archives: {others[:5]}"
+    chapters = sorted({c.name for c in CHAPTERS} | set(run_chapters()))
+    want = sorted(f"data/{rel}" for c in chapters for _, rel in chapter_data(c).members())
+    assert len(members) == len(set(members)), "a file is in two archives"
+    assert sorted(members) == want

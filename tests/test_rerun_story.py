@@ -180,11 +180,23 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     pm.execute_notebook(str(ROOT / "hosts.ipynb"), str(out), parameters={"data_dir": str(data)},
                         kernel_name="python3", progress_bar=False, cwd=str(ROOT))
     html = next(o["data"]["text/html"] for c in _code_cells(nbformat.read(out, as_version=4))
-                for o in c.get("outputs", []) if "uprobe_vs_marker" in o.get("data", {}).get("text/html", ""))
+                for o in c.get("outputs", []) if 'id="pb-findings"' in o.get("data", {}).get("text/html", ""))
     from bs4 import BeautifulSoup
-    table = BeautifulSoup(html, "html.parser").find("table")
-    head = [th.get_text(strip=True) for th in table.find("thead").find_all("tr")[0].find_all("th")]
-    row = next([td.get_text(strip=True) for td in tr.find_all(["th", "td"])]
-               for tr in table.find("tbody").find_all("tr") if "uprobe_vs_marker" in tr.get_text())
-    cells = dict(zip(head, row))
-    assert cells[CONTRA_HOST] == FAILS and cells[src.parts[-3]] == HOLDS, cells
+    soup = BeautifulSoup(html, "html.parser")
+
+    def rows(table_id):
+        table = soup.find(id=table_id).find("table")
+        head = [th.get_text(strip=True) for th in table.find("thead").find_all("th")]
+        return [dict(zip(head, tr.find_all(["th", "td"]))) for tr in table.find("tbody").find_all("tr")]
+
+    # per finding: its number, and the hosts it does not hold on
+    row = next(r for r in rows("pb-findings") if "uprobe_vs_marker" in r["finding"].get_text())
+    number = row["#"].get_text(strip=True)
+    against = row["does not hold on"].get_text(" ", strip=True)
+    assert CONTRA_HOST in against and src.parts[-3] not in against, against
+    # per host: that finding's column carries the verdict in its class and its tooltip
+    per_host = {r["host"].get_text(strip=True): r[number] for r in rows("pb-findings-hosts")}
+    for host, verdict in ((CONTRA_HOST, FAILS), (src.parts[-3], HOLDS)):
+        cell = per_host[host]
+        assert f"kf-{verdict.replace(' ', '-')}" in cell.get("class", []), (host, cell)
+        assert cell.get("title", "").endswith(f": {verdict}"), (host, cell)

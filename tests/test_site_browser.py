@@ -3,7 +3,12 @@
 The site is the session's one build of the book (conftest.built_book), served over HTTP on
 127.0.0.1. Every page in _toc.yml is opened: it loads, every image on it is complete and not
 broken, no glue reference is left unresolved, and every chapter page has figures, its Binder
-button, and a Datasets section whose links download the committed data byte for byte. Every
+button, and a Datasets section whose links (one archive per dataset, one for the reference
+figures) download the committed data byte for byte, each file once. The hosts page filters its
+rows as one types in its search box, narrows by a facet, and sorts numeric columns as numbers;
+it links every dataset the site holds. The same checks run on a site built in a scratch copy of
+the repository with a synthetic fleet (conftest.fleet_book: 12 hosts in make test, 100 in make
+test-fleet). Every
 chapter reads like a book: Key findings before the first section, the platform banner, the rerun
 box, no visible code cell longer than 10 lines, math rendered with the network cut, numbered
 figures with real alt text. Screenshots of two chapters (top and first figure) are kept in
@@ -11,6 +16,7 @@ build/artifacts/screenshots/.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import io
@@ -71,22 +77,28 @@ def browser():
         drv.quit()
 
 
-@pytest.fixture(scope="module")
-def site(built_book):
-    html = built_book.html
-    if not (html / "index.html").is_file():
-        pytest.fail("the book did not build, so there is no site to open:\n" + built_book.log[-3000:])
+@contextlib.contextmanager
+def _serve(html: Path):
+    """The directory served over HTTP on 127.0.0.1; yields its URL."""
     handler = functools.partial(_QuietHandler, directory=str(html))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
     try:
-        yield SimpleNamespace(url=f"http://127.0.0.1:{srv.server_address[1]}/", html=html,
-                              book=built_book)
+        yield f"http://127.0.0.1:{srv.server_address[1]}/"
     finally:
         srv.shutdown()
         srv.server_close()
         thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def site(built_book):
+    html = built_book.html
+    if not (html / "index.html").is_file():
+        pytest.fail("the book did not build, so there is no site to open:\n" + built_book.log[-3000:])
+    with _serve(html) as url:
+        yield SimpleNamespace(url=url, html=html, book=built_book)
 
 
 def _fetch(url: str) -> bytes:
@@ -177,35 +189,38 @@ def test_page_renders_in_chromium(browser, site, page):
     assert not errors, f"{page}: the browser reported errors: {errors}"
 
 
+def _zip_members(url: str) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(_fetch(url))) as z:
+        assert z.testzip() is None, f"{url}: corrupt member"
+        return {n: z.read(n) for n in z.namelist()}
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
 def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
-    from tools.sphinx_site import chapter_data
+    from tools.sphinx_site import SITE_DIR, chapter_data
     data = chapter_data(_chapters()[page])
     _open(browser, site, page)
 
-    archive = browser.find_elements("css selector", "section#datasets a.perfbook-dataset-archive")
-    assert archive, f"{page}: no dataset download link"
-    href = archive[0].get_attribute("href")
-    assert urlsplit(href).path.endswith(f"/datasets/{data.chapter}.zip"), href
-    blob = _fetch(href)
-    with zipfile.ZipFile(io.BytesIO(blob)) as z:
-        assert z.testzip() is None, f"{href}: corrupt member"
-        want = {f"data/{rel}": src for src, rel in data.members()}
-        assert sorted(z.namelist()) == sorted(want), f"{href}: members differ from data/"
-        for name, src in want.items():
-            assert z.read(name) == src.read_bytes(), f"{href}: {name} differs from {src}"
-
-    # every raw file of every run of every host is linked, and the link serves that file
-    links = {urlsplit(a.get_attribute("href")).path.split("/datasets/", 1)[1]: a.get_attribute("href")
-             for a in browser.find_elements("css selector", "section#datasets a.perfbook-dataset-link")
-             if not a.get_attribute("href").endswith(".zip")}
-    members = {rel: src for src, rel in data.members()}
-    assert set(links) == set(members), f"{page}: linked files differ from data/"
-    for rel, url in links.items():
-        assert _fetch(url) == members[rel].read_bytes(), f"{url} differs from {members[rel]}"
+    # one link per dataset (and one to the reference figures), each to its own archive; together
+    # they hold every file the chapter reads, each file once
+    links = [a.get_attribute("href") for a in
+             browser.find_elements("css selector", "section#datasets a.perfbook-dataset-archive")]
+    assert links, f"{page}: no dataset download link"
+    names = [urlsplit(h).path.split(f"/{SITE_DIR}/", 1)[1] for h in links]
+    assert sorted(names) == sorted(a.name for a in data.archives()), f"{page}: linked archives differ"
+    want = {f"data/{rel}": src for src, rel in data.members()}
+    got = []
+    for href in links:
+        members = _zip_members(href)
+        got += list(members)
+        for name, blob in members.items():
+            assert blob == want[name].read_bytes(), f"{href}: {name} differs from {want[name]}"
+    assert sorted(got) == sorted(want), f"{page}: the archives do not hold exactly data/"
     section = browser.find_element("css selector", "section#datasets").text
     for run in data.runs:
         assert run.host in section and run.run_id in section, f"{page}: {run.host}/{run.run_id} missing"
+    hosts_link = browser.find_elements("css selector", "section#datasets a.perfbook-hosts-link")
+    assert hosts_link and urlsplit(hosts_link[0].get_attribute("href")).path == "/hosts.html"
 
     # the Binder button opens this notebook in the configured repository
     org_repo = "/".join(site.book.repository_url.rsplit("/", 2)[-2:])
@@ -213,6 +228,129 @@ def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
     want = f"https://mybinder.org/v2/gh/{org_repo}/{site.book.branch}?urlpath=lab/tree/{page}.ipynb"
     assert want in binder, f"{page}: Binder link {binder} is not {want}"
     assert (ROOT / f"{page}.ipynb").is_file()
+
+
+# ---- the hosts page: search, facets, sorting, and every host's datasets ---------------------
+
+def _rows(browser, table: str) -> list[str]:
+    """The visible rows of one of the page's tables, as the text of their cells (tab-separated)."""
+    return browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))"
+        ".filter(r => !r.hidden && r.offsetParent !== null)"
+        ".map(r => Array.from(r.cells).map(c => c.innerText.trim()).join('\\t'));", table)
+
+
+def _column(browser, table: str, header: str) -> list[str]:
+    """A column's sort values (its span.pb-key, else its text) in the visible rows' order."""
+    return browser.execute_script(
+        "const t = document.querySelector(arguments[0] + ' table');"
+        "const i = Array.from(t.tHead.rows[0].cells).findIndex(th => th.innerText.trim() === arguments[1]);"
+        "return Array.from(t.tBodies[0].rows).filter(r => !r.hidden).map(r => {"
+        "  const k = r.cells[i].querySelector('.pb-key'); return (k || r.cells[i]).innerText.trim(); });",
+        table, header)
+
+
+def _sort_by(browser, table: str, header: str) -> None:
+    btn = [b for b in browser.find_elements("css selector", f"{table} th button.pb-sort")
+           if b.text.strip() == header]
+    assert btn, f"{table}: no sortable header {header!r}"
+    btn[0].click()
+
+
+def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None:
+    """The hosts page at url_base: one row per host, a search that filters, numeric sorting, a
+    facet, and every dataset linked once to an archive the site holds."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+    browser.get_log("browser")
+    browser.get(url_base + "hosts.html")
+    WebDriverWait(browser, 60).until(
+        lambda b: b.execute_script("return document.readyState") == "complete"
+        and b.find_elements(By.CSS_SELECTOR, "#pb-hosts input.pb-search"))
+    rows = _rows(browser, "#pb-hosts")
+    assert len(rows) == n_hosts, f"hosts page: {len(rows)} rows for {n_hosts} hosts"
+    ids = [r.split()[0] for r in rows]
+    assert len(set(ids)) == n_hosts and all(i.startswith("h-") for i in ids), ids[:5]
+
+    # search: the typed text filters rows (any column), and clearing it brings them back
+    box = browser.find_element(By.CSS_SELECTOR, "#pb-hosts input.pb-search")
+    box.send_keys(ids[-1])
+    WebDriverWait(browser, 10).until(lambda b: len(_rows(b, "#pb-hosts")) == 1)  # typed: filtered
+    assert _rows(browser, "#pb-hosts")[0].startswith(ids[-1])
+    box.clear()
+    box.send_keys("TCG guest")   # rows holding both words, in any column (the page says so)
+    tcg = _rows(browser, "#pb-hosts")
+    assert tcg == [r for r in rows if "tcg" in r.lower() and "guest" in r.lower()], tcg[:3]
+    assert 0 < len(tcg) < n_hosts and any("\tTCG guest\t" in r for r in tcg), tcg[:3]
+    box.send_keys(" no-such-word-anywhere")
+    assert _rows(browser, "#pb-hosts") == []
+    box.clear()
+    box.send_keys(" ")  # an input event with nothing to match: every row again
+    assert len(_rows(browser, "#pb-hosts")) == n_hosts
+
+    # a facet: choosing a machine kind keeps exactly that kind's rows
+    kinds = _column(browser, "#pb-hosts", "machine kind")
+    sel = Select(browser.find_element(By.XPATH, "//div[@id='pb-hosts']//label[starts-with(normalize-space(.), "
+                                                "'machine kind')]/select"))
+    sel.select_by_value(kinds[0])
+    assert _column(browser, "#pb-hosts", "machine kind") == [k for k in kinds if k == kinds[0]]
+    sel.select_by_value("")
+
+    # sorting: numeric columns as numbers (10 after 9), a second click reverses
+    for header in ("datasets", "CPUs", "TSC MHz"):
+        _sort_by(browser, "#pb-hosts", header)
+        vals = [float(v) for v in _column(browser, "#pb-hosts", header) if v not in ("", "—")]
+        assert vals == sorted(vals), f"{header} ascending: {vals[:10]}"
+        _sort_by(browser, "#pb-hosts", header)
+        vals = [float(v) for v in _column(browser, "#pb-hosts", header) if v not in ("", "—")]
+        assert vals == sorted(vals, reverse=True), f"{header} descending: {vals[:10]}"
+    _sort_by(browser, "#pb-hosts", "first run")   # run ids: fixed-width UTC timestamps
+    assert _column(browser, "#pb-hosts", "first run") == sorted(_column(browser, "#pb-hosts", "first run"))
+
+    # the findings: a row per finding, and a row per host with data in the per-host matrix
+    assert _rows(browser, "#pb-findings"), "no findings table"
+    assert len(_rows(browser, "#pb-findings-hosts")) == n_hosts
+    # every dataset in data/ linked once from the hosts table, to an archive the site holds
+    from tools.sphinx_site import SITE_DIR
+    hrefs = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#pb-hosts a.pb-dataset')).map(a => a.getAttribute('href'));")
+    runs = sorted(p.relative_to(html).as_posix() for p in (html / SITE_DIR / "runs").rglob("*.zip"))
+    assert sorted(hrefs) == runs, "the hosts page links other datasets than the site holds"
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"
+              and "favicon.ico" not in e["message"]]
+    assert not errors, f"hosts page: the browser reported errors: {errors}"
+
+
+def test_hosts_page_search_sort_and_links(browser, site):
+    from tools.hosts import host_records
+    recs = host_records()
+    _hosts_page_checks(browser, site.url, site.html, len(recs))
+    # a linked archive is the dataset it names, unzipping into a clone
+    a = browser.find_element("css selector", "#pb-hosts a.pb-dataset")
+    host, chapter, run = urlsplit(a.get_attribute("href")).path.removesuffix(".zip").split("/")[-3:]
+    members = _zip_members(a.get_attribute("href"))
+    src = ROOT / "data" / "runs" / host / chapter / run
+    assert members and all(n.startswith(f"data/runs/{host}/{chapter}/{run}/") for n in members)
+    for name, blob in members.items():
+        assert blob == (ROOT / name).read_bytes(), name
+    assert f"data/runs/{host}/{chapter}/{run}/manifest.json" in members and src.is_dir()
+
+
+def test_hosts_page_with_a_fleet(browser, fleet_book, capsys):
+    """The hosts page of a site built in a scratch copy with a synthetic fleet (12 hosts in
+    make test, 100 in make test-fleet): it loads, has a row per host, and searches and sorts
+    as with three."""
+    if fleet_book.returncode != 0:
+        pytest.fail(f"the fleet book failed at {fleet_book.failed}:\n" + fleet_book.log[-4000:])
+    html = fleet_book.html
+    n = len([p for p in (fleet_book.repo / "data" / "runs").iterdir() if p.is_dir()])
+    assert n >= fleet_book.hosts + 1
+    with _serve(html) as url:
+        _hosts_page_checks(browser, url, html, n)
+    mb = sum(p.stat().st_size for p in html.rglob("*") if p.is_file()) / 1e6
+    data_mb = sum(p.stat().st_size for p in (fleet_book.repo / "data").rglob("*") if p.is_file()) / 1e6
+    with capsys.disabled():
+        print(f"\nfleet site ({n} hosts): {mb:.0f} MB in {html}, for {data_mb:.0f} MB of data/")
 
 
 _HASHLIKE = re.compile(r"^(?:\.\./)*(?:_images/)?[0-9a-f]{16,}(?:\.png|\.svg|\.jpg)?$")

@@ -176,21 +176,81 @@ def test_chapter_data_lists_every_host_and_run(two_hosts):
     rels = [rel for _, rel in data.members()]
     assert rels == sorted(rels) and len(rels) == 3 * 3 + 1
     assert "reference/demo.csv" in rels and not any(".hidden" in r or ".tmp-" in r for r in rels)
+    assert [a.name for a in data.archives()] == [
+        "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip", "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
+        "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip", "reference/demo.zip"]
 
 
-def test_archive_is_deterministic_and_holds_the_data(two_hosts, tmp_path):
-    data = S.chapter_data("demo", two_hosts)
-    a = S.publish(tmp_path / "site1", data)
+def _site_members(site) -> list[str]:
+    """Every member of every archive under site/datasets, and every file there that is not one."""
+    out = []
+    for f in sorted((site / S.SITE_DIR).rglob("*")):
+        if f.is_file() and f.suffix == ".zip":
+            with zipfile.ZipFile(f) as z:
+                assert z.testzip() is None, f
+                out += z.namelist()
+        elif f.is_file():
+            out.append(f"not an archive: {f}")
+    return out
+
+
+def test_archives_are_deterministic_and_hold_the_data(two_hosts, tmp_path):
+    archives = S.site_archives(two_hosts)
+    a = S.publish(tmp_path / "site1", archives)
     for p in two_hosts.rglob("*"):
         os.utime(p, (1, 1))  # timestamps must not matter
-    b = S.publish(tmp_path / "site2", S.chapter_data("demo", two_hosts))
-    assert a.read_bytes() == b.read_bytes()
-    with zipfile.ZipFile(a) as z:
-        assert z.testzip() is None
-        for src, rel in data.members():
-            assert z.read(f"data/{rel}") == src.read_bytes()
-            assert (tmp_path / "site1" / "datasets" / rel).read_bytes() == src.read_bytes()
-    assert not list((tmp_path / "site1" / "datasets").glob(".*.tmp"))
+    b = S.publish(tmp_path / "site2", S.site_archives(two_hosts))
+    assert [x.read_bytes() for x in a] == [y.read_bytes() for y in b]
+    for path, archive in zip(a, archives):
+        assert path == tmp_path / "site1" / S.SITE_DIR / archive.name
+        with zipfile.ZipFile(path) as z:
+            assert z.namelist() == [f"data/{rel}" for _, rel in archive.members]
+            for src, rel in archive.members:
+                assert z.read(f"data/{rel}") == src.read_bytes()
+    run = S.chapter_data("demo", two_hosts).runs[0]
+    with zipfile.ZipFile(tmp_path / "site1" / S.SITE_DIR / run.archive) as z:  # unzips into a clone
+        assert z.namelist() == [f"data/runs/{run.host}/demo/{run.run_id}/{f}" for f in run.files]
+    assert not list((tmp_path / "site1" / S.SITE_DIR).rglob(".*.tmp"))
+
+
+def test_the_site_holds_each_dataset_once(two_hosts, tmp_path):
+    """Two chapters share a host: every dataset file and reference figure is in exactly one
+    archive, nothing else is published, and a stale archive of an earlier build goes."""
+    for run in ("20260101T000000Z", "20260107T000000Z"):
+        r = two_hosts / "runs" / "h-aaaaaaaaaaaa" / "other" / run
+        r.mkdir(parents=True)
+        (r / "manifest.json").write_text(json.dumps(fake_manifest("h-aaaaaaaaaaaa", run, "other")))
+        (r / "t.csv").write_text("y\n1\n")
+    (two_hosts / "reference" / "other.csv").write_text("a\n1\n")
+    (two_hosts / "reference" / "demo_extra.csv").write_text("a\n2\n")   # demo's own
+    (two_hosts / "reference" / "notes.txt").write_text("not a reference table")
+    stale = tmp_path / "site" / S.SITE_DIR / "demo.zip"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"old")
+    S.publish(tmp_path / "site", S.site_archives(two_hosts))
+    members = _site_members(tmp_path / "site")
+    want = sorted(f"data/{p.relative_to(two_hosts).as_posix()}" for p in two_hosts.rglob("*")
+                  if p.is_file() and p.name != "notes.txt"
+                  and not any(part.startswith(".") for part in p.relative_to(two_hosts).parts))
+    assert sorted(members) == want
+    assert len(members) == len(set(members)), "a file is in two archives"
+    zips = sorted(p.relative_to(tmp_path / "site" / S.SITE_DIR).as_posix()
+                  for p in (tmp_path / "site" / S.SITE_DIR).rglob("*.zip"))
+    assert zips == sorted(["reference/demo.zip", "reference/other.zip",
+                           "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip",
+                           "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
+                           "runs/h-aaaaaaaaaaaa/other/20260101T000000Z.zip",
+                           "runs/h-aaaaaaaaaaaa/other/20260107T000000Z.zip",
+                           "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip"])
+
+
+def test_a_reference_belongs_to_the_longest_chapter_name(tmp_path):
+    (tmp_path / "reference").mkdir()
+    for name in ("demo.csv", "demo_bare.csv", "demo_two.csv", "demo_two_b.csv"):
+        (tmp_path / "reference" / name).write_text("a\n1\n")
+    names = ("demo", "demo_two")
+    assert [p.name for p in S.reference_files("demo", tmp_path, names)] == ["demo.csv", "demo_bare.csv"]
+    assert [p.name for p in S.reference_files("demo_two", tmp_path, names)] == ["demo_two.csv", "demo_two_b.csv"]
 
 
 def test_signature_follows_the_data(two_hosts):
@@ -202,16 +262,20 @@ def test_signature_follows_the_data(two_hosts):
     assert S.chapter_data("demo", two_hosts).signature() != before
 
 
-def test_section_links_every_file_of_every_run(two_hosts):
+def test_section_links_each_dataset_once(two_hosts):
     from docutils import nodes
     from docutils.utils import new_document
     data = S.chapter_data("demo", two_hosts)
     sec = S.datasets_section(data, new_document("x"))
-    targets = [n["perfbook_dataset"] for n in sec.findall(nodes.reference)]
-    assert targets[0] == "datasets/demo.zip"
-    assert sorted(targets[1:]) == sorted(f"datasets/{rel}" for _, rel in data.members())
+    targets = [n["perfbook_target"] for n in sec.findall(nodes.reference)]
+    archives = [f"{S.SITE_DIR}/{a.name}" for a in data.archives()]
+    assert sorted(t for t in targets if t.startswith(f"{S.SITE_DIR}/")) == sorted(archives)
+    assert "hosts.html" in targets and len(targets) == len(archives) + 1
     text = sec.astext()
     assert all(h in text for h in data.hosts) and "3 runs from 2 hosts" in text
+    assert "20260103T000000Z (profile quick, 3 files" in text
+    no_hosts_page = S.datasets_section(data, new_document("y"), hosts_page=False)
+    assert "hosts.html" not in [n["perfbook_target"] for n in no_hosts_page.findall(nodes.reference)]
 
 
 def test_a_chapter_without_runs_still_offers_its_reference(tmp_path):
@@ -219,6 +283,7 @@ def test_a_chapter_without_runs_still_offers_its_reference(tmp_path):
     (tmp_path / "reference" / "demo.csv").write_text("a\n1\n")
     data = S.chapter_data("demo", tmp_path)
     assert data.runs == [] and [rel for _, rel in data.members()] == ["reference/demo.csv"]
+    assert [a.name for a in data.archives()] == ["reference/demo.zip"]
     from docutils.utils import new_document
     assert "No host has measured this chapter yet" in S.datasets_section(data, new_document("x")).astext()
 

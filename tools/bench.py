@@ -104,11 +104,27 @@ if _out:
 """
 
 
+# Not part of a checkout's content: what git ignores at the top (and the copies' own .venv link).
+_NOT_COPIED = {".git", ".venv", "build", "_build", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+
+
 def checkout_files(src: Path) -> list[str]:
-    """The checkout's files as git lists them: tracked, and untracked but not ignored."""
+    """The checkout's files as git lists them: tracked, and untracked but not ignored. A copy
+    made by scratch_checkout has no .git: its files are all there is, less what git ignores at
+    the top (build output, caches, the .venv link)."""
+    src = Path(src)
+    if not (src / ".git").exists():
+        out = []
+        for dirpath, dirnames, filenames in os.walk(src):
+            dirnames[:] = [d for d in dirnames if d not in _NOT_COPIED]
+            rel = os.path.relpath(dirpath, src)
+            out += [os.path.normpath(os.path.join(rel, f)) for f in filenames if f not in _NOT_COPIED]
+            out += [os.path.normpath(os.path.join(rel, d)) for d in dirnames
+                    if os.path.islink(os.path.join(dirpath, d))]
+        return sorted(out)
     out = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "--cached", "--others",
                           "--exclude-standard"], capture_output=True, check=True).stdout
-    return sorted({f for f in out.decode().split("\0") if f})
+    return sorted({f for f in out.decode().split("\0") if f and f.split("/")[0] != ".venv"})
 
 
 def scratch_checkout(dest: Path, src: Path | None = None) -> Path:
@@ -129,7 +145,7 @@ def scratch_checkout(dest: Path, src: Path | None = None) -> Path:
         elif os.path.isfile(s):
             shutil.copy2(s, d)
     if (src / ".venv").exists():
-        os.symlink(src / ".venv", dest / ".venv")
+        os.symlink((src / ".venv").resolve(), dest / ".venv")
     return dest
 
 

@@ -2,13 +2,16 @@
 
 Two things the published site needs that no chapter notebook should have to carry:
 
+* **Each dataset once.** When the build finishes, every dataset in ``data/runs`` becomes one
+  archive, ``datasets/runs/<host>/<chapter>/<run>.zip``, and each chapter's reference figures
+  (``data/reference/<chapter>*.csv``) one more, ``datasets/reference/<chapter>.zip``. No file is
+  in two archives and no raw copy sits beside them. The archives are deterministic (sorted
+  members, fixed timestamps) and their paths start with ``data/``, so that unzipping one at the
+  top of a clone puts it where the notebooks read it.
 * **Datasets on every chapter page.** Each chapter registered in tools/chapters.py gets a
-  "Datasets" section at its end, with a link to one archive of everything the chapter reads
-  (``data/runs/*/<chapter>/`` of every host, and ``data/reference/<chapter>*.csv``) and a link to
-  each raw file of each run. The files are written into the HTML output when the build finishes:
-  ``datasets/<chapter>.zip`` (deterministic: sorted members, fixed timestamps; its paths start with
-  ``data/`` so that unzipping it at the top of a clone merges it into ``data/``) and
-  ``datasets/runs/...``, ``datasets/reference/...``, which mirror ``data/``.
+  "Datasets" section at its end that links its datasets' archives, host by host, and its
+  reference archive; the hosts page (tools/hostspage.py) links every host's, through the same
+  names (``dataset_url``).
 * **The repository behind the launch buttons.** ``_config.yml`` asks for Binder buttons, and
   the repository they open is read from ``PERFBOOK_REPOSITORY_URL`` (e.g.
   ``https://github.com/OWNER/REPO``; the Pages workflow sets it) and
@@ -34,6 +37,7 @@ SITE_DIR = "datasets"
 ENV_URL = "PERFBOOK_REPOSITORY_URL"
 ENV_BRANCH = "PERFBOOK_REPOSITORY_BRANCH"
 SECTION_ID = "datasets"
+HOSTS_DOC = "hosts"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _URL_RE = re.compile(r"https://(?P<host>[A-Za-z0-9.-]+)/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _BRANCH_RE = re.compile(r"[A-Za-z0-9._/-]+")
@@ -100,14 +104,47 @@ def _on_html_page_context(app, pagename, templatename, context, doctree) -> None
 
 # ---- datasets ------------------------------------------------------------------------------
 
+def run_archive(host: str, chapter: str, run_id: str) -> str:
+    """Where one dataset's archive is, under datasets/ (the hosts page links the same path)."""
+    return f"runs/{host}/{chapter}/{run_id}.zip"
+
+
+def dataset_url(host: str, chapter: str, run_id: str) -> str:
+    """The archive of one dataset, relative to the site's top (where the hosts page is)."""
+    return f"{SITE_DIR}/{run_archive(host, chapter, run_id)}"
+
+
+def reference_archive(chapter: str) -> str:
+    return f"reference/{chapter}.zip"
+
+
 @dataclass
 class Run:
     host: str
     run_id: str
     path: Path                      # data/runs/<host>/<chapter>/<run>
+    chapter: str = ""
     description: str = ""
     profile: str = ""
     files: list[str] = field(default_factory=list)   # relative to path, sorted
+
+    @property
+    def archive(self) -> str:
+        return run_archive(self.host, self.chapter, self.run_id)
+
+    def members(self) -> list[tuple[Path, str]]:
+        """(source file, path inside the archive below data/), sorted by the latter."""
+        return sorted(((self.path / f, f"runs/{self.host}/{self.chapter}/{self.run_id}/{f}")
+                       for f in self.files), key=lambda m: m[1])
+
+    def size(self) -> int:
+        return sum(src.stat().st_size for src, _ in self.members())
+
+
+@dataclass
+class Archive:
+    name: str                       # its path under datasets/
+    members: list[tuple[Path, str]]
 
 
 @dataclass
@@ -120,15 +157,18 @@ class ChapterData:
     def hosts(self) -> list[str]:
         return sorted({r.host for r in self.runs})
 
+    def archives(self) -> list[Archive]:
+        """One archive per dataset, and one of the chapter's reference figures: no file is in
+        two of them."""
+        out = [Archive(r.archive, r.members()) for r in self.runs]
+        if self.references:
+            out.append(Archive(reference_archive(self.chapter),
+                               [(ref, f"reference/{ref.name}") for ref in self.references]))
+        return out
+
     def members(self) -> list[tuple[Path, str]]:
-        """(source file, path inside the archive and under datasets/), sorted by the latter."""
-        out = []
-        for r in self.runs:
-            for f in r.files:
-                out.append((r.path / f, f"runs/{r.host}/{self.chapter}/{r.run_id}/{f}"))
-        for ref in self.references:
-            out.append((ref, f"reference/{ref.name}"))
-        return sorted(out, key=lambda m: m[1])
+        """Every file the chapter reads: (source, path below data/), sorted by the latter."""
+        return sorted((m for a in self.archives() for m in a.members), key=lambda m: m[1])
 
     def signature(self) -> str:
         """Changes when any file is added, removed or rewritten (for incremental builds)."""
@@ -152,22 +192,48 @@ def _visible_files(run: Path) -> list[str]:
     return sorted(rel, key=lambda f: (f != "manifest.json", f))
 
 
+def reference_files(chapter: str, data_dir: Path | None = None, chapters=()) -> list[Path]:
+    """data/reference/<chapter>*.csv, less the files a longer chapter name among `chapters`
+    claims (so that each reference file belongs to exactly one chapter)."""
+    from .paths import reference_dir
+    longer = [c for c in chapters if c != chapter and c.startswith(chapter)]
+    return sorted(p for p in reference_dir(data_dir).glob(f"{chapter}*.csv")
+                  if p.is_file() and not any(p.name.startswith(c) for c in longer))
+
+
 def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
     from .dataset import list_runs, load_manifest
     from .errors import DatasetError
-    from .paths import reference_dir
     runs = []
     for path in list_runs(chapter, data_dir):
         try:
             man = load_manifest(path)
         except (OSError, ValueError) as e:
             raise DatasetError(f"unreadable manifest in {path}: {e}") from None
-        runs.append(Run(host=path.parent.parent.name, run_id=path.name, path=path,
+        runs.append(Run(host=path.parent.parent.name, run_id=path.name, path=path, chapter=chapter,
                         description=str((man.get("host") or {}).get("description") or ""),
                         profile=str(man.get("profile") or ""),
                         files=_visible_files(path)))
-    refs = sorted(p for p in reference_dir(data_dir).glob(f"{chapter}*.csv") if p.is_file())
-    return ChapterData(chapter, runs, refs)
+    known = set(chapter_docnames().values()) | set(run_chapters(data_dir))
+    return ChapterData(chapter, runs, reference_files(chapter, data_dir, known))
+
+
+def run_chapters(data_dir: Path | None = None) -> list[str]:
+    """Every chapter name with a directory under data/runs/<host>/ (registered or not)."""
+    from .paths import runs_dir
+    base = runs_dir(data_dir)
+    if not base.is_dir():
+        return []
+    return sorted({c.name for h in base.iterdir() if h.is_dir() and not h.name.startswith(".")
+                   for c in h.iterdir() if c.is_dir() and not c.name.startswith(".")})
+
+
+def site_archives(data_dir: Path | None = None) -> list[Archive]:
+    """Every archive the site carries: one per dataset of any chapter in data/runs (so the
+    hosts page can link each one), and the reference figures of each registered chapter."""
+    chapters = sorted(set(chapter_docnames().values()) | set(run_chapters(data_dir)))
+    return sorted((a for c in chapters for a in chapter_data(c, data_dir).archives()),
+                  key=lambda a: a.name)
 
 
 def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "data/") -> Path:
@@ -188,65 +254,77 @@ def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "da
     return dest
 
 
-def publish(outdir: Path, data: ChapterData) -> Path:
-    """Write the chapter's archive and a copy of each raw file under outdir/datasets/."""
+def publish(outdir: Path, archives: list[Archive], progress=None) -> list[Path]:
+    """Write each archive under outdir/datasets/ (only these: a stale one is removed)."""
     site = Path(outdir) / SITE_DIR
-    members = data.members()
-    for src, rel in members:
-        dst = site / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-    return write_archive(site / f"{data.chapter}.zip", members)
+    if site.exists():
+        shutil.rmtree(site)
+    names = [a.name for a in archives]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two archives share a name under {SITE_DIR}/")
+    return [write_archive(site / a.name, a.members) for a in (progress or iter)(archives)]
 
 
 def _human(nbytes: int) -> str:
     return f"{nbytes / 1024:.0f} kB" if nbytes < 1024 * 1024 else f"{nbytes / 1024 / 1024:.1f} MB"
 
 
-def _link(text: str, target: str, cls: str = "") -> nodes.reference:
-    """A link to datasets/<target>; its URI is made relative for each builder later."""
-    ref = nodes.reference("", "", nodes.literal(text, text), internal=False,
-                          refuri=f"{SITE_DIR}/{target}")
-    ref["perfbook_dataset"] = f"{SITE_DIR}/{target}"
-    ref["classes"].append("perfbook-dataset-link")
-    if cls:
-        ref["classes"].append(cls)
+def _link(text: str, target: str, cls: str = "perfbook-dataset-archive",
+          code: bool = True) -> nodes.reference:
+    """A link to `target` (a path from the site's top, e.g. datasets/<archive>); its URI is
+    made relative for each builder later."""
+    ref = nodes.reference("", "", nodes.literal(text, text) if code else nodes.Text(text),
+                          internal=False, refuri=target)
+    ref["perfbook_target"] = target
+    ref["classes"].append(cls)
     return ref
 
 
-def datasets_section(data: ChapterData, document) -> nodes.section:
+def _run_facts(r: Run) -> str:
+    said = [f"profile {r.profile}"] if r.profile else []
+    return ", ".join(said + [f"{len(r.files)} file{'s' * (len(r.files) != 1)}", _human(r.size())])
+
+
+def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> nodes.section:
+    """The chapter's Datasets section: a link to each of its datasets' archives and to its
+    reference figures' (hosts_page: also a link to the hosts page, which is in the book)."""
     title = "Datasets"
     sid = SECTION_ID if SECTION_ID not in document.ids else f"{SECTION_ID}-download"
     sec = nodes.section("", ids=[sid], names=[sid], classes=["perfbook-datasets"])
     document.ids[sid] = sec
     sec += nodes.title(title, title)
     nruns, nhosts = len(data.runs), len(data.hosts)
-    size = sum(src.stat().st_size for src, _ in data.members())
-    what = (f"{nruns} run{'s' * (nruns != 1)} from {nhosts} host{'s' * (nhosts != 1)}"
-            if nruns else "no measured run yet")
-    if data.references:
-        what += " and the reference figures (the seed articles' and other published ones)"
+    size = sum(r.size() for r in data.runs)
     p = nodes.paragraph()
-    p += nodes.Text("Everything this chapter reads, as committed: ")
-    p += _link(f"{data.chapter}.zip", f"{data.chapter}.zip", "perfbook-dataset-archive")
-    p += nodes.Text(f" ({what}; {_human(size)} uncompressed). Its paths start with ")
+    p += nodes.Text("Each dataset is one archive, named after its run: ")
+    p += nodes.literal(f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip",
+                       f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip")
+    p += nodes.Text(". Its paths start with ")
     p += nodes.literal("data/", "data/")
-    p += nodes.Text(", so unzipping it at the top of a clone of the repository puts the runs "
-                    "where ")
+    p += nodes.Text(", so unzipping it at the top of a clone of the repository puts the run where ")
     p += nodes.literal("make notebooks", "make notebooks")
-    p += nodes.Text(" reads them.")
+    p += nodes.Text(" reads it. The site holds each dataset once: this chapter links its own")
+    if hosts_page:
+        p += nodes.Text(", and ")
+        p += _link("the hosts page", "hosts.html", "perfbook-hosts-link", code=False)
+        p += nodes.Text(" links every host's")
+    p += nodes.Text(".")
     sec += p
+    p = nodes.paragraph()
+    p += nodes.Text(f"This chapter has {nruns} run{'s' * (nruns != 1)} from {nhosts} "
+                    f"host{'s' * (nhosts != 1)} ({_human(size)} uncompressed)" if nruns else
+                    "No host has measured this chapter yet; run it in collect mode to add the "
+                    "first dataset")
     if data.references:
-        p = nodes.paragraph()
-        p += nodes.Text("The reference figures, with their provenance columns: ")
-        for i, ref in enumerate(data.references):
-            p += nodes.Text(", " if i else "")
-            p += _link(f"reference/{ref.name}", f"reference/{ref.name}")
-        p += nodes.Text(".")
-        sec += p
+        p += nodes.Text(". The reference figures (the seed articles' and other published ones, "
+                        "with their provenance columns: ")
+        p += nodes.Text(", ".join(ref.name for ref in data.references))
+        p += nodes.Text(") are one archive: ")
+        ref = reference_archive(data.chapter)
+        p += _link(ref, f"{SITE_DIR}/{ref}")
+    p += nodes.Text(".")
+    sec += p
     if not data.runs:
-        sec += nodes.paragraph(text="No host has measured this chapter yet; run it in collect "
-                                    "mode to add the first dataset.")
         return sec
     hosts = nodes.bullet_list()
     for host in data.hosts:
@@ -257,20 +335,13 @@ def datasets_section(data: ChapterData, document) -> nodes.section:
         p += nodes.literal(host, host)
         if runs[-1].description:
             p += nodes.Text(f" ({runs[-1].description})")
-        p += nodes.Text(":")
+        p += nodes.Text(": ")
+        for i, r in enumerate(runs):
+            if i:
+                p += nodes.Text(", ")
+            p += _link(r.run_id, f"{SITE_DIR}/{r.archive}")
+            p += nodes.Text(f" ({_run_facts(r)})")
         item += p
-        rl = nodes.bullet_list()
-        for r in runs:
-            ri = nodes.list_item()
-            rp = nodes.paragraph()
-            rp += nodes.Text(f"run {r.run_id}" + (f", profile {r.profile}" if r.profile else "") + ": ")
-            for i, f in enumerate(r.files):
-                if i:
-                    rp += nodes.Text(", ")
-                rp += _link(f, f"runs/{r.host}/{data.chapter}/{r.run_id}/{f}")
-            ri += rp
-            rl += ri
-        item += rl
         hosts += item
     sec += hosts
     return sec
@@ -286,14 +357,15 @@ def _on_doctree_read(app, doctree) -> None:
     sigs[docname] = data.signature()
     app.env.perfbook_dataset_sigs = sigs
     top = next(iter(doctree.findall(nodes.section)), None)
-    (top if top is not None else doctree).append(datasets_section(data, doctree))
+    (top if top is not None else doctree).append(
+        datasets_section(data, doctree, hosts_page=HOSTS_DOC in app.env.found_docs))
 
 
 def _on_doctree_resolved(app, doctree, docname) -> None:
     from sphinx.util.osutil import relative_uri
     html = getattr(app.builder, "format", "") == "html"
     for ref in list(doctree.findall(nodes.reference)):
-        target = ref.get("perfbook_dataset")
+        target = ref.get("perfbook_target")
         if not target:
             continue
         if html:
@@ -326,11 +398,11 @@ def _on_env_merge_info(app, env, docnames, other) -> None:
 def _on_build_finished(app, exception) -> None:
     if exception is not None or getattr(app.builder, "format", "") != "html":
         return
-    site = Path(app.outdir) / SITE_DIR
-    if site.exists():
-        shutil.rmtree(site)  # only what the current data holds
-    for chapter in chapter_docnames().values():
-        publish(Path(app.outdir), chapter_data(chapter))
+    from sphinx.util.display import status_iterator
+    archives = site_archives()
+    publish(Path(app.outdir), archives, progress=lambda items: status_iterator(
+        items, "writing dataset archives... ", "darkgreen", len(items), app.verbosity,
+        stringify_func=lambda a: a.name))
 
 
 def setup(app):
