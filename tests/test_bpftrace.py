@@ -51,6 +51,20 @@ def test_start_returns_once_attached_and_stop_reads_the_maps(fake):
     assert not pid_alive(bt.pid)
 
 
+def test_stops_when_we_run_with_sigint_ignored(fake):
+    """Started from `nohup make test &` (or any script's background job), every process
+    inherits SIGINT ignored, and a shell cannot trap a signal ignored on entry: bpftrace must
+    get SIGINT back at its default before it starts, or stop() waits out its minute."""
+    import signal
+    fake(ATTACHES)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        bt = bpftrace.start("p")
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert "@hits: 42" in bpftrace.stop(bt)
+
+
 def test_a_lost_sigint_is_sent_again(fake, monkeypatch):
     fake(IGNORES_FIRST_INT)
     monkeypatch.setattr(bpftrace, "STOP_WAIT_S", 0.5)

@@ -6,8 +6,10 @@ SIGINT and read what it printed (its maps). Used by every chapter that runs bpft
     ...                                     # the workload under the probes
     text = bpftrace.stop(bt, log)           # everything printed after "Attaching" (the maps)
 
-bpftrace runs in its own session with PR_SET_PDEATHSIG, so it dies with the measuring process
-even on SIGKILL (and the run's cgroup catches anything else, tools.cgroup).
+bpftrace runs in its own session, with SIGINT at its default action (a run started from
+`nohup ... &` inherits it ignored; tools.proc.interruptible_child) and PR_SET_PDEATHSIG, so it
+dies with the measuring process even on SIGKILL (and the run's cgroup catches anything else,
+tools.cgroup).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import subprocess
 import time
 
 from .errors import PerfbookError
-from .proc import die_with_parent, kill_group
+from .proc import interruptible_child, kill_group
 
 ATTACH_TIMEOUT_S = 60.0
 STOP_TRIES, STOP_WAIT_S = 12, 5.0     # now and then a SIGINT is lost: send it again
@@ -27,7 +29,7 @@ def start(prog: str, log=lambda s: None, timeout: float = ATTACH_TIMEOUT_S) -> s
     """bpftrace -e prog, returned once its probes are attached. If it exits first or does not
     attach within `timeout` seconds, it is killed and PerfbookError says what it printed."""
     bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, start_new_session=True, preexec_fn=die_with_parent)
+                          text=True, start_new_session=True, preexec_fn=interruptible_child)
     out: list[str] = []
     try:
         sel = selectors.DefaultSelector()

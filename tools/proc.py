@@ -27,6 +27,15 @@ def die_with_parent() -> None:
         pass
 
 
+def interruptible_child() -> None:
+    """preexec_fn for a child we stop with SIGINT (bpftrace, perf record): SIGINT back to its
+    default action, then die_with_parent. A process started from `nohup ... &` or a script's
+    background job inherits SIGINT *ignored*, and a program that only traps it (a shell, or
+    one that keeps inherited dispositions) would then never stop on our SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    die_with_parent()
+
+
 def term_with_parent() -> None:
     """preexec_fn for a child that must clean up when we die: it gets SIGTERM (which it
     handles, tools.guard) instead of SIGKILL. The notebook's collect helper uses it; called

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ... import bpftrace, ftrace
 from ...errors import PerfbookError
-from ...proc import die_with_parent, kill_group, run_group
+from ...proc import interruptible_child, kill_group, run_group
 from ...stats import repetition
 from ...tracefs import TraceSession, write_knob
 from . import parse
@@ -146,7 +146,7 @@ class _Perf:
         self.out.unlink(missing_ok=True)
         p = subprocess.Popen(["perf", "record", "-q", "-a", "-g", "-e", "sched:sched_switch",
                               "-o", str(self.out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True, preexec_fn=die_with_parent)
+                             text=True, start_new_session=True, preexec_fn=interruptible_child)
         self.ctx.undo.callback(kill_group, p)
         self.p, deadline = p, time.monotonic() + 30
         while not (self.out.exists() and self.out.stat().st_size > 0):
