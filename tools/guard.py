@@ -76,6 +76,14 @@ def _handler(signum, frame):
     raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping, restoring what this run changed")
 
 
+def sigint_default() -> None:
+    """In a child between fork and exec (a preexec_fn, tools.proc.interruptible_child): SIGINT
+    back to its default action. A disposition of *ignore* survives exec, and a run started
+    from `nohup ... &` or a script's background job inherits SIGINT ignored; a program we stop
+    with SIGINT (bpftrace, perf record) that keeps inherited dispositions would never stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def received() -> list[int]:
     """The signals received during the current interruptible stretch (in order); [] outside one."""
     return list(_received) if _depth else []

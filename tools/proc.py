@@ -5,6 +5,8 @@ import os
 import signal
 import subprocess
 
+from .guard import sigint_default
+
 
 def pid_alive(pid: int) -> bool:
     try:
@@ -32,7 +34,7 @@ def interruptible_child() -> None:
     default action, then die_with_parent. A process started from `nohup ... &` or a script's
     background job inherits SIGINT *ignored*, and a program that only traps it (a shell, or
     one that keeps inherited dispositions) would then never stop on our SIGINT."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    sigint_default()
     die_with_parent()
 
 
