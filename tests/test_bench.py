@@ -140,14 +140,19 @@ def test_a_step_reports_its_time_status_and_lines(tmp_path):
 def test_the_table_shows_every_size_and_notebook():
     rows = [{"n": 1, "hosts": 4, "datasets": 43, "data_mb": 7.0, "catalog_s": 0.4, "catalog_rc": 0,
              "manifests": {"on": 0.012, "off": 0.015}, "refresh_s": 300.0, "refresh_rc": 1,
-             "book_s": 90.0, "book_rc": 0, "site_mb": 60.0,
+             "again_s": 100.0, "again_rc": 0, "book_s": 90.0, "book_rc": 0, "site_mb": 60.0,
              "notebooks": {"trace_overhead": 20, "hosts": "FAILED"}, "legends": {"trace_overhead": 5}},
             {"n": 10, "hosts": 13, "datasets": 133, "data_mb": 20.0, "catalog_s": 0.6, "catalog_rc": 0,
              "manifests": {"on": 0.02}, "notebooks": {"trace_overhead": 31}, "legends": {}}]
     out = bench.fleet_table(rows, committed=3)
     assert "beside the 3 committed ones" in out[0]
-    assert out[3].split() == ["1", "4", "43", "7", "0.4", "12/15", "300!", "90", "60", "5"]
-    assert out[4].split() == ["10", "13", "133", "20", "0.6", "20/-", "-", "-", "-", "-"]
+    assert out[3].split() == ["1", "4", "43", "7", "0.4", "12/15", "300!", "100", "90", "60", "5"]
+    assert out[4].split() == ["10", "13", "133", "20", "0.6", "20/-", "-", "-", "-", "-", "-"]
+    assert not any(ln.startswith("notebooks + book") for ln in out)   # N=10 has no times
+    rows[1].update(refresh_s=600.0, again_s=200.0, book_s=180.0)
+    ratios = [ln for ln in bench.fleet_table(rows, committed=3) if ln.startswith("notebooks + book")]
+    assert ratios == ["notebooks + book (nothing stored yet): N=10 takes 2.0x the time of N=1",
+                      "notebooks + book (findings stored): N=10 takes 2.0x the time of N=1"]
     per_nb = {ln.split()[0]: ln for ln in out if ln.startswith(("trace_overhead", "hosts"))}
     assert per_nb["trace_overhead"].split() == ["trace_overhead", "20", "/", "5", "31", "/", "-"]
     assert per_nb["hosts"].split()[:4] == ["hosts", "FAILED", "/", "-"]
@@ -164,9 +169,10 @@ def test_bad_sizes_are_one_line(capsys):
 def test_the_legend_hook_counts_entries(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(bench.LEGEND_HOOK)
     out = tmp_path / "legends.txt"
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), PERFBOOK_BENCH_LEGENDS=str(out), MPLBACKEND="Agg")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PERFBOOK_BENCH_LEGENDS=str(out), MPLBACKEND="Agg",
+               PERFBOOK_REFRESHING="some_chapter")    # what `python -m tools refresh` sets per notebook
     subprocess.run([sys.executable, "-c", "import matplotlib.pyplot as plt\n"
                     "f, a = plt.subplots()\n[a.plot([1, 2], label=str(i)) for i in range(7)]\n"
                     "a.legend()\n"], env=env, check=True)
     (line,) = out.read_text().splitlines()
-    assert line.split()[2] == "7"
+    assert line.split() == ["some_chapter", "7"]

@@ -7,12 +7,19 @@ instead of silently contradicting typed prose.
 """
 from __future__ import annotations
 
+import json
+import os
+import shutil
+
 import pandas as pd
 import pytest
 
+from conftest import ROOT
+from tools import catalog, dataset
 from tools import findings as F
-from tools.chapters import CHAPTERS
+from tools.chapters import CHAPTERS, by_name
 from tools.dataset import Manifest
+from tools.statedir import UnsafePath
 
 
 class _Chapter:
@@ -122,3 +129,159 @@ def test_every_finding_evaluates_on_every_committed_host(entry, capsys):
     assert told, f"{ch.name}: no finding could be evaluated on any committed dataset"
     with capsys.disabled():
         print(f"\n{ch.name}:\n" + F.matrix(D).drop(columns=["chapter", "claim"]).to_string(index=False))
+
+
+# -- the verdict store: each dataset's outcomes computed once --------------------------------
+
+STORED = "trace_overhead"      # the cheapest chapter with datasets on three committed hosts
+
+
+def forget():
+    """What a new process holds: nothing."""
+    for held in (F._MEMO, F._CODE, F._DIGESTS, F._GLUE_CACHE, dataset._manifest_cache,
+                 dataset._table_cache, catalog._open):
+        held.clear()
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """STORED's committed datasets in a scratch data directory, with a build directory of its
+    own; returns (data directory, the store's directory)."""
+    monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
+    monkeypatch.delenv("PERFBOOK_VERDICT_STORE", raising=False)
+    data = tmp_path / "data"
+    for d in sorted((ROOT / "data" / "runs").glob(f"*/{STORED}")):
+        shutil.copytree(d, data / "runs" / d.parent.name / STORED)
+    forget()
+    yield data, tmp_path / "build" / "verdicts" / catalog.catalog_path(data).stem
+    forget()
+
+
+def _all_verdicts(data):
+    D = by_name(STORED).load().load(data)
+    return [[(v.host_id, v.verdict, v.runs) for v in per_host] for per_host in F.verdicts(D)]
+
+
+def _no_computing(monkeypatch):
+    def refuse(D, finding, m):
+        raise AssertionError(f"{finding.key} on {m.label} was computed, not read from the store")
+    monkeypatch.setattr(F, "_test", refuse)
+
+
+def test_the_store_gives_what_computing_gives_and_a_new_process_reads_it(store, monkeypatch):
+    data, top = store
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    computed = _all_verdicts(data)
+    assert not top.exists()
+    monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
+    forget()
+    assert _all_verdicts(data) == computed                      # computed, and stored
+    runs = sorted(p.name for p in (data / "runs").glob(f"*/{STORED}/*"))
+    files = sorted(top.glob(f"{STORED}__*__outcomes.json"))
+    assert len(files) == len(runs) == len({f.name.split("__")[2] for f in files})
+    forget()
+    _no_computing(monkeypatch)
+    assert _all_verdicts(data) == computed                      # read back, nothing computed
+
+
+def test_a_changed_dataset_is_computed_again(store, monkeypatch):
+    data, top = store
+    before = _all_verdicts(data)
+    run = sorted((data / "runs").glob(f"*/{STORED}/*"))[0]
+    (run / "README").write_text("a file added to a dataset changes its digest\n")
+    forget()
+    asked = []
+    real = F._test
+    monkeypatch.setattr(F, "_test", lambda D, f, m: asked.append(m.label) or real(D, f, m))
+    assert _all_verdicts(data) == before
+    label = f"{run.parent.parent.name}/{run.name}"
+    assert set(asked) == {label}, "only the changed dataset is computed again"
+
+
+def test_changed_code_is_computed_again(store, monkeypatch):
+    data, top = store
+    _all_verdicts(data)
+    forget()
+    from tools import freshness
+    real = freshness.code_files
+    monkeypatch.setattr(freshness, "code_files", lambda name: {**real(name), "extra.py": ROOT / "Makefile"})
+    asked = []
+    real_test = F._test
+    monkeypatch.setattr(F, "_test", lambda D, f, m: asked.append(m.label) or real_test(D, f, m))
+    _all_verdicts(data)
+    assert len(set(asked)) == len(list((data / "runs").glob(f"*/{STORED}/*")))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other key", "wrong shape"])
+def test_a_damaged_stored_file_is_computed_again(store, monkeypatch, damage):
+    data, top = store
+    before = _all_verdicts(data)
+    path = sorted(top.glob("*__outcomes.json"))[0]
+    doc = json.loads(path.read_text())
+    if damage == "garbage":
+        path.write_bytes(b"\x00{not json")
+    elif damage == "other key":
+        doc["key"] = "0" * 64
+        doc["value"] = {k: [True, "planted"] for k in doc["value"]}
+        path.write_text(json.dumps(doc))
+    else:
+        doc["value"] = {k: "holds" for k in doc["value"]}
+        path.write_text(json.dumps(doc))
+    forget()
+    assert _all_verdicts(data) == before
+    assert json.loads(path.read_text())["key"] != "0" * 64
+
+
+def test_a_symlink_planted_in_the_store_is_refused_and_never_followed(store):
+    data, top = store
+    _all_verdicts(data)
+    path = sorted(top.glob("*__outcomes.json"))[0]
+    victim = path.parent.parent / "victim"
+    victim.write_text("precious\n")
+    path.unlink()
+    path.symlink_to(victim)
+    forget()
+    with pytest.raises(UnsafePath, match="is a symlink; perfbook refuses to follow it") as e:
+        _all_verdicts(data)
+    assert str(path) in str(e.value) and len(str(e.value).splitlines()) == 1
+    assert victim.read_text() == "precious\n"
+
+
+def test_another_users_stored_file_is_refused(store):
+    if os.geteuid() != 0:
+        pytest.skip("making a file of another user needs root")
+    data, top = store
+    _all_verdicts(data)
+    path = sorted(top.glob("*__outcomes.json"))[0]
+    os.chown(path, 65534, 65534)
+    forget()
+    with pytest.raises(UnsafePath, match="belongs to uid 65534"):
+        _all_verdicts(data)
+
+
+def test_no_writable_build_directory_costs_only_the_time(store, monkeypatch, tmp_path):
+    data, top = store
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("PERFBOOK_BUILD", str(blocker / "build"))
+    first = _all_verdicts(data)
+    forget()
+    assert _all_verdicts(data) == first
+
+
+def test_platform_notes_are_stored_per_dataset(store, monkeypatch):
+    """per_host_note: each host's note from its newest counted dataset, computed once."""
+    data, top = store
+    D = by_name(STORED).load().load(data)
+    calls = []
+
+    def compute(d):
+        calls.append(d.manifests[0].label)
+        return {"n": len(d.manifests)}
+    want = {h: ["1 dataset"] for h in D.hosts}
+    assert F.per_host_note(D, compute, lambda g: f"{g['n']} dataset") == want
+    assert len(calls) == len(D.hosts) and len(list(top.glob("*__note-*.json"))) == len(D.hosts)
+    forget()
+    D = by_name(STORED).load().load(data)
+    assert F.per_host_note(D, compute, lambda g: f"{g['n']} dataset") == want
+    assert len(calls) == len(D.hosts), "the notes were read back, not computed"

@@ -7,6 +7,7 @@ digest's properties; the last tests compare every stored notebook with data/.
 import json
 import os
 import shutil
+import sys
 
 import nbformat
 import pytest
@@ -196,3 +197,75 @@ def test_the_code_digest_follows_the_chapters_package_and_the_shared_layer(tmp_p
     assert now["summary"] != base["summary"]                 # a page reads every chapter
     (root / "tools" / "stats.py").write_text((root / "tools" / "stats.py").read_text() + "\n#\n")
     assert all(freshness.code_digest(n, nb) != now[n] for n in base)   # the shared layer
+
+
+# -- make notebooks runs notebooks side by side --------------------------------------------------
+
+CHILD = """
+import os, sys, time
+log, name, secs, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+with open(log, "a") as f:
+    f.write(f"start {name} {time.time():.3f} {os.getpid()}\\n")
+print(f"[refresh] {name}: re-executing", flush=True)
+time.sleep(secs)
+with open(log, "a") as f:
+    f.write(f"end {name} {time.time():.3f} {os.getpid()}\\n")
+print(f"[refresh] {name}: re-executed in explain mode in 0 s", flush=True)
+sys.exit(rc)
+"""
+
+
+def _parallel(monkeypatch, tmp_path, secs=0.4, failing=(), pages=("summary",)):
+    """_refresh_in_parallel over four chapters and the given pages, each a stand-in process
+    that logs when it starts and ends; returns (the chapters and pages, the log)."""
+    import tools.__main__ as M
+    log = tmp_path / "log"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    entries = [chapters.Entry(n, "x", f"{n}.ipynb") for n in ("a", "b", "c", "d", *pages)]
+    monkeypatch.setattr(chapters, "PAGES", [e for e in entries if e.name in pages])
+    monkeypatch.setattr(M, "_refresh_child", lambda ch: [
+        sys.executable, str(script), str(log), ch.name, str(secs), "1" if ch.name in failing else "0"])
+    return M, entries, log
+
+
+def _events(log):
+    return [(kind, name, float(t), int(pid)) for kind, name, t, pid in
+            (line.split() for line in log.read_text().splitlines())]
+
+
+def test_notebooks_run_side_by_side_and_the_pages_after_the_chapters(monkeypatch, tmp_path, capsys):
+    M, entries, log = _parallel(monkeypatch, tmp_path)
+    assert M._refresh_in_parallel(entries, 2) == 0
+    ev = _events(log)
+    running, most = 0, 0
+    for kind, *_ in sorted(ev, key=lambda e: e[2]):
+        running += 1 if kind == "start" else -1
+        most = max(most, running)
+    assert most == 2, f"want two at a time, at most: {ev}"
+    page_start = next(t for k, n, t, _ in ev if k == "start" and n == "summary")
+    assert all(t <= page_start for k, n, t, _ in ev if k == "end" and n != "summary")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[refresh] 5 notebooks, 2 at a time"
+    for e in entries:   # every line of every child, whole
+        assert f"[refresh] {e.name}: re-executing" in out
+        assert f"[refresh] {e.name}: re-executed in explain mode in 0 s" in out
+
+
+def test_a_failing_notebook_fails_the_refresh_and_the_others_still_run(monkeypatch, tmp_path):
+    M, entries, log = _parallel(monkeypatch, tmp_path, secs=0.05, failing=("b",))
+    assert M._refresh_in_parallel(entries, 2) == 1
+    assert sorted(n for k, n, *_ in _events(log) if k == "end") == ["a", "b", "c", "d", "summary"]
+
+
+def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
+    import signal
+    import threading
+
+    from tools.proc import pid_alive
+    M, entries, log = _parallel(monkeypatch, tmp_path, secs=120)
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        M._refresh_in_parallel(entries, 2)
+    started = [pid for k, _, _, pid in _events(log) if k == "start"]
+    assert len(started) == 2 and not any(pid_alive(p) for p in started)

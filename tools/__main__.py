@@ -185,18 +185,27 @@ def cmd_refresh(args) -> int:
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
     from nbclient.exceptions import CellExecutionError
     from .dataset import validate_all
-    # a corrupt dataset: one line that names the file, before any notebook runs (a page reads all)
-    validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
+    if not args.validated:
+        # a corrupt dataset: one line that names the file, before any notebook runs (a page reads all)
+        validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
+    if args.changed:
+        todo = []
+        for ch in chapters:
+            why = freshness.changed(nbformat.read(ch.path, as_version=4), ch.name)
+            if why is None:
+                print(f"[refresh] {ch.name}: unchanged (same data and code), not re-executed", flush=True)
+            else:
+                print(f"[refresh] {ch.name}: {why}; re-executing", flush=True)
+                todo.append(ch)
+        chapters = todo
+    jobs = refresh_jobs(args.jobs)
+    if jobs > 1 and len(chapters) > 1:
+        return _refresh_in_parallel(chapters, jobs)
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
+        os.environ[REFRESHING] = ch.name      # its kernel inherits it (the fleet benchmark reads it)
         nb = nbformat.read(ch.path, as_version=4)
-        if args.changed:
-            why = freshness.changed(nb, ch.name)
-            if why is None:
-                print(f"[refresh] {ch.name}: unchanged (same data and code), not re-executed", flush=True)
-                continue
-            print(f"[refresh] {ch.name}: {why}; re-executing", flush=True)
         digest = freshness.data_digest(ch.name)  # before the run: what it is about to read
         code = freshness.code_digest(ch.name, nb)
         km = _private_kernel_manager()
@@ -222,6 +231,68 @@ def cmd_refresh(args) -> int:
         nbformat.write(nb, tmp)
         tmp.replace(ch.path)
         print(f"[refresh] {ch.name}: re-executed in explain mode in {time.monotonic() - t0:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+REFRESHING = "PERFBOOK_REFRESHING"    # the notebook a refresh process is executing
+
+
+def refresh_jobs(value: int | None) -> int:
+    """How many notebooks `refresh` executes at once: --jobs, else one per CPU we may run on,
+    at most 4 (each is one kernel, mostly on one CPU)."""
+    if value:
+        return max(1, value)
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def _refresh_child(ch) -> list[str]:
+    """The command that refreshes one notebook for _refresh_in_parallel."""
+    return [sys.executable, "-m", "tools", "refresh", "--chapters", ch.name, "--jobs", "1", "--validated"]
+
+
+def _refresh_in_parallel(chapters, jobs: int) -> int:
+    """cmd_refresh, `jobs` notebooks at a time, each in a `python -m tools refresh` process of
+    its own (its own kernel, its own atomic write), the chapters first, then the pages: a page
+    reads every chapter's key findings, which the chapters have just stored (tools.findings).
+    Their lines are passed on whole, as they come. An interrupt, or our death, stops them all
+    (process groups, PR_SET_PDEATHSIG): a stored notebook is only ever replaced whole."""
+    import selectors
+    import subprocess
+    from . import guard
+    from .chapters import PAGES
+    from .proc import die_with_parent, kill_group
+    phases = [[c for c in chapters if c not in PAGES], [c for c in chapters if c in PAGES]]
+    print(f"[refresh] {len(chapters)} notebooks, {jobs} at a time", flush=True)
+    failed = 0
+    running: dict = {}
+    sel = selectors.DefaultSelector()
+    with guard.interruptible():
+        try:
+            for phase in phases:
+                todo = list(phase)
+                while todo or running:
+                    while todo and len(running) < jobs:
+                        ch = todo.pop(0)
+                        p = subprocess.Popen(_refresh_child(ch), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, text=True, bufsize=1,
+                                             start_new_session=True, preexec_fn=die_with_parent)
+                        running[p.stdout] = p
+                        sel.register(p.stdout, selectors.EVENT_READ)
+                    for key, _ in sel.select(timeout=1.0):
+                        line = key.fileobj.readline()
+                        if line:
+                            print(line, end="", flush=True)
+                            continue
+                        p = running.pop(key.fileobj)
+                        sel.unregister(key.fileobj)
+                        key.fileobj.close()
+                        failed += p.wait() != 0
+                    guard.check_interrupted()
+        finally:
+            with guard.restoring():
+                for p in running.values():
+                    kill_group(p)
+                sel.close()
     return 1 if failed else 0
 
 
@@ -375,6 +446,9 @@ def main(argv=None) -> int:
     r.add_argument("--chapters", default="")
     r.add_argument("--changed", action="store_true",
                    help="only the notebooks whose data or code changed since they were stored")
+    r.add_argument("--jobs", type=int, default=0,
+                   help="notebooks executed at once (default: one per CPU, at most 4)")
+    r.add_argument("--validated", action="store_true", help=argparse.SUPPRESS)  # a parallel refresh's child
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")

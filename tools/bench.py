@@ -91,7 +91,7 @@ class _LegendCounter:
                 init(self, *args, **kwargs)
                 try:
                     with open(_out, "a") as f:
-                        f.write(f"{os.getpid()} {time.time():.3f} {len(self.texts)}\\n")
+                        f.write(f"{os.environ.get('PERFBOOK_REFRESHING', '?')} {len(self.texts)}\\n")
                 except OSError:
                     pass
             module.Legend.__init__ = counted
@@ -293,27 +293,26 @@ def measure_size(n: int, copy: Path, fleet_runs: Path | None, ids: list[str], to
     hook.mkdir(exist_ok=True)
     (hook / "sitecustomize.py").write_text(LEGEND_HOOK)
     legends = top / f"legends-{n}.txt"
-    ends: list[tuple[float, str]] = []
 
     def notebook_done(line):
         m = REFRESH_LINE.match(line)
         if m:
-            ends.append((time.time(), m["name"]))
             row["notebooks"][m["name"]] = int(m["s"]) if m["s"] else "FAILED"
 
-    say(f"{tag} make notebooks (python -m tools refresh, every notebook) ...")
+    say(f"{tag} make notebooks (python -m tools refresh, every notebook; nothing stored yet) ...")
     renv = dict(copy_env(copy, hook), PERFBOOK_BENCH_LEGENDS=str(legends))
     row["refresh_s"], row["refresh_rc"] = run_step([py, "-m", "tools", "refresh"], copy, renv, top,
                                                    tag, say=say, on_line=notebook_done)
     if legends.is_file():
         for line in legends.read_text().splitlines():
             try:
-                _pid, when, count = line.split()
+                name, count = line.split()
             except ValueError:
                 continue
-            name = next((nb for end, nb in ends if end >= float(when)), None)
-            if name:
-                row["legends"][name] = max(row["legends"].get(name, 0), int(count))
+            row["legends"][name] = max(row["legends"].get(name, 0), int(count))
+    say(f"{tag} make notebooks again (every notebook; each dataset's findings now stored, "
+        "as when one host is added to a fleet) ...")
+    row["again_s"], row["again_rc"] = run_step([py, "-m", "tools", "refresh"], copy, env, top, tag, say=say)
     say(f"{tag} make book (python -m tools book) ...")
     row["book_s"], row["book_rc"] = run_step([py, "-m", "tools", "book"], copy, env, top, tag, say=say)
     row["site_mb"] = du_mb(copy / "_build" / "html")
@@ -329,7 +328,8 @@ def fleet_table(rows: list[dict], committed: int) -> list[str]:
     out = [f"fleet benchmark: N synthetic hosts beside the {committed} committed ones "
            "(N=0: the committed data alone); times are wall seconds in a scratch copy"]
     head = (f"{'N':>4} {'hosts':>5} {'datasets':>8} {'data MB':>8} {'catalog s':>9} "
-            f"{'manifests ms cat/files':>22} {'refresh s':>9} {'book s':>7} {'site MB':>8} {'legend max':>10}")
+            f"{'manifests ms cat/files':>22} {'refresh s':>9} {'again s':>7} {'book s':>7} {'site MB':>8} "
+            f"{'legend max':>10}")
     out += [head, "-" * len(head)]
     for r in rows:
         man = r.get("manifests", {})
@@ -338,12 +338,21 @@ def fleet_table(rows: list[dict], committed: int) -> list[str]:
         out.append(f"{r['n']:>4} {r['hosts']:>5} {r['datasets']:>8} {_cell(r['data_mb']):>8} "
                    f"{_cell(r.get('catalog_s'), '{:.1f}') + fail('catalog_rc'):>9} {mans:>22} "
                    f"{_cell(r.get('refresh_s')) + fail('refresh_rc'):>9} "
+                   f"{_cell(r.get('again_s')) + fail('again_rc'):>7} "
                    f"{_cell(r.get('book_s')) + fail('book_rc'):>7} {_cell(r.get('site_mb')):>8} "
                    f"{_cell(max(r['legends'].values()) if r['legends'] else None):>10}")
+    timed = [r for r in rows if r.get("refresh_s") is not None and r.get("book_s") is not None]
+    if len(timed) > 1:
+        lo, hi = timed[0], timed[-1]
+        for key, what in (("refresh_s", "nothing stored yet"), ("again_s", "findings stored")):
+            if lo.get(key) and hi.get(key) is not None:
+                out.append(f"notebooks + book ({what}): N={hi['n']} takes "
+                           f"{(hi[key] + hi['book_s']) / (lo[key] + lo['book_s']):.1f}x the time of N={lo['n']}")
     names = sorted({nb for r in rows for nb in r["notebooks"]})
     if names:
         out.append("")
-        out.append("per notebook: refresh seconds / most legend entries in one figure")
+        out.append("per notebook: refresh seconds (notebooks run side by side, python -m tools refresh "
+                   "--jobs) / most legend entries in one figure")
         out.append(f"{'notebook':<22}" + "".join(f"{'N=' + str(r['n']):>14}" for r in rows))
         for nb in names:
             cells = []

@@ -386,8 +386,10 @@ def _check_dir(d: Path, create: bool, runs: Path) -> bool:
     return True
 
 
-def _read(path: Path, runs: Path) -> Catalog | None:
-    """The catalog file at `path` (None if there is none; problem set if it is unusable)."""
+def _read_bytes(path: Path, runs: Path) -> tuple[bytes, os.stat_result] | None:
+    """(bytes, stat) of a file under build/ kept by the catalog's rules: None when it or its
+    directory is absent; UnsafePath for a symlink or a stranger's file in its place; OSError
+    when it cannot be read."""
     if not _check_dir(path.parent, create=False, runs=runs):
         return None
     try:
@@ -397,16 +399,27 @@ def _read(path: Path, runs: Path) -> Catalog | None:
     except OSError as e:
         if e.errno == 40:   # ELOOP: the last component is a symlink
             _trusted_owner(path, os.lstat(path), "file", runs)
-        cat = Catalog(runs, path)
-        cat.problem = f"cannot read it ({e.strerror})"
-        return cat
+        raise
     try:
         st = os.fstat(fd)
         _trusted_owner(path, st, "file", runs)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read()
+            return f.read(), st
     finally:
         os.close(fd)
+
+
+def _read(path: Path, runs: Path) -> Catalog | None:
+    """The catalog file at `path` (None if there is none; problem set if it is unusable)."""
+    try:
+        got = _read_bytes(path, runs)
+    except OSError as e:
+        cat = Catalog(runs, path)
+        cat.problem = f"cannot read it ({e.strerror})"
+        return cat
+    if got is None:
+        return None
+    raw, st = got
     cat = Catalog(runs, path)
     cat.sig = file_stat(st)
     try:
@@ -415,6 +428,22 @@ def _read(path: Path, runs: Path) -> Catalog | None:
     except CorruptCatalog as e:
         cat.problem = str(e)      # written again, sound, at the next save
     return cat
+
+
+def read_private(path: Path, runs: Path) -> bytes | None:
+    """The bytes of a file kept under build/ by the catalog's rules (no symlink followed; ours,
+    root's or the data owner's): None when it or its directory is absent or it is unreadable;
+    UnsafePath for a symlink or a stranger's file in its place. tools.findings' store uses it."""
+    try:
+        got = _read_bytes(path, runs)
+    except OSError:
+        return None
+    return None if got is None else got[0]
+
+
+def write_private(path: Path, data: bytes, runs: Path) -> list[int]:
+    """Replace a file under build/ atomically, by the catalog's rules (_write)."""
+    return _write(path, data, runs)
 
 
 def _write(path: Path, data: bytes, runs: Path) -> list[int]:

@@ -89,14 +89,20 @@ def glued(run, compute) -> dict | None:
 def per_host_note(D, compute, say) -> dict[str, list[str]]:
     """host_id -> [say(g)] from the newest counted dataset of each host (for a chapter's
     platform_notes), where glued(run, compute) gives values and say() does not fail."""
+    import hashlib
+    slot = "note-" + hashlib.sha256(f"{compute.__qualname__} {say.__qualname__}".encode()).hexdigest()[:12]
+
+    def note(m):
+        g = glued(Run(D, m), compute)
+        try:
+            return [str(say(g))] if g else []
+        except (KeyError, TypeError, ValueError):
+            return []
     out = {}
     for h in D.hosts:
         m = counted_runs([m for m in D.manifests if m.host_id == h])[-1]
-        g = glued(Run(D, m), compute)
-        try:
-            out[h] = [say(g)] if g else []
-        except (KeyError, TypeError, ValueError):
-            out[h] = []
+        out[h] = stored(D, m, slot, lambda: note(m),
+                        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
     return out
 
 
@@ -152,14 +158,19 @@ def counted_runs(manifests) -> list:
     return sorted(counted or list(manifests), key=lambda m: m["run_id"])
 
 
+def _test(D, finding: Finding, m) -> Outcome | None:
+    try:
+        return finding.test(Run(D, m))
+    except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
+        raise RuntimeError(f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: "
+                           f"{type(e).__name__}: {e}") from e
+
+
 def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
     runs = []
+    declared = finding in getattr(D.chapter, "key_findings", ())
     for m in counted_runs([m for m in D.manifests if m.host_id == host_id]):
-        try:
-            out = finding.test(Run(D, m))
-        except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
-            raise RuntimeError(f"finding {finding.key!r} on {host_id}/{m['run_id']}: "
-                               f"{type(e).__name__}: {e}") from e
+        out = outcomes(D, m)[finding.key] if declared else _test(D, finding, m)
         runs.append((m["run_id"], out))
     told = [o for _, o in runs if o is not None]
     if not told:
@@ -171,6 +182,137 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
     else:
         verdict = MIXED
     return HostVerdict(finding, host_id, verdict, tuple(runs))
+
+
+# -- each dataset's outcomes, computed once: the verdict store ---------------------------------
+#
+# A finding's outcome on one dataset follows from that dataset's files, the chapter's seed
+# tables (its evidence quotes the seed) and the code: tools.freshness.code_files, as for a
+# notebook. The chapter's Key findings block, the overview page and the hosts page all ask
+# for it, and the platform banner for each host's notes; at a hundred hosts, computing them
+# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value, in
+# memory and in
+#     build/verdicts/<data>/<chapter>__<host>__<run>__<slot>.json
+# (<data> names the data directory as the catalog does), under a key over those digests, so a
+# changed file, seed table or line of code recomputes it. The files follow the catalog's rules
+# (tools.catalog.read_private / write_private: no symlink followed, written atomically, a
+# stranger's file refused with one line). A file that is corrupt, of another key or another
+# format is recomputed; a build/ we cannot write only costs the time.
+# PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
+
+STORE_VERSION = 1
+_MEMO: dict = {}          # store file -> (key, value)
+_CODE: dict = {}          # (chapter, data dir) -> digest of its code and reference files
+_DIGESTS: dict = {}       # dataset directory -> (its files' stats, their digest)
+
+
+def store_enabled() -> bool:
+    import os
+    return os.environ.get("PERFBOOK_VERDICT_STORE", "").lower() not in ("0", "off", "no", "false")
+
+
+def _safe(name: str) -> bool:
+    import re
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", name or ""))
+
+
+def _store_file(D, m, slot: str):
+    """(path, runs dir) of one stored value of a dataset; None where nothing is stored: a
+    Data of no registered chapter (a test's fake) or a manifest without its directory."""
+    from .catalog import catalog_path
+    from .chapters import CHAPTERS
+    from .paths import build_dir, runs_dir
+    name = D.chapter.name
+    if (getattr(m, "path", None) is None or not any(c.name == name for c in CHAPTERS)
+            or not all(_safe(x) for x in (name, m.host_id, m["run_id"], slot))):
+        return None
+    data = getattr(D, "data_dir", None)
+    top = build_dir() / "verdicts" / catalog_path(data).stem
+    return top / f"{name}__{m.host_id}__{m['run_id']}__{slot}.json", runs_dir(data).resolve()
+
+
+def _dataset_digest(path) -> str:
+    """tools.freshness.dir_digest of a dataset, hashed again only when a file's stat changed
+    (each finding and each note asks)."""
+    from . import freshness
+    try:
+        sig = tuple(sorted((str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                           for p in freshness._visible_files(path) for st in [p.lstat()]))
+    except OSError:
+        sig = None
+    held = _DIGESTS.get(str(path))
+    if sig is not None and held is not None and held[0] == sig:
+        return held[1]
+    digest = freshness.dir_digest(path)
+    _DIGESTS[str(path)] = (sig, digest)
+    return digest
+
+
+def _store_key(D, m, slot: str) -> str:
+    import hashlib
+
+    from . import freshness
+    name, data = D.chapter.name, getattr(D, "data_dir", None)
+    if (name, str(data)) not in _CODE:
+        _CODE[(name, str(data))] = (freshness.tree_digest(freshness.code_files(name)) + " "
+                                    + freshness.tree_digest(freshness.reference_files(name, data)))
+    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {_dataset_digest(m.path)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def stored(D, m, slot: str, make, check):
+    """The value make() gives for dataset m of D's chapter, kept in the verdict store under
+    `slot` (a file name part) while its key holds. make() returns plain JSON data; check(value)
+    is True when a stored value has the expected shape (else it is computed again). What is
+    returned has been through JSON either way, so a first and a later call give the same."""
+    import json
+    spot = _store_file(D, m, slot) if store_enabled() else None
+    if spot is None:
+        return json.loads(json.dumps(make()))
+    path, runs = spot
+    key = _store_key(D, m, slot)
+    if str(path) in _MEMO and _MEMO[str(path)][0] == key:
+        return _MEMO[str(path)][1]
+    from .catalog import read_private, write_private
+    value, raw = None, read_private(path, runs)
+    try:
+        doc = json.loads(raw) if raw else None
+        if isinstance(doc, dict) and doc.get("version") == STORE_VERSION and doc.get("key") == key \
+                and check(doc.get("value")):
+            value = doc["value"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        value = None
+    if value is None:
+        doc = {"version": STORE_VERSION, "key": key, "chapter": D.chapter.name,
+               "dataset": f"{m.host_id}/{m['run_id']}", "slot": slot, "value": make()}
+        text = json.dumps(doc, sort_keys=True)
+        try:
+            path.parents[2].mkdir(parents=True, exist_ok=True)     # build/
+            write_private(path, text.encode(), runs)
+        except OSError:
+            pass              # a read-only checkout: computed again next time
+        value = json.loads(text)["value"]
+    _MEMO[str(path)] = (key, value)
+    return value
+
+
+def _is_outcomes(v, keys) -> bool:
+    return isinstance(v, dict) and set(v) == set(keys) and all(
+        o is None or (isinstance(o, list) and len(o) == 2 and isinstance(o[0], bool)
+                      and isinstance(o[1], str)) for o in v.values())
+
+
+def outcomes(D, m) -> dict:
+    """{finding key: Outcome or None} for every key finding of D's chapter on dataset m,
+    from the verdict store while its key holds, else computed (and stored)."""
+    findings = D.chapter.key_findings
+    keys = [f.key for f in findings]
+
+    def make():
+        out = {f.key: _test(D, f, m) for f in findings}
+        return {k: None if o is None else [bool(o.holds), str(o.evidence)] for k, o in out.items()}
+    got = stored(D, m, "outcomes", make, lambda v: _is_outcomes(v, keys))
+    return {k: None if o is None else Outcome(o[0], o[1]) for k, o in got.items()}
 
 
 def verdicts(D) -> list[list[HostVerdict]]:

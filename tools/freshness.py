@@ -77,7 +77,7 @@ def data_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]
     data/reference, as tools.dataset.load_reference does.
     """
     data = resolve_data_dir(data_dir)
-    runs, refs = runs_dir(data), reference_dir(data)
+    runs = runs_dir(data)
     chapter = _is_chapter(name)
     out: dict[str, Path] = {}
     if chapter and runs.is_dir():
@@ -87,6 +87,17 @@ def data_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]
     for top in tops:
         for f in _visible_files(top):
             out[f"runs/{f.relative_to(runs).as_posix()}"] = f
+    out.update(reference_files(name, data_dir))
+    return out
+
+
+def reference_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]:
+    """The reference files notebook `name` reads (data_files without the datasets): its seed
+    tables and the reference host's file, keyed as in data_files."""
+    data = resolve_data_dir(data_dir)
+    refs = reference_dir(data)
+    chapter = _is_chapter(name)
+    out: dict[str, Path] = {}
     # every notebook marks the reference host (tools.fleetview), so its file counts for all
     patterns = (f"{name}*.csv" if chapter else "*.csv", REFERENCE_HOST_FILE)
     found = {p.name: p for pat in patterns for p in (refs.glob(pat) if refs.is_dir() else [])}
