@@ -141,6 +141,7 @@ def test_auto_accel_falls_back_and_labels(monkeypatch, tmp_path):
         return guest.GuestResult("ok\n", 0, accel, note, 1.0, 2.0, "k", "q", [], "")
     monkeypatch.setattr(guest.Runner, "_boot", fake_boot)
     monkeypatch.setattr(guest, "kvm_usable", lambda: (True, "/dev/kvm is present"))
+    monkeypatch.setattr(guest, "_KVM_TIMED_OUT", {})
     r = guest.Runner(accel="auto", kvm_boot_timeout=3)
     r.scratch, r.artefacts = tmp_path, {"dir": str(tmp_path)}
     res = r.run("true")
@@ -149,6 +150,17 @@ def test_auto_accel_falls_back_and_labels(monkeypatch, tmp_path):
     assert calls == [("kvm", 3.0), ("tcg", None)]
     res2 = r.run("true")  # the decision is kept: no second KVM attempt
     assert calls[-1] == ("tcg", None) and len(calls) == 3 and res2.accel_note == res.accel_note
+    # a later Runner of this process (the next chapter of one measure) does not wait again...
+    r3 = guest.Runner(accel="auto", kvm_boot_timeout=3)
+    r3.scratch, r3.artefacts = tmp_path, {"dir": str(tmp_path)}
+    res3 = r3.run("true")
+    assert calls[-1] == ("tcg", None) and len(calls) == 4 and res3.accel == "tcg"
+    assert "did not reach init within 3 s" in res3.accel_note and "not retried" in res3.accel_note
+    # ... unless it gives KVM longer than the boot that failed
+    r4 = guest.Runner(accel="auto", kvm_boot_timeout=10)
+    r4.scratch, r4.artefacts = tmp_path, {"dir": str(tmp_path)}
+    r4.run("true")
+    assert calls[-2:] == [("kvm", 10.0), ("tcg", None)]
     monkeypatch.setattr(guest, "kvm_usable", lambda: (False, "/dev/kvm is missing"))
     r2 = guest.Runner(accel="auto")
     r2.scratch, r2.artefacts = tmp_path, {"dir": str(tmp_path)}

@@ -321,12 +321,20 @@ class BootTimeout(PerfbookError):
     pass
 
 
+# A KVM boot that timed out, per process: (QEMU, guest kernel directory) -> (the longest
+# timeout that failed, why). The chapters of one `python -m tools measure` run in one process;
+# on a host where KVM cannot boot a guest (this project's PVM machine), only the first of them
+# waits out kvm_boot_timeout, and the others say so in their accel_note.
+_KVM_TIMED_OUT: dict[tuple[str, str], tuple[float, str]] = {}
+
+
 class Runner:
     """Boots guests; owns one scratch directory and at most one QEMU at a time.
 
     Use as a context manager. `accel` is 'auto' (KVM if the guest boots within
     kvm_boot_timeout, else TCG), 'kvm' or 'tcg'. The first auto decision is kept
-    for later runs of the same Runner.
+    for later runs of the same Runner, and a KVM boot that timed out for later Runners
+    of the same process with no longer a kvm_boot_timeout.
     """
 
     # what a subclass (tools.secondhost.Machine) changes: the scratch directory's name
@@ -465,6 +473,11 @@ class Runner:
             accels = [self._decided]
         elif self.accel == "auto":
             ok, why = kvm_usable()
+            key = (QEMU, str(self.artefacts.get("dir", "")))
+            failed = _KVM_TIMED_OUT.get(key)
+            if ok and failed and self.kvm_boot_timeout <= failed[0]:
+                ok, why = False, f"{failed[1]} (an earlier guest of this run; not retried)"
+                self.say(f"KVM not tried: {why}")
             accels = [("kvm", "KVM: the guest booted within "
                        f"{self.kvm_boot_timeout:.0f} s")] if ok else []
             accels.append(("tcg", "TCG fallback: " + (why if not ok else "")))
@@ -480,6 +493,10 @@ class Runner:
             except BootTimeout as e:
                 last_err = e
                 self.say(f"{e}; falling back to TCG")
+                if accel == "kvm":
+                    key = (QEMU, str(self.artefacts.get("dir", "")))
+                    _KVM_TIMED_OUT[key] = (max(self.kvm_boot_timeout,
+                                               _KVM_TIMED_OUT.get(key, (0.0, ""))[0]), str(e))
                 # fix up the note of the next candidate
                 accels[-1] = ("tcg", f"TCG fallback: {e}")
                 continue
