@@ -93,9 +93,7 @@ fi
 stamp="$(dirname "$PY")/../.perfbook-stamp"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   say "installing the pinned Python packages ($(wc -l < "$reqs") pins from environment.yml)"
-  # --no-compile: byte-compiling all 127 packages took 20 of setup's 50 s here; Python
-  # compiles (and caches) only the modules we import, on first import
-  "$PY" -m pip install -q --disable-pip-version-check --no-compile -r "$reqs"
+  "$PY" -m pip install -q --disable-pip-version-check -r "$reqs"
   "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >build/pip-editable.log 2>&1 \
     || { cat build/pip-editable.log; exit 1; }
   echo "$stamp_want" > "$stamp"
