@@ -39,13 +39,13 @@ class VirtioBlkIothread(Chapter):
     # guest never reaches init (this host), kvm_boot_timeout goes first. A round is 2 boots of one
     # fio each (~25 s per boot here with bonnie++): the default is one round with every job run
     # twice per boot (n = 2 per job and variant, within one boot), about 60 s (plan_s); full runs
-    # rounds until the intervals are tight.
-    plan_s = {"quick": 40, "default": 60}   # seconds a collect should take here (tools.summary)
+    # rounds until the intervals are tight. Quick is one round of 2 boots, about 20 s.
+    plan_s = {"quick": 20, "default": 60}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {"rw": ["randread"], "depths": [1, 32], "storm": ["randread_qd1"], "runtime_ms": 500,
                   "ramp_ms": 150, "fio_warmup_ms": 300, "repeats": 1, "disk_mib": 64, "bonnie_mib": 32,
                   "bonnie_rounds": 0, "rep_target": 0.10, "rep_min_runs": 1, "rep_max_runs": 1,
-                  "rep_budget_s": 60.0, **_COMMON},
+                  "rep_budget_s": 60.0, **_COMMON, "kvm_boot_timeout": 3.0},   # as every quick guest chapter's
         "default": {"rw": ["randread", "randwrite"], "depths": [1, 32], "storm": ["randread_qd1"],
                     "runtime_ms": 700, "ramp_ms": 200, "fio_warmup_ms": 400, "repeats": 2, "disk_mib": 128,
                     "bonnie_mib": 32, "bonnie_rounds": 1, "rep_target": 0.05, "rep_min_runs": 1,
