@@ -46,14 +46,12 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
 
 @functools.lru_cache(maxsize=None)   # a pure function of (n, confidence), asked for thousands of times a page
 def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
-    best_k, best_cov = 1, 1 - 2 * _st.binom.cdf(0, n, 0.5)
-    for k in range(1, n // 2 + 1):
-        cov = 1 - 2 * _st.binom.cdf(k - 1, n, 0.5)
-        if cov >= confidence:
-            best_k, best_cov = k, cov
-        else:
-            break
-    return best_k, float(best_cov)
+    # the coverage of [x(k), x(n-k+1)] for every k = 1 .. n//2 in one call (it falls as k grows):
+    # the largest k that still covers `confidence`, else k = 1 ([min, max]) with what it covers
+    cov = 1 - 2 * _st.binom.cdf(np.arange(max(n // 2, 1)), n, 0.5)
+    ok = np.flatnonzero(cov >= confidence)
+    k = int(ok[-1]) + 1 if len(ok) else 1
+    return k, float(cov[k - 1])
 
 
 def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
