@@ -19,7 +19,9 @@ messages on the console (``ttyS0``) never mix with it.
 Acceleration: ``accel="auto"`` tries KVM first and keeps it only if the guest's
 init starts within ``kvm_boot_timeout`` seconds; otherwise QEMU is stopped and
 the same guest is booted under TCG. Every result says which accelerator ran it
-and why (``GuestResult.accel``, ``GuestResult.accel_note``).
+and why (``GuestResult.accel``, ``GuestResult.accel_note``). A KVM boot that timed out is
+not tried again in the same process (the next chapters of one `python -m tools measure`)
+with no longer a ``kvm_boot_timeout``; their notes say so (``_KVM_TIMED_OUT``).
 
 Cleanup: QEMU is killed and the scratch directory removed on success, on an
 exception, on SIGINT, SIGTERM and SIGHUP (tools.guard turns them into
@@ -68,7 +70,7 @@ from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from . import guard, scratch, statedir
-from .proc import die_with_parent
+from .proc import die_with_parent, terminate as kill  # noqa: F401 (guest.kill: tools.secondhost)
 
 QEMU = "qemu-system-x86_64"
 # the image (kernel, modules, busybox, initramfs): tools/guest_image.py
@@ -303,28 +305,10 @@ def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
     return p
 
 
-def kill(proc: subprocess.Popen | None) -> None:
-    """Stop a QEMU we started: SIGTERM, then SIGKILL after 3 s."""
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        proc.terminate()
-        proc.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-    except ProcessLookupError:
-        pass
-
-
 class BootTimeout(PerfbookError):
     pass
 
 
-# A KVM boot that timed out, per process: (QEMU, guest kernel directory) -> (the longest
-# timeout that failed, why). The chapters of one `python -m tools measure` run in one process;
-# on a host where KVM cannot boot a guest (this project's PVM machine), only the first of them
-# waits out kvm_boot_timeout, and the others say so in their accel_note.
 _KVM_TIMED_OUT: dict[tuple[str, str], tuple[float, str]] = {}
 
 
@@ -333,8 +317,7 @@ class Runner:
 
     Use as a context manager. `accel` is 'auto' (KVM if the guest boots within
     kvm_boot_timeout, else TCG), 'kvm' or 'tcg'. The first auto decision is kept
-    for later runs of the same Runner, and a KVM boot that timed out for later Runners
-    of the same process with no longer a kvm_boot_timeout.
+    for later runs of the same Runner (a KVM boot that timed out: see the module doc).
     """
 
     # what a subclass (tools.secondhost.Machine) changes: the scratch directory's name
@@ -469,11 +452,11 @@ class Runner:
             raise PerfbookError("Runner.run() outside its 'with' block")
         cfg = cfg or GuestConfig()
         cfg.validate()
+        key = (QEMU, str(self.artefacts.get("dir", "")))   # _KVM_TIMED_OUT's
         if self._decided:
             accels = [self._decided]
         elif self.accel == "auto":
             ok, why = kvm_usable()
-            key = (QEMU, str(self.artefacts.get("dir", "")))
             failed = _KVM_TIMED_OUT.get(key)
             if ok and failed and self.kvm_boot_timeout <= failed[0]:
                 ok, why = False, f"{failed[1]} (an earlier guest of this run; not retried)"
@@ -493,11 +476,8 @@ class Runner:
             except BootTimeout as e:
                 last_err = e
                 self.say(f"{e}; falling back to TCG")
-                if accel == "kvm":
-                    key = (QEMU, str(self.artefacts.get("dir", "")))
-                    _KVM_TIMED_OUT[key] = (max(self.kvm_boot_timeout,
-                                               _KVM_TIMED_OUT.get(key, (0.0, ""))[0]), str(e))
-                # fix up the note of the next candidate
+                if accel == "kvm":   # a shorter timeout is never tried after this one
+                    _KVM_TIMED_OUT[key] = (self.kvm_boot_timeout, str(e))
                 accels[-1] = ("tcg", f"TCG fallback: {e}")
                 continue
             if self.accel == "auto" and not self._decided:

@@ -49,6 +49,20 @@ def term_with_parent() -> None:
         pass
 
 
+def terminate(proc: subprocess.Popen | None, grace: float = 3.0) -> None:
+    """Stop a child we started (a QEMU): SIGTERM, then SIGKILL after `grace` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+    except ProcessLookupError:
+        pass
+
+
 def kill_group(p: subprocess.Popen) -> None:
     """SIGKILL the process group that `p` leads (started with start_new_session),
     even when `p` itself has exited: its children may still be in the group."""
