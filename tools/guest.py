@@ -70,7 +70,7 @@ from pathlib import Path
 
 from .errors import MissingPrerequisite, ParameterError, PerfbookError
 from . import guard, scratch, statedir
-from .proc import die_with_parent, terminate as kill  # noqa: F401 (guest.kill: tools.secondhost)
+from .proc import die_with_parent, terminate
 
 QEMU = "qemu-system-x86_64"
 # the image (kernel, modules, busybox, initramfs): tools/guest_image.py
@@ -373,7 +373,7 @@ class Runner:
     def close(self) -> None:
         try:
             with guard.restoring():  # a second Ctrl-C cannot cut the cleanup in half
-                kill(self.proc)
+                terminate(self.proc)
                 self.proc = None
                 if self._scratch is not None:
                     self._scratch.close()
@@ -546,10 +546,10 @@ class Runner:
                                           + (f" ({qerr.splitlines()[-1][:160]})" if qerr else ""))
                     break
                 if boot_timeout is not None and booted_at is None and now - t0 > boot_timeout:
-                    kill(self.proc)
+                    terminate(self.proc)
                     raise BootTimeout(f"KVM guest did not reach init within {boot_timeout:.0f} s")
                 if now > deadline:
-                    kill(self.proc)
+                    terminate(self.proc)
                     qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
                     raise PerfbookError(
                         f"{accel.upper()} guest did not finish within {self.timeout:.0f} s"
@@ -561,7 +561,7 @@ class Runner:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-            kill(self.proc)
+            terminate(self.proc)
             total = time.monotonic() - t0
             qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
             con = console.read_text(errors="replace") if console.exists() else ""
@@ -581,7 +581,7 @@ class Runner:
                                qemu_version=qemu_version(), cmdline=[str(c) for c in cmd],
                                console=con.replace("\r", ""), qemu_pid=qemu_pid)
         finally:
-            kill(self.proc)
+            terminate(self.proc)
             self.proc = None
             shutil.rmtree(rundir, ignore_errors=True)
 

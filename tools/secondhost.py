@@ -66,7 +66,7 @@ from pathlib import Path
 from . import guest
 from .errors import ParameterError, PerfbookError, one_line
 from .paths import build_dir, repo_root, runs_dir
-from .proc import die_with_parent
+from .proc import die_with_parent, terminate
 
 KERNEL_META = "linux-image-amd64"
 # loaded in the guest's initramfs (with their dependencies), after tools.guest's base ones
@@ -374,7 +374,7 @@ class Machine(guest.Runner):
                 if self.proc.poll() is not None:
                     break
                 if time.monotonic() - t0 > timeout:
-                    guest.kill(self.proc)
+                    terminate(self.proc)
                     raise PerfbookError(f"the second host did not finish within {timeout:.0f} s "
                                         f"(last line: {seen[-1] if seen else 'none'})")
                 time.sleep(0.2)
@@ -384,7 +384,7 @@ class Machine(guest.Runner):
                 except subprocess.TimeoutExpired:
                     pass
         finally:
-            guest.kill(self.proc)
+            terminate(self.proc)
             self.proc = None
         con = console.read_text(errors="replace") if console.exists() else ""
         if rc is None:
