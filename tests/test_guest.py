@@ -166,6 +166,20 @@ def test_auto_accel_falls_back_and_labels(monkeypatch, tmp_path):
     r2.scratch, r2.artefacts = tmp_path, {"dir": str(tmp_path)}
     assert r2.run("true").accel_note == "TCG fallback: /dev/kvm is missing"
 
+def test_kvm_usable_knows_pvm_cannot_boot_our_kernel(monkeypatch, tmp_path):
+    """PVM (kvm_pvm without kvm_intel/kvm_amd) boots only PVM-enabled guests: no KVM attempt."""
+    from tools import hostinfo
+    for m in ("kvm", "kvm_pvm"):
+        (tmp_path / m).mkdir()
+    assert hostinfo.kvm_modules(tmp_path) == ["kvm", "kvm_pvm"]
+    monkeypatch.setattr(guest.os.path, "exists", lambda p: p == "/dev/kvm" or os.path.lexists(p))
+    monkeypatch.setattr(guest.os, "access", lambda p, mode: True)
+    ok, why = guest.kvm_usable(["kvm", "kvm_pvm"])
+    assert not ok and "kvm_pvm" in why and "PVM-enabled" in why
+    assert guest.kvm_usable(["kvm", "kvm_intel"]) == (True, "/dev/kvm is present")
+    assert guest.kvm_usable(["kvm", "kvm_amd", "kvm_pvm"])[0]   # VMX/SVM hardware KVM is there too
+
+
 def test_guest_files_validation(tmp_path):
     f = tmp_path / "tool"
     f.write_bytes(b"#!/bin/sh\n")

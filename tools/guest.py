@@ -256,11 +256,16 @@ def qemu_version() -> str | None:
     return m.group(1) if m else (r.stdout.strip().splitlines() or [None])[0]
 
 
-def kvm_usable() -> tuple[bool, str]:
+def kvm_usable(modules: list[str] | None = None) -> tuple[bool, str]:
+    from .hostinfo import kvm_modules
     if not os.path.exists("/dev/kvm"):
         return False, "/dev/kvm is missing"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm is not accessible to this user"
+    mods = set(kvm_modules() if modules is None else modules)
+    if "kvm_pvm" in mods and not mods & {"kvm_intel", "kvm_amd"}:   # PVM serves /dev/kvm
+        return False, ("/dev/kvm is PVM (kvm_pvm), which boots only a PVM-enabled guest kernel; "
+                       "the guest kernel here is Debian's stock cloud kernel")
     return True, "/dev/kvm is present"
 
 

@@ -205,6 +205,11 @@ def host_id() -> str:
     return _id_override() or identity.derive(machine())
 
 
+def kvm_modules(sys_module: Path = Path("/sys/module")) -> list[str]:
+    """The kvm modules present, loaded or built in (kvm, kvm_intel, kvm_amd, kvm_pvm ...)."""
+    return sorted(p.name for p in sys_module.glob("kvm*"))
+
+
 def mem_total_gib() -> float | None:
     for line in (_read("/proc/meminfo", "") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -248,7 +253,7 @@ def host_facts() -> dict:
         "cpu_flags_hypervisor": "hypervisor" in ci["flags"],
         "mitigations": mitigations(),
         "governor": governor(),
-        "kvm_modules": sorted(p.name for p in Path("/sys/module").glob("kvm*")),
+        "kvm_modules": kvm_modules(),
         "dev_kvm": os.path.exists("/dev/kvm"),
         "pmu": pmu(),
         "lockdown": lockdown(),

@@ -46,7 +46,9 @@ def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
                     count = p["snap_count"] if "snapshots" in wl else p["bench_count"]
                     cmd = bench_cmd(img, mode, count, 512, step)
                 data = s.path("perf.data")
-                s.run(["perf", "record", "-q", "-F", "1999", "-o", str(data), "--", *cmd],
+                # --no-bpf-event: no side-band thread, whose 1 s poll timeout perf record
+                # waits out at exit (tools/perf/util/sideband_evlist.c); no sample here is BPF
+                s.run(["perf", "record", "-q", "--no-bpf-event", "-F", "1999", "-o", str(data), "--", *cmd],
                       "perf record")
                 shares, event, total = perf_report_shares(s, data)
                 rows.append({"workload": wl, "mode": mode, "image_size": size, "repeat": rep,

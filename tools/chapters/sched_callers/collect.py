@@ -144,7 +144,8 @@ class _Perf:
 
     def arm(self):
         self.out.unlink(missing_ok=True)
-        p = subprocess.Popen(["perf", "record", "-q", "-a", "-g", "-e", "sched:sched_switch",
+        # --no-bpf-event: no side-band thread and its 1 s exit wait (as in qcow2_overlap)
+        p = subprocess.Popen(["perf", "record", "-q", "--no-bpf-event", "-a", "-g", "-e", "sched:sched_switch",
                               "-o", str(self.out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True, preexec_fn=interruptible_child)
         self.ctx.undo.callback(kill_group, p)

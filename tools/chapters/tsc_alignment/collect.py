@@ -15,7 +15,6 @@ import platform
 import re
 import subprocess
 import time
-from pathlib import Path
 
 from ... import hostinfo
 from .helper import run_adaptive, run_helper
@@ -39,7 +38,7 @@ def kvm_problem() -> str | None:
 
 def kvm_vendor_modules() -> list[str]:
     """Which KVM vendor modules are present (built in or loaded)."""
-    return sorted(m for m in ("kvm_intel", "kvm_amd", "kvm_pvm") if Path("/sys/module", m).is_dir())
+    return [m for m in hostinfo.kvm_modules() if m in ("kvm_intel", "kvm_amd", "kvm_pvm")]
 
 
 def measure(ctx) -> None:
