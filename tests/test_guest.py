@@ -371,3 +371,22 @@ def test_boot_params_check_their_bounds():
         ps["boot_timeout"].check("boot_timeout", 61)
     with pytest.raises(ParameterError, match="auto, kvm, tcg"):
         ps["accel"].check("accel", "hvf")
+
+
+def test_setup_prefetches_the_guest_kernel_and_a_failure_is_one_line(monkeypatch):
+    """tools/setup.sh runs `python -m tools.guest_image` beside the packages' install: it says
+    where the artefacts are, or in one line why not (exit 1; the first guest chapter retries)."""
+    from tools import guest_image, proc
+    from tools.errors import MissingPrerequisite
+    said = []
+    monkeypatch.setattr(proc, "term_with_parent", lambda: None)   # not for the test process
+    monkeypatch.setattr(guest_image, "ensure_artefacts", lambda say: {"dir": "/b/guest/6.1"})
+    assert guest_image.prefetch(said.append) == 0 and said == ["cached in /b/guest/6.1"]
+
+    def missing(say):
+        raise MissingPrerequisite("apt-get is missing: the guest kernel\n comes from Debian's packages")
+    monkeypatch.setattr(guest_image, "ensure_artefacts", missing)
+    assert guest_image.prefetch(said.append) == 1
+    assert said[-1] == "apt-get is missing: the guest kernel comes from Debian's packages"
+    setup = (ROOT / "tools" / "setup.sh").read_text()
+    assert '"$PY" -m tools.guest_image' in setup and "trap " in setup and 'wait "$prefetch"' in setup

@@ -185,9 +185,6 @@ def cmd_refresh(args) -> int:
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
     from nbclient.exceptions import CellExecutionError
     from .dataset import validate_all
-    if not args.validated:
-        # a corrupt dataset: one line that names the file, before any notebook runs (a page reads all)
-        validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
     if args.changed:
         todo = []
         for ch in chapters:
@@ -199,8 +196,11 @@ def cmd_refresh(args) -> int:
                 todo.append(ch)
         chapters = todo
     jobs = refresh_jobs(args.jobs)
-    if jobs > 1 and len(chapters) > 1:
+    if jobs > 1 and len(chapters) > 1:     # each child validates what its notebook reads
         return _refresh_in_parallel(chapters, jobs)
+    if chapters:
+        # a corrupt dataset: one line that names the file, before the notebook runs (a page reads all)
+        validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
@@ -247,15 +247,18 @@ def refresh_jobs(value: int | None) -> int:
 
 def _refresh_child(ch) -> list[str]:
     """The command that refreshes one notebook for _refresh_in_parallel."""
-    return [sys.executable, "-m", "tools", "refresh", "--chapters", ch.name, "--jobs", "1", "--validated"]
+    return [sys.executable, "-m", "tools", "refresh", "--chapters", ch.name, "--jobs", "1"]
 
 
 def _refresh_in_parallel(chapters, jobs: int) -> int:
     """cmd_refresh, `jobs` notebooks at a time, each in a `python -m tools refresh` process of
     its own (its own kernel, its own atomic write), the chapters first, then the pages: a page
     reads every chapter's key findings, which the chapters have just stored (tools.findings).
-    Their lines are passed on whole, as they come. An interrupt, or our death, stops them all
-    (process groups, PR_SET_PDEATHSIG): a stored notebook is only ever replaced whole."""
+    Each child first validates the datasets its notebook reads (side by side, not all in this
+    process first); one refused (exit 2: its one line is already out) leaves the pages unrun,
+    as they would refuse the same file again. Their lines are passed on whole, as they come. An
+    interrupt, or our death, stops them all (process groups, PR_SET_PDEATHSIG): a stored
+    notebook is only ever replaced whole."""
     import selectors
     import subprocess
     from . import guard
@@ -263,13 +266,17 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
     from .proc import die_with_parent, kill_group
     phases = [[c for c in chapters if c not in PAGES], [c for c in chapters if c in PAGES]]
     print(f"[refresh] {len(chapters)} notebooks, {jobs} at a time", flush=True)
-    failed = 0
+    failed = refused = 0
     running: dict = {}
     sel = selectors.DefaultSelector()
     with guard.interruptible():
         try:
             for phase in phases:
                 todo = list(phase)
+                if refused and phase is phases[1] and todo:
+                    print(f"[refresh] {', '.join(c.name for c in todo)}: not re-executed (a chapter's "
+                          "data was refused above)", flush=True)
+                    break
                 while todo or running:
                     while todo and len(running) < jobs:
                         ch = todo.pop(0)
@@ -286,7 +293,8 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
                         p = running.pop(key.fileobj)
                         sel.unregister(key.fileobj)
                         key.fileobj.close()
-                        failed += p.wait() != 0
+                        rc = p.wait()
+                        failed, refused = failed + (rc != 0), refused + (rc == 2)
                     guard.check_interrupted()
         finally:
             with guard.restoring():
@@ -448,7 +456,6 @@ def main(argv=None) -> int:
                    help="only the notebooks whose data or code changed since they were stored")
     r.add_argument("--jobs", type=int, default=0,
                    help="notebooks executed at once (default: one per CPU, at most 4)")
-    r.add_argument("--validated", action="store_true", help=argparse.SUPPRESS)  # a parallel refresh's child
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")

@@ -298,3 +298,31 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str 
         shutil.rmtree(work, ignore_errors=True)
         for stale in root.glob(f".{abi}-*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def prefetch(say=print) -> int:
+    """`python -m tools.guest_image`: fetch and build the guest kernel now. tools/setup.sh runs
+    it beside the Python packages' install, so the first guest chapter does not wait for it. A
+    failure is only reported (exit 1, one line): that chapter fetches it again and says why.
+    SIGTERM, SIGINT or the death of its parent (PR_SET_PDEATHSIG) stop it with its scratch
+    directory removed (ensure_artefacts' finally)."""
+    from . import guard
+    from .proc import term_with_parent
+    parent = os.getppid()
+    term_with_parent()
+    if os.getppid() != parent:          # the parent was gone before the request took effect
+        return 130
+    try:
+        with guard.interruptible():
+            info = ensure_artefacts(say)
+    except KeyboardInterrupt:
+        return 130
+    except PerfbookError as e:          # MissingPrerequisite is one
+        say(" ".join(str(e).split()))
+        return 1
+    say(f"cached in {info['dir']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(prefetch())

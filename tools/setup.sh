@@ -90,6 +90,15 @@ else
     python3 -m venv .venv || { say "python3 -m venv failed: install python3-venv"; exit 1; }
   fi
 fi
+# the guest kernel (Debian's cloud kernel and busybox, cached in build/guest) is fetched beside
+# the packages' install rather than by the first guest chapter; stopped with setup (trap, and
+# PR_SET_PDEATHSIG inside it)
+prefetch=
+if command -v qemu-system-x86_64 >/dev/null && command -v apt-get >/dev/null; then
+  "$PY" -m tools.guest_image > build/guest-prefetch.log 2>&1 &
+  prefetch=$!
+  trap 'if [[ -n $prefetch ]]; then kill -TERM "$prefetch" 2>/dev/null; wait "$prefetch" 2>/dev/null; fi' EXIT
+fi
 stamp="$(dirname "$PY")/../.perfbook-stamp"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   say "installing the pinned Python packages ($(wc -l < "$reqs") pins from environment.yml)"
@@ -101,12 +110,13 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   if [[ -n $uv_pin ]] && "$PY" -m pip install -q --disable-pip-version-check "$uv_pin" >build/uv.log 2>&1 \
      && "$(dirname "$PY")/uv" pip install -q --no-cache --native-tls --compile-bytecode \
           --python "$PY" -r "$reqs" >>build/uv.log 2>&1; then
-    :
+    editable=("$(dirname "$PY")/uv" pip install -q --no-cache --python "$PY")
   else
     [[ -n $uv_pin ]] && say "uv could not install the pins (build/uv.log says why); installing with pip"
     "$PY" -m pip install -q --disable-pip-version-check -r "$reqs"
+    editable=("$PY" -m pip install -q --disable-pip-version-check)
   fi
-  "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . >build/pip-editable.log 2>&1 \
+  "${editable[@]}" --no-deps --no-build-isolation -e . >build/pip-editable.log 2>&1 \
     || { cat build/pip-editable.log; exit 1; }
   echo "$stamp_want" > "$stamp"
 else
@@ -123,5 +133,10 @@ if command -v gcc >/dev/null; then
 for s in sorted(pathlib.Path("tools/c").glob("*.c")): print("[setup] built", c.binary(s.stem))'
 else
   say "no gcc: the C harnesses are not built; chapters render from committed data only"
+fi
+if [[ -n $prefetch ]]; then
+  if wait "$prefetch"; then say "guest kernel: $(tail -n 1 build/guest-prefetch.log)"
+  else say "guest kernel not fetched now ($(tail -n 1 build/guest-prefetch.log)); the first guest chapter fetches it"; fi
+  prefetch=
 fi
 say "done"
