@@ -85,24 +85,46 @@ def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict) ->
         write_table(dest / t, df)
 
 
+_SCHEMAS: dict = {}     # chapter -> its table schemas, for the workers (inherited by fork)
+
+
+def _make_host(jobs) -> None:
+    """Write one synthetic host's datasets: [(source run, new run, factor, tables, chapter,
+    manifest text)] (a worker of generate's pool)."""
+    for src, run, factor, tables, chapter, man_text in jobs:
+        _copy_scaled(src, run, factor, tables, _SCHEMAS[chapter])
+        (run / MANIFEST).write_text(man_text)
+
+
+def _workers() -> int:
+    import os
+    return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
 def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=print) -> list[str]:
     """Make n synthetic hosts under dest/runs from the shown dataset per (host, chapter) of
-    `source` (default: the book's data/); returns their host ids."""
+    `source` (default: the book's data/); returns their host ids. The hosts are drawn in
+    order from one seeded generator, then written side by side, one process per CPU (xz
+    compression is most of the time), so the same seed gives the same fleet."""
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
     from .chapters import CHAPTERS
+    from .proc import die_with_parent
     dest = Path(dest)
     _refuse_book_data(dest)
     rng = random.Random(seed)
     newest: dict[str, list[Path]] = {}
-    schemas = {ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS}
+    _SCHEMAS.update({ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS})
     for ch in CHAPTERS:
         mans = [load_manifest(r) for r in list_runs(ch.name, source)]
         shown = shown_datasets(mans)  # one dataset per host: the one a chapter shows (quoted())
         if shown:
             newest[ch.name] = [m.path for m in mans if shown.get(m.host_id) == m["run_id"]]
-    ids = []
+    ids, hosts = [], []
     for i in range(n):
         factor = rng.lognormvariate(0.0, 0.15)
-        host = None
+        host, jobs = None, []
         for chapter, runs in sorted(newest.items()):
             src = runs[i % len(runs)]
             man = dict(load_manifest(src))
@@ -112,11 +134,25 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
             run = dest / "runs" / host["host_id"] / chapter / src.name
             if run.exists():
                 raise PerfbookError(f"{run}: exists already; use an empty directory or another seed")
-            _copy_scaled(src, run, factor, man["tables"], schemas[chapter])
-            (run / MANIFEST).write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+            jobs.append((src, run, factor, man["tables"], chapter, json.dumps(man, indent=1, sort_keys=True) + "\n"))
         ids.append(host["host_id"])
-        if (i + 1) % 10 == 0 or i + 1 == n:
-            say(f"[synthfleet] {i + 1}/{n} hosts")
+        hosts.append(jobs)
+    with ProcessPoolExecutor(_workers(), mp_context=multiprocessing.get_context("fork"),
+                             initializer=die_with_parent) as pool:
+        pending = {pool.submit(_make_host, jobs) for jobs in hosts}
+        done_n = 0
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for f in done:
+                    f.result()                     # a worker's error, here
+                    done_n += 1
+                    if done_n % 10 == 0 or done_n == n:
+                        say(f"[synthfleet] {done_n}/{n} hosts")
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
     ref = dest / "reference"
     if not ref.exists() and (source or book_data_dir()).joinpath("reference").is_dir():
         shutil.copytree((source or book_data_dir()) / "reference", ref)
