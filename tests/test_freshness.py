@@ -258,29 +258,18 @@ def test_a_failing_notebook_fails_the_refresh_and_the_others_still_run(monkeypat
     assert sorted(n for k, n, *_ in _events(log) if k == "end") == ["a", "b", "c", "d", "summary"]
 
 
-def test_a_chapter_whose_data_is_refused_leaves_the_pages_unrun(monkeypatch, tmp_path, capsys):
-    """A child validates what its notebook reads and exits 2 with one line; the pages, which
-    read every chapter, would refuse the same file again: they are not started."""
-    M, entries, log = _parallel(monkeypatch, tmp_path, secs=0.05, failing={"b": 2})
-    assert M._refresh_in_parallel(entries, 2) == 1
-    assert sorted(n for k, n, *_ in _events(log) if k == "end") == ["a", "b", "c", "d"]
-    assert "[refresh] summary: not re-executed (a chapter's data was refused above)" in capsys.readouterr().out
-
-
-def test_each_parallel_child_validates_its_own_chapter(tmp_path, monkeypatch):
-    """The parent does not read every table before the notebooks: the child refresh of one
-    chapter does (its own datasets; a page's child, all), and a corrupt one stops it there."""
-    import tools.__main__ as M
-    from tools import dataset
-    assert "--validated" not in M._refresh_child(chapters.by_name("trace_overhead"))
-    seen = []
-    monkeypatch.setattr(dataset, "validate_all", lambda data_dir=None, names=None: seen.append(names) or 0)
-    monkeypatch.setattr(M, "_refresh_in_parallel", lambda chs, jobs: seen.append(("parallel", len(chs))) or 0)
-    assert M.main(["refresh", "--chapters", "trace_overhead,tsc_alignment", "--jobs", "2"]) == 0
-    assert seen == [("parallel", 2)]
-    monkeypatch.setattr(dataset, "validate_all", lambda data_dir=None, names=None: (_ for _ in ()).throw(
-        dataset.DatasetError("data/runs/h/trace_overhead/r/samples.csv.xz: row 3: bad value")))
-    assert M.main(["refresh", "--chapters", "trace_overhead", "--jobs", "1"]) == 2
+def test_the_biggest_stored_notebooks_start_first(monkeypatch, tmp_path):
+    """Within a phase the chapters start by stored size, biggest first (less idle CPU at the
+    end of the phase); the pages still come after every chapter."""
+    M, entries, log = _parallel(monkeypatch, tmp_path, secs=0.05)
+    sizes = {"a": 10, "b": 300, "c": 20, "d": 300}
+    for e in entries:
+        p = tmp_path / f"{e.name}.ipynb"
+        p.write_bytes(b"x" * sizes.get(e.name, 1))
+    entries = [chapters.Entry(e.name, "x", str(tmp_path / f"{e.name}.ipynb")) for e in entries]
+    monkeypatch.setattr(chapters, "PAGES", [e for e in entries if e.name == "summary"])
+    assert M._refresh_in_parallel(entries, 1) == 0
+    assert [n for k, n, *_ in _events(log) if k == "start"] == ["b", "d", "c", "a", "summary"]
 
 
 def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):

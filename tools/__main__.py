@@ -185,6 +185,10 @@ def cmd_refresh(args) -> int:
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
     from nbclient.exceptions import CellExecutionError
     from .dataset import validate_all
+    if not args.validated:
+        # a corrupt dataset: one line that names the file, before any notebook runs (a page reads
+        # all); in this one process: in each child it would import every chapter's code again
+        validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
     if args.changed:
         todo = []
         for ch in chapters:
@@ -196,11 +200,8 @@ def cmd_refresh(args) -> int:
                 todo.append(ch)
         chapters = todo
     jobs = refresh_jobs(args.jobs)
-    if jobs > 1 and len(chapters) > 1:     # each child validates what its notebook reads
+    if jobs > 1 and len(chapters) > 1:
         return _refresh_in_parallel(chapters, jobs)
-    if chapters:
-        # a corrupt dataset: one line that names the file, before the notebook runs (a page reads all)
-        validate_all(names=None if any(c in PAGES for c in chapters) else {c.name for c in chapters})
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
@@ -247,18 +248,24 @@ def refresh_jobs(value: int | None) -> int:
 
 def _refresh_child(ch) -> list[str]:
     """The command that refreshes one notebook for _refresh_in_parallel."""
-    return [sys.executable, "-m", "tools", "refresh", "--chapters", ch.name, "--jobs", "1"]
+    return [sys.executable, "-m", "tools", "refresh", "--chapters", ch.name, "--jobs", "1", "--validated"]
+
+
+def _stored_size(ch) -> int:
+    try:
+        return os.stat(ch.path).st_size
+    except (OSError, TypeError):
+        return 0
 
 
 def _refresh_in_parallel(chapters, jobs: int) -> int:
     """cmd_refresh, `jobs` notebooks at a time, each in a `python -m tools refresh` process of
     its own (its own kernel, its own atomic write), the chapters first, then the pages: a page
     reads every chapter's key findings, which the chapters have just stored (tools.findings).
-    Each child first validates the datasets its notebook reads (side by side, not all in this
-    process first); one refused (exit 2: its one line is already out) leaves the pages unrun,
-    as they would refuse the same file again. Their lines are passed on whole, as they come. An
-    interrupt, or our death, stops them all (process groups, PR_SET_PDEATHSIG): a stored
-    notebook is only ever replaced whole."""
+    Within each phase the biggest stored notebooks start first: their size follows the work of
+    re-executing them closely enough that fewer CPUs idle at the end of the phase. Their lines
+    are passed on whole, as they come. An interrupt, or our death, stops them all (process
+    groups, PR_SET_PDEATHSIG): a stored notebook is only ever replaced whole."""
     import selectors
     import subprocess
     from . import guard
@@ -266,17 +273,13 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
     from .proc import die_with_parent, kill_group
     phases = [[c for c in chapters if c not in PAGES], [c for c in chapters if c in PAGES]]
     print(f"[refresh] {len(chapters)} notebooks, {jobs} at a time", flush=True)
-    failed = refused = 0
+    failed = 0
     running: dict = {}
     sel = selectors.DefaultSelector()
     with guard.interruptible():
         try:
             for phase in phases:
-                todo = list(phase)
-                if refused and phase is phases[1] and todo:
-                    print(f"[refresh] {', '.join(c.name for c in todo)}: not re-executed (a chapter's "
-                          "data was refused above)", flush=True)
-                    break
+                todo = sorted(phase, key=_stored_size, reverse=True)   # stable: ties keep their order
                 while todo or running:
                     while todo and len(running) < jobs:
                         ch = todo.pop(0)
@@ -293,8 +296,7 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
                         p = running.pop(key.fileobj)
                         sel.unregister(key.fileobj)
                         key.fileobj.close()
-                        rc = p.wait()
-                        failed, refused = failed + (rc != 0), refused + (rc == 2)
+                        failed += p.wait() != 0
                     guard.check_interrupted()
         finally:
             with guard.restoring():
@@ -456,6 +458,8 @@ def main(argv=None) -> int:
                    help="only the notebooks whose data or code changed since they were stored")
     r.add_argument("--jobs", type=int, default=0,
                    help="notebooks executed at once (default: one per CPU, at most 4)")
+    r.add_argument("--validated", action="store_true",
+                   help="skip the dataset validation: the caller did it (a parallel refresh's children)")
     st = sub.add_parser("stale")
     st.add_argument("--chapters", default="")
     sub.add_parser("summary")

@@ -87,7 +87,11 @@ else
   PY="$ROOT/.venv/bin/python"
   if [[ ! -x $PY ]]; then
     say "creating .venv"
-    python3 -m venv .venv || { say "python3 -m venv failed: install python3-venv"; exit 1; }
+    # without pip of its own (3 s saved) where python3's pip can install uv into it
+    # (pip --python); ensurepip adds it later if the install falls back to pip
+    if python3 -m pip --version >/dev/null 2>&1; then venv_args=(--without-pip); else venv_args=(); fi
+    python3 -m venv "${venv_args[@]+"${venv_args[@]}"}" .venv \
+      || { say "python3 -m venv failed: install python3-venv"; exit 1; }
   fi
 fi
 # the guest kernel (Debian's cloud kernel and busybox, cached in build/guest) is fetched beside
@@ -107,12 +111,15 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   # in $HOME. Where uv cannot be fetched or cannot reach the index pip's configuration names,
   # pip does it, as before.
   uv_pin=$(grep -E '^uv==' "$reqs" || true)
-  if [[ -n $uv_pin ]] && "$PY" -m pip install -q --disable-pip-version-check "$uv_pin" >build/uv.log 2>&1 \
+  if "$PY" -m pip --version >/dev/null 2>&1; then pip=("$PY" -m pip); else pip=(python3 -m pip --python "$PY"); fi
+  if [[ -n $uv_pin ]] && "${pip[@]}" install -q --disable-pip-version-check "$uv_pin" >build/uv.log 2>&1 \
      && "$(dirname "$PY")/uv" pip install -q --no-cache --native-tls --compile-bytecode \
           --python "$PY" -r "$reqs" >>build/uv.log 2>&1; then
     editable=("$(dirname "$PY")/uv" pip install -q --no-cache --python "$PY")
   else
     [[ -n $uv_pin ]] && say "uv could not install the pins (build/uv.log says why); installing with pip"
+    "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip -q >>build/uv.log 2>&1 \
+      || { say "no pip in $PY and ensurepip failed: install python3-venv"; exit 1; }
     "$PY" -m pip install -q --disable-pip-version-check -r "$reqs"
     editable=("$PY" -m pip install -q --disable-pip-version-check)
   fi
