@@ -64,7 +64,7 @@ class Qcow2Overlap(Chapter):
     # the chapters before): ~26 s of preallocation, ~10 s of writes and formula images, ~13 s
     # for perf's 8 recordings, about 54 s in all (plan_s). rep_budget_s (14 s, a
     # little over two rounds of 256 MiB) caps each experiment on a slower machine.
-    plan_s = {"quick": 15, "default": 54}   # seconds a collect should take here (tools.summary)
+    plan_s = {"quick": 12, "default": 54}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {
             "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 20.0,

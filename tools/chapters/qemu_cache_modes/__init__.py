@@ -63,7 +63,7 @@ class QemuCacheModes(Chapter):
     # teardown under TCG, plus dd_warmup + dd_repeats rounds of 16 MiB dd); and where /dev/kvm
     # exists but a KVM guest never reaches init (this host), kvm_boot_timeout before the TCG
     # fallback. A KVM guest reaches init within about a second, so 4 s (quick: 3 s) is margin.
-    plan_s = {"quick": 13, "default": 49}   # seconds a collect should take here (tools.summary)
+    plan_s = {"quick": 8, "default": 49}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {
             "sem_writes": 3, "sem_formats": ["raw"], "sem_aio": ["threads"],

@@ -40,7 +40,7 @@ class VirtioBlkIothread(Chapter):
     # fio each (~25 s per boot here with bonnie++): the default is one round with every job run
     # twice per boot (n = 2 per job and variant, within one boot), about 60 s (plan_s); full runs
     # rounds until the intervals are tight. Quick is one round of 2 boots, about 20 s.
-    plan_s = {"quick": 20, "default": 60}   # seconds a collect should take here (tools.summary)
+    plan_s = {"quick": 17, "default": 60}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {"rw": ["randread"], "depths": [1, 32], "storm": ["randread_qd1"], "runtime_ms": 500,
                   "ramp_ms": 150, "fio_warmup_ms": 300, "repeats": 1, "disk_mib": 64, "bonnie_mib": 32,

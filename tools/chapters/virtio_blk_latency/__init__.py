@@ -85,7 +85,7 @@ class VirtioBlkLatency(Chapter):
     # after the first round (n = 1: each aio mode's boot-to-boot spread is not measured; every
     # boot still has its 2 x 300 requests) and the chapter takes about 40 s (plan_s), with kvm_boot_timeout spent first where /dev/kvm exists but a KVM guest never
     # reaches init. On a machine whose boots are fast the same budget holds more rounds.
-    plan_s = {"quick": 10, "default": 40}   # seconds a collect should take here (tools.summary)
+    plan_s = {"quick": 8, "default": 40}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {"requests": 100, "warmup": 10, "aio": ["threads"], "variants": ["plain", "all"],
                   "layer_runs": [], "host_requests": 100, "kvm_boot_timeout": 3.0,

@@ -61,7 +61,7 @@ class VirtioFeatures(Chapter):
     # never reaches init (this host), kvm_boot_timeout passes before the TCG fallback; a KVM
     # guest reaches init within about a second, so 4 s (quick: 3 s) is margin, not 10 s. About
     # 17 s in all (plan_s).
-    plan_s = {"quick": 7, "default": 17}   # seconds a collect should take here (tools.summary)
+    plan_s = {"quick": 5, "default": 17}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {"guest": True, "configs": "default,writethrough+config-wce=off,legacy+scsi=on,packed=on",
                   "accel": "auto", "kvm_boot_timeout": 3.0, "boot_timeout": 90.0, "separate_boots": False},
