@@ -285,3 +285,57 @@ def test_platform_notes_are_stored_per_dataset(store, monkeypatch):
     D = by_name(STORED).load().load(data)
     assert F.per_host_note(D, compute, lambda g: f"{g['n']} dataset") == want
     assert len(calls) == len(D.hosts), "the notes were read back, not computed"
+
+
+def test_glued_values_and_frames_are_stored_per_dataset_and_given_back_exactly(store):
+    """glued(): a chapter's prose values for one dataset (tsc_alignment's caveats quote every
+    host's), and stored_frames(): a chapter's per-dataset reduction (iostat_internals' host
+    summaries), each computed once and read back by a new process unchanged: same keys and
+    values; same columns, dtypes and values, NaN and strings included."""
+    import numpy as np
+    data, top = store
+    D = by_name(STORED).load().load(data)
+    m = D.manifests[0]
+    calls = []
+
+    def compute(d):
+        calls.append(1)
+        return {"n": np.int64(len(d.manifests)), "x": 0.1 + 0.2, "s": "a"}
+    frame = pd.DataFrame({"host": ["h", None], "n": [1, 2], "v": [0.1 + 0.2, float("nan")], "ok": [True, False]})
+
+    def make():
+        calls.append(2)
+        return {"rows": frame, "none": frame.iloc[0:0]}
+    first = (F.glued(F.Run(D, m), compute), F.stored_frames(D, m, "frames", make))
+    forget()
+    D = by_name(STORED).load().load(data)
+    again = (F.glued(F.Run(D, m), compute), F.stored_frames(D, m, "frames", make))
+    assert calls == [1, 2], "read back, not computed again"
+    assert first[0] == again[0] == {"n": 1, "x": 0.1 + 0.2, "s": "a"}
+    for got in (first[1], again[1]):
+        pd.testing.assert_frame_equal(got["rows"], frame, check_exact=True)
+        pd.testing.assert_frame_equal(got["none"], frame.iloc[0:0], check_exact=True)
+    assert len(list(top.glob("*__glue-*.json"))) == 1 and len(list(top.glob("*__frames.json"))) == 1
+
+
+def test_iostat_host_summaries_stored_or_computed_give_the_same_views(monkeypatch, tmp_path):
+    """iostat_internals' cross-host views (overview, phase summaries, the rank comparison)
+    are the same from the stored host summaries as computed with the store off."""
+    monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
+    ch = by_name("iostat_internals").load()
+    from tools.chapters.iostat_internals import findings as IF
+
+    def views():
+        forget()
+        AH = IF.analyse_hosts(ch.load())
+        return IF.host_overview(AH), IF.phase_summary_hosts(AH), IF.compare_hosts(AH)
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    off = views()
+    monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
+    views()
+    monkeypatch.setattr(IF, "host_summary", lambda D: (_ for _ in ()).throw(AssertionError("computed")))
+    stored = views()
+    assert len(off[0]) >= 2
+    for a, b in zip(off, stored):
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    forget()

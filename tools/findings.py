@@ -74,15 +74,44 @@ class Run:
 _GLUE_CACHE: dict = {}
 
 
+def _plain(v):
+    """v with numpy scalars as Python ones (what JSON, and so the verdict store, holds)."""
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
+
+
 def glued(run, compute) -> dict | None:
-    """compute(run.data): the chapter's own prose values for this one dataset, cached per
-    dataset; None when this dataset can't give them (an older dataset without a table)."""
+    """compute(run.data): the chapter's own prose values for this one dataset, kept in the
+    verdict store (stored(): one slot per compute function) and per process; None when this
+    dataset can't give them (an older dataset without a table). A page or chapter that quotes
+    every host's values (tsc_alignment's caveats) then computes each host's once."""
+    import hashlib
     key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
     if key not in _GLUE_CACHE:
+        class Unstorable(Exception):
+            pass
+
+        def make():
+            import json
+            try:
+                g = _plain(compute(run.data))
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+                return {"g": None}
+            try:
+                json.dumps(g)
+            except (TypeError, ValueError):
+                raise Unstorable(g) from None     # not plain data: kept in this process only
+            return {"g": g}
+        slot = "glue-" + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[:12]
         try:
-            _GLUE_CACHE[key] = compute(run.data)
-        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
-            _GLUE_CACHE[key] = None
+            _GLUE_CACHE[key] = stored(run.D, run.manifest, slot, make,
+                                      lambda v: isinstance(v, dict) and set(v) == {"g"}
+                                      and (v["g"] is None or isinstance(v["g"], dict)))["g"]
+        except Unstorable as e:
+            _GLUE_CACHE[key] = e.args[0]
     return _GLUE_CACHE[key]
 
 
@@ -294,6 +323,39 @@ def stored(D, m, slot: str, make, check):
         value = json.loads(text)["value"]
     _MEMO[str(path)] = (key, value)
     return value
+
+
+def _frame_doc(df) -> dict:
+    """A DataFrame as plain JSON data that gives it back exactly (columns in order, their
+    dtypes, every value; float64 survives JSON unchanged). Its index is a RangeIndex."""
+    import math
+    return {"columns": [str(c) for c in df.columns], "dtypes": [str(t) for t in df.dtypes],
+            "data": [[None if isinstance(v, float) and math.isnan(v) else v for v in _plain(list(col))]
+                     for _, col in df.items()]}
+
+
+def _doc_frame(doc: dict):
+    import pandas as pd
+    df = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(doc["columns"], doc["data"])},
+                      columns=doc["columns"])
+    for c, t in zip(doc["columns"], doc["dtypes"]):
+        df[c] = df[c].astype(t)
+    return df
+
+
+def _is_frames(v) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(d, dict) and set(d) == {"columns", "dtypes", "data"} and len(d["columns"]) == len(d["dtypes"])
+        == len(d["data"]) for d in v.values())
+
+
+def stored_frames(D, m, slot: str, make) -> dict:
+    """stored() for make() -> {name: DataFrame with a RangeIndex}: a chapter's per-dataset
+    reduction (one host's summary rows) kept in the verdict store, given back with the same
+    columns, dtypes and values (tests/test_findings.py compares both ways)."""
+    got = stored(D, m, slot, lambda: {k: _frame_doc(df.reset_index(drop=True)) for k, df in make().items()},
+                 _is_frames)
+    return {k: _doc_frame(d) for k, d in got.items()}
 
 
 def _is_outcomes(v, keys) -> bool:

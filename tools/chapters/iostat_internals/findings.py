@@ -280,61 +280,73 @@ def analyse(D: dict) -> dict:
     return out
 
 
-def analyse_hosts(D: dict) -> dict[str, dict]:
-    """analyse() of the dataset shown for each host (tools.dataset.shown_datasets: the prose's
-    dataset for its host, the newest non-quick one of every other host), keyed by host id."""
+def analyse_hosts(D) -> dict[str, dict]:
+    """host_summary() of the dataset shown for each host (tools.dataset.shown_datasets: the
+    prose's dataset for its host, the newest non-quick one of every other host), keyed by host
+    id. Each is computed on that dataset alone and kept in the verdict store
+    (tools.findings.stored_frames), so a fleet's hosts are reduced once, not at every refresh."""
     from ...dataset import shown_datasets
+    from ...findings import Run, stored_frames
     out = {}
-    for hid, rid in sorted(shown_datasets(D["manifests"]).items()):
-        out[hid] = analyse({**D, "manifests": [m for m in D["manifests"]
-                                               if m["host"]["host_id"] == hid and m["run_id"] == rid]})
+    for hid, rid in sorted(shown_datasets(D.manifests).items()):
+        m = next(x for x in D.manifests if x.host_id == hid and x["run_id"] == rid)
+        out[hid] = stored_frames(D, m, "host-summary", lambda m=m: host_summary(Run(D, m).data))
+    return out
+
+
+def host_summary(D) -> dict:
+    """What the cross-host views read of one dataset (D holds it alone): its overview row (how
+    well its counters agree with sysstat and with the tracepoints), the IOPS of its steady 1-s
+    intervals per phase, and its phase summary."""
+    import pandas as pd
+    A = analyse(D.frames())
+    if not A:
+        return {}
+    man, hid = A["manifest"], A["manifest"]["host"]["host_id"]
+    row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
+           "device": man["facts"].get("device", {}).get("name"),
+           "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
+           "rounds": prose_values(A)["rounds"]}
+    if "cmp" in A:
+        c = A["cmp"]
+        row.update({"intervals": len(A["ours"]), "values compared": len(c),
+                    "within tolerance %": round(100 * c["within"].mean(), 2),
+                    "agree %": round(100 * c["agree"].mean(), 2)})
+    if "trace_await" in A:
+        ta = A["trace_await"]
+        main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
+        rel = (main["diff_ms"] / main["await_ms"]).abs()
+        row.update({"trace windows": int(ta["window"].nunique()),
+                    "median |trace - await| %": round(100 * rel.median(), 2)})
+    out = {"overview": pd.DataFrame([row])}
+    if "ours" in A:
+        st = steady(A["ours"])
+        out["steady"] = pd.DataFrame({"host_id": hid, "phase": st["phase"].to_numpy(),
+                                      "IOPS": (st["r/s"] + st["w/s"] + st["d/s"]).to_numpy()})
+    if "phase_summary" in A:
+        out["phase_summary"] = A["phase_summary"]
     return out
 
 
 def host_overview(AH: dict[str, dict]):
-    """One row per host (its newest dataset): how well its counters agree with sysstat and
+    """One row per host (its shown dataset): how well its counters agree with sysstat and
     with the tracepoints."""
     import pandas as pd
-    rows = []
-    for hid, A in AH.items():
-        man = A["manifest"]
-        row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
-               "device": man["facts"].get("device", {}).get("name"),
-               "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
-               "rounds": prose_values(A)["rounds"]}
-        if "cmp" in A:
-            c = A["cmp"]
-            row.update({"intervals": len(A["ours"]), "values compared": len(c),
-                        "within tolerance %": round(100 * c["within"].mean(), 2),
-                        "agree %": round(100 * c["agree"].mean(), 2)})
-        if "trace_await" in A:
-            ta = A["trace_await"]
-            main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
-            rel = (main["diff_ms"] / main["await_ms"]).abs()
-            row.update({"trace windows": int(ta["window"].nunique()),
-                        "median |trace - await| %": round(100 * rel.median(), 2)})
-        rows.append(row)
-    return pd.DataFrame(rows)
+    rows = [S["overview"] for S in AH.values() if "overview" in S]
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
 def steady_intervals(AH: dict[str, dict]):
-    """Every host's steady 1-s intervals (newest dataset each), with IOPS, in one frame."""
+    """Every host's steady 1-s intervals (its shown dataset): host, phase and IOPS."""
     import pandas as pd
-    frames = []
-    for hid, A in AH.items():
-        if "ours" not in A:
-            continue
-        st = steady(A["ours"]).copy()
-        st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
-        st.insert(0, "host_id", hid)
-        frames.append(st)
+    frames = [S["steady"] for S in AH.values() if "steady" in S]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def phase_summary_hosts(AH: dict[str, dict]):
     """phase_summary() of every host, with a host column."""
     import pandas as pd
-    frames = [A["phase_summary"].assign(host_id=hid) for hid, A in AH.items() if "phase_summary" in A]
+    frames = [S["phase_summary"].assign(host_id=hid) for hid, S in AH.items() if "phase_summary" in S]
     if not frames:
         return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)

@@ -12,7 +12,7 @@ from .spec import PHASES
 
 def analyse_all(D):
     """(A, AH): the quoted dataset's analysis, and every host's shown dataset's."""
-    return analyse(D.frames()), analyse_hosts(D.frames())
+    return analyse(D.frames()), analyse_hosts(D)
 
 
 def glue_values(D, A, AH) -> dict:
