@@ -303,7 +303,8 @@ def test_compact_is_lossless_and_idempotent(tmp_path):
     """`python -m tools compact` (the migration of the committed data to .csv.xz): every table
     decompresses to the very bytes of the plain CSV it replaced, and reads as the same frame."""
     import lzma
-    from tools.dataset import compact, read_table
+    from tools.dataset import read_table
+    from tools.writer import compact
     run = _copy_committed(tmp_path)
     man = load_manifest(run)
     plain = {}
@@ -344,3 +345,26 @@ def test_newer_schema_is_refused_with_what_to_do(tmp_path):
     (run / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(DatasetError, match="schema 99 .*update the checkout"):
         load_manifest(run)
+
+
+def test_own_view_reads_only_its_datasets_files_and_gives_the_same_rows(monkeypatch):
+    """Data.own_view(): the quoted dataset's rows from its own file (a fleet's notebook reads
+    one table, not one per host); the same rows and columns as cutting the whole table, which
+    it does instead once the whole table is loaded."""
+    import pandas as pd
+    from tools.chapters import by_name
+    ch = by_name("trace_overhead").load()
+    dataset._table_cache.clear()
+    D = ch.load()
+    q = D.quoted
+    read, real = [], dataset.read_table
+    monkeypatch.setattr(dataset, "read_table", lambda run, *a, **k: read.append(run) or real(run, *a, **k))
+    own = D.own_view([q])["samples"]
+    assert read == [q.path], "only the quoted dataset's file"
+    whole = D.of_quoted(D["samples"]).reset_index(drop=True)
+    assert len(read) == 1 + len(D.manifests)
+    pd.testing.assert_frame_equal(own, whole, check_exact=True)
+    again = D.own_view([q])["samples"]         # the whole table is loaded now: cut from it
+    assert len(read) == 1 + len(D.manifests)
+    pd.testing.assert_frame_equal(again, whole, check_exact=True)
+    dataset._table_cache.clear()

@@ -339,7 +339,7 @@ def cmd_catalog(args) -> int:
 
 
 def cmd_compact(args) -> int:
-    from .dataset import compact
+    from .writer import compact
     compact(Path(args.data_dir) if args.data_dir else None)
     return 0
 

@@ -158,7 +158,7 @@ class Table:
                         if (m.isna() & col.notna()).any():
                             raise ValueError("not true/false")
                         df[c] = m.astype("boolean") if col.isna().any() else m.astype(bool)
-                else:
+                elif not isinstance(col.dtype, pd.StringDtype):   # a string column stays as it is
                     df[c] = col.astype("object").where(col.notna(), None)
                     df[c] = df[c].map(lambda x: x if x is None or isinstance(x, str) else str(x))
             except (ValueError, TypeError) as e:

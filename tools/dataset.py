@@ -77,31 +77,6 @@ def write_table(base: Path, df) -> Path:
     return p
 
 
-def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:
-    """Compress every plain table of every dataset under data_dir/runs in place (atomic per
-    file; the decompressed bytes are checked against the original before it is removed).
-    Returns (tables, bytes before, bytes after)."""
-    import lzma
-    n = before = after = 0
-    for mf in sorted(runs_dir(data_dir).glob(f"*/*/*/{MANIFEST}")):
-        run = mf.parent
-        for table in json.loads(mf.read_text()).get("tables", {}):
-            plain = run / f"{table}{PLAIN_EXT}"
-            if not plain.is_file() or (run / f"{table}{TABLE_EXT}").exists():
-                continue
-            raw = plain.read_bytes()
-            packed = lzma.compress(raw)
-            if lzma.decompress(packed) != raw:
-                raise DatasetError(f"{plain}: compression did not round-trip; left as it is")
-            tmp = run / f".{table}{TABLE_EXT}.tmp"
-            tmp.write_bytes(packed)
-            os.replace(tmp, run / f"{table}{TABLE_EXT}")
-            plain.unlink()
-            n, before, after = n + 1, before + len(raw), after + len(packed)
-    say(f"compacted {n} tables: {before / 1e6:.1f} MB of CSV into {after / 1e6:.1f} MB")
-    return n, before, after
-
-
 REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "finished", "tables")
 
 
@@ -339,12 +314,15 @@ TABLE_CACHE = 16
 _table_cache: dict[tuple, tuple] = {}
 
 
-def _table_rows(chapter: str, table: str, data_dir: Path | None, schema):
-    """(frame of table `table` of every dataset of `chapter`, {(host, run): (first row,
-    end)}): what load_table returns, and where each dataset's rows are in it."""
+def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=None):
+    """(frame of table `table` of every dataset of `chapter` (or of the datasets whose keys
+    are in `only`), {(host, run): (first row, end)}): what load_table returns, and where each
+    dataset's rows are in it."""
     import pandas as pd
     parts = []
     for run, man in _listed(chapter, data_dir):
+        if only is not None and man.key not in only:
+            continue
         p = table_path(run, table)
         if p is None:
             continue
@@ -355,7 +333,7 @@ def _table_rows(chapter: str, table: str, data_dir: Path | None, schema):
         parts.append((run, man, p, (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
                                     man.key, man["tables"].get(table))))
     key = (chapter, table, str(runs_dir(data_dir)), schema, os.environ.get("PERFBOOK_SHUFFLE_ROWS"),
-           tuple(sig for *_, sig in parts))
+           tuple(sig for *_, sig in parts), None if only is None else tuple(sorted(only)))
     hit = _table_cache.pop(key, None)
     if hit is None:
         frames, spans, at = [], {}, 0
@@ -519,6 +497,7 @@ class Data:
                           else load_manifests(chapter.name, self.data_dir))
         # given manifests: this Data is those datasets only (a finding's view of one run)
         self._only = None if manifests is None else {(m.host_id, m["run_id"]) for m in manifests}
+        self._own_files = False      # a view that reads its datasets' files alone (own_view())
         self._tables: dict = {}
 
     @classmethod
@@ -530,7 +509,11 @@ class Data:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
             import pandas as pd
-            full, spans = _table_rows(self.chapter.name, name, self.data_dir, self.chapter.tables.get(name))
+            schema = self.chapter.tables.get(name)
+            if self._only is not None and self._own_files and not self._whole_loaded(name, schema):
+                full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema, self._only)
+            else:
+                full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema)
             if not len(full.columns):
                 df = pd.DataFrame()
             elif self._only is None:
@@ -540,6 +523,18 @@ class Data:
                 df = (cut[0] if len(cut) == 1 else pd.concat(cut)).reset_index(drop=True)
             self._tables[name] = self.prepare(name, df)
         return self._tables[name]
+
+    def own_view(self, manifests):
+        """This chapter's Data of `manifests` alone that reads only their files, unless the
+        whole table is loaded already (then it cuts it, as a view given manifests does): what a
+        notebook quotes from one dataset costs one file, not one per host in the fleet."""
+        view = type(self)(self.chapter, self.data_dir, manifests=list(manifests))
+        view._own_files = True
+        return view
+
+    def _whole_loaded(self, name: str, schema) -> bool:
+        return any(k[:4] == (self.chapter.name, name, str(runs_dir(self.data_dir)), schema) and k[-1] is None
+                   for k in _table_cache)
 
     def prepare(self, name: str, df):
         """A chapter's Data subclass puts a table in its natural row order, or adds derived

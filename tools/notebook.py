@@ -251,15 +251,26 @@ def show(item):
 
 def runs_table(D):
     """One row per dataset: host, run, kernel, CPU, virtualization, profile, plus what the
-    chapter adds (its run_columns(manifest[, D]) method, when it has one)."""
+    chapter adds (its run_columns(manifest[, D]) method, when it has one). A run_columns that
+    reads tables gets that dataset alone (tools.findings.Run), and its columns are kept in the
+    verdict store: a fleet's runs table reads no table that has not changed."""
     import inspect
     import pandas as pd
+    from .findings import Run, _plain, stored
     extra = getattr(D.chapter, "run_columns", None)
     with_data = extra is not None and len(inspect.signature(extra).parameters) >= 2
+
+    def columns(m) -> dict:
+        if not extra:
+            return {}
+        if not with_data:
+            return extra(m)
+        pairs = stored(D, m, "run-columns", lambda: [[k, _plain(v)] for k, v in extra(m, Run(D, m).data).items()],
+                       lambda v: isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v))
+        return dict(pairs)           # pairs, not a JSON object: the columns keep their order
     rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),
              "cpu": m["host"].get("cpu_model"), "virtualization": m["host"].get("virtualization"),
-             "profile": m.get("profile") or "not recorded",
-             **((extra(m, D) if with_data else extra(m)) if extra else {})}
+             "profile": m.get("profile") or "not recorded", **columns(m)}
             for m in D.manifests]
     return pd.DataFrame(rows)
 

@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 
 from . import hostinfo
-from .dataset import MANIFEST, SCHEMA, check_writable, new_run_id, utc_now, write_table
+from .dataset import (MANIFEST, PLAIN_EXT, SCHEMA, TABLE_EXT, check_writable, new_run_id, utc_now,
+                      write_table)
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -134,3 +135,28 @@ class DatasetWriter:
             raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
         os.rename(self.tmp, self.dest)
         self.published = self.dest
+
+
+def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:
+    """Compress every plain table of every dataset under data_dir/runs in place (atomic per
+    file; the decompressed bytes are checked against the original before it is removed).
+    Returns (tables, bytes before, bytes after)."""
+    import lzma
+    n = before = after = 0
+    for mf in sorted(runs_dir(data_dir).glob(f"*/*/*/{MANIFEST}")):
+        run = mf.parent
+        for table in json.loads(mf.read_text()).get("tables", {}):
+            plain = run / f"{table}{PLAIN_EXT}"
+            if not plain.is_file() or (run / f"{table}{TABLE_EXT}").exists():
+                continue
+            raw = plain.read_bytes()
+            packed = lzma.compress(raw)
+            if lzma.decompress(packed) != raw:
+                raise DatasetError(f"{plain}: compression did not round-trip; left as it is")
+            tmp = run / f".{table}{TABLE_EXT}.tmp"
+            tmp.write_bytes(packed)
+            os.replace(tmp, run / f"{table}{TABLE_EXT}")
+            plain.unlink()
+            n, before, after = n + 1, before + len(raw), after + len(packed)
+    say(f"compacted {n} tables: {before / 1e6:.1f} MB of CSV into {after / 1e6:.1f} MB")
+    return n, before, after

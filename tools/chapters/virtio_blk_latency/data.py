@@ -29,13 +29,21 @@ class VirtioData(Data):
         return df
 
     # -- the quoted dataset ------------------------------------------------------------
+    def _quoted_rows(self, name: str):
+        """Table `name` of the quoted dataset alone, from its own files (own_view): a fleet's
+        notebook reads one requests table, not one per host."""
+        q = self.quoted
+        if q is None or self._only is not None:
+            return self.of_quoted(self[name])
+        return self.own_view([q])[name]
+
     @cached_property
     def req(self):
-        return self.of_quoted(self["requests"])
+        return self._quoted_rows("requests")
 
     @cached_property
     def jobs(self):
-        return self.of_quoted(self["jobs"])
+        return self._quoted_rows("jobs")
 
     @cached_property
     def guest_jobs(self):
