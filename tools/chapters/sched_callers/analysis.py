@@ -34,6 +34,18 @@ def callers(stacks):
     return g.sort_values(["dataset", "tracer", "workload", "count"], ascending=[True, True, True, False])
 
 
+def callers_of(D):
+    """callers(D["stacks"]), computed once per Data: a notebook asks for it a dozen times, and
+    at a hundred hosts each pass over every dataset's stacks took about 1.7 s. Callers of it
+    filter the frame and never change it."""
+    stacks = D["stacks"]
+    held = getattr(D, "_callers", None)
+    if held is None or held[0] is not stacks:
+        held = (stacks, callers(stacks))
+        D._callers = held
+    return held[1]
+
+
 def label(entry: str, caller: str) -> str:
     return caller if entry == "schedule" else f"{caller} → {entry}"
 
@@ -42,7 +54,7 @@ def callers_wide(D, workload: str, n: int = 10, dataset: str | None = None):
     """The quoted dataset's callers under one workload: a row per caller (its entry into
     __schedule where that is not schedule()), a column per tracer, shares in %; the n callers
     with the largest mean share."""
-    c = callers(D["stacks"])
+    c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[(c.dataset == ds) & (c.workload == workload)]
     if c.empty:
@@ -59,7 +71,7 @@ def agreement(D, dataset: str | None = None, n: int = 10):
     import itertools
     import pandas as pd
     from scipy import stats as st
-    c = callers(D["stacks"])
+    c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[c.dataset == ds].assign(caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)])
     rows = []
@@ -78,7 +90,7 @@ def agreement(D, dataset: str | None = None, n: int = 10):
 
 def entries_table(D, dataset: str | None = None):
     """How each tracer's switches entered __schedule, per workload (shares in %)."""
-    c = callers(D["stacks"])
+    c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[c.dataset == ds]
     t = c.pivot_table(index=["workload", "entry"], columns="tracer", values="share", aggfunc="sum",
@@ -118,7 +130,7 @@ def seed_beside_ours(D, dataset: str | None = None):
     import pandas as pd
     ref = D.reference("sched_callers")
     names = D.reference("sched_callers_names").set_index("name_3x")
-    c = callers(D["stacks"])
+    c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[c.dataset == ds]
     rows = []
@@ -153,7 +165,7 @@ def runs_columns(m, D) -> dict:
 
 
 def top_caller(D, workload: str, tracer: str, dataset: str | None = None):
-    c = callers(D["stacks"])
+    c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[(c.dataset == ds) & (c.workload == workload) & (c.tracer == tracer) & (c.entry == "schedule")]
     if c.empty:
@@ -185,7 +197,7 @@ def findings(D) -> dict:
     ses = ses[ses.dataset == ds]
     f["rounds"] = int(ses["round"].nunique())
     f["lost_total"] = f"{int(ses.lost.sum()):,}"
-    ent = callers(D["stacks"])
+    ent = callers_of(D)
     ent = ent[ent.dataset == ds]
     idle = ent[ent.entry == "schedule_idle"]
     f["idle_callers"] = ", ".join(sorted(set(idle.caller))) or "not seen"

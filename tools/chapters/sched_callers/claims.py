@@ -14,7 +14,7 @@ IDLE = ("do_idle", "cpu_startup_entry")   # do_idle, or the function it is inlin
 
 def idle_not_schedule(run):
     D = _D(run)
-    c = A.callers(D["stacks"])
+    c = A.callers_of(D)
     idle = c[c.entry == "schedule_idle"]
     direct = int(c[(c.entry == "schedule") & c.caller.isin(IDLE)]["count"].sum())
     if idle.empty and not direct:
