@@ -241,9 +241,8 @@ REFRESHING = "PERFBOOK_REFRESHING"    # the notebook a refresh process is execut
 def refresh_jobs(value: int | None) -> int:
     """How many notebooks `refresh` executes at once: --jobs, else one per CPU we may run on,
     at most 4 (each is one kernel, mostly on one CPU)."""
-    if value:
-        return max(1, value)
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    from .proc import usable_cpus
+    return max(1, value) if value else usable_cpus()
 
 
 def _refresh_child(ch) -> list[str]:

@@ -74,44 +74,33 @@ class Run:
 _GLUE_CACHE: dict = {}
 
 
-def _plain(v):
+def plain(v):
     """v with numpy scalars as Python ones (what JSON, and so the verdict store, holds)."""
     if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
+        return {k: plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
+        return [plain(x) for x in v]
     return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
 
 
 def glued(run, compute) -> dict | None:
     """compute(run.data): the chapter's own prose values for this one dataset, kept in the
     verdict store (stored(): one slot per compute function) and per process; None when this
-    dataset can't give them (an older dataset without a table). A page or chapter that quotes
-    every host's values (tsc_alignment's caveats) then computes each host's once."""
+    dataset can't give them (an older dataset without a table). The values are plain data
+    (numbers, strings, lists, dicts), as glue and JSON hold them. A page or chapter that
+    quotes every host's values (tsc_alignment's caveats) then computes each host's once."""
     import hashlib
     key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
     if key not in _GLUE_CACHE:
-        class Unstorable(Exception):
-            pass
-
         def make():
-            import json
             try:
-                g = _plain(compute(run.data))
+                return {"g": plain(compute(run.data))}
             except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
                 return {"g": None}
-            try:
-                json.dumps(g)
-            except (TypeError, ValueError):
-                raise Unstorable(g) from None     # not plain data: kept in this process only
-            return {"g": g}
         slot = "glue-" + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[:12]
-        try:
-            _GLUE_CACHE[key] = stored(run.D, run.manifest, slot, make,
-                                      lambda v: isinstance(v, dict) and set(v) == {"g"}
-                                      and (v["g"] is None or isinstance(v["g"], dict)))["g"]
-        except Unstorable as e:
-            _GLUE_CACHE[key] = e.args[0]
+        _GLUE_CACHE[key] = stored(run.D, run.manifest, slot, make,
+                                  lambda v: isinstance(v, dict) and set(v) == {"g"}
+                                  and (v["g"] is None or isinstance(v["g"], dict)))["g"]
     return _GLUE_CACHE[key]
 
 
@@ -330,7 +319,7 @@ def _frame_doc(df) -> dict:
     dtypes, every value; float64 survives JSON unchanged). Its index is a RangeIndex."""
     import math
     return {"columns": [str(c) for c in df.columns], "dtypes": [str(t) for t in df.dtypes],
-            "data": [[None if isinstance(v, float) and math.isnan(v) else v for v in _plain(list(col))]
+            "data": [[None if isinstance(v, float) and math.isnan(v) else v for v in plain(list(col))]
                      for _, col in df.items()]}
 
 

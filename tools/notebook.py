@@ -256,7 +256,7 @@ def runs_table(D):
     verdict store: a fleet's runs table reads no table that has not changed."""
     import inspect
     import pandas as pd
-    from .findings import Run, _plain, stored
+    from .findings import Run, plain, stored
     extra = getattr(D.chapter, "run_columns", None)
     with_data = extra is not None and len(inspect.signature(extra).parameters) >= 2
 
@@ -265,7 +265,7 @@ def runs_table(D):
             return {}
         if not with_data:
             return extra(m)
-        pairs = stored(D, m, "run-columns", lambda: [[k, _plain(v)] for k, v in extra(m, Run(D, m).data).items()],
+        pairs = stored(D, m, "run-columns", lambda: [[k, plain(v)] for k, v in extra(m, Run(D, m).data).items()],
                        lambda v: isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v))
         return dict(pairs)           # pairs, not a JSON object: the columns keep their order
     rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),

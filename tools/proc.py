@@ -18,6 +18,11 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def usable_cpus(cap: int = 4) -> int:
+    """How many worker processes to run side by side: one per CPU we may run on, at most cap."""
+    return max(1, min(cap, len(os.sched_getaffinity(0))))
+
+
 def die_with_parent() -> None:
     """preexec_fn for subprocess.Popen: in the child, before exec, ask the kernel to SIGKILL
     it when the thread that started it dies (prctl PR_SET_PDEATHSIG), even if that process

@@ -85,20 +85,21 @@ def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict) ->
         write_table(dest / t, df)
 
 
-_SCHEMAS: dict = {}     # chapter -> its table schemas, for the workers (inherited by fork)
+def _worker_start(schemas: dict) -> None:
+    """A worker of generate's pool: it dies with its parent and knows every chapter's table
+    schemas (given once, not with each host)."""
+    from .proc import die_with_parent
+    die_with_parent()
+    global _schemas
+    _schemas = schemas
 
 
 def _make_host(jobs) -> None:
     """Write one synthetic host's datasets: [(source run, new run, factor, tables, chapter,
     manifest text)] (a worker of generate's pool)."""
     for src, run, factor, tables, chapter, man_text in jobs:
-        _copy_scaled(src, run, factor, tables, _SCHEMAS[chapter])
+        _copy_scaled(src, run, factor, tables, _schemas[chapter])
         (run / MANIFEST).write_text(man_text)
-
-
-def _workers() -> int:
-    import os
-    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=print) -> list[str]:
@@ -110,12 +111,12 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
     from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 
     from .chapters import CHAPTERS
-    from .proc import die_with_parent
+    from .proc import usable_cpus
     dest = Path(dest)
     _refuse_book_data(dest)
     rng = random.Random(seed)
     newest: dict[str, list[Path]] = {}
-    _SCHEMAS.update({ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS})
+    schemas = {ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS}
     for ch in CHAPTERS:
         mans = [load_manifest(r) for r in list_runs(ch.name, source)]
         shown = shown_datasets(mans)  # one dataset per host: the one a chapter shows (quoted())
@@ -137,8 +138,8 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
             jobs.append((src, run, factor, man["tables"], chapter, json.dumps(man, indent=1, sort_keys=True) + "\n"))
         ids.append(host["host_id"])
         hosts.append(jobs)
-    with ProcessPoolExecutor(_workers(), mp_context=multiprocessing.get_context("fork"),
-                             initializer=die_with_parent) as pool:
+    with ProcessPoolExecutor(usable_cpus(), mp_context=multiprocessing.get_context("fork"),
+                             initializer=_worker_start, initargs=(schemas,)) as pool:
         pending = {pool.submit(_make_host, jobs) for jobs in hosts}
         done_n = 0
         try:
