@@ -347,10 +347,30 @@ def test_newer_schema_is_refused_with_what_to_do(tmp_path):
         load_manifest(run)
 
 
-def test_own_view_reads_only_its_datasets_files_and_gives_the_same_rows(monkeypatch):
-    """Data.own_view(): the quoted dataset's rows from its own file (a fleet's notebook reads
-    one table, not one per host); the same rows and columns as cutting the whole table, which
-    it does instead once the whole table is loaded."""
+def test_views_cut_the_tables_their_data_read_without_listing_the_files_again(monkeypatch):
+    """A finding's view of one dataset (Data.view) takes its rows from the table its Data has
+    read: the same rows as filtering by host and run, and no new pass over every dataset's
+    files (at a hundred hosts that pass, once per view and table, cost more than the findings)."""
+    import pandas as pd
+    from tools.chapters import by_name
+    from tools.findings import Run
+    D = by_name("trace_overhead").load().load()
+    whole = D["samples"]
+    listed = []
+    real = dataset._table_rows
+    monkeypatch.setattr(dataset, "_table_rows", lambda *a, **k: listed.append(a) or real(*a, **k))
+    for m in D.manifests:
+        got = Run(D, m).data["samples"]
+        want = whole[(whole.host_id == m.host_id) & (whole.run_id == m["run_id"])].reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert Run(D, m).data is Run(D, m).data, "one view per dataset and Data"
+    assert listed == [], "a view listed the files again"
+
+
+def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeypatch):
+    """Data.view(own_files=True): the quoted dataset's rows from its own file (a fleet's
+    notebook reads one table, not one per host); the same rows and columns as cutting the whole
+    table, which it does instead once the whole table is loaded."""
     import pandas as pd
     from tools.chapters import by_name
     ch = by_name("trace_overhead").load()
@@ -359,12 +379,12 @@ def test_own_view_reads_only_its_datasets_files_and_gives_the_same_rows(monkeypa
     q = D.quoted
     read, real = [], dataset.read_table
     monkeypatch.setattr(dataset, "read_table", lambda run, *a, **k: read.append(run) or real(run, *a, **k))
-    own = D.own_view([q])["samples"]
+    own = D.view([q], own_files=True)["samples"]
     assert read == [q.path], "only the quoted dataset's file"
     whole = D.of_quoted(D["samples"]).reset_index(drop=True)
     assert len(read) == 1 + len(D.manifests)
     pd.testing.assert_frame_equal(own, whole, check_exact=True)
-    again = D.own_view([q])["samples"]         # the whole table is loaded now: cut from it
+    again = D.view([q], own_files=True)["samples"]         # the whole table is loaded now: cut from it
     assert len(read) == 1 + len(D.manifests)
     pd.testing.assert_frame_equal(again, whole, check_exact=True)
     dataset._table_cache.clear()

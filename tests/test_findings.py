@@ -131,6 +131,42 @@ def test_every_finding_evaluates_on_every_committed_host(entry, capsys):
         print(f"\n{ch.name}:\n" + F.matrix(D).drop(columns=["chapter", "claim"]).to_string(index=False))
 
 
+def _prose_values(name: str):
+    """The chapter's function of every value its prose quotes (None: it has none by that name)."""
+    import importlib
+    f = getattr(importlib.import_module(f"tools.chapters.{name}"), "findings", None)
+    return f if callable(f) else None
+
+
+@pytest.mark.parametrize("entry", [c for c in CHAPTERS if _prose_values(c.name)
+                                   and any(hasattr(f.test, "compute") for f in c.load().key_findings)],
+                         ids=lambda c: c.name)
+def test_a_finding_read_from_a_few_sections_decides_as_from_every_value(entry, monkeypatch):
+    """A key finding computes only the sections of the prose values its test reads
+    (findings.sections). On every committed dataset it decides as it would from all of them:
+    a section the test needs and its compute lacks fails here, not as 'not measured'."""
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    ch = entry.load()
+    D, every = ch.load(), _prose_values(entry.name)
+    tests = [f for f in ch.key_findings if hasattr(f.test, "compute")]
+    compared = 0
+    for m in F.counted_runs(D.manifests):
+        run = F.Run(D, m)
+        try:
+            full = F.plain(every(run.data))
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+            full = None
+        for f in tests:
+            try:                                   # as from_glue decides
+                want = f.test.decide(full) if full is not None else None
+            except (KeyError, ValueError, IndexError, TypeError):
+                want = None
+            got = f.test(run)
+            assert got == want, f"{entry.name}/{f.key} on {m.label}: {got} from its sections, {want} from all"
+            compared += want is not None
+    assert compared, f"{entry.name}: no dataset gave a verdict to compare"
+
+
 # -- the verdict store: each dataset's outcomes computed once --------------------------------
 
 STORED = "trace_overhead"      # the cheapest chapter with datasets on three committed hosts
@@ -163,7 +199,7 @@ def _all_verdicts(data):
 
 
 def _no_computing(monkeypatch):
-    def refuse(D, finding, m):
+    def refuse(D, finding, m, run=None):
         raise AssertionError(f"{finding.key} on {m.label} was computed, not read from the store")
     monkeypatch.setattr(F, "_test", refuse)
 
@@ -192,7 +228,7 @@ def test_a_changed_dataset_is_computed_again(store, monkeypatch):
     forget()
     asked = []
     real = F._test
-    monkeypatch.setattr(F, "_test", lambda D, f, m: asked.append(m.label) or real(D, f, m))
+    monkeypatch.setattr(F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real(D, f, m, run))
     assert _all_verdicts(data) == before
     label = f"{run.parent.parent.name}/{run.name}"
     assert set(asked) == {label}, "only the changed dataset is computed again"
@@ -207,7 +243,7 @@ def test_changed_code_is_computed_again(store, monkeypatch):
     monkeypatch.setattr(freshness, "code_files", lambda name: {**real(name), "extra.py": ROOT / "Makefile"})
     asked = []
     real_test = F._test
-    monkeypatch.setattr(F, "_test", lambda D, f, m: asked.append(m.label) or real_test(D, f, m))
+    monkeypatch.setattr(F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real_test(D, f, m, run))
     _all_verdicts(data)
     assert len(set(asked)) == len(list((data / "runs").glob(f"*/{STORED}/*")))
 

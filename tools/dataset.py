@@ -497,8 +497,9 @@ class Data:
                           else load_manifests(chapter.name, self.data_dir))
         # given manifests: this Data is those datasets only (a finding's view of one run)
         self._only = None if manifests is None else {(m.host_id, m["run_id"]) for m in manifests}
-        self._own_files = False      # a view that reads its datasets' files alone (own_view())
+        self._own_files = False      # a view that reads its datasets' files alone (view())
         self._tables: dict = {}
+        self._source: dict = {}      # table -> _table_rows of every dataset, shared with views
 
     @classmethod
     def load(cls, chapter, data_dir=None):
@@ -513,7 +514,9 @@ class Data:
             if self._only is not None and self._own_files and not self._whole_loaded(name, schema):
                 full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema, self._only)
             else:
-                full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema)
+                if name not in self._source:
+                    self._source[name] = _table_rows(self.chapter.name, name, self.data_dir, schema)
+                full, spans = self._source[name]
             if not len(full.columns):
                 df = pd.DataFrame()
             elif self._only is None:
@@ -524,12 +527,16 @@ class Data:
             self._tables[name] = self.prepare(name, df)
         return self._tables[name]
 
-    def own_view(self, manifests):
-        """This chapter's Data of `manifests` alone that reads only their files, unless the
-        whole table is loaded already (then it cuts it, as a view given manifests does): what a
-        notebook quotes from one dataset costs one file, not one per host in the fleet."""
+    def view(self, manifests, own_files: bool = False):
+        """This chapter's Data of `manifests` alone (a finding's view of one dataset). It cuts
+        their rows from the tables this Data has read, each read once for it and all its views
+        (at a hundred hosts, checking every file's stat again for each view's table cost more
+        than the findings). With own_files it reads only their files, unless the whole table is
+        loaded already: what a notebook quotes from one dataset costs one file, not one per
+        host in the fleet."""
         view = type(self)(self.chapter, self.data_dir, manifests=list(manifests))
-        view._own_files = True
+        view._source = self._source
+        view._own_files = own_files
         return view
 
     def _whole_loaded(self, name: str, schema) -> bool:

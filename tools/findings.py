@@ -53,16 +53,31 @@ class Run:
     @property
     def data(self):
         """The chapter's Data (its own subclass) holding this dataset only: the chapter's
-        analysis functions run on it unchanged, and its `quoted` is this run."""
+        analysis functions run on it unchanged, and its `quoted` is this run. One per dataset
+        and D: the key findings, the platform note and a chapter's per-host reductions of a
+        dataset share it, and what it derives once (its cached properties)."""
+        if self._data is None and getattr(self.D, "_only", None) == {(self.host_id, self.run_id)}:
+            self._data = self.D          # D is this dataset's view already
         if self._data is None:
-            self._data = type(self.D)(self.D.chapter, self.D.data_dir, manifests=[self.manifest])
+            views = self.D.__dict__.setdefault("_run_views", {})
+            key = (self.host_id, self.run_id)
+            if key not in views or views[key].manifests[0] is not self.manifest:
+                views[key] = self.D.view([self.manifest])
+            self._data = views[key]
         return self._data
 
     def __getitem__(self, name: str):
+        """The rows of D[name] from this dataset, with their index: what the row filter
+        host_id == ... & run_id == ... keeps. Each table's row positions per dataset are found
+        once per D (one grouping, not two string comparisons over every host's rows per run)."""
         df = self.D[name]
         if df is None or len(df) == 0:
             return df
-        return df[(df["host_id"] == self.host_id) & (df["run_id"] == self.run_id)]
+        rows = self.D.__dict__.setdefault("_run_rows", {})
+        if name not in rows or rows[name][0] is not df:
+            rows[name] = (df, df.groupby(["host_id", "run_id"], sort=False, observed=True).indices)
+        at = rows[name][1].get((self.host_id, self.run_id))
+        return df.iloc[at] if at is not None else df.iloc[0:0]
 
     def __contains__(self, name: str) -> bool:
         return name in self.manifest["tables"]
@@ -104,6 +119,23 @@ def glued(run, compute) -> dict | None:
     return _GLUE_CACHE[key]
 
 
+def sections(*parts):
+    """The compute function (for glued, from_glue, per_host_note) of a chapter's prose values
+    made of its section functions `parts` (each D -> dict), merged in order. A chapter's
+    findings() is every section; its key findings need a few, and at fleet scale each dataset's
+    values are computed once, so a verdict computes only the sections its test reads. The
+    function is named by its sections, which keeps one verdict-store slot per choice."""
+    def compute(D) -> dict:
+        out = {}
+        for part in parts:
+            out.update(part(D))
+        return out
+    compute.__module__ = parts[0].__module__
+    compute.__qualname__ = "sections(" + ", ".join(p.__qualname__ for p in parts) + ")"
+    compute.__name__ = "sections"
+    return compute
+
+
 def per_host_note(D, compute, say) -> dict[str, list[str]]:
     """host_id -> [say(g)] from the newest counted dataset of each host (for a chapter's
     platform_notes), where glued(run, compute) gives values and say() does not fail."""
@@ -142,6 +174,7 @@ def from_glue(compute, decide):
         except (KeyError, ValueError, IndexError, TypeError):
             return None
     test.__name__ = getattr(decide, "__name__", "test")
+    test.compute, test.decide = compute, decide
     return test
 
 
@@ -176,9 +209,9 @@ def counted_runs(manifests) -> list:
     return sorted(counted or list(manifests), key=lambda m: m["run_id"])
 
 
-def _test(D, finding: Finding, m) -> Outcome | None:
+def _test(D, finding: Finding, m, run: Run | None = None) -> Outcome | None:
     try:
-        return finding.test(Run(D, m))
+        return finding.test(run or Run(D, m))
     except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
         raise RuntimeError(f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: "
                            f"{type(e).__name__}: {e}") from e
@@ -360,7 +393,8 @@ def outcomes(D, m) -> dict:
     keys = [f.key for f in findings]
 
     def make():
-        out = {f.key: _test(D, f, m) for f in findings}
+        run = Run(D, m)     # one view of the dataset for all of them (what they derive is shared)
+        out = {f.key: _test(D, f, m, run) for f in findings}
         return {k: None if o is None else [bool(o.holds), str(o.evidence)] for k, o in out.items()}
     got = stored(D, m, "outcomes", make, lambda v: _is_outcomes(v, keys))
     return {k: None if o is None else Outcome(o[0], o[1]) for k, o in got.items()}

@@ -46,6 +46,13 @@ class IostatData(Data):
         return {**{t: self[t] for t in ("intervals", "windows", "trace_windows", "trace_sample",
                                         "phases")}, "manifests": self.manifests}
 
+    def analysis(self) -> dict:
+        """findings.analyse of these datasets, once (the prose and a host's summary read it)."""
+        if "_analysis" not in self.__dict__:
+            from .findings import analyse
+            self._analysis = analyse(self.frames())
+        return self._analysis
+
 
 class IostatInternals(Chapter):
     name = "iostat_internals"

@@ -299,14 +299,14 @@ def host_summary(D) -> dict:
     well its counters agree with sysstat and with the tracepoints), the IOPS of its steady 1-s
     intervals per phase, and its phase summary."""
     import pandas as pd
-    A = analyse(D.frames())
+    A = D.analysis()
     if not A:
         return {}
     man, hid = A["manifest"], A["manifest"]["host"]["host_id"]
     row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
            "device": man["facts"].get("device", {}).get("name"),
            "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
-           "rounds": prose_values(A)["rounds"]}
+           "rounds": measured_rounds(A)}
     if "cmp" in A:
         c = A["cmp"]
         row.update({"intervals": len(A["ours"]), "values compared": len(c),
@@ -364,6 +364,13 @@ def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
     return compare_frame(st, by="host_id", value=value, baseline=base, within="phase")
 
 
+def measured_rounds(A: dict) -> str:
+    """How many rounds the dataset measured (its phases' rounds; else the parameter)."""
+    ph = A.get("phases")
+    return str(ph[ph["round"] >= 0]["round"].nunique() if ph is not None and len(ph)
+               else A["manifest"]["parameters"].get("rounds"))
+
+
 def prose_values(A: dict) -> dict[str, str]:
     """Every number the chapter's prose quotes, formatted, keyed by glue name."""
     man = A["manifest"]
@@ -385,10 +392,7 @@ def prose_values(A: dict) -> dict[str, str]:
     f.update(_device_values(man))
     f["hz"] = str(man["facts"].get("clock", {}).get("CONFIG_HZ"))
     f["phase_seconds"] = str(p["phase_seconds"])
-    ph_ = A.get("phases")
-    measured = (ph_[ph_["round"] >= 0]["round"].nunique() if ph_ is not None and len(ph_)
-                else p.get("rounds"))
-    f["rounds"] = str(measured)
+    f["rounds"] = measured_rounds(A)
     f["n_phases"] = str(len(p["phases"]))
     f["window_ms"] = _fmt(p["trace_window_s"] * 1000, 0)
     hz = man["facts"].get("clock", {}).get("CONFIG_HZ")

@@ -6,13 +6,13 @@ from ... import stats
 from .analysis import in_written_order
 from .figures import (plot_disagreement, plot_latency, plot_little, plot_saturation, plot_timeseries,
                       seed_table)
-from .findings import analyse, analyse_hosts, compare_hosts, host_overview, phase_summary_hosts, prose_values
+from .findings import analyse_hosts, compare_hosts, host_overview, phase_summary_hosts, prose_values
 from .spec import PHASES
 
 
 def analyse_all(D):
     """(A, AH): the quoted dataset's analysis, and every host's shown dataset's."""
-    return analyse(D.frames()), analyse_hosts(D)
+    return D.analysis(), analyse_hosts(D)
 
 
 def glue_values(D, A, AH) -> dict:

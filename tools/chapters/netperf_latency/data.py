@@ -12,7 +12,8 @@ from .spec import SCHED_PINS, SCHED_ROLES
 class NetperfData(Data):
     """D["runs"] in the order it was measured; D["hist"] with each bin's edges (lo_us, hi_us);
     D["sched"] per pinning mode and role in the collect order. The quoted dataset's frames:
-    D.R (its runs), D.H (its histogram), D.p (its parameters); D.ref, the seed's numbers."""
+    D.R (its runs), D.H (its histogram), D.ladder (its pooled percentiles), D.p (its
+    parameters); D.ref, the seed's numbers."""
 
     def prepare(self, name: str, df):
         if name == "runs":
@@ -32,6 +33,12 @@ class NetperfData(Data):
     @cached_property
     def H(self):
         return self.of_quoted(self["hist"])
+
+    @cached_property
+    def ladder(self):
+        """analysis.ladder of the quoted dataset (several sections read it; not to be changed)."""
+        from .analysis import ladder
+        return ladder(self.R, self.H)
 
     @property
     def p(self) -> dict:

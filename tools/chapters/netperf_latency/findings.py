@@ -118,7 +118,7 @@ def decades(D) -> dict:
 
 def distribution(D) -> dict:
     """The pooled ladder per cell, the tail, and the cell with the largest P99.9."""
-    lad = A.ladder(D.R, D.H)
+    lad = D.ladder
     L = lad.set_index(["path", "proto", "pin"])
     out = {f"{path}_{proto}_{pin}_{c}": f1(r[c]) for (path, proto, pin), r in L.iterrows()
            for c in ("P50", "P99", "max")}
@@ -158,7 +158,7 @@ def spread(lad) -> dict:
 
 def pinning(D) -> dict:
     """Each pinning mode against none: ratios, rank tests, the unpinned runs' spread."""
-    lad = A.ladder(D.R, D.H)
+    lad = D.ladder
     out = {}
     for _, r in A.pin_effect(lad).iterrows():
         out[f"pin_{r.path}_{r.proto}_{r.pin}_p50"] = f"{r.P50_vs_none:.2f}"

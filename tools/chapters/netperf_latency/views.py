@@ -27,7 +27,7 @@ def ladder(D):
 
 
 def pin_effect(D):
-    return A.pin_effect(A.ladder(D.R, D.H)).round(2)
+    return A.pin_effect(D.ladder).round(2)
 
 
 def _compact(t, keys: list[str]):

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from ...findings import Finding, Outcome, from_glue, num
+from .findings import values
 
-
-def _g(D):
-    from . import findings
-    return findings(D)
+# what the tests below read: the quoted dataset's values without the per-host caveats (which
+# read every host's values through the same function, so each dataset's are computed once)
+_g = values
 
 
 def skew(run):

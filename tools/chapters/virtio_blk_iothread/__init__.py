@@ -129,7 +129,7 @@ class VirtioBlkIothread(Chapter):
 
     def platform_notes(self, D):
         from ...findings import per_host_note
-        return per_host_note(D, analysis.findings, lambda g: f"its QEMU guests ran under {g['accel']}")
+        return per_host_note(D, analysis.accel, lambda g: f"its QEMU guests ran under {g['accel']}")
 
 
 VirtioBlkIothread.key_findings = KEY_FINDINGS

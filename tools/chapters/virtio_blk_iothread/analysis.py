@@ -135,14 +135,25 @@ def _fmt_eff(r) -> str:
             f"n = {int(r.n_a)} and {int(r.n_b)})")
 
 
+def quoted_boots(D):
+    """The quoted dataset's boots."""
+    return table(D, "boots")[table(D, "boots").dataset == dataset_key(D.quoted)]
+
+
+def accel(D) -> dict:
+    """The quoted dataset's accelerator (the platform note reads this alone)."""
+    boots = quoted_boots(D)
+    return {"accel": ", ".join(sorted(set(boots.accel))) or "n/a",
+            "accel_note": boots.accel_note.iloc[0] if len(boots) else ""}
+
+
 def findings(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     q = D.quoted
     ds, p = dataset_key(q), q["parameters"]
-    boots = table(D, "boots")[table(D, "boots").dataset == ds]
+    boots = quoted_boots(D)
     f = {"n_datasets": len(D), "n_hosts": len(D.hosts), "newest_host": q.host_id, "newest_date": q["started"][:10],
-         "accel": ", ".join(sorted(set(boots.accel))) or "n/a", "accel_note": boots.accel_note.iloc[0] if len(boots) else "",
-         "qemu_version": boots.qemu_version.iloc[0] if len(boots) else "n/a", "n_boots": len(boots),
+         **accel(D), "qemu_version": boots.qemu_version.iloc[0] if len(boots) else "n/a", "n_boots": len(boots),
          "boot_s": f"{boots.boot_seconds.median():.1f}" if len(boots) else "n/a",
          "queues": ", ".join(str(x) for x in sorted(set(boots.queues))), "guest_cpus": p["guest_cpus"],
          "p_runtime_ms": p["runtime_ms"], "p_repeats": p["repeats"], "p_cache": p["cache"], "p_aio": p["aio"],

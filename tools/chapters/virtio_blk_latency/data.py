@@ -30,12 +30,12 @@ class VirtioData(Data):
 
     # -- the quoted dataset ------------------------------------------------------------
     def _quoted_rows(self, name: str):
-        """Table `name` of the quoted dataset alone, from its own files (own_view): a fleet's
+        """Table `name` of the quoted dataset alone, from its own files (Data.view): a fleet's
         notebook reads one requests table, not one per host."""
         q = self.quoted
         if q is None or self._only is not None:
             return self.of_quoted(self[name])
-        return self.own_view([q])[name]
+        return self.view([q], own_files=True)[name]
 
     @cached_property
     def req(self):

@@ -177,13 +177,20 @@ def aio_modes(D) -> dict:
            "qaio_verdicts": "; ".join(cq.verdict) if len(cq) else "too few boots to test",
            "seed_aio_threads": f"{sa['threads']:.1f}", "seed_aio_native": f"{sa['native']:.1f}",
            "seed_aio_gain": f"{sa['threads'] - sa['native']:.1f}"}
-    for r in V.syscalls(D).to_dict("records"):
-        out[f"sys_{r['aio']}_call"] = r["syscall"]
-        out[f"sys_{r['aio']}_us"] = f"{r['median (µs)']:.1f}"
+    out.update(syscalls(D))
     ms = ref[ref.kind == "measure"].set_index("item")["value"].astype(float)
     out["seed_io_submit_us"] = f"{ms['vcpu_io_submit_mean']:.0f}"
     out.update(aio_power(D))
     out.update(syscall_inflation(D))
+    return out
+
+
+def syscalls(D) -> dict:
+    """Each aio mode's submitting system call and its median time (traced boots)."""
+    out = {}
+    for r in V.syscalls(D).to_dict("records"):
+        out[f"sys_{r['aio']}_call"] = r["syscall"]
+        out[f"sys_{r['aio']}_us"] = f"{r['median (µs)']:.1f}"
     return out
 
 

@@ -120,9 +120,9 @@ VirtioFeatures.key_findings = KEY_FINDINGS
 
 
 def _platform_notes(self, D):
-    from ...findings import per_host_note
-    from .claims import _g
-    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel_used']}"
+    from ...findings import per_host_note, sections
+    from .analysis import boot_findings
+    return per_host_note(D, sections(boot_findings), lambda g: f"its QEMU guests ran under {g['accel_used']}"
                          + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
 
 
