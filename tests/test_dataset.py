@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tools import dataset, hostinfo, lock
+from tools import dataset, hostinfo, lock, validation
 from tools.dataset import load_manifest, table_path
 from tools.errors import DatasetError
 
@@ -265,27 +265,54 @@ def test_validation_reads_a_dataset_again_only_when_its_files_change(tmp_path, m
     from tools import findings
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     run = _copy_committed(tmp_path)
-    calls, real = [], dataset.read_table
-    monkeypatch.setattr(dataset, "read_table", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
+    calls, real = [], validation.read_table
+    monkeypatch.setattr(validation, "read_table", lambda *a, **k: calls.append(a[1]) or real(*a, **k))
     monkeypatch.setattr(findings, "_MEMO", {})
-    assert dataset.validate_all(tmp_path, names={"trace_overhead"}) == 1
+    assert validation.validate_all(tmp_path, names={"trace_overhead"}) == 1
     read = len(calls)
     assert read == len(load_manifest(run)["tables"]) > 0
     findings._MEMO.clear()                       # another process: only what build/ holds
-    assert dataset.validate_all(tmp_path, names={"trace_overhead"}) == 1
+    assert validation.validate_all(tmp_path, names={"trace_overhead"}) == 1
     assert len(calls) == read                    # nothing read again
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
-    dataset.validate_all(tmp_path, names={"trace_overhead"})
+    validation.validate_all(tmp_path, names={"trace_overhead"})
     assert len(calls) == 2 * read                # the switch reads everything
     monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
     p = table_path(run, "samples")               # a table cut short after it passed
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
     with pytest.raises(DatasetError, match="malformed CSV") as e:
-        dataset.validate_all(tmp_path, names={"trace_overhead"})
+        validation.validate_all(tmp_path, names={"trace_overhead"})
     assert str(p) in str(e.value)
     (run / "manifest.json").write_text("{")      # the manifest is checked every time
     with pytest.raises(DatasetError, match="not valid JSON"):
-        dataset.validate_all(tmp_path, names={"trace_overhead"})
+        validation.validate_all(tmp_path, names={"trace_overhead"})
+
+
+def test_many_datasets_are_read_side_by_side_and_the_first_problem_in_order_is_told(tmp_path, monkeypatch):
+    """A fleet's first validation reads its datasets in worker processes; what it says is what
+    reading them one by one says: the count, or the first broken table in the book's order."""
+    import shutil
+
+    from tools.chapters import CHAPTERS
+    from tools.dataset import list_runs
+    monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
+    data = tmp_path / "data"
+    runs = []
+    for ch in CHAPTERS:
+        for src in list_runs(ch.name):
+            runs.append(data / "runs" / src.parent.parent.name / ch.name / src.name)
+            shutil.copytree(src, runs[-1])
+    assert len(runs) >= 8, "too few committed datasets to read side by side"
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    assert validation.validate_all(data) == len(runs)
+    broken = []
+    for run in (runs[3], runs[-2]):                  # two broken tables; the earlier one is told
+        p = table_path(run, next(iter(load_manifest(run)["tables"])))
+        p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        broken.append(p)
+    with pytest.raises(DatasetError) as e:
+        validation.validate_all(data)
+    assert str(broken[0]) in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_cut_compressed_table_is_one_line_that_names_it(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT
 from tools import hosts, identity
-from tools.dataset import validate_all
+from tools.validation import validate_all
 from tools.errors import DatasetError
 
 KEY = "h-1db0cee60199"  # one machine-id, as every clone of this project's image has

@@ -8,7 +8,8 @@ import pytest
 
 from conftest import ROOT
 from tools import hosts, identity, synthfleet
-from tools.dataset import load_manifest, read_table, validate_all
+from tools.dataset import load_manifest, read_table
+from tools.validation import validate_all
 from tools.errors import PerfbookError
 from tools.dataset import table_path
 

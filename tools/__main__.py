@@ -184,7 +184,7 @@ def cmd_refresh(args) -> int:
     from .chapters import CHAPTERS, PAGES, by_name
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
     from nbclient.exceptions import CellExecutionError
-    from .dataset import validate_all
+    from .validation import validate_all
     if not args.validated:
         # a corrupt dataset: one line that names the file, before any notebook runs (a page reads
         # all); in this one process: in each child it would import every chapter's code again
@@ -344,7 +344,7 @@ def cmd_compact(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .dataset import validate_all
+    from .validation import validate_all
     n = validate_all(Path(args.data_dir) if args.data_dir else None)
     print(f"{n} datasets under {args.data_dir or 'data'}/runs load and match their manifests")
     return 0

@@ -8,7 +8,7 @@ fails, with one line per problem and exit status 1, when the change since BASE
 
 * modifies, deletes or renames a file of an existing dataset;
 * adds a file to an existing dataset;
-* adds a dataset that does not validate (tools.dataset.validate_all: JSON, schemas, row
+* adds a dataset that does not validate (tools.validation.validate_all: JSON, schemas, row
   counts, a run id reused under one host, a host id that does not follow from its machine
   facts, or one host id carried by two machines).
 
@@ -52,7 +52,7 @@ def problems(base: str) -> list[str]:
                        "immutable; add a new dataset instead")
         elif ds in base_sets:
             out.append(f"{path}: added to the existing dataset {ds}; datasets are immutable")
-    from .dataset import validate_all
+    from .validation import validate_all
     try:
         validate_all()
     except PerfbookError as e:

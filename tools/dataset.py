@@ -13,7 +13,6 @@ import os
 import stat
 from pathlib import Path
 
-from . import identity
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -349,51 +348,6 @@ def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=No
             _table_cache.pop(next(iter(_table_cache)))
     _table_cache[key] = hit      # the most recently used last
     return hit
-
-
-def validate_all(data_dir: Path | None = None, names=None) -> int:
-    """Load every dataset of every chapter (or of the chapters `names`) and every table,
-    checked against the chapter's schemas (DatasetError on the first problem); returns the
-    number of datasets checked.
-
-    A dataset whose tables passed before, with the same files and the same code, is not read
-    again: its pass is kept in the verdict store (tools.findings.stored, slot 'valid'), whose key
-    covers the dataset's files and the code. Its manifest is always checked."""
-    from types import SimpleNamespace
-
-    from .chapters import CHAPTERS
-    from .findings import stored
-    n, seen = 0, []
-    for ch in CHAPTERS:
-        if names is not None and ch.name not in names:
-            continue
-        mod = ch.load()
-        schemas = getattr(mod, "tables", {})
-        D = SimpleNamespace(chapter=mod, data_dir=data_dir)
-        for run in list_runs(ch.name, data_dir):
-            man = load_manifest(run)
-            if man["chapter"] != ch.name:
-                raise DatasetError(f"{run / MANIFEST}: chapter {man['chapter']!r} in the directory of {ch.name}")
-            why = identity.check(man)
-            if why:
-                raise DatasetError(f"{run / MANIFEST}: {why}")
-            for table in man["tables"]:
-                if table_path(run, table) is None:
-                    raise DatasetError(f"{table_name(run, table)}: listed in its manifest but missing")
-                if schemas and table not in schemas:
-                    raise DatasetError(f"{table_name(run, table)}: not a table the {ch.name} chapter declares")
-
-            def read_every_table(run=run, man=man):
-                for table in man["tables"]:
-                    read_table(run, table, man, schemas.get(table))
-                return True
-            stored(D, man, "valid", read_every_table, lambda v: v is True)
-            seen.append(man)
-            n += 1
-    for hid, what in identity.clashes(seen).items():
-        raise DatasetError(f"{runs_dir(data_dir) / hid}: its datasets disagree on {'; '.join(what)}: "
-                           "one host id given to two machines (PERFBOOK_HOST_ID?); give each its own")
-    return n
 
 
 def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
