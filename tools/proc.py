@@ -23,6 +23,22 @@ def usable_cpus(cap: int = 4) -> int:
     return max(1, min(cap, len(os.sched_getaffinity(0))))
 
 
+def fork_pool(initializer=None, initargs: tuple = ()):
+    """A ProcessPoolExecutor of usable_cpus() forked workers (they inherit what the parent has
+    loaded, and start in milliseconds), each killed by the kernel if we die (die_with_parent),
+    then set up by initializer(*initargs)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    return ProcessPoolExecutor(usable_cpus(), mp_context=multiprocessing.get_context("fork"),
+                               initializer=_worker_start, initargs=(initializer, initargs))
+
+
+def _worker_start(initializer, initargs) -> None:
+    die_with_parent()
+    if initializer is not None:
+        initializer(*initargs)
+
+
 def die_with_parent() -> None:
     """preexec_fn for subprocess.Popen: in the child, before exec, ask the kernel to SIGKILL
     it when the thread that started it dies (prctl PR_SET_PDEATHSIG), even if that process

@@ -107,11 +107,10 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
     `source` (default: the book's data/); returns their host ids. The hosts are drawn in
     order from one seeded generator, then written side by side, one process per CPU (xz
     compression is most of the time), so the same seed gives the same fleet."""
-    import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_EXCEPTION, wait
 
     from .chapters import CHAPTERS
-    from .proc import usable_cpus
+    from .proc import fork_pool
     dest = Path(dest)
     _refuse_book_data(dest)
     rng = random.Random(seed)
@@ -138,8 +137,7 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
             jobs.append((src, run, factor, man["tables"], chapter, json.dumps(man, indent=1, sort_keys=True) + "\n"))
         ids.append(host["host_id"])
         hosts.append(jobs)
-    with ProcessPoolExecutor(usable_cpus(), mp_context=multiprocessing.get_context("fork"),
-                             initializer=_worker_start, initargs=(schemas,)) as pool:
+    with fork_pool(_worker_start, (schemas,)) as pool:
         pending = {pool.submit(_make_host, jobs) for jobs in hosts}
         done_n = 0
         try:

@@ -3,6 +3,7 @@ schemas before a refresh publishes anything (one line naming the file on the fir
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from . import identity
 from .dataset import MANIFEST, list_runs, load_manifest, read_table, table_name, table_path
@@ -41,7 +42,7 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
                 if schemas and table not in schemas:
                     raise DatasetError(f"{table_name(run, table)}: not a table the {ch.name} chapter declares")
             try:
-                stored(_Checked(mod, data_dir), man, "valid", _unread, lambda v: v is True)
+                stored(_checked(mod, data_dir), man, "valid", _unread, lambda v: v is True)
             except _Unread:
                 unread.append((ch.name, run))
             seen.append(man)
@@ -61,11 +62,9 @@ def _unread():
     raise _Unread
 
 
-class _Checked:
-    """The part of a Data the verdict store reads (chapter and data directory)."""
-
-    def __init__(self, chapter, data_dir):
-        self.chapter, self.data_dir = chapter, data_dir
+def _checked(chapter, data_dir):
+    """The part of a Data the verdict store reads (its chapter and data directory)."""
+    return SimpleNamespace(chapter=chapter, data_dir=data_dir)
 
 
 def _check_tables(chapter: str, run: Path, data_dir) -> str | None:
@@ -82,7 +81,7 @@ def _check_tables(chapter: str, run: Path, data_dir) -> str | None:
             read_table(run, table, man, schemas.get(table))
         return True
     try:
-        stored(_Checked(mod, data_dir), man, "valid", read_every_table, lambda v: v is True)
+        stored(_checked(mod, data_dir), man, "valid", read_every_table, lambda v: v is True)
     except DatasetError as e:
         return str(e)
     return None
@@ -94,12 +93,8 @@ def _read_unread(unread: list, data_dir) -> None:
     if len(unread) < 8:
         problems = [_check_tables(c, r, data_dir) for c, r in unread]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        from .proc import die_with_parent, usable_cpus
-        with ProcessPoolExecutor(usable_cpus(), mp_context=multiprocessing.get_context("fork"),
-                                 initializer=die_with_parent) as pool:
+        from .proc import fork_pool
+        with fork_pool() as pool:
             problems = list(pool.map(_check_tables, [c for c, _ in unread], [r for _, r in unread],
                                      [data_dir] * len(unread), chunksize=4))
     for problem in problems:
