@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ROOT
 from tools import catalog, dataset
+from tools.dataset import Data
 from tools import findings as F
 from tools.chapters import CHAPTERS, by_name
 from tools.dataset import Manifest
@@ -35,9 +36,12 @@ class _Data:
         self.manifests = [Manifest({"run_id": r, "host": {"host_id": h}, "profile": profiles.get((h, r)),
                                     "tables": ["t"]}) for h, r in dict.fromkeys((h, r) for h, r, _ in rows)]
         self.table = pd.DataFrame(rows, columns=["host_id", "run_id", "x"])
+        self._rows = {}
 
     def __getitem__(self, name):
         return self.table
+
+    rows_of = Data.rows_of    # what a finding's Run[name] reads
 
     @property
     def hosts(self):

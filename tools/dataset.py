@@ -454,6 +454,8 @@ class Data:
         self._own_files = False      # a view that reads its datasets' files alone (view())
         self._tables: dict = {}
         self._source: dict = {}      # table -> _table_rows of every dataset, shared with views
+        self._views: dict = {}       # (host, run) -> view_of()
+        self._rows: dict = {}        # table -> (frame, {(host, run): row positions}): rows_of()
 
     @classmethod
     def load(cls, chapter, data_dir=None):
@@ -492,6 +494,32 @@ class Data:
         view._source = self._source
         view._own_files = own_files
         return view
+
+    def view_of(self, m):
+        """The view of dataset m alone (view([m])), one per dataset: whoever reads a dataset's
+        values (the key findings, the platform note, a chapter's per-host reductions) shares
+        it and what it derives (its cached properties). This Data, if it is that view."""
+        key = (m.host_id, m["run_id"])
+        if self._only == {key}:
+            return self
+        v = self._views.get(key)
+        if v is None or v.manifests[0] is not m:
+            v = self._views[key] = self.view([m])
+        return v
+
+    def rows_of(self, name: str, key: tuple):
+        """The rows of self[name] from dataset key = (host_id, run_id), with their index: what
+        the row filter host_id == ... & run_id == ... keeps. Each table's row positions per
+        dataset are found once (one grouping, not two string comparisons over every host's
+        rows per dataset)."""
+        df = self[name]
+        if df is None or len(df) == 0:
+            return df
+        hit = self._rows.get(name)
+        if hit is None or hit[0] is not df:
+            hit = self._rows[name] = (df, df.groupby(["host_id", "run_id"], sort=False, observed=True).indices)
+        at = hit[1].get(key)
+        return df.iloc[at] if at is not None else df.iloc[0:0]
 
     def _whole_loaded(self, name: str, schema) -> bool:
         return any(k[:4] == (self.chapter.name, name, str(runs_dir(self.data_dir)), schema) and k[-1] is None

@@ -52,32 +52,15 @@ class Run:
 
     @property
     def data(self):
-        """The chapter's Data (its own subclass) holding this dataset only: the chapter's
-        analysis functions run on it unchanged, and its `quoted` is this run. One per dataset
-        and D: the key findings, the platform note and a chapter's per-host reductions of a
-        dataset share it, and what it derives once (its cached properties)."""
-        if self._data is None and getattr(self.D, "_only", None) == {(self.host_id, self.run_id)}:
-            self._data = self.D          # D is this dataset's view already
+        """The chapter's Data (its own subclass) holding this dataset only (Data.view_of): the
+        chapter's analysis functions run on it unchanged, and its `quoted` is this run."""
         if self._data is None:
-            views = self.D.__dict__.setdefault("_run_views", {})
-            key = (self.host_id, self.run_id)
-            if key not in views or views[key].manifests[0] is not self.manifest:
-                views[key] = self.D.view([self.manifest])
-            self._data = views[key]
+            self._data = self.D.view_of(self.manifest)
         return self._data
 
     def __getitem__(self, name: str):
-        """The rows of D[name] from this dataset, with their index: what the row filter
-        host_id == ... & run_id == ... keeps. Each table's row positions per dataset are found
-        once per D (one grouping, not two string comparisons over every host's rows per run)."""
-        df = self.D[name]
-        if df is None or len(df) == 0:
-            return df
-        rows = self.D.__dict__.setdefault("_run_rows", {})
-        if name not in rows or rows[name][0] is not df:
-            rows[name] = (df, df.groupby(["host_id", "run_id"], sort=False, observed=True).indices)
-        at = rows[name][1].get((self.host_id, self.run_id))
-        return df.iloc[at] if at is not None else df.iloc[0:0]
+        """The rows of D[name] from this dataset, with their index (Data.rows_of)."""
+        return self.D.rows_of(name, (self.host_id, self.run_id))
 
     def __contains__(self, name: str) -> bool:
         return name in self.manifest["tables"]
