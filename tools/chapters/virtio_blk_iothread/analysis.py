@@ -137,12 +137,14 @@ def _fmt_eff(r) -> str:
 
 def quoted_boots(D):
     """The quoted dataset's boots."""
-    return table(D, "boots")[table(D, "boots").dataset == dataset_key(D.quoted)]
+    boots = table(D, "boots")
+    return boots[boots.dataset == dataset_key(D.quoted)]
 
 
-def accel(D) -> dict:
-    """The quoted dataset's accelerator (the platform note reads this alone)."""
-    boots = quoted_boots(D)
+def accel(D, boots=None) -> dict:
+    """The quoted dataset's accelerator (the platform note reads this alone), from its boots
+    (quoted_boots, when the caller has them)."""
+    boots = quoted_boots(D) if boots is None else boots
     return {"accel": ", ".join(sorted(set(boots.accel))) or "n/a",
             "accel_note": boots.accel_note.iloc[0] if len(boots) else ""}
 
@@ -153,7 +155,7 @@ def findings(D) -> dict:
     ds, p = dataset_key(q), q["parameters"]
     boots = quoted_boots(D)
     f = {"n_datasets": len(D), "n_hosts": len(D.hosts), "newest_host": q.host_id, "newest_date": q["started"][:10],
-         **accel(D), "qemu_version": boots.qemu_version.iloc[0] if len(boots) else "n/a", "n_boots": len(boots),
+         **accel(D, boots), "qemu_version": boots.qemu_version.iloc[0] if len(boots) else "n/a", "n_boots": len(boots),
          "boot_s": f"{boots.boot_seconds.median():.1f}" if len(boots) else "n/a",
          "queues": ", ".join(str(x) for x in sorted(set(boots.queues))), "guest_cpus": p["guest_cpus"],
          "p_runtime_ms": p["runtime_ms"], "p_repeats": p["repeats"], "p_cache": p["cache"], "p_aio": p["aio"],
