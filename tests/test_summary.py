@@ -4,11 +4,12 @@ intervals are (tools.summary.repetition_cost / cost_text / cost_lines)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
-from conftest import fake_manifest
+from conftest import ROOT, fake_manifest
 
 from test_stats import FakeClock as Clock
 from tools import stats, summary
@@ -60,6 +61,16 @@ def test_every_chapter_has_a_plan_and_the_plans_keep_the_issue_19_targets():
     assert sum(p["default"] for p in plans) <= 380
     assert sum(p["quick"] for p in plans) <= 150
     assert all(p["quick"] < p["default"] for p in plans)
+
+
+def test_each_notebook_tells_its_reader_the_plan_of_each_profile():
+    """The parameters cell's comment ('"quick" (~N s here), "default" (~M s)') is what a reader
+    choosing a profile sees: it quotes the chapter's plan_s, not an older figure."""
+    for ch in CHAPTERS:
+        text = (ROOT / "chapters" / f"{ch.name}.ipynb").read_text()
+        said = re.findall(r'\\"quick\\" \(~(\d+) s here\), \\"default\\" \(~(\d+) s\)', text)
+        plan = ch.load().plan_s
+        assert said == [(str(plan["quick"]), str(plan["default"]))], (ch.name, said, plan)
 
 
 def test_cost_of_a_budget_stopped_and_a_fixed_rounds_experiment(tmp_path):
