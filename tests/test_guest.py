@@ -162,9 +162,17 @@ def test_auto_accel_falls_back_and_labels(monkeypatch, tmp_path):
     r4.run("true")
     assert calls[-2:] == [("kvm", 10.0), ("tcg", None)]
     monkeypatch.setattr(guest, "kvm_usable", lambda: (False, "/dev/kvm is missing"))
-    r2 = guest.Runner(accel="auto")
+    monkeypatch.setattr(guest, "_KVM_SKIP_TOLD", set())
+    said = []
+    r2 = guest.Runner(accel="auto", progress=said.append)
     r2.scratch, r2.artefacts = tmp_path, {"dir": str(tmp_path)}
     assert r2.run("true").accel_note == "TCG fallback: /dev/kvm is missing"
+    # the progress says once why KVM was not tried (a PVM host's reader sees why TCG)
+    r5 = guest.Runner(accel="auto", progress=said.append)
+    r5.scratch, r5.artefacts = tmp_path, {"dir": str(tmp_path)}
+    r5.run("true")
+    assert [s for s in said if s.startswith("KVM not tried")] == \
+        ["KVM not tried: /dev/kvm is missing; the guests run under TCG"]
 
 def test_kvm_usable_knows_pvm_cannot_boot_our_kernel(monkeypatch, tmp_path):
     """PVM (kvm_pvm without kvm_intel/kvm_amd) boots only PVM-enabled guests: no KVM attempt."""

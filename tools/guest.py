@@ -315,6 +315,7 @@ class BootTimeout(PerfbookError):
 
 
 _KVM_TIMED_OUT: dict[tuple[str, str], tuple[float, str]] = {}
+_KVM_SKIP_TOLD: set[str] = set()    # why KVM was not tried, said once per process
 
 
 class Runner:
@@ -466,6 +467,9 @@ class Runner:
             if ok and failed and self.kvm_boot_timeout <= failed[0]:
                 ok, why = False, f"{failed[1]} (an earlier guest of this run; not retried)"
                 self.say(f"KVM not tried: {why}")
+            elif not ok and why not in _KVM_SKIP_TOLD:   # e.g. a PVM /dev/kvm: say why TCG
+                _KVM_SKIP_TOLD.add(why)
+                self.say(f"KVM not tried: {why}; the guests run under TCG")
             accels = [("kvm", "KVM: the guest booted within "
                        f"{self.kvm_boot_timeout:.0f} s")] if ok else []
             accels.append(("tcg", "TCG fallback: " + (why if not ok else "")))
