@@ -48,19 +48,20 @@ STEPS = [
 ]
 
 
-def decompose(samples):
+def decompose(samples, keys=None):
     """Differences between mechanisms that isolate one step each (ns per call).
 
     `samples` are one dataset's batches. Each step is compared with tools.stats.compare
     (Hodges-Lehmann shift with its 95 % CI, Mann-Whitney p); the verdict says "not
-    significant" where the two mechanisms can't be told apart.
+    significant" where the two mechanisms can't be told apart. `keys`: only those steps
+    (a key finding reads one; each comparison sorts every pair of batches).
     """
     import math
     import pandas as pd
     from ...stats import compare
     by = {m: g["ns_per_call"].to_numpy() for m, g in samples.groupby("mechanism")}
     rows = []
-    for key, step, expr in STEPS:
+    for key, step, expr in STEPS if keys is None else [s for s in STEPS if s[0] in keys]:
         a, b = (x.strip() for x in expr.split("-"))
         row = {"key": key, "step": step, "computed as": expr, "ns": math.nan,
                "ci_low": math.nan, "ci_high": math.nan, "p_value": math.nan, "verdict": "not measured"}
