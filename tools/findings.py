@@ -69,6 +69,21 @@ class Run:
         return self.D.reference(name, dtype)
 
 
+def per_run(fn):
+    """fn(run) worked out once per Run: a value several of a dataset's key findings read
+    (outcomes() hands them all one Run). Kept while the Run lives."""
+    import functools
+    import weakref
+    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(fn)
+    def once(run):
+        if run not in memo:
+            memo[run] = fn(run)
+        return memo[run]
+    return once
+
+
 _GLUE_CACHE: dict = {}
 
 

@@ -1,22 +1,17 @@
 """Key findings of the trace-overhead chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-import weakref
-
-from ...findings import Finding, Outcome
+from ...findings import Finding, Outcome, per_run
 from .analysis import decompose, published_current, summary_table
 
 
-_MEDIANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
+@per_run
 def _medians(run):
-    """Each mechanism's median ns per call in this dataset, worked out once for all of its
-    key findings (tools.findings.outcomes hands them one Run)."""
-    if run not in _MEDIANS:
-        s = run["samples"]
-        _MEDIANS[run] = None if s is None or s.empty else summary_table(s).set_index("mechanism")["median"]
-    return _MEDIANS[run]
+    """Each mechanism's median ns per call in this dataset (once for all its key findings)."""
+    s = run["samples"]
+    if s is None or s.empty:
+        return None
+    return summary_table(s).set_index("mechanism")["median"]
 
 
 def _seed(run):

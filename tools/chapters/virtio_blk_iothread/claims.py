@@ -1,7 +1,7 @@
 """Key findings of the virtio_blk_iothread chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-from ...findings import Finding, Outcome
+from ...findings import Finding, Outcome, per_run
 from .analysis import table
 
 
@@ -10,13 +10,16 @@ def _eff(r) -> str:
 
 
 def _effect(run, job: str, storm: bool = False):
+    """effects() of one job (its rows alone: each job's comparison is its own)."""
     from .analysis import effects
-    e = effects(table(run.data, "fio"))
-    e = e[(e.job == job) & (e.storm == storm)] if len(e) else e
+    fio = table(run.data, "fio")
+    e = effects(fio[(fio.job == job) & (fio.storm == storm)] if len(fio) else fio)
     return e.iloc[0] if len(e) else None
 
 
+@per_run
 def _rates(run):
+    """CPU seconds per second of each thread class, outside the storm (two findings read it)."""
     from .analysis import cpu_rates
     t = table(run.data, "threads")
     return cpu_rates(t[~t.storm]) if len(t) else None
