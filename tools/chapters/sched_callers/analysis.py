@@ -65,15 +65,16 @@ def callers_wide(D, workload: str, n: int = 10, dataset: str | None = None):
     return w.loc[w.mean(axis=1).sort_values(ascending=False).index[:n]].round(1)
 
 
-def agreement(D, dataset: str | None = None, n: int = 10):
-    """Per workload and pair of tracers: Spearman's rho and Kendall's tau between their caller
-    shares, over the union of each one's n top callers (a caller one tracer never saw: 0)."""
+def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None = None):
+    """Per workload (or the one given) and pair of tracers: Spearman's rho and Kendall's tau
+    between their caller shares, over the union of each one's n top callers (a caller one
+    tracer never saw: 0)."""
     import itertools
     import pandas as pd
     from scipy import stats as st
     c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
-    c = c[c.dataset == ds].assign(caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)])
+    c = c[(c.dataset == ds) & ((c.workload == workload) if workload else True)].assign(caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)])
     rows = []
     for wl, g in c.groupby("workload"):
         shares = g.pivot_table(index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0)

@@ -1,7 +1,7 @@
 """Key findings of the sched_callers chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-from ...findings import Finding, Outcome
+from ...findings import Finding, Outcome, per_run
 from . import analysis as A
 
 
@@ -27,8 +27,7 @@ def idle_not_schedule(run):
 
 def tracers_agree(run):
     D = _D(run)
-    ag = A.agreement(D)
-    ag = ag[ag.workload == "hackbench"]
+    ag = A.agreement(D, workload="hackbench")
     if ag.empty:
         return None
     worst = ag.sort_values("kendall").iloc[0]
@@ -51,7 +50,9 @@ def seed_top_hackbench(run):
                                                            for t, (c, s) in tops.items()))
 
 
+@per_run
 def _slowdowns(run):
+    """Each tracer's effect on hackbench's time (two findings read it)."""
     D = _D(run)
     pe = A.probe_effect(D["runs"])
     if "rel_shift" not in pe.columns:
