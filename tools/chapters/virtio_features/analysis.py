@@ -11,7 +11,7 @@ from .bits import SOURCES
 from .decode import cache_type_from_features, decode, diff, table_rows
 from .parse import bits_from_dump, blocks_from_dump, devices_from_dump
 from .analysis_guest import (accel_findings, block_matrix, changes_table, guest_findings,  # noqa: F401
-                             guest_summary, guest_view, option_findings, quoted, type_matrix)
+                             guest_rules, guest_summary, guest_view, option_findings, quoted, type_matrix)
 
 HOST_COLUMNS = ["device", "type", "driver", "status_flags", "n_chars", "n_set", "names", "unknown_bits"]
 RENAME = {"status_flags": "status", "n_chars": "chars", "n_set": "bits set"}

@@ -112,6 +112,25 @@ def type_matrix(D):
 
 def guest_findings(D) -> dict:
     """What the prose says about the guests' disks and the two matrices."""
+    out = guest_rules(D)
+    changed = changes_table(D)
+    same = changed[(changed["added"] == "-") & (changed["removed"] == "-")] if not changed.empty else changed
+    M, H = block_matrix(D), type_matrix(D)
+    hb = quoted(D, D.bits, "host")
+    hb = hb[hb.type == "block"] if len(hb) else hb
+    miss = [n for n in ("GEOMETRY", "CONFIG_WCE") if n not in set(hb.get("name", ()))]
+    return {**out, "n_no_change": len(same),
+            "no_change_list": ", ".join(f"{r.config} ({r.cache_type})" for r in same.itertuples()) or "none",
+            "hm_rows": len(M), "hm_cols": M.shape[1], "all_rows": len(H),
+            "host_vs_qemu": (f"This host's disk lacks {' and '.join(miss)}, which QEMU's virtio-blk offers by "
+                             "default, so this machine's virtual disk is not QEMU's virtio-blk."
+                             if miss and not hb.empty else
+                             "This host's disk has the bits QEMU's virtio-blk always offers.")}
+
+
+def guest_rules(D) -> dict:
+    """The guests' disks: what each configuration's cache type and negotiated bits say (the
+    key findings read these alone, without the matrices)."""
     gb, per, order, _ = guest_view(D)
     out = {"n_rule_checked": 0, "n_rule_ok": 0, "n_writable": 0, "n_cwce": 0, "wt_cache": "-",
            "wt_flush": "no", "wtn_cache": "-", "wtn_flush": "no", "scsi_taken": "no", "mq_q": "-"}
@@ -130,19 +149,7 @@ def guest_findings(D) -> dict:
             "scsi_taken": "yes" if "SCSI" in per.get("legacy+scsi=on", set()) else "no",
             "mq_q": ", ".join(f"{c}: {int(wt.loc[c, 'nr_queues'])}" for c in order
                               if c.startswith("smp2:")) or "-"})
-    changed = changes_table(D)
-    same = changed[(changed["added"] == "-") & (changed["removed"] == "-")] if not changed.empty else changed
-    M, H = block_matrix(D), type_matrix(D)
-    hb = quoted(D, D.bits, "host")
-    hb = hb[hb.type == "block"] if len(hb) else hb
-    miss = [n for n in ("GEOMETRY", "CONFIG_WCE") if n not in set(hb.get("name", ()))]
-    return {**out, "n_no_change": len(same),
-            "no_change_list": ", ".join(f"{r.config} ({r.cache_type})" for r in same.itertuples()) or "none",
-            "hm_rows": len(M), "hm_cols": M.shape[1], "all_rows": len(H),
-            "host_vs_qemu": (f"This host's disk lacks {' and '.join(miss)}, which QEMU's virtio-blk offers by "
-                             "default, so this machine's virtual disk is not QEMU's virtio-blk."
-                             if miss and not hb.empty else
-                             "This host's disk has the bits QEMU's virtio-blk always offers.")}
+    return out
 
 
 def accel_findings(D) -> dict:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ...findings import Finding, Outcome, from_glue, num, sections
-from .analysis import guest_findings, host_findings, overview, seed_findings
+from .analysis import guest_rules, host_findings, overview, seed_findings
 
 # what the tests below read, not every value the prose quotes
-_g = sections(overview, host_findings, seed_findings, guest_findings)
+_g = sections(overview, host_findings, seed_findings, guest_rules)
 
 
 def longer(g):
