@@ -384,7 +384,7 @@ def test_iostat_host_summaries_stored_or_computed_give_the_same_views(monkeypatc
 def test_a_value_several_findings_read_is_worked_out_once_per_run():
     calls = []
 
-    @F.per_run
+    @F.once_each
     def value(run):
         calls.append(run)
         return len(calls)

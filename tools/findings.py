@@ -69,18 +69,19 @@ class Run:
         return self.D.reference(name, dtype)
 
 
-def per_run(fn):
-    """fn(run) worked out once per Run: a value several of a dataset's key findings read
-    (outcomes() hands them all one Run). Kept while the Run lives."""
+def once_each(fn):
+    """fn(x) worked out once for each x while x lives: a value several of a dataset's key
+    findings read, once per Run (outcomes() hands them all one Run), or one a notebook's
+    tables and figures share, once per Data."""
     import functools
     import weakref
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @functools.wraps(fn)
-    def once(run):
-        if run not in memo:
-            memo[run] = fn(run)
-        return memo[run]
+    def once(x):
+        if x not in memo:
+            memo[x] = fn(x)
+        return memo[x]
     return once
 
 

@@ -1,7 +1,7 @@
 """Key findings of the sched_callers chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-from ...findings import Finding, Outcome, per_run
+from ...findings import Finding, Outcome, once_each
 from . import analysis as A
 
 
@@ -50,7 +50,7 @@ def seed_top_hackbench(run):
                                                            for t, (c, s) in tops.items()))
 
 
-@per_run
+@once_each
 def _slowdowns(run):
     """Each tracer's effect on hackbench's time (two findings read it)."""
     D = _D(run)

@@ -1,11 +1,11 @@
 """Key findings of the trace-overhead chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-from ...findings import Finding, Outcome, per_run
+from ...findings import Finding, Outcome, once_each
 from .analysis import decompose, published_current, summary_table
 
 
-@per_run
+@once_each
 def _medians(run):
     """Each mechanism's median ns per call in this dataset (once for all its key findings)."""
     s = run["samples"]

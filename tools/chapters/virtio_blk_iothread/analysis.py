@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from ... import stats
+from ...findings import once_each
 
 JOB_ORDER = ("randread_qd1", "randread_qd4", "randread_qd32", "randwrite_qd1", "randwrite_qd4", "randwrite_qd32",
              "read_qd1", "read_qd4", "read_qd32", "write_qd1", "write_qd4", "write_qd32")
@@ -53,6 +54,12 @@ def effects(fio, value: str = "iops"):
     return _order(c) if len(c) else c
 
 
+@once_each
+def every_effect(D):
+    """effects() of every dataset of D: the effects table and the hosts figure both show them."""
+    return effects(table(D, "fio"))
+
+
 def storm_effects(fio):
     """Per variant: the storm's relative change of IOPS (storm against no storm, same job)."""
     stormed = fio[fio.storm].job.unique() if len(fio) else []
@@ -80,7 +87,7 @@ def cpu_table(D, dataset: str | None = None):
 
 
 def effects_table(D):
-    e = effects(table(D, "fio"))
+    e = every_effect(D)
     if not len(e):
         return e
     t = e[["dataset", "job", "storm", "n_a", "n_b", "median_b", "median_a", "rel_shift", "rel_low", "rel_high",
@@ -160,15 +167,17 @@ def findings(D) -> dict:
          "queues": ", ".join(str(x) for x in sorted(set(boots.queues))), "guest_cpus": p["guest_cpus"],
          "p_runtime_ms": p["runtime_ms"], "p_repeats": p["repeats"], "p_cache": p["cache"], "p_aio": p["aio"],
          "p_disk_mib": p["disk_mib"], "p_bonnie_mib": p["bonnie_mib"], "p_storm_command": p["storm_command"],
-         "p_depths": ", ".join(map(str, p["depths"])), "p_rw": ", ".join(p["rw"]),
-         "ci_label": _ci_label(effects(D.of_quoted(table(D, "fio"))))}
-    fio = table(D, "fio")[table(D, "fio").dataset == ds]
+         "p_depths": ", ".join(map(str, p["depths"])), "p_rw": ", ".join(p["rw"])}
+    fio = table(D, "fio")
+    fio = fio[fio.dataset == ds]
+    eff = effects(fio)
+    f["ci_label"] = _ci_label(eff)
     sm = fio_summary(fio).set_index(["job", "storm", "variant"])
     for (job, st, v), r in sm.iterrows():
         k = f"{job}{'_storm' if st else ''}_{v}"
         f[f"iops_{k}"] = f"{r['median']:,.0f}"
         f[f"p99_{k}"] = f"{r.clat_p99_us:,.0f}"
-    for r in effects(fio).itertuples():
+    for r in eff.itertuples():
         f[f"eff_{r.job}{'_storm' if r.storm else ''}"] = _fmt_eff(r)
     for r in storm_effects(fio).itertuples():
         f[f"storm_{r.job}_{r.variant}"] = _fmt_eff(r)

@@ -1,7 +1,7 @@
 """Key findings of the virtio_blk_iothread chapter, computed per dataset (tools.findings)."""
 from __future__ import annotations
 
-from ...findings import Finding, Outcome, per_run
+from ...findings import Finding, Outcome, once_each
 from .analysis import table
 
 
@@ -17,7 +17,7 @@ def _effect(run, job: str, storm: bool = False):
     return e.iloc[0] if len(e) else None
 
 
-@per_run
+@once_each
 def _rates(run):
     """CPU seconds per second of each thread class, outside the storm (two findings read it)."""
     from .analysis import cpu_rates

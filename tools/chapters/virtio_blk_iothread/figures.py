@@ -88,7 +88,7 @@ def hosts(D):
     per machine kind (a TCG guest's I/O path is paced by an emulated CPU)."""
     import matplotlib.pyplot as plt
     from ... import fleetview as fv
-    e = A.effects(A.table(D, "fio"))
+    e = A.every_effect(D)
     if not len(e):
         fig, ax = plt.subplots(figsize=(6, 1.5))
         ax.axis("off")
