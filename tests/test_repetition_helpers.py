@@ -152,3 +152,20 @@ def test_stop_rule_tells_fixed_rounds_and_unrecorded_reasons_apart():
     assert stop_rule({**rec, "min_runs": 2}) == stats.STOP_TARGET
     assert stop_rule({**rec, "stopped_by": float("nan")}) == NOT_RECORDED
     assert stop_rule({"n": 3}) == NOT_RECORDED
+
+
+def test_the_rerun_box_lists_a_few_datasets_times_and_sums_up_a_fleets():
+    """How long each profile took: each dataset's time while there are few; with a fleet, a
+    median and range per machine kind, so the box does not grow with the hosts."""
+    from types import SimpleNamespace
+
+    def man(i, seconds, profile="default"):
+        return fake_manifest(f"h-{i:03d}", "20260101T000000Z", profile=profile,
+                             started="2026-01-01T00:00:00+00:00",
+                             finished=f"2026-01-01T00:{seconds // 60:02d}:{seconds % 60:02d}+00:00")
+    few = SimpleNamespace(manifests=[man(0, 45), man(1, 40), man(2, 12, "quick")])
+    kind = notebook._durations(SimpleNamespace(manifests=[man(0, 1)]))["default"].split("(")[1].rstrip(")")
+    assert notebook._durations(few) == {"default": f"40 s ({kind}), 45 s ({kind})", "quick": f"12 s ({kind})"}
+    fleet = SimpleNamespace(manifests=[man(i, 40 + i % 11) for i in range(100)])
+    told = notebook._durations(fleet)["default"]
+    assert told == f"median 45 s (40 to 50 s) over 100 {kind} datasets", told

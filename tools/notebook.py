@@ -354,8 +354,15 @@ def key_findings(D):
     return _html(html_block(D, host_kinds(D)))
 
 
+LISTED_DURATIONS = 5   # up to this many datasets of a profile, the rerun box lists each one's time
+
+
 def _durations(D) -> dict[str, str]:
+    """profile -> how long its collects took: each dataset's time and machine kind, or with
+    more datasets than LISTED_DURATIONS, per machine kind the median and range (a fleet's
+    hundred hosts make a few lines, not a hundred entries)."""
     from datetime import datetime
+    import statistics
     from .machine import short_kind
     out: dict[str, list] = {}
     for m in D.manifests:
@@ -364,7 +371,19 @@ def _durations(D) -> dict[str, str]:
             continue
         s = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
         out.setdefault(prof, []).append((s, short_kind(m["host"])))
-    return {p: ", ".join(f"{round(s)} s ({k})" for s, k in sorted(v)) for p, v in out.items()}
+    told = {}
+    for p, v in out.items():
+        if len(v) <= LISTED_DURATIONS:
+            told[p] = ", ".join(f"{round(s)} s ({k})" for s, k in sorted(v))
+            continue
+        kinds: dict[str, list] = {}
+        for s, k in v:
+            kinds.setdefault(k, []).append(s)
+        told[p] = ", ".join(
+            f"median {round(statistics.median(x))} s ({round(min(x))} to {round(max(x))} s) over {len(x)} "
+            f"{k} datasets" if len(x) > 1 else f"{round(x[0])} s ({k})"
+            for k, x in sorted(kinds.items(), key=lambda kv: -len(kv[1])))
+    return told
 
 
 def rerun(D):
