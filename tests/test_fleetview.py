@@ -168,6 +168,25 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
+def test_a_fleets_platform_banner_details_this_and_the_reference_host_and_counts_the_rest(fleet, entry):
+    """The "Measured on" banner at the top of a chapter stays a few lines with a fleet; with the
+    committed hosts it still details every one."""
+    from tools import notebook
+    dest, this, ref, synthetic = fleet
+    D = entry.load().load(dest)
+    html = notebook.platform(D).data
+    detailed = re.findall(r"<li><code>(h-[0-9a-f]{12})</code> \(([a-z ]+)\)", html)
+    assert detailed == [(this, fv.THIS), (ref, fv.REFERENCE)], (entry.name, detailed)
+    rest = len(D.hosts) - 2
+    assert re.search(rf'<li>{rest} other hosts: \d+ [^<]*<a href="../hosts.html">hosts page</a>', html), \
+        (entry.name, html[-400:])
+    assert not {h for h in synthetic if h in html} - {this}, entry.name
+    own = entry.load().load()
+    if own.hosts:
+        assert notebook.platform(own).data.count("<li><code>h-") == len(own.hosts) <= notebook.BANNER_HOSTS
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_the_committed_data_still_renders_every_figure(entry):
     import matplotlib
     matplotlib.use("Agg")

@@ -313,16 +313,26 @@ def host_kinds(D) -> dict[str, str]:
     return {h: short_kind(f) for h, f in _host_facts(D).items()}
 
 
+BANNER_HOSTS = 5   # with more hosts, the banner details this and the reference host and counts the rest
+
+
 def platform(D):
     """The platform banner: what kind of machine measured each host's data (tools.machine),
-    with what differs between a host's runs (one host id can be several cloned machines)."""
+    with what differs between a host's runs (one host id can be several cloned machines).
+    Beyond BANNER_HOSTS hosts, this host and the reference host are detailed and the others
+    counted by machine kind: the hosts page lists every one."""
     import html
     from .findings import counted_runs
     from .machine import NOT_RECORDED, facts
     esc = html.escape
     notes = D.chapter.platform_notes(D) if len(D) else {}
-    rows = []
-    for h in D.hosts:
+    rows, detailed, rest, role = [], D.hosts, [], {}
+    if len(D.hosts) > BANNER_HOSTS:
+        from .fleetview import count_text, fleet
+        role = dict(fleet(D).highlighted)
+        detailed = list(role)
+        rest = [h for h in D.hosts if h not in role]
+    for h in detailed:
         ms = counted_runs([m for m in D.manifests if m.host_id == h])
         per_run = [dict(facts(m["host"])) for m in ms]
         items = []
@@ -334,7 +344,12 @@ def platform(D):
                 val += f" (recorded by {len(told)} of its {len(per_run)} runs)"
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
         items += [esc(n) for n in notes.get(h, [])]
-        rows.append(f"<li><code>{esc(h)}</code>, {len(ms)} dataset(s): " + "; ".join(items) + "</li>")
+        said = f" ({esc(role[h])})" if h in role else ""
+        rows.append(f"<li><code>{esc(h)}</code>{said}, {len(ms)} dataset(s): " + "; ".join(items) + "</li>")
+    if rest:
+        kinds = host_kinds(D)
+        rows.append(f"<li>{len(rest)} other hosts: {esc(count_text(kinds[h] for h in rest))}; the "
+                    '<a href="../hosts.html">hosts page</a> lists each one\'s machine</li>')
     if not rows:
         return _html('<div class="platform-banner admonition note"><p class="admonition-title">'
                      'Measured on</p><p>No dataset yet.</p></div>')
