@@ -14,68 +14,76 @@ from .parse import bin_edges_us
 from .spec import CELL, PCT_ORDER, REL_TOL
 
 
+def _cumulative(hist):
+    """pooled(hist) (cells in order, bins ascending in each), each row's count up to and including
+    its bin within its cell, its cell's total, and the row where each cell starts: every cell at
+    once, not one frame per cell (a fleet's shown datasets have a thousand cells)."""
+    p = pooled(hist)
+    keys = [p[c].to_numpy() for c in CELL]
+    new = np.ones(len(p), dtype=bool)
+    new[1:] = np.any([k[1:] != k[:-1] for k in keys], axis=0)
+    starts = np.flatnonzero(new)
+    sizes = np.diff(np.append(starts, len(p)))
+    count = p["count"].to_numpy()
+    cum = np.cumsum(count)
+    cum = cum - np.repeat(cum[starts] - count[starts], sizes)
+    return p, cum, np.repeat(cum[starts + sizes - 1], sizes), starts
+
+
 def hist_quantiles(hist, qs=(0.5, 0.9, 0.99, 0.999)):
-    """Pooled quantiles per cell from the log-binned counts (geometric bin middle)."""
-    out = []
-    for key, g in hist.groupby(CELL, sort=True):
-        g = g.groupby("bin", as_index=False)["count"].sum().sort_values("bin")
-        cum = g["count"].cumsum().to_numpy()
-        tot = cum[-1]
-        lo, hi = bin_edges_us(g["bin"].to_numpy())
-        mid = np.sqrt(lo * hi)
-        row = dict(zip(CELL, key))
-        row["n"] = int(tot)
-        for q in qs:
-            row[f"q{q:g}"] = float(mid[np.searchsorted(cum, q * tot)])
-        out.append(row)
-    return pd.DataFrame(out)
+    """Pooled quantiles per cell from the log-binned counts (geometric bin middle): the q-th is
+    the middle of the first bin whose cumulative count reaches q of the cell's total."""
+    p, cum, tot, starts = _cumulative(hist)
+    if not len(p):
+        return pd.DataFrame()
+    lo, hi = bin_edges_us(p["bin"].to_numpy())
+    mid = np.sqrt(lo * hi)
+    out = p[CELL].iloc[starts].reset_index(drop=True)
+    out["n"] = tot[starts].astype(int)
+    for q in qs:
+        # per cell, how many of its bins stay below q * total: np.searchsorted over the cell
+        out[f"q{q:g}"] = mid[starts + np.add.reduceat((cum < q * tot).astype(np.int64), starts)]
+    return out
 
 
-def percentile_table(runs, tool="rrbench"):
-    """Per cell: median over repetitions of each run's P50/P90/P99/max, with the
-    distribution-free CI of that median (tools.stats) and the number of runs."""
-    r = runs[runs["tool"] == tool]
-    rows = []
-    for key, g in r.groupby(CELL, sort=True):
-        row = dict(zip(CELL, key))
-        row["runs"] = len(g)
-        row["transactions"] = int(g["n"].sum())
-        row["rate_tps"] = float(np.median(g["rate_tps"]))
-        for c in ("p50_us", "p90_us", "p99_us", "max_us", "mean_us"):
-            lo, hi, cov = median_ci(g[c])
-            row[c] = float(np.median(g[c]))
-            row[c.replace("_us", "_lo")] = lo
-            row[c.replace("_us", "_hi")] = hi
-        row["ci_coverage"] = cov
-        rows.append(row)
-    return pd.DataFrame(rows)
+def medians(g, cols):
+    """g[cols].median() of a groupby, NaN where a group has a NaN: np.median's value, which
+    the per-group loops it replaces took (a groupby's median skips NaN)."""
+    return g[cols].median().where(g[cols].count().eq(g.size(), axis=0))
 
 
 def crossval(runs):
-    """Our distribution's P50/P90/P99 against netperf's, per cell, with the tolerance."""
-    ours = percentile_table(runs, "rrbench")
-    nps = percentile_table(runs, "netperf")
-    if ours.empty or nps.empty:
-        return pd.DataFrame()
-    m = ours.merge(nps, on=CELL, suffixes=("_ours", "_netperf"))
-    rng = {}
+    """Our distribution's P50/P90/P99 against netperf's, per cell, with the tolerance: each
+    tool's median over its runs (NaN if a run has none, as np.median gives), and the widest
+    range of that percentile over either tool's runs."""
+    pcs = ["p50", "p90", "p99"]
+    cols = [f"{pc}_us" for pc in pcs]
+    med, rng = {}, {}
     for tool in ("rrbench", "netperf"):
         g = runs[runs["tool"] == tool].groupby(CELL)
-        for pc in ("p50", "p90", "p99"):
-            rng[(tool, pc)] = (g[f"{pc}_us"].max() - g[f"{pc}_us"].min())
-    rows = []
-    for _, r in m.iterrows():
-        key = tuple(r[c] for c in CELL)
-        for pc in ("p50", "p90", "p99"):
-            a, b = r[f"{pc}_us_ours"], r[f"{pc}_us_netperf"]
-            q = float(netperf_bucket_width_us(b)) + 1.0
-            spread = max(float(rng[("rrbench", pc)].get(key, 0.0)), float(rng[("netperf", pc)].get(key, 0.0)))
-            tol = q + max(REL_TOL[pc] * a, spread)
-            rows.append({**{c: r[c] for c in CELL}, "percentile": pc.upper(),
-                         "ours_us": a, "netperf_us": b, "diff_us": b - a,
-                         "rel_diff": (b - a) / a if a else math.nan, "run_range_us": spread,
-                         "tolerance_us": tol, "agree": bool(abs(b - a) <= tol)})
-    return pd.DataFrame(rows)
+        med[tool] = medians(g, cols)
+        rng[tool] = g[cols].max() - g[cols].min()
+    if med["rrbench"].empty or med["netperf"].empty:
+        return pd.DataFrame()
+    m = med["rrbench"].reset_index().merge(med["netperf"].reset_index(), on=CELL, suffixes=("_ours", "_netperf"))
+    if m.empty:
+        return pd.DataFrame()
+    at = pd.MultiIndex.from_frame(m[CELL])
+    a = m[[f"{c}_ours" for c in cols]].to_numpy(dtype=float)
+    b = m[[f"{c}_netperf" for c in cols]].to_numpy(dtype=float)
+    ra, rb = (rng[t].reindex(at, fill_value=0.0).to_numpy(dtype=float) for t in ("rrbench", "netperf"))
+    spread = np.where(rb > ra, rb, ra)                  # max(ra, rb), as Python's max takes it
+    rel = np.array([REL_TOL[pc] for pc in pcs]) * a
+    tol = (netperf_bucket_width_us(b) + 1.0) + np.where(spread > rel, spread, rel)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_diff = np.where(a != 0, (b - a) / a, math.nan)
+    out = m[CELL].loc[m.index.repeat(len(pcs))].reset_index(drop=True)
+    out["percentile"] = [pc.upper() for pc in pcs] * len(m)
+    for name, v in (("ours_us", a), ("netperf_us", b), ("diff_us", b - a), ("rel_diff", rel_diff),
+                    ("run_range_us", spread), ("tolerance_us", tol)):
+        out[name] = v.ravel()
+    out["agree"] = np.abs(b - a).ravel() <= tol.ravel()
+    return out
 
 
 def quantization(runs):
@@ -113,10 +121,10 @@ def pooled(hist):
 def ladder(runs, hist):
     """Per cell: pooled P50/P90/P99/P99.9 of every recorded transaction (from the
     log bins, relative resolution 1.2 %), the largest single latency, and n."""
-    q = hist_quantiles(pooled(hist), (0.5, 0.9, 0.99, 0.999))
-    rr = runs[runs["tool"] == "rrbench"].groupby(CELL, as_index=False).agg(
-        max_us=("max_us", "max"), runs=("n", "size"), rate_tps=("rate_tps", "median"))
-    t = q.merge(rr, on=CELL)
+    q = hist_quantiles(hist, (0.5, 0.9, 0.99, 0.999))       # it pools the cells itself
+    g = runs[runs["tool"] == "rrbench"].groupby(CELL)
+    rr = pd.DataFrame({"max_us": g["max_us"].max(), "runs": g.size(), "rate_tps": g["rate_tps"].median()})
+    t = q.merge(rr.reset_index(), on=CELL)
     t = t.rename(columns={"q0.5": "P50", "q0.9": "P90", "q0.99": "P99", "q0.999": "P99.9", "max_us": "max"})
     return t[CELL + ["runs", "n", "rate_tps"] + PCT_ORDER]
 
@@ -127,17 +135,13 @@ def ladder_long(lad):
 
 def ccdf(hist):
     """Exceedance curve per cell: fraction of transactions slower than each bin's upper edge."""
-    frames = []
-    for key, g in pooled(hist).groupby(CELL, sort=True):
-        g = g.sort_values("bin")
-        tot = g["count"].sum()
-        lo, hi = bin_edges_us(g["bin"].to_numpy())
-        frac = 1.0 - g["count"].cumsum().to_numpy() / tot
-        d = pd.DataFrame({"latency_us": hi, "slower_than": frac})
-        for c, v in zip(CELL, key):
-            d[c] = v
-        frames.append(d[d["slower_than"] > 0])
-    return pd.concat(frames, ignore_index=True)
+    p, cum, tot, _ = _cumulative(hist)
+    if not len(p):
+        raise ValueError("no histogram rows to draw an exceedance curve from")
+    d = pd.DataFrame({"latency_us": bin_edges_us(p["bin"].to_numpy())[1], "slower_than": 1.0 - cum / tot})
+    for c in CELL:
+        d[c] = p[c].to_numpy()
+    return d[d["slower_than"] > 0].reset_index(drop=True)
 
 
 def pin_effect(lad):

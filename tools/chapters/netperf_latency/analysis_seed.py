@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from .analysis import medians
 from .parse import bin_edges_us
 
 
@@ -28,14 +29,14 @@ def versus_seed(runs, ref, host_id=None):
             "P90_LATENCY": "p90_us", "P99_LATENCY": "p99_us", "MAX_LATENCY": "max_us",
             "STDDEV_LATENCY": "std_us"}
     seed = seed_metrics(ref)
+    here = medians(sel.groupby("tool"), list(cols.values()))
     rows = []
     for metric, col in cols.items():
         row = {"metric": metric,
                "seed (median of its runs)": float(np.nanmedian(seed.loc[metric].astype(float)))
                if metric in seed.index else math.nan}
         for tool in ("netperf", "rrbench"):
-            v = sel[sel["tool"] == tool][col]
-            row[f"{tool} here"] = float(np.median(v)) if len(v) else math.nan
+            row[f"{tool} here"] = float(here.at[tool, col]) if tool in here.index else math.nan
         rows.append(row)
     t = pd.DataFrame(rows)
     t["seed / netperf here"] = t["seed (median of its runs)"] / t["netperf here"]
@@ -63,9 +64,8 @@ def versus_seed_histogram(hist, ref, host_id=None):
     g = h.groupby("bin", as_index=False)["count"].sum()
     lo, hi = bin_edges_us(g["bin"].to_numpy())
     mid = np.sqrt(lo * hi)
-    ours = []
-    for _, b in sb.iterrows():
-        ours.append(int(g["count"][(mid >= b["lo_us"]) & (mid < b["hi_us"])].sum()))
+    count = g["count"].to_numpy()
+    ours = [int(count[(mid >= lo_b) & (mid < hi_b)].sum()) for lo_b, hi_b in zip(sb["lo_us"], sb["hi_us"])]
     below = int(g["count"][mid < sb["lo_us"].min()].sum())
     t = sb.copy()
     t["seed_fraction"] = t["count"] / t["count"].sum()

@@ -40,6 +40,13 @@ class NetperfData(Data):
         from .analysis import ladder
         return ladder(self.R, self.H)
 
+    @cached_property
+    def versus_seed(self):
+        """analysis_seed.versus_seed of the quoted dataset, by metric (the seed section and the
+        key findings' seed_ratio read it)."""
+        from .analysis_seed import versus_seed
+        return versus_seed(self.R, self.ref, self.quoted.host_id).set_index("metric")
+
     @property
     def p(self) -> dict:
         return self.quoted.parameters

@@ -137,7 +137,8 @@ def seed_histogram(D):
     vh = S.versus_seed_histogram(D.H, D.ref, D.quoted.host_id)
     seed = vh.assign(fraction=vh.seed_fraction)
     hist = D.of_shown(D["hist"])
-    ours = [S.versus_seed_histogram(hist[hist.host_id == h], D.ref, h).assign(host_id=h)
+    per_host = dict(tuple(hist.groupby("host_id", sort=False)))   # one split, not a filter per host
+    ours = [S.versus_seed_histogram(per_host.get(h, hist.iloc[0:0]), D.ref, h).assign(host_id=h)
             for h in F.hosts]
     ours = pd.concat([v.assign(fraction=v.ours_fraction) for v in ours], ignore_index=True)
     both = pd.concat([seed[seed.fraction > 0][["bucket", "lo_us"]], ours[ours.fraction > 0][["bucket", "lo_us"]]])

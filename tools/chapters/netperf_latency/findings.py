@@ -31,14 +31,19 @@ def findings(D) -> dict:
     return out
 
 
+def seed_selectors(D) -> dict:
+    """The seed's run with the article's selectors: its latencies."""
+    sel = S.seed_metrics(D.ref)["selectors"]
+    return {name: f"{sel[k]:g}" for k, name in (
+            ("MIN_LATENCY", "seed_min"), ("MEAN_LATENCY", "seed_mean"), ("P90_LATENCY", "seed_p90"),
+            ("P99_LATENCY", "seed_p99"), ("MAX_LATENCY", "seed_max"))}
+
+
 def run(D) -> dict:
     """The seed's selectors, the quoted dataset and its parameters."""
     M, R, P = D.quoted, D.R, D.p
-    sel = S.seed_metrics(D.ref)["selectors"]
     per_path = R.groupby("path")["rep"].nunique()
-    return {**{name: f"{sel[k]:g}" for k, name in (
-                ("MIN_LATENCY", "seed_min"), ("MEAN_LATENCY", "seed_mean"), ("P90_LATENCY", "seed_p90"),
-                ("P99_LATENCY", "seed_p99"), ("MAX_LATENCY", "seed_max"))},
+    return {**seed_selectors(D),
             "n_datasets": len(D), "n_hosts": len(D.hosts), "host": M.host_id,
             "host_desc": M.host["description"], "kernel": M.host["kernel_release"],
             "virt": M.host["virtualization"], "measured": M["started"][:10],
@@ -116,24 +121,31 @@ def decades(D) -> dict:
     return {"decade_text": "; ".join(parts)}
 
 
-def distribution(D) -> dict:
-    """The pooled ladder per cell, the tail, and the cell with the largest P99.9."""
+def cells(D) -> dict:
+    """The pooled ladder per cell, the spread between the lines, loopback UDP's tail and what
+    veth and TCP add to its median (the key findings read these, not the rest of distribution)."""
     lad = D.ladder
     L = lad.set_index(["path", "proto", "pin"])
     out = {f"{path}_{proto}_{pin}_{c}": f1(r[c]) for (path, proto, pin), r in L.iterrows()
            for c in ("P50", "P99", "max")}
     lo_udp = L.loc[("loopback", "udp", "none")]
+    veth_d = L.loc[("veth", "udp", "none"), "P50"] - lo_udp["P50"]
+    return {**out, **spread(lad), "tail_ratio": f1(lo_udp["P99"] / lo_udp["P50"]),
+            "max_ratio": f0(lo_udp["max"] / lo_udp["P50"]),
+            "veth_minus_lo_udp": f1(veth_d), "veth_minus_lo_pct": f"{100 * veth_d / lo_udp['P50']:.0f}",
+            "tcp_minus_udp_lo": f1(L.loc[("loopback", "tcp", "none"), "P50"] - lo_udp["P50"])}
+
+
+def distribution(D) -> dict:
+    """The pooled ladder per cell, the tail, and the cell with the largest P99.9."""
+    lad = D.ladder
     cc = A.ccdf(D.H)
     slow100 = cc[(cc.path == "loopback") & (cc.proto == "udp") & (cc.pin == "none") & (cc.latency_us >= 100)]
     worst = lad.sort_values("P99.9").iloc[-1]
     R = D.R
     wr = R[(R.tool == "rrbench") & (R.path == worst.path) & (R.proto == worst.proto) & (R.pin == worst.pin)]
     disturbed = wr.rate_tps.min() < 0.7 * wr.rate_tps.median()
-    veth_d = L.loc[("veth", "udp", "none"), "P50"] - lo_udp["P50"]
-    return {**out, **spread(lad), "tail_ratio": f1(lo_udp["P99"] / lo_udp["P50"]),
-            "max_ratio": f0(lo_udp["max"] / lo_udp["P50"]),
-            "veth_minus_lo_udp": f1(veth_d), "veth_minus_lo_pct": f"{100 * veth_d / lo_udp['P50']:.0f}",
-            "tcp_minus_udp_lo": f1(L.loc[("loopback", "tcp", "none"), "P50"] - lo_udp["P50"]),
+    return {**cells(D),
             "slow100_lo_udp": f"{100 * float(slow100['slower_than'].max()):.3f}",
             "worst_cell": f"{worst.path} / {worst.proto} / {worst.pin}", "worst_p999": f1(worst["P99.9"]),
             "worst_rate_min": f0(wr.rate_tps.min()), "worst_rate_med": f0(wr.rate_tps.median()),
@@ -156,13 +168,20 @@ def spread(lad) -> dict:
     return out
 
 
+def pin_ratios(D) -> dict:
+    """Each pinning mode's pooled P50 and P99 over the unpinned ones (what the key findings read
+    of pinning, without its rank tests)."""
+    out = {}
+    for _, r in A.pin_effect(D.ladder).iterrows():
+        out[f"pin_{r.path}_{r.proto}_{r.pin}_p50"] = f"{r.P50_vs_none:.2f}"
+        out[f"pin_{r.path}_{r.proto}_{r.pin}_p99"] = f"{r.P99_vs_none:.2f}"
+    return out
+
+
 def pinning(D) -> dict:
     """Each pinning mode against none: ratios, rank tests, the unpinned runs' spread."""
     lad = D.ladder
-    out = {}
-    for _, r in A.pin_effect(lad).iterrows():
-        out[f"pin_{r.path}_{r.proto}_{r.pin}_p50"] = f"{r.P50_vs_none:.2f}"
-        out[f"pin_{r.path}_{r.proto}_{r.pin}_p99"] = f"{r.P99_vs_none:.2f}"
+    out = pin_ratios(D)
     pcn = A.pin_comparison(D.R).set_index(["path", "proto", "pin"])
     for pin in ("same", "split"):
         key = ("loopback", "udp", pin)
@@ -310,7 +329,7 @@ def sched(D) -> dict:
 
 def seed(D) -> dict:
     """The seed's loopback UDP numbers beside the quoted dataset's."""
-    vs = S.versus_seed(D.R, D.ref, D.quoted.host_id).set_index("metric")
+    vs = D.versus_seed
     here, then = vs["netperf here"], vs["seed (median of its runs)"]
     ref, R = D.ref, D.R
     np_lo = R[(R.tool == "netperf") & (R.path == "loopback") & (R.proto == "udp") & (R.pin == "none")]
@@ -335,14 +354,20 @@ def seed(D) -> dict:
                 "Both medians sit about as far above their minima, so this comparison gives no sign of a delay "
                 "that only the seed's typical transaction paid."),
             "seed_over_now_p50": f1(vs.loc["P50_LATENCY", "seed / netperf here"]),
-            "seed_over_now_mean": f1(vs.loc["MEAN_LATENCY", "seed / netperf here"]),
-            "now_np_mean": f1(here["MEAN_LATENCY"]), "now_np_min": f0(here["MIN_LATENCY"]),
+            **seed_ratio(D), "now_np_min": f0(here["MIN_LATENCY"]),
             "now_np_max": f0(here["MAX_LATENCY"]), "seed_med_max": f0(then["MAX_LATENCY"]),
             "seed_rate": f0(ref[(ref.run == "k_all") & (ref.metric == "THROUGHPUT")].value.iloc[0]),
             "now_rate": f0(np_lo.rate_tps.median()),
             "now_med_over_min": f1(here["P50_LATENCY"] / here["MIN_LATENCY"]),
             "seed_med_over_min": f1(then["P50_LATENCY"] / then["MIN_LATENCY"]),
             }
+
+
+def seed_ratio(D) -> dict:
+    """The seed's mean round trip over netperf's here (loopback UDP, no pinning), and ours."""
+    vs = D.versus_seed
+    return {"seed_over_now_mean": f1(vs.loc["MEAN_LATENCY", "seed / netperf here"]),
+            "now_np_mean": f1(vs.loc["MEAN_LATENCY", "netperf here"])}
 
 
 def max_said(R, here, then) -> str:

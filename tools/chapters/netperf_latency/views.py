@@ -99,7 +99,7 @@ def sched_per_transaction(D):
 
 
 def versus_seed(D):
-    return S.versus_seed(D.R, D.ref, D.quoted.host_id).set_index("metric").round(2)
+    return D.versus_seed.round(2)
 
 
 def host_comparison(D):
