@@ -13,16 +13,43 @@ def findings(D) -> dict:
 
 
 def values(D) -> dict:
-    """The quoted dataset's values (findings without the per-host caveats, which read each
-    host's values through this function)."""
+    """The quoted dataset's values (findings without the per-host caveats)."""
+    b, fd, khz_kvm = _basics(D)
+    out = _dataset(D, b, fd, khz_kvm)
+    out.update(_skew(D))
+    out.update(_offsets(D, khz_kvm))
+    out.update(_brackets(D, b, khz_kvm))
+    out.update(_variants(b))
+    out.update(_timeline(D))
+    out["host_sentence"] = _host_sentence(D)
+    ref = D.reference("tsc_alignment").set_index("quantity")
+    out["ref_writes"] = str(ref.loc["tsc_offset_writes_at_guest_start", "value"])
+    out["n_skips"] = sum(len(m.skipped) for m in D.manifests)
+    return out
+
+
+def key_values(D) -> dict:
+    """The quoted dataset's values that the key findings and the per-host caveats read: its
+    facts, TSC frequency and brackets, not its skew, offsets, timeline or comparisons (each
+    host's are computed once, through this function, for both)."""
+    b, fd, khz_kvm = _basics(D)
+    return {**_dataset(D, b, fd, khz_kvm), **_brackets(D, b, khz_kvm)}
+
+
+def _basics(D) -> tuple:
+    """(the quoted dataset's bracket_frame, its facts as key -> value, KVM's TSC kHz)."""
+    f = A.facts(D)
+    fd = dict(zip(f["key"], f["value"]))
+    return A.brackets(D, "quoted"), fd, float(fd["kvm_get_tsc_khz"]) if "kvm_get_tsc_khz" in fd else float("nan")
+
+
+def _dataset(D, b, fd: dict, khz_kvm: float) -> dict:
+    """The quoted dataset, its parameters, and its TSC facts and frequency."""
     q = D.quoted
     ex = q.facts.get("tsc_alignment", {})
     p = q.parameters
-    b = A.brackets(D, "quoted")
-    fd = dict(zip(A.facts(D)["key"], A.facts(D)["value"]))
-    khz_kvm = float(fd["kvm_get_tsc_khz"]) if "kvm_get_tsc_khz" in fd else float("nan")
     khz_measured = float(D.of_quoted(D["tsc_freq"])["khz"].median())
-    out = {"n_datasets": len(D), "n_hosts": len(D.hosts), "host": q.host_id,
+    return {"n_datasets": len(D), "n_hosts": len(D.hosts), "host": q.host_id,
            "desc": q.host["description"], "kernel": q.host["kernel_release"],
            "vendor": " ".join(ex.get("kvm_vendor_modules", [])) or "none", "date": q["started"][:10],
            "p_rounds": A.measured_rounds(b).get(q.key, 0) if len(b) else 0,
@@ -37,15 +64,6 @@ def values(D) -> dict:
            "hv_sig": fd.get("hypervisor_signature", "none"), "ns_per_cycle": f"{1e6 / khz_kvm:.2f}",
            "cap_tsc_control": fd.get("cap_tsc_control", "not reported"),
            "tl_samples": p["timeline_samples"]}
-    out.update(_skew(D))
-    out.update(_offsets(D, khz_kvm))
-    out.update(_brackets(D, b, khz_kvm))
-    out.update(_timeline(D))
-    out["host_sentence"] = _host_sentence(D)
-    ref = D.reference("tsc_alignment").set_index("quantity")
-    out["ref_writes"] = str(ref.loc["tsc_offset_writes_at_guest_start", "value"])
-    out["n_skips"] = sum(len(m.skipped) for m in D.manifests)
-    return out
 
 
 def _skew(D) -> dict:
@@ -89,7 +107,6 @@ def _brackets(D, b, khz_kvm: float) -> dict:
     ins = A.inside_summary(b)
     inside = dict(zip(ins["variant"], ins["inside_share"]))
     honoured = A.offset_honored(b)
-    vc = A.variant_comparison(b)
     # if guest = true host time of the read + e, then before < guest - e < after
     # for every sample, so max(guest - after) < e < min(guest - before)
     return {"honoured_word": "honours" if honoured else "does not honour",
@@ -104,8 +121,13 @@ def _brackets(D, b, khz_kvm: float) -> dict:
             "width_median": f"{s.median:,.0f}", "width_ci": f"{s.ci_low:,.0f} to {s.ci_high:,.0f}",
             "width_p99": f"{s.p99:,.0f}", "width_p5": f"{s.p5:,.0f}", "width_max": f"{s.max:,.0f}",
             "width_us": f"{s.median / khz_kvm * 1e3:.1f}",
-            "entry_median": f"{w['entry'].median():,.0f}", "exit_median": f"{w['exit'].median():,.0f}",
-            "variant_verdicts": "; ".join(r.verdict for r in vc.itertuples())
+            "entry_median": f"{w['entry'].median():,.0f}", "exit_median": f"{w['exit'].median():,.0f}"}
+
+
+def _variants(b) -> dict:
+    """Each offset variant's round trip against the default's, per round (variant_comparison)."""
+    vc = A.variant_comparison(b)
+    return {"variant_verdicts": "; ".join(r.verdict for r in vc.itertuples())
             if len(vc) else "no comparison (fewer than two rounds)",
             "variant_rounds": int(vc["n_a"].min()) if len(vc) else 0}
 
@@ -174,7 +196,7 @@ def _platform(D, g: dict) -> dict:
                            f"{int(a['hi']):+,} cycles, and in {eq:,} of {n:,} exchanges the second vCPU read "
                            "exactly the value the first had read")
             continue
-        gm = glued(Run(D, m), values) if mods and "bracket" in m["tables"] else None
+        gm = glued(Run(D, m), key_values) if mods and "bracket" in m["tables"] else None
         where = f"{legend(m['host'])}, whose manifest lists the KVM modules {', '.join(mods or ['none'])}"
         if mods and "kvm_pvm" in mods and gm is not None:
             pvm.append(f"on {where}, {gm['inside_created']} % of the readings taken with the offset KVM chose at "
