@@ -23,8 +23,8 @@ def _with_job_cols(requests, jobs):
     for col, base in BASES.items():  # back to absolute stamps (float64 is exact below 2**53)
         if col in d:
             d[col] = d[col].astype("float64") + d[base].astype("float64")
-    med = d.groupby(["host_id", "run_id"])["tsc_hz"].transform("median")
-    d["tsc_hz"] = d["tsc_hz"].fillna(med)
+    if d["tsc_hz"].isna().any():   # grouping by the string keys costs more than the rest; rarely needed
+        d["tsc_hz"] = d["tsc_hz"].fillna(d.groupby(["host_id", "run_id"])["tsc_hz"].transform("median"))
     d["off"] = (d.off_lo + d.off_hi) / 2
     d["qc"] = d["qc"].fillna(0.0) if "qc" in d else 0.0
     return d
@@ -128,27 +128,37 @@ def cumulative_table(iv, method: str = "one_run", aio: str = "threads", pattern:
     the guest benchmark from the untraced boots, and 'control' the guest benchmark of the boot
     each row came from (the seed's 'benchmark control' column).
     """
+    import numpy as np
     import pandas as pd
     from ...stats import cv, summarize
-    d = iv[(iv.warm == 0) & (iv.pattern == pattern)]
-    g = d[(d.kind == "guest") & (d.aio == aio)]
-    host = d[d.kind == "host"]
+    # each row's requests are boolean masks over the timed requests of `pattern`, and its boots
+    # one integer per (host, run, job) numbered in their sorted order: filtering the whole frame
+    # and grouping by its string columns once per row cost more than the statistics
+    d = iv.loc[(iv.warm == 0) & (iv.pattern == pattern),
+               ["host_id", "run_id", "job", "kind", "aio", "variant"] + [k for k, _, _ in LAYER_ROWS]]
+    guest = ((d.kind == "guest") & (d.aio == aio)).to_numpy()
+    host = (d.kind == "host").to_numpy()
+    variants, var_of = pd.factorize(d.variant)
+    code = {v: i for i, v in enumerate(var_of)}
+    boot = d.groupby(["host_id", "run_id", "job"]).ngroup().to_numpy() if len(d) else np.zeros(0, int)
+    gb = d["guest_benchmark"].to_numpy()
     src = {"one_run": {k: "all" for k, _, _ in LAYER_ROWS},
            "seed": {"guest_benchmark": "plain", "guest_virtio_pci": "guest", "host_kvm": "boundary",
                     "qemu_virtio": "qemu", "qemu_aio": "qemu", "host_block": "host"}}[method]
     rows = []
     for key, label, how in LAYER_ROWS:
         if key == "host_benchmark":
-            x, ctrl, variant = host[key], None, "host bench"
+            sel, variant = host, "host bench"
         else:
             variant = src.get(key, "all")
-            sub = g[g.variant == variant]
-            x = sub[key]
-            ctrl = sub["guest_benchmark"] if len(sub) else None
-        x = x.dropna()
+            sel = guest & (variants == code.get(variant, -2))
+        v = d[key].to_numpy()
+        ok = sel & ~np.isnan(v)
+        x = v[ok]
+        ctrl = gb[sel] if key != "host_benchmark" and sel.any() else None
         s = summarize(x) if len(x) else None
-        c = summarize(ctrl.dropna()) if ctrl is not None and ctrl.notna().any() else None
-        boots = d.loc[x.index].groupby(["host_id", "run_id", "job"])[key].mean() if len(x) else x
+        c = summarize(ctrl[~np.isnan(ctrl)]) if ctrl is not None and (~np.isnan(ctrl)).any() else None
+        boots = pd.Series(x).groupby(boot[ok]).mean() if len(x) else x
         rows.append({"key": key, "layer": label, "measured by": how, "from": variant,
                      "n": s.n if s else 0, "mean_ns": s.mean if s else math.nan,
                      "median_ns": s.median if s else math.nan, "ci_low": s.ci_low if s else math.nan,

@@ -19,13 +19,16 @@ class VirtioData(Data):
     at once), D.acc (the accelerator label) and D.hosts_caption."""
 
     def prepare(self, name: str, df):
+        # a view of one dataset (a finding's) has one host_id and run_id on every row: sorting
+        # and joining by them too (strings, hashed row by row) would change nothing
+        ds = [] if self._only is not None and len(self._only) == 1 else ["host_id", "run_id"]
         if len(df) and name in ORDER:
-            df = df.sort_values(["host_id", "run_id", *ORDER[name]], kind="stable", ignore_index=True)
+            df = df.sort_values([*ds, *ORDER[name]], kind="stable", ignore_index=True)
         if name == "requests" and len(df):
-            j = self["jobs"].reindex(columns=["host_id", "run_id", "job"] + PER_JOB)
+            j = self["jobs"].reindex(columns=[*ds, "job"] + PER_JOB)
             j["aio"] = j["aio"].fillna("")
             j["accel"] = j["accel"].fillna("")
-            df = df.merge(j, on=["host_id", "run_id", "job"], how="left")
+            df = df.merge(j, on=[*ds, "job"], how="left")
         return df
 
     # -- the quoted dataset ------------------------------------------------------------

@@ -107,7 +107,8 @@ def seed_tables(D) -> dict:
                              if rb > 1.1 else
                              f"{rb:.2f} times the host benchmark's whole pread() ({hb / 1000:.1f} µs), "
                              "so the disk answers the guest's reads about as fast as the host's own"),
-        "kvm_source": ", ".join(sorted(set(iv.host_kvm_source) - {''})) or "not measured"})
+        # the distinct labels, not a Python loop over every request's string
+        "kvm_source": ", ".join(sorted(set(iv.host_kvm_source.unique()) - {''})) or "not measured"})
     d1, dd = A.delta_table(D.cum1).set_index("layer"), V.delta(D).set_index("layer")
     names = {"Guest": "guest", "Host/guest switching": "hgs", "Host/QEMU switching": "hqs", "QEMU": "qemu",
              "Host I/O": "hostio"}
