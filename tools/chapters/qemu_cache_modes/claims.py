@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from ...findings import Finding, Outcome, from_glue, num, sections
-from .findings import bench, guest, memory, semantics
+from .findings import bench_rates, guest_rates, memory, semantics
 
 # what the tests below read, not every value the prose quotes
-_g = sections(semantics, bench, guest, memory)
+_g = sections(semantics, bench_rates, guest_rates, memory)
 
 
 def direct_penalty(g):
