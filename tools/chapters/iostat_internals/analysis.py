@@ -30,7 +30,10 @@ def our_columns(intervals, clock: str = "monotonic"):
     """
     import pandas as pd
     rows = []
-    iv = intervals.sort_values(["run_id", "seq"] if "run_id" in intervals else ["seq"])
+    # only the columns read here go into the records (not sysstat's 22, which doubled their cost)
+    iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", *ds.FIELDS)
+                    if c in intervals]]
+    iv = iv.sort_values(["run_id", "seq"] if "run_id" in iv else ["seq"])
     groups = iv.groupby("run_id") if "run_id" in iv else [(None, iv)]
     for run, g in groups:
         recs = g.to_dict("records")
@@ -69,25 +72,30 @@ COUNT_OF = {**{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rr
             "f/s": "fl_ios", "f_await": "fl_ios"}
 
 
-def compare_with_sysstat(intervals, clock: str = "monotonic"):
-    """Tidy frame: one row per interval and column with ours, sysstat's and the gap."""
-    ours = our_columns(intervals, clock)
+def compare_with_sysstat(intervals, clock: str = "monotonic", ours=None):
+    """Tidy frame: one row per interval and column with ours, sysstat's and the gap. `ours`:
+    our_columns(intervals, clock) when the caller has it already (the analysis shows it too)."""
+    import numpy as np
+    ours = our_columns(intervals, clock) if ours is None else ours
     keys = ["run_id", "seq"] if "run_id" in ours else ["seq"]
     sys_cols = {f"sysstat {c}": c for c in ds.COLUMNS}
     sysdf = intervals[keys + list(sys_cols)].rename(columns=sys_cols)
-    long_o = ours.melt(id_vars=keys + ["phase", "prev_phase"], value_vars=list(ds.COLUMNS),
-                       var_name="column", value_name="ours")
-    long_s = sysdf.melt(id_vars=keys, var_name="column", value_name="sysstat")
+    long_o = _long(ours, keys + ["phase", "prev_phase"], ds.COLUMNS, "ours")
+    long_s = _long(sysdf, keys, ds.COLUMNS, "sysstat")
     m = long_o.merge(long_s, on=keys + ["column"])
     cnt = ours[keys + [c for c in ours.columns if c.startswith("n_")]].copy()
     cnt["n_all"] = cnt["n_rd_ios"] + cnt["n_wr_ios"] + cnt["n_dc_ios"] + cnt["n_fl_ios"]
     m = m.merge(cnt, on=keys)
-    m["count"] = [r[f"n_{COUNT_OF.get(r['column'], 'all')}"] for r in m.to_dict("records")]
+    # each row's request count, picked from its column's count (a lookup per row, not a loop)
+    n_cols = [f"n_{COUNT_OF.get(c, 'all')}" for c in ds.COLUMNS]
+    pick = m["column"].map({c: i for i, c in enumerate(ds.COLUMNS)}).to_numpy(dtype=np.intp)
+    m["count"] = m[n_cols].to_numpy()[np.arange(len(m)), pick]
     m = m.drop(columns=[c for c in m.columns if c.startswith("n_")])
     m["abs_diff"] = (m["ours"] - m["sysstat"]).abs()
     scale = m[["ours", "sysstat"]].abs().max(axis=1)
     m["rel_diff"] = (m["abs_diff"] / scale).where(scale > 0, 0.0)
-    m["tolerance"] = TOL_ABS + TOL_REL * scale + (m["column"] == "%util") * TOL_UTIL_JIFFY
+    jiffy = (m["column"] == "%util") * TOL_UTIL_JIFFY
+    m["tolerance"] = TOL_ABS + TOL_REL * scale + jiffy
     m["within"] = m["abs_diff"] <= m["tolerance"]
     if clock == "monotonic":
         # sysstat divides by its own /proc/uptime delta, read just *before* its counters;
@@ -95,15 +103,26 @@ def compare_with_sysstat(intervals, clock: str = "monotonic"):
         # longer or shorter time than its divisor. Our counts over the nominal interval
         # reproduce that: such a gap is sysstat's divisor, not a disagreement in counters.
         nom = our_columns(intervals, "nominal")
-        nl = nom.melt(id_vars=keys, value_vars=list(ds.COLUMNS), var_name="column",
-                      value_name="ours_nominal")
+        nl = _long(nom, keys, ds.COLUMNS, "ours_nominal")
         m = m.merge(nl, on=keys + ["column"])
         gap = (m["ours_nominal"] - m["sysstat"]).abs()
-        tol = TOL_ABS + TOL_REL * m[["ours_nominal", "sysstat"]].abs().max(axis=1) \
-            + (m["column"] == "%util") * TOL_UTIL_JIFFY
+        tol = TOL_ABS + TOL_REL * m[["ours_nominal", "sysstat"]].abs().max(axis=1) + jiffy
         m["divisor_explains"] = ~m["within"] & (gap <= tol)
         m["agree"] = m["within"] | m["divisor_explains"]
     return m
+
+
+def _long(df, keys: list, cols, name: str):
+    """df.melt(id_vars=keys, value_vars=cols, var_name="column", value_name=name), the same
+    frame (rows column by column, dtypes, a new RangeIndex) built from df's arrays: pandas'
+    melt takes the frame apart column by column, and its melts were a third of a comparison."""
+    import numpy as np
+    import pandas as pd
+    cols = list(cols)
+    out = {k: np.tile(df[k].to_numpy(), len(cols)) for k in keys}
+    out["column"] = np.repeat(np.array(cols, dtype=object), len(df))
+    out[name] = df[cols].to_numpy().ravel(order="F")
+    return pd.DataFrame(out)
 
 
 def _stat_line(snap: dict) -> str:
@@ -167,20 +186,26 @@ def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float
 
 def disagreement_table(cmp):
     """Per column: n intervals, share within tolerance, largest absolute and relative gap."""
+    import numpy as np
     import pandas as pd
     rows = []
+    # each column's rows found in one grouping, its statistics on plain arrays (NaN skipped as
+    # pandas does): a filter and a dozen Series operations per column were this table's time
+    at = cmp.groupby("column", sort=False).indices
+    absd, sysv, rel = (cmp[c].to_numpy(dtype=float) for c in ("abs_diff", "sysstat", "rel_diff"))
+    within = cmp["within"].to_numpy(dtype=bool)
+    dex = cmp["divisor_explains"].to_numpy(dtype=bool) if "divisor_explains" in cmp else None
     for col in ds.COLUMNS:
-        g = cmp[cmp["column"] == col]
-        if g.empty:
+        if col not in at:
             continue
-        i = g["abs_diff"].idxmax()
-        rows.append({"column": col, "n": len(g), "within_tol_pct": 100 * g["within"].mean(),
-                     "outside": int((~g["within"]).sum()),
-                     "divisor_explains": int(g["divisor_explains"].sum()) if "divisor_explains" in g else 0,
-                     "max_abs_diff": g["abs_diff"].max(),
-                     "at_value": g.loc[i, "sysstat"],
-                     "max_rel_diff_pct": 100 * g.loc[g["sysstat"].abs() >= 1, "rel_diff"].max()
-                     if (g["sysstat"].abs() >= 1).any() else 0.0})
+        p = at[col]
+        big = np.abs(sysv[p]) >= 1
+        rows.append({"column": col, "n": len(p), "within_tol_pct": 100 * within[p].mean(),
+                     "outside": int((~within[p]).sum()),
+                     "divisor_explains": int(dex[p].sum()) if dex is not None else 0,
+                     "max_abs_diff": np.nanmax(absd[p]),
+                     "at_value": sysv[p[np.nanargmax(absd[p])]],
+                     "max_rel_diff_pct": 100 * np.nanmax(rel[p][big]) if big.any() else 0.0})
     return pd.DataFrame(rows)
 
 
@@ -189,41 +214,50 @@ def window_columns(windows):
     import pandas as pd
     rows = []
     keys = ["run_id", "window"] if "run_id" in windows else ["window"]
-    for key, g in windows.groupby(keys):
-        s = g[g["edge"] == "start"].iloc[0].to_dict()
-        e = g[g["edge"] == "end"].iloc[0].to_dict()
+    # each window's first start and first end snapshot, as plain records (what a filter of each
+    # group of the frame gave, at a fraction of its cost), in the windows' sorted order
+    edges: dict = {}
+    for r in windows.to_dict("records"):
+        edges.setdefault(tuple(r[k] for k in keys), {}).setdefault(r["edge"], r)
+    for key in sorted(edges):
+        s, e = edges[key]["start"], edges[key]["end"]
         T = (e["t_ns"] - s["t_ns"]) / 1e9
         c = ds.compute_columns(s, e, T)
         d = ds.delta(s, e)
-        key = key if isinstance(key, tuple) else (key,)
         rows.append({**dict(zip(keys, key)), "round": s["round"], "phase": s["phase"],
                      "window_s": T, "ios": d["rd_ios"] + d["wr_ios"] + d["dc_ios"],
                      "ticks_ms": d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"], **c})
     return pd.DataFrame(rows)
 
 
-def trace_vs_await(windows, trace_windows):
-    """Per window and op: tracepoint mean latency (io_start->io_done) beside await."""
+# the await column each op of a trace window is compared with
+AWAIT_OF = {"read": "r_await", "write": "w_await", "discard": "d_await", "flush": "f_await", "all": "await"}
+
+
+def trace_vs_await(windows, trace_windows, wc=None):
+    """Per window and op: tracepoint mean latency (io_start->io_done) beside await. `wc`:
+    window_columns(windows) when the caller has it already."""
+    import numpy as np
     import pandas as pd
-    wc = window_columns(windows)
+    wc = window_columns(windows) if wc is None else wc
     keys = ["run_id", "window"] if "run_id" in wc else ["window"]
     m = trace_windows.merge(wc, on=keys + ["round", "phase"], suffixes=("", "_ds"))
-    out = []
-    for _, r in m.iterrows():
-        aw = {"read": r["r_await"], "write": r["w_await"], "discard": r["d_await"],
-              "flush": r["f_await"], "all": r["await"]}.get(r["op"])
-        out.append({**{k: r[k] for k in keys}, "round": r["round"], "phase": r["phase"],
-                    "op": r["op"], "n_trace": r["n"], "trace_mean_ms": r["q2c_mean_us"] / 1000,
-                    "device_mean_ms": r["d2c_mean_us"] / 1000, "await_ms": aw,
-                    "trace_p50_ms": r["q2c_p50_us"] / 1000, "trace_p99_ms": r["q2c_p99_us"] / 1000})
-    df = pd.DataFrame(out)
+    pick = m["op"].map({o: i for i, o in enumerate(AWAIT_OF)}).to_numpy(dtype=float)
+    known = ~np.isnan(pick)
+    aw = np.full(len(m), np.nan)
+    aw[known] = m[list(AWAIT_OF.values())].to_numpy(dtype=float)[known, pick[known].astype(np.intp)]
+    df = pd.DataFrame({**{k: m[k] for k in keys}, "round": m["round"], "phase": m["phase"],
+                       "op": m["op"], "n_trace": m["n"], "trace_mean_ms": m["q2c_mean_us"] / 1000,
+                       "device_mean_ms": m["d2c_mean_us"] / 1000, "await_ms": aw,
+                       "trace_p50_ms": m["q2c_p50_us"] / 1000, "trace_p99_ms": m["q2c_p99_us"] / 1000})
     df["diff_ms"] = df["trace_mean_ms"] - df["await_ms"]
     return df
 
 
-def trace_vs_util(windows, trace_windows):
-    """Per window: trace busy fraction vs %util and trace occupancy vs aqu-sz."""
-    wc = window_columns(windows)
+def trace_vs_util(windows, trace_windows, wc=None):
+    """Per window: trace busy fraction vs %util and trace occupancy vs aqu-sz. `wc`:
+    window_columns(windows) when the caller has it already."""
+    wc = window_columns(windows) if wc is None else wc
     keys = ["run_id", "window"] if "run_id" in wc else ["window"]
     tw = trace_windows[trace_windows["op"] == "all"]
     m = tw.merge(wc, on=keys + ["round", "phase"], suffixes=("_trace", ""))
@@ -239,16 +273,31 @@ def trace_vs_util(windows, trace_windows):
 
 
 def in_written_order(df, table: str):
-    """`table`'s rows sorted by host, run and the table's natural key (ORDER_KEYS)."""
+    """`table`'s rows sorted by host, run and the table's natural key (ORDER_KEYS).
+
+    What a stable sort of the whole frame on those columns gives, found on the key columns
+    alone and the rows moved once: op and key are ranked with one index lookup (a map over
+    their strings cost more than the sort), and a host or run column that holds one value (a
+    dataset's own view, sorted once per dataset) is left out, which a stable sort can't notice."""
+    import numpy as np
+    import pandas as pd
     keys = ORDER_KEYS.get(table)
     if not len(df) or keys is None:
         return df
-    rank = {o: i for i, o in enumerate(OPS)}
-    d = df.assign(_op=df["op"].map(rank).fillna(len(OPS)) if "op" in df else 0,
-                  _key=df["key"].map({k: i for i, k in enumerate(PHASES)}).fillna(len(PHASES))
-                  if "key" in df else 0)
-    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
-            .drop(columns=["_op", "_key"]).reset_index(drop=True))
+    ranked = {"_op": ("op", OPS), "_key": ("key", tuple(PHASES))}
+    by = {}
+    for c in ("host_id", "run_id", *keys):
+        if c in ranked:
+            col, order = ranked[c]
+            if col in df:     # absent: the rank is one constant, which orders nothing
+                r = pd.Index(order).get_indexer(df[col])
+                by[c] = np.where(r < 0, len(order), r)
+        elif c in ("host_id", "run_id") and not (df[c].to_numpy() != df[c].iloc[0]).any():
+            continue
+        else:
+            by[c] = df[c].to_numpy()
+    at = pd.DataFrame(by).sort_values(list(by), kind="stable").index.to_numpy()
+    return df.iloc[at].reset_index(drop=True)
 
 
 def steady(ours):
@@ -257,18 +306,22 @@ def steady(ours):
 
 
 def phase_summary(ours):
-    """Per phase: median [CI] of the key columns over steady intervals (tools.stats)."""
+    """Per phase: median [CI] of the key columns over steady intervals (tools.stats: the
+    median and median_ci that summarize() gives; its percentiles and moments, most of its cost
+    and read by nothing here, are not computed)."""
+    import numpy as np
     import pandas as pd
-    from ...stats import summarize
+    from ...stats import median_ci
     rows = []
     st = steady(ours).copy()
     st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
     for ph, g in st.groupby("phase", sort=False):
         row = {"phase": ph, "n": len(g)}
         for col in ("IOPS", "await", "aqu-sz", "%util", "f/s", "rareq-sz", "wareq-sz", "%wrqm"):
-            s = summarize(g[col])
-            row[col] = s.median
-            row[f"{col} lo"], row[f"{col} hi"] = s.ci_low, s.ci_high
+            x = g[col].to_numpy(dtype=float)
+            x = x[~np.isnan(x)]
+            row[col] = float(np.median(x)) if len(x) else float("nan")
+            row[f"{col} lo"], row[f"{col} hi"], _ = median_ci(x)
         rows.append(row)
     order = [p for p in PHASES if p in {r["phase"] for r in rows}]
     return pd.DataFrame(rows).set_index("phase").loc[order].reset_index()
@@ -298,9 +351,12 @@ def per_round_rates(ours, phases, phase: str, direction: str):
     f = phases[(phases["phase"] == phase) & (phases["round"] >= 0)].set_index("round")
     if st.empty or f.empty:
         return pd.DataFrame()
-    g = st.groupby("round").agg(rd=("n_rd_ios", "sum"), wr=("n_wr_ios", "sum"), fl=("n_fl_ios", "sum"),
-                                secs=("interval_s", "sum"), await_ms=("await", "median"),
-                                aqu=("aqu-sz", "median"))
+    # two aggregations over several columns each: the same sums and medians as named
+    # aggregation, which costs several times as much per call
+    by = st.groupby("round")
+    g = pd.concat([by[["n_rd_ios", "n_wr_ios", "n_fl_ios", "interval_s"]].sum(),
+                   by[["await", "aqu-sz"]].median()], axis=1)
+    g.columns = ["rd", "wr", "fl", "secs", "await_ms", "aqu"]
     g = g.join(f[[f"fio_{direction}_iops", f"fio_{direction}_lat_mean_us"]], how="inner")
     g = g.rename(columns={f"fio_{direction}_iops": "fio_iops", f"fio_{direction}_lat_mean_us": "fio_lat_us"})
     for k in ("rd", "wr", "fl"):
