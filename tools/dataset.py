@@ -456,6 +456,7 @@ class Data:
         self._source: dict = {}      # table -> _table_rows of every dataset, shared with views
         self._views: dict = {}       # (host, run) -> view_of()
         self._rows: dict = {}        # table -> (frame, {(host, run): row positions}): rows_of()
+        self._once: dict = {}        # once()
 
     @classmethod
     def load(cls, chapter, data_dir=None):
@@ -550,6 +551,23 @@ class Data:
         if q is None or df is None or len(df) == 0:
             return df
         return df[(df["host_id"] == q.host_id) & (df["run_id"] == q["run_id"])]
+
+    def quoted_rows(self, name: str):
+        """Table `name` of the quoted dataset alone, read from its own files (view(own_files=
+        True)) where this Data holds many datasets: a fleet's notebook quoting one dataset reads
+        one file, not one per host. Its index is then a new RangeIndex (of_quoted keeps the
+        whole table's)."""
+        q = self.quoted
+        if q is None or self._only is not None:
+            return self.of_quoted(self[name])
+        return self.view([q], own_files=True)[name]
+
+    def once(self, key, make):
+        """make(), once per Data and key: what several of a chapter's tables, figures and prose
+        values derive from the same rows (a Data's tables do not change once read)."""
+        if key not in self._once:
+            self._once[key] = make()
+        return self._once[key]
 
     def of_shown(self, df):
         return only_shown(df, self.manifests, None, self.chapter.quote_needs)

@@ -31,22 +31,14 @@ class VirtioData(Data):
             df = df.merge(j, on=[*ds, "job"], how="left")
         return df
 
-    # -- the quoted dataset ------------------------------------------------------------
-    def _quoted_rows(self, name: str):
-        """Table `name` of the quoted dataset alone, from its own files (Data.view): a fleet's
-        notebook reads one requests table, not one per host."""
-        q = self.quoted
-        if q is None or self._only is not None:
-            return self.of_quoted(self[name])
-        return self.view([q], own_files=True)[name]
-
+    # -- the quoted dataset (Data.quoted_rows: a fleet's notebook reads one requests table) --
     @cached_property
     def req(self):
-        return self._quoted_rows("requests")
+        return self.quoted_rows("requests")
 
     @cached_property
     def jobs(self):
-        return self._quoted_rows("jobs")
+        return self.quoted_rows("jobs")
 
     @cached_property
     def guest_jobs(self):
