@@ -70,12 +70,19 @@ def derive(trials):
     return t
 
 
-def warmup_rounds(repetition, host_id, run_id) -> int:
-    """Warm-up rounds of one dataset (0 for datasets from before adaptive repetition)."""
+def warmups(repetition):
+    """The warm-up rounds of every dataset of a repetition table, by (host_id, run_id), for
+    warmup_rounds(): one grouping, not a filter of the whole table per dataset."""
     if repetition is None or repetition.empty:
-        return 0
-    r = repetition[(repetition.host_id == host_id) & (repetition.run_id == run_id)]
-    return int(r["warmup"].max()) if len(r) else 0
+        return {}
+    return repetition.groupby(["host_id", "run_id"], sort=False)["warmup"].max()
+
+
+def warmup_rounds(rounds, host_id, run_id) -> int:
+    """Warm-up rounds of one dataset, from warmups() (0 for datasets from before adaptive
+    repetition)."""
+    w = rounds.get((host_id, run_id))
+    return 0 if w is None else int(w)
 
 
 # -- which trials the summaries use (rules fixed in advance, spec.py) --------------------------
@@ -129,6 +136,15 @@ def summary(trials, metrics=tuple(METRICS), by=("host_id", "run_id", "load", "va
                                        "ci_coverage", "p5", "p95"])
 
 
+def medians(trials, metrics=tuple(METRICS), by=("load", "variant")):
+    """summary()'s medians alone, wide: a row per group of the comparable trials (every group,
+    as summary() has; NaN where a metric has no value), a column per metric. The prose of each
+    dataset reads only medians, and the intervals are most of summary()'s cost. The group
+    median is np.median's over the values that are not NaN, as in summarize()."""
+    t = comparable(trials)
+    return t.groupby(list(by), sort=True)[[m for m in metrics if m in t]].median()
+
+
 def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
     """Per round, variant / baseline - 1 (same round, same load): median and CI over rounds.
 
@@ -139,18 +155,20 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
     from ...stats import summarize
     rows = []
     keys = ["host_id", "run_id", "load"]
-    for key, g in comparable(trials).groupby(keys, sort=True):
-        base = g[g.variant == baseline].set_index("round")
+    t = comparable(trials)
+    metrics = [m for m in metrics if m in t]
+    t = t[[*keys, "variant", "round", *metrics]]      # the columns read: cheaper to cut and index
+    for key, g in t.groupby(keys, sort=True):
+        base = g[g.variant == baseline].set_index("round")[metrics]
         for variant, gv in g.groupby("variant", sort=False):
             if variant == baseline:
                 continue
-            gv = gv.set_index("round")
+            gv = gv.set_index("round")[metrics]
             common = gv.index.intersection(base.index)
+            # every metric's ratios at once (one selection per variant, not one per metric)
+            rel = (gv.loc[common] / base.loc[common] - 1) * 100
             for m in metrics:
-                if m not in gv:
-                    continue
-                rel = (gv.loc[common, m] / base.loc[common, m] - 1) * 100
-                s = summarize(rel)
+                s = summarize(rel[m])
                 rows.append({**dict(zip(keys, key)), "variant": variant, "metric": m,
                              "n_rounds": s.n, "change_pct": s.median, "ci_low": s.ci_low,
                              "ci_high": s.ci_high, "ci_coverage": s.ci_coverage})
@@ -188,13 +206,22 @@ def fmt_pct(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.1f} %"
 
 
-def effect(eff, load: str, variant: str, metric: str) -> dict:
-    """One paired effect as numbers and words (for the chapter's prose)."""
-    r = eff[(eff.load == load) & (eff.variant == variant) & (eff.metric == metric)]
-    if r.empty:
+def effects_by_key(eff) -> dict:
+    """(load, variant, metric) -> effect_of() each paired effect in `eff` (the first row of a
+    key), from one pass over its rows: the prose asks for every variant x load x metric of each
+    dataset, and filtering the frame once per effect was most of the key findings' time."""
+    rows = {}
+    for r in eff.itertuples(index=False):
+        rows.setdefault((r.load, r.variant, r.metric), r)
+    return {k: effect_of(r) for k, r in rows.items()}
+
+
+def effect_of(r) -> dict:
+    """One paired effect (a row of paired_effects(); None: not measured) as numbers and words
+    (for the chapter's prose)."""
+    if r is None:
         return {"text": "not measured", "verdict": "not measured", "change": math.nan,
                 "lo": math.nan, "hi": math.nan, "n": 0}
-    r = r.iloc[0]
     if r.ci_low > 0:
         verdict = "higher"
     elif r.ci_high < 0:

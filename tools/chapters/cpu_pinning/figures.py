@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ... import stats
 from . import analysis as A
-from .findings import host_summary
 from .spec import LOAD_TITLE, LOADS, ORDER
 
 
@@ -86,7 +85,7 @@ def migrations(D):
 def core_balance(D):
     """Busy share of each CPU per variant and load, median over rounds."""
     import matplotlib.pyplot as plt
-    C = A.busy_cores(D.of_quoted(D["cores"]), D.TL)
+    C = A.busy_cores(D.cores_quoted, D.TL)
     bal = C.groupby(["load", "variant", "cpu"]).busy_frac.median().mul(100).reset_index()
     order = [v for v in ORDER if v in set(D.TL.variant)]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
@@ -114,7 +113,7 @@ def hosts(D):
     panels per machine kind (a TCG guest's CPU time is QEMU's emulation)."""
     import matplotlib.pyplot as plt
     from ... import fleetview as fv
-    SH = host_summary(D)
+    SH = D.SH
     SH = SH[SH.metric == "cpu_per_req_us"]
     F = fv.fleet(D, set(SH.host_id))
     order = [v for v in ORDER if v in set(SH.variant)]
@@ -133,7 +132,9 @@ def hosts(D):
     d = fv.merge(*drawn)
     fv.legend(fig, F, d)
     shown = D.of_shown(D["trials"])
-    warm = [A.warmup_rounds(D["repetition"], h, r) for h, r in shown[["host_id", "run_id"]].drop_duplicates().itertuples(index=False)]
+    rounds = A.warmups(D["repetition"])
+    runs = shown[["host_id", "run_id"]].drop_duplicates().itertuples(index=False)
+    warm = [A.warmup_rounds(rounds, h, r) for h, r in runs]
     kinds = (" One row of panels per machine kind: a TCG guest's CPU time is QEMU's emulation, to be read "
              "within its row.") if len(rows) > 1 else ""
     return fig, stats.caption(

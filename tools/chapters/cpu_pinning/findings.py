@@ -203,7 +203,7 @@ def knobs(D) -> dict:
 
 def slices_seen(D) -> dict:
     """The slice every task of the quoted dataset reported (/proc/<pid>/sched), per variant."""
-    T = D.of_quoted(D["tasks"])
+    T = D.tasks_quoted
 
     def span(v):
         x = T[T.variant == v].slice_ns
@@ -226,9 +226,14 @@ def repetition(D) -> dict:
 
 
 def effect_words(D) -> dict:
-    """(short metric, variant, load) -> analysis.effect() of the quoted dataset."""
-    return {(short, v, load): A.effect(D.E, load, v, m)
+    """(short metric, variant, load) -> analysis.effect_of() of the quoted dataset."""
+    return {(short, v, load): effect(D, load, v, m)
             for load in ("rate", "sat") for v in TUNED for m, short in SHORT}
+
+
+def effect(D, load: str, variant: str, metric: str) -> dict:
+    """One paired effect of the quoted dataset in words (its effects are read once: D.EW)."""
+    return D.EW.get((load, variant, metric)) or A.effect_of(None)
 
 
 def effects(D) -> dict:
@@ -258,9 +263,11 @@ def comparisons(D) -> dict:
 
 
 def switch_medians(D):
-    """Median migrations/s and switches per request, per load and variant (a pivot)."""
-    med = A.summary(D.TL, metrics=("worker_migr_per_s", "invol_per_req", "vol_per_req"))
-    return med.pivot_table(index=["load", "variant"], columns="metric", values="median")
+    """Median migrations/s and switches per request, per load and variant: the pivot of
+    summary()'s medians (metrics in name order; a load and variant, or a metric, without any
+    value left out), from D.M."""
+    mm = D.M[sorted(("worker_migr_per_s", "invol_per_req", "vol_per_req"))]
+    return mm.dropna(how="all").dropna(how="all", axis=1).rename_axis(columns="metric")
 
 
 def switches(D) -> dict:
@@ -278,11 +285,11 @@ def switches(D) -> dict:
     else:
         out.update(trace_agree="none (the tracepoint was not recorded)", trace_maxdiff="n/a",
                    trace_sentence="The tracepoint was not recorded, so migrations were counted only once.")
-    mm = switch_medians(D)
+    mm = switch_medians(D).to_dict("index")
 
     def val(load, v, m):
         try:
-            return float(mm.loc[(load, v), m])
+            return float(mm[(load, v)][m])
         except KeyError:
             return math.nan
 
@@ -294,8 +301,7 @@ def switches(D) -> dict:
             out[f"mig_{v}_{load}"] = fmt(val(load, v, "worker_migr_per_s"), ".0f")
             out[f"inv_{v}_{load}"] = fmt(val(load, v, "invol_per_req"), ".2f")
             out[f"vol_{v}_{load}"] = fmt(val(load, v, "vol_per_req"), ".2f")
-    S = D.S
-    thr = S[S.metric == "throughput"].set_index(["load", "variant"])["median"]
+    thr = D.M["throughput"]
     mig_kreq = 1000 * val("rate", "unpinned", "worker_migr_per_s") / thr.get(("rate", "unpinned"), math.nan)
     out["mig_per_kreq"] = "n/a" if math.isnan(mig_kreq) else f"{mig_kreq:.1f}"
     sw = val("rate", "unpinned", "invol_per_req") + val("rate", "unpinned", "vol_per_req")
@@ -313,7 +319,7 @@ def switches(D) -> dict:
     ib, iu, isl = (val("rate", v, "invol_per_req") for v in ("batch", "unpinned", "slice_10ms"))
     out["batch_inv_word"] = "drops to" if ib < 0.5 * iu else "is"
     out["slice_inv_word"] = "stays near" if abs(isl - iu) < 0.25 * iu else "moves to"
-    e = A.effect(D.E, "rate", "batch", "cpu_per_req_us")
+    e = effect(D, "rate", "batch", "cpu_per_req_us")
     out["batch_cpu_sentence"] = (
         "Fewer preemptions did not show as less CPU per request: the batch variant's change at the fixed "
         f"rate was {e['text']}, {e['verdict']}. A cost of the preemptions smaller than that interval "
@@ -324,7 +330,7 @@ def switches(D) -> dict:
 
 def balance(D) -> dict:
     """Per-core balance, and how much the helper threads of pinned workers move."""
-    busy = A.busy_cores(D.of_quoted(D["cores"]), D.TL)
+    busy = A.busy_cores(D.cores_quoted, D.TL)
     out = {f"spread_{v}_{load}": f"{val:.1f}" for (load, v), val in A.core_spread(busy).items()}
     helpers = D.TL[D.TL.variant == "pinned"]
     out["helper_migr_pinned"] = \
@@ -338,7 +344,7 @@ def host_summary(D):
 
 
 def hosts(D) -> dict:
-    CH = A.compare_hosts(D.of_shown(D["trials"]), manifests=D.manifests)
+    CH = D.CH
     if len(CH):
         sentence = (f"Each host is compared with {CH.baseline.iloc[0]} on worker CPU per request, "
                     f"per load and variant ({stats.COMPARE_METHOD}): {stats.significance_text(CH)}. "
@@ -347,18 +353,19 @@ def hosts(D) -> dict:
         sentence = ("Only one host has data for this chapter, so there is no second host to compare "
                     "with and no environment diff. Another host's dataset would appear in the table and "
                     "the figure above, with a rank test per load and variant against this one.")
-    return {"n_hosts_side": int(host_summary(D).host_id.nunique()), "host_cmp_sentence": sentence}
+    # the hosts host_summary() has rows for (a group of comparable trials), without its intervals
+    t = A.comparable(D.of_shown(D["trials"])).dropna(subset=["host_id", "run_id", "load", "variant"])
+    return {"n_hosts_side": int(t.host_id.nunique()), "host_cmp_sentence": sentence}
 
 
 def seed_claims(D) -> dict:
     """The seed's figures (data/reference/cpu_pinning.csv) and ours beside them."""
     ref = D.reference("cpu_pinning")
-    S = D.S
-    mean = S[(S.load == "rate") & (S.metric == "lat_mean_ms")].set_index("variant")["median"]
+    mean = D.M["lat_mean_ms"]
     mrt = ref[ref.quantity == "mean_response_time"].set_index("applies_to").value
     return {"ref": ref, "cpu_claims": ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value,
             "before": mrt["before"], "after": mrt["both"],
-            "lat_un": mean.get("unpinned", math.nan), "lat_tu": mean.get("pinned_tuned", math.nan)}
+            "lat_un": mean.get(("rate", "unpinned"), math.nan), "lat_tu": mean.get(("rate", "pinned_tuned"), math.nan)}
 
 
 def seed(D) -> dict:
@@ -380,9 +387,8 @@ def seed(D) -> dict:
         out[f"claims_inside_{short}"] = ", ".join(inside) if inside else "none"
     for k, q in (("seed_pin", "pinned"), ("seed_tun", "scheduler tunables"), ("seed_both", "both")):
         out[k] = f"{claims[q]:+.0f}"
-    S = D.S
-    cpu_sat = S[(S.load == "sat") & (S.variant == "unpinned") & (S.metric == "cpu_per_req_us")]["median"]
-    out["cpu_ms_sat"] = f"{cpu_sat.iloc[0] / 1000:.2f}" if len(cpu_sat) else "n/a"
+    cpu_sat = D.M["cpu_per_req_us"].get(("sat", "unpinned"))
+    out["cpu_ms_sat"] = "n/a" if cpu_sat is None else f"{cpu_sat / 1000:.2f}"
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import analysis as A
-from .findings import effect_words, host_summary, seed_claims, switch_medians
+from .findings import effect_words, seed_claims, switch_medians
 from .spec import VARIANTS
 
 RESULT_COLS = {"throughput": "req/s", "cpu_per_req_us": "worker CPU µs/req",
@@ -70,20 +70,20 @@ def switches(D):
 
 
 def spread(D):
-    busy = A.busy_cores(D.of_quoted(D["cores"]), D.TL)
+    busy = A.busy_cores(D.cores_quoted, D.TL)
     return A.core_spread(busy).rename("median busiest - idlest CPU (percentage points)").round(1).to_frame()
 
 
 def hosts(D):
     """Median [CI] per metric, load and variant, one column per host (shown datasets)."""
-    SH = host_summary(D)
+    SH = D.SH
     wide = SH.assign(value=[f"{r.median:.3g} [{r.ci_low:.3g}, {r.ci_high:.3g}]" for r in SH.itertuples()])
     return wide.pivot_table(index=["metric", "load", "variant"], columns="host_id", values="value",
                             aggfunc="first")
 
 
 def host_comparisons(D):
-    CH = A.compare_hosts(D.of_shown(D["trials"]), manifests=D.manifests)
+    CH = D.CH
     if not len(CH):
         return None
     return CH[["load", "variant", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "rel_shift",
