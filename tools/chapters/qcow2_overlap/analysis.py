@@ -10,42 +10,101 @@ from .spec import MODES, MiB
 
 PRE_BY = ["host_id", "cluster_size", "image_size", "mode"]
 WRITES_BY = ["host_id", "workload", "mode"]
+PRE_KEYS, WRITES_KEYS = PRE_BY[1:], WRITES_BY[1:]     # within one dataset
+
+
+# -- what several tables, figures and the prose share, computed once per D ---------------------
+
+def _rows_of(D, table: str):
+    """(rows, (host_id, run_id) -> their positions): the timed preallocations (no flushes) or the
+    writes of every dataset, grouped once rather than filtered from the whole table per dataset."""
+    def make():
+        df = D[table]
+        if table == "prealloc":
+            df = df[df.command == "resize_no_flush"]
+        return df, df.groupby(["host_id", "run_id"], sort=False).indices
+    return D.once(("rows", table), make)
+
+
+def measured_datasets(D, table: str):
+    """(host_id, run_id) of every dataset with rows in _rows_of()."""
+    return _rows_of(D, table)[1].keys()
+
+
+def dataset_rows(D, table: str, key):
+    """One dataset's rows of _rows_of(), in table order: what a filter on its host and run keeps."""
+    df, at = _rows_of(D, table)
+    return df.iloc[at[key]] if key in at else df.iloc[0:0]
+
+
+def datasets_rows(D, table: str, keys):
+    """The rows of _rows_of() from the datasets `keys`, in table order."""
+    import numpy as np
+    df, at = _rows_of(D, table)
+    pos = [at[k] for k in keys if k in at]
+    return df.iloc[np.sort(np.concatenate(pos))] if pos else df.iloc[0:0]
+
+
+def dataset_overhead(D, table: str, key):
+    """overhead() of one dataset's timed preallocations ("prealloc", by cluster and image size)
+    or writes ("writes", by workload), once per D: the tables, the figure, the fits and the prose
+    that show the same dataset share it."""
+    by = PRE_KEYS if table == "prealloc" else WRITES_KEYS
+    return D.once(("overhead", table, key), lambda: overhead(dataset_rows(D, table, key), by))
+
+
+def shown_overhead(D, table: str):
+    """dataset_overhead() of each host's shown dataset as one frame, host_id first: what
+    overhead() of their rows by host (PRE_BY, WRITES_BY) gives."""
+    import pandas as pd
+    frames = [ov.assign(host_id=h) for h, r in sorted(D.shown.items())
+              for ov in [dataset_overhead(D, table, (h, r))] if len(ov)]
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    return out[["host_id", *[c for c in out.columns if c != "host_id"]]]
 
 
 # -- statistics over raw runs -------------------------------------------------------------
 
-def summary(df, by: list[str]):
+def summary(df, by: list[str], metrics=("wall_s", "cpu_s", "user_s")):
     """Median + CI etc. of wall and CPU time per group (tidy, one row per metric)."""
     import pandas as pd
     from ...stats import summarize_frame
     out = []
-    for metric in ("wall_s", "cpu_s", "user_s"):
+    for metric in metrics:
         s = summarize_frame(df, by, metric)
         s.insert(len(by), "metric", metric)
         out.append(s)
     return pd.concat(out, ignore_index=True)
 
 
-def overhead(df, by: list[str], metric: str = "cpu_s"):
+def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
     """Extra seconds of each mode over 'none' in the same group, from the raw runs.
 
     tools.stats.compare of the mode's runs against the 'none' runs: `extra` is the
     Hodges-Lehmann shift with its distribution-free interval (extra_ci_low/high; nominal
     95 %, real coverage from n and n_none: shift_ci_label),
     `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
+    Only the `modes` given are compared (each comparison is most of the cost).
     """
     import numpy as np
     import pandas as pd
     from ...stats import compare
     rows = []
     keys = [k for k in by if k != "mode"]
-    for key, g in df.groupby(keys):
-        key = key if isinstance(key, tuple) else (key,)
-        base = g.loc[g["mode"] == "none", metric].to_numpy(float)
+    # each group's runs of each mode, in row order, from one grouping of the frame
+    at = df.groupby([*keys, "mode"]).indices
+    values = df[metric].to_numpy(float)
+
+    def runs(key, mode):
+        return values[at[(*key, mode)]] if (*key, mode) in at else values[:0]
+    for key in sorted({k[:-1] for k in at}):
+        base = runs(key, "none")
         if len(base) < 2:
             continue
-        for mode in [m for m in MODES if m in set(g["mode"])]:
-            x = g.loc[g["mode"] == mode, metric].to_numpy(float)
+        for mode in [m for m in MODES if m in modes]:
+            x = runs(key, mode)
             if len(x) < 2:
                 continue
             c = compare(x, base, names=(mode, "none"))
@@ -131,16 +190,14 @@ def prealloc_fits(D, at: float | None = None):
     the run-to-run spread of the exponent, with each fit's quality."""
     import pandas as pd
     from ...findings import counted_runs
-    pre = D["prealloc"]
-    rs = pre[pre.command == "resize_no_flush"]
     rows = []
     for h in D.hosts:
         for m in counted_runs([m for m in D.manifests if m.host_id == h]):
-            mine = rs[(rs.host_id == h) & (rs.run_id == m["run_id"])]
-            ov = overhead(mine, ["cluster_size", "image_size", "mode"])
+            ov = dataset_overhead(D, "prealloc", m.key)
             if ov.empty:
                 continue
             f = fit_power_law(ov, at=at)
+            mine = dataset_rows(D, "prealloc", m.key)
             sizes = mine[mine.cluster_size == 512].image_size
             rows.append({"host_id": h, "run_id": m["run_id"], "profile": m.profile or "not recorded",
                          "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}", **f})
@@ -204,7 +261,7 @@ def resizes(D):
 
 def prealloc_overhead(D):
     """overhead() of every mode against none, per host, cluster size and image size."""
-    return overhead(resizes(D), PRE_BY)
+    return shown_overhead(D, "prealloc")
 
 
 def writes(D):
@@ -221,10 +278,15 @@ def prealloc_table(D):
     return t.round(3).rename(columns={"median": "cpu_s"}).set_index(["host_id", "cluster_size", "size_mib", "mode"])
 
 
+def writes_summary(D):
+    """summary() of the shown datasets' writes (wall and CPU time, what is read of it), once
+    per D: the writes table, their spread and the modes figure show it."""
+    return D.once("writes_summary", lambda: summary(writes(D), WRITES_BY, metrics=("wall_s", "cpu_s")))
+
+
 def writes_table(D):
     """Per host, workload and mode: runs, median wall and CPU s, the extra CPU over none."""
-    wr = writes(D)
-    sw, ovw = summary(wr, WRITES_BY), overhead(wr, WRITES_BY)
+    sw, ovw = writes_summary(D), shown_overhead(D, "writes")
     wall = sw[sw.metric == "wall_s"].set_index(WRITES_BY)["median"].rename("wall_s")
     tw = ovw.set_index(WRITES_BY).join(wall)[["n", "wall_s", "median", "extra", "extra_ci_low",
                                               "extra_ci_high", "share_pct", "p_value", "verdict"]]
@@ -233,7 +295,7 @@ def writes_table(D):
 
 def writes_spread(D):
     """The spread of the CPU time per run behind the medians (percentiles, CV)."""
-    sw = summary(writes(D), WRITES_BY)
+    sw = writes_summary(D)
     return sw[sw.metric == "cpu_s"].set_index(WRITES_BY)[["n", "median", "ci_low", "ci_high", "p5", "p95",
                                                            "cv"]].round(3)
 
@@ -319,7 +381,12 @@ def parameters_table(D):
 
 def host_comparison(D):
     """Each other host's CPU time per run against the prose's dataset, case by case where
-    both measured the same case (tools.stats.compare_frame; identical sizes and modes)."""
+    both measured the same case (tools.stats.compare_frame; identical sizes and modes). Once
+    per D: the prose's sentence and the table read it."""
+    return D.once("host_comparison", lambda: _host_comparison(D))
+
+
+def _host_comparison(D):
     import pandas as pd
     from ...stats import compare_frame
     if len(D.hosts) < 2:

@@ -1,7 +1,7 @@
 """qcow2_overlap: the figures, as (figure, caption) pairs for tools.notebook.show."""
 from __future__ import annotations
 
-from . import analysis as A
+from . import analysis as A, prose
 from .spec import MODES, MiB
 
 
@@ -12,16 +12,15 @@ def prealloc(D):
     import numpy as np
     import pandas as pd
     from ... import fleetview as fv
-    rs = D["prealloc"]
-    rs = rs[rs.command == "resize_no_flush"]
-    F = fv.fleet(D, set(rs.host_id))
+    measured = sorted(A.measured_datasets(D, "prealloc"))
+    F = fv.fleet(D, {h for h, _ in measured})
     keep = fv.runs(D, F)
-    rs = fv.of_runs(rs, keep)
+    rs = A.datasets_rows(D, "prealloc", keep)
     ref = D.reference("qcow2_overlap")
-    seed_size = int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
+    seed_size = prose.seed_size(ref)
     runs = []
-    for (h, r), mine in rs.groupby(["host_id", "run_id"]):
-        ov = A.overhead(mine, ["cluster_size", "image_size", "mode"])
+    for h, r in (k for k in measured if k in keep):
+        ov = A.dataset_overhead(D, "prealloc", (h, r))
         if not ov.empty:
             runs.append({"host_id": h, "run_id": r, "role": F.role(h), "ov": ov,
                          "fit": A.fit_power_law(ov, at=seed_size), "quoted": (h, r) == D.quoted.key})
@@ -68,8 +67,7 @@ def modes(D):
     from ... import fleetview as fv
     wr = A.writes(D)
     F = fv.fleet(D, set(wr.host_id))
-    summ = A.summary(wr, A.WRITES_BY)
-    g = plot_modes(summ, F)
+    g = plot_modes(A.writes_summary(D), F)
     fig, drawn, panels = g.figure, g.drawn, g.rows
     mans = [m for m in D.manifests if m.key in fv.runs(D, F, every_run=False)]
     kinds = (" One row of panels per machine kind: a TCG guest's CPU time is QEMU's emulation, to be read "

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .analysis import fit_power_law, fit_quadratic, formula_table, host_comparison, overhead
+from .analysis import (PRE_KEYS, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic, formula_table,
+                       host_comparison, overhead)
 from .spec import GiB, MiB
 
 # How the prose shows each float (format specs); everything else is an int or a str.
@@ -66,26 +67,82 @@ def significance(row) -> str:
 
 def findings(D) -> dict:
     """Every value the prose glues, formatted as it shows them (strings and ints)."""
-    h = headline(D)
+    return formatted(headline(D))
+
+
+def formatted(h: dict) -> dict:
+    """Values of headline() as the prose shows them: FORMATS' floats as text, AS_IS as they are."""
     out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h}
     out.update({k: h[k] for k in AS_IS if k in h})
     return out
 
 
+def key_values(D) -> dict:
+    """What the key findings (claims.py) read, as findings() shows it: the largest preallocation
+    and the fit of `cached` at 512-byte clusters, the formula, both checking modes after
+    snapshots and the seed's figures. Each dataset's verdicts need only these, so only the
+    modes they quote are compared with none (a comparison per mode and case is most of
+    headline()'s cost); the values are those headline() gives."""
+    ref = D.reference("qcow2_overlap")
+    rs = dataset_rows(D, "prealloc", D.quoted.key)
+    ov = overhead(rs[rs.cluster_size == 512], PRE_KEYS, modes=("cached",))
+    wr = dataset_rows(D, "writes", D.quoted.key)
+    sn = wr[wr.workload == SNAPSHOTS]
+    costs = _write_costs(sn, overhead(sn, ["workload", "mode"], modes=("cached", "all")), SNAPSHOTS, "sn")
+    return formatted({**_prealloc(ov, rs, ref), **costs, **_snapshots(wr), **_metadata(D, ref), **_seed(ref)})
+
+
 def headline(D) -> dict:
-    """The numbers the text quotes, from the quoted dataset and the seed's table.
+    """The numbers the text quotes, from the quoted dataset and the seed's table (computed once
+    per D: the prose and the table beside the seed's both read it; a copy is returned).
 
     pre_big_mib is the largest 512-byte-cluster size overhead() compared (>= 2 runs of
     'cached' and of 'none'); pre_max_mib the largest measured, pre_big_note a sentence
     when they differ.
     """
+    return dict(D.once("headline", lambda: _headline(D)))
+
+
+def _headline(D) -> dict:
     import numpy as np
     m = D.quoted
     ref = D.reference("qcow2_overlap")
-    out: dict = {}
+    rs = dataset_rows(D, "prealloc", m.key)
+    ov = dataset_overhead(D, "prealloc", m.key)
+    out = _prealloc(ov, rs, ref)
+    out.update(_prealloc_modes(ov))
     pre = D.of_quoted(D["prealloc"])
-    rs = pre[pre.command == "resize_no_flush"]
-    ov = overhead(rs, ["cluster_size", "image_size", "mode"])
+    cf = pre[pre.command == "create_with_flushes"]
+    out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
+    out["flush_wall"] = float(cf.wall_s.median()) if len(cf) else float("nan")
+    out["flush_cpu"] = float(cf.cpu_s.median()) if len(cf) else float("nan")
+    out["flush_wait"] = out["flush_wall"] - out["flush_cpu"]
+    out.update(_writes(D, ref))
+    out.update(_metadata(D, ref))
+    out.update(_seed(ref))
+    out.update(_perf(D, ref))
+    t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started", "finished"))
+    out["run_minutes"] = (t1 - t0).total_seconds() / 60
+    out["host_cpus"] = m["host"]["cpus_online"]
+    out["scratch_fs"] = (m.facts.get("scratch") or {}).get("filesystem") or "unknown"
+    out["step_clusters"] = m.parameters["bench_step_clusters"]
+    out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
+    out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
+    out["host_sentence"] = host_sentence(D)
+    # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+
+
+def seed_size(ref) -> int:
+    """Bytes of the image the seed created with preallocation (its 2014 measurement)."""
+    return int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
+
+
+def _prealloc(ov, rs, ref) -> dict:
+    """The largest 512-byte-cluster preallocation `cached` was compared at, and the power law
+    fitted to its shifts: from `cached`'s rows of `ov` (overhead() of one dataset's timed
+    preallocations, rs) alone."""
+    out: dict = {}
     # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
     # time budget with one run has no comparison (pre_max_mib says what was measured)
     kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
@@ -106,15 +163,15 @@ def headline(D) -> dict:
     out["pre_big_share"] = row.share_pct
     out["pre_n"] = int(row.n)
     out["pre_big_sig"] = significance(row)
-    seed_size = int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
-    fit = fit_power_law(ov, at=seed_size)
+    at = seed_size(ref)
+    fit = fit_power_law(ov, at=at)
     out["pre_k"], out["pre_fit_n"], out["pre_fit_dropped"] = fit["k"], fit["n"], fit["dropped"]
     out["pre_k_lo"], out["pre_k_hi"] = f"{fit['k_lo']:.1f}", f"{fit['k_hi']:.1f}"
     out["pre_r2"] = f"{fit['r2']:.2f}"
     out["pre_extrap_2g"] = fit["pred"]
     out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
-    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * seed_size ** 2
-    out["pre_extrap_factor"] = seed_size / big
+    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at ** 2
+    out["pre_extrap_factor"] = at / big
     dropped = (f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
                "positive value" if fit["dropped"] else "")
     out["pre_fit_sentence"] = (
@@ -122,6 +179,13 @@ def headline(D) -> dict:
         f"exponent of {fit['k']:.2f} (95 % interval {fit['k_lo']:.1f} to {fit['k_hi']:.1f}, "
         f"R² = {fit['r2']:.2f} in log space{dropped})" if fit["n"] >= 3 else
         f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval")
+    return out
+
+
+def _prealloc_modes(ov) -> dict:
+    """`constant` at every 512-byte-cluster size, every mode's significance, and `cached` at
+    64 KiB clusters, from overhead() of the quoted dataset's preallocations."""
+    out: dict = {}
     # constant against none at every 512-byte-cluster size of the quoted dataset
     con = ov[(ov.cluster_size == 512) & (ov["mode"] == "constant")]
     if len(con):
@@ -131,11 +195,6 @@ def headline(D) -> dict:
     # the quoted host's modes against none, at every size (the table's `significant` column)
     mine = ov[ov["mode"] != "none"]
     out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
-    r = ref[(ref.experiment == "create_prealloc_metadata_512") & (ref.metric == "wall_s")]
-    before = r[r.variant == "before_series"].iloc[0]
-    after = r[r.variant == "after_series"].iloc[0]
-    out["seed_user_saved"] = before.user_s - after.user_s
-    out["seed_create_before"], out["seed_create_after"] = before.value, after.value
     k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size")
     if len(k64):
         k = k64.iloc[-1]
@@ -145,49 +204,62 @@ def headline(D) -> dict:
             f"tables as {equiv} MiB at 512-byte clusters), `cached` took {1000 * k.extra:.0f} ms more "
             f"CPU than `none` (interval {1000 * k.extra_ci_low:.0f} to {1000 * k.extra_ci_high:.0f} ms, "
             f"{significance(k)}; `none` took {k.none_median:.2f} s)")
-    cf = pre[pre.command == "create_with_flushes"]
-    out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
-    out["flush_wall"] = float(cf.wall_s.median()) if len(cf) else float("nan")
-    out["flush_cpu"] = float(cf.cpu_s.median()) if len(cf) else float("nan")
-    out["flush_wait"] = out["flush_wall"] - out["flush_cpu"]
-    out.update(_writes(D, ref))
-    out.update(_metadata(D, ref))
-    out.update(_perf(D, ref, seed_size))
-    t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started", "finished"))
-    out["run_minutes"] = (t1 - t0).total_seconds() / 60
-    out["host_cpus"] = m["host"]["cpus_online"]
-    out["scratch_fs"] = (m.facts.get("scratch") or {}).get("filesystem") or "unknown"
-    out["seed_create_gib"] = seed_size / GiB
-    out["step_clusters"] = m.parameters["bench_step_clusters"]
-    out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
-    out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
-    out["host_sentence"] = host_sentence(D)
-    # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
-    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+    return out
+
+
+def _seed(ref) -> dict:
+    """The seed's figures the prose quotes, from data/reference."""
+    out = {}
+    r = ref[(ref.experiment == "create_prealloc_metadata_512") & (ref.metric == "wall_s")]
+    before = r[r.variant == "before_series"].iloc[0]
+    after = r[r.variant == "after_series"].iloc[0]
+    out["seed_user_saved"] = before.user_s - after.user_s
+    out["seed_create_before"], out["seed_create_after"] = before.value, after.value
+    seed = ref[ref.metric == "cycles_share_pct"].set_index(["experiment", "variant"]).value
+    out["seed_pct_create"] = float(seed[("create_prealloc_metadata_512", "before_series")])
+    out["seed_pct_dd"] = float(seed[("guest_dd_64k", "before_series")])
+    out["seed_pct_random"] = float(seed[("guest_random_512_odirect", "before_series")])
+    out["seed_create_gib"] = seed_size(ref) / GiB
+    return out
+
+
+SNAPSHOTS = "overwrite_after_snapshots_512"
+WRITES = (("overwrite_scattered_512", "ow"), ("allocate_sequential_64k", "al"), (SNAPSHOTS, "sn"))
 
 
 def _writes(D, ref) -> dict:
     out = {}
-    wr = D.of_quoted(D["writes"])
-    ovw = overhead(wr, ["workload", "mode"])
-    for wl, key in (("overwrite_scattered_512", "ow"), ("allocate_sequential_64k", "al"),
-                    ("overwrite_after_snapshots_512", "sn")):
-        g = ovw[ovw.workload == wl].set_index("mode")
-        nreq = int(wr[wr.workload == wl].requests.iloc[0])
-        for mode in ("cached", "all"):
-            if mode in g.index:
-                out[f"{key}_{mode}_us"] = 1e6 * g.loc[mode, "extra"] / nreq
-                out[f"{key}_{mode}_share"] = g.loc[mode, "share_pct"]
-                out[f"{key}_{mode}_lo_us"] = 1e6 * g.loc[mode, "extra_ci_low"] / nreq
-                out[f"{key}_{mode}_hi_us"] = 1e6 * g.loc[mode, "extra_ci_high"] / nreq
-                out[f"{key}_{mode}_sig"] = significance(g.loc[mode])
-        out[f"{key}_requests"] = nreq
-        out[f"{key}_n"] = int(g.n.min())
+    wr = dataset_rows(D, "writes", D.quoted.key)
+    ovw = dataset_overhead(D, "writes", D.quoted.key)
+    for wl, key in WRITES:
+        out.update(_write_costs(wr, ovw, wl, key))
+        out[f"{key}_n"] = int(ovw[ovw.workload == wl].n.min())
     out["ow_size_mib"] = int(wr[wr.workload == "overwrite_scattered_512"].image_size.iloc[0]) // MiB
     seed_rand = ref[ref.experiment == "guest_random_512_odirect"].image_size_mib.iloc[0]
     out["seed_random_factor"] = float(seed_rand) / out["ow_size_mib"]
-    out["sn_snapshots"] = int(wr[wr.workload == "overwrite_after_snapshots_512"].snapshots.iloc[0])
+    out.update(_snapshots(wr))
     return out
+
+
+def _write_costs(wr, ovw, wl: str, key: str) -> dict:
+    """The extra CPU per request of `cached` and `all` over none in workload wl, with its
+    interval and significance, where ovw (overhead() of the writes wr) compared them."""
+    out = {}
+    g = ovw[ovw.workload == wl].set_index("mode")
+    nreq = int(wr[wr.workload == wl].requests.iloc[0])
+    for mode in ("cached", "all"):
+        if mode in g.index:
+            out[f"{key}_{mode}_us"] = 1e6 * g.loc[mode, "extra"] / nreq
+            out[f"{key}_{mode}_share"] = g.loc[mode, "share_pct"]
+            out[f"{key}_{mode}_lo_us"] = 1e6 * g.loc[mode, "extra_ci_low"] / nreq
+            out[f"{key}_{mode}_hi_us"] = 1e6 * g.loc[mode, "extra_ci_high"] / nreq
+            out[f"{key}_{mode}_sig"] = significance(g.loc[mode])
+    out[f"{key}_requests"] = nreq
+    return out
+
+
+def _snapshots(wr) -> dict:
+    return {"sn_snapshots": int(wr[wr.workload == SNAPSHOTS].snapshots.iloc[0])}
 
 
 def _metadata(D, ref) -> dict:
@@ -216,7 +288,7 @@ def _metadata(D, ref) -> dict:
     return out
 
 
-def _perf(D, ref, seed_size: int) -> dict:
+def _perf(D, ref) -> dict:
     import numpy as np
     out = {}
     cy = D.of_quoted(D["cycles"])
@@ -229,11 +301,7 @@ def _perf(D, ref, seed_size: int) -> dict:
         out["perf_sn_all"] = float(g.get(("overwrite_after_snapshots_512", "all"), np.nan))
         out["perf_n"] = int(cy.groupby(["workload", "mode"]).size().min())
         out["perf_pre_size_mib"] = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB
-        out["perf_size_ratio"] = seed_size / MiB / out["perf_pre_size_mib"]
-    seed = ref[ref.metric == "cycles_share_pct"].set_index(["experiment", "variant"]).value
-    out["seed_pct_create"] = float(seed[("create_prealloc_metadata_512", "before_series")])
-    out["seed_pct_dd"] = float(seed[("guest_dd_64k", "before_series")])
-    out["seed_pct_random"] = float(seed[("guest_random_512_odirect", "before_series")])
+        out["perf_size_ratio"] = seed_size(ref) / MiB / out["perf_pre_size_mib"]
     out.update(_dd(D, ref))
     return out
 
