@@ -70,9 +70,8 @@ class Run:
 
 
 def once_each(fn):
-    """fn(x) worked out once for each x while x lives: a value several of a dataset's key
-    findings read, once per Run (outcomes() hands them all one Run), or one a notebook's
-    tables and figures share, once per Data."""
+    """fn(run) worked out once for each Run while it lives: a value several of a dataset's key
+    findings read (outcomes() hands them all one Run). A Data's own: Data.once."""
     import functools
     import weakref
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

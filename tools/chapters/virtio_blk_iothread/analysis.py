@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 from ... import stats
-from ...findings import once_each
 
 JOB_ORDER = ("randread_qd1", "randread_qd4", "randread_qd32", "randwrite_qd1", "randwrite_qd4", "randwrite_qd32",
              "read_qd1", "read_qd4", "read_qd32", "write_qd1", "write_qd4", "write_qd32")
@@ -54,10 +53,9 @@ def effects(fio, value: str = "iops"):
     return _order(c) if len(c) else c
 
 
-@once_each
 def every_effect(D):
-    """effects() of every dataset of D: the effects table and the hosts figure both show them."""
-    return effects(table(D, "fio"))
+    """effects() of every dataset of D, once (the effects table and the hosts figure show them)."""
+    return D.once("every_effect", lambda: effects(table(D, "fio")))
 
 
 def storm_effects(fio):
