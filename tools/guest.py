@@ -302,8 +302,7 @@ def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
     """Validate a chapter's `accel`, `kvm_boot_timeout` and `boot_timeout` in place."""
     if p["accel"] not in ("auto", "kvm", "tcg"):
         raise ParameterError(f"accel must be auto, kvm or tcg, got {p['accel']!r}")
-    for k in ("kvm_boot_timeout", "boot_timeout"):
-        v = p[k]
+    for k, v in [(k, p[k]) for k in ("kvm_boot_timeout", "boot_timeout")]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= max_seconds:
             raise ParameterError(f"{k} must be a number of seconds between 1 and {max_seconds:g}, got {v!r}")
         p[k] = float(v)
