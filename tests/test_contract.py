@@ -143,6 +143,38 @@ def test_a_table_that_does_not_match_its_schema_is_refused(tmp_path):
             t.check(bad, "x")
 
 
+def test_a_column_already_in_its_type_is_kept_and_equals_a_full_conversion():
+    """Table.check keeps a column read_csv already gave its declared type; on every committed
+    table the frame equals the one from converting every column (each column but the text ones,
+    which were kept before too, handed over as plain Python objects: no fast path takes them)."""
+    import pandas as pd
+    from tools.chapter import Table
+    from tools.chapters import CHAPTERS
+    from tools.dataset import list_runs, table_path
+    t = Table(round="int", ns="float", what="str", ok="bool")
+    df = pd.DataFrame({"round": [1, 2], "ns": [1.5, 2.0], "what": ["a", "b"], "ok": [True, False]})
+    out = t.check(df, "x")
+    import numpy as np
+    assert out is not df and all(np.shares_memory(out[c].to_numpy(), df[c].to_numpy())  # not copied
+                                 for c in ("round", "ns", "ok"))
+    assert t.check(df.assign(what=[1.0, None]), "x")["what"].iloc[0] == "1.0"  # not kept: converted
+    n = 0
+    for ch in CHAPTERS:
+        mod = ch.load()
+        for run in list_runs(ch.name):
+            for name, schema in mod.tables.items():
+                p = table_path(run, name)
+                if p is None:
+                    continue
+                raw = pd.read_csv(p)
+                fast = schema.check(raw, str(p))
+                plain = {c: object for c in raw.columns if not isinstance(raw[c].dtype, pd.StringDtype)}
+                slow = schema.check(raw.astype(plain), str(p))
+                pd.testing.assert_frame_equal(fast, slow, check_exact=True, obj=str(p))
+                n += 1
+    assert n > 100
+
+
 def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
     import json
     from tools.dataset import SCHEMA, migrate

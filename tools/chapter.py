@@ -125,7 +125,11 @@ class Table:
         self.columns, self.optional, self.extra = dict(columns), tuple(optional), extra
 
     def check(self, df, where: str):
-        """The frame, with declared columns in their types; DatasetError naming `where`."""
+        """The frame, with declared columns in their types; DatasetError naming `where`.
+        A column already in its type (what read_csv gives a well-formed table: int64, float64,
+        bool, str) is kept as it is: converting it again would give the same values, and cost
+        a fleet's thousands of small tables more than parsing them."""
+        import numpy as np
         import pandas as pd
         from .errors import DatasetError
         missing = [c for c in self.columns if c not in df.columns and c not in self.optional]
@@ -134,36 +138,43 @@ class Table:
         unknown = [c for c in df.columns if c not in self.columns and c not in ("host_id", "run_id")]
         if unknown and not self.extra:
             raise DatasetError(f"{where}: undeclared column(s) {', '.join(map(str, unknown))}")
-        df = df.copy()
+        done = {"int": np.dtype("int64"), "float": np.dtype("float64"), "bool": np.dtype(bool)}
+        changed = {}
         for c, t in self.columns.items():
             if c not in df.columns:
-                df[c] = pd.Series([None] * len(df), index=df.index,
-                                  dtype={"int": "Int64", "float": "float64", "bool": "boolean"}.get(t, "object"))
+                changed[c] = pd.Series([None] * len(df), index=df.index,
+                                       dtype={"int": "Int64", "float": "float64", "bool": "boolean"}.get(t, "object"))
                 continue
             col = df[c]
+            if (isinstance(col.dtype, pd.StringDtype) if t == "str" else col.dtype == done[t]):
+                continue
             try:
-                if t == "int":
-                    num = pd.to_numeric(col)
-                    if (num.dropna() % 1 != 0).any():
-                        raise ValueError("not whole numbers")
-                    if num.dtype == object or str(num.dtype).startswith("uint") and (num > 2**63 - 1).any():
-                        raise ValueError("beyond 64-bit signed integers (declare it 'str')")
-                    df[c] = num.astype("Int64") if num.isna().any() else num.astype("int64")
-                elif t == "float":
-                    df[c] = pd.to_numeric(col).astype("float64")
-                elif t == "bool":
-                    if col.dtype != bool:
-                        m = col.map({True: True, False: False, "True": True, "False": False,
-                                     "true": True, "false": False, 1: True, 0: False})
-                        if (m.isna() & col.notna()).any():
-                            raise ValueError("not true/false")
-                        df[c] = m.astype("boolean") if col.isna().any() else m.astype(bool)
-                elif not isinstance(col.dtype, pd.StringDtype):   # a string column stays as it is
-                    df[c] = col.astype("object").where(col.notna(), None)
-                    df[c] = df[c].map(lambda x: x if x is None or isinstance(x, str) else str(x))
+                changed[c] = _as_declared(col, t)
             except (ValueError, TypeError) as e:
                 raise DatasetError(f"{where}: column {c!r} is not {t} ({str(e).splitlines()[0]})") from None
-        return df
+        return df.assign(**changed) if changed else df.copy(deep=False)
+
+
+def _as_declared(col, t: str):
+    """Table.check: one column converted to its declared type t (ValueError if it is not)."""
+    import pandas as pd
+    if t == "int":
+        num = pd.to_numeric(col)
+        if (num.dropna() % 1 != 0).any():
+            raise ValueError("not whole numbers")
+        if num.dtype == object or str(num.dtype).startswith("uint") and (num > 2**63 - 1).any():
+            raise ValueError("beyond 64-bit signed integers (declare it 'str')")
+        return num.astype("Int64") if num.isna().any() else num.astype("int64")
+    if t == "float":
+        return pd.to_numeric(col).astype("float64")
+    if t == "bool":
+        m = col.map({True: True, False: False, "True": True, "False": False,
+                     "true": True, "false": False, 1: True, 0: False})
+        if (m.isna() & col.notna()).any():
+            raise ValueError("not true/false")
+        return m.astype("boolean") if col.isna().any() else m.astype(bool)
+    col = col.astype("object").where(col.notna(), None)       # str: each value as its text
+    return col.map(lambda x: x if x is None or isinstance(x, str) else str(x))
 
 
 @dataclass
