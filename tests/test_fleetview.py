@@ -283,3 +283,26 @@ def test_the_reference_host_is_declared_once_and_read_or_refused_in_one_line(tmp
     with pytest.raises(DatasetError, match="not valid JSON"):
         fv.reference_host(tmp_path)
     shutil.rmtree(tmp_path / "reference")
+
+
+def test_a_strip_plot_jitters_the_same_way_every_time_and_leaves_numpys_generator_alone():
+    """Stored notebooks' PNGs change only with their data: the strip plots' jitter is seeded."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import pandas as pd
+    df = pd.DataFrame({"x": ["a", "b"] * 50, "y": np.arange(100.0)})
+
+    def offsets():
+        fig, ax = plt.subplots()
+        fv.strip(data=df, x="x", y="y", ax=ax, jitter=0.3)
+        xy = np.concatenate([c.get_offsets() for c in ax.collections])
+        plt.close(fig)
+        return xy
+
+    np.random.seed(7)
+    before = np.random.get_state()[1].copy()
+    first, second = offsets(), offsets()
+    assert np.array_equal(first, second) and np.ptp(first[:, 0] % 1) > 0   # jittered, identically
+    assert np.array_equal(np.random.get_state()[1], before)

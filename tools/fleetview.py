@@ -441,6 +441,20 @@ def curves(ax, F: Fleet, df, x: str, y: str, *, step: str | None = "post") -> di
     return drawn
 
 
+def strip(seed: int = 0, **kw):
+    """seaborn.stripplot(**kw) with its jitter drawn from a fixed seed: the same data draws the
+    same figure, so a stored notebook's PNG changes only when its data does. seaborn draws the
+    jitter from numpy's global generator, whose state is restored afterwards."""
+    import numpy as np
+    import seaborn as sns
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return sns.stripplot(**kw)
+    finally:
+        np.random.set_state(state)
+
+
 def seed_mark(ax, x, y, **kw):
     """The seed article's figure(s) in the book's one seed style (a black star)."""
     ax.plot(x, y, ls="none", **{**STYLE[SEED], **kw})

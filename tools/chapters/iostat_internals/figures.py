@@ -60,12 +60,12 @@ def plot_timeseries(A):
 def plot_disagreement(A):
     """|ours - sysstat| relative to the tolerance, per column and interval."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    from ...fleetview import strip
     c = A["cmp"].copy()
     c["gap / tolerance"] = c["abs_diff"] / c["tolerance"]
     fig, ax = plt.subplots(figsize=(9, 4))
-    sns.stripplot(data=c, x="column", y="gap / tolerance", ax=ax, size=3, jitter=0.25,
-                  order=list(ds.COLUMNS), color="tab:blue")
+    strip(data=c, x="column", y="gap / tolerance", ax=ax, size=3, jitter=0.25,
+          order=list(ds.COLUMNS), color="tab:blue")
     ax.axhline(1, color="tab:red", lw=1, ls="--", label="stated tolerance")
     ax.set_ylim(0, max(1.1, c["gap / tolerance"].max() * 1.1))
     ax.tick_params(axis="x", rotation=60, labelsize=8)

@@ -109,11 +109,11 @@ def _strip(ax, w, title):
     """One host's guest readings against its bracket, per variant and CPU (seaborn strip);
     returns the legend's (handle, label) pairs of the CPUs."""
     import matplotlib.pyplot as plt
-    import seaborn as sns
+    from ...fleetview import strip
     cpus = sorted(set(w["cpu"]))
     pal = {c: OWN_COLOURS[i % len(OWN_COLOURS)] for i, c in enumerate(cpus)}
-    sns.stripplot(data=w, x="variant", y="entry", hue="cpu", dodge=True, size=2, alpha=0.4,
-                  order=VARIANT_ORDER, hue_order=cpus, palette=pal, ax=ax, legend=False)
+    strip(data=w, x="variant", y="entry", hue="cpu", dodge=True, size=2, alpha=0.4,
+          order=VARIANT_ORDER, hue_order=cpus, palette=pal, ax=ax, legend=False)
     ax.set_yscale("symlog", linthresh=1e4)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_title(title, fontsize=9)
