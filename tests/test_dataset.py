@@ -415,3 +415,17 @@ def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeyp
     assert len(read) == 1 + len(D.manifests)
     pd.testing.assert_frame_equal(again, whole, check_exact=True)
     dataset._table_cache.clear()
+
+
+def test_a_refresh_checks_the_manifests_first_and_leaves_the_tables_to_its_notebooks(tmp_path):
+    """validate_all(tables=False), a refresh's pass before its notebooks, reads no table but
+    still refuses a bad manifest; the full pass refuses the cut table."""
+    run = _copy_committed(tmp_path)
+    p = table_path(run, "samples")
+    p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+    assert validation.validate_all(tmp_path, names={"trace_overhead"}, tables=False) == 1
+    with pytest.raises(DatasetError, match="malformed CSV"):
+        validation.validate_all(tmp_path, names={"trace_overhead"})
+    (run / "manifest.json").write_text("{")
+    with pytest.raises(DatasetError, match="manifest.json"):
+        validation.validate_all(tmp_path, names={"trace_overhead"}, tables=False)

@@ -283,3 +283,32 @@ def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
         M._refresh_in_parallel(entries, 2)
     started = [pid for k, _, _, pid in _events(log) if k == "start"]
     assert len(started) == 2 and not any(pid_alive(p) for p in started)
+
+
+def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_stored_version(
+        tmp_path, monkeypatch, capsys):
+    """A refresh reads no table before its notebooks: the notebook reading a cut table fails
+    with the one line that names it, and the stored notebook stays as it was."""
+    from tools.__main__ import main
+    from tools.dataset import list_runs, table_path
+    src = list_runs("trace_overhead")[0]
+    run = tmp_path / "data" / "runs" / src.parent.parent.name / "trace_overhead" / src.name
+    shutil.copytree(src, run)
+    cut = table_path(run, "samples")
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    nb_path = tmp_path / "trace_overhead.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "from tools import notebook as nb\n"
+        "from tools.chapters import trace_overhead as T\n"
+        f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
+        "D['samples']")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, nb_path)
+    before = nb_path.read_bytes()
+    monkeypatch.setattr(chapters, "CHAPTERS", [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead",
+                                                               str(nb_path))])
+    monkeypatch.setattr(chapters, "PAGES", [], raising=False)
+    assert main(["refresh", "--chapters", "trace_overhead"]) == 1
+    failed = [ln for ln in capsys.readouterr().out.splitlines() if "FAILED" in ln]
+    assert len(failed) == 1 and str(cut) in failed[0] and "malformed CSV" in failed[0], failed
+    assert nb_path.read_bytes() == before

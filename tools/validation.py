@@ -1,5 +1,6 @@
 """validate_all: every dataset of the book checked against its manifest and its chapter's
-schemas before a refresh publishes anything (one line naming the file on the first problem)."""
+schemas (one line naming the file on the first problem): `python -m tools validate`, the
+contribution check, and (manifests alone) a refresh before its notebooks run."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,7 +12,7 @@ from .errors import DatasetError
 from .paths import runs_dir
 
 
-def validate_all(data_dir: Path | None = None, names=None) -> int:
+def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) -> int:
     """Load every dataset of every chapter (or of the chapters `names`) and every table,
     checked against the chapter's schemas (DatasetError on the first problem); returns the
     number of datasets checked.
@@ -20,7 +21,12 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
     again: its pass is kept in the verdict store (tools.findings.stored, slot 'valid'), whose key
     covers the dataset's files and the code. Its manifest is always checked. The datasets to
     read are read side by side, one process per CPU, when there are many (a fleet's first
-    refresh)."""
+    validation).
+
+    tables=False checks the manifests alone (chapter, identity, listed tables present and
+    declared, no host id given to two machines) and reads no table: what a refresh does before
+    its notebooks, which check every table they read as they read it (tools.dataset.read_table:
+    row count, columns, types), so a fleet's tables are not read twice."""
     from .chapters import CHAPTERS
     from .findings import stored
     n, seen, unread = 0, [], []
@@ -41,10 +47,11 @@ def validate_all(data_dir: Path | None = None, names=None) -> int:
                     raise DatasetError(f"{table_name(run, table)}: listed in its manifest but missing")
                 if schemas and table not in schemas:
                     raise DatasetError(f"{table_name(run, table)}: not a table the {ch.name} chapter declares")
-            try:
-                stored(_checked(mod, data_dir), man, "valid", _unread, lambda v: v is True)
-            except _Unread:
-                unread.append((ch.name, run))
+            if tables:
+                try:
+                    stored(_checked(mod, data_dir), man, "valid", _unread, lambda v: v is True)
+                except _Unread:
+                    unread.append((ch.name, run))
             seen.append(man)
             n += 1
     _read_unread(unread, data_dir)
