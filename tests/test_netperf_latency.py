@@ -417,6 +417,16 @@ def test_sweep_removes_a_dead_owners_namespace():
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
+def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds():
+    from tools.chapters.netperf_latency.lab import netperf_cmd
+    p = {**CH.parameters("quick"), "netperf_seconds": 2}
+    run = netperf_cmd("10.0.0.1", 9, "udp", "none", p)
+    warm = netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
+    at = run.index("-l")
+    assert run[at + 1] == "2" and warm[at + 1] == "-2000"
+    assert warm[:at + 1] + warm[at + 2:] == run[:at + 1] + run[at + 2:]   # nothing else differs
+
+
 def test_live_quick_collect(scratch_data):
     _live_ready()
     before = _pids("netserver")
@@ -437,6 +447,8 @@ def test_live_quick_collect(scratch_data):
     d = _check_dataset(scratch_data, crossval=False)
     man = d.manifests[0]
     assert man.profile == "quick" and "profile" not in man.parameters
+    from tools.chapters.netperf_latency.collect import WARMUP_TRANSACTIONS
+    assert man["facts"]["warmup_runs"]["netperf_warmup_transactions"] == WARMUP_TRANSACTIONS
     if "sched breakdown" not in man.skipped:
         # a role whose reply always arrives before it blocks is never woken (seen once in
         # a quick run); the breakdown still needs wake-ups to measure in some role

@@ -67,9 +67,10 @@ class NetperfLatency(Chapter):
     # tolerance widens to the range a percentile spans over the repetitions, which one round
     # does not have (on the committed data, round 0 alone fails 4 of 36 percentiles). Each run
     # still has ~15000 transactions at loopback latencies in its 0.3 s. With the 4 unrecorded
-    # netperf warm-up runs, ping and the scheduler-tracepoint runs (~6 s), about 43 s
-    # (plan_s); `full` repeats up to 50 rounds.
-    plan_s = {"quick": 16, "default": 43}   # seconds a collect should take here (tools.summary)
+    # netperf warm-ups (2000 transactions each, collect.WARMUP_TRANSACTIONS), ping and the
+    # scheduler-tracepoint runs (~3 s), about 39 s (plan_s; 37 s here with the warm-ups cut
+    # from 1 s runs, 42 s before); `full` repeats up to 50 rounds. quick: 13 s (was 17).
+    plan_s = {"quick": 13, "default": 39}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {**_COMMON, "pins": ["none", "split"], "rep_min_runs": 1, "rep_max_runs": 1,
                   "rep_budget_s": 30.0, "rep_warmup": 0, "seconds": 0.25, "warmup": 0.1,
