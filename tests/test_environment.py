@@ -53,3 +53,26 @@ def test_installed_versions_match_the_pins():
         if have != want:
             drift.append(f"{name}: installed {have}, pinned {want}")
     assert not drift, "installed packages differ from environment.yml: " + "; ".join(drift)
+
+
+def test_every_module_the_setup_compiles_ahead_is_installed():
+    """tools/bytecode.py names the entry points whose bytecode setup writes; a renamed or
+    dropped one would silently leave its modules to be compiled again by every process."""
+    import importlib.util
+    from tools import bytecode
+    gone = [n for g in bytecode.GROUPS.values() for n in g if importlib.util.find_spec(n) is None]
+    for n in (n for g in bytecode.WHOLE.values() for n in g):   # packages, compiled as directories
+        spec = importlib.util.find_spec(n)
+        if spec is None or not spec.submodule_search_locations:
+            gone.append(n)
+    assert not gone, f"tools/bytecode.py names modules that are not installed: {gone}"
+    assert set(bytecode.GROUPS) == set(bytecode.WHOLE)
+    script = (ROOT / "tools" / "setup.sh").read_text()
+    for group in bytecode.GROUPS:   # setup runs every group, with the variable unset
+        assert f'env -u PYTHONDONTWRITEBYTECODE "$PY" -m tools.bytecode {group}' in script
+
+
+def test_the_bytecode_step_refuses_an_unknown_group():
+    out = subprocess.run([sys.executable, "-m", "tools.bytecode", "everything"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "usage: python -m tools.bytecode notebooks|book" in out.stderr
