@@ -66,9 +66,17 @@ def warm(group: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """Dies with the setup that started it (PR_SET_PDEATHSIG: a stopped setup leaves no
+    compiler behind; each bytecode file is written whole, by rename, so none is cut short)."""
+    import os
+    from .proc import die_with_parent
     if len(argv) != 1 or argv[0] not in GROUPS:
         print(f"usage: python -m tools.bytecode {'|'.join(GROUPS)}", file=sys.stderr)
         return 2
+    parent = os.getppid()
+    die_with_parent()
+    if os.getppid() != parent:          # the setup was gone before the request took effect
+        return 1
     warm(argv[0])
     return 0
 
