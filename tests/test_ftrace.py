@@ -177,3 +177,42 @@ CPU:1 [LOST 3 EVENTS]
     assert got[1][1] == ["__schedule+0x5f8/0x1200", "schedule_idle", "do_idle"]
     assert got[2][1] == []                       # a stack cut off at the end of the buffer
     assert st["lost"] == 3 and st["unparsed"] == 0
+
+
+def _by_records(text):
+    r"""fields(text, r"\w+", "(.*)") the slow way: records() of the sec.usec clocks, per line
+    (a relative, latency-format text has none)."""
+    st = F.new_stats()
+    out = [(r.ts, r.event, r.body) for r in F.records(text, st)
+           if r.event is not None and isinstance(r.ts, float)]
+    return ([] if st["relative"] else out), st
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in FIX.glob("*.txt")))
+def test_fields_finds_what_records_finds_in_every_layout(name):
+    """The one-pass parser and the per-line one on identical input: every real layout (the
+    counter clocks and the relative times of the latency format give no sec.usec records:
+    nothing), plus lost events counted the same way."""
+    text = (FIX / f"{name}.txt").read_text()
+    want, want_st = _by_records(text)
+    st = F.new_stats()
+    got = [(float(ts), ev, body) for ts, ev, body in F.fields(text, r"\w+", "(.*)", st)]
+    assert got == want
+    assert {k: st[k] for k in ("lost", "lost_lines", "lost_by_cpu")} == \
+           {k: want_st[k] for k in ("lost", "lost_lines", "lost_by_cpu")}
+
+
+def test_fields_keeps_the_printed_timestamp_and_the_body_groups():
+    text = "\n".join([
+        "# tracer: nop",
+        "  kworker/u4:2-events_unbound-123     [001] .N.1.    12.000001: block_rq_issue: 254,0 WS 4096 () 8 + 8 [kworker]",
+        "           <...>-123456789 ( 123456) [1023] d...  4000.500000: block_io_done: 254,0 R 0 () 16 + 8 [0]",
+        "            bash-1234    [000] ...1.   100.000002: do_sys_openat2 <-__x64_sys_openat",
+        "CPU:1 [LOST 7 EVENTS]",
+        "             fio-9   [000] .....   5.000000: sched_switch: prev_comm=fio",
+        "             fio-9   [000] .....      512: block_rq_issue: 254,0 WS 4096 () 8 + 8 [fio]",   # counter clock
+    ]) + "\n"
+    st = F.new_stats()
+    got = F.fields(text, r"block_\w+", r"\d+,\d+ (\S+) (?:\d+ )?\([^)\n]*\) (\d+) \+ (\d+)", st)
+    assert got == [("12.000001", "block_rq_issue", "WS", "8", "8"), ("4000.500000", "block_io_done", "R", "16", "8")]
+    assert st["lost"] == 7 and st["lost_lines"] == 1 and st["lost_by_cpu"] == {1: 7}

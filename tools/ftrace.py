@@ -119,6 +119,37 @@ def records(text_or_lines, stats: dict | None = None) -> Iterator[Record]:
                      int(m.group("cpu")), m.group("flags"), ts, event, body)
 
 
+# _CTX for the sec.usec clocks, for one pass over a whole text (fields()): the same layout,
+# with blanks that cannot run into the next line
+_CTX_ABS = (r"^[ \t]*.*?-\d+[ \t]+(?:\((?:[ \t]*\d+|-+)\)[ \t]+)?\[\d+\][ \t]+"
+            r"(?:[^\d\s]\S*[ \t]+)?(\d+\.\d+): ")
+_LOST_M = re.compile(r"^CPU:(\d+) \[LOST (?:(\d+) )?EVENTS\][ \t]*$", re.M)
+_fields_cache: dict[tuple[str, str], re.Pattern] = {}
+
+
+def fields(text: str, events: str, body: str, stats: dict | None = None) -> list[tuple]:
+    """[(ts, event, *groups of `body`)] for every record of `text` (a str) whose event name
+    matches the regex `events` and whose body starts with a match of the regex `body`, in
+    text order: what records() and a body regex give, in one regex pass over the whole text
+    instead of two matches and a Record per line (3x faster on the hundreds of thousands of
+    block events an iostat trace window holds). Only the sec.usec clocks' layout (ts: the
+    printed str, e.g. "12.000345", exact); any other line (counter clocks, the latency
+    format's relative times) is skipped, and not counted as unparsed. `stats` gets lost
+    events as in records()."""
+    key = (events, body)
+    rx = _fields_cache.get(key)
+    if rx is None:
+        rx = _fields_cache[key] = re.compile(_CTX_ABS + f"({events}): {body}", re.M)
+    if stats is not None:
+        for m in _LOST_M.finditer(text):
+            stats["lost_lines"] += 1
+            n = int(m.group(2)) if m.group(2) else 0
+            stats["lost"] += n
+            cpu = int(m.group(1))
+            stats["lost_by_cpu"][cpu] = stats["lost_by_cpu"].get(cpu, 0) + n
+    return rx.findall(text)
+
+
 _FRAME = re.compile(r"^ =>\s+(\S+)")
 
 

@@ -2,13 +2,10 @@
 the time-average occupancy of a window (pure: text and rows in, rows out)."""
 from __future__ import annotations
 
-import re
-
 from ... import ftrace
 
-# the body of a block_* event (the line itself: tools.ftrace)
-_BLOCK_BODY = re.compile(r"(?P<maj>\d+),(?P<min>\d+) (?P<rwbs>\S+) (?:(?P<bytes>\d+) )?\((?P<cmd>[^)]*)\) "
-                         r"(?P<sector>\d+) \+ (?P<nr>\d+)")
+# the body of a block_* event (the line itself: tools.ftrace): rwbs, sector, nr_sectors kept
+_BLOCK_BODY = r"\d+,\d+ (\S+) (?:\d+ )?\([^)\n]*\) (\d+) \+ (\d+)"
 
 
 def op_class(rwbs: str) -> str:
@@ -32,16 +29,8 @@ def parse_trace(text: str, trace_stats: dict | None = None) -> list[tuple]:
     """Trace text (any trace options; the mono clock _arm sets prints sec.usec) ->
     [(t_ns, event, op, sector, nr_sectors)]. `trace_stats` (ftrace.new_stats()) receives the
     lost-event counts."""
-    out = []
-    for r in ftrace.records(text, trace_stats):
-        if not (r.event or "").startswith("block_") or isinstance(r.ts, int):
-            continue
-        m = _BLOCK_BODY.match(r.body)
-        if not m:
-            continue
-        t_ns = round(r.ts * 1e6) * 1000            # microsecond stamps: exact
-        out.append((t_ns, r.event, op_class(m.group("rwbs")), int(m.group("sector")),
-                    int(m.group("nr"))))
+    out = [(round(float(ts) * 1e6) * 1000, ev, op_class(rwbs), int(sector), int(nr))  # usec: exact
+           for ts, ev, rwbs, sector, nr in ftrace.fields(text, r"block_\w+", _BLOCK_BODY, trace_stats)]
     out.sort(key=lambda r: r[0])
     return out
 
