@@ -38,8 +38,9 @@ def tables(D) -> dict:
 
 def cumulative_table(D):
     cumc = A.compare_cumulative(D.ref, tables(D))
-    return cumc.style.format({k: "{:,.0f}" for k in cumc.columns if k.endswith("(ns)")},
-                             na_rep="—").hide(axis="index")
+    # a fixed uuid: the table's HTML ids (T_<uuid>_...) stay the same at every refresh
+    return cumc.style.set_uuid("vbl-cumulative").format(
+        {k: "{:,.0f}" for k in cumc.columns if k.endswith("(ns)")}, na_rep="—").hide(axis="index")
 
 
 def delta(D):
@@ -49,8 +50,9 @@ def delta(D):
 
 def delta_table(D):
     delc = A.compare_delta(D.ref, {k: A.delta_table(t) for k, t in tables(D).items()})
-    return delc.style.format({k: ("{:,.0f}" if k.endswith("(ns)") else "{:.1f}")
-                              for k in delc.columns if k != "layer"}, na_rep="—").hide(axis="index")
+    return delc.style.set_uuid("vbl-delta").format(
+        {k: ("{:,.0f}" if k.endswith("(ns)") else "{:.1f}") for k in delc.columns if k != "layer"},
+        na_rep="—").hide(axis="index")
 
 
 def control(D):
