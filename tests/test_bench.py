@@ -141,18 +141,21 @@ def test_the_table_shows_every_size_and_notebook():
     rows = [{"n": 1, "hosts": 4, "datasets": 43, "data_mb": 7.0, "catalog_s": 0.4, "catalog_rc": 0,
              "manifests": {"on": 0.012, "off": 0.015}, "refresh_s": 300.0, "refresh_rc": 1,
              "again_s": 100.0, "again_rc": 0, "book_s": 90.0, "book_rc": 0, "site_mb": 60.0,
-             "notebooks": {"trace_overhead": 20, "hosts": "FAILED"}, "legends": {"trace_overhead": 5}},
+             "notebooks": {"trace_overhead": 20, "hosts": "FAILED"}, "legends": {"trace_overhead": 5},
+             "probe": [1.02, 1.1]},
             {"n": 10, "hosts": 13, "datasets": 133, "data_mb": 20.0, "catalog_s": 0.6, "catalog_rc": 0,
              "manifests": {"on": 0.02}, "notebooks": {"trace_overhead": 31}, "legends": {}}]
     out = bench.fleet_table(rows, committed=3)
     assert "beside the 3 committed ones" in out[0]
-    assert out[3].split() == ["1", "4", "43", "7", "0.4", "12/15", "300!", "100", "90", "60", "5"]
-    assert out[4].split() == ["10", "13", "133", "20", "0.6", "20/-", "-", "-", "-", "-", "-"]
+    assert out[3].split() == ["1", "4", "43", "7", "0.4", "12/15", "300!", "100", "90", "60", "5", "1.02/1.10"]
+    assert out[4].split() == ["10", "13", "133", "20", "0.6", "20/-", "-", "-", "-", "-", "-", "-"]
     assert not any(ln.startswith("notebooks + book") for ln in out)   # N=10 has no times
-    rows[1].update(refresh_s=600.0, again_s=200.0, book_s=180.0)
-    ratios = [ln for ln in bench.fleet_table(rows, committed=3) if ln.startswith("notebooks + book")]
+    rows[1].update(refresh_s=600.0, again_s=200.0, book_s=180.0, probe=[1.3, None])
+    ratios = [ln for ln in bench.fleet_table(rows, committed=3) if ln.startswith(("notebooks + book", "speed"))]
     assert ratios == ["notebooks + book (nothing stored yet): N=10 takes 2.0x the time of N=1",
-                      "notebooks + book (findings stored): N=10 takes 2.0x the time of N=1"]
+                      "notebooks + book (findings stored): N=10 takes 2.0x the time of N=1",
+                      "speed probe before/after the first refresh (the same work each time; a larger "
+                      "figure is a slower machine): N=1 1.02/1.10 s, N=10 1.30/- s"]
     per_nb = {ln.split()[0]: ln for ln in out if ln.startswith(("trace_overhead", "hosts"))}
     assert per_nb["trace_overhead"].split() == ["trace_overhead", "20", "/", "5", "31", "/", "-"]
     assert per_nb["hosts"].split()[:4] == ["hosts", "FAILED", "/", "-"]
@@ -176,3 +179,13 @@ def test_the_legend_hook_counts_entries(tmp_path):
                     "a.legend()\n"], env=env, check=True)
     (line,) = out.read_text().splitlines()
     assert line.split() == ["some_chapter", "7"]
+
+
+def test_the_speed_probe_times_the_same_work_in_the_copy(tmp_path):
+    """The probe runs in a new process of the copy's Python and gives seconds; a copy whose
+    Python fails gives None (a '-' in the table), never a made-up figure."""
+    copy = bench.scratch_checkout(tmp_path / "copy")
+    env = bench.copy_env(copy)
+    s = bench.speed_probe(copy, env)
+    assert s is not None and 0 < s < 120
+    assert bench.speed_probe(copy, dict(env, PYTHONPATH="/nonexistent", PYTHONHOME="/nonexistent")) is None

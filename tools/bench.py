@@ -15,7 +15,9 @@
       (`python -m tools refresh`, every notebook), `make book` (`python -m tools book`),
       with the sizes of data/ and of the site, the seconds of each notebook, and the most
       legend entries a figure of each notebook had (counted by a hook on matplotlib's
-      Legend in the notebook kernels). --dry-run skips the notebooks and the book.
+      Legend in the notebook kernels), and a speed probe (PROBE: a fixed workload timed before
+      and after the first refresh of each size, which shows a machine that slowed between
+      rows). --dry-run skips the notebooks and the book.
       Everything happens in a scratch directory (tools.scratch) that is removed at the
       end, on Ctrl-C, SIGTERM or SIGHUP as well; the checkout is only read.
 """
@@ -263,6 +265,36 @@ def time_manifests(copy: Path, env: dict, chapter: str, reps: int = 5) -> dict[s
     return best
 
 
+# A fixed CPU workload (pandas group medians, regex over trace-like text), timed in a new process
+# before and after each size's first refresh: this machine's speed drifts within the hour (15-30 %
+# on this project's 2-core machine), and the probe shows a row timed on a slower machine.
+PROBE = """\
+import re, statistics, time
+import numpy as np, pandas as pd
+rng = np.random.default_rng(1)
+df = pd.DataFrame({"k": rng.integers(0, 1000, 400_000), "v": rng.random(400_000)})
+times = []
+for _ in range(5):
+    t = time.perf_counter()
+    for _ in range(3):
+        df.groupby("k")["v"].median()
+    text = "\\n".join(f"task-{i} [001] {i / 1e6:.6f}: ev: a={i}" for i in range(100_000))
+    assert len(re.findall(r"a=(\\d+)", text)) == 100_000
+    times.append(time.perf_counter() - t)
+print(statistics.median(times))
+"""
+
+
+def speed_probe(copy: Path, env: dict) -> float | None:
+    """Seconds of PROBE's workload (the median of 5 passes, its imports not counted), or None
+    if it failed."""
+    out = subprocess.run([_python(copy), "-c", PROBE], cwd=copy, env=env, capture_output=True, text=True)
+    try:
+        return float(out.stdout.split()[-1]) if out.returncode == 0 else None
+    except (IndexError, ValueError):
+        return None
+
+
 REFRESH_LINE = re.compile(r"^\[refresh\] (?P<name>[\w-]+): (?P<what>re-executed.* in (?P<s>\d+) s|FAILED.*)")
 
 
@@ -301,8 +333,10 @@ def measure_size(n: int, copy: Path, fleet_runs: Path | None, ids: list[str], to
 
     say(f"{tag} make notebooks (python -m tools refresh, every notebook; nothing stored yet) ...")
     renv = dict(copy_env(copy, hook), PERFBOOK_BENCH_LEGENDS=str(legends))
+    row["probe"] = [speed_probe(copy, env)]
     row["refresh_s"], row["refresh_rc"] = run_step([py, "-m", "tools", "refresh"], copy, renv, top,
                                                    tag, say=say, on_line=notebook_done)
+    row["probe"].append(speed_probe(copy, env))
     if legends.is_file():
         for line in legends.read_text().splitlines():
             try:
@@ -323,13 +357,17 @@ def _cell(v, fmt="{:.0f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+def _probe_cell(probe) -> str:
+    return "/".join(_cell(x, "{:.2f}") for x in probe) if probe else "-"
+
+
 def fleet_table(rows: list[dict], committed: int) -> list[str]:
     """The benchmark's tables: one row per N, then seconds and legend entries per notebook."""
     out = [f"fleet benchmark: N synthetic hosts beside the {committed} committed ones "
            "(N=0: the committed data alone); times are wall seconds in a scratch copy"]
     head = (f"{'N':>4} {'hosts':>5} {'datasets':>8} {'data MB':>8} {'catalog s':>9} "
             f"{'manifests ms cat/files':>22} {'refresh s':>9} {'again s':>7} {'book s':>7} {'site MB':>8} "
-            f"{'legend max':>10}")
+            f"{'legend max':>10} {'probe s':>9}")
     out += [head, "-" * len(head)]
     for r in rows:
         man = r.get("manifests", {})
@@ -340,7 +378,8 @@ def fleet_table(rows: list[dict], committed: int) -> list[str]:
                    f"{_cell(r.get('refresh_s')) + fail('refresh_rc'):>9} "
                    f"{_cell(r.get('again_s')) + fail('again_rc'):>7} "
                    f"{_cell(r.get('book_s')) + fail('book_rc'):>7} {_cell(r.get('site_mb')):>8} "
-                   f"{_cell(max(r['legends'].values()) if r['legends'] else None):>10}")
+                   f"{_cell(max(r['legends'].values()) if r['legends'] else None):>10} "
+                   f"{_probe_cell(r.get('probe')):>9}")
     timed = [r for r in rows if r.get("refresh_s") is not None and r.get("book_s") is not None]
     if len(timed) > 1:
         lo, hi = timed[0], timed[-1]
@@ -348,6 +387,10 @@ def fleet_table(rows: list[dict], committed: int) -> list[str]:
             if lo.get(key) and hi.get(key) is not None:
                 out.append(f"notebooks + book ({what}): N={hi['n']} takes "
                            f"{(hi[key] + hi['book_s']) / (lo[key] + lo['book_s']):.1f}x the time of N={lo['n']}")
+        if lo.get("probe") and hi.get("probe"):
+            out.append(f"speed probe before/after the first refresh (the same work each time; a larger "
+                       f"figure is a slower machine): N={lo['n']} {_probe_cell(lo['probe'])} s, "
+                       f"N={hi['n']} {_probe_cell(hi['probe'])} s")
     names = sorted({nb for r in rows for nb in r["notebooks"]})
     if names:
         out.append("")
