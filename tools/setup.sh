@@ -108,8 +108,8 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   say "installing the pinned Python packages ($(wc -l < "$reqs") pins from environment.yml)"
   # uv (pinned here too) installs the same pins in about 5 s where pip takes 40-70 s from a
   # fresh clone on this project's 2-core machine; the bytecode is written after it, for what
-  # our runs import only (tools/bytecode.py). No cache of its own is left in $HOME. Where uv cannot be fetched or cannot reach the index pip's configuration names,
-  # pip does it, as before.
+  # our runs import only (tools/bytecode.py). No cache of its own is left in $HOME. Where uv
+  # cannot be fetched or cannot reach the index pip's configuration names, pip does it, as before.
   uv_pin=$(grep -E '^uv==' "$reqs" || true)
   if "$PY" -m pip --version >/dev/null 2>&1; then pip=("$PY" -m pip); else pip=(python3 -m pip --python "$PY"); fi
   if [[ -n $uv_pin ]] && "${pip[@]}" install -q --disable-pip-version-check "$uv_pin" >build/uv.log 2>&1 \
