@@ -7,7 +7,7 @@ Compiling the whole environment at install (uv's --compile-bytecode) took 20 of 
 with PYTHONDONTWRITEBYTECODE=1 set (as on this project's own machines), every process would
 compile what it imports again. So setup imports the entry points of measuring, the notebook
 kernels, the book build and the tests with that variable unset for this one process: Python
-writes the bytecode of what they import, about 2,500 files, and nothing else. A module missed
+writes the bytecode of what they import, about 2,900 files with WHOLE, and nothing else. A module missed
 here is compiled in memory when it is imported, as before: slower, never wrong. Nothing is
 written outside the environment and this checkout's own __pycache__ directories (ignored by git).
 """
