@@ -395,11 +395,8 @@ class Runner:
         assert a is not None
         cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
                "-machine", cfg.machine, "-accel", accel, "-m", str(int(cfg.memory_mib)),
-               "-smp", str(int(cfg.cpus)),
-               "-kernel", str(Path(a["dir"]) / "vmlinuz"), "-initrd", str(initrd),
-               # cryptomgr.notests: the kernel's crypto algorithms (ext4's crc32c among them)
-               # are the same, only their self-tests at boot are skipped: half a second of a
-               # 3.6 s TCG boot here (initcall_debug: crypto_algapi_init, 0.49 s)
+               "-smp", str(int(cfg.cpus)), "-kernel", str(Path(a["dir"]) / "vmlinuz"), "-initrd", str(initrd),
+               # cryptomgr.notests: the same crypto, without its boot self-tests (0.49 of a 3.6 s TCG boot)
                "-append", "console=ttyS0 panic=-1 quiet loglevel=3 rdinit=/init cryptomgr.notests",
                "-serial", f"file:{rundir / 'console.log'}",
                "-serial", f"file:{rundir / 'result.log'}"]
