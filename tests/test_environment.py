@@ -76,3 +76,17 @@ def test_the_bytecode_step_refuses_an_unknown_group():
     out = subprocess.run([sys.executable, "-m", "tools.bytecode", "everything"], cwd=ROOT,
                          capture_output=True, text=True)
     assert out.returncode == 2 and "usage: python -m tools.bytecode notebooks|book" in out.stderr
+
+
+def test_the_bytecode_step_names_what_it_could_not_import(monkeypatch, capsys):
+    """A module an upgrade renamed shows in build/bytecode.log (setup sends main()'s line
+    there), not only in the test above."""
+    from tools import bytecode
+    monkeypatch.setitem(bytecode.GROUPS, "book", ["json", "no_such_module_perfbook"])
+    monkeypatch.setitem(bytecode.WHOLE, "book", ["no_such_package_perfbook"])
+    assert bytecode.warm("book") == ["no_such_module_perfbook", "no_such_package_perfbook"]
+    monkeypatch.setattr("tools.proc.die_with_parent", lambda: None)
+    assert bytecode.main(["book"]) == 0
+    assert capsys.readouterr().out.strip() == (
+        "[bytecode] book: compiled; not found or not importable: "
+        "no_such_module_perfbook, no_such_package_perfbook")

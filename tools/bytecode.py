@@ -41,27 +41,28 @@ WHOLE = {
 }
 
 
-def warm(group: str) -> int:
+def warm(group: str) -> list[str]:
     """Import every module of `group` (and, for the notebooks, every module of tools), and
-    compile its WHOLE packages; returns how many could not be imported or found (an optional
-    package that is not installed)."""
+    compile its WHOLE packages; returns the names that could not be imported or found (an
+    optional package that is not installed, a module an upgrade renamed)."""
     import compileall
     import importlib.util
     names = list(GROUPS[group])
     if group == "notebooks":
         import tools
         names += [m.name for m in pkgutil.walk_packages(tools.__path__, "tools.")]
-    missed = 0
+    missed = []
     for name in names:
         try:
             importlib.import_module(name)
         except Exception:   # noqa: BLE001 - compiling ahead is an optimisation only
-            missed += 1
+            missed.append(name)
     for name in WHOLE[group]:
         spec = importlib.util.find_spec(name)
         for d in (spec.submodule_search_locations or []) if spec else []:
             compileall.compile_dir(d, quiet=2)
-        missed += not spec
+        if not spec:
+            missed.append(name)
     return missed
 
 
@@ -77,7 +78,9 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     if os.getppid() != parent:          # the setup was gone before the request took effect
         return 1
-    warm(argv[0])
+    missed = warm(argv[0])
+    # setup sends this to build/bytecode.log: a module an upgrade renamed shows there
+    print(f"[bytecode] {argv[0]}: compiled; not found or not importable: {', '.join(missed) or 'none'}")
     return 0
 
 

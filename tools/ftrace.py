@@ -124,7 +124,6 @@ def records(text_or_lines, stats: dict | None = None) -> Iterator[Record]:
 _CTX_ABS = (r"^[ \t]*.*?-\d+[ \t]+(?:\((?:[ \t]*\d+|-+)\)[ \t]+)?\[\d+\][ \t]+"
             r"(?:[^\d\s]\S*[ \t]+)?(\d+\.\d+): ")
 _LOST_M = re.compile(r"^CPU:(\d+) \[LOST (?:(\d+) )?EVENTS\][ \t]*$", re.M)
-_fields_cache: dict[tuple[str, str], re.Pattern] = {}
 
 
 def fields(text: str, events: str, body: str, stats: dict | None = None) -> list[tuple]:
@@ -136,10 +135,7 @@ def fields(text: str, events: str, body: str, stats: dict | None = None) -> list
     printed str, e.g. "12.000345", exact); any other line (counter clocks, the latency
     format's relative times) is skipped, and not counted as unparsed. `stats` gets lost
     events as in records()."""
-    key = (events, body)
-    rx = _fields_cache.get(key)
-    if rx is None:
-        rx = _fields_cache[key] = re.compile(_CTX_ABS + f"({events}): {body}", re.M)
+    rx = re.compile(_CTX_ABS + f"({events}): {body}", re.M)     # re keeps it compiled
     if stats is not None:
         for m in _LOST_M.finditer(text):
             stats["lost_lines"] += 1

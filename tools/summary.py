@@ -30,12 +30,6 @@ def findings_matrix(data_dir=None):
     return out[["chapter", "finding", "claim", *hosts]].fillna("no data")
 
 
-def findings_table(data_dir=None):
-    """findings_matrix() for the page: every claim shown whole (a DataFrame's repr cuts
-    text at 50 characters), without the row numbers."""
-    return findings_matrix(data_dir).style.hide(axis="index").format(escape="html")
-
-
 def headlines(data_dir=None):
     """Each chapter's first key finding (its headline, which sets our figure beside the
     seed's), with every host's verdict and numbers and what kind of machine each host is."""
