@@ -110,8 +110,11 @@ def offset_check(ops, events):
     """
     import pandas as pd
     rows = []
+    # each dataset's events, split once (a filter per dataset over every host's events is
+    # quadratic in a fleet's datasets)
+    by_run = dict(iter(events.groupby(["host_id", "run_id"], sort=False)))
     for (host, run), o in ops.groupby(["host_id", "run_id"], sort=False):
-        e = events[(events["host_id"] == host) & (events["run_id"] == run)].sort_values("ts")
+        e = by_run.get((host, run), events.iloc[0:0]).sort_values("ts")
         o = o.sort_values("seq")
         for (_, op), (_, ev) in zip(o.iterrows(), e.iterrows()):
             nxt = int(ev["next"])
@@ -147,7 +150,8 @@ def offsets(D):
     import pandas as pd
     if len(D["kvm_ops"]) == 0 or len(D["tsc_offset_events"]) == 0:
         return pd.DataFrame()
-    return offset_check(D["kvm_ops"], D["tsc_offset_events"])
+    # once per Data (the prose, the offsets table and the MSR table read it); a copy each time
+    return D.once("offsets", lambda: offset_check(D["kvm_ops"], D["tsc_offset_events"])).copy()
 
 
 def offsets_table(D):

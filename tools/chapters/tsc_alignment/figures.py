@@ -26,7 +26,8 @@ def _pct(q: float) -> str:
 
 def _rows(F, hosts) -> list[tuple[str, str]]:
     """(host_id, 'this host: h-… (KVM guest)') of the highlighted hosts that have data here."""
-    return [(h, F.label(role)) for h, role in F.highlighted if h in set(hosts)]
+    have = set(hosts)
+    return [(h, F.label(role)) for h, role in F.highlighted if h in have]
 
 
 def pingpong(D, q=(0.01, 0.99)):

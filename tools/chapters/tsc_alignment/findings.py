@@ -186,9 +186,8 @@ def _platform(D, g: dict) -> dict:
         m = counted_runs([x for x in D.manifests if x.host_id == h])[-1]
         mods = _kvm_modules(m)
         if m["host"].get("virtualization") == "qemu":
-            pp = D["skew_pingpong"]
-            pp = pp[(pp["host_id"] == h) & (pp["run_id"] == m["run_id"])]
-            if len(pp):
+            pp = Run(D, m)["skew_pingpong"]
+            if pp is not None and len(pp):
                 sb = A.skew_bounds(pp)
                 a = sb[sb["round"] == "all"].iloc[0]
                 eq, n = tcg_equal_reads(pp)
