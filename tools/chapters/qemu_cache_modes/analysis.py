@@ -21,34 +21,37 @@ def semantics_table(events):
     documented terms: direct (O_DIRECT), writeback (no sync per write and no O_DSYNC),
     no_flush (no fdatasync/fsync reached the image at all).
     """
+    import numpy as np
     import pandas as pd
     keys = [k for k in ("host_id", "run_id", "mode", "format", "aio") if k in events.columns]
     rows = []
     for key, g in events.groupby(keys, sort=False):
+        # each group's columns as arrays, compared there (a frame filter per property and
+        # group cost most of a fleet's findings: hundreds of datasets of a dozen runs each)
         key = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
-        ok = g["ret"].fillna(-1) >= 0
-        w = g[(g.kind == "write") & ok & (g.phase == "write")]
-        flags = ""
+        kind, phase = g["kind"].to_numpy(dtype=object), g["phase"].to_numpy(dtype=object)
+        ok = (g["ret"].fillna(-1) >= 0).to_numpy()
+        fl = g["flags"].to_numpy(dtype=object)
+        w = np.flatnonzero((kind == "write") & ok & (phase == "write"))
         if len(w):
-            first = w.iloc[0]
-            flags = str(first["flags"])
+            flags = str(fl[w[0]])
         else:
-            opens = g[g.kind == "open"]
-            flags = str(opens.iloc[-1]["flags"]) if len(opens) else ""
-        syncs = g[(g.kind == "sync") & ok]
+            opens = np.flatnonzero(kind == "open")
+            flags = str(fl[opens[-1]]) if len(opens) else ""
+        sync_phase = phase[(kind == "sync") & ok]
         n_w = len(w)
-        s_w = int((syncs.phase == "write").sum())
-        s_f = int((syncs.phase == "flush").sum())
-        s_c = int((syncs.phase == "close").sum())
+        s_w = int((sync_phase == "write").sum())
+        s_f = int((sync_phase == "flush").sum())
+        s_c = int((sync_phase == "close").sum())
         o_direct = "O_DIRECT" in flags
         o_dsync = "O_DSYNC" in flags or re.search(r"\bO_SYNC\b", flags) is not None
-        w_dsync = int(w["dsync"].fillna(False).astype(bool).sum()) if "dsync" in w else 0
+        w_dsync = int(g["dsync"].fillna(False).astype(bool).to_numpy()[w].sum()) if "dsync" in g else 0
         synced_writes = o_dsync or (n_w > 0 and (s_w >= n_w or w_dsync == n_w))
         rows.append({**key, "open_flags": flags, "o_direct": o_direct, "o_dsync": o_dsync,
                      "writes": n_w, "dsync_writes": w_dsync, "syncs_write": s_w,
                      "syncs_per_write": s_w / n_w if n_w else math.nan,
                      "syncs_flush": s_f, "syncs_close": s_c,
-                     "uring_enters": int((g.kind == "uring").sum()),
+                     "uring_enters": int((kind == "uring").sum()),
                      "direct": o_direct,
                      "writeback": not synced_writes,
                      "no_flush": (s_w + s_f + s_c + w_dsync) == 0 and not o_dsync})
