@@ -126,10 +126,11 @@ def summarize_frame(df, by, value: str, confidence: float = 0.95):
     """Summary rows per group of a tidy frame, as a DataFrame."""
     import pandas as pd
     rows = []
-    for key, g in df.groupby(by, sort=True):
+    by_l = [by] if isinstance(by, str) else list(by)
+    # the value column's groups alone (a sub-frame per group cost as much as its summary)
+    for key, g in df.groupby(by, sort=True)[value]:
         key = key if isinstance(key, tuple) else (key,)
-        by_l = [by] if isinstance(by, str) else list(by)
-        rows.append({**dict(zip(by_l, key)), **summarize(g[value], confidence).as_dict()})
+        rows.append({**dict(zip(by_l, key)), **summarize(g, confidence).as_dict()})
     return pd.DataFrame(rows)
 
 
@@ -222,8 +223,15 @@ def _hl_rank(n: int, m: int, confidence: float) -> int:
     """hodges_lehmann's k: the interval is the (k+1)-th smallest to (k+1)-th largest of
     the n*m differences; k from the normal approximation of U (negative: [min, max])."""
     nm = n * m
-    z = _st.norm.ppf(0.5 + confidence / 2)
+    z = _z(confidence)
     return int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
+
+
+@functools.lru_cache(maxsize=None)
+def _z(confidence: float) -> float:
+    """The normal quantile of a two-sided `confidence` (worked out once: compare() asks for it
+    at each of a fleet's thousands of comparisons, and scipy's ppf costs more than the test)."""
+    return float(_st.norm.ppf(0.5 + confidence / 2))
 
 
 _HL_EXACT_MAX_PAIRS = 20_000  # exact null distribution of U up to this many pairs

@@ -238,9 +238,8 @@ def caption_for(runs, manifests, what: str, extra: str = "") -> str:
     """Caption for a figure of pooled rrbench transactions: runs per cell, warm-up, hosts."""
     r = runs[runs["tool"] == "rrbench"]
     g = r.groupby(["host_id", "run_id", "path", "proto", "pin"])
-    shown = {(m["host"]["host_id"], m["run_id"]) for m in manifests}
-    ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in
-          set(zip(r["host_id"], r["run_id"])) & shown]
+    have = {(m["host"]["host_id"], m["run_id"]) for m in manifests} & set(zip(r["host_id"], r["run_id"]))
+    ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in have]
     wu = [m["parameters"].get("rep_warmup", 0) for m in ms] or [0]
     secs = sorted({m["parameters"]["warmup"] for m in ms})
     tx = g["n"].sum()
