@@ -128,9 +128,16 @@ def test_sweep_removes_the_connection_file_of_a_dead_collect_kernel(tmp_path):
     f_alive.write_text("{}")
     remember_kernel_file(dead, f_dead)
     remember_kernel_file(alive, f_alive)
+    # papermill's kernels get jupyter_client's tempfile name (/tmp/tmpXXXXXXXX.json), and the
+    # sweep had refused that name: every killed papermill of a test run left one in /tmp
+    import tempfile
+    fd, made = tempfile.mkstemp(".json", dir=tmp_path)
+    os.close(fd)
+    remember_kernel_file(_dead_pid(), made)
     try:
         removed = _kernel_files()
         assert str(f_dead) in removed and not f_dead.exists()
+        assert made in removed and not os.path.exists(made)
         assert f_alive.exists(), "a live kernel's file is left alone"
     finally:
         forget_kernel_file(alive)

@@ -96,7 +96,10 @@ def _dataset_tmp(data_dir=None) -> list[str]:
     return removed
 
 
-_KFILE = re.compile(r"^kernel-[\w.-]+\.json$")
+# jupyter's names for a connection file: kernel-<id>.json in its runtime directory, or the
+# tempfile.mkstemp(".json") name jupyter_client gives a kernel manager that names none (what
+# papermill's kernels get: /tmp/tmpXXXXXXXX.json)
+_KFILE = re.compile(r"^(kernel-[\w.-]+|tmp[a-z0-9_]{8})\.json$")
 
 
 def remember_kernel_file(pid: int, path) -> None:
