@@ -151,10 +151,23 @@ def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path):
     link.symlink_to(victim)
     other = tmp_path / "notes.json"
     other.write_text("{}")
-    remember_kernel_file(_dead_pid(), link)
-    remember_kernel_file(_dead_pid(), other)
-    assert _kernel_files() == []
-    assert victim.read_text() == "user data" and link.is_symlink() and other.exists()
+    from tools.statedir import subdir
+    dead = _dead_pid()
+    remember_kernel_file(dead, link)
+    refused: list[str] = []
+    assert _kernel_files(refused) == []
+    assert victim.read_text() == "user data" and link.is_symlink()
+    # a refused file is reported, and its record kept (the contract's leftovers check reads
+    # the records; a dropped record hid the refused file from it) until the file is gone
+    assert refused == [str(link)] and (subdir("kernelfiles") / str(dead)).exists()
+    link.unlink()
+    assert _kernel_files() == [] and not (subdir("kernelfiles") / str(dead)).exists()
+    remember_kernel_file(dead, other)
+    refused = []
+    assert _kernel_files(refused) == [] and refused == [str(other)] and other.exists()
+    other.unlink()
+    _kernel_files()
+    assert not (subdir("kernelfiles") / str(dead)).exists()
 
 
 def test_a_collect_whose_kernel_ended_removes_that_kernels_file_itself(tmp_path):

@@ -114,38 +114,64 @@ def forget_kernel_file(pid: int) -> None:
     (subdir("kernelfiles") / str(pid)).unlink(missing_ok=True)
 
 
-def _remove_recorded(rec: Path) -> list[str]:
+def _remove_recorded(rec: Path, refused: list[str] | None = None) -> list[str]:
     """Remove the connection file a record names, only when still a regular file of ours
-    named like jupyter's (never through a symlink, never another user's); then the record."""
+    named like jupyter's (never through a symlink, never another user's); then the record.
+    A file that is there but refused is reported in `refused`, and its record is kept, so
+    that the refusal stays visible (to the next sweep, and to the contract's leftovers check)
+    until the file is gone."""
     removed = []
     try:
         path = Path(rec.read_text().strip())
+    except (OSError, ValueError):
+        rec.unlink(missing_ok=True)
+        return removed
+    try:
         st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
+    except (OSError, ValueError):
+        rec.unlink(missing_ok=True)     # already gone: nothing to do
+        return removed
+    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
+        try:
             path.unlink()
             removed.append(str(path))
-    except (OSError, ValueError):
-        pass
-    rec.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if refused is not None:
+                refused.append(str(path))
+            return removed
+        rec.unlink(missing_ok=True)
+    elif refused is not None:
+        refused.append(str(path))
     return removed
 
 
-def forget_ended_kernel(pid: int) -> list[str]:
+def forget_ended_kernel(pid: int, log=print) -> list[str]:
     """A collect whose notebook kernel `pid` ended under it (it was reparented) removes that
     kernel's connection file at once: a papermill killed mid-cleanup leaves it otherwise,
     until the next run's sweep."""
     from .statedir import subdir
     rec = subdir("kernelfiles") / str(pid)
-    return _remove_recorded(rec) if rec.is_file() else []
+    refused: list[str] = []
+    removed = _remove_recorded(rec, refused) if rec.is_file() else []
+    _say_refused(refused, log)
+    return removed
 
 
-def _kernel_files() -> list[str]:
+def _say_refused(refused: list[str], log) -> None:
+    if refused:
+        log("left alone, not a notebook connection file of ours (a link, another user's or "
+            "another name): " + ", ".join(refused) + "; remove it by hand if it is stale")
+
+
+def _kernel_files(refused: list[str] | None = None) -> list[str]:
     """Connection files of dead collect kernels (_remove_recorded)."""
     from .statedir import subdir
     removed = []
     for rec in subdir("kernelfiles").iterdir():
         if rec.name.isdigit() and not pid_alive(int(rec.name)):
-            removed += _remove_recorded(rec)
+            removed += _remove_recorded(rec, refused)
     return removed
 
 
@@ -166,7 +192,9 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
         if shutil.which("ip"):
             from .netns import sweep_stale_netns
             removed += sweep_stale_netns(log=lambda s: None)
-    removed += _kernel_files()
+    refused: list[str] = []
+    removed += _kernel_files(refused)
+    _say_refused(refused, log)
     removed += [str(p) for p in scratch.sweep()]
     removed += _legacy_scratch(log)
     removed += _dataset_tmp(data_dir)
