@@ -16,7 +16,7 @@ PIN_STYLE = {"none": "-", "same": "--", "split": ":"}
 def _fleet(D):
     from ... import fleetview as fv
     runs = D.of_shown(D["runs"])
-    return fv.fleet(D, set(runs["host_id"])), runs
+    return fv.fleet(D, set(runs["host_id"].unique())), runs
 
 
 def _caption(D, F, runs, what, extra=""):
@@ -59,8 +59,8 @@ def exceedance(D):
     from ... import fleetview as fv
     F, runs = _fleet(D)
     cc = A.ccdf(D.of_shown(D["hist"]))
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(cc["host_id"])]
-    paths = sorted(set(cc["path"]))
+    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(cc["host_id"].unique())]
+    paths = sorted(set(cc["path"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, paths, len(paths))
     for (h, name), axrow in zip(rows, haxes):
         for ax, path in zip(axrow, paths):
@@ -95,8 +95,8 @@ def ladder(D):
     lad = A.ladder(runs, D.of_shown(D["hist"]))
     ll = A.ladder_long(lad)
     ll = ll.assign(pos=ll.percentile.map({p: i for i, p in enumerate(PCT_ORDER)}))
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(ll["host_id"])]
-    protos = sorted(set(ll["proto"]))
+    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(ll["host_id"].unique())]
+    protos = sorted(set(ll["proto"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, protos, len(protos))
     cells = [(p, q) for p in sorted(set(ll.path)) for q in PIN_STYLE if q in set(ll.pin)]
     for (h, name), axrow in zip(rows, haxes):

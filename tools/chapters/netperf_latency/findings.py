@@ -398,7 +398,7 @@ def seed_conditions(ref) -> dict:
 
 
 def hosts(D) -> dict:
-    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests)
+    hc = A.hosts_compared(D)
     if len(D.shown) < 2:
         text = "Only one host has measured this chapter so far, so there is nothing to compare yet."
     elif hc.empty:

@@ -103,7 +103,7 @@ def versus_seed(D):
 
 
 def host_comparison(D):
-    hc = A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests)
+    hc = A.hosts_compared(D)
     if hc.empty:
         return "no host comparison (see the text above)"
     return _compact(hc, ["path", "proto", "pin", "host_id", "baseline"])
