@@ -272,10 +272,9 @@ def analyse(D: dict) -> dict:
     out = {"manifest": man, "run_id": rid}
     if len(iv):
         out["ours"] = our_columns(iv)
+        out["intervals"] = iv
         out["cmp"] = compare_with_sysstat(iv, ours=out["ours"])
-        out["cmp_uptime"] = compare_with_sysstat(iv, "uptime")
         out["disagree"] = disagreement_table(out["cmp"])
-        out["disagree_uptime"] = disagreement_table(out["cmp_uptime"])
         out["phase_summary"] = phase_summary(out["ours"])
     out["phases"] = only_run(D["phases"], hid, rid)
     w = only_run(D["windows"], hid, rid)
@@ -287,6 +286,16 @@ def analyse(D: dict) -> dict:
         out["trace_util"] = trace_vs_util(w, tw, wc)
         out["sample"] = only_run(D["trace_sample"], hid, rid)
     return out
+
+
+def uptime_disagreement(A: dict):
+    """disagreement_table() of the comparison with sysstat on /proc/uptime's clock (sysstat's
+    own divisor), worked out once per analysis when first asked: only the prose quotes it
+    (prose_values(uptime=True)), not the key findings nor a host's summary."""
+    if "disagree_uptime" not in A:
+        A["cmp_uptime"] = compare_with_sysstat(A["intervals"], "uptime")
+        A["disagree_uptime"] = disagreement_table(A["cmp_uptime"])
+    return A["disagree_uptime"]
 
 
 def analyse_hosts(D) -> dict[str, dict]:
@@ -380,8 +389,9 @@ def measured_rounds(A: dict) -> str:
                else A["manifest"]["parameters"].get("rounds"))
 
 
-def prose_values(A: dict) -> dict[str, str]:
-    """Every number the chapter's prose quotes, formatted, keyed by glue name."""
+def prose_values(A: dict, uptime: bool = True) -> dict[str, str]:
+    """Every number the chapter's prose quotes, formatted, keyed by glue name; without the
+    comparison on /proc/uptime's clock unless `uptime` (the key findings read none of it)."""
     import pandas as pd
     man = A["manifest"]
     f = {}
@@ -431,14 +441,15 @@ def prose_values(A: dict) -> dict[str, str]:
         f["n_unexplained"] = str(int((~cmp["agree"]).sum()))
         um = cmp[~cmp["agree"]]
         f["unexplained_max_count"] = f"{int(um['count'].max()):,}" if len(um) else "0"
-        f["unexplained_phases"] = ", ".join(sorted(set(um["phase"]))) or "none"
+        f["unexplained_phases"] = ", ".join(sorted(set(um["phase"].unique()))) or "none"
         f["n_outside"] = str(len(miss))
         f["outside_max_count"] = f"{int(miss['count'].max()):,}" if len(miss) else "0"
-        f["outside_phases"] = ", ".join(sorted(set(miss["phase"]))) or "none"
+        f["outside_phases"] = ", ".join(sorted(set(miss["phase"].unique()))) or "none"
         f["min_col_within_pct"] = _fmt(dis["within_tol_pct"].min(), 1)
-        du = A["disagree_uptime"]
-        ur = du[du["column"].isin(rates["column"])]
-        f["max_rate_rel_pct_uptime"] = _fmt(ur["max_rel_diff_pct"].max(), 2)
+        if uptime:
+            du = uptime_disagreement(A)
+            ur = du[du["column"].isin(rates["column"])]
+            f["max_rate_rel_pct_uptime"] = _fmt(ur["max_rel_diff_pct"].max(), 2)
         f["util_max_abs"] = _fmt(dis.set_index("column").loc["%util", "max_abs_diff"], 2)
         f["aqu_max_abs"] = _fmt(dis.set_index("column").loc["aqu-sz", "max_abs_diff"], 3)
         f["interval_min_ms"] = _fmt(ours["interval_s"].min() * 1000, 1)
@@ -468,7 +479,7 @@ def prose_values(A: dict) -> dict[str, str]:
                 f[f"{ph}_wrqm"] = _fmt(r["%wrqm"], 1)
                 f[f"{ph}_rareq"] = _fmt(r["rareq-sz"], 1)
         ph = A.get("phases")
-        if ph is not None and len(ph) and "fsync_4k" in set(ph["phase"]):
+        if ph is not None and len(ph) and "fsync_4k" in set(ph["phase"].unique()):
             f["fsync_fio_rate"] = _fmt(ph[ph["phase"] == "fsync_4k"]["fio_write_iops"].median(), 0)
         if "randread_4k_qd1" in ps.index and "randread_4k_qd16" in ps.index:
             ratio = ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"]

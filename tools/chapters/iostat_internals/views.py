@@ -15,10 +15,11 @@ def analyse_all(D):
     return D.analysis(), analyse_hosts(D)
 
 
-def glue_values(D, A, AH) -> dict:
+def glue_values(D, A, AH, uptime: bool = True) -> dict:
     """Every value the prose quotes (prose_values of the quoted dataset, plus the counts of
-    datasets and hosts, the repetition settings and the host comparison's sentence)."""
-    f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in prose_values(A).items()}
+    datasets and hosts, the repetition settings and the host comparison's sentence); `uptime`:
+    prose_values'."""
+    f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in prose_values(A, uptime).items()}
     p, prof = A["manifest"]["parameters"], D.chapter.profiles
     ph = D["phases"]
     ph = ph[(ph["host_id"] == A["manifest"]["host"]["host_id"]) & (ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
@@ -193,8 +194,8 @@ def hosts_iops(D, AH):
     import matplotlib.pyplot as plt
     from ... import fleetview as fv
     PH = phase_summary_hosts(AH)
-    F = fv.fleet(D, set(PH["host_id"]))
-    order = [p for p in PHASES if p in set(PH["phase"])]
+    F = fv.fleet(D, set(PH["host_id"].unique()))
+    order = [p for p in PHASES if p in set(PH["phase"].unique())]
     PH = PH[PH["phase"].isin(order)]
     PH = PH.assign(pos=PH["phase"].map({p: i for i, p in enumerate(order)}))
     fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
