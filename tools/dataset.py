@@ -550,7 +550,15 @@ class Data:
         q = self.quoted
         if q is None or df is None or len(df) == 0:
             return df
-        return df[(df["host_id"] == q.host_id) & (df["run_id"] == q["run_id"])]
+        if self._only == {(q.host_id, q["run_id"])}:
+            # a view of the quoted dataset alone (view_of): all its rows are quoted; a new frame
+            # (copy-on-write), as a row filter gives, without comparing every row's two strings
+            return df.copy(deep=False)
+        key = (q.host_id, q["run_id"])
+        name = next((n for n, t in self._tables.items() if t is df), None)
+        if name is not None:        # one of this Data's tables: its rows by position (rows_of)
+            return self.rows_of(name, key)
+        return df[(df["host_id"] == key[0]) & (df["run_id"] == key[1])]
 
     def quoted_rows(self, name: str):
         """Table `name` of the quoted dataset alone, read from its own files (view(own_files=
