@@ -236,6 +236,11 @@ def site_archives(data_dir: Path | None = None) -> list[Archive]:
                   key=lambda a: a.name)
 
 
+# members compressed already (a dataset's tables): stored as they are, since deflating them
+# again spent most of a fleet's book build and saved nothing
+_PACKED = (".xz", ".gz", ".zst", ".bz2", ".parquet", ".png", ".zip")
+
+
 def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "data/") -> Path:
     """A zip whose bytes depend only on the members' names and contents."""
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -244,7 +249,7 @@ def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "da
         with zipfile.ZipFile(tmp, "w") as z:
             for src, rel in sorted(members, key=lambda m: m[1]):
                 info = zipfile.ZipInfo(prefix + rel, date_time=_ZIP_TIME)
-                info.compress_type = zipfile.ZIP_DEFLATED
+                info.compress_type = zipfile.ZIP_STORED if rel.endswith(_PACKED) else zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
                 info.create_system = 3
                 z.writestr(info, src.read_bytes())
