@@ -66,7 +66,7 @@ def modes(D):
     this host and the reference host with their intervals; one row of panels per machine kind."""
     from ... import fleetview as fv
     wr = A.writes(D)
-    F = fv.fleet(D, set(wr.host_id))
+    F = fv.fleet(D, set(wr.host_id.unique()))
     g = plot_modes(A.writes_summary(D), F)
     fig, drawn, panels = g.figure, g.drawn, g.rows
     mans = [m for m in D.manifests if m.key in fv.runs(D, F, every_run=False)]
@@ -88,7 +88,7 @@ def formula(D):
         "L2 tables plus refcount blocks counted in real images against the seed's formula 10 · IS / CS², "
         "every host's images (each host's shown dataset)",
         n=ft.groupby(["host_id", "cluster_size"]).size().to_numpy(), unit="images", warmup=0,
-        hosts=fv.fleet(D, set(ft.host_id)).caption_hosts(), ci=False,
+        hosts=fv.fleet(D, set(ft.host_id.unique())).caption_hosts(), ci=False,
         extra="Counts read from the images by tools/qcow2.py: deterministic, so no interval applies, and "
               "hosts that made the same image have one point")
     return plot_formula(ft), cap
@@ -176,8 +176,8 @@ def plot_modes(summ, F=None, workload_col: str = "workload"):
     if "host_id" not in d.columns:
         d = d.assign(host_id="this host")
     if F is None:
-        F = fv.Fleet({h: {"host_id": h} for h in sorted(set(d.host_id))}, sorted(set(d.host_id))[0], None)
-    order = [m for m in MODES if m in set(d["mode"])]
+        F = fv.Fleet({h: {"host_id": h} for h in sorted(set(d.host_id.unique()))}, sorted(set(d.host_id.unique()))[0], None)
+    order = [m for m in MODES if m in set(d["mode"].unique())]
     d = d.assign(pos=d["mode"].map({m: i for i, m in enumerate(order)}))
     wls = sorted(set(d[workload_col]))
     rows = fv.facets(F, "kind")

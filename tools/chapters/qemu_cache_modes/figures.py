@@ -141,7 +141,7 @@ def hosts(D):
     GH = D.of_shown(D["guest_dd"])
     gsh = A.guest_dd_summary(GH) if GH is not None and not GH.empty else pd.DataFrame()
     gdir = gsh[gsh.variant == "direct"] if len(gsh) else gsh
-    F = fv.fleet(D, set(bsh.host_id) | set(gdir.host_id if len(gdir) else []))
+    F = fv.fleet(D, set(bsh.host_id.unique()) | set(gdir.host_id if len(gdir) else []))
     sd = A.seed_dd(D.ref)
     sd = sd[(sd.variant == "direct") & sd["mode"].isin(_M)].set_index("mode").reindex(_M)
     pos = {m: i for i, m in enumerate(_M)}
@@ -156,7 +156,7 @@ def hosts(D):
                              layout="constrained")
     drawn, seeded = [], False
     for ax, (title, d) in zip(axes[0], panels):
-        drawn.append(fv.points(ax, F.within(set(d.host_id)), d, "pos", "median", "ci_low", "ci_high"))
+        drawn.append(fv.points(ax, F.within(set(d.host_id.unique())), d, "pos", "median", "ci_low", "ci_high"))
         if ax is not axes[0, 0]:
             fv.seed_mark(ax, [k - 0.33 for k in range(len(_M))], sd.mb_per_s.to_numpy(float))
             seeded = True

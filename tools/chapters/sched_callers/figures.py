@@ -33,7 +33,7 @@ def probe_effect(D):
     from ... import fleetview as fv
     from ...stats import caption, summarize_frame
     runs = D["runs"]
-    F = fv.fleet(D, set(runs.host_id))
+    F = fv.fleet(D, set(runs.host_id.unique()))
     keep = fv.runs(D, F)
     runs = fv.of_runs(runs, keep)
     s = summarize_frame(runs, ["host_id", "run_id", "tracer"], "seconds")

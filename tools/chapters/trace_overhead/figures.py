@@ -25,7 +25,7 @@ def _fleet_medians(D, mechanisms=None):
     samples behind them (for the caption)."""
     from ... import fleetview as fv
     med = run_medians(D)
-    F = fv.fleet(D, set(med.host_id))
+    F = fv.fleet(D, set(med.host_id.unique()))
     keep = fv.runs(D, F)
     med = fv.of_runs(med, keep)
     samples = fv.of_runs(D["samples"], keep)
@@ -104,7 +104,7 @@ def published(D):
     from ... import fleetview as fv
     pub = published_current(D)
     med, steps = run_medians(D), run_steps(D)
-    F = fv.fleet(D, set(med.host_id))
+    F = fv.fleet(D, set(med.host_id.unique()))
     keep = fv.runs(D, F)
     rows = COMPARED
     frames = []

@@ -14,7 +14,7 @@ def bracket_caption(b, F, what: str, by=("host_id", "variant"), ci: bool = False
     g = b.groupby(list(by))["warmup"]
     n = g.apply(lambda s: int((s == 0).sum())).to_numpy()
     wu = g.apply(lambda s: int((s != 0).sum())).to_numpy()
-    return caption(what, n=n, unit="readings", warmup=wu, hosts=F.within(set(b["host_id"])).caption_hosts(),
+    return caption(what, n=n, unit="readings", warmup=wu, hosts=F.within(set(b["host_id"].unique())).caption_hosts(),
                    ci=ci, extra=extra)
 
 
@@ -26,7 +26,7 @@ def _pct(q: float) -> str:
 
 def _rows(F, hosts) -> list[tuple[str, str]]:
     """(host_id, 'this host: h-… (KVM guest)') of the highlighted hosts that have data here."""
-    have = set(hosts)
+    have = set(hosts.unique())
     return [(h, F.label(role)) for h, role in F.highlighted if h in have]
 
 
@@ -41,7 +41,7 @@ def pingpong(D, q=(0.01, 0.99)):
     from ... import fleetview as fv
     from ...stats import caption
     pp = D.of_shown(D["skew_pingpong"])
-    F = fv.fleet(D, set(pp["host_id"]))
+    F = fv.fleet(D, set(pp["host_id"].unique()))
     rows = _rows(F, pp["host_id"])
     sb = A.skew_bounds(pp)
     sb = sb[sb["round"] == "all"]
@@ -111,7 +111,7 @@ def _strip(ax, w, title):
     returns the legend's (handle, label) pairs of the CPUs."""
     import matplotlib.pyplot as plt
     from ...fleetview import strip
-    cpus = sorted(set(w["cpu"]))
+    cpus = sorted(set(w["cpu"].unique()))
     pal = {c: OWN_COLOURS[i % len(OWN_COLOURS)] for i, c in enumerate(cpus)}
     strip(data=w, x="variant", y="entry", hue="cpu", dodge=True, size=2, alpha=0.4,
           order=VARIANT_ORDER, hue_order=cpus, palette=pal, ax=ax, legend=False)
@@ -129,7 +129,7 @@ def inside(D):
     from ... import fleetview as fv
     bs = A.brackets(D, "shown")
     w = bs[bs["warmup"] == 0]
-    F = fv.fleet(D, set(w["host_id"]))
+    F = fv.fleet(D, set(w["host_id"].unique()))
     rows = _rows(F, w["host_id"])
     fig, axes = plt.subplots(1, len(rows) + 1, figsize=(5.2 * (len(rows) + 1), 4.4), squeeze=False,
                              layout="constrained")
@@ -164,7 +164,7 @@ def widths(D, q=(0.005, 0.99)):
     from ...stats import ci_label, summarize_frame
     bs = A.brackets(D, "shown")
     w = bs[bs["warmup"] == 0]
-    F = fv.fleet(D, set(w["host_id"]))
+    F = fv.fleet(D, set(w["host_id"].unique()))
     rows = _rows(F, w["host_id"])
     fig, axes = plt.subplots(1, len(rows) + 1, figsize=(4.6 * (len(rows) + 1) + 0.6, 4.6), squeeze=False,
                              layout="constrained")

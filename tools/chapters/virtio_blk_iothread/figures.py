@@ -96,7 +96,7 @@ def hosts(D):
         return fig, "No host has a dataset with at least two runs of a job per variant, so no effect is drawn."
     e = e.assign(host_id=e.dataset.str.split("/").str[0], run_id=e.dataset.str.split("/").str[1],
                  value=100 * e.rel_shift, lo=100 * e.rel_low, hi=100 * e.rel_high)
-    F = fv.fleet(D, set(e.host_id))
+    F = fv.fleet(D, set(e.host_id.unique()))
     keep = fv.runs(D, F)
     e = fv.of_runs(e, keep)
     cells = list(dict.fromkeys(zip(e.job, e.storm)))

@@ -62,7 +62,7 @@ def block_bits(D):
     the quoted dataset, the seed's strings."""
     from ... import fleetview as fv
     hb = host_block_bits(D)
-    F = fv.fleet(D, set(hb.host_id) if len(hb) else None)
+    F = fv.fleet(D, set(hb.host_id.unique()) if len(hb) else None)
     M, n_pooled = fleet_columns(block_matrix(D), F)
     fig = _heatmap(M, "Blues", (max(8, 0.42 * M.shape[1] + 3), 0.32 * len(M) + 2.5), 60, 8,
                    "negotiated virtio-blk feature bits (bit number, name)")
