@@ -215,12 +215,37 @@ def _test(D, finding: Finding, m, run: Run | None = None) -> Outcome | None:
                            f"{type(e).__name__}: {e}") from e
 
 
+def _once(D, key, make):
+    """D.once(key, make) where D has it (a chapter's Data), else make()."""
+    once = getattr(D, "once", None)
+    return once(key, make) if callable(once) else make()
+
+
+def _manifests_of(D, host_id: str) -> list:
+    """D's manifests of host_id; the manifests are split by host once per Data (every finding's
+    verdict on every host asks: at a hundred hosts a scan per question was quadratic)."""
+    def split():
+        out: dict = {}
+        for m in D.manifests:
+            out.setdefault(m.host_id, []).append(m)
+        return out
+    return _once(D, "findings:manifests-by-host", split).get(host_id, [])
+
+
+def _host_outcomes(D, host_id: str) -> list:
+    """(run_id, outcomes(D, m)) of each counted dataset of host_id, once per Data: every
+    declared finding's verdict on that host reads the same outcomes (one verdict-store lookup
+    per dataset, not one per finding)."""
+    return _once(D, ("findings:outcomes", host_id),
+                 lambda: [(m["run_id"], outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))])
+
+
 def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
-    runs = []
     declared = finding in getattr(D.chapter, "key_findings", ())
-    for m in counted_runs([m for m in D.manifests if m.host_id == host_id]):
-        out = outcomes(D, m)[finding.key] if declared else _test(D, finding, m)
-        runs.append((m["run_id"], out))
+    if declared:
+        runs = [(rid, got[finding.key]) for rid, got in _host_outcomes(D, host_id)]
+    else:
+        runs = [(m["run_id"], _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))]
     told = [o for _, o in runs if o is not None]
     if not told:
         verdict = NOT_MEASURED
