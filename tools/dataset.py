@@ -401,21 +401,25 @@ def quoted(manifests: list[dict], needs: tuple = ()) -> dict | None:
 def shown_datasets(manifests: list[dict], ref: dict | None = None, needs: tuple = ()) -> dict[str, str]:
     """host_id -> run_id of the one dataset per host a chapter shows side by side: the
     quoted dataset `ref` (default: quoted()) for its host, quoted() of each other host's."""
-    hosts = sorted({m["host"]["host_id"] for m in manifests})
-    chosen = {h: quoted([m for m in manifests if m["host"]["host_id"] == h], needs)["run_id"] for h in hosts}
+    by_host: dict = {}      # each host's manifests, in their order (one pass, not one per host)
+    for m in manifests:
+        by_host.setdefault(m["host"]["host_id"], []).append(m)
+    chosen = {h: quoted(by_host[h], needs)["run_id"] for h in sorted(by_host)}
     ref = ref if ref is not None else quoted(manifests, needs)
     if ref is not None:
         chosen[ref["host"]["host_id"]] = ref["run_id"]
     return chosen
 
 
-def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple = ()):
-    """The rows of a loaded table (host_id, run_id columns) from shown_datasets()."""
+def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple = (),
+               chosen: dict | None = None):
+    """The rows of a loaded table (host_id, run_id columns) from shown_datasets() (or
+    `chosen`, its result where the caller has it)."""
     if df is None or len(df) == 0:
         return df
     import numpy as np
     import pandas as pd
-    chosen = shown_datasets(manifests, ref, needs)
+    chosen = shown_datasets(manifests, ref, needs) if chosen is None else chosen
     # vectorized (a row-by-row zip was most of a notebook's time for a large table)
     want = pd.Series(df["host_id"].astype(str).to_numpy()).map(chosen).to_numpy()
     return df[np.asarray(want == df["run_id"].astype(str).to_numpy(), dtype=bool)]
@@ -544,7 +548,8 @@ class Data:
 
     @property
     def shown(self) -> dict[str, str]:
-        return shown_datasets(self.manifests, None, self.chapter.quote_needs)
+        """shown_datasets() of this Data's manifests, worked out once (a copy each time)."""
+        return dict(self.once("shown", lambda: shown_datasets(self.manifests, None, self.chapter.quote_needs)))
 
     def of_quoted(self, df):
         q = self.quoted
@@ -578,7 +583,7 @@ class Data:
         return self._once[key]
 
     def of_shown(self, df):
-        return only_shown(df, self.manifests, None, self.chapter.quote_needs)
+        return only_shown(df, self.manifests, None, self.chapter.quote_needs, chosen=self.shown)
 
     def reference(self, name: str, dtype=None):
         return load_reference(name, self.data_dir, dtype)
