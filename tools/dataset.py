@@ -555,11 +555,9 @@ class Data:
         q = self.quoted
         if q is None or df is None or len(df) == 0:
             return df
-        if self._only == {(q.host_id, q["run_id"])}:
-            # a view of the quoted dataset alone (view_of): all its rows are quoted; a new frame
-            # (copy-on-write), as a row filter gives, without comparing every row's two strings
-            return df.copy(deep=False)
         key = (q.host_id, q["run_id"])
+        if self._only == {key}:     # a view of the quoted dataset alone: every row is quoted; a
+            return df.copy(deep=False)   # new frame (copy-on-write), as a row filter gives
         name = next((n for n, t in self._tables.items() if t is df), None)
         if name is not None:        # one of this Data's tables: its rows by position (rows_of)
             return self.rows_of(name, key)
