@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +91,34 @@ def test_failed_boot_cleans_up():
         guest.run_script("true", bad, accel="tcg", timeout=60)
     assert not qemu_children(os.getpid())
     assert not owned_by(os.getpid())
+
+def test_a_stalled_guest_is_stopped_and_says_where_it_stood():
+    """A script silent for stall_seconds stops the guest (GuestStalled, which a chapter may boot
+    again); the one line is read before QEMU is stopped: the script's last line and QEMU's threads
+    by name, not QEMU's own "terminating on signal" line."""
+    need_guest()
+    cfg = guest.GuestConfig(thread_names=True, stall_seconds=5)
+    t0 = time.monotonic()
+    with pytest.raises(guest.GuestStalled) as e:
+        guest.run_script("echo step-one; sleep 600", cfg, accel="tcg", timeout=300)
+    msg = str(e.value)
+    assert time.monotonic() - t0 < 290, "the stall, not the boot's timeout, stopped it"
+    assert "printed nothing for 5 s" in msg and "\n" not in msg and "signal" not in msg, msg
+    assert "the script's last line: 'step-one'; the console's: " in msg, msg
+    assert re.search(r"QEMU's threads \(state, CPU\): .*CPU 0/TCG [RSD] \d+\.\d s", msg), msg
+    assert not qemu_children(os.getpid())
+    assert not owned_by(os.getpid())
+    with pytest.raises(ParameterError, match="stall_seconds"):
+        guest.GuestConfig(stall_seconds=0).validate()
+
+
+def test_stall_report_reads_proc_and_the_last_lines():
+    pid = int(next((FIX / "proc").iterdir()).name)
+    got = guest.stall_report("@@PERFBOOK-BEGIN@@\r\n@@JOB-IO j1@@\r\n\r\n", "", pid, proc=FIX / "proc")
+    assert got.startswith("the script's last line: '@@JOB-IO j1@@'; the console's: nothing; QEMU's threads")
+    assert re.search(r"CPU 0/TCG [A-Z] \d+\.\d s", got) and "IO io0" in got, got
+    assert guest.stall_report("", "x", 2 ** 22 + 7, proc=FIX / "proc").endswith("(state, CPU): gone")
+
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_qemu_and_removes_scratch(tmp_path, sig):

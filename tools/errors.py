@@ -29,6 +29,15 @@ class LockBusy(PerfbookError):
     """Another measure run holds the machine-wide lock."""
 
 
+class BootTimeout(PerfbookError):
+    """A KVM guest did not reach init in time (tools.guest then tries TCG)."""
+
+
+class GuestStalled(PerfbookError):
+    """A guest's script printed nothing for GuestConfig.stall_seconds (tools.guest); the
+    caller may boot it again."""
+
+
 def one_line(exc: BaseException) -> str:
     """Format an exception as the single line we show to users."""
     msg = str(exc).strip().splitlines()

@@ -49,11 +49,11 @@ Hold ``tools.lock.measure_lock()`` around runs that measure anything.
 For looking at QEMU from the host while the guest runs: ``GuestConfig(iothreads=["io0"])``
 with ``DiskSpec(iothread="io0")`` gives a disk its own I/O thread; ``thread_names=True`` names
 QEMU's threads (main loop, "CPU n/TCG", "IO io0", "worker"); ``qmp=True`` opens a QMP socket;
-``on_line(line, live)`` is called with each line the script prints, as it prints it, and
-``live`` (a LiveGuest) holds QEMU's pid and the QMP socket, so that the host can sample
-``thread_times(pid)`` or load the main loop at moments the guest chooses.
-``guest_image.binary_bundle`` carries a dynamically linked host program (fio, bonnie++) into
-the guest with its libraries and ld.so.
+``on_line(line, live)`` is called with each line the script prints, as it prints it, and ``live``
+(a LiveGuest) holds QEMU's pid and the QMP socket, so that the host can sample ``thread_times(pid)``
+or load the main loop at moments the guest chooses. ``stall_seconds`` stops a guest whose script
+has printed nothing for that long since init (GuestStalled says where it stood), and
+``guest_image.binary_bundle`` carries a host program (fio, bonnie++) in with its libraries and ld.so.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import MissingPrerequisite, ParameterError, PerfbookError
+from .errors import BootTimeout, GuestStalled, MissingPrerequisite, ParameterError, PerfbookError
 from . import guard, scratch, statedir
 from .proc import die_with_parent, terminate
 
@@ -79,7 +79,7 @@ from .guest_image import (ARTEFACT_VERSION, BASE_MODULES, BEGIN, BUSYBOX_PKG, EN
                           build_cpio, ensure_artefacts, guest_root, module_closure, modinfo_depends,
                           resolve_kernel_package, DIR, REG)
 # QEMU's threads seen from the host (/proc/<pid>/task): tools/guest_threads.py
-from .guest_threads import (THREAD_CLASSES, parse_task_stat, thread_class, thread_delta,  # noqa: E402,F401
+from .guest_threads import (THREAD_CLASSES, parse_task_stat, stall_report, thread_class, thread_delta,  # noqa: E402,F401
                             thread_times)
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
 FILES_GZIP_MAX = 4 << 20   # GuestConfig.files archives up to this size are gzip'd
@@ -186,6 +186,8 @@ class GuestConfig:
     # called with (line, LiveGuest) for each line the script prints, while the guest runs;
     # an exception stops the run and QEMU with it
     on_line: object = None
+    # after init, seconds without a new byte of the script's output: QEMU is stopped, GuestStalled
+    stall_seconds: float | None = None
 
     def validate(self) -> None:
         if not self.disks:
@@ -201,6 +203,8 @@ class GuestConfig:
             raise ParameterError("cpus must be 1..8")
         if not (96 <= int(self.memory_mib) <= 4096):
             raise ParameterError("memory_mib must be 96..4096")
+        if self.stall_seconds is not None and not self.stall_seconds > 0:
+            raise ParameterError("stall_seconds must be positive (or None)")
         for io in self.iothreads:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,19}", str(io)):
                 raise ParameterError(f"iothread id {io!r}: use a letter, then letters, digits, '_' or '-'")
@@ -307,10 +311,6 @@ def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
             raise ParameterError(f"{k} must be a number of seconds between 1 and {max_seconds:g}, got {v!r}")
         p[k] = float(v)
     return p
-
-
-class BootTimeout(PerfbookError):
-    pass
 
 
 _KVM_TIMED_OUT: dict[tuple[str, str], tuple[float, str]] = {}
@@ -529,14 +529,14 @@ class Runner:
             console, result = rundir / "console.log", rundir / "result.log"
             booted_at = None
             deadline = t0 + self.timeout
-            rc = None
-            lines_seen = 0
+            rc, lines_seen, grew = None, 0, (0, t0)   # (length of the script's output, when it last grew)
             while True:
                 now = time.monotonic()
                 con = console.read_text(errors="replace") if console.exists() else ""
                 if booted_at is None and INIT_MARK in con:
                     booted_at = now - t0
                 res = result.read_text(errors="replace") if result.exists() else ""
+                grew = (len(res), now) if len(res) != grew[0] or booted_at is None else grew
                 if callable(cfg.on_line) and BEGIN in res:
                     done = res[res.find(BEGIN) + len(BEGIN):].replace("\r", "").split("\n")[1:-1]
                     for line in done[lines_seen:]:
@@ -556,13 +556,13 @@ class Runner:
                 if boot_timeout is not None and booted_at is None and now - t0 > boot_timeout:
                     terminate(self.proc)
                     raise BootTimeout(f"KVM guest did not reach init within {boot_timeout:.0f} s")
-                if now > deadline:
+                stalled = cfg.stall_seconds is not None and now - grew[1] > cfg.stall_seconds
+                if now > deadline or stalled:   # where it stood, read while QEMU's threads are still there
+                    why = stall_report(res, con, qemu_pid)
                     terminate(self.proc)
-                    qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
-                    raise PerfbookError(
-                        f"{accel.upper()} guest did not finish within {self.timeout:.0f} s"
-                        + (f" (qemu: {qerr.splitlines()[-1]})" if qerr else
-                           f" (console: {con.strip().splitlines()[-1] if con.strip() else 'empty'})"))
+                    if stalled:
+                        raise GuestStalled(f"{accel.upper()} guest printed nothing for {cfg.stall_seconds:g} s ({why})")
+                    raise PerfbookError(f"{accel.upper()} guest did not finish within {self.timeout:.0f} s ({why})")
                 time.sleep(0.05)
             # let the guest reboot (QEMU exits with -no-reboot); don't wait long
             try:

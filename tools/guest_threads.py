@@ -68,3 +68,22 @@ def thread_delta(before: dict, after: dict, pid: int) -> dict[str, dict]:
     ps = after["process"][1] - before["process"][1]
     out["exited"].update(user_s=max(pu - tu, 0.0), sys_s=max(ps - ts, 0.0))
     return out
+
+
+def stall_report(result: str, console: str, pid: int, proc: Path = Path("/proc")) -> str:
+    """Where a guest that ran out of time stood, in one line, read before QEMU is stopped: the
+    last line of its script's output and of its console, and each QEMU thread's scheduler state
+    (R running, S sleeping, D in the kernel) with its CPU seconds so far."""
+    def last(text: str) -> str:
+        lines = [ln.strip() for ln in text.replace("\r", "").splitlines() if ln.strip()]
+        return repr(lines[-1][:120]) if lines else "nothing"
+    tick, threads = os.sysconf("SC_CLK_TCK"), []
+    for t in sorted((proc / str(pid) / "task").glob("*"), key=lambda t: int(t.name)):
+        try:
+            text = (t / "stat").read_text()
+            comm, u, s = parse_task_stat(text)
+        except (OSError, ValueError, IndexError):
+            continue   # ended while we looked
+        threads.append(f"{comm} {text[text.rindex(')') + 2]} {(u + s) / tick:.1f} s")
+    return (f"the script's last line: {last(result)}; the console's: {last(console)}; "
+            f"QEMU's threads (state, CPU): {', '.join(threads) or 'gone'}")
