@@ -256,3 +256,46 @@ def test_sampler_brackets_jobs_and_runs_the_storm(tmp_path):
     assert set(s.deltas) == {"j0", "j1"} and s.storm is None and "j1" not in s.storms
     delta, wall = s.deltas["j0"]
     assert wall >= 0.25 and delta["main"]["threads"] == 1 and set(delta) == set(guest.THREAD_CLASSES)
+
+
+def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
+    """collect.boot_until_done: a GuestStalled boot keeps no rows and is recorded; the same boot
+    runs again; one stall more than stall_reboots fails the run with the last one's words."""
+    from types import SimpleNamespace
+    from tools import guest
+    p = chapter.parameters("default")
+    assert p["stall_seconds"] == 30 and p["stall_reboots"] == 2
+    calls = []
+
+    def fake(r, p_, v, plan, bon, images, files, tables, rnd, boot):
+        calls.append(boot)
+        tables["fio"].append({"half": "written"})
+        if len(calls) <= stalls_first:
+            raise guest.GuestStalled(f"TCG guest printed nothing for 30 s (the script's last line: '@@JOB-IO j{len(calls)}@@')")
+        return {"randread_qd1 IOPS": [1.0]}
+    monkeypatch.setattr(C, "boot_once", fake)
+    notes = []
+    prog = SimpleNamespace(note=notes.append)
+    for stalls_first, ok in ((0, True), (2, True), (3, False)):
+        calls.clear()
+        w = SimpleNamespace(extra={"stalled_boots": []})
+        t = {"fio": [], "boots": []}
+        if ok:
+            assert C.boot_until_done(None, p, "off", [], False, [], {}, t, 0, 7, w, prog) == {"randread_qd1 IOPS": [1.0]}
+            assert t["fio"] == [{"half": "written"}] and calls == [7] * (stalls_first + 1)
+        else:
+            with pytest.raises(PerfbookError, match=r"3 guests stalled, more than stall_reboots \(2\).*JOB-IO j3"):
+                C.boot_until_done(None, p, "off", [], False, [], {}, t, 0, 7, w, prog)
+        got = w.extra["stalled_boots"]
+        assert len(got) == min(stalls_first, 3) and all(x["boot"] == 7 and x["variant"] == "off" for x in got)
+        assert all("printed nothing for 30 s" in x["why"] for x in got)
+    assert notes and "booting it again" in notes[0]
+
+
+def test_the_stall_sentence_reads_the_manifest():
+    from tools.dataset import Manifest
+    m = Manifest({"facts": {"stalled_boots": [{"boot": 1}]}, "parameters": {"stall_seconds": 30.0}})
+    assert A.stall_text(m) == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
+    m["facts"]["stalled_boots"] = []
+    assert A.stall_text(m).endswith("no guest stalled")
+    assert "predates" in A.stall_text(Manifest({"facts": {}, "parameters": {}}))

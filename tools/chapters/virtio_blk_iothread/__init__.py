@@ -28,7 +28,8 @@ VARIANTS = ("off", "on")
 STORM_COMMANDS = ("query-block", "query-status", "query-qmp-schema")
 _COMMON = {"variants": None, "cache": "none", "aio": "native", "num_queues": None, "guest_cpus": 1,
            "guest_memory_mib": 512, "storm_command": "query-block", "accel": "auto",
-           "kvm_boot_timeout": 4.0, "boot_timeout": 150.0, "seed": 1, "rep_warmup": 0}
+           "kvm_boot_timeout": 4.0, "boot_timeout": 150.0, "seed": 1, "rep_warmup": 0,
+           "stall_seconds": 30.0, "stall_reboots": 2}
 
 
 class VirtioBlkIothread(Chapter):
@@ -54,7 +55,8 @@ class VirtioBlkIothread(Chapter):
         "full": {"rw": list(RW), "depths": [1, 4, 32], "storm": ["randread_qd1", "randread_qd32", "randwrite_qd1"],
                  "runtime_ms": 3000, "ramp_ms": 500, "fio_warmup_ms": 1000, "repeats": 2, "disk_mib": 512,
                  "bonnie_mib": 256, "bonnie_rounds": 3, "rep_target": 0.03, "rep_min_runs": 4,
-                 "rep_max_runs": 10, "rep_budget_s": 1800.0, **_COMMON},
+                 "rep_max_runs": 10, "rep_budget_s": 1800.0, **_COMMON,
+                 "stall_seconds": 300.0, "stall_reboots": 4},   # bonnie++'s 256 MiB prints nothing for minutes
     }
     params = {
         "variants": Param(list, choices=VARIANTS, nullable=True, help="iothread off and/or on (None: both)"),
@@ -76,6 +78,9 @@ class VirtioBlkIothread(Chapter):
         "guest_cpus": Param(int, min=1, max=8, help="the guest's vCPUs"),
         "guest_memory_mib": Param(int, min=256, max=4096, help="the guest's memory (fio's libraries take ~90 MiB)"),
         **guest.boot_params(3600),
+        "stall_seconds": Param(float, min=5, max=3600, help="a guest that prints nothing for this long "
+                               "(no job began or ended) is stopped and booted again"),
+        "stall_reboots": Param(int, min=0, max=20, help="stalled guests booted again in one run; one more fails the run"),
         **repetition_params("rep_"),
         "seed": Param(int, min=0, help="seed of the shuffled orders"),
     }

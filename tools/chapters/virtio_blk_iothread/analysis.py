@@ -154,6 +154,17 @@ def accel(D, boots=None) -> dict:
             "accel_note": boots.accel_note.iloc[0] if len(boots) else ""}
 
 
+def stall_text(m) -> str:
+    """What the stall watchdog did in one dataset's run (collect.boot_until_done), from its manifest."""
+    if "stalled_boots" not in m.facts:
+        return ("The quoted dataset's run predates this rule: a guest that stalled then failed the whole "
+                "run, so none of its boots stalled")
+    n, secs = len(m.facts["stalled_boots"]), m["parameters"]["stall_seconds"]
+    return (f"In the quoted dataset's run (stall_seconds {secs:g}), "
+            + (f"{n} guest{'s' if n > 1 else ''} stalled and {'were' if n > 1 else 'was'} booted again"
+               if n else "no guest stalled"))
+
+
 def findings(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     q = D.quoted
@@ -166,6 +177,7 @@ def findings(D) -> dict:
          "p_runtime_ms": p["runtime_ms"], "p_repeats": p["repeats"], "p_cache": p["cache"], "p_aio": p["aio"],
          "p_disk_mib": p["disk_mib"], "p_bonnie_mib": p["bonnie_mib"], "p_storm_command": p["storm_command"],
          "p_depths": ", ".join(map(str, p["depths"])), "p_rw": ", ".join(p["rw"])}
+    f["stall_text"] = stall_text(q)
     fio = table(D, "fio")
     fio = fio[fio.dataset == ds]
     eff = effects(fio)

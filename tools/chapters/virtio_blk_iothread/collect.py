@@ -193,7 +193,8 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
              for label, img in zip(("data", "bonnie"), images)]
     s = Sampler(p, plan)
     cfg = guest.GuestConfig(disks=disks, iothreads=["io0"], cpus=p["guest_cpus"], memory_mib=p["guest_memory_mib"],
-                            files=files, thread_names=True, qmp=bool(p["storm"]), on_line=s.on_line)
+                            files=files, thread_names=True, qmp=bool(p["storm"]), on_line=s.on_line,
+                            stall_seconds=p["stall_seconds"])
     try:
         res = r.run(guest_script(p, plan, with_bonnie), cfg)
     finally:
@@ -235,6 +236,25 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
     return got
 
 
+def boot_until_done(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot, w, prog):
+    """boot_once, and the same boot again when its guest stalls: its script printed nothing for
+    stall_seconds (guest.GuestStalled). A stalled boot leaves no rows; each is recorded in the
+    manifest (stalled_boots, with where the guest stood), and one more than stall_reboots in a
+    run fails it."""
+    stalls = w.extra["stalled_boots"]
+    while True:
+        try:
+            return boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot)
+        except guest.GuestStalled as e:
+            for rows in tables.values():
+                rows.clear()
+            stalls.append({"round": rnd, "boot": boot, "variant": variant, "why": str(e)[:500]})
+            if len(stalls) > p["stall_reboots"]:
+                raise PerfbookError(f"{len(stalls)} guests stalled, more than stall_reboots ({p['stall_reboots']}) "
+                                    f"allows; the last: {e}") from None
+            prog.note(f"round {rnd + 1} iothread {variant}: the guest stalled; booting it again ({e})")
+
+
 def experiment(j: dict) -> str:
     return f"{j['job']}{' +storm' if j['storm'] else ''} IOPS"
 
@@ -270,6 +290,7 @@ def measure(ctx) -> None:
     keys = sorted({experiment(j) for j in probe if j["job"] != "warmup"})
     reps = {e: repetition(e, p["variants"], p, "rep_") for e in keys}
     tables = {k: [] for k in ("fio", "threads", "storm", "bonnie", "boots")}
+    w.extra["stalled_boots"] = []   # guests stopped by the stall watchdog and booted again
     prog = ctx.progress(len(p["variants"]) * (p["rep_min_runs"] + p["rep_warmup"]))
     boot = 0
     with guest.Runner(accel=p["accel"], kvm_boot_timeout=p["kvm_boot_timeout"], timeout=p["boot_timeout"],
@@ -287,7 +308,7 @@ def measure(ctx) -> None:
                 plan = [j for j in job_plan(p, rng) if j["job"] == "warmup" or experiment(j) in rounds]
                 bon = 0 <= rnd < p["bonnie_rounds"] and p["bonnie_mib"] > 0
                 t = {k: [] for k in tables}
-                got = boot_once(r, p, v, plan, bon, images, files, t, rnd, boot)
+                got = boot_until_done(r, p, v, plan, bon, images, files, t, rnd, boot, w, prog)
                 for e, vals in got.items():   # one value per boot: rounds, not repeats, are n
                     reps[e].add(v, statistics.median(vals))
                 if rnd >= 0:
