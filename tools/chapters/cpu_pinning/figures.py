@@ -10,7 +10,8 @@ def plot_metric(summ, metric, ylabel, ax):
     """Median (point) and CI (bar) per variant, one colour per load."""
     loads = [ld for ld in LOADS if ld in set(summ.load)]
     s = summ[summ.metric == metric]
-    order = [v for v in ORDER if v in set(s.variant.unique())]
+    have = set(s.variant.unique())
+    order = [v for v in ORDER if v in have]
     for i, ld in enumerate(loads):
         g = s[s.load == ld].set_index("variant").reindex(order)
         x = [k + (i - (len(loads) - 1) / 2) * 0.25 for k in range(len(order))]
@@ -65,7 +66,8 @@ def migrations(D):
                   var_name="source", value_name="per_s")
     mig["source"] = mig.source.map(sources)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    order = [v for v in ORDER if v in set(mig.variant.unique())]
+    have = set(mig.variant.unique())
+    order = [v for v in ORDER if v in have]
     for ax, load in zip(axes, ("rate", "sat")):
         g = mig[mig.load == load]
         for i, (src, gs) in enumerate(g.groupby("source")):

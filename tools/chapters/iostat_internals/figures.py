@@ -42,7 +42,8 @@ def plot_timeseries(A):
             ("aqu-sz", "aqu-sz"), ("%util", "%util"), ("f/s", "f/s")]
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(len(cols), 1, figsize=(9, 9), sharex=True)
-    order = [p for p in PHASES if p in set(ours["phase"].unique())] + sorted(set(ours["phase"].unique()) - set(PHASES))
+    have = set(ours["phase"].unique())
+    order = [p for p in PHASES if p in have] + sorted(have - set(PHASES))
     for ax, (c, label) in zip(axes, cols):
         ax.plot(ours["t_s"], ours[c], color="0.8", lw=0.8, zorder=1)
         for ph in order:
@@ -85,7 +86,8 @@ def plot_latency(A):
     s = A["sample"]
     s = s[[(w, o) in keep for w, o in zip(s["window"], s["op"])]].copy()
     ta = big
-    phases = [p for p in PHASES if p in set(s["phase"].unique())]
+    have = set(s["phase"].unique())
+    phases = [p for p in PHASES if p in have]
     fig, axes = plt.subplots(len(phases), 1, figsize=(9, 1.35 * len(phases) + 0.6), sharex=True)
     axes = axes if len(phases) > 1 else [axes]
     for ax, ph in zip(axes, phases):
@@ -113,7 +115,8 @@ def plot_little(A):
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     pred = ours.apply(ds.little_prediction, axis=1)
-    order = [p for p in PHASES if p in set(ours["phase"].unique())] + sorted(set(ours["phase"].unique()) - set(PHASES))
+    have = set(ours["phase"].unique())
+    order = [p for p in PHASES if p in have] + sorted(have - set(PHASES))
     for ph in order:
         sel = ours["phase"] == ph
         _scatter_phase(axes[0], pred[sel], ours.loc[sel, "aqu-sz"], ph, pal, 16)

@@ -195,7 +195,8 @@ def hosts_iops(D, AH):
     from ... import fleetview as fv
     PH = phase_summary_hosts(AH)
     F = fv.fleet(D, set(PH["host_id"].unique()))
-    order = [p for p in PHASES if p in set(PH["phase"].unique())]
+    have = set(PH["phase"].unique())
+    order = [p for p in PHASES if p in have]
     PH = PH[PH["phase"].isin(order)]
     PH = PH.assign(pos=PH["phase"].map({p: i for i, p in enumerate(order)}))
     fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")

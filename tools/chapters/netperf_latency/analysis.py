@@ -221,13 +221,6 @@ def pin_comparison(runs, tool="rrbench"):
     return t
 
 
-def hosts_compared(D):
-    """host_comparison of a Data's shown datasets against the prose's host, once per Data (the
-    key findings and the table both read it)."""
-    return D.once("host_comparison", lambda: host_comparison(D["runs"], D.shown, D.quoted.host_id,
-                                                             manifests=D.manifests))
-
-
 def host_comparison(runs, shown: dict, baseline: str, tool="rrbench", manifests=()):
     """Each other host's shown dataset (shown: host_id -> run_id) against the prose's host
     `baseline`, per cell, on the per-run P50; empty with fewer than two hosts. A TCG host

@@ -59,7 +59,8 @@ def exceedance(D):
     from ... import fleetview as fv
     F, runs = _fleet(D)
     cc = A.ccdf(D.of_shown(D["hist"]))
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(cc["host_id"].unique())]
+    have = set(cc["host_id"].unique())
+    rows = [(h, F.label(role)) for h, role in F.highlighted if h in have]
     paths = sorted(set(cc["path"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, paths, len(paths))
     for (h, name), axrow in zip(rows, haxes):
@@ -95,7 +96,8 @@ def ladder(D):
     lad = A.ladder(runs, D.of_shown(D["hist"]))
     ll = A.ladder_long(lad)
     ll = ll.assign(pos=ll.percentile.map({p: i for i, p in enumerate(PCT_ORDER)}))
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in set(ll["host_id"].unique())]
+    have = set(ll["host_id"].unique())
+    rows = [(h, F.label(role)) for h, role in F.highlighted if h in have]
     protos = sorted(set(ll["proto"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, protos, len(protos))
     cells = [(p, q) for p in sorted(set(ll.path)) for q in PIN_STYLE if q in set(ll.pin)]

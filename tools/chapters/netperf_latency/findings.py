@@ -9,6 +9,7 @@ from math import comb
 from ... import machine
 from . import analysis as A
 from . import analysis_seed as S
+from . import views as V
 from .spec import HIST_PER_DECADE, REL_TOL
 
 
@@ -398,7 +399,7 @@ def seed_conditions(ref) -> dict:
 
 
 def hosts(D) -> dict:
-    hc = A.hosts_compared(D)
+    hc = V.hosts_compared(D)
     if len(D.shown) < 2:
         text = "Only one host has measured this chapter so far, so there is nothing to compare yet."
     elif hc.empty:

@@ -102,8 +102,15 @@ def versus_seed(D):
     return D.versus_seed.round(2)
 
 
+def hosts_compared(D):
+    """A.host_comparison of a Data's shown datasets against the prose's host, once per Data (the
+    key findings and the table both read it)."""
+    return D.once("host_comparison", lambda: A.host_comparison(D["runs"], D.shown, D.quoted.host_id,
+                                                               manifests=D.manifests))
+
+
 def host_comparison(D):
-    hc = A.hosts_compared(D)
+    hc = hosts_compared(D)
     if hc.empty:
         return "no host comparison (see the text above)"
     return _compact(hc, ["path", "proto", "pin", "host_id", "baseline"])

@@ -176,8 +176,10 @@ def plot_modes(summ, F=None, workload_col: str = "workload"):
     if "host_id" not in d.columns:
         d = d.assign(host_id="this host")
     if F is None:
-        F = fv.Fleet({h: {"host_id": h} for h in sorted(set(d.host_id.unique()))}, sorted(set(d.host_id.unique()))[0], None)
-    order = [m for m in MODES if m in set(d["mode"].unique())]
+        hosts = sorted(set(d.host_id.unique()))
+        F = fv.Fleet({h: {"host_id": h} for h in hosts}, hosts[0], None)
+    have = set(d["mode"].unique())
+    order = [m for m in MODES if m in have]
     d = d.assign(pos=d["mode"].map({m: i for i, m in enumerate(order)}))
     wls = sorted(set(d[workload_col]))
     rows = fv.facets(F, "kind")
