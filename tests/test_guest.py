@@ -83,6 +83,14 @@ def test_disk_spec_validation_and_cmdline(tmp_path):
     dev = [a for a in cmd if a.startswith("virtio-blk-pci")][0]
     assert "write-cache=off" in dev and "config-wce=off" in dev and "serial=x" in dev
     assert "-no-reboot" in cmd and cmd[cmd.index("-accel") + 1] == "tcg" and "virtio-rng-pci" in cmd
+    # properties for TCG only: on the TCG command line (overriding), not on the KVM one
+    t = guest.DiskSpec(label="t", cache="none", event_idx=True, tcg_extra={"event_idx": "off"})
+    devs = {a: [x for x in r.cmdline(guest.GuestConfig(disks=[t]), a, tmp_path, tmp_path / "i")
+                if x.startswith("virtio-blk-pci")][0] for a in ("tcg", "kvm")}
+    assert devs["tcg"].endswith(",event_idx=off") and devs["tcg"].count("event_idx") == 1
+    assert devs["kvm"].endswith(",event_idx=on")
+    with pytest.raises(ParameterError, match="bad device property"):
+        guest.DiskSpec(tcg_extra={"Bad Name": 1}).validate()
 
 def test_failed_boot_cleans_up():
     need_guest()

@@ -39,10 +39,10 @@ Usage::
     res.accel, res.output, res.boot_seconds
 
 ``GuestConfig(files={"bin/tool": Path("build/bin/tool")})`` adds host files
-(static binaries, data) to the guest. ``DiskSpec`` covers the -drive cache mode
-and aio and the virtio-blk-pci properties (write-cache, config-wce, scsi,
-num-queues, packed, event_idx, indirect_desc, disable-modern/legacy, discard,
-write-zeroes, and anything else through ``extra``). Disks appear in the guest as
+(static binaries, data) to the guest. ``DiskSpec`` covers the -drive cache mode and aio and
+the virtio-blk-pci properties (write-cache, config-wce, scsi, num-queues, packed, event_idx,
+indirect_desc, disable-modern/legacy, discard, write-zeroes, anything else through ``extra``,
+and ``tcg_extra`` for a guest under TCG only). Disks appear in the guest as
 /dev/vda, vdb ... in order; ``/sys/block/vdX/serial`` holds each disk's label.
 Hold ``tools.lock.measure_lock()`` around runs that measure anything.
 
@@ -117,6 +117,8 @@ class DiskSpec:
     readonly: bool = False
     iothread: str | None = None           # device iothread= (an id from GuestConfig.iothreads)
     extra: dict = field(default_factory=dict)
+    # device properties for a guest under TCG only (e.g. {"event_idx": "off"}); KVM keeps the rest
+    tcg_extra: dict = field(default_factory=dict)
     # an existing raw image file to attach instead of a fresh sparse one (the caller owns it,
     # keeps it in its own scratch directory and removes it; size_mib is then ignored)
     path: Path | None = None
@@ -134,7 +136,7 @@ class DiskSpec:
             raise ParameterError(f"disk {self.label}: size_mib must be 1..4096")
         if self.num_queues is not None and not (1 <= int(self.num_queues) <= 64):
             raise ParameterError(f"disk {self.label}: num_queues must be 1..64")
-        for k in self.extra:
+        for k in [*self.extra, *self.tcg_extra]:
             if not re.fullmatch(r"[a-z][a-z0-9_-]*", str(k)):
                 raise ParameterError(f"disk {self.label}: bad device property name {k!r}")
         if self.path is not None and not Path(self.path).is_file():
@@ -409,12 +411,9 @@ class Runner:
         for i, d in enumerate(cfg.disks):
             img = Path(d.path) if d.path is not None else rundir / f"disk{i}.img"
             drive = f"file={img},format=raw,if=none,id=d{i},cache={d.cache}"
-            if d.aio:
-                drive += f",aio={d.aio}"
-            if d.readonly:
-                drive += ",readonly=on"
-            dev = f"virtio-blk-pci,drive=d{i},serial={d.label}"
-            dev += "".join(f",{k}={v}" for k, v in d.device_props().items())
+            drive += (f",aio={d.aio}" if d.aio else "") + (",readonly=on" if d.readonly else "")
+            props = {**d.device_props(), **({str(k): str(v) for k, v in d.tcg_extra.items()} if accel == "tcg" else {})}
+            dev = f"virtio-blk-pci,drive=d{i},serial={d.label}" + "".join(f",{k}={v}" for k, v in props.items())
             cmd += ["-drive", drive, "-device", dev]
         if cfg.rng:
             cmd += ["-device", "virtio-rng-pci"]
