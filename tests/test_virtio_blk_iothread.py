@@ -299,3 +299,31 @@ def test_the_stall_sentence_reads_the_manifest():
     m["facts"]["stalled_boots"] = []
     assert A.stall_text(m).endswith("no guest stalled")
     assert "predates" in A.stall_text(Manifest({"facts": {}, "parameters": {}}))
+
+
+def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
+    """auto: a TCG guest's devices get event_idx=off (the stall), a KVM guest's keep QEMU's default;
+    the prose says what the quoted dataset's boots had."""
+    from tools import guest
+    from tools.dataset import Manifest
+    assert chapter.parameters("default")["event_idx"] == "auto"
+    seen = []
+
+    class R:
+        def run(self, script, cfg):
+            seen.append(cfg.disks)
+            raise guest.GuestStalled("stop here")
+    for ev in ("auto", "on", "off"):
+        p = chapter.parameters("quick", event_idx=ev)
+        with pytest.raises(guest.GuestStalled):
+            C.boot_once(R(), p, "off", [], False, [tmp_path / "a"], {}, {}, 0, 0)
+    r = guest.Runner(accel="tcg")
+    r.artefacts = {"dir": str(tmp_path)}
+    dev = {(ev, a): [x for x in r.cmdline(guest.GuestConfig(disks=d), a, tmp_path, tmp_path / "i")
+                     if x.startswith("virtio-blk-pci")][0]
+           for ev, d in zip(("auto", "on", "off"), seen) for a in ("tcg", "kvm")}
+    assert "event_idx=off" in dev["auto", "tcg"] and "event_idx" not in dev["auto", "kvm"]
+    assert "event_idx=on" in dev["on", "tcg"] and "event_idx=off" in dev["off", "kvm"]
+    assert A.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"tcg"}) == "off (auto, under TCG)"
+    assert A.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"kvm"}).startswith("on (auto")
+    assert "predates" in A.event_idx_text(Manifest({"parameters": {}}), {"tcg"})

@@ -29,7 +29,7 @@ STORM_COMMANDS = ("query-block", "query-status", "query-qmp-schema")
 _COMMON = {"variants": None, "cache": "none", "aio": "native", "num_queues": None, "guest_cpus": 1,
            "guest_memory_mib": 512, "storm_command": "query-block", "accel": "auto",
            "kvm_boot_timeout": 4.0, "boot_timeout": 150.0, "seed": 1, "rep_warmup": 0,
-           "stall_seconds": 30.0, "stall_reboots": 2}
+           "stall_seconds": 30.0, "stall_reboots": 2, "event_idx": "auto"}
 
 
 class VirtioBlkIothread(Chapter):
@@ -75,6 +75,8 @@ class VirtioBlkIothread(Chapter):
                        help="-drive cache="),
         "aio": Param(str, choices=("native", "threads", "io_uring"), help="-drive aio="),
         "num_queues": Param(int, min=1, max=16, nullable=True, help="virtio-blk num-queues (None: QEMU's default)"),
+        "event_idx": Param(str, choices=("auto", "on", "off"), help="virtio-blk event_idx (auto: off under TCG, "
+                           "where an iothread-off guest stalls with it, QEMU's default under KVM)"),
         "guest_cpus": Param(int, min=1, max=8, help="the guest's vCPUs"),
         "guest_memory_mib": Param(int, min=256, max=4096, help="the guest's memory (fio's libraries take ~90 MiB)"),
         **guest.boot_params(3600),

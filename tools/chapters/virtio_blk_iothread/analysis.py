@@ -165,6 +165,17 @@ def stall_text(m) -> str:
                if n else "no guest stalled"))
 
 
+def event_idx_text(m, accels: set) -> str:
+    """The virtio-blk devices' event_idx in one dataset's boots, from its parameters and the
+    accelerator that ran them (collect.boot_once: auto is off under TCG only)."""
+    v = m["parameters"].get("event_idx")
+    if v is None:
+        return "on, QEMU's default (the dataset predates the event_idx parameter)"
+    if v == "auto":
+        return "off (auto, under TCG)" if "tcg" in accels else "on (auto: QEMU's default under KVM)"
+    return f"{v}, as the run asked"
+
+
 def findings(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     q = D.quoted
@@ -178,6 +189,7 @@ def findings(D) -> dict:
          "p_disk_mib": p["disk_mib"], "p_bonnie_mib": p["bonnie_mib"], "p_storm_command": p["storm_command"],
          "p_depths": ", ".join(map(str, p["depths"])), "p_rw": ", ".join(p["rw"])}
     f["stall_text"] = stall_text(q)
+    f["p_event_idx"] = event_idx_text(q, set(boots.accel.unique()))
     fio = table(D, "fio")
     fio = fio[fio.dataset == ds]
     eff = effects(fio)

@@ -189,7 +189,9 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
     """One guest: run the plan, parse, append to the tables; returns {job key: IOPS values}.
     `images` are the fio disk (vda) and bonnie++'s (vdb), both on io0 when iothread is on."""
     disks = [guest.DiskSpec(label=label, path=img, cache=p["cache"], aio=p["aio"],
-                            iothread="io0" if variant == "on" else None, num_queues=p["num_queues"])
+                            iothread="io0" if variant == "on" else None, num_queues=p["num_queues"],
+                            event_idx={"on": True, "off": False}.get(p["event_idx"]),
+                            tcg_extra={"event_idx": "off"} if p["event_idx"] == "auto" else {})
              for label, img in zip(("data", "bonnie"), images)]
     s = Sampler(p, plan)
     cfg = guest.GuestConfig(disks=disks, iothreads=["io0"], cpus=p["guest_cpus"], memory_mib=p["guest_memory_mib"],
