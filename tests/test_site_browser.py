@@ -23,6 +23,8 @@ import io
 import json
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 import urllib.request
@@ -69,12 +71,18 @@ def browser():
     # CDN) fails at once instead of waiting on a network the CI machine may not have.
     opts.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    drv = webdriver.Chrome(service=Service(driver_exe), options=opts)
-    drv.set_page_load_timeout(120)
+    # chromium's own temporary files (its singleton socket dir, org.chromium.Chromium.*, which it
+    # leaves behind) go to a directory of ours, removed with the browser
+    tmp = tempfile.mkdtemp(prefix="perfbook-chromium-")
     try:
-        yield drv
+        drv = webdriver.Chrome(service=Service(driver_exe, env={**os.environ, "TMPDIR": tmp}), options=opts)
+        drv.set_page_load_timeout(120)
+        try:
+            yield drv
+        finally:
+            drv.quit()
     finally:
-        drv.quit()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
