@@ -166,24 +166,22 @@ def cmd_measure(args) -> int:
     return 0
 
 
-def _private_kernel_manager():
+def _private_kernel_manager(zygote=None):
     """A notebook kernel reached over Unix sockets in our private state directory (not TCP,
-    and no connection file in /tmp)."""
+    and no connection file in /tmp); forked by `zygote` where there is one (tools.warmkernel)."""
     import os
-    from jupyter_client import KernelManager
     from .statedir import subdir
+    from .warmkernel import kernel_manager_class
     d = subdir("kernels")
-    return KernelManager(kernel_name="python3", transport="ipc", ip=str(d / f"k{os.getpid()}"),
-                         connection_file=str(d / f"kernel-{os.getpid()}.json"))
+    return kernel_manager_class(zygote)(kernel_name="python3", transport="ipc", ip=str(d / f"k{os.getpid()}"),
+                                        connection_file=str(d / f"kernel-{os.getpid()}.json"))
 
 
 def cmd_refresh(args) -> int:
     import nbformat
-    from nbclient import NotebookClient
     from . import freshness
     from .chapters import CHAPTERS, PAGES, by_name
     chapters = [by_name(n) for n in args.chapters.split(",")] if args.chapters else CHAPTERS + PAGES
-    from nbclient.exceptions import CellExecutionError
     from .validation import validate_all
     if not args.validated:
         # a bad manifest: one line that names the file, before any notebook runs (a page reads
@@ -208,6 +206,23 @@ def cmd_refresh(args) -> int:
     jobs = refresh_jobs(args.jobs)
     if jobs > 1 and len(chapters) > 1:
         return _refresh_in_parallel(chapters, jobs)
+    from . import warmkernel
+    zygote = warmkernel.Zygote.from_env()      # our parent's (_refresh_in_parallel), else ours
+    if zygote is None and warmkernel.enabled() and chapters:
+        zygote = warmkernel.Zygote.start()
+    try:
+        return _refresh_each(chapters, zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def _refresh_each(chapters, zygote) -> int:
+    """cmd_refresh, one notebook after the other, in this process."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+    from . import freshness
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
@@ -215,7 +230,7 @@ def cmd_refresh(args) -> int:
         nb = nbformat.read(ch.path, as_version=4)
         digest = freshness.data_digest(ch.name)  # before the run: what it is about to read
         code = freshness.code_digest(ch.name, nb)
-        km = _private_kernel_manager()
+        km = _private_kernel_manager(zygote)
         client = NotebookClient(nb, km=km, timeout=1800, kernel_name="python3",
                                 resources={"metadata": {"path": str(ch.path.parent)}})
         try:
@@ -276,21 +291,32 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
     from . import guard
     from .chapters import PAGES
     from .proc import die_with_parent, kill_group
+    from .warmkernel import ZYGOTE_FD, Zygote, enabled
     phases = [[c for c in chapters if c not in PAGES], [c for c in chapters if c in PAGES]]
     print(f"[refresh] {len(chapters)} notebooks, {jobs} at a time", flush=True)
     failed = 0
     running: dict = {}
     sel = selectors.DefaultSelector()
+    zygote = None
     with guard.interruptible():
         try:
+            zygote = Zygote.start() if enabled() else None   # one for every child's kernels
             for phase in phases:
                 todo = sorted(phase, key=_stored_size, reverse=True)   # stable: ties keep their order
                 while todo or running:
                     while todo and len(running) < jobs:
                         ch = todo.pop(0)
-                        p = subprocess.Popen(_refresh_child(ch), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, text=True, bufsize=1,
-                                             start_new_session=True, preexec_fn=die_with_parent)
+                        conn = zygote.client() if zygote is not None else None
+                        env = {**os.environ, ZYGOTE_FD: str(conn.fileno())} if conn is not None else None
+                        try:
+                            p = subprocess.Popen(_refresh_child(ch), stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                 text=True, bufsize=1, env=env,
+                                                 pass_fds=(conn.fileno(),) if conn is not None else (),
+                                                 start_new_session=True, preexec_fn=die_with_parent)
+                        finally:
+                            if conn is not None:
+                                conn.close()
                         running[p.stdout] = p
                         sel.register(p.stdout, selectors.EVENT_READ)
                     for key, _ in sel.select(timeout=1.0):
@@ -308,6 +334,8 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
                 for p in running.values():
                     kill_group(p)
                 sel.close()
+                if zygote is not None:
+                    zygote.close()      # and with it any kernel a killed child left
     return 1 if failed else 0
 
 

@@ -34,7 +34,8 @@ def install_kernelspec(prefix: str | None = None) -> Path:
     return d / "kernel.json"
 
 
-def main() -> None:
+def main(**traits) -> None:
+    """Start the kernel; `traits` set IPKernelApp's (tools.warmkernel passes parent_handle)."""
     from ipykernel import kernelapp
 
     class IPKernelApp(kernelapp.IPKernelApp):  # the same name: its config section and aliases
@@ -43,7 +44,7 @@ def main() -> None:
             log.addFilter(_DropTransportWarning())
             super().init_sockets()
 
-    IPKernelApp.launch_instance()
+    IPKernelApp.launch_instance(**traits)
 
 
 if __name__ == "__main__":
