@@ -419,12 +419,24 @@ def test_sweep_removes_a_dead_owners_namespace():
 
 def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds():
     from tools.chapters.netperf_latency.lab import netperf_cmd
-    p = {**CH.parameters("quick"), "netperf_seconds": 2}
+    p = {**CH.parameters("quick"), "netperf_seconds": 2, "netperf_transactions": None}
     run = netperf_cmd("10.0.0.1", 9, "udp", "none", p)
     warm = netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
     at = run.index("-l")
     assert run[at + 1] == "2" and warm[at + 1] == "-2000"
     assert warm[:at + 1] + warm[at + 2:] == run[:at + 1] + run[at + 2:]   # nothing else differs
+
+
+def test_quick_counts_its_netperf_transactions_and_default_its_seconds():
+    """quick's measured netperf runs are -l -N (a whole second each was most of its time);
+    default's stay -l 1; an explicit warm-up count wins over both."""
+    from tools.chapters.netperf_latency.lab import netperf_cmd
+    q, d = CH.parameters("quick"), CH.parameters("default")
+    assert q["netperf_transactions"] and d["netperf_transactions"] is None
+    at = netperf_cmd("10.0.0.1", 9, "udp", "none", q).index("-l")
+    assert netperf_cmd("10.0.0.1", 9, "udp", "none", q)[at + 1] == f"-{q['netperf_transactions']}"
+    assert netperf_cmd("10.0.0.1", 9, "udp", "none", d)[at + 1] == str(d["netperf_seconds"])
+    assert netperf_cmd("10.0.0.1", 9, "udp", "none", q, transactions=2000)[at + 1] == "-2000"
 
 
 def test_live_quick_collect(scratch_data):

@@ -69,12 +69,15 @@ class NetperfLatency(Chapter):
     # still has ~15000 transactions at loopback latencies in its 0.3 s. With the 4 unrecorded
     # netperf warm-ups (2000 transactions each, collect.WARMUP_TRANSACTIONS), ping and the
     # scheduler-tracepoint runs (~3 s), about 39 s (plan_s; 37 s here with the warm-ups cut
-    # from 1 s runs, 42 s before); `full` repeats up to 50 rounds. quick: 13 s (was 17).
-    plan_s = {"quick": 13, "default": 39}   # seconds a collect should take here (tools.summary)
+    # from 1 s runs, 42 s before); `full` repeats up to 50 rounds. quick: its netperf runs count
+    # 15000 transactions (-l -15000: ~0.3 s here, about as many as its 0.25 s rrbench runs
+    # record) instead of lasting a whole second, 8 s (13 s with -l 1).
+    plan_s = {"quick": 8, "default": 39}   # seconds a collect should take here (tools.summary)
     profiles = {
         "quick": {**_COMMON, "pins": ["none", "split"], "rep_min_runs": 1, "rep_max_runs": 1,
                   "rep_budget_s": 30.0, "rep_warmup": 0, "seconds": 0.25, "warmup": 0.1,
-                  "netperf_seconds": 1, "ping_count": 1000, "sched_seconds": 0.2},
+                  "netperf_seconds": 1, "netperf_transactions": 15000, "ping_count": 1000,
+                  "sched_seconds": 0.2},
         "default": {**_COMMON, "pins": list(PINS), "rep_min_runs": 5, "rep_max_runs": 20,
                     "rep_budget_s": 22.0, "rep_warmup": 0, "seconds": 0.3, "warmup": 0.1,
                     "netperf_seconds": 1, "ping_count": 5000, "sched_seconds": 0.2},
@@ -92,6 +95,9 @@ class NetperfLatency(Chapter):
         "seconds": Param(float, min=0.05, max=120.0, help="recorded seconds per rrbench run"),
         "warmup": Param(float, min=0.0, max=30.0, help="unrecorded seconds before each rrbench run"),
         "netperf_seconds": Param(int, min=1, max=60, help="netperf -l (whole seconds)"),
+        "netperf_transactions": Param(int, min=100, max=10_000_000, nullable=True,
+                                      help="netperf -l -N: each measured run N transactions, not "
+                                           "netperf_seconds (None: whole seconds)"),
         "request_size": Param(int, min=1, max=65000, help="request bytes"),
         "response_size": Param(int, min=1, max=65000, help="response bytes"),
         "ping_count": Param(int, min=0, max=1_000_000, help="ping -f -c per path (0: no ping)"),

@@ -228,8 +228,10 @@ def run_rrbench(lab: Lab, binary: Path, path: str, proto: str, pin: str, p: dict
 def netperf_cmd(path_addr: str, port: int, proto: str, pin: str, p: dict,
                 transactions: int | None = None) -> list[str]:
     """netperf's omni request/response test for p['netperf_seconds'] whole seconds, or for a
-    number of transactions (netperf -l with a negative value: a warm-up that needs no second)."""
+    number of transactions (netperf -l with a negative value): `transactions` (a warm-up that
+    needs no second), else p['netperf_transactions'] where a profile sets it (quick)."""
     ccpu, scpu = pin_cpus(pin)
+    transactions = transactions or p.get("netperf_transactions")
     length = f"-{transactions}" if transactions else str(p["netperf_seconds"])
     cmd = ["netperf", "-H", path_addr, "-p", str(port), "-t", "omni", "-l", length,
            "-j", "-P", "0"]
@@ -245,7 +247,8 @@ def run_netperf(lab: Lab, ns: Netserver, path: str, proto: str, pin: str, p: dic
     cmd = lab.prefix(path, "cli") + netperf_cmd(ns.addr, ns.port, proto, pin, p, transactions)
     proc = lab.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     try:
-        out, err = proc.communicate(timeout=(0 if transactions else p["netperf_seconds"]) + 30)
+        out, err = proc.communicate(timeout=(0 if transactions or p.get("netperf_transactions")
+                                             else p["netperf_seconds"]) + 30)
     except subprocess.TimeoutExpired:
         raise PerfbookError(f"netperf on {path}/{proto} did not finish in time") from None
     finally:

@@ -16,7 +16,9 @@ def run_columns(m, D) -> dict:
     per_path = r.groupby("path")["rep"].nunique()
     return {"repetition": "adaptive" if "rep_target" in p else "fixed",
             "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
-            "rrbench s/run": p["seconds"], "netperf s/run": p["netperf_seconds"],
+            "rrbench s/run": p["seconds"],
+            "netperf/run": (f"{p['netperf_transactions']} transactions" if p.get("netperf_transactions")
+                            else f"{p['netperf_seconds']} s"),
             "pins": ",".join(p["pins"]), "skipped": "; ".join(m.skipped) or "-"}
 
 
