@@ -194,25 +194,18 @@ def _is_ours(cmd: list[str]) -> bool:
 
 # ---- the zygote's side ----------------------------------------------------------------------
 
-def _pdeathsig(sig: int) -> None:
-    import ctypes
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
-
-
 def _become_kernel(req: dict, start_dir: str) -> None:
     """In the forked child: the kernel jupyter_client would have started with req's argv, env
     and cwd. It ends with the zygote, and with the process that asked for it, as a Popen'd
     kernel ends with its parent (ipykernel's parent poller, here on a pidfd). Never returns."""
     import atexit
     import threading
+    from .proc import die_with_parent
     code = 1
     try:
         zygote = os.getppid()
         os.setsid()
-        _pdeathsig(signal.SIGKILL)
+        die_with_parent()
         if os.getppid() != zygote:
             os._exit(1)
         client = os.pidfd_open(int(req["client"]))
@@ -251,8 +244,9 @@ def serve(fd: int) -> int:
     """Import PRELOAD, then fork a kernel for each request on the socket `fd`, and on every
     client socket passed over it, until `fd` closes."""
     import importlib
+    from .proc import die_with_parent
     parent = os.getppid()
-    _pdeathsig(signal.SIGKILL)
+    die_with_parent()
     if os.getppid() != parent:
         return 1
     first = socket.socket(fileno=fd)

@@ -51,8 +51,7 @@ def run(D) -> dict:
             "cpus": int(M.host["cpus_online"]) if M.host.get("cpus_online") else "?",
             "rounds_text": " and ".join(f"{v} ({k})" for k, v in per_path.items()),
             "rr_seconds": f"{P['seconds']:g}", "rr_warmup": f"{P['warmup']:g}",
-            "np_length": (f"{f0(P['netperf_transactions'])} transactions" if P.get("netperf_transactions")
-                          else f"{int(P['netperf_seconds'])} s"),
+            "np_length": V.netperf_length(P),
             "req": int(P["request_size"]),
             "resp": int(P["response_size"]), "ping_count": f0(P["ping_count"]),
             "n_cells": len(R.groupby(["path", "proto", "pin"])),

@@ -9,6 +9,12 @@ from . import analysis as A
 from . import analysis_seed as S
 
 
+def netperf_length(p: dict) -> str:
+    """How long each measured netperf run was: '1 s', or '15,000 transactions' (quick)."""
+    n = p.get("netperf_transactions")
+    return f"{n:,} transactions" if n else f"{int(p['netperf_seconds'])} s"
+
+
 def run_columns(m, D) -> dict:
     """The chapter's columns of the shared runs table: repetition, rounds per path, run lengths."""
     p, runs = m.parameters, D["runs"]
@@ -17,8 +23,7 @@ def run_columns(m, D) -> dict:
     return {"repetition": "adaptive" if "rep_target" in p else "fixed",
             "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
             "rrbench s/run": p["seconds"],
-            "netperf/run": (f"{p['netperf_transactions']} transactions" if p.get("netperf_transactions")
-                            else f"{p['netperf_seconds']} s"),
+            "netperf/run": netperf_length(p),
             "pins": ",".join(p["pins"]), "skipped": "; ".join(m.skipped) or "-"}
 
 
