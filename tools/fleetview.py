@@ -395,7 +395,7 @@ def ranked(ax, F: Fleet, df, value: str, lo: str | None = None, hi: str | None =
     value as a point and lo..hi as a bar, the other hosts grey, this host and the reference host
     in their styles. For an interval per host (a bound, a range) where a strip would overlap."""
     import numpy as np
-    d = df[df["host_id"].isin(F.hosts)].sort_values([value, "host_id"]).reset_index(drop=True)
+    d = df[df["host_id"].isin(F.hosts)].sort_values([value, "host_id"], kind="stable").reset_index(drop=True)
     drawn = {"ranked": True, "roles": set(), "others": False, "bars": lo is not None, "summary": False,
              "other_bars": lo is not None}
     x = np.arange(1, len(d) + 1)
@@ -429,7 +429,7 @@ def curves(ax, F: Fleet, df, x: str, y: str, *, step: str | None = "post") -> di
     alpha = max(0.12, min(0.7, 4.0 / k))
     for role in (OTHER, REFERENCE, THIS):
         for h, g in d[d["host_id"].map(F.role) == role].groupby("host_id"):
-            g = g.sort_values(x)
+            g = g.sort_values(x, kind="stable")
             kw = ({"color": "0.45", "lw": 0.7, "alpha": alpha, "zorder": 2} if role == OTHER else
                   {"color": STYLE[role]["color"], "lw": 1.8, "zorder": STYLE[role]["zorder"]})
             if step:

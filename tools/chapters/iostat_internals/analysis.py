@@ -33,7 +33,7 @@ def our_columns(intervals, clock: str = "monotonic"):
     # only the columns read here go into the records (not sysstat's 22, which doubled their cost)
     iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", *ds.FIELDS)
                     if c in intervals]]
-    iv = iv.sort_values(["run_id", "seq"] if "run_id" in iv else ["seq"])
+    iv = iv.sort_values(["run_id", "seq"] if "run_id" in iv else ["seq"], kind="stable")
     groups = iv.groupby("run_id") if "run_id" in iv else [(None, iv)]
     for run, g in groups:
         recs = g.to_dict("records")

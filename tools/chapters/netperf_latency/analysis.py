@@ -205,7 +205,8 @@ def none_vs_pinned(runs, tool="rrbench"):
 def max_clusters(runs, resolution_us=100.0):
     """How the per-run maxima (both tools) group when rounded to `resolution_us`."""
     v = (runs["max_us"] / resolution_us).round() * resolution_us
-    return v.value_counts().rename_axis("max_us_rounded").reset_index(name="runs")
+    counts = v.value_counts(sort=False).rename_axis("max_us_rounded").reset_index(name="runs")
+    return counts.sort_values(["runs", "max_us_rounded"], ascending=[False, True], kind="stable")
 
 
 def pin_comparison(runs, tool="rrbench"):

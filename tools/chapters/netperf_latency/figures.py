@@ -104,7 +104,7 @@ def ladder(D):
     for (h, name), axrow in zip(rows, haxes):
         for ax, proto in zip(axrow, protos):
             for k, (path, pin) in enumerate(cells):
-                g = ll[(ll.host_id == h) & (ll.proto == proto) & (ll.path == path) & (ll.pin == pin)].sort_values("pos")
+                g = ll[(ll.host_id == h) & (ll.proto == proto) & (ll.path == path) & (ll.pin == pin)].sort_values("pos", kind="stable")
                 ax.plot(g.pos + (k - (len(cells) - 1) / 2) * 0.05, g.latency_us, marker="o" if path == "loopback" else "s",
                         ms=3.5, lw=1.1, ls=PIN_STYLE[pin], color=_path_colour(path))
             ax.set_title(f"{name}: {proto}", fontsize=9)
@@ -144,7 +144,7 @@ def seed_histogram(D):
             for h in F.hosts]
     ours = pd.concat([v.assign(fraction=v.ours_fraction) for v in ours], ignore_index=True)
     both = pd.concat([seed[seed.fraction > 0][["bucket", "lo_us"]], ours[ours.fraction > 0][["bucket", "lo_us"]]])
-    order = list(both.drop_duplicates("bucket").sort_values("lo_us").bucket)
+    order = list(both.drop_duplicates("bucket").sort_values("lo_us", kind="stable").bucket)
     pos = {b: i for i, b in enumerate(order)}
     ours = ours[ours.fraction > 0].assign(pos=lambda d: d.bucket.map(pos))
     fig, ax = plt.subplots(figsize=(7.5, 5.6), layout="constrained")

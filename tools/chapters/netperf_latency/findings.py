@@ -143,7 +143,7 @@ def distribution(D) -> dict:
     lad = D.ladder
     cc = A.ccdf(D.H)
     slow100 = cc[(cc.path == "loopback") & (cc.proto == "udp") & (cc.pin == "none") & (cc.latency_us >= 100)]
-    worst = lad.sort_values("P99.9").iloc[-1]
+    worst = lad.sort_values("P99.9", kind="stable").iloc[-1]
     R = D.R
     wr = R[(R.tool == "rrbench") & (R.path == worst.path) & (R.proto == worst.proto) & (R.pin == worst.pin)]
     disturbed = wr.rate_tps.min() < 0.7 * wr.rate_tps.median()

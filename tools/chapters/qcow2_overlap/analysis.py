@@ -237,7 +237,7 @@ def formula_table(meta):
             "formula_disk_kib": formula_bytes(r.disk_usage, r.cluster_size) / 1024,
             "disk_usage_mib": r.disk_usage / MiB, "file_size_mib": r.file_size / MiB,
         })
-    return pd.DataFrame(rows).sort_values(["cluster_size", "virtual_size_mib", "snapshots"])
+    return pd.DataFrame(rows).sort_values(["cluster_size", "virtual_size_mib", "snapshots"], kind="stable")
 
 
 def caption_for(df, manifests, what: str, by: list[str], ci: bool = True, extra: str = "") -> str:

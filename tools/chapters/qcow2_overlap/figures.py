@@ -115,7 +115,7 @@ def plot_prealloc(runs, ref, F):
     for run in sorted(runs, key=lambda x: x["role"] != fv.OTHER):   # the other hosts first, under
         ov, f, role = run["ov"], run["fit"], run["role"]
         style = fv.STYLE[role]
-        d = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")].sort_values("image_size")
+        d = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
         d = d[d.extra > 0]
         if d.empty:
             continue

@@ -195,7 +195,7 @@ def _prealloc_modes(ov) -> dict:
     # the quoted host's modes against none, at every size (the table's `significant` column)
     mine = ov[ov["mode"] != "none"]
     out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
-    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size")
+    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
     if len(k64):
         k = k64.iloc[-1]
         equiv = int(k.image_size * (512 / 65536) ** 2) // MiB
@@ -268,7 +268,7 @@ def _metadata(D, ref) -> dict:
     ft = formula_table(D.of_quoted(D["metadata"]))
     ratio = ft.measured_clusters / ft.formula_virtual
     out["formula_ratio_min"], out["formula_ratio_max"] = float(ratio.min()), float(ratio.max())
-    s2 = ft[(ft.cluster_size == 512) & (ft.snapshots == 0)].sort_values("virtual_size_mib").iloc[-1]
+    s2 = ft[(ft.cluster_size == 512) & (ft.snapshots == 0)].sort_values("virtual_size_mib", kind="stable").iloc[-1]
     out["f2_size_mib"] = int(s2.virtual_size_mib)
     out["f2_clusters"] = int(s2.measured_clusters)
     out["f2_list_kib"] = s2.measured_list_kib

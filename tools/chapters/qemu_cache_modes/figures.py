@@ -70,7 +70,7 @@ def guest_dd(D):
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
     sources = list(dict.fromkeys(comp.source))
     for ax, variant in zip(axes, ("normal", "direct")):
-        c = comp[comp.variant == variant].sort_values("mode")
+        c = comp[comp.variant == variant].sort_values("mode", kind="stable")
         for k, src in enumerate(sources):
             cs = c[c.source == src].set_index("mode").reindex(order)
             x = np.arange(len(order)) + (k - 0.5) * 0.3

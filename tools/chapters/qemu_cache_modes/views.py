@@ -23,7 +23,7 @@ def semantics(D):
                 "syncs_flush", "syncs_close", "direct", "writeback", "no_flush"]].copy()
     show["matches the manual"] = A.check_documented(sem)["agrees"].values
     return show.sort_values(["format", "aio", "mode"],
-                            key=lambda s: s.map(_MODE_RANK) if s.name == "mode" else s).reset_index(drop=True)
+                            key=lambda s: s.map(_MODE_RANK) if s.name == "mode" else s, kind="stable").reset_index(drop=True)
 
 
 def seed_semantics(D):
@@ -132,7 +132,7 @@ def safety_table(D):
     import pandas as pd
     lv = A.safety_levels(D.sem, D.pagecache)
     return pd.DataFrame([{"mode": m, "level": lv.get(m), "meaning (from the measurements)": SAFETY_LEVELS[lv[m]]}
-                         for m in MODES if m in lv]).sort_values("level").reset_index(drop=True)
+                         for m in MODES if m in lv]).sort_values("level", kind="stable").reset_index(drop=True)
 
 
 def recommendations(D):

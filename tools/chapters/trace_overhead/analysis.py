@@ -142,7 +142,7 @@ def cost_table(D):
                    "overhead_ns", "over_ci_low", "over_ci_high"]]
     order = {m: i for i, m in enumerate(MECHANISMS)}
     table = table.sort_values(["dataset", "mechanism"],
-                              key=lambda s: s.map(order) if s.name == "mechanism" else s)
+                              key=lambda s: s.map(order) if s.name == "mechanism" else s, kind="stable")
     return table.round(1).reset_index(drop=True)
 
 

@@ -46,7 +46,7 @@ def inside_summary(b):
                 median_distance=("entry", "median")).reset_index()
     out["inside_share"] = out["inside"] / out["n"]
     order = {v: i for i, v in enumerate(ORDER)}
-    return out.sort_values("variant", key=lambda s: s.map(order)).reset_index(drop=True)
+    return out.sort_values("variant", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
 def width_summary(b, by=("variant",)):
@@ -114,8 +114,8 @@ def offset_check(ops, events):
     # quadratic in a fleet's datasets)
     by_run = dict(iter(events.groupby(["host_id", "run_id"], sort=False)))
     for (host, run), o in ops.groupby(["host_id", "run_id"], sort=False):
-        e = by_run.get((host, run), events.iloc[0:0]).sort_values("ts")
-        o = o.sort_values("seq")
+        e = by_run.get((host, run), events.iloc[0:0]).sort_values("ts", kind="stable")
+        o = o.sort_values("seq", kind="stable")
         for (_, op), (_, ev) in zip(o.iterrows(), e.iterrows()):
             nxt = int(ev["next"])
             if op["kind"] == "create_vcpu":
@@ -222,7 +222,7 @@ def skew_table(D):
 def timeline_frame(events, samples, window: int = 4):
     """Host events and guest/host stamps of the first `window` non-warmup samples."""
     import pandas as pd
-    s = samples[samples["warmup"] == 0].sort_values("before").head(window)
+    s = samples[samples["warmup"] == 0].sort_values("before", kind="stable").head(window)
     if not len(s):
         return pd.DataFrame()
     t0, t1 = int(s["before"].min()), int(s["after"].max())
@@ -240,7 +240,7 @@ def timeline_frame(events, samples, window: int = 4):
             if "failed" in r.detail:
                 what += " (failed)"
         rows.append({"ts": int(r.ts), "source": "host kernel (ftrace)", "what": what, "sample": None})
-    d = pd.DataFrame(rows).sort_values("ts").reset_index(drop=True)
+    d = pd.DataFrame(rows).sort_values("ts", kind="stable").reset_index(drop=True)
     d["t_cycles"] = d["ts"] - t0
     return d
 

@@ -134,7 +134,7 @@ def _variants(b) -> dict:
 
 def _timeline(D) -> dict:
     ev = D.of_quoted(D["timeline_events"])
-    counts = ev["event"].value_counts() if len(ev) else {}
+    counts = ev["event"].value_counts(sort=False) if len(ev) else {}
     n_exit, n_emul = int(counts.get("kvm_exit", 0)), int(counts.get("kvm_emulate_insn", 0))
     tlw = A.bracket_frame(D.of_quoted(D["timeline_samples"]))
     if n_emul:

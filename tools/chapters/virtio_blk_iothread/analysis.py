@@ -34,7 +34,7 @@ def table(D, name: str):
 def _order(df, col="job"):
     rank = {j: i for i, j in enumerate(JOB_ORDER)}
     return df.sort_values([c for c in ("dataset", col, "storm", "variant") if c in df.columns],
-                          key=lambda s: s.map(lambda x: rank.get(x, 99)) if s.name == col else s)
+                          key=lambda s: s.map(lambda x: rank.get(x, 99)) if s.name == col else s, kind="stable")
 
 
 def fio_summary(fio):
@@ -117,7 +117,7 @@ def bonnie_beside_seed(D, dataset: str | None = None):
         rows.append(row)
     order = {k: i for i, k in enumerate(("per_chr_output", "block_output", "rewrite", "per_chr_input",
                                          "block_input", "seeks"))}
-    return pd.DataFrame(rows).sort_values("test", key=lambda s: s.map(order)).reset_index(drop=True)
+    return pd.DataFrame(rows).sort_values("test", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 
 def run_columns(m, D) -> dict:

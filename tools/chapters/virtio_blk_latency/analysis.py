@@ -196,7 +196,7 @@ def delta_table(cum, value: str = "mean_ns"):
 
 def seed_cumulative(reference):
     import pandas as pd
-    r = reference[reference.kind == "cumulative"].sort_values("order")
+    r = reference[reference.kind == "cumulative"].sort_values("order", kind="stable")
     c = reference[reference.kind == "control"].set_index("item")["value"]
     return pd.DataFrame({"layer": r["item"].to_numpy(), "mean_ns": pd.to_numeric(r["value"]).to_numpy(),
                          "control_mean_ns": [pd.to_numeric(c.get(i), errors="coerce") for i in r["item"]]})
@@ -204,7 +204,7 @@ def seed_cumulative(reference):
 
 def seed_delta(reference):
     import pandas as pd
-    r = reference[reference.kind == "delta"].sort_values("order")
+    r = reference[reference.kind == "delta"].sort_values("order", kind="stable")
     pct = reference[reference.kind == "delta_pct"].set_index("item")["value"]
     return pd.DataFrame({"layer": r["item"].to_numpy(), "delta_ns": pd.to_numeric(r["value"]).to_numpy(),
                          "delta_pct": [float(pct[i]) for i in r["item"]]})
@@ -228,7 +228,11 @@ def lifecycle(a, job: int, n: int = 1, pattern: str = "seq"):
     if d.empty:
         return pd.DataFrame()
     med = d.bench_ns.median()
-    pick = d.iloc[(d.bench_ns - med).abs().argsort()[:n]]
+    # nearest to the median first; of two as near (an even count's two middle requests), the
+    # earlier request: a tie must not be left to the sort's algorithm, whose order of equal keys
+    # differs between numpy's AVX-512 and AVX2 builds
+    pick = (d.assign(_from_median=(d.bench_ns - med).abs())
+            .sort_values(["_from_median", "idx"], kind="stable").head(n))
     where = LIFECYCLE_EVENTS
     rows = []
     for _, r in pick.iterrows():
@@ -297,7 +301,7 @@ def alignment_table(jobs):
                         "consistent": j.off_consistent.astype(bool),
                         "QEMU clock check low (µs)": j.qc_lo * us, "QEMU clock check high (µs)": j.qc_hi * us,
                         "QEMU correction (µs)": j.qc * us})
-    return out.sort_values(["aio", "round"]).reset_index(drop=True)
+    return out.sort_values(["aio", "round"], kind="stable").reset_index(drop=True)
 
 
 def side_by_side_cumulative(cum, reference):

@@ -167,7 +167,7 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
     want = len(job["patterns"]) * (p["requests"] + p["warmup"])
     if len(bench) != want:
         raise PerfbookError(f"the guest returned {len(bench)} benchmark rows, expected {want}")
-    bench = bench.sort_values("t0").reset_index(drop=True)
+    bench = bench.sort_values("t0", kind="stable").reset_index(drop=True)
     calib = pd.concat([cal_before.assign(phase="before"), cal_after.assign(phase="after")],
                       ignore_index=True)
     fit = fit_clock(calib)

@@ -192,7 +192,7 @@ def host_issues(qev, bev, pid: int | None, extents, part_start: int):
     blk["rwbs"] = [x["rwbs"] if x else "" for x in f]
     iss = blk[(blk.name == "block_rq_issue") & blk.rwbs.str.contains("R")].copy()
     iss["offset"] = sector_to_offset(iss.sector, extents, part_start)
-    iss = iss[iss.offset.notna()].sort_values("ts")
+    iss = iss[iss.offset.notna()].sort_values("ts", kind="stable")
     cmp_by: dict[int, np.ndarray] = {}
     for s, g in blk[blk.name == "block_rq_complete"].groupby("sector"):
         cmp_by[int(s)] = np.sort(g.ts.to_numpy())

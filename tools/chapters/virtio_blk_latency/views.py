@@ -164,7 +164,7 @@ def lifecycle_table(D):
 
 def seed_lifecycle(D):
     ref = D.ref
-    sl = ref[ref.kind == "lifecycle"].sort_values("order")[["item", "thread", "value"]].rename(
+    sl = ref[ref.kind == "lifecycle"].sort_values("order", kind="stable")[["item", "thread", "value"]].rename(
         columns={"item": "seed event (2010, aio=native)", "thread": "thread", "value": "since previous (µs)"})
     sl["t (µs)"] = sl["since previous (µs)"].astype(float).cumsum()
     return sl
