@@ -308,3 +308,54 @@ def test_perf_srcline_lines_are_not_frames():
     text = (Path(__file__).parent / "fixtures" / "sched_callers" / "perf_script_srcline.txt").read_text()
     assert P.perf_stacks(text, 5) == {("__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep",
                                        "common_nsleep"): 2}
+
+
+def _one_round_dataset(tmp_path):
+    """The committed dataset cut to its first round, with the repetition table that round gives
+    (tools.repetition over each tracer's median hackbench time, one value each: no interval)."""
+    import json
+    import statistics
+    from tools.repetition import repetition
+    from tools.chapters.sched_callers.spec import EXPERIMENT
+    D = chapter.load()
+    if D.quoted is None:
+        pytest.skip("no committed sched_callers dataset")
+    src = D.quoted.path
+    dst = tmp_path / "data" / "runs" / D.quoted.host_id / chapter.name / src.name
+    dst.mkdir(parents=True)
+    m = json.loads((src / "manifest.json").read_text())
+    tables = {t: pd.read_csv(src / f"{t}.csv.xz") for t in m["tables"]}
+    for t in ("runs", "stacks", "sessions"):
+        tables[t] = tables[t][tables[t]["round"] == 0]
+    r = tables["runs"]
+    keys = list(dict.fromkeys(r.tracer))
+    rep = repetition(EXPERIMENT, keys, {**m["parameters"], "rep_min_runs": 1, "rep_max_runs": 1}, "rep_")
+    for _ in rep.rounds():
+        for k in keys:
+            rep.add(k, statistics.median(r[r.tracer == k].seconds))
+    tables["repetition"] = pd.DataFrame(rep.records())
+    for t, df in tables.items():
+        df.to_csv(dst / f"{t}.csv.xz", index=False)
+        m["tables"][t] = len(df)
+    (dst / "manifest.json").write_text(json.dumps(m))
+    return tmp_path / "data"
+
+
+def test_one_round_says_its_interval_is_not_estimable_whatever_the_row_order(tmp_path, monkeypatch):
+    data = _one_round_dataset(tmp_path)
+    f = A.findings(chapter.load(data))
+    assert f["rep_n"] == 1
+    assert f["rep_width_range"] == "not estimable (one round: no interval)"
+    assert not [k for k, v in f.items() if "nan" in str(v).lower()]
+    monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
+    assert A.findings(chapter.load(data)) == f
+
+
+def test_interval_widths_name_their_tracers_whatever_the_row_order():
+    """The narrowest and widest interval, ties broken by the tracer's name, and any tracer whose
+    width could not be estimated said so instead of printed as nan."""
+    rep = pd.DataFrame({"key": ["perf", "none", "bpftrace", "ftrace_trigger"], "n": [4, 4, 4, 1],
+                        "rel_ci_width": [0.3, 0.2, 0.3, float("nan")]})
+    want = "from 20 % (none) to 30 % (perf) of the median; not estimable for ftrace_trigger (one round: no interval)"
+    for seed in range(4):
+        assert A.interval_widths(rep.sample(frac=1, random_state=seed)) == want
