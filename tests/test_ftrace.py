@@ -179,6 +179,25 @@ CPU:1 [LOST 3 EVENTS]
     assert st["lost"] == 3 and st["unparsed"] == 0
 
 
+
+def test_stack_trace_frames_are_kept_whole_as_printed():
+    """A frame is everything trace_stack_print() (kernel/trace/trace_output.c) prints after
+    " => ": the function tracer's trampoline as "[FTRACE TRAMPOLINE]" (6.13 on,
+    FTRACE_TRAMPOLINE_MARKER), and with options/sym-offset sprint_symbol()'s
+    "sym+0x4e/0xa0 [mod]" for module text; the names are left to the caller to normalise."""
+    text = """# tracer: function
+           sleep-4242    [001] ...1.  1849.458890: <stack trace>
+ => [FTRACE TRAMPOLINE]
+ => nvme_poll_cq+0x4e/0xa0 [nvme]
+ => 0xffffffffc0a01234
+ => do_nanosleep+0x5e/0x150
+"""
+    st = F.new_stats()
+    (rec, frames), = F.stack_traces(text, st)
+    assert frames == ["[FTRACE TRAMPOLINE]", "nvme_poll_cq+0x4e/0xa0 [nvme]", "0xffffffffc0a01234",
+                      "do_nanosleep+0x5e/0x150"]
+    assert (rec.task, rec.pid, st["unparsed"]) == ("sleep", 4242, 0)
+
 def _by_records(text):
     r"""fields(text, r"\w+", "(.*)") the slow way: records() of the sec.usec clocks, per line
     (a relative, latency-format text has none)."""

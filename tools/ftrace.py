@@ -37,8 +37,8 @@ Not understood, counted in attrs['unparsed']: options/context-info off (no conte
 verbose latency format, raw/hex/bin output, the function_graph tracer, and continuation
 lines of multi-line bodies. The one multi-line body that is read is the kernel stack trace
 (options/stacktrace, options/func_stack_trace, the `stacktrace` event trigger): a record whose
-body is "<stack trace>", followed by one " => func" line per frame, innermost first;
-stack_traces() returns each with its frames. Our own instances never print the first three
+body is "<stack trace>", followed by one " => frame" line per frame, innermost first
+(trace_stack_print); stack_traces() returns each with its frames, as printed. Our own instances never print the first three
 layouts, whatever the top level inherits to them: tools.tracefs.readable_format sets their defaults.
 """
 from __future__ import annotations
@@ -146,14 +146,19 @@ def fields(text: str, events: str, body: str, stats: dict | None = None) -> list
     return rx.findall(text)
 
 
-_FRAME = re.compile(r"^ =>\s+(\S+)")
+_FRAME = re.compile(r"^ =>\s*(.*?)\s*$")
 
 
 def stack_traces(text_or_lines, stats: dict | None = None) -> Iterator[tuple[Record, list[str]]]:
     """Yield (record, frames) for every "<stack trace>" record of ftrace text: frames are the
-    " => func" lines after it, innermost first ("func+0x1a/0x40" kept as printed). Other
-    records are skipped; a "<user stack trace>" block is skipped too. Frame lines are not
-    counted as unparsed; `stats` gets lost events as in records()."""
+    " => frame" lines after it, innermost first, each the whole text trace_stack_print()
+    (kernel/trace/trace_output.c) printed after " => ": the symbol ("func"), with
+    options/sym-offset sprint_symbol()'s "func+0x1a/0x40" and " [mod]" for module text, the
+    bare address ("0xffffffffc0a01234") where no symbol covers it, and "[FTRACE TRAMPOLINE]"
+    for the function tracer's trampoline (6.13 on: FTRACE_TRAMPOLINE_MARKER). Normalising
+    them is the caller's business. Other records are skipped; a "<user stack trace>" block
+    is skipped too. Frame lines are not counted as unparsed; `stats` gets lost events as in
+    records()."""
     st = stats if stats is not None else new_stats()
     cur: tuple[Record, list[str]] | None = None
     for line in _lines(text_or_lines):

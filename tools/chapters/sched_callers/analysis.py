@@ -254,14 +254,34 @@ def repetition_findings(D) -> dict:
     out = {"p_rep_target": f"{100 * p['rep_target']:g}", "p_rep_min": p["rep_min_runs"],
            "p_rep_max": p["rep_max_runs"], "p_rep_budget": f"{p['rep_budget_s']:.0f}"}
     if len(rep):
-        w = rep.sort_values("rel_ci_width")
         out["rep_stop"] = ", ".join(sorted(set(rep.stopped_by))).replace("_", " ")
-        out["rep_width_range"] = (f"{100 * w.rel_ci_width.iloc[0]:.0f} % ({w.key.iloc[0]}) to "
-                                  f"{100 * w.rel_ci_width.iloc[-1]:.0f} % ({w.key.iloc[-1]})")
+        out["rep_width_range"] = interval_widths(rep)
         out["rep_n"] = int(rep.n.max())
     else:
         out.update(rep_stop="not recorded", rep_width_range="not recorded", rep_n=0)
     return out
+
+
+def interval_widths(rep) -> str:
+    """The narrowest and the widest of a repetition table's median intervals, relative to the
+    median, with their tracers: 'from 20 % (none) to 30 % (perf) of the median'. Equal widths
+    are ordered by the tracer's name, so the rows' order does not matter. A width that could
+    not be estimated is said to be so, with why, never printed as nan: a key with one round has
+    no interval, and one whose median is 0 has no relative width."""
+    import numpy as np
+    ok = rep[np.isfinite(rep.rel_ci_width.astype(float))].sort_values(["rel_ci_width", "key"])
+    parts = []
+    if len(ok):
+        lo, hi = ok.iloc[0], ok.iloc[-1]
+        parts.append(f"{100 * lo.rel_ci_width:.0f} % ({lo.key}) of the median" if len(ok) == 1 else
+                     f"from {100 * lo.rel_ci_width:.0f} % ({lo.key}) to {100 * hi.rel_ci_width:.0f} % "
+                     f"({hi.key}) of the median")
+    bad = rep.drop(ok.index)
+    for why, g in bad.groupby(bad.n < 2):
+        reason = "one round: no interval" if why else "a median of 0: no relative width"
+        keys = "" if ok.empty and len(g) == len(rep) else " for " + ", ".join(sorted(g.key))
+        parts.append(f"not estimable{keys} ({reason})")
+    return "; ".join(parts)
 
 
 def host_findings(D) -> dict:
