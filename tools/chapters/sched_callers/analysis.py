@@ -27,11 +27,12 @@ def callers(stacks):
     df[["entry", "caller"]] = pd.DataFrame([classify(s) for s in df["stack"]], index=df.index)
     df["top"] = [" ← ".join([x for x in s.split(";") if x != "__schedule"][:4]) for s in df["stack"]]
     key = ["dataset", "tracer", "workload", "entry", "caller"]
-    top = df.sort_values("count", ascending=False).drop_duplicates(key).set_index(key)["top"]
+    top = (df.sort_values(["count", "top"], ascending=[False, True], kind="stable")   # ties: by name
+           .drop_duplicates(key).set_index(key)["top"])
     g = df.groupby(key, as_index=False)["count"].sum()
     g["share"] = g["count"] / g.groupby(["dataset", "tracer", "workload"])["count"].transform("sum")
     g["top"] = [top.get(tuple(r)) for r in g[key].itertuples(index=False)]
-    return g.sort_values(["dataset", "tracer", "workload", "count"], ascending=[True, True, True, False])
+    return g.sort_values(["dataset", "tracer", "workload", "count"], ascending=[True, True, True, False], kind="stable")
 
 
 def callers_of(D):
@@ -62,7 +63,13 @@ def callers_wide(D, workload: str, n: int = 10, dataset: str | None = None):
     c = c.assign(caller_of=[label(e, k) for e, k in zip(c.entry, c.caller)])
     w = c.pivot_table(index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0) * 100
     w = w[[t for t in STACK_TRACERS if t in w.columns]]
-    return w.loc[w.mean(axis=1).sort_values(ascending=False).index[:n]].round(1)
+    return w.loc[w.mean(axis=1).sort_values(ascending=False, kind="stable").index[:n]].round(1)
+
+
+def _largest(shares, n: int):
+    """The index of the n largest shares; equal shares in index (caller name) order, as
+    Series.nlargest keeps them, but by a stable sort rather than the sort's own tie order."""
+    return shares.sort_values(ascending=False, kind="stable").index[:n]
 
 
 def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None = None):
@@ -79,7 +86,7 @@ def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None =
     for wl, g in c.groupby("workload"):
         shares = g.pivot_table(index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0)
         for a, b in itertools.combinations([t for t in STACK_TRACERS if t in shares.columns], 2):
-            keys = set(shares[a].nlargest(n).index) | set(shares[b].nlargest(n).index)
+            keys = {*_largest(shares[a], n), *_largest(shares[b], n)}
             x, y = shares.loc[sorted(keys), a], shares.loc[sorted(keys), b]
             rho, tau = st.spearmanr(x, y).statistic, st.kendalltau(x, y).statistic
             rows.append({"workload": wl, "tracer_a": a, "tracer_b": b, "callers": len(keys),
@@ -111,7 +118,7 @@ def probe_effect(runs):
         s = s.merge(c[["dataset", "tracer", "rel_shift", "rel_low", "rel_high", "p_value", "cliffs_delta",
                        "significant", "verdict"]], on=["dataset", "tracer"], how="left")
     order = {t: i for i, t in enumerate(TRACERS)}
-    return s.sort_values(["dataset", "tracer"], key=lambda x: x.map(order) if x.name == "tracer" else x)
+    return s.sort_values(["dataset", "tracer"], key=lambda x: x.map(order) if x.name == "tracer" else x, kind="stable")
 
 
 def probe_table(D):
@@ -171,7 +178,7 @@ def top_caller(D, workload: str, tracer: str, dataset: str | None = None):
     c = c[(c.dataset == ds) & (c.workload == workload) & (c.tracer == tracer) & (c.entry == "schedule")]
     if c.empty:
         return None
-    r = c.sort_values("count", ascending=False).iloc[0]
+    r = c.sort_values("count", ascending=False, kind="stable").iloc[0]
     return r.caller, r.share / c.share.sum()
 
 
@@ -226,7 +233,7 @@ def findings(D) -> dict:
         f.update(part(D))
     ref = D.reference("sched_callers")
     for wl, g in ref.groupby("workload"):
-        top = g.sort_values("count", ascending=False).iloc[0]
+        top = g.sort_values("count", ascending=False, kind="stable").iloc[0]
         f[f"seed_top_{wl}"] = f"{top.caller} ({top['count']:,} of {g['count'].sum():,})"
     return f
 
@@ -269,7 +276,7 @@ def interval_widths(rep) -> str:
     not be estimated is said to be so, with why, never printed as nan: a key with one round has
     no interval, and one whose median is 0 has no relative width."""
     import numpy as np
-    ok = rep[np.isfinite(rep.rel_ci_width.astype(float))].sort_values(["rel_ci_width", "key"])
+    ok = rep[np.isfinite(rep.rel_ci_width.astype(float))].sort_values(["rel_ci_width", "key"], kind="stable")
     parts = []
     if len(ok):
         lo, hi = ok.iloc[0], ok.iloc[-1]

@@ -30,7 +30,7 @@ def tracers_agree(run):
     ag = A.agreement(D, workload="hackbench")
     if ag.empty:
         return None
-    worst = ag.sort_values("kendall").iloc[0]
+    worst = ag.sort_values("kendall", kind="stable").iloc[0]
     return Outcome(bool(ag.kendall.min() >= 0.6 and ag.same_top.all()),
                    f"under hackbench, Kendall's τ between tracers {ag.kendall.min():.2f} to "
                    f"{ag.kendall.max():.2f} over {len(ag)} pair(s) (lowest: {worst.tracer_a} and "
@@ -44,7 +44,7 @@ def seed_top_hackbench(run):
     if not tops:
         return None
     ref = run.reference("sched_callers")
-    seed = ref[ref.workload == "hackbench"].sort_values("count", ascending=False).iloc[0].caller
+    seed = ref[ref.workload == "hackbench"].sort_values("count", ascending=False, kind="stable").iloc[0].caller
     ok = all(c == seed for c, _ in tops.values())
     return Outcome(ok, f"2012: {seed}; now " + ", ".join(f"{t}: {c} ({100 * s:.0f} % of schedule() calls)"
                                                            for t, (c, s) in tops.items()))
