@@ -206,7 +206,8 @@ def max_clusters(runs, resolution_us=100.0):
     """How the per-run maxima (both tools) group when rounded to `resolution_us`."""
     v = (runs["max_us"] / resolution_us).round() * resolution_us
     counts = v.value_counts(sort=False).rename_axis("max_us_rounded").reset_index(name="runs")
-    return counts.sort_values(["runs", "max_us_rounded"], ascending=[False, True], kind="stable")
+    return (counts.sort_values(["runs", "max_us_rounded"], ascending=[False, True], kind="stable")
+            .reset_index(drop=True))
 
 
 def pin_comparison(runs, tool="rrbench"):
