@@ -1,8 +1,13 @@
 """Shared test helpers: skips that say why, and a scratch data directory."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,63 @@ def need_tool(name: str, package: str | None = None) -> str:
     if not exe:
         pytest.skip(f"{name} is not installed (apt-get install {package or name}); tools/setup.sh installs it as root")
     return exe
+
+
+NOBODY = 65534
+
+
+def as_nobody(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run Python code as uid/gid 65534 (not root, no capabilities)."""
+    def drop():
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    return subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=drop, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+
+
+def nobody_requests(targets: list[tuple[str, str, int]], payload: bytes = b"x") -> list[str]:
+    """Another local user's attempt at one request/response transaction with each server
+    (proto 'tcp' or 'udp', address, port): connect, send `payload`, wait 1 s for an answer.
+    Per target: 'served' (an answer came back), 'accepted' (a TCP connection was taken but not
+    answered), or the error that stopped it (ConnectionRefusedError, a timeout, no route...)."""
+    r = as_nobody(f"""
+        import json, socket
+        out = []
+        for proto, addr, port in {json.dumps(targets)}:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM)
+            s.settimeout(1.0)
+            connected = False
+            try:
+                s.connect((addr, port))
+                connected = proto == "tcp"
+                s.send({payload!r})
+                out.append("served" if s.recv(64) else "accepted")
+            except OSError as e:
+                out.append("accepted" if connected else type(e).__name__)
+            finally:
+                s.close()
+        print(json.dumps(out))
+    """)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def others_listen(proto: str, port: int, group: int) -> bool:
+    """Does a process outside process group `group` (a server we started in a session of its
+    own) listen on `port` in the host's network namespace? Then a request to that port from
+    the host's namespace reaches that process, and says nothing about ours."""
+    r = subprocess.run(["ss", "-Hlnp", "-t" if proto == "tcp" else "-u", f"sport = :{port}"],
+                       capture_output=True, text=True)
+    for pid in {int(x) for x in re.findall(r"pid=(\d+)", r.stdout)}:
+        try:
+            if os.getpgid(pid) != group:
+                return True
+        except ProcessLookupError:
+            pass
+    return False
 
 
 def need_preflight(module) -> None:

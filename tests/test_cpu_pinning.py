@@ -9,7 +9,7 @@ import pandas as pd
 import papermill as pm
 import pytest
 
-from conftest import ROOT, need_preflight, need_root, need_tool
+from conftest import ROOT, need_preflight, need_root, need_tool, nobody_requests, others_listen
 from tools import cbuild, knobs, tracefs
 from tools.chapters.cpu_pinning import chapter as CH
 from tools.chapters.cpu_pinning import analysis as A, knobs as KN, parse as PA, spec as SP
@@ -218,6 +218,73 @@ def test_harness_applies_the_variant_to_its_tasks():
     sc = out["scalars"]  # closed loop: one request in flight per worker (Little's law)
     in_flight = sc["completed"] * sc["lat_mean_ns"] / sc["window_ns"]
     assert in_flight > 0.8 * 2, in_flight
+
+
+def _harness_sockets(pid: int, timeout: float = 10) -> dict:
+    """The harness master's TCP listener and UDP backend: {'tcp': port, 'udp': port}, read from
+    /proc/<pid>/net of its own network namespace (its sockets' inodes among its fds)."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")}
+            found = {}
+            for proto, state in (("tcp", "0A"), ("udp", "07")):   # LISTEN; an unconnected UDP socket
+                for line in open(f"/proc/{pid}/net/{proto}").read().splitlines()[1:]:
+                    f = line.split()
+                    if f[9] in inodes and f[3] == state and f[2].endswith(":0000"):
+                        found[proto] = int(f[1].split(":")[1], 16)
+            if len(found) == 2:
+                return found
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        time.sleep(0.02)
+    pytest.fail(f"the harness (pid {pid}) opened no listener and backend within {timeout} s")
+
+
+def test_another_user_cannot_reach_the_harness():
+    """#43: the harness's TCP listener (which each worker accepts its connection from) and its UDP
+    backend are out of reach of another local user, who could otherwise take a worker's
+    connection or push requests through the backend while the pool is measured: nobody's
+    connection is refused and nobody's datagram gets no echo."""
+    need_root("becoming another user (nobody) for the attack")
+    need_tool("gcc")
+    from tools.proc import die_with_parent
+    b = str(cbuild.binary("prefork"))
+    p = subprocess.Popen([b, "--mode", "rate", "--rate", "200", "--workers", "2", "--warmup-ms", "0",
+                          "--duration-ms", "5000", "--lookups", "200", "--ws-bytes", "65536"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, preexec_fn=die_with_parent)
+    try:
+        ports = _harness_sockets(p.pid)
+        # a port that a process of the host's namespace happens to use as well says nothing
+        targets = [(proto, "127.0.0.1", port) for proto, port in sorted(ports.items())
+                   if not others_listen(proto, port, p.pid)]
+        got = nobody_requests(targets, payload=b"x" * 16)
+        assert not set(got) & {"served", "accepted"}, f"nobody reached the harness: {list(zip(targets, got))}"
+    finally:
+        os.killpg(p.pid, 9)
+        p.wait()
+
+
+def test_harness_runs_without_root_in_a_user_namespace():
+    """Without root the harness's private network namespace is owned by a user namespace of its
+    own: a run as nobody completes requests, with the variant's settings applied."""
+    need_root("becoming another user (nobody)")
+    need_tool("gcc")
+    b = str(cbuild.binary("prefork"))
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", b, "--mode", "sat",
+                        "--workers", "2", "--policy", "batch", "--warmup-ms", "20", "--duration-ms", "100",
+                        "--lookups", "2000", "--ws-bytes", "65536"],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    if r.returncode != 0 and "user namespaces" in r.stderr:
+        pytest.skip(f"this host allows no unprivileged user namespace: {r.stderr.strip()}")
+    if r.returncode != 0 and "failed to execute" in r.stderr:
+        pytest.skip(f"nobody cannot run {b} here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stderr
+    out = PA.parse_output(r.stdout)
+    assert out["scalars"]["completed"] > 0
+    assert all(t["policy"] == 3 for t in PA.thread_deltas(out["threads"]) if t["role"] == "worker")
 
 
 # --------------------------------------------------------- notebook errors --

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,8 @@ from tools.chapters.netperf_latency.spec import CELL, LATENCY_KEYS
 from tools.errors import ParameterError
 from tools.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
-from conftest import ROOT, need_preflight, need_root, need_tool
+from conftest import (NOBODY, ROOT, need_preflight, need_root, need_tool, nobody_requests,
+                      others_listen)
 from tools.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "netperf"
@@ -415,6 +417,78 @@ def test_sweep_removes_a_dead_owners_namespace():
         assert name in removed and name not in list_netns()
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _nobody_netperf(addr: str, port: int, p: dict) -> bool:
+    """Did 100 netperf UDP transactions as uid 65534 get through to a netserver?"""
+    from tools.chapters.netperf_latency.lab import netperf_cmd
+    cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+           *netperf_cmd(addr, port, "udp", "none", p, transactions=100)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd="/")
+    return r.returncode == 0 and "THROUGHPUT" in P.parse_kv(r.stdout)
+
+
+def _root_ns_server(cmd: list[str], port: int) -> subprocess.Popen:
+    """A server in the host's network namespace, as the loopback path had it before #43
+    (the control: the attacker's probes must reach it)."""
+    from tools.proc import die_with_parent
+    srv = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        if subprocess.run(["ss", "-Htuln", f"sport = :{port}"], capture_output=True, text=True).stdout.strip():
+            return srv
+        time.sleep(0.05)
+    os.killpg(srv.pid, 9)
+    pytest.fail(f"the control server {cmd[0]} did not listen on {port}")
+
+
+def test_another_user_cannot_reach_the_labs_servers(tmp_path):
+    """#43: every server a collect starts (netserver, rrbench's UDP and TCP servers), on every
+    path, is out of reach of another local user: a netperf run as nobody against the netserver
+    fails, and nobody's request to an rrbench server is never answered. The same probes do
+    get through to servers in the host's namespace (the control), so they can fail."""
+    _live_ready()
+    need_tool("setpriv", "util-linux")
+    from tools import cbuild
+    from tools.chapters.netperf_latency.lab import Lab, Netserver, _free_port, rrbench_server
+    binary = cbuild.binary("rrbench")
+    p = CH.parameters("quick")
+    control = []
+    try:  # the control: the same servers in the host's network namespace
+        port = _free_port()
+        control.append(_root_ns_server(["netserver", "-D", "-4", "-L", "127.0.0.1", "-p", str(port)], port))
+        assert _nobody_netperf("127.0.0.1", port, p), "the netperf probe does not work"
+        targets = []
+        for proto in ("udp", "tcp"):
+            port = _free_port()
+            control.append(_root_ns_server([str(binary), "server", "-P", proto, "-b", "127.0.0.1",
+                                            "-p", str(port), "-q", "1", "-r", "1"], port))
+            targets.append((proto, "127.0.0.1", port))
+        assert nobody_requests(targets) == ["served", "served"], "the request probe does not work"
+    finally:
+        for c in control:
+            os.killpg(c.pid, 9)
+            c.wait()
+    with Lab(log=lambda s: None) as lab:
+        lab.make_veth()
+        for path in ("loopback", "veth"):
+            ns = Netserver(lab, path, tmp_path).start()
+            assert not _nobody_netperf(ns.addr, ns.port, p), f"nobody ran netperf against our netserver on {path}"
+            servers = [(proto, *rrbench_server(lab, binary, path, proto, p)) for proto in ("udp", "tcp")]
+            # rrbench takes any free port of its namespace: one that a server of the host's
+            # namespace happens to use as well says nothing about ours
+            targets = [(proto, lab.addr(path), port) for proto, srv, port in servers
+                       if not others_listen(proto, port, srv.pid)]
+            got = nobody_requests(targets)
+            assert not set(got) & {"served", "accepted"}, f"{path}: nobody reached our rrbench servers: {got}"
+            for _, srv, _ in servers:
+                lab.stop(srv)
+            ns.stop()
+        for name in lab.netns:  # and nobody can enter our namespaces to reach them from inside
+            r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                                "nsenter", f"--net=/run/netns/{name}", "true"], capture_output=True, text=True)
+            assert r.returncode != 0, f"nobody entered {name}"
+    assert _our_leftovers(os.getpid()) == []
 
 
 def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds():

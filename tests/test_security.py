@@ -16,23 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need_root
+from conftest import NOBODY, ROOT, as_nobody, need_root
 from tools import lock, statedir
 from tools.errors import LockBusy
 
-NOBODY = 65534
-
-
-def as_nobody(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """Run Python code as uid/gid 65534 (not root, no capabilities)."""
-    def drop():
-        os.setgroups([])
-        os.setgid(NOBODY)
-        os.setuid(NOBODY)
-    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    return subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, preexec_fn=drop, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture

@@ -24,6 +24,15 @@
  * NCPU with sched_setaffinity(); --policy batch uses SCHED_BATCH; --slice-ns
  * sets the EEVDF request size through sched_setattr(sched_runtime).
  *
+ * Network: the program first moves into a network namespace of its own, with only
+ * its loopback device, up (private_net): the listener and the backend are then out
+ * of reach of every other user of the host, who could otherwise take a worker's
+ * connection or push datagrams through the backend while the pool is measured.
+ * It is the same loopback path as in the host's namespace.  Root gets a plain new
+ * network namespace; another user gets one owned by a new user namespace, where
+ * unprivileged user namespaces are allowed (else: an error).  The namespace ends
+ * with the program.
+ *
  * Timeline: warm-up (not recorded) then a measurement window.  At the window's
  * start and end the master reads /proc/stat and /proc/<pid>/sched of every
  * worker and of its own threads, and writes "pf_window_start"/"pf_window_end"
@@ -40,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <net/if.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -50,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -158,6 +169,28 @@ static void apply_sched(void)
 	a.sched_runtime = (uint64_t)slice_ns;
 	if (syscall(SYS_sched_setattr, 0, &a, 0) != 0)
 		fail_errno("sched_setattr");
+}
+
+/* A network namespace of our own with its loopback device up (see the header). */
+static void private_net(void)
+{
+	if (unshare(CLONE_NEWNET) != 0) {
+		if (errno != EPERM)
+			fail_errno("unshare(CLONE_NEWNET)");
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0)
+			fail_errno("a private network namespace needs root or unprivileged user "
+				   "namespaces; unshare(CLONE_NEWUSER|CLONE_NEWNET)");
+	}
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	strcpy(ifr.ifr_name, "lo");
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0)
+		fail_errno("loopback device of the private network namespace");
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0)
+		fail_errno("bringing up the loopback device of the private network namespace");
+	close(s);
 }
 
 /* ------------------------------------------------------------------ worker -- */
@@ -466,6 +499,7 @@ int main(int argc, char **argv)
 		if (marker_fd < 0)
 			fail_errno(marker);
 	}
+	private_net();
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);

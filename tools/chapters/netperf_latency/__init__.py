@@ -2,9 +2,10 @@
 own RR harness.
 
 What measure() does, on this host:
-  * paths: loopback (127.0.0.1 in the host's namespace) and a veth pair between two
-    network namespaces it creates (perfbook_<pid>_cli, perfbook_<pid>_srv, addresses
-    from the RFC 2544 benchmarking range 198.18.0.0/15 that exist only inside them);
+  * paths: loopback (127.0.0.1 in a network namespace it creates, perfbook_<pid>_lo) and a
+    veth pair between two more (perfbook_<pid>_cli, perfbook_<pid>_srv, addresses from the
+    RFC 2544 benchmarking range 198.18.0.0/15 that exist only inside them). No server of a
+    run listens in the host's namespace, where every local user could reach it (#43);
   * protocols: UDP and TCP request/response (1-byte request and response by default);
   * CPU pinning: none, client and server on different CPUs ("split"), both on one
     CPU ("same");

@@ -47,7 +47,8 @@ def measure(ctx) -> None:
 
     w.extra["_tool_cmds"] = {"netperf": ["netperf", "-V"], "ping": ["ping", "-V"], "ip": ["ip", "-V"]}
     w.extra["paths_setup"] = {
-        "loopback": "client and server in the host's network namespace, 127.0.0.1",
+        "loopback": f"client and server in netns {lab.ns_lo}, 127.0.0.1 on its own lo; "
+                    "removed at the end",
         "veth": f"client in netns {lab.ns_cli} ({CLI_ADDR}), server in netns {lab.ns_srv} "
                 f"({SRV_ADDR}), one veth pair; both namespaces removed at the end"}
     w.extra["pins"] = {k: PIN_HELP[k] for k in pins}
@@ -60,9 +61,10 @@ def measure(ctx) -> None:
     if not have_ping:
         w.skip("ping", "ping is not installed (apt-get install iputils-ping)" if p["ping_count"]
                else "ping_count=0")
-    if "veth" in p["paths"]:
-        lab.make_veth()
-        prog.note(f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair")
+    for path in p["paths"]:  # the namespaces no other user can reach (#43)
+        lab.open(path)
+        prog.note(f"namespace {lab.ns_lo} for the loopback path" if path == "loopback" else
+                  f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair")
     servers = {}
     for path in p["paths"]:
         if have_netperf:

@@ -26,8 +26,8 @@ def findings(D) -> dict:
     if D.quoted is None:
         return {"n_datasets": 0}
     out = {}
-    for part in (run, platform, distribution, pinning, maxima, crossval, quantization, decades, ping, sched,
-                 seed, hosts):
+    for part in (run, loopback_setup, platform, distribution, pinning, maxima, crossval, quantization, decades,
+                 ping, sched, seed, hosts):
         out.update(part(D))
     return out
 
@@ -58,6 +58,21 @@ def run(D) -> dict:
             "n_transactions": f0(R[R.tool == "rrbench"].n.sum()),
             "n_np_transactions": f0(R[R.tool == "netperf"].n.sum()),
             "bin_pct": f"{100 * (10 ** (1 / HIST_PER_DECADE) - 1):.1f}"}
+
+
+def loopback_setup(D) -> dict:
+    """Where the quoted dataset ran its loopback path, as its manifest records it (paths_setup):
+    in a namespace of the run's own (since #43) or, in older datasets, the host's."""
+    said = ((D.quoted.facts.get("paths_setup") or {}).get("loopback") or "")
+    if said.startswith("client and server in netns "):
+        text = "The dataset quoted here measured loopback in such a namespace."
+    elif "host's network namespace" in said:
+        text = ("The dataset quoted here is older: its manifest records that client and server ran in "
+                "the host's own network namespace, as every run did before the servers were closed to "
+                "other users.")
+    else:
+        text = "The dataset quoted here does not record in which namespace it measured loopback."
+    return {"lo_ns_said": text}
 
 
 def is_guest(host: dict) -> bool:

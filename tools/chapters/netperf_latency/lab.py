@@ -1,6 +1,10 @@
 """The network lab: namespaces, veth, netserver and the harness processes that a run starts,
 and the runs of each instrument (rrbench, netperf, ping). Everything here touches the network;
-Lab.close() undoes all of it and is registered on the run's undo stack (collect.measure)."""
+Lab.close() undoes all of it and is registered on the run's undo stack (collect.measure).
+
+Every path runs in network namespaces of the run's own, the loopback path too (#43): a server
+listening on 127.0.0.1 of the host's namespace is reachable by every local user, who could
+drive transactions through it while we measure. Only root can enter our namespaces."""
 from __future__ import annotations
 
 import contextlib
@@ -20,7 +24,7 @@ from ...errors import PerfbookError
 from ...proc import die_with_parent
 from ...netns import NS_PREFIX, kill_netns, list_netns
 from .parse import parse_kv, parse_ping, parse_rrbench, read_rrbench_file, wildcard_listeners
-from .spec import CLI_ADDR, SRV_ADDR
+from .spec import CLI_ADDR, LO_EXTRA_ADDR, SRV_ADDR
 
 
 def _run(cmd, check=True, timeout=30, **kw):
@@ -32,11 +36,13 @@ def _run(cmd, check=True, timeout=30, **kw):
 
 class Lab:
     """Namespaces, veth and child processes that we create; `close()` undoes all of it.
-    Children run in process groups of their own and die with this process (SIGKILLed run)."""
+    Children run in process groups of their own and die with this process (SIGKILLed run).
+    A path's namespaces are made the first time something runs on it (`open`)."""
 
     def __init__(self, log=print):
         self.log = log
         self.pid = os.getpid()
+        self.ns_lo = f"{NS_PREFIX}{self.pid}_lo"
         self.ns_cli = f"{NS_PREFIX}{self.pid}_cli"
         self.ns_srv = f"{NS_PREFIX}{self.pid}_srv"
         self.netns: list[str] = []
@@ -50,11 +56,29 @@ class Lab:
         self.close()
         return False
 
+    def open(self, path: str) -> bool:
+        """Make the namespaces of `path` unless they exist; True when it made them."""
+        if path == "loopback":
+            if self.ns_lo in self.netns:
+                return False
+            self._add_netns(self.ns_lo)
+            _run(["ip", "-n", self.ns_lo, "addr", "add", LO_EXTRA_ADDR + "/32", "dev", "lo"])
+            return True
+        if self.ns_srv in self.netns:
+            return False
+        self.make_veth()
+        return True
+
+    def _add_netns(self, ns: str) -> None:
+        """A new network namespace with its loopback device up (registered before it is
+        configured, so that close() removes a half-made one)."""
+        _run(["ip", "netns", "add", ns])
+        self.netns.append(ns)
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
     def make_veth(self) -> None:
         for ns in (self.ns_cli, self.ns_srv):
-            _run(["ip", "netns", "add", ns])
-            self.netns.append(ns)
-            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            self._add_netns(ns)
         vc, vs = f"pb{self.pid}c", f"pb{self.pid}s"
         _run(["ip", "link", "add", vc, "netns", self.ns_cli, "type", "veth",
               "peer", "name", vs, "netns", self.ns_srv])
@@ -106,7 +130,7 @@ class Lab:
                 for ns in reversed(self.netns):
                     kill_netns(ns)
                 self.netns.clear()
-                left = [n for n in list_netns() if n in (self.ns_cli, self.ns_srv)]
+                left = [n for n in list_netns() if n in (self.ns_lo, self.ns_cli, self.ns_srv)]
                 if left:
                     self.log(f"warning: could not delete namespaces {left}")
             finally:
@@ -114,9 +138,11 @@ class Lab:
 
     # -- helpers
     def prefix(self, path: str, side: str) -> list[str]:
-        if path == "loopback":
-            return []
-        return ["ip", "netns", "exec", self.ns_cli if side == "cli" else self.ns_srv]
+        """The command prefix that runs a program on `side` ('cli' or 'srv') of `path`: in
+        the loopback namespace for both sides of loopback, else in that side's namespace."""
+        self.open(path)
+        ns = self.ns_lo if path == "loopback" else self.ns_cli if side == "cli" else self.ns_srv
+        return ["ip", "netns", "exec", ns]
 
     @staticmethod
     def addr(path: str) -> str:
@@ -133,6 +159,8 @@ def _taskset(cpu):
 
 
 def _free_port() -> int:
+    """A TCP port free on 127.0.0.1 of the host's namespace, for the loopback netserver in
+    ours: no server of the host then answers at the same address and port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -186,22 +214,30 @@ class Netserver:
             self.proc = None
 
 
-def run_rrbench(lab: Lab, binary: Path, path: str, proto: str, pin: str, p: dict,
-                outfile: Path, pids: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
-    ccpu, scpu = pin_cpus(pin)
-    srv = lab.spawn(lab.prefix(path, "srv") + _taskset(scpu) +
+def rrbench_server(lab: Lab, binary: Path, path: str, proto: str, p: dict,
+                   cpu: int | None = None) -> tuple[subprocess.Popen, int]:
+    """An rrbench server on the path's server side, on a free port: (process, port) once it
+    is ready. The caller stops it (lab.stop)."""
+    srv = lab.spawn(lab.prefix(path, "srv") + _taskset(cpu) +
                     [str(binary), "server", "-P", proto, "-b", lab.addr(path), "-p", "0",
                      "-q", str(p["request_size"]), "-r", str(p["response_size"])],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    line = _read_line(srv, 5.0)
+    m = re.match(r"ready (\d+)", line or "")
+    if not m:
+        err = srv.stderr.read() if srv.poll() is not None else ""
+        lab.stop(srv)
+        raise PerfbookError(f"rrbench server did not start on {path}/{proto}: {err.strip()[:200]}")
+    return srv, int(m.group(1))
+
+
+def run_rrbench(lab: Lab, binary: Path, path: str, proto: str, pin: str, p: dict,
+                outfile: Path, pids: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+    ccpu, scpu = pin_cpus(pin)
+    srv, port = rrbench_server(lab, binary, path, proto, p, scpu)
     try:
-        line = _read_line(srv, 5.0)
-        m = re.match(r"ready (\d+)", line or "")
-        if not m:
-            err = srv.stderr.read() if srv.poll() is not None else ""
-            raise PerfbookError(f"rrbench server did not start on {path}/{proto}: {err.strip()[:200]}")
-        port = m.group(1)
         cmd = (lab.prefix(path, "cli") + _taskset(ccpu) +
-               [str(binary), "client", "-P", proto, "-H", lab.addr(path), "-p", port,
+               [str(binary), "client", "-P", proto, "-H", lab.addr(path), "-p", str(port),
                 "-l", str(p["seconds"]), "-w", str(p["warmup"]),
                 "-q", str(p["request_size"]), "-r", str(p["response_size"]), "-o", str(outfile)])
         cli = lab.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
