@@ -8,6 +8,7 @@ all hosts, into tidy pandas frames with host_id and run_id columns.
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
 import stat
@@ -43,6 +44,190 @@ def check_writable(data_dir: Path) -> None:
             "pass a writable data_dir parameter") from None
 
 
+# -- what a data directory holds: regular files, read within limits, never through a link ----
+#
+# Anyone may contribute a dataset, and the book is built as root or on a CI runner: a link in
+# one (notes.txt -> /etc/shadow, or a host, chapter or run directory that is a link) would be
+# read, digested and published in the site's archives; a small .csv.xz may expand to millions
+# of rows. So below a runs/ or reference/ directory (the caller's, used as given), everything
+# is listed with lstat and opened with O_NOFOLLOW, each directory on the way as well
+# (tools.statedir.open_file), anything but a regular file or a directory is refused, and a
+# file is read within the limits below: on disk before it is opened, and a table's text while
+# it is decompressed, in chunks, stopping at the first chunk that crosses one.
+#
+# The limits, from the committed data (data/runs: 3 hosts, 11 chapters, the default profile on
+# 2 CPUs; data/reference), measured 2026-11: the largest table is virtio_blk_latency's
+# requests, 1.13 MB of xz and 4.4 MB of CSV text (42,241 lines); the longest, cpu_pinning's
+# migrations, 68,857 lines (3.4 MB); the largest reference table 35 KB, the largest manifest
+# 7.8 KB. A full profile multiplies a chapter's rows by about 12 at most (virtio_blk_latency:
+# 1000 instead of 300 requests, up to 30 instead of 8 rounds: ~55 MB, ~530k lines; cpu_pinning
+# ~8x), more CPUs add some (cpu_pinning's workers). A fleet of 100 hosts has more files, not
+# larger ones: the limits are per file. What a bomb costs before it is refused follows from
+# them (pandas parses what streams in until then): measured here, the 10-million-row bomb of
+# #43 (53 KB of xz, 270 MB of text) is refused at the line limit after 54 MB, ~0.45 s of CPU;
+# a bomb without a newline at the byte limit, ~0.65 s.
+MAX_FILE_BYTES = 128 << 20     # on disk, any file of data/; and a table's CSV text once
+#                                decompressed: 29x the largest committed table, 2.3x a full
+#                                profile's largest
+MAX_TABLE_LINES = 2_000_000    # 29x the longest committed table; 2.4x twelve times it (~830k).
+#                                Lines, not rows: a newline inside a quoted field counts too.
+MAX_MANIFEST_BYTES = 1 << 20   # a manifest or another JSON file of data/: 134x the largest
+RUN_DEPTH = 4                  # host/chapter/run/file: a dataset's file below runs/
+REF_DEPTH = 1                  # file: a reference file below reference/
+
+_NO_LINK = ("data/ holds regular files and directories only, and perfbook never follows a "
+            "link there (replace it with what it points to)")
+
+
+def _refused(path, what: str) -> DatasetError:
+    return DatasetError(f"{path}: {what}; {_NO_LINK}")
+
+
+def is_regular(path: Path) -> bool:
+    """Whether `path` is a regular file (False: nothing is there). A symlink or anything else
+    in its place is a DatasetError that names it."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    raise _refused(path, "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file")
+
+
+def subdirs(d: Path) -> list[str]:
+    """The names of the directories in `d` that are not hidden, sorted ([] when `d` is not a
+    directory); files beside them are left out. A symlink among them is a DatasetError."""
+    try:
+        entries = list(os.scandir(d))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        if e.is_symlink():
+            raise _refused(os.path.join(d, e.name), "a symlink")
+        if e.is_dir(follow_symlinks=False):
+            out.append(e.name)
+    return sorted(out)
+
+
+def visible_files(top: Path) -> list[Path]:
+    """Every file below directory `top` (the caller's) whose path below it has no hidden part,
+    sorted; [] when `top` is not a directory. A symlink, a FIFO, a device ... anywhere below
+    it is a DatasetError that names it: never followed, never listed."""
+    out, todo = [], [Path(top)]
+    while todo:
+        d = todo.pop()
+        try:
+            entries = list(os.scandir(d))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            p = d / e.name
+            if e.is_symlink():
+                raise _refused(p, "a symlink")
+            if e.is_dir(follow_symlinks=False):
+                todo.append(p)
+            elif e.is_file(follow_symlinks=False):
+                out.append(p)
+            else:
+                raise _refused(p, "not a regular file")
+    return sorted(out)
+
+
+def data_depth(rel: str) -> int:
+    """How many components of `rel`, a path relative to a data directory (runs/<host>/...,
+    reference/...), are below runs/ or reference/: the `depth` open_data walks for it."""
+    return rel.count("/")
+
+
+def open_data(path: Path, depth: int) -> int:
+    """A read-only fd of regular file `path` of a data directory, whose last `depth` components
+    (the file and the directories above it, up to runs/ or reference/) are each opened without
+    following a link; refused before it is read when larger than MAX_FILE_BYTES on disk."""
+    from .statedir import UnsafePath, open_file
+    path = Path(path)
+    try:
+        fd = open_file(path, os.O_RDONLY, below=path.parents[depth - 1], ours=False)
+    except UnsafePath as e:
+        raise _refused(e.path, e.what) from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read it ({e.strerror})") from None
+    size = os.fstat(fd).st_size
+    if size > MAX_FILE_BYTES:
+        os.close(fd)
+        raise DatasetError(f"{path}: {size / 2**20:,.0f} MiB on disk, more than the "
+                           f"{MAX_FILE_BYTES >> 20} MiB a file of data/ may have; not reading it")
+    return fd
+
+
+def read_data(path: Path, depth: int, limit: int | None = None) -> tuple[os.stat_result, bytes]:
+    """(stat, bytes) of a file of a data directory (open_data), refused unread when larger on
+    disk than `limit` (default MAX_FILE_BYTES)."""
+    fd = open_data(path, depth)
+    try:
+        st = os.fstat(fd)
+        if limit is not None and st.st_size > limit:
+            raise DatasetError(f"{path}: {st.st_size:,} bytes, more than the {limit:,} a file like "
+                               "it may have; not reading it")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return st, f.read()
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read it ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+class _Capped(io.RawIOBase):
+    """A table's CSV text as pandas reads it, from `source` (the file, or its xz stream, which
+    decompresses only what is asked for), CHUNK bytes at most at a time; DatasetError naming the
+    file as soon as it passes MAX_FILE_BYTES or MAX_TABLE_LINES. `bytes` and `lines` say how
+    far it got."""
+    CHUNK = 1 << 20
+
+    def __init__(self, source, path):
+        super().__init__()
+        self.source, self.path = source, path
+        self.bytes = self.lines = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        data = self.source.read(min(len(buf), self.CHUNK))
+        self.bytes += len(data)
+        self.lines += data.count(b"\n")
+        if self.bytes > MAX_FILE_BYTES:
+            raise DatasetError(f"{self.path}: more than {MAX_FILE_BYTES >> 20} MiB of CSV text, the "
+                               "limit for a table; stopped reading it (a compression bomb?)")
+        if self.lines > MAX_TABLE_LINES:
+            raise DatasetError(f"{self.path}: more than {MAX_TABLE_LINES:,} lines, the limit for a "
+                               "table; stopped reading it (a compression bomb?)")
+        buf[:len(data)] = data
+        return len(data)
+
+
+def read_csv(path: Path, depth: int = RUN_DEPTH, **kw):
+    """pd.read_csv(**kw) of a table of a data directory, plain or .csv.xz: opened by open_data
+    and read within the limits as it streams. A malformed one is a DatasetError naming it."""
+    import lzma
+
+    import pandas as pd
+    fd = open_data(path, depth)
+    with os.fdopen(fd, "rb") as raw:
+        try:
+            with (lzma.LZMAFile(raw) if str(path).endswith(".xz") else raw) as src:
+                return pd.read_csv(io.BufferedReader(_Capped(src, path), _Capped.CHUNK), **kw)
+        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError,
+                lzma.LZMAError, EOFError) as e:
+            msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise DatasetError(f"{path}: malformed CSV ({msg}); restore it from git") from None
+
+
 # -- tables on disk: CSV text, xz-compressed ----------------------------------------------
 #
 # Every sample is kept, as the CSV text pandas writes, compressed with xz (lzma, the default
@@ -58,7 +243,7 @@ def table_path(run: Path, table: str) -> Path | None:
     """The file of table `table` in dataset `run` (compressed or plain), None if neither."""
     for ext in (TABLE_EXT, PLAIN_EXT):
         p = Path(run) / f"{table}{ext}"
-        if p.is_file():
+        if is_regular(p):
             return p
     return None
 
@@ -92,24 +277,14 @@ def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Man
     (tools/catalog.py) where its entry still matches the file, and it is updated here."""
     from . import catalog
     base = runs_dir(data_dir)
-    try:
-        hosts = sorted(e.name for e in os.scandir(base) if e.is_dir() and not e.name.startswith("."))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
     found = []
-    for host in hosts:
-        chap = os.path.join(base, host, chapter)
-        try:
-            names = sorted(e.name for e in os.scandir(chap) if e.is_dir() and not e.name.startswith("."))
-        except (FileNotFoundError, NotADirectoryError):
+    for host in subdirs(base):     # each a directory, never a link (a link is refused)
+        if chapter not in subdirs(os.path.join(base, host)):
             continue
         top = base / host / chapter
-        for name in names:
-            try:
-                if stat.S_ISREG(os.stat(os.path.join(chap, name, MANIFEST)).st_mode):
-                    found.append((top / name, f"{host}/{chapter}/{name}"))
-            except OSError:
-                continue
+        for name in subdirs(top):
+            if is_regular(os.path.join(top, name, MANIFEST)):
+                found.append((top / name, f"{host}/{chapter}/{name}"))
     cat = catalog.for_runs(data_dir)
     use = cat if cat.path is not None else None    # None: PERFBOOK_CATALOG=off
     seen: dict[tuple, Path] = {}
@@ -127,23 +302,9 @@ def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Man
     return out
 
 
-def _read_manifest(p: Path) -> tuple[os.stat_result, bytes]:
-    """A manifest's stat and bytes, never through a symlink (a dataset holds regular files)."""
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == 40:  # ELOOP
-            raise DatasetError(f"{p}: a symlink; a dataset holds regular files only "
-                               "(replace it with the file it points to)") from None
-        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return st, f.read()
-    except OSError as e:
-        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
-    finally:
-        os.close(fd)
+def _read_manifest(p: str) -> tuple[os.stat_result, bytes]:
+    """A manifest's stat and bytes, never through a link (read_data)."""
+    return read_data(Path(p), RUN_DEPTH, MAX_MANIFEST_BYTES)
 
 
 _manifest_cache: dict[tuple, dict] = {}
@@ -273,18 +434,11 @@ class Manifest(dict):
 def read_table(run: Path, table: str, manifest: dict | None = None, schema=None):
     """One table of one dataset, checked against its manifest's row count and, given a
     tools.chapter.Table, against its declared columns and types."""
-    import pandas as pd
-    import lzma
     man = manifest or load_manifest(run)
     p = table_path(run, table)
     if p is None:
         raise DatasetError(f"{table_name(run, table)}: listed in its manifest but missing")
-    try:
-        df = pd.read_csv(p, on_bad_lines="error")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError,
-            lzma.LZMAError, EOFError) as e:
-        msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-        raise DatasetError(f"{p}: malformed CSV ({msg}); restore it from git") from None
+    df = read_csv(p, RUN_DEPTH, on_bad_lines="error")
     seed = os.environ.get("PERFBOOK_SHUFFLE_ROWS")
     if seed:  # tests: the analysis must not depend on the order rows were written in
         df = df.sample(frac=1, random_state=int(seed)).reset_index(drop=True)
@@ -326,7 +480,7 @@ def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=No
         if p is None:
             continue
         try:
-            st = os.stat(p)
+            st = os.lstat(p)
         except OSError:
             continue
         parts.append((run, man, p, (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
@@ -357,14 +511,13 @@ def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
 
 def load_reference(name: str, data_dir: Path | None = None, dtype=None):
     """A seed's historical figures: data/reference/<name>.csv (provenance in columns)."""
-    import pandas as pd
     from .paths import reference_dir
     p = reference_dir(data_dir) / f"{name}.csv"
-    if not p.is_file():  # a scratch data_dir (tests) has runs only: use the committed ones
+    if not is_regular(p):  # a scratch data_dir (tests) has runs only: use the committed ones
         p = reference_dir() / f"{name}.csv"
-    if not p.is_file():
+    if not is_regular(p):
         raise DatasetError(f"reference table {p} is missing")
-    return pd.read_csv(p, dtype=dtype)
+    return read_csv(p, REF_DEPTH, dtype=dtype)
 
 
 def skipped_table(manifests: list[dict]):

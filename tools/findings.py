@@ -326,10 +326,11 @@ def _store_key(D, m, slot: str) -> str:
     import hashlib
 
     from . import freshness
+    from .dataset import data_depth
     name, data = D.chapter.name, getattr(D, "data_dir", None)
     if (name, str(data)) not in _CODE:
-        _CODE[(name, str(data))] = (freshness.tree_digest(freshness.code_files(name)) + " "
-                                    + freshness.tree_digest(freshness.reference_files(name, data)))
+        refs = freshness.tree_digest(freshness.reference_files(name, data), data_depth)
+        _CODE[(name, str(data))] = freshness.tree_digest(freshness.code_files(name)) + " " + refs
     text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {_dataset_digest(m.path)}"
     return hashlib.sha256(text.encode()).hexdigest()
 

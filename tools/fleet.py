@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import identity
-from .dataset import MANIFEST
+from .dataset import MANIFEST, MAX_MANIFEST_BYTES, RUN_DEPTH, read_data
 from .errors import DatasetError, PerfbookError, one_line
 from .freshness import dir_digest
 from .paths import runs_dir
@@ -55,7 +55,8 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
         if not NAME.fullmatch(name):
             raise DatasetError(f"{rel}: {name!r} is not a valid dataset path component")
     from .chapters import by_name
-    from .dataset import load_manifest, read_table, table_path
+    from .dataset import load_manifest, read_table, table_path, visible_files
+    visible_files(run)      # regular files only: a link or a FIFO in it is refused
     m = load_manifest(run)  # JSON, required fields, schema, run and host ids vs the directories
     why = identity.check(m)  # the host id must follow from the machine facts it carries
     if why:
@@ -179,7 +180,7 @@ def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
         if run.name.startswith(".") or (dest_runs / host_id / run.parent.name / run.name).exists():
             continue
         try:
-            host = json.loads(mf.read_text()).get("host", {})
+            host = json.loads(read_data(mf, RUN_DEPTH, MAX_MANIFEST_BYTES)[1]).get("host", {})
         except ValueError as e:
             raise PerfbookError(f"{run}: unreadable manifest.json ({e})") from None
         if host.get("note") != note:
@@ -188,7 +189,7 @@ def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
     dest_runs.mkdir(parents=True, exist_ok=True)
     stage = dest_runs / f".tmp-secondhost-import-{uuid.uuid4().hex[:8]}"  # same file system: renames
     try:
-        shutil.copytree(base, stage / host_id)
+        shutil.copytree(base, stage / host_id, symlinks=True)   # a link stays one, and is refused
         return adopt_tree(stage, dest_runs)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -53,13 +53,12 @@ HOST_ID = re.compile(r"^h-[0-9a-f]{12}$")
 def reference_host(data_dir=None) -> dict:
     """The book's reference host: {"host_id", "why"} from data/reference/reference_host.json
     (the data directory's, else the committed one, as tools.dataset.load_reference does)."""
+    from .dataset import MAX_MANIFEST_BYTES, REF_DEPTH, is_regular, read_data
     p = reference_dir(data_dir) / REFERENCE_FILE
-    if not p.is_file():
+    if not is_regular(p):
         p = reference_dir() / REFERENCE_FILE
     try:
-        d = json.loads(p.read_text())
-    except OSError as e:
-        raise DatasetError(f"{p}: cannot read it ({e.strerror}); restore it from git") from None
+        d = json.loads(read_data(p, REF_DEPTH, MAX_MANIFEST_BYTES)[1])   # never through a link
     except ValueError as e:
         raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git") from None
     if not isinstance(d, dict) or not HOST_ID.match(str(d.get("host_id", ""))) or not d.get("why"):

@@ -14,13 +14,16 @@ The digest is a SHA-256 over sorted (path relative to the data directory,
 SHA-256 of the content) pairs: it does not depend on the order in which the
 file system lists the files, on where the checkout lives, or on mtimes, and it
 ignores hidden entries (a dataset still being written, .tmp-*), which no
-reader loads. `stale()` compares the stored digests with the current data.
+reader loads. A link among the files is refused, never read through (tools.dataset).
+`stale()` compares the stored digests with the current data.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
+from .dataset import data_depth, is_regular, subdirs
 from .fleetview import REFERENCE_FILE as REFERENCE_HOST_FILE
 from .paths import reference_dir, resolve_data_dir, runs_dir
 
@@ -31,38 +34,41 @@ CODE_KEY = "code_digest"
 ALGO = "sha256"
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, depth: int = 0) -> str:
+    """SHA-256 of a file's content. depth > 0: a file of a data directory, whose last `depth`
+    components are opened without following a link (tools.dataset.open_data)."""
+    from .dataset import open_data
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with (os.fdopen(open_data(path, depth), "rb") if depth else open(path, "rb")) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
-def _visible_files(top: Path):
-    """Every regular file under `top` whose path below it has no hidden part."""
-    if not top.is_dir():
-        return
-    for p in top.rglob("*"):
-        rel = p.relative_to(top)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        if p.is_file():
-            yield p
+def _visible_files(top: Path) -> list[Path]:
+    """Every regular file under `top` whose path below it has no hidden part; a link or a FIFO
+    there is refused (tools.dataset.visible_files)."""
+    from .dataset import visible_files
+    return visible_files(top)
 
 
-def tree_digest(files: dict[str, Path]) -> str:
-    """Digest of {relative name: file}: sorted names and content hashes."""
+def tree_digest(files: dict[str, Path], depth=None) -> str:
+    """Digest of {relative name: file}: sorted names and content hashes. depth(name): the files
+    of a data directory, the last depth(name) components of each opened without following a
+    link (file_sha256); None: other files (the code)."""
     h = hashlib.sha256()
     for name in sorted(files):
-        h.update(name.encode() + b"\0" + file_sha256(files[name]).encode() + b"\n")
+        digest = file_sha256(files[name], depth(name) if depth else 0)
+        h.update(name.encode() + b"\0" + digest.encode() + b"\n")
     return f"{ALGO}:{h.hexdigest()}"
 
 
 def dir_digest(top: Path) -> str:
-    """Digest of a directory's visible files, named relative to it (datasets)."""
+    """Digest of a directory's visible files, named relative to it (datasets); none of them
+    read through a link below `top`."""
     top = Path(top)
-    return tree_digest({p.relative_to(top).as_posix(): p for p in _visible_files(top)})
+    return tree_digest({p.relative_to(top).as_posix(): p for p in _visible_files(top)},
+                       lambda name: name.count("/") + 1)
 
 
 def _is_chapter(name: str) -> bool:
@@ -80,8 +86,8 @@ def data_files(name: str, data_dir: str | Path | None = None) -> dict[str, Path]
     runs = runs_dir(data)
     chapter = _is_chapter(name)
     out: dict[str, Path] = {}
-    if chapter and runs.is_dir():
-        tops = [h / name for h in runs.iterdir() if h.is_dir() and not h.name.startswith(".")]
+    if chapter:     # host directories that hold one of this chapter (a link is refused)
+        tops = [runs / h / name for h in subdirs(runs) if name in subdirs(runs / h)]
     else:
         tops = [runs]
     for top in tops:
@@ -100,11 +106,13 @@ def reference_files(name: str, data_dir: str | Path | None = None) -> dict[str, 
     out: dict[str, Path] = {}
     # every notebook marks the reference host (tools.fleetview), so its file counts for all
     patterns = (f"{name}*.csv" if chapter else "*.csv", REFERENCE_HOST_FILE)
-    found = {p.name: p for pat in patterns for p in (refs.glob(pat) if refs.is_dir() else [])}
+    found = {p.name: p for pat in patterns for p in (refs.glob(pat) if refs.is_dir() else [])
+             if is_regular(p)}
     committed = reference_dir()
     if committed != refs and committed.is_dir():
         for p in (p for pat in patterns for p in committed.glob(pat)):
-            found.setdefault(p.name, p)
+            if is_regular(p):
+                found.setdefault(p.name, p)
     for fname, p in found.items():
         if not fname.startswith("."):
             out[f"reference/{fname}"] = p
@@ -114,7 +122,7 @@ def reference_files(name: str, data_dir: str | Path | None = None) -> dict[str, 
 def data_digest(name: str, data_dir: str | Path | None = None) -> tuple[str, int]:
     """(digest, number of files) of the data notebook `name` reads."""
     files = data_files(name, data_dir)
-    return tree_digest(files), len(files)
+    return tree_digest(files, data_depth), len(files)
 
 
 def code_files(name: str) -> dict[str, Path]:

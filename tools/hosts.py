@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .dataset import list_runs, load_manifest, load_manifests
+from .dataset import list_runs, load_manifest, load_manifests, subdirs
 from .paths import resolve_data_dir
 
 # (section, label) in display order; facts outside this list still diff, after them
@@ -99,7 +99,7 @@ def chapter_env_diff(chapter: str, data_dir: Path | None = None):
 def all_manifests(data_dir: Path | None = None) -> list[dict]:
     """Every dataset's manifest, chapter by chapter (each chapter's runs listed once)."""
     root = resolve_data_dir(data_dir) / "runs"
-    chapters = sorted({p.name for p in root.glob("*/*") if p.is_dir() and not p.name.startswith(".")})
+    chapters = sorted({c for h in subdirs(root) for c in subdirs(root / h)})   # a link is refused
     return [load_manifest(run) for c in chapters for run in list_runs(c, resolve_data_dir(data_dir))]
 
 

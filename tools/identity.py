@@ -195,19 +195,17 @@ def clashes(manifests) -> dict[str, list[str]]:
 def _tsc_evidence(runs_root: Path) -> dict[tuple[str, str], tuple[int, str]]:
     """(old host id, kernel release) -> (kHz, source) from tsc_alignment datasets:
     the same machine key and kernel build means the same boot image series on one machine."""
-    import csv
-    import lzma
     ev = {}
-    from .dataset import table_path
+    from .dataset import RUN_DEPTH, read_csv, read_data, table_path
     for mf in sorted(runs_root.glob("*/tsc_alignment/*/manifest.json")):
         run, facts = mf.parent, table_path(mf.parent, "tsc_facts")
         if facts is None:
             continue
         try:
-            man = json.loads(mf.read_text())
-            with (lzma.open(facts, "rt") if facts.suffix == ".xz" else open(facts)) as f:
-                rows = {r["key"]: r["value"] for r in csv.DictReader(f)}
-        except (OSError, ValueError, KeyError):
+            man = json.loads(read_data(mf, RUN_DEPTH)[1])
+            t = read_csv(facts, dtype=str, keep_default_na=False)
+            rows = dict(zip(t["key"], t["value"]))
+        except (ValueError, KeyError):
             continue
         host = man.get("host") or {}
         khz = rows.get("kvm_get_tsc_khz")
@@ -233,9 +231,10 @@ def migrate(data_dir: Path, extra_evidence: dict | None = None, say=print) -> li
     ev = _tsc_evidence(root)
     ev.update(extra_evidence or {})
     moved = []
+    from .dataset import RUN_DEPTH, read_data
     for mpath in sorted(root.glob("*/*/*/manifest.json")):
         run = mpath.parent
-        man = json.loads(mpath.read_text())
+        man = json.loads(read_data(mpath, RUN_DEPTH)[1])
         host = man["host"]
         if isinstance(host.get("machine"), dict):
             continue

@@ -128,7 +128,7 @@ def repetition_overview(chapter: str, data_dir=None):
     """
     import pandas as pd
     from . import stats
-    from .dataset import list_runs, load_manifest, table_path
+    from .dataset import list_runs, load_manifest, read_csv, table_path
     from .paths import resolve_data_dir
     rows, tables = [], []
     for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
@@ -138,7 +138,7 @@ def repetition_overview(chapter: str, data_dir=None):
         if p is None:
             rows.append({**base, "experiment": "(all)", "stopped_by": FIXED_REPETITION})
             continue
-        t = pd.read_csv(p)
+        t = read_csv(p)
         tables.append(t.assign(**base))
         for exp, g in t.groupby("experiment", sort=False):
             n_lo, n_hi = int(g["n"].min()), int(g["n"].max())

@@ -138,7 +138,7 @@ class Run:
                        for f in self.files), key=lambda m: m[1])
 
     def size(self) -> int:
-        return sum(src.stat().st_size for src, _ in self.members())
+        return sum(os.lstat(src).st_size for src, _ in self.members())
 
 
 @dataclass
@@ -174,7 +174,7 @@ class ChapterData:
         """Changes when any file is added, removed or rewritten (for incremental builds)."""
         h = hashlib.sha256()
         for src, rel in self.members():
-            st = src.stat()
+            st = os.lstat(src)
             h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
 
@@ -186,19 +186,21 @@ def chapter_docnames() -> dict[str, str]:
 
 
 def _visible_files(run: Path) -> list[str]:
-    """A run's files, relative to it, the manifest first; hidden files are left out."""
-    rel = [p.relative_to(run).as_posix() for p in run.rglob("*")
-           if p.is_file() and not any(part.startswith(".") for part in p.relative_to(run).parts)]
+    """A run's files, relative to it, the manifest first; hidden files are left out, and a link
+    is refused (tools.dataset.visible_files): the site publishes regular files only."""
+    from .dataset import visible_files
+    rel = [p.relative_to(run).as_posix() for p in visible_files(run)]
     return sorted(rel, key=lambda f: (f != "manifest.json", f))
 
 
 def reference_files(chapter: str, data_dir: Path | None = None, chapters=()) -> list[Path]:
     """data/reference/<chapter>*.csv, less the files a longer chapter name among `chapters`
     claims (so that each reference file belongs to exactly one chapter)."""
+    from .dataset import is_regular
     from .paths import reference_dir
     longer = [c for c in chapters if c != chapter and c.startswith(chapter)]
     return sorted(p for p in reference_dir(data_dir).glob(f"{chapter}*.csv")
-                  if p.is_file() and not any(p.name.startswith(c) for c in longer))
+                  if not any(p.name.startswith(c) for c in longer) and is_regular(p))
 
 
 def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
@@ -220,12 +222,10 @@ def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
 
 def run_chapters(data_dir: Path | None = None) -> list[str]:
     """Every chapter name with a directory under data/runs/<host>/ (registered or not)."""
+    from .dataset import subdirs
     from .paths import runs_dir
     base = runs_dir(data_dir)
-    if not base.is_dir():
-        return []
-    return sorted({c.name for h in base.iterdir() if h.is_dir() and not h.name.startswith(".")
-                   for c in h.iterdir() if c.is_dir() and not c.name.startswith(".")})
+    return sorted({c for h in subdirs(base) for c in subdirs(base / h)})
 
 
 def site_archives(data_dir: Path | None = None) -> list[Archive]:
@@ -242,7 +242,11 @@ _PACKED = (".xz", ".gz", ".zst", ".bz2", ".parquet", ".png", ".zip")
 
 
 def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "data/") -> Path:
-    """A zip whose bytes depend only on the members' names and contents."""
+    """A zip whose bytes depend only on the members' names and contents. A member's `rel` is
+    its path below the data directory (runs/<host>/... or reference/...), and `src` ends with
+    it: each is read as a regular file, none of its directories below runs/ or reference/
+    followed through a link (tools.dataset.read_data)."""
+    from .dataset import data_depth, read_data
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
@@ -252,7 +256,7 @@ def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "da
                 info.compress_type = zipfile.ZIP_STORED if rel.endswith(_PACKED) else zipfile.ZIP_DEFLATED
                 info.external_attr = 0o644 << 16
                 info.create_system = 3
-                z.writestr(info, src.read_bytes())
+                z.writestr(info, read_data(src, data_depth(rel))[1])
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)

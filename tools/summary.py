@@ -91,15 +91,13 @@ def repetition_cost(run, chapter) -> dict:
     repetition table, NOT_RECORDED for a dataset older than adaptive repetition."""
     import math
 
-    import pandas as pd
-
     from . import stats
-    from .dataset import table_path
+    from .dataset import read_csv, table_path
     from .repetition import NOT_RECORDED, stop_rule
     if "repetition" not in getattr(chapter, "tables", {}):
         return {"rule": "none"}
     path = table_path(run, "repetition")
-    t = pd.read_csv(path) if path is not None else None
+    t = read_csv(path) if path is not None else None
     if t is None or t.empty:
         from .dataset import load_manifest
         adaptive = any(k.endswith("budget_s") for k in load_manifest(run).get("parameters", {}))

@@ -83,16 +83,18 @@ def _legacy_state() -> list[str]:
 
 
 def _dataset_tmp(data_dir=None) -> list[str]:
+    from .dataset import subdirs
     from .paths import runs_dir
     base = runs_dir(data_dir)
     removed = []
-    if not base.is_dir():
-        return removed
-    for d in base.glob("*/*/.tmp-*"):
-        m = _TMP.match(d.name)
-        if m and not pid_alive(int(m.group(1))) and not d.is_symlink():
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(str(d))
+    # host and chapter directories listed without following a link (one is refused): a
+    # linked host directory must not lead the sweep to remove someone else's .tmp-<pid>-*
+    for top in (base / h / c for h in subdirs(base) for c in subdirs(base / h)):
+        for d in sorted(top.glob(".tmp-*")):
+            m = _TMP.match(d.name)
+            if m and not pid_alive(int(m.group(1))) and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(str(d))
     return removed
 
 

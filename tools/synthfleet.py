@@ -27,7 +27,8 @@ import sys
 from pathlib import Path
 
 from . import identity
-from .dataset import MANIFEST, list_runs, load_manifest, shown_datasets, table_path, write_table
+from .dataset import (MANIFEST, list_runs, load_manifest, read_csv, shown_datasets, table_path,
+                      write_table)
 from .errors import PerfbookError, one_line
 from .paths import data_dir as book_data_dir
 
@@ -70,10 +71,9 @@ def _host(rng: random.Random, i: int, seed: int, base: dict) -> dict:
 
 def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict) -> None:
     """Copy a dataset's tables, scaling the columns its chapter declares as float."""
-    import pandas as pd
     dest.mkdir(parents=True)
     for t in tables:
-        df = pd.read_csv(table_path(src, t))
+        df = read_csv(table_path(src, t))
         schema = schemas.get(t)
         floats = [c for c, kind in (schema.columns.items() if schema else ()) if kind == "float"]
         for c in floats:

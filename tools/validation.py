@@ -7,7 +7,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import identity
-from .dataset import MANIFEST, list_runs, load_manifest, read_table, table_name, table_path
+from .dataset import (MANIFEST, list_runs, load_manifest, read_table, table_name, table_path,
+                      visible_files)
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -23,8 +24,11 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
     read are read side by side, one process per CPU, when there are many (a fleet's first
     validation).
 
+    Every file of a dataset must be a regular file (tools.dataset.visible_files: no link, no
+    FIFO, anywhere in it), and a table must stay within tools.dataset's limits as it is read.
+
     tables=False checks the manifests alone (chapter, identity, listed tables present and
-    declared, no host id given to two machines) and reads no table: what a refresh does before
+    declared, no host id given to two machines, no link) and reads no table: what a refresh does before
     its notebooks, which check every table they read as they read it (tools.dataset.read_table:
     row count, columns, types), so a fleet's tables are not read twice."""
     from .chapters import CHAPTERS
@@ -42,6 +46,7 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
             why = identity.check(man)
             if why:
                 raise DatasetError(f"{run / MANIFEST}: {why}")
+            visible_files(run)     # a link or a FIFO anywhere in it is refused (the site publishes it all)
             for table in man["tables"]:
                 if table_path(run, table) is None:
                     raise DatasetError(f"{table_name(run, table)}: listed in its manifest but missing")

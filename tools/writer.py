@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 
 from . import hostinfo
-from .dataset import (MANIFEST, PLAIN_EXT, SCHEMA, TABLE_EXT, check_writable, new_run_id, utc_now,
-                      write_table)
+from .dataset import (MANIFEST, PLAIN_EXT, RUN_DEPTH, SCHEMA, TABLE_EXT, check_writable, is_regular,
+                      new_run_id, read_data, utc_now, write_table)
 from .errors import DatasetError
 from .paths import runs_dir
 
@@ -145,11 +145,11 @@ def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:
     n = before = after = 0
     for mf in sorted(runs_dir(data_dir).glob(f"*/*/*/{MANIFEST}")):
         run = mf.parent
-        for table in json.loads(mf.read_text()).get("tables", {}):
+        for table in json.loads(read_data(mf, RUN_DEPTH)[1]).get("tables", {}):
             plain = run / f"{table}{PLAIN_EXT}"
-            if not plain.is_file() or (run / f"{table}{TABLE_EXT}").exists():
+            if not is_regular(plain) or os.path.lexists(run / f"{table}{TABLE_EXT}"):
                 continue
-            raw = plain.read_bytes()
+            raw = read_data(plain, RUN_DEPTH)[1]    # never through a link
             packed = lzma.compress(raw)
             if lzma.decompress(packed) != raw:
                 raise DatasetError(f"{plain}: compression did not round-trip; left as it is")
