@@ -252,3 +252,34 @@ def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
         if tracefs.find_tracefs() is not None:
             subprocess.run(["umount", str(tracefs.DEFAULT_MOUNT)])
         shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- half-written datasets (issue #43) ----------------------------------------------------
+
+DEAD = 2 ** 22 + 4343   # above pid_max's default: never a live pid
+
+
+def test_the_dataset_sweep_never_follows_a_symlink(tmp_path, monkeypatch):
+    """A dead run's half-written dataset behind a symlink (a data dir's host directory, or a
+    directory above a recorded one) is left alone, and so is one of another name."""
+    from tools import sweep
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+    elsewhere = tmp_path / "elsewhere" / "h-x" / "demo" / f".tmp-{DEAD}-20260101T000000Z-abcd"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "keep").write_text("keep\n")
+    data = tmp_path / "data"
+    (data / "runs").mkdir(parents=True)
+    (data / "runs" / "h-x").symlink_to(tmp_path / "elsewhere" / "h-x")
+    assert sweep._dataset_tmp(data) == []
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    via_link = link / "h-x" / "demo" / elsewhere.name
+    rec = statedir.subdir("datasets") / elsewhere.name.lstrip(".")
+    statedir.write_file(rec, f"{via_link}\n")
+    refused: list[str] = []
+    assert sweep._recorded_datasets(refused) == [] and refused == [str(via_link)]
+    assert (elsewhere / "keep").read_text() == "keep\n" and rec.exists()
+    statedir.write_file(rec, f"{elsewhere.parent / 'not-its-name'}\n")
+    assert sweep._recorded_datasets([]) == [] and not rec.exists()
+    statedir.write_file(rec, f"{elsewhere}\n")
+    assert sweep._recorded_datasets([]) == [str(elsewhere)] and not elsewhere.exists() and not rec.exists()

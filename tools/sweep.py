@@ -7,7 +7,9 @@ removed:
 
   tracefs     instances perfbook_<pid>_*, probes in group perfbook_<pid>, our mount
   scratch     <scratch parent>/<chapter>-<pid>-* (and the older /var/tmp/perfbook-*-*)
-  datasets    half-written data/runs/**/.tmp-<pid>-* directories
+  datasets    half-written <data dir>/runs/<host>/<chapter>/.tmp-<pid>-* directories, in the
+              checkout's data/ and in every other data dir a run wrote to: the writer records
+              each one it makes (remember_dataset) before making it
   netns       perfbook_<pid>_* network namespaces
   knobs       debugfs/sysctl knobs a run changed, and the debugfs it mounted (tools.knobs)
   processes   whatever is left in the cgroup of a dead run, perfbook-run-<pid> (tools.cgroup)
@@ -15,6 +17,8 @@ removed:
               before papermill could remove it (recorded by remember_kernel_file)
 Children also die with their run at once: PR_SET_PDEATHSIG (tools.proc.die_with_parent), and
 the run's cgroup watchdog for every descendant.
+
+Nothing is removed through a symlink, nor anything of another user's.
 """
 from __future__ import annotations
 
@@ -82,17 +86,119 @@ def _legacy_state() -> list[str]:
     return removed
 
 
+def _open_dir(path: Path) -> int:
+    """A directory fd of `path` (absolute; the caller closes it), opened from / one component
+    at a time with O_NOFOLLOW: OSError (ELOOP, ENOTDIR) when a component is a symlink or no
+    directory, FileNotFoundError when one is missing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in Path(path).parts[1:]:
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_dataset_tmp(path: Path) -> str:
+    """Remove the half-written dataset `path` (absolute): 'removed', 'gone' when it is not
+    there, or 'refused' when it, or a directory above it, is a symlink, or it is not a
+    directory of ours. rmtree works below the directory fd and never follows a link."""
+    try:
+        fd = _open_dir(path.parent)
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "refused"
+    try:
+        try:
+            st = os.lstat(path.name, dir_fd=fd)
+        except FileNotFoundError:
+            return "gone"
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return "refused"
+        shutil.rmtree(path.name, dir_fd=fd, ignore_errors=True)
+        try:
+            os.lstat(path.name, dir_fd=fd)
+            return "refused"              # it could not be removed (EIO, EROFS ...)
+        except FileNotFoundError:
+            return "removed"
+    finally:
+        os.close(fd)
+
+
 def _dataset_tmp(data_dir=None) -> list[str]:
+    """Half-written datasets of dead runs in the checkout's data/ (or `data_dir`), recorded or
+    not (runs older than the records), ours only, no symlink followed on the way."""
     from .paths import runs_dir
-    base = runs_dir(data_dir)
+    base = Path(os.path.realpath(runs_dir(data_dir)))
     removed = []
-    if not base.is_dir():
-        return removed
-    for d in base.glob("*/*/.tmp-*"):
-        m = _TMP.match(d.name)
-        if m and not pid_alive(int(m.group(1))) and not d.is_symlink():
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(str(d))
+    for host in _subdirs(base):
+        for chap in _subdirs(host):
+            for d in _subdirs(chap):
+                m = _TMP.match(d.name)
+                if m and not pid_alive(int(m.group(1))) and _remove_dataset_tmp(d) == "removed":
+                    removed.append(str(d))
+    return removed
+
+
+def _subdirs(d: Path) -> list[Path]:
+    """The directories in `d` that are no symlinks."""
+    try:
+        with os.scandir(d) as it:
+            return [d / e.name for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+_REC = re.compile(r"^tmp-(\d+)-")
+
+
+def remember_dataset(tmp: Path) -> None:
+    """Record, before it is made, the temporary directory `tmp` (.tmp-<our pid>-...) a dataset
+    writer is about to fill, wherever its data dir is: after a SIGKILL the sweep removes it."""
+    from .statedir import subdir, write_file
+    real = os.path.realpath(tmp)
+    write_file(subdir("datasets") / Path(real).name.lstrip("."), f"{real}\n")
+
+
+def forget_dataset(tmp: Path) -> None:
+    """The writer published or removed `tmp`: its record goes. A record that can't go (the
+    state dir was refused meanwhile) is harmless: the sweep drops it once its run is dead."""
+    from .statedir import UnsafePath, subdir
+    try:
+        (subdir("datasets") / Path(tmp).name.lstrip(".")).unlink(missing_ok=True)
+    except (OSError, UnsafePath):
+        pass
+
+
+def _recorded_datasets(refused: list[str]) -> list[str]:
+    """The recorded half-written datasets of dead runs (remember_dataset), in any data dir.
+    A record names one .tmp-<its pid>-* directory and nothing else; one that is there but
+    refused keeps its record and is reported in `refused`."""
+    from .statedir import subdir
+    removed = []
+    for rec in subdir("datasets").iterdir():
+        m = _REC.match(rec.name)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        try:
+            path = Path(rec.read_text().strip())
+        except (OSError, ValueError):
+            path = Path()
+        if not path.is_absolute() or path.name != f".{rec.name}":
+            rec.unlink(missing_ok=True)        # not a record we write: nothing to act on
+            continue
+        outcome = _remove_dataset_tmp(path)
+        if outcome == "refused":
+            refused.append(str(path))
+            continue
+        if outcome == "removed":
+            removed.append(str(path))
+        rec.unlink(missing_ok=True)
     return removed
 
 
@@ -198,6 +304,11 @@ def sweep_all(log=print, data_dir=None) -> list[str]:
     removed += [str(p) for p in scratch.sweep()]
     removed += _legacy_scratch(log)
     removed += _dataset_tmp(data_dir)
+    left: list[str] = []
+    removed += _recorded_datasets(left)
+    if left:
+        log("left alone, not a half-written dataset of ours (behind a symlink, another user's) "
+            "or not removable: " + ", ".join(left) + "; remove it by hand")
     if removed:
         log("swept state left by a killed run: " + ", ".join(removed))
     return removed
