@@ -18,7 +18,10 @@ removed:
 Children also die with their run at once: PR_SET_PDEATHSIG (tools.proc.die_with_parent), and
 the run's cgroup watchdog for every descendant.
 
-Nothing is removed through a symlink, nor anything of another user's.
+Nothing is removed through a symlink, nor anything of another user's. A private directory
+that is refused (tools.statedir.UnsafePath: the state dir or the scratch parent planted as a
+symlink or as another user's directory) stops only the kinds of state kept in it: every
+other kind is swept first, and the refusals are reported at the end, in one line.
 """
 from __future__ import annotations
 
@@ -281,34 +284,52 @@ def _kernel_files(refused: list[str] | None = None) -> list[str]:
     return removed
 
 
-def sweep_all(log=print, data_dir=None) -> list[str]:
-    """Sweep every kind of state of dead runs; returns what was removed."""
+def sweep_all(log=print, data_dir=None, refused: list[str] | None = None) -> list[str]:
+    """Sweep every kind of state of dead runs; returns what was removed.
+
+    A kind kept in a private directory that is refused (UnsafePath) is left alone, the others
+    are swept all the same, and the reasons (each naming its path) go into `refused`; without
+    that list they are raised, as one UnsafePath, once everything else is swept."""
     from . import scratch
+    from .statedir import UnsafePath
     removed: list[str] = []
-    removed += _legacy_state()  # first: it may hand over a tracefs mount to release below
+    unsafe: list[str] = []
+
+    def kind(fn, *args):
+        try:
+            removed.extend(fn(*args))
+        except UnsafePath as e:
+            if str(e) not in unsafe:
+                unsafe.append(str(e))
+
+    kind(_legacy_state)  # first: it may hand over a tracefs mount to release below
     if os.geteuid() == 0:
         from . import cgroup    # first: a leftover bpftrace or perf still holds probes
-        removed += cgroup.sweep_stale(log=log)
+        kind(cgroup.sweep_stale, log)
         from .tracefs import find_tracefs, sweep_stale
         root = find_tracefs()
         if root is not None:
-            removed += sweep_stale(root, log=lambda s: None)
+            kind(sweep_stale, root, lambda s: None)
         from . import knobs
-        removed += knobs.sweep_stale(log=log)
+        kind(knobs.sweep_stale, log)
         if shutil.which("ip"):
             from .netns import sweep_stale_netns
-            removed += sweep_stale_netns(log=lambda s: None)
-    refused: list[str] = []
-    removed += _kernel_files(refused)
-    _say_refused(refused, log)
-    removed += [str(p) for p in scratch.sweep()]
-    removed += _legacy_scratch(log)
-    removed += _dataset_tmp(data_dir)
-    left: list[str] = []
-    removed += _recorded_datasets(left)
+            kind(sweep_stale_netns, lambda s: None)
+    left: list[str] = []             # files of ours refused one by one: said, not raised
+    kind(_kernel_files, left)
+    _say_refused(left, log)
+    kind(lambda: [str(p) for p in scratch.sweep()])
+    kind(_legacy_scratch, log)
+    kind(_dataset_tmp, data_dir)
+    left = []
+    kind(_recorded_datasets, left)
     if left:
         log("left alone, not a half-written dataset of ours (behind a symlink, another user's) "
             "or not removable: " + ", ".join(left) + "; remove it by hand")
     if removed:
         log("swept state left by a killed run: " + ", ".join(removed))
+    if refused is not None:
+        refused.extend(unsafe)
+    elif unsafe:
+        raise UnsafePath("; ".join(unsafe))
     return removed
