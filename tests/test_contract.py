@@ -281,6 +281,9 @@ def leftovers(data: Path) -> list[str]:
             out.append(f"scratch {d}")
     out += [f"dataset {d}" for d in _datasets(data)]
     out += [f"half-written {d}" for d in (data / "runs").glob("*/*/.tmp-*")]
+    from tools.statedir import subdir
+    out += [f"dataset record {r.name}" for r in subdir("datasets").iterdir()
+            if (m := re.match(r"tmp-(\d+)-", r.name)) and _ours(int(m.group(1)))]
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout \
         if os.path.exists("/usr/bin/ip") or os.path.exists("/bin/ip") else ""
     for n in ns.splitlines():
@@ -444,7 +447,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
             time.sleep(0.2)
         assert procs == [], f"after {how} ({kind}) these outlived the run: {procs}"
         from tools.sweep import sweep_all
-        sweep_all(log=lambda s: None, data_dir=data)  # what the next run does first
+        sweep_all(log=lambda s: None)   # what the next run does first: it finds `data` in its records
     left = settle(data)
     assert left == [], f"after {how} ({kind}) this was left: {left}\n" + "".join(seen[-5:]) + (out or "")[-2000:]
     assert mounts_of_ours() == mounts_before, f"after {how} ({kind}) a mount was left or taken away"
@@ -452,6 +455,22 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
         assert stopped < (30 if kind == "measure" else 60), f"took {stopped:.0f} s to stop"
     if kind == "measure" and sig != signal.SIGKILL:
         assert "Traceback" not in (out or ""), out[-2000:]
+
+
+def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_path):
+    """A run SIGKILLed while it wrote to a data_dir of its own: `python -m tools sweep`, which
+    is given no data dir, removes the .tmp-<pid>-* dataset there (the run recorded it)."""
+    data = tmp_path / "elsewhere"
+    (data / "runs").mkdir(parents=True)
+    p, seen = start(entry("measure", "example", data, tmp_path, {"hold_s": 60}), "example", r"state changed")
+    half = list((data / "runs").glob("*/example/.tmp-*"))
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=90)
+    assert len(half) == 1, "no half-written dataset while the run held its state"
+    r = subprocess.run([PY, "-m", "tools", "sweep"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not half[0].exists() and str(half[0]) in r.stdout, r.stdout + r.stderr
+    assert settle(data) == []
 
 
 def test_a_chapter_that_raises_midway_restores_and_publishes_nothing(scratch_data):

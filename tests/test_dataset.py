@@ -1,4 +1,5 @@
 """Datasets are atomic, never overwritten, and publish no identifying facts."""
+import errno
 import json
 import os
 import pwd
@@ -429,3 +430,76 @@ def test_a_refresh_checks_the_manifests_first_and_leaves_the_tables_to_its_noteb
     (run / "manifest.json").write_text("{")
     with pytest.raises(DatasetError, match="manifest.json"):
         validation.validate_all(tmp_path, names={"trace_overhead"}, tables=False)
+
+
+# ---- a write that fails: a full disk, a quota, an I/O error (issue #43) -------------------
+
+CAUSES = {errno.ENOSPC: "no space left on device (the disk is full)", errno.EDQUOT: "disk quota exceeded",
+          errno.EIO: "I/O error"}
+
+
+@pytest.mark.parametrize("err", sorted(CAUSES), ids=[errno.errorcode[e] for e in sorted(CAUSES)])
+@pytest.mark.parametrize("where", ["table", "manifest", "rename"])
+def test_a_failed_write_removes_the_half_written_dataset_and_says_why_in_one_line(
+        where, err, scratch_data, tmp_path, monkeypatch):
+    """A full data dir left a .tmp-* dataset (3 tables and a 0-byte manifest) that no sweep
+    removed, and an OSError the measure called a defect of ours. Each write of the writer that
+    fails (a table, the manifest, the rename into place) is one line naming the file and the
+    cause, and leaves neither the temporary directory nor its record."""
+    from tools import writer
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+
+    def fail():
+        raise OSError(err, os.strerror(err))
+    if where == "table":
+        def write_table(base, df):
+            Path(f"{base}.csv.xz").write_bytes(b"\xfd7zXZ")      # cut short, as on a full disk
+            fail()
+        monkeypatch.setattr(writer, "write_table", write_table)
+        named = "samples.csv.xz"
+    elif where == "manifest":
+        def open_(path, *a, **k):
+            assert Path(path).name == "manifest.json", path    # the writer opens only that
+            Path(path).write_text("")                           # the 0-byte manifest it left
+            fail()
+        monkeypatch.setattr(writer, "open", open_, raising=False)   # the writer's own open()
+        named = "manifest.json"
+    else:
+        rename = os.rename
+        monkeypatch.setattr(os, "rename", lambda src, dst: fail() if Path(src).name.startswith(".tmp-")
+                            else rename(src, dst))
+        named = "20260101T000000Z"
+    with pytest.raises(DatasetError) as e:
+        _write(scratch_data)
+    msg = str(e.value)
+    assert "\n" not in msg and named in msg and CAUSES[err] in msg and "nothing was published" in msg, msg
+    assert list((scratch_data / "runs").rglob("*")) == [], "the half-written dataset was left"
+    assert list((tmp_path / "state" / "datasets").iterdir()) == [], "its record was left"
+
+
+def test_a_full_tmpfs_data_dir_fails_the_run_in_one_line_and_leaves_nothing(tmp_path):
+    """The real thing: `make measure` with data_dir on a tmpfs with one free page, which the
+    table takes, so that the manifest finds the disk full."""
+    from conftest import ROOT, need_root
+    need_root("mounting a tmpfs")
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        st = os.statvfs(mnt)
+        (mnt / "filler").write_bytes(b"x" * ((st.f_bavail - 1) * st.f_bsize))
+        r = subprocess.run([sys.executable, "-m", "tools", "measure", "--chapters", "example",
+                            "--profile", "quick", "--param", f"data_dir={mnt}"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PERFBOOK_BUILD": str(tmp_path / "build")})
+        out = r.stdout + r.stderr
+        failed = [ln for ln in out.splitlines() if "FAILED" in ln]
+        assert r.returncode == 1 and len(failed) == 1, out
+        assert f"can't write {mnt}/runs/" in failed[0] and "no space left on device" in failed[0], out
+        assert "OSError" not in out and "traceback" not in out.lower(), out
+        assert list(mnt.rglob(".tmp-*")) == [], "the half-written dataset was left"
+    finally:
+        subprocess.run(["umount", str(mnt)])

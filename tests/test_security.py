@@ -8,6 +8,7 @@ our private directories may change. The attacker tests need root to become `nobo
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -239,3 +240,105 @@ def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
         if tracefs.find_tracefs() is not None:
             subprocess.run(["umount", str(tracefs.DEFAULT_MOUNT)])
         shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- half-written datasets (issue #43) ----------------------------------------------------
+
+DEAD = 2 ** 22 + 4343   # above pid_max's default: never a live pid
+
+
+def test_the_dataset_sweep_never_follows_a_symlink(tmp_path, monkeypatch):
+    """A dead run's half-written dataset behind a symlink (a data dir's host directory, or a
+    directory above a recorded one) is left alone, and so is one of another name."""
+    from tools import sweep
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+    elsewhere = tmp_path / "elsewhere" / "h-x" / "demo" / f".tmp-{DEAD}-20260101T000000Z-abcd"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "keep").write_text("keep\n")
+    data = tmp_path / "data"
+    (data / "runs").mkdir(parents=True)
+    (data / "runs" / "h-x").symlink_to(tmp_path / "elsewhere" / "h-x")
+    assert sweep._dataset_tmp(data) == []
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    via_link = link / "h-x" / "demo" / elsewhere.name
+    rec = statedir.subdir("datasets") / elsewhere.name.lstrip(".")
+    statedir.write_file(rec, f"{via_link}\n")
+    refused: list[str] = []
+    assert sweep._recorded_datasets(refused) == [] and refused == [str(via_link)]
+    assert (elsewhere / "keep").read_text() == "keep\n" and rec.exists()
+    statedir.write_file(rec, f"{elsewhere.parent / 'not-its-name'}\n")
+    assert sweep._recorded_datasets([]) == [] and not rec.exists()
+    statedir.write_file(rec, f"{elsewhere}\n")
+    assert sweep._recorded_datasets([]) == [str(elsewhere)] and not elsewhere.exists() and not rec.exists()
+
+
+# ---- a planted private directory fails the run and is reported by the sweep (issue #43) ----
+
+PY = sys.executable
+
+
+def _plant(tmp_path) -> tuple[Path, Path]:
+    """A symlink where a private directory is to be, and the directory it points to."""
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "planted"
+    link.symlink_to(target)
+    return link, target
+
+
+@pytest.mark.parametrize("planted", ["PERFBOOK_SCRATCH_DIR", "PERFBOOK_STATE_DIR"])
+def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_path):
+    """Chapters whose preflight checked the scratch parent said SKIPPED and exited 0 when it
+    was planted, as if the host lacked something. Every chapter that can collect here fails
+    instead, before measuring, with one line naming the path; the exit is 1 and the summary
+    says which chapter failed and why."""
+    from tools.chapters import CHAPTERS, EXAMPLE
+    ready = [c.name for c in CHAPTERS + [EXAMPLE] if not c.load().preflight()]
+    if not ready:
+        pytest.skip("no chapter can collect here")
+    link, target = _plant(tmp_path)
+    env = {**os.environ, planted: str(link), "PERFBOOK_BUILD": str(tmp_path / "build")}
+    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", ",".join(ready), "--profile", "quick",
+                        "--param", f"data_dir={tmp_path / 'data'}"], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert "SKIPPED" not in out and "Traceback" not in out, out
+    for name in ready:
+        failed = [ln for ln in out.splitlines() if f"] {name}: FAILED: " in ln]
+        assert len(failed) == 1 and f"{link} is a symlink" in failed[0], (name, out)
+    s = subprocess.run([PY, "-m", "tools", "summary"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=300).stdout
+    for name in set(ready) - {EXAMPLE.name}:   # the summary's chapters: the book's
+        assert re.search(rf"^{name}\s+failed\s+{re.escape(str(link))} is a symlink", s, re.M), s
+    assert list(target.iterdir()) == [], "something was written through the planted link"
+
+
+@pytest.mark.parametrize("planted", ["scratch", "state"])
+def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted, tmp_path):
+    """`python -m tools sweep` stopped (exit 2) at the first private directory it refused,
+    before it swept the rest. It sweeps every other kind first, then reports the refused path
+    in one line at the end, and exits 1 (tools.__main__.cmd_sweep says why 1)."""
+    link, target = _plant(tmp_path)
+    state, scratch_dir = tmp_path / "state", tmp_path / "scratch"
+    if planted == "state":              # a dead run's scratch, in the scratch parent that is fine
+        scratch_dir.mkdir(mode=0o700)
+        left = scratch_dir / f"demo-{DEAD}-abcdefgh"
+        left.mkdir()
+    else:                               # a dead run's kernel connection file, recorded in the state dir
+        (state / "kernelfiles").mkdir(parents=True, mode=0o700)
+        state.chmod(0o700)
+        left = tmp_path / "kernel-dead.json"
+        left.write_text("{}\n")
+        (state / "kernelfiles" / str(DEAD)).write_text(f"{left}\n")
+    env = {**os.environ, "PERFBOOK_STATE_DIR": str(link if planted == "state" else state),
+           "PERFBOOK_SCRATCH_DIR": str(link if planted == "scratch" else scratch_dir)}
+    r = subprocess.run([PY, "-m", "tools", "sweep"], capture_output=True, text=True, cwd=ROOT,
+                       env=env, timeout=300)
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert r.returncode == 1, lines
+    assert not left.exists(), f"the sweep stopped before it removed {left}"
+    assert [ln for ln in lines if str(link) in ln] == [lines[-1]] == [r.stderr.strip()], lines
+    assert lines[-1].startswith("error: ") and f"{link} is a symlink" in lines[-1]
+    assert list(target.iterdir()) == [], "something was written through the planted link"

@@ -439,9 +439,19 @@ def cmd_summary(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    """Every kind of state of dead runs (tools.sweep.sweep_all). Exit 0 when no private
+    directory was refused; 1 when one was (the state dir or the scratch parent planted as a
+    symlink or another user's): the sweep did all it could, every other kind of state included,
+    and its last line names the refused path. 1, as `measure` gives when a chapter failed: the
+    command ran but its job is not done; 2 stays for an error that stopped it before it began."""
     from .sweep import sweep_all
-    if not sweep_all():
+    refused: list[str] = []
+    if not sweep_all(refused=refused) and not refused:
         print("nothing to sweep")
+    if refused:
+        print("error: the sweep left alone what it refuses to touch: " + "; ".join(refused),
+              file=sys.stderr)
+        return 1
     return 0
 
 
@@ -469,7 +479,13 @@ def cmd_book(args) -> int:
 
 
 def cmd_doctor(args) -> int:
+    from . import statedir
     from .chapters import CHAPTERS
+    for private in (statedir.state_dir, statedir.scratch_parent):
+        try:
+            private()
+        except statedir.UnsafePath as e:    # not a chapter's prerequisite: every collect fails
+            print(f"{'every chapter':<22} will fail: {e}")
     for ch in CHAPTERS:
         reasons = ch.load().preflight()
         print(f"{ch.name:<22} {'ready' if not reasons else 'cannot collect: ' + '; '.join(reasons)}")

@@ -257,22 +257,16 @@ class Chapter:
 
     # -- the steps a chapter implements --------------------------------------------------
     needs_tools: dict[str, str] = {}  # program -> the Debian package that has it
-    needs_scratch: bool = False        # a private scratch directory (tools.statedir)
 
     def preflight(self) -> list[str]:
         """Why this chapter cannot measure on this host ([] when it can): the programs in
-        needs_tools, a usable scratch parent if needs_scratch. A chapter adds its own checks
-        to super().preflight()."""
+        needs_tools. A chapter adds its own checks to super().preflight(). A private directory
+        that is refused (tools.statedir: the scratch parent or the state dir planted) is no
+        such reason: it is an attack or a mistake to mend, and the collect fails on it (its
+        lock or its sweep refuses the directory, tools.framework.collect)."""
         import shutil
-        reasons = [f"{tool} is not installed (apt-get install {pkg})"
-                   for tool, pkg in self.needs_tools.items() if not shutil.which(tool)]
-        if self.needs_scratch:
-            from . import statedir
-            try:
-                statedir.scratch_parent()
-            except statedir.UnsafePath as e:
-                reasons.append(f"no place for scratch files: {e}")
-        return reasons
+        return [f"{tool} is not installed (apt-get install {pkg})"
+                for tool, pkg in self.needs_tools.items() if not shutil.which(tool)]
 
     def measure(self, ctx: Context) -> None:
         """The measurement: `measure(ctx)` of the chapter package's collect module."""

@@ -9,8 +9,10 @@ The chapter (tools/chapter.py) brings only its parameters, preflight() and measu
 the framework opens the dataset writer and the undo stack (the kernel-state guard) around
 measure, unwinds the stack before publishing, and publishes only on success. A bad parameter is
 one ParameterError line and nothing is measured; a host that can't run the chapter is a
-skip (MissingPrerequisite); Ctrl-C, SIGTERM or SIGHUP raise KeyboardInterrupt inside the
-collect, every `finally` restores what it changed, and nothing is published.
+skip (MissingPrerequisite); a private directory that is refused (tools.statedir.UnsafePath: the
+state dir or the scratch parent planted as a symlink or another user's) is a failure, one line
+that names it, before anything is measured; Ctrl-C, SIGTERM or SIGHUP raise KeyboardInterrupt
+inside the collect, every `finally` restores what it changed, and nothing is published.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from . import guard, knobs
+from . import guard, knobs, statedir
 from .dataset import check_writable
 from .errors import MissingPrerequisite
 from .lock import measure_lock
@@ -63,10 +65,12 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
         status(chapter.name, "skipped", "; ".join(reasons))
         return None
     data = resolve_data_dir(data_dir)
-    check_writable(data)                          # an unwritable data dir stops here too
+    check_writable(data)                          # an unwritable data dir stops here too,
+    statedir.state_dir()                          # and so does a refused private directory
+    statedir.scratch_parent()                     # (UnsafePath), before waiting for the lock
     t0 = time.monotonic()
     with guard.interruptible(), measure_lock(f"{chapter.name} collect"):
-        sweep_all(log=say)
+        sweep_all(log=say)      # UnsafePath, once all else is swept, if it refused something
         debugfs_before = knobs.mounted()  # the mount table this run must leave as it found it
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:

@@ -7,7 +7,9 @@ removed:
 
   tracefs     instances perfbook_<pid>_*, probes in group perfbook_<pid>, our mount
   scratch     <scratch parent>/<chapter>-<pid>-* (and the older /var/tmp/perfbook-*-*)
-  datasets    half-written data/runs/**/.tmp-<pid>-* directories
+  datasets    half-written <data dir>/runs/<host>/<chapter>/.tmp-<pid>-* directories, in the
+              checkout's data/ and in every other data dir a run wrote to: the writer records
+              each one it makes (remember_dataset) before making it
   netns       perfbook_<pid>_* network namespaces
   knobs       debugfs/sysctl knobs a run changed, and the debugfs it mounted (tools.knobs)
   processes   whatever is left in the cgroup of a dead run, perfbook-run-<pid> (tools.cgroup)
@@ -15,6 +17,11 @@ removed:
               before papermill could remove it (recorded by remember_kernel_file)
 Children also die with their run at once: PR_SET_PDEATHSIG (tools.proc.die_with_parent), and
 the run's cgroup watchdog for every descendant.
+
+Nothing is removed through a symlink, nor anything of another user's. A private directory
+that is refused (tools.statedir.UnsafePath: the state dir or the scratch parent planted as a
+symlink or as another user's directory) stops only the kinds of state kept in it: every
+other kind is swept first, and the refusals are reported at the end, in one line.
 """
 from __future__ import annotations
 
@@ -82,19 +89,119 @@ def _legacy_state() -> list[str]:
     return removed
 
 
+def _open_dir(path: Path) -> int:
+    """A directory fd of `path` (absolute; the caller closes it), opened from / one component
+    at a time with O_NOFOLLOW: OSError (ELOOP, ENOTDIR) when a component is a symlink or no
+    directory, FileNotFoundError when one is missing."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in Path(path).parts[1:]:
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_dataset_tmp(path: Path) -> str:
+    """Remove the half-written dataset `path` (absolute): 'removed', 'gone' when it is not
+    there, or 'refused' when it, or a directory above it, is a symlink, or it is not a
+    directory of ours. rmtree works below the directory fd and never follows a link."""
+    try:
+        fd = _open_dir(path.parent)
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "refused"
+    try:
+        try:
+            st = os.lstat(path.name, dir_fd=fd)
+        except FileNotFoundError:
+            return "gone"
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return "refused"
+        shutil.rmtree(path.name, dir_fd=fd, ignore_errors=True)
+        try:
+            os.lstat(path.name, dir_fd=fd)
+            return "refused"              # it could not be removed (EIO, EROFS ...)
+        except FileNotFoundError:
+            return "removed"
+    finally:
+        os.close(fd)
+
+
 def _dataset_tmp(data_dir=None) -> list[str]:
-    from .dataset import subdirs
+    """Half-written datasets of dead runs in the checkout's data/ (or `data_dir`), recorded or
+    not (runs older than the records), ours only, no symlink followed on the way."""
     from .paths import runs_dir
-    base = runs_dir(data_dir)
+    base = Path(os.path.realpath(runs_dir(data_dir)))
     removed = []
-    # host and chapter directories listed without following a link (one is refused): a
-    # linked host directory must not lead the sweep to remove someone else's .tmp-<pid>-*
-    for top in (base / h / c for h in subdirs(base) for c in subdirs(base / h)):
-        for d in sorted(top.glob(".tmp-*")):
-            m = _TMP.match(d.name)
-            if m and not pid_alive(int(m.group(1))) and not d.is_symlink():
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(str(d))
+    for host in _subdirs(base):
+        for chap in _subdirs(host):
+            for d in _subdirs(chap):
+                m = _TMP.match(d.name)
+                if m and not pid_alive(int(m.group(1))) and _remove_dataset_tmp(d) == "removed":
+                    removed.append(str(d))
+    return removed
+
+
+def _subdirs(d: Path) -> list[Path]:
+    """The directories in `d` that are no symlinks."""
+    try:
+        with os.scandir(d) as it:
+            return [d / e.name for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+_REC = re.compile(r"^tmp-(\d+)-")
+
+
+def remember_dataset(tmp: Path) -> None:
+    """Record, before it is made, the temporary directory `tmp` (.tmp-<our pid>-...) a dataset
+    writer is about to fill, wherever its data dir is: after a SIGKILL the sweep removes it."""
+    from .statedir import subdir, write_file
+    real = os.path.realpath(tmp)
+    write_file(subdir("datasets") / Path(real).name.lstrip("."), f"{real}\n")
+
+
+def forget_dataset(tmp: Path) -> None:
+    """The writer published or removed `tmp`: its record goes. A record that can't go (the
+    state dir was refused meanwhile) is harmless: the sweep drops it once its run is dead."""
+    from .statedir import UnsafePath, subdir
+    try:
+        (subdir("datasets") / Path(tmp).name.lstrip(".")).unlink(missing_ok=True)
+    except (OSError, UnsafePath):
+        pass
+
+
+def _recorded_datasets(refused: list[str]) -> list[str]:
+    """The recorded half-written datasets of dead runs (remember_dataset), in any data dir.
+    A record names one .tmp-<its pid>-* directory and nothing else; one that is there but
+    refused keeps its record and is reported in `refused`."""
+    from .statedir import subdir
+    removed = []
+    for rec in subdir("datasets").iterdir():
+        m = _REC.match(rec.name)
+        if not m or pid_alive(int(m.group(1))):
+            continue
+        try:
+            path = Path(rec.read_text().strip())
+        except (OSError, ValueError):
+            path = Path()
+        if not path.is_absolute() or path.name != f".{rec.name}":
+            rec.unlink(missing_ok=True)        # not a record we write: nothing to act on
+            continue
+        outcome = _remove_dataset_tmp(path)
+        if outcome == "refused":
+            refused.append(str(path))
+            continue
+        if outcome == "removed":
+            removed.append(str(path))
+        rec.unlink(missing_ok=True)
     return removed
 
 
@@ -177,29 +284,52 @@ def _kernel_files(refused: list[str] | None = None) -> list[str]:
     return removed
 
 
-def sweep_all(log=print, data_dir=None) -> list[str]:
-    """Sweep every kind of state of dead runs; returns what was removed."""
+def sweep_all(log=print, data_dir=None, refused: list[str] | None = None) -> list[str]:
+    """Sweep every kind of state of dead runs; returns what was removed.
+
+    A kind kept in a private directory that is refused (UnsafePath) is left alone, the others
+    are swept all the same, and the reasons (each naming its path) go into `refused`; without
+    that list they are raised, as one UnsafePath, once everything else is swept."""
     from . import scratch
+    from .statedir import UnsafePath
     removed: list[str] = []
-    removed += _legacy_state()  # first: it may hand over a tracefs mount to release below
+    unsafe: list[str] = []
+
+    def kind(fn, *args):
+        try:
+            removed.extend(fn(*args))
+        except UnsafePath as e:
+            if str(e) not in unsafe:
+                unsafe.append(str(e))
+
+    kind(_legacy_state)  # first: it may hand over a tracefs mount to release below
     if os.geteuid() == 0:
         from . import cgroup    # first: a leftover bpftrace or perf still holds probes
-        removed += cgroup.sweep_stale(log=log)
+        kind(cgroup.sweep_stale, log)
         from .tracefs import find_tracefs, sweep_stale
         root = find_tracefs()
         if root is not None:
-            removed += sweep_stale(root, log=lambda s: None)
+            kind(sweep_stale, root, lambda s: None)
         from . import knobs
-        removed += knobs.sweep_stale(log=log)
+        kind(knobs.sweep_stale, log)
         if shutil.which("ip"):
             from .netns import sweep_stale_netns
-            removed += sweep_stale_netns(log=lambda s: None)
-    refused: list[str] = []
-    removed += _kernel_files(refused)
-    _say_refused(refused, log)
-    removed += [str(p) for p in scratch.sweep()]
-    removed += _legacy_scratch(log)
-    removed += _dataset_tmp(data_dir)
+            kind(sweep_stale_netns, lambda s: None)
+    left: list[str] = []             # files of ours refused one by one: said, not raised
+    kind(_kernel_files, left)
+    _say_refused(left, log)
+    kind(lambda: [str(p) for p in scratch.sweep()])
+    kind(_legacy_scratch, log)
+    kind(_dataset_tmp, data_dir)
+    left = []
+    kind(_recorded_datasets, left)
+    if left:
+        log("left alone, not a half-written dataset of ours (behind a symlink, another user's) "
+            "or not removable: " + ", ".join(left) + "; remove it by hand")
     if removed:
         log("swept state left by a killed run: " + ", ".join(removed))
+    if refused is not None:
+        refused.extend(unsafe)
+    elif unsafe:
+        raise UnsafePath("; ".join(unsafe))
     return removed

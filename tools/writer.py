@@ -3,9 +3,16 @@
 Everything goes into a hidden temporary directory next to the destination, which is renamed
 into place only when the run succeeded; an existing dataset is never overwritten
 (tools.dataset reads what it publishes, and still exports DatasetWriter).
+
+The temporary directory is removed on every other way out: a failed run, a signal, and a
+write of ours that fails (a full disk, a quota, an I/O error: a table, the manifest, the
+rename), which is one DatasetError line naming the file and the cause. It is recorded in the
+private state directory before it is made (tools.sweep.remember_dataset), so that after a
+SIGKILL the sweep removes it in whatever data directory the run wrote to.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,6 +24,17 @@ from .dataset import (MANIFEST, PLAIN_EXT, RUN_DEPTH, SCHEMA, TABLE_EXT, check_w
                       new_run_id, read_data, utc_now, write_table)
 from .errors import DatasetError
 from .paths import runs_dir
+
+_CAUSES = {errno.ENOSPC: "no space left on device (the disk is full)",
+           errno.EDQUOT: "disk quota exceeded (the disk is full for this user)",
+           errno.EIO: "I/O error (the disk failed the write)",
+           errno.EROFS: "read-only file system"}
+
+
+def write_error(path: Path, e: OSError, action: str = "write") -> DatasetError:
+    """The one line for a write of the writer that failed: the file and the cause."""
+    cause = _CAUSES.get(e.errno) or e.strerror or str(e)
+    return DatasetError(f"can't {action} {path}: {cause}; nothing was published")
 
 
 class DatasetWriter:
@@ -46,10 +64,20 @@ class DatasetWriter:
         self.published: Path | None = None
 
     def __enter__(self):
+        from .sweep import remember_dataset
         check_writable(self.data_dir)
         if self.dest.exists():
             raise DatasetError(f"dataset {self.dest} exists already; refusing to overwrite it")
-        self.tmp.mkdir(parents=True)
+        try:
+            self.tmp.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise write_error(self.tmp.parent, e) from None
+        remember_dataset(self.tmp)          # before it exists: a SIGKILL may come at any time
+        try:
+            self.tmp.mkdir()
+        except OSError as e:
+            self._discard()
+            raise write_error(self.tmp, e) from None
         return self
 
     def __exit__(self, etype, exc, tb):
@@ -57,15 +85,28 @@ class DatasetWriter:
         if etype is None and guard.received():
             # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
             # a finalizer): the run was asked to stop, so it is not published either
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
+            self._discard()
             raise KeyboardInterrupt(f"{guard.interrupted_by()} arrived during the run; nothing was published")
         if etype is None:
-            self._publish()
+            try:
+                self._publish()
+            except BaseException:
+                self._discard()
+                raise
         else:
+            self._discard()
+        return False
+
+    def _discard(self):
+        """Remove the temporary directory (and the empty directories above it), then its
+        record; a directory that could not be removed keeps its record for the sweep."""
+        from . import guard
+        from .sweep import forget_dataset
+        with guard.restoring():
             shutil.rmtree(self.tmp, ignore_errors=True)
             self._prune_empty()
-        return False
+            if not os.path.lexists(self.tmp):
+                forget_dataset(self.tmp)
 
     def _prune_empty(self):
         for d in (self.dest.parent, self.dest.parent.parent):
@@ -86,7 +127,10 @@ class DatasetWriter:
             if name not in self.schemas:
                 raise DatasetError(f"table {name!r} is not declared in the {self.chapter} chapter's tables")
             self.schemas[name].check(df, f"{self.chapter} table {name}")  # raises on a mismatch
-        p = write_table(self.tmp / name, df)
+        try:
+            p = write_table(self.tmp / name, df)
+        except OSError as e:
+            raise write_error(self.tmp / f"{name}{TABLE_EXT}", e) from None
         self.tables[name] = int(len(df))
         return p
 
@@ -118,23 +162,28 @@ class DatasetWriter:
         }
 
     def _publish(self):
+        """Write the manifest and rename the directory into place; the caller (__exit__)
+        discards the temporary directory when this raises."""
+        from .sweep import forget_dataset
         if self.rejected:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
             raise DatasetError("the run failed its sanity checks, so nothing was published: "
                                + "; ".join(self.rejected))
         if not self.tables:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            self._prune_empty()
             raise DatasetError("the run produced no table; nothing was saved")
-        with open(self.tmp / MANIFEST, "w") as f:
-            json.dump(self.manifest(), f, indent=2, sort_keys=True, default=str)
-            f.write("\n")
+        try:
+            with open(self.tmp / MANIFEST, "w") as f:
+                json.dump(self.manifest(), f, indent=2, sort_keys=True, default=str)
+                f.write("\n")
+        except OSError as e:
+            raise write_error(self.tmp / MANIFEST, e) from None
         if self.dest.exists():
-            shutil.rmtree(self.tmp, ignore_errors=True)
             raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
-        os.rename(self.tmp, self.dest)
+        try:
+            os.rename(self.tmp, self.dest)
+        except OSError as e:
+            raise write_error(self.dest, e, f"rename {self.tmp.name} to") from None
         self.published = self.dest
+        forget_dataset(self.tmp)
 
 
 def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:

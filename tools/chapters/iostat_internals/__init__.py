@@ -110,7 +110,6 @@ class IostatInternals(Chapter):
     reference = ("iostat_internals",)
 
     needs_tools = {"fio": "fio"}
-    needs_scratch = True
 
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings

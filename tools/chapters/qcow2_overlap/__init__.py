@@ -140,7 +140,6 @@ class Qcow2Overlap(Chapter):
     quote_needs = ("prealloc", "writes", "metadata")
 
     needs_tools = {"qemu-img": "qemu-utils"}
-    needs_scratch = True
 
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings

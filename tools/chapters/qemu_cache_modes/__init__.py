@@ -156,7 +156,6 @@ class QemuCacheModes(Chapter):
     quote_needs = ("trace", "bench", "host_dd", "guest_dd", "guest_boots", "pagecache", "pagecache_samples")
 
     needs_tools = {"qemu-img": "qemu-utils", "qemu-io": "qemu-utils"}
-    needs_scratch = True
 
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings

@@ -107,7 +107,6 @@ class VirtioBlkIothread(Chapter):
     needs_tools = {"qemu-system-x86_64": "qemu-system-x86", "fio": "fio", "bonnie++": "bonnie++",
                    "ldd": "libc-bin", "mkfs.ext4": "e2fsprogs"}
     needs_text = "a QEMU guest (KVM where it boots, TCG otherwise); qemu.qmp for the main-loop storm"
-    needs_scratch = True
 
     def check(self, p: dict) -> None:
         from ...stats import repetition_settings
