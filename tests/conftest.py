@@ -1,4 +1,5 @@
-"""Shared test helpers: skips that say why, and a scratch data directory."""
+"""Shared test helpers: skips that say why, a scratch data directory, the book's data in the
+states a reader's clone holds it (book_data), and every figure each chapter shows."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -113,6 +115,167 @@ def scratch_data(tmp_path):
     d = tmp_path / "data"
     (d / "runs").mkdir(parents=True)
     return d
+
+
+# ---- the book's data, whichever host is "this host" --------------------------------------------
+#
+# Every test that reads the book's data reads it through `book_data`, once per state a reader's
+# clone can be in (the developers' clones are always the first):
+#
+#   committed        data/ as committed: this host (the host of D.quoted) is the reference host
+#   new_host         a reader's `sudo make all` on a new machine: a copy of data/ plus one dataset
+#                    per chapter from a new host, the newest, with one round of each adaptive
+#                    repetition (tools.synthfleet.add_host): this host is that host, with one run
+#   spanning_builds  a copy of data/ in which the reference host measured every chapter again on
+#                    another build of its kernel (tools.synthfleet.add_build): this host's runs
+#                    span two kernel builds, and the newest is on the new one
+#
+# Each copy is made once per session, when a test first asks for it.
+
+BOOK_DATA = ("committed", "new_host", "spanning_builds")
+
+
+@dataclass(frozen=True)
+class BookData:
+    scenario: str
+    data_dir: Path | None                       # None: the committed data/ itself
+    host: str | None = None                     # the host whose datasets the scenario added
+    added: dict = field(default_factory=dict)   # chapter -> the dataset directory it added
+
+    def __str__(self):
+        return self.scenario
+
+
+def _make_book_data(scenario: str, tmp_path_factory) -> BookData:
+    from tools import fleetview, synthfleet
+    if scenario == "committed":
+        return BookData(scenario, None)
+    data = tmp_path_factory.mktemp(scenario) / "data"
+    shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
+    if scenario == "new_host":
+        host, added = synthfleet.add_host(data)
+    elif scenario == "spanning_builds":
+        host = fleetview.reference_host()["host_id"]
+        added = synthfleet.add_build(data, host)
+    else:
+        raise ValueError(f"unknown book_data scenario {scenario!r}")
+    return BookData(scenario, data, host, added)
+
+
+@pytest.fixture(scope="session")
+def book_datasets(tmp_path_factory):
+    """scenario -> BookData, each made on first use. At the end of the session the catalog and
+    verdict-store entries of the copies (build/catalog, build/verdicts) are removed with them."""
+    made: dict[str, BookData] = {}
+
+    def get(scenario: str) -> BookData:
+        if scenario not in made:
+            made[scenario] = _make_book_data(scenario, tmp_path_factory)
+        return made[scenario]
+    yield get
+    from tools.catalog import catalog_path
+    from tools.paths import build_dir
+    for bd in made.values():
+        if bd.data_dir is not None:
+            entry = catalog_path(bd.data_dir)
+            entry.unlink(missing_ok=True)
+            shutil.rmtree(build_dir() / "verdicts" / entry.stem, ignore_errors=True)
+
+
+@pytest.fixture(params=BOOK_DATA)
+def book_data(request, book_datasets) -> BookData:
+    """The book's data in each state a reader's clone holds it (BOOK_DATA)."""
+    return book_datasets(request.param)
+
+
+# ---- every figure each chapter's notebook shows (nb.figure key -> how it is made) -------------
+
+FIGURES = {
+    "trace_overhead": {"costs": "costs", "seed_comparison": "seed_comparison", "published": "published"},
+    "qemu_cache_modes": {"bench": "bench", "guest_dd": "guest_dd", "pagecache": "pagecache", "hosts": "hosts"},
+    "qcow2_overlap": {"prealloc": "prealloc", "modes": "modes", "formula": "formula"},
+    "virtio_blk_latency": {"delta_bars": "delta_bars", "cdfs": "cdfs", "lifecycle_timeline": "lifecycle_timeline"},
+    "virtio_blk_iothread": {"iops": "iops", "cpu": "cpu", "hosts": "hosts"},
+    "virtio_features": {"block_bits": "block_bits", "type_bits": "type_bits"},
+    "tsc_alignment": {"pingpong": "pingpong", "inside": "inside", "widths": "widths", "timeline": "timeline"},
+    "netperf_latency": {"exceedance": "exceedance", "ladder": "ladder", "seed_histogram": "seed_histogram"},
+    "cpu_pinning": {"results": "results", "migrations": "migrations", "core_balance": "core_balance",
+                    "hosts": "hosts"},
+    "sched_callers": {"callers_hackbench": "callers", "probe_effect": "probe_effect"},
+}
+IOSTAT_FIGURES = ("timeseries", "disagreement", "little", "latency", "saturation", "hosts_iops")
+# the cross-host figures: this host, the reference host and the other hosts in their roles
+CROSS_HOST = {("trace_overhead", k) for k in ("costs", "seed_comparison", "published")} | {
+    ("iostat_internals", "hosts_iops"), ("qemu_cache_modes", "hosts"), ("qcow2_overlap", "prealloc"),
+    ("qcow2_overlap", "modes"), ("tsc_alignment", "pingpong"), ("tsc_alignment", "inside"),
+    ("tsc_alignment", "widths"), ("netperf_latency", "exceedance"), ("netperf_latency", "ladder"),
+    ("netperf_latency", "seed_histogram"), ("cpu_pinning", "hosts"), ("sched_callers", "probe_effect"),
+    ("virtio_blk_iothread", "hosts")}
+HEATMAP = {("virtio_features", "block_bits")}   # roles are columns of a grid, not marks
+
+
+def makers(entry, D) -> dict:
+    """nb.figure key -> a function that makes that (figure, caption) of a chapter's Data."""
+    M = entry.package()
+    if entry.name == "iostat_internals":
+        A, AH = M.views.analyse_all(D)
+        return {"timeseries": lambda: M.views.timeseries(A), "disagreement": lambda: M.views.disagreement(A),
+                "little": lambda: M.views.little(A), "latency": lambda: M.views.latency(A),
+                "saturation": lambda: M.views.saturation(A), "hosts_iops": lambda: M.views.hosts_iops(D, AH)}
+    args = {"callers_hackbench": ("hackbench",)}
+    return {k: (lambda fn=getattr(M.figures, fn), a=args.get(k, ()): fn(D, *a))
+            for k, fn in FIGURES[entry.name].items()}
+
+
+def legend_texts(fig) -> list[str]:
+    """The entries of every legend of a figure (the figure's and its axes')."""
+    return ([t.get_text() for lg in fig.legends for t in lg.get_texts()]
+            + [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()])
+
+
+def figure_colours(fig) -> set:
+    """Every colour a figure's marks use (lines, markers, collections), as RGB tuples."""
+    from matplotlib.colors import to_rgba
+    out = set()
+    for ax in fig.axes:
+        for ln in ax.get_lines():
+            for c in (ln.get_color(), ln.get_markerfacecolor()):
+                try:
+                    out.add(tuple(round(v, 3) for v in to_rgba(c)[:3]))
+                except ValueError:
+                    pass
+        for col in ax.collections:
+            for arr in (col.get_facecolors(), col.get_edgecolors()):
+                for c in arr:
+                    out.add(tuple(round(float(v), 3) for v in c[:3]))
+    return out
+
+
+def rgb(colour) -> tuple:
+    from matplotlib.colors import to_rgba
+    return tuple(round(v, 3) for v in to_rgba(colour)[:3])
+
+
+# What a reader must never find in a prose value, a caption or a findings block: a number that
+# is missing printed as such (nan, inf, <NA>), a sign left without its number, a Python repr (a
+# numpy scalar, a list or dict, a string still in its quotes).
+DEBRIS = re.compile(r"(?<![\w.-])(?:nan|NaN|inf|<NA>)(?![\w-])|\+-|np\.float64|\[\s*'|\{\s*'"
+                    r"|^(['\"]).*\1$", re.S)
+
+
+def debris(text) -> list[str]:
+    """The debris (DEBRIS) in a text, each with a little of its context."""
+    text = str(text)
+    return [text[max(0, m.start() - 60):m.end() + 30] for m in DEBRIS.finditer(text)]
+
+
+def prose_values(entry, D) -> dict:
+    """Every value a chapter's prose quotes, as its notebook glues them (nb.glue_all)."""
+    M = entry.package()
+    if entry.name == "iostat_internals":
+        A, AH = M.views.analyse_all(D)
+        return M.views.glue_values(D, A, AH)
+    return M.findings(D)
 
 
 # ---- the built site, shared by tests/test_book.py and tests/test_site_browser.py ----------

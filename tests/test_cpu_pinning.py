@@ -170,10 +170,10 @@ def test_derive_applies_the_rate_rule_to_datasets_without_the_column():
     assert x.loc["rate", "rate_saturated"].sum() == 2 and x.loc["sat", "used"] == 1
 
 
-def test_committed_datasets_reproduce_the_quoted_run():
+def test_committed_datasets_reproduce_the_quoted_run(book_data):
     """The prose quotes the newest default run; its trials are the ones findings() counts."""
     from tools.chapters.cpu_pinning import findings
-    d = CH.load()
+    d = CH.load(book_data.data_dir)
     if d.quoted is None:
         pytest.skip("no committed cpu_pinning dataset")
     f = findings(d)
@@ -405,8 +405,8 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     assert set(cores.cpu) == set(range(os.cpu_count())) and cores.busy_frac.between(0, 1).all()
 
 
-def test_committed_data_is_consistent():
-    d = CH.load()
+def test_committed_data_is_consistent(book_data):
+    d = CH.load(book_data.data_dir)
     if d["trials"].empty:
         pytest.skip("no committed cpu_pinning dataset")
     t = d["trials"]

@@ -375,14 +375,14 @@ def test_newer_schema_is_refused_with_what_to_do(tmp_path):
         load_manifest(run)
 
 
-def test_views_cut_the_tables_their_data_read_without_listing_the_files_again(monkeypatch):
+def test_views_cut_the_tables_their_data_read_without_listing_the_files_again(monkeypatch, book_data):
     """A finding's view of one dataset (Data.view) takes its rows from the table its Data has
     read: the same rows as filtering by host and run, and no new pass over every dataset's
     files (at a hundred hosts that pass, once per view and table, cost more than the findings)."""
     import pandas as pd
     from tools.chapters import by_name
     from tools.findings import Run
-    D = by_name("trace_overhead").load().load()
+    D = by_name("trace_overhead").load().load(book_data.data_dir)
     whole = D["samples"]
     listed = []
     real = dataset._table_rows
@@ -395,7 +395,7 @@ def test_views_cut_the_tables_their_data_read_without_listing_the_files_again(mo
     assert listed == [], "a view listed the files again"
 
 
-def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeypatch):
+def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeypatch, book_data):
     """Data.view(own_files=True): the quoted dataset's rows from its own file (a fleet's
     notebook reads one table, not one per host); the same rows and columns as cutting the whole
     table, which it does instead once the whole table is loaded."""
@@ -403,7 +403,7 @@ def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeyp
     from tools.chapters import by_name
     ch = by_name("trace_overhead").load()
     dataset._table_cache.clear()
-    D = ch.load()
+    D = ch.load(book_data.data_dir)
     q = D.quoted
     read, real = [], dataset.read_table
     monkeypatch.setattr(dataset, "read_table", lambda run, *a, **k: read.append(run) or real(run, *a, **k))

@@ -1,7 +1,8 @@
 """Figures that scale (tools/fleetview.py): with 25 synthetic hosts beside the committed ones,
 every chapter figure keeps a legend of at most 10 entries, draws this host and the reference host
-in their styles, and names no more hosts in its caption than those two; with the committed data
-every figure still renders. Plus the primitives on their own (roles, facets, legend, reference)."""
+in their styles, and names no more hosts in its caption than those two (tests/test_new_host.py
+draws every figure on each state of the book's own data). Plus the primitives on their own
+(roles, facets, legend, reference)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT
+from conftest import CROSS_HOST, FIGURES, HEATMAP, IOSTAT_FIGURES, ROOT, figure_colours, legend_texts, makers, rgb
 from tools import fleetview as fv
 from tools.chapters import CHAPTERS
 from tools.errors import DatasetError
@@ -19,80 +20,18 @@ MAX_LEGEND = 10
 NEWEST = "29991231T000000Z"   # a run id newer than any: makes one synthetic host "this host"
 
 
-def _iostat(M, D):
-    A, AH = M.views.analyse_all(D)
-    return {"timeseries": lambda: M.views.timeseries(A), "disagreement": lambda: M.views.disagreement(A),
-            "little": lambda: M.views.little(A), "latency": lambda: M.views.latency(A),
-            "saturation": lambda: M.views.saturation(A), "hosts_iops": lambda: M.views.hosts_iops(D, AH)}
-
-
-# every figure each chapter's notebook shows (nb.figure key -> how it is made); the cross-host
-# ones are the keys in CROSS_HOST
-FIGURES = {
-    "trace_overhead": {"costs": "costs", "seed_comparison": "seed_comparison", "published": "published"},
-    "qemu_cache_modes": {"bench": "bench", "guest_dd": "guest_dd", "pagecache": "pagecache", "hosts": "hosts"},
-    "qcow2_overlap": {"prealloc": "prealloc", "modes": "modes", "formula": "formula"},
-    "virtio_blk_latency": {"delta_bars": "delta_bars", "cdfs": "cdfs", "lifecycle_timeline": "lifecycle_timeline"},
-    "virtio_features": {"block_bits": "block_bits", "type_bits": "type_bits"},
-    "tsc_alignment": {"pingpong": "pingpong", "inside": "inside", "widths": "widths", "timeline": "timeline"},
-    "netperf_latency": {"exceedance": "exceedance", "ladder": "ladder", "seed_histogram": "seed_histogram"},
-    "cpu_pinning": {"results": "results", "migrations": "migrations", "core_balance": "core_balance",
-                    "hosts": "hosts"},
-    "sched_callers": {"callers_hackbench": "callers", "probe_effect": "probe_effect"},
-}
-CROSS_HOST = {("trace_overhead", k) for k in ("costs", "seed_comparison", "published")} | {
-    ("iostat_internals", "hosts_iops"), ("qemu_cache_modes", "hosts"), ("qcow2_overlap", "prealloc"),
-    ("qcow2_overlap", "modes"), ("tsc_alignment", "pingpong"), ("tsc_alignment", "inside"),
-    ("tsc_alignment", "widths"), ("netperf_latency", "exceedance"), ("netperf_latency", "ladder"),
-    ("netperf_latency", "seed_histogram"), ("cpu_pinning", "hosts"), ("sched_callers", "probe_effect")}
-HEATMAP = {("virtio_features", "block_bits")}   # roles are columns of a grid, not marks
-
-
-def makers(entry, D) -> dict:
-    M = entry.package()
-    if entry.name == "iostat_internals":
-        return _iostat(M, D)
-    args = {"callers_hackbench": ("hackbench",)}
-    return {k: (lambda fn=getattr(M.figures, fn), a=args.get(k, ()): fn(D, *a))
-            for k, fn in FIGURES[entry.name].items()}
-
-
 ENTRIES = [e for e in CHAPTERS if e.name in FIGURES or e.name == "iostat_internals"]
 
 
 def test_every_notebook_figure_is_covered():
-    """A figure added to a chapter's notebook must be added here too (and drawn to scale)."""
-    for e in ENTRIES:
+    """A figure added to a chapter's notebook must be added to conftest.FIGURES too: this file draws
+    it to scale, and tests/test_new_host.py on every state of the book's data."""
+    for e in CHAPTERS:
         code = "\n".join("".join(c["source"]) for c in json.loads(e.path.read_text())["cells"]
                          if c["cell_type"] == "code")
         keys = set(re.findall(r'nb\.figure\("(\w+)"', code))
-        covered = set(FIGURES.get(e.name, {})) | ({"timeseries", "disagreement", "little", "latency",
-                                                    "saturation", "hosts_iops"}
-                                                   if e.name == "iostat_internals" else set())
+        covered = set(FIGURES.get(e.name, {})) | (set(IOSTAT_FIGURES) if e.name == "iostat_internals" else set())
         assert keys <= covered, (e.name, keys - covered)
-
-
-def _colours(fig) -> set:
-    """Every colour a figure's marks use (lines, markers, collections), as RGBA tuples."""
-    from matplotlib.colors import to_rgba
-    out = set()
-    for ax in fig.axes:
-        for ln in ax.get_lines():
-            for c in (ln.get_color(), ln.get_markerfacecolor()):
-                try:
-                    out.add(tuple(round(v, 3) for v in to_rgba(c)[:3]))
-                except ValueError:
-                    pass
-        for col in ax.collections:
-            for arr in (col.get_facecolors(), col.get_edgecolors()):
-                for c in arr:
-                    out.add(tuple(round(float(v), 3) for v in c[:3]))
-    return out
-
-
-def _rgb(colour):
-    from matplotlib.colors import to_rgba
-    return tuple(round(v, 3) for v in to_rgba(colour)[:3])
 
 
 @pytest.fixture(scope="module")
@@ -144,15 +83,13 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
                 fig0, _ = own[key]()
                 assert n == fv.legend_entries(fig0), (entry.name, key, n)
                 plt.close(fig0)
-            legend_text = " ".join(t.get_text() for lg in fig.legends for t in lg.get_texts())
-            legend_text += " ".join(t.get_text() for ax in fig.axes if ax.get_legend()
-                                    for t in ax.get_legend().get_texts())
+            legend_text = " ".join(legend_texts(fig))
             assert set(re.findall(r"h-[0-9a-f]{12}", legend_text)) <= {this, ref}, (entry.name, key)
             assert caption, (entry.name, key)
             if (entry.name, key) in CROSS_HOST:
-                colours = _colours(fig)
-                assert _rgb(fv.STYLE[fv.THIS]["color"]) in colours, (entry.name, key, "this host not drawn")
-                assert _rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours, (entry.name, key, "reference host not drawn")
+                colours = figure_colours(fig)
+                assert rgb(fv.STYLE[fv.THIS]["color"]) in colours, (entry.name, key, "this host not drawn")
+                assert rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours, (entry.name, key, "reference host not drawn")
                 assert all(w in legend_text for w in ("this host", "reference host", "other hosts (n = ")), \
                     (entry.name, key, legend_text)
             if (entry.name, key) in HEATMAP:
@@ -184,24 +121,6 @@ def test_a_fleets_platform_banner_details_this_and_the_reference_host_and_counts
     own = entry.load().load()
     if own.hosts:
         assert notebook.platform(own).data.count("<li><code>h-") == len(own.hosts) <= notebook.BANNER_HOSTS
-
-
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
-def test_the_committed_data_still_renders_every_figure(entry):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    D = entry.load().load()
-    if not D.manifests:
-        pytest.skip(f"no committed dataset of {entry.name}")
-    for key, make in makers(entry, D).items():
-        fig, caption = make()
-        try:
-            assert fig.axes and caption, (entry.name, key)
-            if (entry.name, key) in CROSS_HOST | HEATMAP:
-                assert fv.legend_entries(fig) <= MAX_LEGEND, (entry.name, key)
-        finally:
-            plt.close(fig)
 
 
 # -- the primitives -------------------------------------------------------------------------

@@ -444,7 +444,7 @@ def _check_replay_exact(iv, n_pairs=5):
                 (col, ours[col], theirs[col], prev["seq"], curr["seq"])
 
 
-def test_chapter_prose_keys_are_all_glued():
+def test_chapter_prose_keys_are_all_glued(book_data):
     """Every {glue:text} name in the chapter is one the chapter's glue_values() (or the shared
     repetition section) always provides, as text or an integer."""
     import json
@@ -453,7 +453,7 @@ def test_chapter_prose_keys_are_all_glued():
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
             for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
-    D = I.chapter.load()
+    D = I.chapter.load(book_data.data_dir)
     A, AH = I.views.analyse_all(D)
     values = I.views.glue_values(D, A, AH)
     assert all(isinstance(v, (str, int)) for v in values.values())

@@ -299,31 +299,40 @@ def test_seed_conditions_come_from_the_reference_table():
     assert seed_conditions(stated)["seed_cpus"] == "4 CPUs"
 
 
-def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled():
+def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
+    """Buckets in numeric order, points on a log axis; this host and the reference host have
+    an entry each (one when they are one host), every other host is pooled in one entry that
+    counts them, and no other host is named, whichever host is this host (book_data)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    D = CH.load()
+    from conftest import legend_texts
+    from tools import fleetview
+    from tools.machine import short_kind
+    D = CH.load(book_data.data_dir)
     fig, _ = X.figures.seed_histogram(D)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     lo = [float(t.split("-")[0].lstrip("<")) for t in labels]
     assert lo == sorted(lo) and len(set(labels)) == len(labels), labels
     assert ax.get_yscale() == "log" and not ax.patches, "points, not bars, on a log axis"
-    legend = [t.get_text() for t in fig.legends[0].get_texts()]
-    from tools import fleetview
-    from tools.machine import short_kind
+    legend = legend_texts(fig)
     F = fleetview.fleet(D)
+    assert F.this == D.quoted.host_id
     assert F.label(fleetview.THIS) in legend and short_kind(D.quoted.host) in F.label(fleetview.THIS)
-    if len(D.hosts) > 1:   # the other hosts are one entry, not one each
-        assert F.label(fleetview.OTHER) in legend
-        assert not any(m.host_id in t for m in D.manifests if m.host_id != D.quoted.host_id for t in legend)
+    if F.reference != F.this:          # drawn apart from this host, never pooled with the others
+        assert F.label(fleetview.REFERENCE) in legend and F.reference not in F.others
+    others = [h for h in D.hosts if h not in (F.this, F.reference)]
+    if others:                         # the other hosts are one entry, not one each
+        assert f"other hosts (n = {len(others)})" in legend
+    named = {m.host_id for m in D.manifests if any(m.host_id in t for t in legend)}
+    assert named == {F.this, F.reference} & set(D.hosts), (named, legend)
     plt.close(fig)
 
 
-def test_data_dependent_words_are_computed():
+def test_data_dependent_words_are_computed(book_data):
     """The bucket names and the comparisons the prose draws come from the data, not from typed words."""
-    D = CH.load()
+    D = CH.load(book_data.data_dir)
     f = X.findings(D)
     from tools.chapters.netperf_latency.analysis_seed import versus_seed_histogram
     vh = versus_seed_histogram(D.H, D.ref, D.quoted.host_id).set_index("bucket")
@@ -341,10 +350,10 @@ def _glue_names() -> set[str]:
             for m in re.findall(r"\{glue:text\}`([^`]+)`", c.source)}
 
 
-def test_findings_give_every_value_the_prose_quotes():
+def test_findings_give_every_value_the_prose_quotes(book_data):
     """Every glue name of the chapter's prose comes from findings() (or the shared repetition
     section), as a string or an integer, from the quoted dataset."""
-    D = CH.load()
+    D = CH.load(book_data.data_dir)
     f = X.findings(D)
     import nbformat
     from tools.notebook import frame_glue
@@ -358,10 +367,10 @@ def test_findings_give_every_value_the_prose_quotes():
     assert f"{lad.loc[(D.quoted.host_id, 'loopback', 'udp', 'none'), 'P50']:,.1f}" == f["loopback_udp_none_P50"]
 
 
-def test_findings_do_not_depend_on_row_order(monkeypatch):
-    base = X.findings(CH.load())
+def test_findings_do_not_depend_on_row_order(monkeypatch, book_data):
+    base = X.findings(CH.load(book_data.data_dir))
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "11")
-    assert X.findings(CH.load()) == base
+    assert X.findings(CH.load(book_data.data_dir)) == base
 
 
 # -------------------------------------------------- the C harness (no root needed)

@@ -400,17 +400,24 @@ def test_overhead_is_a_rank_comparison_against_none():
     assert "not significant" in ov.loc["constant", "verdict"]
 
 
-def _committed_or_skip():
-    D = CH.load()
+def _book(book_data):
+    """The chapter's Data on the book's data (conftest.book_data: whichever host is this host)."""
+    D = CH.load(book_data.data_dir)
     if not D.manifests:
         pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
     return D
 
 
-def test_host_comparison_and_caption(tmp_path):
-    """A second host (a copy of a dataset under another id) shows up side by side."""
+def _compared(D) -> bool:
+    """Whether the quoted dataset has a case with two runs of a mode and of none (overhead())."""
+    return len(analysis.dataset_overhead(D, "prealloc", D.quoted.key)) > 0
+
+
+def test_host_comparison_and_caption(tmp_path, book_data):
+    """A second host (a copy of a dataset under another id) shows up side by side: the same runs
+    under two ids differ nowhere, or, with one run per mode, are not compared (and say so)."""
     import shutil
-    D0 = _committed_or_skip()
+    D0 = _book(book_data)
     m0 = D0.quoted
     dst = tmp_path / "runs" / "h-00000000fa4e" / CH.name / "20300101T000000Z"
     shutil.copytree(m0.path, dst)
@@ -424,16 +431,19 @@ def test_host_comparison_and_caption(tmp_path):
     assert D.quoted.key == m0.key
     assert D.of_shown(D["prealloc"]).host_id.nunique() == 2
     hc = analysis.host_comparison(D)
-    assert len(hc) and not hc["significant"].any(), "the same runs under two ids: no difference"
-    assert prose.host_sentence(D) == f"0 of {len(hc)} case-and-mode comparisons differ significantly between hosts."
+    if _compared(D):
+        assert len(hc) and not hc["significant"].any(), "the same runs under two ids: no difference"
+        assert prose.host_sentence(D) == f"0 of {len(hc)} case-and-mode comparisons differ significantly between hosts."
+    else:             # one run per mode: the same cases, none compared, and the sentence says why
+        assert hc.empty and "fewer than 2 runs per case and mode" in prose.host_sentence(D)
     cap = analysis.caption_for(D["writes"], D.manifests, "CPU", by=["host_id", "workload", "mode"])
     assert "h-00000000fa4e" in cap and "runs per group" in cap
     assert set(analysis.parameters_table(D).columns) == {f"{m0.host_id} {m0.run_id}",
                                                          f"h-00000000fa4e {dst.name}"}
 
 
-def test_committed_data_tells_a_consistent_story():
-    D = _committed_or_skip()
+def test_committed_data_tells_a_consistent_story(book_data):
+    D = _book(book_data)
     h = qo.headline(D)
     # the formula with IS = virtual size is a close upper estimate of L2 tables + refblocks
     assert 0.95 < h["formula_ratio_min"] <= h["formula_ratio_max"] < 1.1
@@ -464,14 +474,17 @@ class _FirstRunOnly(Data):
         return df.drop(index=df[big].index[df.loc[big, "repeat"] != first])
 
 
-def test_headline_skips_a_size_that_stopped_with_one_run():
+def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
     """The largest 512 B size stopped on its time budget after one run (n = 1 per mode):
     overhead() drops it, so headline() quotes the next size and says so."""
-    D0 = _committed_or_skip()
+    D0 = _book(book_data)
     pre = D0.of_quoted(D0["prealloc"])
     sizes = sorted(pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)].image_size.unique())
     assert len(sizes) >= 2
-    D = _FirstRunOnly(CH)
+    if not _compared(D0):
+        pytest.skip(f"the quoted dataset of the {book_data} data has one run per mode at every size: "
+                    "test_one_run_per_mode_is_quoted_as_not_compared covers it")
+    D = _FirstRunOnly(CH, book_data.data_dir)
     cut = D.of_quoted(D["prealloc"])
     assert cut[(cut.image_size == sizes[-1]) & (cut.cluster_size == 512)
                & (cut.command == "resize_no_flush")].groupby("mode").size().eq(1).all()
@@ -485,12 +498,12 @@ def test_headline_skips_a_size_that_stopped_with_one_run():
     assert h0["pre_big_mib"] == h0["pre_max_mib"] == sizes[-1] // MiB and h0["pre_big_note"] == ""
 
 
-def test_findings_are_what_the_prose_shows():
+def test_findings_are_what_the_prose_shows(book_data):
     """Every {glue:text} name in the chapter is glued (findings, or nb.repetition's rep_*),
     as text formatted the way the prose shows it, or as an int: never a float, whose
     repr would carry digits the page does not show."""
     import re
-    D = _committed_or_skip()
+    D = _book(book_data)
     f, h = qo.findings(D), qo.headline(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
     refs = set()
@@ -503,9 +516,13 @@ def test_findings_are_what_the_prose_shows():
     missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
     assert not missing, missing
     assert not [k for k, v in f.items() if isinstance(v, float)]
-    for k, fmt in prose.FORMATS.items():
-        assert f[k] == format(h[k], fmt), k
-    assert f["pre_k"] == f"{h['pre_k']:.2f}" and "." in f["pre_k"]
+    for k, fmt in prose.FORMATS.items():       # a value the dataset does not define is not glued
+        assert f[k] == format(h[k], fmt) if k in h and h[k] == h[k] else k not in f, k
+    if _compared(D):
+        assert f["pre_k"] == f"{h['pre_k']:.2f}" and "." in f["pre_k"]
+        assert f["pre_big_sentence"].startswith(f"At {h['pre_big_mib']} MiB the default mode `cached` needed ")
+    else:
+        assert "pre_k" not in f and "no shift of `cached` over `none` to quote" in f["pre_big_sentence"]
 
 
 def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
@@ -544,10 +561,10 @@ def test_shift_and_median_labels_state_the_real_coverage():
     assert g.axes.flat[0].get_ylabel() == "CPU s per run\n(median, 75–96.87 % CI)"
 
 
-def test_figures_have_captions_from_the_data():
+def test_figures_have_captions_from_the_data(book_data):
     import matplotlib
     matplotlib.use("Agg")
-    D = _committed_or_skip()
+    D = _book(book_data)
     for make in (figures.prealloc, figures.modes, figures.formula):
         fig, cap = make(D)
         assert fig.axes and cap and "host" in cap
@@ -587,10 +604,10 @@ class _SeedAt512(Data):
         return ref
 
 
-def test_dd_comparison_shows_both_cluster_sizes_and_says_when_they_differ():
+def test_dd_comparison_shows_both_cluster_sizes_and_says_when_they_differ(book_data):
     """The seed's dd share is at 64 KiB clusters (assumed, data/reference says so); ours at the
     cluster size the writes table records: not like with like, and the prose says why."""
-    D = _committed_or_skip()
+    D = _book(book_data)
     ref = D.reference("qcow2_overlap")
     assert ref.cluster_size_basis.notna().all()
     assert ref[ref.experiment == "guest_dd_64k"].cluster_size_basis.str.startswith("assumed").all()
@@ -602,25 +619,80 @@ def test_dd_comparison_shows_both_cluster_sizes_and_says_when_they_differ():
     assert row["seed cluster size"] == "64 KiB (assumed)" and row["our cluster size"] == "512 B"
     assert row["same cluster size"].startswith("no")
     assert t.loc["metadata preallocation", "same cluster size"] == "yes"
-    same = qo.findings(_SeedAt512(CH))
+    same = qo.findings(_SeedAt512(CH, book_data.data_dir))
     assert "like with like" in same["dd_sentence"] and "not a like" not in same["dd_sentence"]
 
 
-def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_model():
+def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_model(book_data):
+    """This host and the reference host have an entry each (one when they are one host), or the
+    caption says that one has nothing to draw; every other host is pooled in "other hosts
+    (n = K)", K their number (all of them measured preallocations); no other host is named."""
     import matplotlib
     matplotlib.use("Agg")
+    from conftest import legend_texts
     from tools import fleetview
-    D = _committed_or_skip()
+    D = _book(book_data)
     fig, cap = figures.prealloc(D)
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    labels = legend_texts(fig)
     F = fleetview.fleet(D)
-    assert F.label(fleetview.THIS) in labels and F.label(fleetview.THIS).startswith(("this host", "this host = "))
-    if len(D.hosts) > 1:   # every other host in one entry, whatever their number
-        assert F.label(fleetview.OTHER) in labels and f"n = {len(D.hosts) - 1}" in F.label(fleetview.OTHER)
-    assert not any(m.host_id in x for m in D.manifests if m.host_id != D.quoted.host_id for x in labels)
+    assert F.this == D.quoted.host_id
+    for role, host in ((fleetview.THIS, F.this), (fleetview.REFERENCE, F.reference)):
+        if role == fleetview.REFERENCE and F.reference == F.this:
+            assert not any(x.startswith("reference host") for x in labels)
+            continue
+        if analysis.dataset_overhead(D, "prealloc", (host, D.shown[host])).empty:
+            assert f"({host}): no mark, it has nothing to draw here" in cap, cap
+            assert not any(x.startswith(role) for x in labels), labels
+        else:
+            assert F.label(role) in labels, (role, labels)
+    others = sorted(set(D.hosts) - {F.this, F.reference})
+    if others:   # every other host in one entry, whatever their number
+        assert F.label(fleetview.OTHER) in labels and F.label(fleetview.OTHER) == f"other hosts (n = {len(others)})"
+    named = {h for h in D.hosts if any(h in x for x in labels)}
+    assert named <= {F.this, F.reference}, labels
     if any(m["host"].get("virtualization") == "qemu" for m in D.manifests):
         assert "TCG guest" in cap
-    assert any("exponent" in x for x in labels)
-    assert any(x.startswith("for comparison: quadratic") for x in labels)
     h = qo.headline(D)
-    assert f"exponent {h['pre_k']:.2f}" in cap
+    if h.get("pre_fit_n", 0) >= 3:      # the quoted run's power law: drawn, extrapolated, quoted
+        assert any("exponent" in x for x in labels)
+        assert any(x.startswith("for comparison: quadratic") for x in labels)
+        assert f"exponent {h['pre_k']:.2f}" in cap
+
+
+class _OneRunPerMode(Data):
+    """The data, with the quoted dataset cut to its first run of every mode in every case (what a
+    default run gives on a machine whose time budget allows one run per mode: a TCG guest's)."""
+
+    def __getitem__(self, name):
+        df = super().__getitem__(name)
+        if name not in ("prealloc", "writes") or not len(df):
+            return df
+        q = self.quoted
+        mine = (df.host_id == q.host_id) & (df.run_id == q.run_id)
+        return df[~mine | (df.repeat == df[mine].repeat.min())].reset_index(drop=True)
+
+
+def test_one_run_per_mode_is_quoted_as_not_compared():
+    """A dataset with one run per mode compares no mode with none: the chapter renders (it
+    raised 'no 512-byte-cluster size has >= 2 runs' and, before that, an AttributeError on the
+    empty comparison), every value the prose quotes is there, and each sentence says that
+    nothing was compared instead of quoting a shift, a 'nan' or an interval."""
+    import re
+    from conftest import debris
+    D = _OneRunPerMode(CH)
+    assert not _compared(D) and analysis.dataset_overhead(D, "writes", D.quoted.key).empty
+    f = qo.findings(D)
+    nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
+    refs = {r for c in nb["cells"] if c["cell_type"] == "markdown"
+            for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
+    from tools.notebook import REPETITION_GLUE, frame_glue
+    assert not refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
+    assert not {k: debris(v) for k, v in f.items() if debris(v)}
+    for key in ("pre_big_sentence", "pre_sig_sentence", "pre_constant_sentence", "ow_cached_sentence",
+                "al_cached_sentence", "sn_sentence", "sn_all_share_sentence", "k64_sentence"):
+        assert "compare" in f[key] and not re.search(r"\d µs|\d s\b", f[key]), (key, f[key])
+    assert "nothing to fit" in f["pre_fit_sentence"] and "no power law" in f["pre_extrap_sentence"]
+    h = qo.headline(D)
+    assert f["ow_n"] == h["al_n"] == h["sn_n"] == 1 and f["pre_max_mib"] == h["pre_max_mib"] > 0
+    fig, cap = figures.prealloc(D)       # this host has no shift to draw, and the caption says so
+    assert f"({D.quoted.host_id}): no mark, it has nothing to draw here" in cap

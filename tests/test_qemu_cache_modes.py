@@ -398,18 +398,18 @@ def test_no_strace_skips_the_semantics(monkeypatch, scratch_data):
 
 
 # ---------------------------------------------------------------- the committed data
-def test_committed_semantics_match_the_manual():
-    ev = Q.chapter.load()["trace"]
+def test_committed_semantics_match_the_manual(book_data):
+    ev = Q.chapter.load(book_data.data_dir)["trace"]
     if ev.empty:
         pytest.skip("no committed qemu_cache_modes dataset yet")
     for run, g in ev.groupby("run_id"):
         _check_shape(A.semantics_table(g))
 
 
-def test_findings_of_the_committed_data(monkeypatch):
+def test_findings_of_the_committed_data(monkeypatch, book_data):
     """Every value the prose quotes is text or an integer, the semantics the book quotes match
     the manual, and nothing depends on the order rows were stored in."""
-    D = Q.chapter.load()
+    D = Q.chapter.load(book_data.data_dir)
     if D.quoted is None:
         pytest.skip("no committed qemu_cache_modes dataset yet")
     f = Q.findings(D)
@@ -417,7 +417,7 @@ def test_findings_of_the_committed_data(monkeypatch):
     assert f["n_sem_agree"] == f["n_sem_rows"] and f["newest_host"] == D.quoted.host_id
     assert f["spw_writethrough"] == "1" and f["sfl_unsafe"] == f["scl_unsafe"] == 0
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
-    assert Q.findings(Q.chapter.load()) == f
+    assert Q.findings(Q.chapter.load(book_data.data_dir)) == f
 
 
 def test_rankings_state_the_real_coverage_of_the_overlapping_cis():

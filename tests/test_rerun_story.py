@@ -1,33 +1,34 @@
-"""The rerun story: a second host's dataset arrives, and every affected chapter changes.
+"""The rerun story: a reader's own host's datasets arrive, and every affected chapter changes.
 
-A scratch copy of data/ gets one dataset per chapter from a second host (a test
-fixture made here, never committed: the newest committed run of the chapter,
-copied under a new host id with rewritten host facts and a new run id). Each
-chapter and data page is then executed once in explain mode against that copy
-(papermill, -p data_dir), and its outputs must differ from the stored ones and
-name the new host.
+A scratch copy of data/ gets one dataset per chapter from a new host, the state after a reader's
+`sudo make all` on a new machine (conftest.book_data's "new_host": tools.synthfleet.add_host, one
+round of each adaptive repetition, as a slow machine's default run gives). Each chapter and data
+page is then executed once in explain mode against that copy (papermill, -p data_dir): it must
+run without an error, its outputs must differ from the stored ones and name the new host, and
+what it tells a reader (every glued value, every Markdown and HTML output outside its tables)
+must hold no debris: no 'nan', no sign without its number, no Python repr.
 
-The stored outputs are what the committed data gives (tests/test_freshness.py
-checks that), and they are compared with nbval's sanitizers and without the
-cells nbval ignores, so a difference comes from the added dataset alone.
+The stored outputs are what the committed data gives (tests/test_freshness.py checks that), and
+they are compared with nbval's sanitizers and without the cells nbval ignores, so a difference
+comes from the added datasets alone.
 """
+import ast
 import configparser
 import json
 import re
 import shutil
-from pathlib import Path
 
 import nbformat
 import pytest
 
-from conftest import ROOT
-from tools import chapters, freshness
-from tools.dataset import MANIFEST, list_runs, new_run_id
+from conftest import ROOT, debris
+from tools import chapters, freshness, synthfleet
+from tools.dataset import MANIFEST, list_runs
 from tools.dataset import table_path, write_table
 
-NEW_HOST = "h-fixture00002"
 PAGES = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
 TEXT = ("text/plain", "text/html", "text/markdown", "text/latex", "application/json")
+GLUE = "application/papermill.record/text/plain"
 
 
 def _sanitizers():
@@ -39,34 +40,11 @@ def _sanitizers():
 SANITIZE = _sanitizers()
 
 
-def _fixture_host(facts: dict) -> dict:
-    out = dict(facts)
-    out.update(host_id=NEW_HOST, description="test fixture: a second host", label_opt_in=False,
-               cpu_model="Fixture CPU 2000 (test data)", kernel_release="6.1.0-fixture",
-               kernel_version="#1 SMP fixture", os_release="Fixture Linux 1")
-    return out
-
-
 @pytest.fixture(scope="module")
-def second_host(tmp_path_factory):
-    """(data dir, {chapter: new dataset}) with one fixture dataset per measured chapter."""
-    data = tmp_path_factory.mktemp("rerun") / "data"
-    shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
-    run_id = new_run_id()  # now: newer than every committed run
-    added = {}
-    for ch in chapters.CHAPTERS:
-        runs = list_runs(ch.name, data)
-        if not runs:
-            continue
-        src = max(runs, key=lambda r: r.name)
-        dst = data / "runs" / NEW_HOST / ch.name / run_id
-        shutil.copytree(src, dst)
-        m = json.loads((dst / MANIFEST).read_text())
-        m["host"] = _fixture_host(m["host"])
-        m["run_id"] = run_id
-        (dst / MANIFEST).write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-        added[ch.name] = dst
-    return data, added
+def second_host(book_datasets):
+    """(data dir, {chapter: new dataset}, the new host's id): the new_host state of the book's data."""
+    bd = book_datasets("new_host")
+    return bd.data_dir, bd.added, bd.host
 
 
 def _ignored(cell) -> bool:
@@ -90,6 +68,26 @@ def _cell_text(cell) -> str:
     return text
 
 
+def _told(cell):
+    """(what, text) of what a cell's outputs tell a reader: each glued value (its repr read back),
+    Markdown, HTML without its tables (a table's missing value is a cell of its own), streams."""
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            yield "stream", out.get("text", "")
+        data = out.get("data", {})
+        if GLUE in data:
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name", "?")
+            try:
+                value = ast.literal_eval(data[GLUE])
+            except (ValueError, SyntaxError):
+                value = data[GLUE]
+            yield f"glue {name}", str(value)
+        if "text/markdown" in data:
+            yield "markdown", data["text/markdown"]
+        if "text/html" in data:
+            yield "html", re.sub(r"<table.*?</table>", "", data["text/html"], flags=re.S)
+
+
 def _code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"
             and "injected-parameters" not in c.metadata.get("tags", [])]
@@ -99,7 +97,7 @@ def _code_cells(nb):
 @pytest.mark.parametrize("page", PAGES, ids=lambda c: c.name)
 def test_a_second_hosts_dataset_changes_the_chapter(page, second_host, tmp_path):
     import papermill as pm
-    data, added = second_host
+    data, added, new_host = second_host
     if page in chapters.CHAPTERS and page.name not in added:
         pytest.skip(f"{page.name} has no committed dataset to copy for a second host")
     stored = nbformat.read(page.path, as_version=4)
@@ -119,14 +117,21 @@ def test_a_second_hosts_dataset_changes_the_chapter(page, second_host, tmp_path)
     changed = [i for i, (b, a) in enumerate(zip(before, after))
                if not _ignored(b) and _cell_text(b) != _cell_text(a)]
     if not changed:
-        problems.append(f"adding {NEW_HOST}'s dataset changed none of the checked outputs")
-    if not any(NEW_HOST in _cell_text(c) for c in after):
-        problems.append(f"no output names the new host {NEW_HOST}")
+        problems.append(f"adding {new_host}'s dataset changed none of the checked outputs")
+    if not any(new_host in _cell_text(c) for c in after):
+        problems.append(f"no output names the new host {new_host}")
     assert not problems, (f"{page.name}: " + "; ".join(problems) +
                           ". A chapter should show every host's data, labelled with its host id.")
+    found = [f"cell {i} {what}: {bad}" for i, c in enumerate(after) for what, text in _told(c)
+             for bad in debris(text)]
+    assert not found, f"{page.name} on a new host's data tells a reader: " + "; ".join(found[:10])
 
 
-CONTRA_HOST = "h-fixture00003"
+def _contra_host(facts: dict) -> dict:
+    """The host block of a second synthetic host, whose datasets contradict a finding."""
+    return synthfleet.synthetic_facts(facts, "synthetic-contra", "a host that contradicts a finding",
+                                      2900, cpu_model="Intel Xeon Platinum 8375C", cpu_vendor="Intel",
+                                      kernel_release="6.6.13-200.fc39")
 
 
 @pytest.mark.slow
@@ -142,10 +147,11 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     data = tmp_path / "data"
     shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
     src = max(list_runs("trace_overhead", data), key=lambda r: r.name)
-    dst = data / "runs" / CONTRA_HOST / "trace_overhead" / new_run_id()
+    m = json.loads((src / MANIFEST).read_text())
+    m["host"] = _contra_host(m["host"])
+    contra = m["host"]["host_id"]
+    dst = data / "runs" / contra / "trace_overhead" / synthfleet.after_every_run(data)
     shutil.copytree(src, dst)
-    m = json.loads((dst / MANIFEST).read_text())
-    m["host"] = dict(_fixture_host(m["host"]), host_id=CONTRA_HOST)
     m["run_id"] = dst.name
     (dst / MANIFEST).write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
     s = pd.read_csv(table_path(dst, "samples"))
@@ -159,7 +165,7 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     finding = next(f for f in T.chapter.key_findings if f.key == "uprobe_vs_marker")
     D = T.chapter.load(data)
     assert evaluate(D, finding, src.parts[-3]).verdict == HOLDS
-    assert evaluate(D, finding, CONTRA_HOST).verdict == FAILS
+    assert evaluate(D, finding, contra).verdict == FAILS
 
     def outputs(nb_path, name):
         out = tmp_path / f"{name}.ipynb"
@@ -173,7 +179,7 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     item = block.split("<li><strong>")[1]          # the first finding: the headline
     from tools.findings import _code
     assert item.startswith(_code(finding.claim)), item[:200]
-    assert f'kf-does-not-hold">does not hold</span> on <code>{CONTRA_HOST}</code>' in item, item[:2000]
+    assert f'kf-does-not-hold">does not hold</span> on <code>{contra}</code>' in item, item[:2000]
     assert f'kf-holds">holds</span> on <code>{src.parts[-3]}</code>' in item
 
     out = tmp_path / "hosts.ipynb"
@@ -193,10 +199,10 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     row = next(r for r in rows("pb-findings") if "uprobe_vs_marker" in r["finding"].get_text())
     number = row["#"].get_text(strip=True)
     against = row["does not hold on"].get_text(" ", strip=True)
-    assert CONTRA_HOST in against and src.parts[-3] not in against, against
+    assert contra in against and src.parts[-3] not in against, against
     # per host: that finding's column carries the verdict in its class and its tooltip
     per_host = {r["host"].get_text(strip=True): r[number] for r in rows("pb-findings-hosts")}
-    for host, verdict in ((CONTRA_HOST, FAILS), (src.parts[-3], HOLDS)):
+    for host, verdict in ((contra, FAILS), (src.parts[-3], HOLDS)):
         cell = per_host[host]
         assert f"kf-{verdict.replace(' ', '-')}" in cell.get("class", []), (host, cell)
         assert cell.get("title", "").endswith(f": {verdict}"), (host, cell)

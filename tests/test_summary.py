@@ -135,13 +135,18 @@ def test_plan_report_puts_the_time_taken_beside_the_plan():
     assert full[1].split()[2:4] == ["plan", "-"] and full[2].split()[2:4] == ["plan", "-"]
 
 
-def test_summary_command_prints_each_datasets_stop_rule(capsys, monkeypatch):
-    """On the committed data, as the host that measured it: every chapter with a dataset from
-    that host gets its profile/time line and its repetition line."""
-    from tools import hostinfo
+def test_summary_command_prints_each_datasets_stop_rule(capsys, monkeypatch, book_data):
+    """On the book's data, as the host that measured its newest datasets (the reference host, or
+    the reader's new host after their make all): every chapter with a dataset from that host
+    gets its profile/time line and its repetition line."""
+    from tools import dataset, fleetview, hostinfo
     from tools.__main__ import main
-    from tools.dataset import list_runs
-    host = "h-5ab5c186a54f"
+    host = book_data.host or fleetview.reference_host()["host_id"]
+    real = dataset.list_runs
+
+    def list_runs(chapter, data_dir=None):     # the summary reads the checkout's data/: this state's
+        return real(chapter, data_dir or book_data.data_dir)
+    monkeypatch.setattr(dataset, "list_runs", list_runs)
     mine = [c.name for c in CHAPTERS if any(r.parts[-3] == host for r in list_runs(c.name))]
     if not mine:
         pytest.skip(f"no committed dataset from {host}")

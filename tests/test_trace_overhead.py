@@ -119,9 +119,9 @@ def test_caption_counts_warmup_batches():
     assert "after 18 warm-up batches" in caption_for(s, [new], "Cost")  # (3+1)*2 + 1*10
 
 
-def test_committed_data_is_consistent():
+def test_committed_data_is_consistent(book_data):
     """Every committed run hit the tracer once per call, and has every table."""
-    d = T.chapter.load()
+    d = T.chapter.load(book_data.data_dir)
     if d["samples"].empty:
         pytest.skip("no committed trace_overhead dataset")
     chk = d["checks"].dropna(subset=["expected_hits"])

@@ -180,15 +180,15 @@ def test_without_kvm_the_kvm_parts_are_skipped(scratch_data, monkeypatch):
 
 
 # ------------------------------------------------------- committed data --
-def _committed():
-    D = X.chapter.load()
+def _committed(book_data):
+    D = X.chapter.load(book_data.data_dir)
     if D["bracket"].empty:
         pytest.skip("no committed tsc_alignment dataset yet (run python -m tools measure --chapters tsc_alignment)")
     return D
 
 
-def test_committed_dataset_is_consistent():
-    D = _committed()
+def test_committed_dataset_is_consistent(book_data):
+    D = _committed(book_data)
     b = A.bracket_frame(D["bracket"])
     assert (b["width"] > 0).all()
     att = b[(b["variant"] == "attr") & (b["warmup"] == 0)]
@@ -212,19 +212,19 @@ def test_committed_dataset_is_consistent():
         assert (oc["api_offset"] == 0).all()
 
 
-def test_u64_offsets_load_exactly():
+def test_u64_offsets_load_exactly(book_data):
     """Offsets near 2^64 must not wrap: the tables keep them as exact decimal text."""
-    D = _committed()
+    D = _committed(book_data)
     nxt = D["tsc_offset_events"]["next"].map(int)
     assert (nxt >= 0).all() and (nxt >= 1 << 63).any()     # creation offsets: 2^64 - host TSC
     ops = D["kvm_ops"]
     assert (ops["readback"].map(signed) == ops["readback_signed"]).all()
 
 
-def test_findings_quote_one_dataset():
+def test_findings_quote_one_dataset(book_data):
     """Every glued value is text or an integer, and the skew figures come from the quoted
     dataset only (the fastest round trip once came from another host's quick run)."""
-    D = _committed()
+    D = _committed(book_data)
     f = X.findings(D)
     assert all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in f.values())
     q = D.quoted

@@ -558,8 +558,8 @@ def test_quick_collect_live(scratch_data):
 
 
 # ---------------------------------------------------------------- the committed data
-def test_committed_datasets_are_consistent():
-    D = chapter.load()
+def test_committed_datasets_are_consistent(book_data):
+    D = chapter.load(book_data.data_dir)
     if D["jobs"].empty:
         pytest.skip("no committed virtio_blk_latency dataset yet")
     j = D["jobs"]
@@ -574,10 +574,10 @@ def test_committed_datasets_are_consistent():
 
 
 
-def test_findings_of_the_committed_data_do_not_depend_on_row_order(monkeypatch):
+def test_findings_of_the_committed_data_do_not_depend_on_row_order(monkeypatch, book_data):
     """The prose's values are strings or integers (never floats), every request carries its
     boot's columns, and the same datasets read with shuffled rows give the same findings."""
-    D = chapter.load()
+    D = chapter.load(book_data.data_dir)
     if not len(D):
         pytest.skip("no committed virtio_blk_latency dataset yet")
     f = findings(D)
@@ -585,7 +585,7 @@ def test_findings_of_the_committed_data_do_not_depend_on_row_order(monkeypatch):
     req = D["requests"]
     assert {"kind", "round", "aio", "variant", "accel"} <= set(req.columns) and req.kind.notna().all()
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
-    assert findings(chapter.load()) == f
+    assert findings(chapter.load(book_data.data_dir)) == f
 
 def test_ci_columns_state_the_real_coverage():
     iv = pd.DataFrame([{"warm": 0, "aio": a, "host_sub_call": "io_submit", "host_syscall": 1000.0 * (i + 1)}

@@ -294,10 +294,10 @@ def test_host_bit_diff_is_a_set_difference_per_device_type():
 
 
 # ---------------------------------------------------------------- committed data
-def test_committed_data_decodes_every_guest_config():
+def test_committed_data_decodes_every_guest_config(book_data):
     """The quoted dataset (profile default) booted every guest config; each disk got its
     config through its serial, and the summary and change tables cover them all in order."""
-    D = V.chapter.load()
+    D = V.chapter.load(book_data.data_dir)
     assert D.quoted.profile == "default"
     summary, changed = analysis.guest_summary(D), analysis.changes_table(D)
     assert list(summary["config"]) == list(spec.GUEST_CONFIGS)

@@ -134,10 +134,12 @@ class Fleet:
         return out
 
     def runs_text(self, what: str, drawn: str = "one point per counted run, side by side, so that "
-                                                "their spread is the run-to-run spread") -> str:
+                                                "their spread is the run-to-run spread", *,
+                  roles=None) -> str:
         """What a point is where the highlighted hosts show every counted run (runs()): `what`,
-        then who has a point per run and who one point (only the roles there are)."""
-        hl = self.highlighted
+        then who has a point per run and who one point (only the roles there are; with `roles`,
+        a figure's drawn["roles"], only those it drew)."""
+        hl = [(h, r) for h, r in self.highlighted if roles is None or r in roles]
         who = ("this host and the reference host have" if len(hl) == 2 else
                "this host has" if hl and hl[0][1] == THIS else "the reference host has" if hl else "")
         text = what + (f"; {who} {drawn}" if who else "")
@@ -150,14 +152,18 @@ class Fleet:
         """What the marks of a points() or ecdf() figure mean, for its caption: which mark is which
         host, what a point and a bar are, and the box of the quartiles where it is drawn."""
         drawn = drawn or {}
-        parts = []
+        roles = drawn.get("roles")       # what the figure drew; without it, every role
+        parts, absent = [], []
         for h, role in self.highlighted:
             who = ("this host and the reference host" if (role == THIS and h == self.reference) else
                    "this host, the host of the dataset the prose quotes" if role == THIS else
                    "the reference host, the host the prose was written from")
+            if roles is not None and role not in roles:
+                absent.append(f"{who} ({h})")
+                continue
             mark = f"{MARK_WORDS[role].split()[0]} line" if drawn.get("lines") else MARK_WORDS[role]
             parts.append(f"{mark}: {who} ({h})")
-        k = len(self.others)
+        k = len(self.others) if roles is None or OTHER in roles else 0
         if k:
             if drawn.get("lines"):
                 parts.append(f"thin grey lines: the {k} other host{'s' if k != 1 else ''} ({self.kinds_text()}), "
@@ -173,6 +179,9 @@ class Fleet:
                              f"host{bars}" if k > 1 else
                              f"small grey dot: the other host, {self.others[0]} "
                              f"({machine.short_kind(self.facts[self.others[0]])}){bars}")
+        if absent:      # a highlighted host with nothing to draw here is said so, not given a mark
+            parts.append(f"{' and '.join(absent)}: no mark, {'it has' if len(absent) == 1 else 'they have'} "
+                         "nothing to draw here")
         text = "; ".join(parts)
         text = text[:1].upper() + text[1:] + "." if text else ""
         if points and not drawn.get("ecdf"):

@@ -115,7 +115,12 @@ def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
                          "p_value": c.p_value,
                          "cliffs_delta": c.cliffs_delta, "significant": c.significant,
                          "verdict": c.verdict, "share_pct": 100 * c.shift / med if med else np.nan})
-    return pd.DataFrame(rows)
+    # the columns even when no group has two runs of a mode and of none (one run per mode)
+    return pd.DataFrame(rows, columns=[*keys, *OVERHEAD_COLUMNS])
+
+
+OVERHEAD_COLUMNS = ("mode", "median", "none_median", "extra", "extra_ci_low", "extra_ci_high", "n", "n_none",
+                    "p_value", "cliffs_delta", "significant", "verdict", "share_pct")
 
 
 def shift_ci_label(ov) -> str:
@@ -391,13 +396,20 @@ def _host_comparison(D):
     from ...stats import compare_frame
     if len(D.hosts) < 2:
         return pd.DataFrame()
+    return compare_frame(host_cases(D), by="host_id", value="cpu_s", baseline=D.quoted.host_id,
+                         within=["case", "mode"])
+
+
+def host_cases(D):
+    """Every host's runs (host_id, case, mode, cpu_s) of the shown datasets, a case being a
+    preallocation (cluster and image size) or a write workload (image size and requests)."""
+    import pandas as pd
     pre = resizes(D).assign(
         case=lambda t: "prealloc cs=" + t.cluster_size.astype(str) + " " + (t.image_size // MiB).astype(str) + " MiB")
     wr = writes(D).assign(
         case=lambda t: t.workload + " " + (t.image_size // MiB).astype(str) + " MiB x" + t.requests.astype(str))
     cols = ["host_id", "case", "mode", "cpu_s"]
-    both = pd.concat([pre[cols], wr[cols]])
-    return compare_frame(both, by="host_id", value="cpu_s", baseline=D.quoted.host_id, within=["case", "mode"])
+    return pd.concat([pre[cols], wr[cols]])
 
 
 def host_comparison_table(D):

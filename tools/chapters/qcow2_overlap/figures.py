@@ -50,7 +50,7 @@ def prealloc(D):
         f"{n_neg} of {len(cached)} shifts are zero or below and cannot be drawn on the log axis" if n_neg else "",
         "each host's points are set slightly apart horizontally", fit_text) if x)
     extra += ". " + F.marks_text(drawn, F.runs_text("a run's Hodges-Lehmann shift of cached over none",
-                                                    "a point per counted run"))
+                                                    "a point per counted run", roles=drawn["roles"]))
     used = rs[(rs.cluster_size == 512) & rs["mode"].isin(["none", "cached"])]
     mans = [m for m in D.manifests if m.key in keep]
     cap = A.caption_for(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 
 from .analysis import (PRE_KEYS, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic, formula_table,
-                       host_comparison, overhead)
+                       host_cases, host_comparison, overhead)
 from .spec import GiB, MiB
 
 # How the prose shows each float (format specs); everything else is an int or a str.
@@ -38,7 +38,7 @@ AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "host_cpus", "pre_not_sig",
          "pre_fit_n", "pre_fit_dropped", "pre_k_lo", "pre_k_hi", "pre_r2", "pre_fit_sentence",
          "pre_extrap_2g_lo", "pre_extrap_2g_hi", "pre_constant_sentence", "k64_sentence",
          "ow_cached_sig", "al_cached_sig", "sn_cached_sig", "sn_all_sig", "f2_runs_phrase",
-         "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence")
+         "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence", "pre_max_mib")
 
 
 def cluster_text(b: int) -> str:
@@ -58,6 +58,12 @@ def sig2(x: float) -> str:
     return f"{round(x, digits):,.{digits}f}"
 
 
+def _or_na(x: float, spec: str) -> str:
+    """x formatted, or 'n/a' where it is not defined (a fit through fewer than 3 sizes has no
+    interval and no R²)."""
+    return format(x, spec) if x == x else "n/a"
+
+
 def significance(row) -> str:
     """'significant (Mann–Whitney p = 0.008)' or 'not significant (… p = 0.34)' for an
     overhead() row."""
@@ -71,10 +77,86 @@ def findings(D) -> dict:
 
 
 def formatted(h: dict) -> dict:
-    """Values of headline() as the prose shows them: FORMATS' floats as text, AS_IS as they are."""
-    out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h}
+    """Values of headline() as the prose shows them: FORMATS' floats as text, AS_IS as they are,
+    and the sentences made of them (sentences())."""
+    out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h and h[k] == h[k]}
     out.update({k: h[k] for k in AS_IS if k in h})
+    out.update(sentences(out))
     return out
+
+
+# A comparison of a mode with `none` needs two runs of each (overhead()); a dataset whose time
+# budget allowed one run per mode (a slow machine: a TCG guest's default run) has none to quote.
+ONE_RUN = "one run per mode, too few to compare"
+
+
+def sentences(f: dict) -> dict:
+    """The prose's sentences about comparisons, from formatted values `f`: each one quotes its
+    shift, interval and test where the quoted dataset compared it, and says that it did not
+    where it could not (ONE_RUN)."""
+    out = {}
+    if "pre_big_cached_cpu" in f:
+        out["pre_big_sentence"] = (
+            f"At {f['pre_big_mib']} MiB the default mode `cached` needed {f['pre_big_cached_cpu']} s of CPU "
+            f"against {f['pre_big_none_cpu']} s without checks: {f['pre_big_extra']} s more (Hodges–Lehmann "
+            f"shift; its 95 % interval is {f['pre_big_extra_lo']} to {f['pre_big_extra_hi']} s, n = "
+            f"{f['pre_n']} runs per mode; {f['pre_big_sig']}), {f['pre_big_share']} % of the run.")
+    else:
+        out["pre_big_sentence"] = (
+            "No 512-byte-cluster size of this dataset has two runs of `cached` and two of `none`, so it "
+            f"has no shift of `cached` over `none` to quote ({ONE_RUN}).")
+    if f.get("pre_n_cmp"):
+        out["pre_sig_sentence"] = (
+            f"Over every mode and size of this dataset, {f['pre_not_sig']} of the {f['pre_n_cmp']} "
+            "differences from `none` are not significant (column `significant`): on this "
+            f"{f['host_cpus']}-CPU machine the run-to-run noise is large against many of the shifts.")
+    else:
+        out["pre_sig_sentence"] = f"No mode of this dataset was compared with `none` at any size ({ONE_RUN})."
+    if "pre_extrap_2g" in f:
+        out["pre_extrap_sentence"] = (
+            f"{f['pre_extrap_factor']} times the largest size measured, the quoted dataset's power law gives "
+            f"{f['pre_extrap_2g']} s of extra CPU for `cached` (95 % interval of the fitted line there: "
+            f"{f['pre_extrap_2g_lo']} to {f['pre_extrap_2g_hi']} s); a quadratic through the same points, "
+            f"drawn only for comparison, gives {f['pre_extrap_2g_quad']} s")
+        out["pre_extrap_verdict"] = (f"{f['pre_extrap_2g']} s of extra CPU (interval {f['pre_extrap_2g_lo']} "
+                                     f"to {f['pre_extrap_2g_hi']} s)")
+    else:
+        out["pre_extrap_sentence"] = ("the quoted dataset has no power law to carry: fewer than two of its "
+                                      "sizes have a positive shift")
+        out["pre_extrap_verdict"] = "not here, as the quoted dataset has no power law to carry there"
+    not_compared = f"was not compared with `none` ({ONE_RUN})"
+    ow, al = _cost(f, "ow", "cached"), _cost(f, "al", "cached")
+    out["ow_cached_sentence"] = (
+        f"`cached` adds {ow[0]} µs of CPU per write (interval {ow[1]} µs; {ow[2]}), {f['ow_cached_share']} % "
+        "of the run" if ow else f"`cached` {not_compared}")
+    out["al_cached_sentence"] = (
+        f"the median difference for `cached` is {al[0]} µs per 64 KiB request ({f['al_cached_share']} % of the "
+        f"run; interval {al[1]} µs; {al[2]})" if al else f"`cached` {not_compared}")
+    sn_cached, sn_all = _cost(f, "sn", "cached"), _cost(f, "sn", "all")
+    said = []
+    if sn_cached:
+        said.append(f"`cached` costs {sn_cached[0]} µs per write (this experiment leaves `constant` out; interval "
+                    f"{sn_cached[1]} µs; {sn_cached[2]})")
+    if sn_all:
+        said.append(f"`all` costs {sn_all[0]} µs (interval {sn_all[1]} µs; {sn_all[2]}), {f['sn_all_share']} % "
+                    "of the run")
+    missing = [name for name, c in (("`cached`", sn_cached), ("`all`", sn_all)) if not c]
+    if missing:
+        said.append(" and ".join(missing) + (f" {not_compared}" if len(missing) == 1 else
+                                             f" were not compared with `none` ({ONE_RUN})"))
+    out["sn_sentence"] = ", and ".join(said)
+    out["sn_all_share_sentence"] = (f"`all` adds {f['sn_all_share']} % to the run's CPU time" if sn_all else
+                                    f"`all` {not_compared}")
+    return out
+
+
+def _cost(f: dict, key: str, mode: str):
+    """(extra µs per write, its interval, its test) of `mode` in write workload `key` (ow, al, sn)
+    as formatted values f give them; None where it was not compared."""
+    if f"{key}_{mode}_us" not in f:
+        return None
+    return (f[f"{key}_{mode}_us"], f"{f[f'{key}_{mode}_lo_us']} to {f[f'{key}_{mode}_hi_us']}",
+            f[f"{key}_{mode}_sig"])
 
 
 def key_values(D) -> dict:
@@ -110,7 +192,7 @@ def _headline(D) -> dict:
     rs = dataset_rows(D, "prealloc", m.key)
     ov = dataset_overhead(D, "prealloc", m.key)
     out = _prealloc(ov, rs, ref)
-    out.update(_prealloc_modes(ov))
+    out.update(_prealloc_modes(ov, rs))
     pre = D.of_quoted(D["prealloc"])
     cf = pre[pre.command == "create_with_flushes"]
     out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
@@ -146,13 +228,17 @@ def _prealloc(ov, rs, ref) -> dict:
     # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
     # time budget with one run has no comparison (pre_max_mib says what was measured)
     kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
-    if kept.empty:
-        raise ValueError("no 512-byte-cluster size has >= 2 runs of 'cached' and 'none'; "
-                         "nothing to quote")
+    measured = rs[rs.cluster_size == 512].image_size
+    out["pre_max_mib"] = int(measured.max()) // MiB if len(measured) else 0
+    at = seed_size(ref)
+    if kept.empty:        # one run per mode at every size: nothing compared, nothing to fit
+        out["pre_big_mib"] = out["pre_max_mib"]
+        out["pre_big_note"] = f"no 512-byte-cluster size was compared ({ONE_RUN})"
+        out["pre_fit_sentence"] = f"no size of this dataset was compared ({ONE_RUN}), so there is nothing to fit"
+        return out
     big = int(kept.image_size.max())
     row = kept[kept.image_size == big].iloc[0]
     out["pre_big_mib"] = big // MiB
-    out["pre_max_mib"] = int(rs[rs.cluster_size == 512].image_size.max()) // MiB
     out["pre_big_note"] = ("" if out["pre_max_mib"] == out["pre_big_mib"] else
                            f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
                            f"so the largest compared size is {out['pre_big_mib']} MiB")
@@ -163,11 +249,10 @@ def _prealloc(ov, rs, ref) -> dict:
     out["pre_big_share"] = row.share_pct
     out["pre_n"] = int(row.n)
     out["pre_big_sig"] = significance(row)
-    at = seed_size(ref)
     fit = fit_power_law(ov, at=at)
     out["pre_k"], out["pre_fit_n"], out["pre_fit_dropped"] = fit["k"], fit["n"], fit["dropped"]
-    out["pre_k_lo"], out["pre_k_hi"] = f"{fit['k_lo']:.1f}", f"{fit['k_hi']:.1f}"
-    out["pre_r2"] = f"{fit['r2']:.2f}"
+    out["pre_k_lo"], out["pre_k_hi"] = _or_na(fit["k_lo"], ".1f"), _or_na(fit["k_hi"], ".1f")
+    out["pre_r2"] = _or_na(fit["r2"], ".2f")
     out["pre_extrap_2g"] = fit["pred"]
     out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
     out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at ** 2
@@ -182,20 +267,24 @@ def _prealloc(ov, rs, ref) -> dict:
     return out
 
 
-def _prealloc_modes(ov) -> dict:
+def _prealloc_modes(ov, rs) -> dict:
     """`constant` at every 512-byte-cluster size, every mode's significance, and `cached` at
-    64 KiB clusters, from overhead() of the quoted dataset's preallocations."""
+    64 KiB clusters, from overhead() of the quoted dataset's preallocations (ov) and their rows
+    (rs: what was measured, where nothing was compared)."""
     out: dict = {}
     # constant against none at every 512-byte-cluster size of the quoted dataset
     con = ov[(ov.cluster_size == 512) & (ov["mode"] == "constant")]
-    if len(con):
-        out["pre_constant_sentence"] = (
-            f"`constant` differs significantly from `none` at {int(con.significant.sum())} of the "
-            f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)")
+    out["pre_constant_sentence"] = (
+        f"`constant` differs significantly from `none` at {int(con.significant.sum())} of the "
+        f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)" if len(con) else
+        f"`constant` was not compared with `none` at any size ({ONE_RUN})" if (rs["mode"] == "constant").any()
+        else "`constant` was not measured")
     # the quoted host's modes against none, at every size (the table's `significant` column)
     mine = ov[ov["mode"] != "none"]
     out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
     k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
+    out["k64_sentence"] = (f"`cached` was not compared with `none` ({ONE_RUN})"
+                           if (rs.cluster_size == 65536).any() else "no image was measured")
     if len(k64):
         k = k64.iloc[-1]
         equiv = int(k.image_size * (512 / 65536) ** 2) // MiB
@@ -233,7 +322,7 @@ def _writes(D, ref) -> dict:
     ovw = dataset_overhead(D, "writes", D.quoted.key)
     for wl, key in WRITES:
         out.update(_write_costs(wr, ovw, wl, key))
-        out[f"{key}_n"] = int(ovw[ovw.workload == wl].n.min())
+        out[f"{key}_n"] = int(wr[wr.workload == wl].groupby("mode").size().min())
     out["ow_size_mib"] = int(wr[wr.workload == "overwrite_scattered_512"].image_size.iloc[0]) // MiB
     seed_rand = ref[ref.experiment == "guest_random_512_odirect"].image_size_mib.iloc[0]
     out["seed_random_factor"] = float(seed_rand) / out["ow_size_mib"]
@@ -345,5 +434,11 @@ def host_sentence(D) -> str:
         return "Only one host has measured this chapter so far, so there is nothing to compare yet."
     hc = host_comparison(D)
     if hc.empty:
+        cases = host_cases(D)
+        mine = cases[cases.host_id == D.quoted.host_id][["case", "mode"]].drop_duplicates()
+        theirs = cases[cases.host_id != D.quoted.host_id][["case", "mode"]].drop_duplicates()
+        if len(mine.merge(theirs)):   # the same cases, but too few runs of them to compare
+            return ("The hosts measured the same cases, but with fewer than 2 runs per case and mode on one "
+                    "side, so no case is compared between hosts.")
         return "The hosts measured no case with the same sizes, so there is nothing to compare case by case."
     return f"{int(hc.significant.sum())} of {len(hc)} case-and-mode comparisons differ significantly between hosts."
