@@ -294,14 +294,17 @@ def leftovers(data: Path) -> list[str]:
     if root is not None and os.geteuid() == 0:
         out += [f"cgroup {g.name} {cgroup.procs(g)}" for g in root.glob(f"{cgroup.PREFIX}*")
                 if g.name.removeprefix(cgroup.PREFIX).isdigit() and _ours(int(g.name.removeprefix(cgroup.PREFIX)))]
-        from tools.statedir import subdir
-        for rec in subdir("kernelfiles").iterdir():
-            # only the kernels of the run under test: an earlier test's kernel (a papermill
-            # run in this process) may end, and leave its file to the next sweep, meanwhile
-            f = Path(rec.read_text().strip())
-            if rec.name.isdigit() and rec.stat().st_mtime >= _STARTED[0] and _ours(int(rec.name)) \
-                    and f.exists():
-                out.append(f"kernel connection file {f}")
+    from tools.statedir import subdir
+    from tools.sweep import _KERNEL
+    for f in subdir("kernels").iterdir():
+        # only the kernels of the run under test (named after the process that started them)
+        m = _KERNEL.match(f.name)
+        try:
+            recent = f.lstat().st_mtime >= _STARTED[0]
+        except FileNotFoundError:
+            continue
+        if m and recent and _ours(int(m.group(1) or m.group(2))):
+            out.append(f"kernel file {f}")
     return out
 
 

@@ -350,13 +350,7 @@ def cmd_collect(args) -> int:
     except (ValueError, AssertionError):
         from .errors import ParameterError
         raise ParameterError(f"--params must be a JSON object, got {args.params!r}") from None
-    kernel = os.environ.get("PERFBOOK_KERNEL_PID", "")
-    try:
-        out = collect(by_name(args.chapter).load(), args.profile, args.data_dir or None, **overrides)
-    finally:
-        if kernel.isdigit() and os.getppid() != int(kernel):  # our kernel ended (and we were
-            from .sweep import forget_ended_kernel            # reparented): its file goes too
-            forget_ended_kernel(int(kernel))
+    out = collect(by_name(args.chapter).load(), args.profile, args.data_dir or None, **overrides)
     return 0 if out is not None else 3
 
 
