@@ -507,12 +507,14 @@ def test_papermill_parses_every_parameter_line(ch, caplog):
 
 def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     """Every chapter printed papermill's 'Unable to parse line …' and ipykernel's warning that
-    a TCP kernel is not encrypted; the kernelspec setup installs (tools.kernel) drops that one
-    warning, and every parameter line parses."""
+    a TCP kernel is not encrypted; every parameter line parses, and the kernelspec the setup
+    installs (tools.kernel) starts the kernel on Unix sockets (tools.provisioner): no warning."""
     import json
     from jupyter_client.kernelspec import KernelSpecManager
+    from tools.kernel import PROVISIONER
     spec = KernelSpecManager().get_kernel_spec("python3")
     assert spec.argv[1:3] == ["-m", "tools.kernel"], spec.argv
+    assert spec.metadata["kernel_provisioner"]["provisioner_name"] == PROVISIONER
     pm = str(Path(PY).with_name("papermill"))
     r = subprocess.run([pm, str(ROOT / "chapters" / "tsc_alignment.ipynb"), str(tmp_path / "out.ipynb"),
                         "--no-progress-bar"], capture_output=True, text=True, cwd=ROOT, timeout=600)
