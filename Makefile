@@ -7,16 +7,20 @@ PYTEST_ARGS ?=
 CHAPTERS ?=
 MEASURE_ARGS ?=
 MEASURE = $(PY) -m tools measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
+NOTEBOOKS = $(PY) -m tools refresh --changed
+BOOK = $(PY) -m tools book
 
 .PHONY: all setup measure notebooks notebooks-all book summary compare test test-fleet test-unit test-notebooks clean sweep doctor
 
 ## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site.
 ## A failed chapter still gets the book built and the summary printed, then `make` fails;
-## an interrupted measure (Ctrl-C: exit 130, SIGTERM: 143, SIGHUP: 129) stops at once.
+## an interrupted measure, refresh or book build (Ctrl-C: exit 130, SIGTERM: 143, SIGHUP: 129)
+## stops at once. The steps run in this one recipe, so that make adds one line of its own.
 all: setup
 	@rc=0; $(MEASURE) || rc=$$?; \
 	case $$rc in 129|130|143) exit $$rc;; esac; \
-	$(MAKE) --no-print-directory notebooks book || rc=$$?; \
+	step=0; $(NOTEBOOKS) && $(BOOK) || step=$$?; \
+	case $$step in 0) ;; 129|130|143) exit $$step;; *) rc=$$step;; esac; \
 	$(PY) -m tools summary; \
 	$(PY) -m tools compare || true; \
 	exit $$rc
@@ -30,14 +34,14 @@ measure: setup
 ## notebooks: re-execute, in explain mode, the chapters whose data or code changed since they
 ## were stored (tools/freshness.py), so stored outputs follow data/; `make notebooks-all` runs all
 notebooks:
-	$(PY) -m tools refresh --changed
+	$(NOTEBOOKS)
 
 notebooks-all:
 	$(PY) -m tools refresh
 
 ## book: render the stored notebooks into _build/html, warnings are errors
 book:
-	@$(PY) -m tools book
+	@$(BOOK)
 
 summary:
 	$(PY) -m tools summary

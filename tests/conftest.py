@@ -32,16 +32,19 @@ def need_tool(name: str, package: str | None = None) -> str:
 NOBODY = 65534
 
 
-def as_nobody(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    """Run Python code as uid/gid 65534 (not root, no capabilities)."""
+def as_nobody(code: str, timeout: float = 30, args: list[str] = (), site: bool = False) \
+        -> subprocess.CompletedProcess:
+    """Run Python code as uid/gid 65534 (not root, no capabilities), with argv[1:] = args; with
+    site=True it imports from this environment's site-packages too (pyzmq)."""
     def drop():
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    return subprocess.run([py, "-c", textwrap.dedent(code)], capture_output=True,
+    path = [str(ROOT)] + ([p for p in sys.path if p.endswith("site-packages")] if site else [])
+    return subprocess.run([py, "-c", textwrap.dedent(code), *args], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=drop, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(path)})
 
 
 def nobody_requests(targets: list[tuple[str, str, int]], payload: bytes = b"x") -> list[str]:
@@ -417,3 +420,77 @@ def owned_by(pid: int) -> list[Path]:
         except (OSError, ValueError, IndexError):
             pass
     return out
+
+
+# ---- a notebook that keeps its kernel busy, for kernel and signal tests -------------------
+
+def ticker_notebook(path: Path) -> Path:
+    """A one-cell notebook whose kernel writes its connection info to $PERFBOOK_TEST_CONN
+    (atomically), then prints a tick every 0.1 s until $PERFBOOK_TEST_CONN.stop exists (at
+    most 120 s): a kernel that publishes on its output channel while a test looks at it."""
+    import nbformat
+    code = ("# NBVAL_IGNORE_OUTPUT\n"
+            "import os, time\n"
+            "from ipykernel.connect import get_connection_info\n"
+            "conn = os.environ['PERFBOOK_TEST_CONN']\n"
+            "with open(conn + '.tmp', 'w') as f:\n"
+            "    f.write(get_connection_info())\n"
+            "os.rename(conn + '.tmp', conn)\n"
+            "deadline = time.monotonic() + 120\n"
+            "while not os.path.exists(conn + '.stop') and time.monotonic() < deadline:\n"
+            "    print('tick', flush=True)\n"
+            "    time.sleep(0.1)\n")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return path
+
+
+def wait_for_file(path: Path, proc, timeout: float = 120) -> None:
+    """Wait until `path` exists; fail with proc's output if proc ends first or time runs out."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out = proc.communicate()
+            pytest.fail(f"{path.name} never appeared (exit {proc.returncode}):\n"
+                        + "".join(o or "" for o in out)[-3000:])
+        time.sleep(0.1)
+
+
+def processes_with_env(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (NAME=value): what a run under test
+    started, however it was started (a kernel, a zygote, a child in a session of its own)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "environ").read_bytes().split(b"\0"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def short_state_dir() -> Path:
+    """A private PERFBOOK_STATE_DIR under /tmp with a short path: a kernel's Unix sockets live
+    in it, and a socket's path has at most 107 bytes (pytest's tmp_path can be longer)."""
+    import tempfile
+    return Path(tempfile.mkdtemp(prefix="pbk-", dir="/tmp"))
+
+
+def stop_with(p, sig: int, target: str, timeout: float = 90) -> tuple[str, str]:
+    """Send `sig` to `p`'s process group ("group", as the terminal's Ctrl-C does) or to `p`
+    alone ("parent"), wait for it, and check the contract of every signal exit: status 128 +
+    the signal's number, and stderr is one line that names the signal. Returns (out, err)."""
+    import signal
+    if target == "group":
+        os.killpg(p.pid, sig)
+    else:
+        os.kill(p.pid, sig)
+    out, err = p.communicate(timeout=timeout)
+    name = signal.Signals(sig).name
+    assert p.returncode == 128 + sig, f"exit {p.returncode} after {name} to the {target}:\n{out}{err}"
+    assert len(err.splitlines()) == 1 and f"interrupted by {name}" in err, err
+    return out, err

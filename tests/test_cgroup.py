@@ -118,84 +118,78 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_sweep_removes_the_connection_file_of_a_dead_collect_kernel(tmp_path):
-    """A SIGTERM to papermill's group left 'a kernel connection file in /tmp': the kernel
-    records its file, and the sweep removes exactly that file once the kernel is dead."""
-    from tools.sweep import _kernel_files, forget_kernel_file, remember_kernel_file
-    dead, alive = _dead_pid(), os.getpid()
-    f_dead, f_alive = tmp_path / "kernel-1234.json", tmp_path / "kernel-5678.json"
-    f_dead.write_text("{}")
-    f_alive.write_text("{}")
-    remember_kernel_file(dead, f_dead)
-    remember_kernel_file(alive, f_alive)
-    # papermill's kernels get jupyter_client's tempfile name (/tmp/tmpXXXXXXXX.json), and the
-    # sweep had refused that name: every killed papermill of a test run left one in /tmp
+def _legacy_record(pid: int, path) -> Path:
+    """What an older version wrote for a papermill kernel's connection file."""
+    from tools.statedir import state_dir, write_file
+    d = state_dir() / "kernelfiles"
+    d.mkdir(mode=0o700, exist_ok=True)
+    write_file(d / str(pid), f"{path}\n")
+    return d / str(pid)
+
+
+def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, monkeypatch):
+    """Older versions recorded a papermill kernel's /tmp/tmpXXXXXXXX.json in kernelfiles/: the
+    sweep still removes it once that kernel is dead, and keeps a live kernel's."""
     import tempfile
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
+    from tools.sweep import _legacy_kernel_records
     fd, made = tempfile.mkstemp(".json", dir=tmp_path)
     os.close(fd)
-    remember_kernel_file(_dead_pid(), made)
+    alive = tmp_path / "kernel-5678.json"
+    alive.write_text("{}")
+    dead_rec = _legacy_record(_dead_pid(), made)
+    live_rec = _legacy_record(os.getpid(), alive)
     try:
-        removed = _kernel_files()
-        assert str(f_dead) in removed and not f_dead.exists()
-        assert made in removed and not os.path.exists(made)
-        assert f_alive.exists(), "a live kernel's file is left alone"
+        assert made in _legacy_kernel_records() and not os.path.exists(made) and not dead_rec.exists()
+        assert alive.exists() and live_rec.exists(), "a live kernel's file is left alone"
     finally:
-        forget_kernel_file(alive)
+        live_rec.unlink()
+    _legacy_kernel_records()
+    assert not live_rec.parent.exists(), "the emptied record directory stays"
 
 
-def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path):
-    from tools.sweep import _kernel_files, remember_kernel_file
+def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path, monkeypatch):
+    from tools.sweep import _legacy_kernel_records
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     victim = tmp_path / "precious.txt"
     victim.write_text("user data")
     link = tmp_path / "kernel-9999.json"
     link.symlink_to(victim)
     other = tmp_path / "notes.json"
     other.write_text("{}")
-    from tools.statedir import subdir
-    dead = _dead_pid()
-    remember_kernel_file(dead, link)
-    refused: list[str] = []
-    assert _kernel_files(refused) == []
-    assert victim.read_text() == "user data" and link.is_symlink()
-    # a refused file is reported, and its record kept (the contract's leftovers check reads
-    # the records; a dropped record hid the refused file from it) until the file is gone
-    assert refused == [str(link)] and (subdir("kernelfiles") / str(dead)).exists()
-    link.unlink()
-    assert _kernel_files() == [] and not (subdir("kernelfiles") / str(dead)).exists()
-    remember_kernel_file(dead, other)
-    refused = []
-    assert _kernel_files(refused) == [] and refused == [str(other)] and other.exists()
-    other.unlink()
-    _kernel_files()
-    assert not (subdir("kernelfiles") / str(dead)).exists()
+    for f in (link, other):
+        rec = _legacy_record(_dead_pid(), f)
+        assert _legacy_kernel_records() == [] and not rec.exists()
+    assert victim.read_text() == "user data" and link.is_symlink() and other.exists()
 
 
-def test_a_collect_whose_kernel_ended_removes_that_kernels_file_itself(tmp_path):
-    """A SIGTERM to papermill's group can kill papermill midway through its own cleanup, and
-    the kernel's connection file was left to the next sweep (a noisy make test saw it). The
-    collect, reparented once its kernel ended, removes that one file as it exits; while its
-    kernel lives (its parent), the file is the kernel's own business."""
-    _need_cgroup()
-    from tools.sweep import forget_kernel_file, remember_kernel_file
-    ROOT = Path(__file__).resolve().parents[1]
-    ended = subprocess.Popen(["sleep", "120"])  # a kernel that is not the collect's parent
-    mine = tmp_path / "kernel-4242.json"
-    parents = tmp_path / "kernel-4343.json"
-    for f in (mine, parents):
-        f.write_text("{}")
-    remember_kernel_file(ended.pid, mine)
-    remember_kernel_file(os.getpid(), parents)
+def test_the_sweep_removes_the_kernel_files_of_dead_owners_only(tmp_path):
+    """`make sweep` said 'nothing to sweep' beside two connection files a killed refresh left.
+    It removes a dead owner's connection file and sockets; a live owner's, a symlink and a
+    name that is not a kernel's stay."""
+    import shutil
+    import socket
+    import tempfile
+    state = Path(tempfile.mkdtemp(prefix="pbk-", dir="/tmp"))     # short: a Unix socket's path
     try:
-        for kernel in (ended.pid, os.getpid()):
-            r = subprocess.run([sys.executable, "-m", "tools", "collect", "example", "--profile", "quick",
-                                "--data-dir", str(tmp_path / "data"), "--params", "{}"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=300,
-                               env={**os.environ, "PERFBOOK_KERNEL_PID": str(kernel)})
-            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        assert not mine.exists(), "the ended kernel's file outlived the collect"
-        assert parents.exists(), "a live parent kernel's file was removed"
+        kernels = state / "kernels"
+        kernels.mkdir(mode=0o700, parents=True)
+        dead, alive = _dead_pid(), os.getpid()
+        (kernels / f"k{dead}-1.json").write_text('{"key": "secret"}')
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(kernels / f"k{dead}-1-1"))
+        sock.close()
+        (kernels / f"k{alive}-1.json").write_text("{}")
+        victim = tmp_path / "victim"
+        victim.write_text("precious")
+        (kernels / f"k{dead}-2.json").symlink_to(victim)
+        (kernels / "notes.txt").write_text("keep")
+        r = subprocess.run([sys.executable, "-m", "tools", "sweep"], cwd=Path(__file__).resolve().parents[1],
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PERFBOOK_STATE_DIR": str(state)})
+        assert r.returncode == 0, r.stdout + r.stderr
+        left = sorted(f.name for f in kernels.iterdir())
+        assert left == sorted([f"k{alive}-1.json", f"k{dead}-2.json", "notes.txt"]), r.stdout
+        assert f"k{dead}-1.json" in r.stdout and victim.read_text() == "precious"
     finally:
-        ended.kill()
-        ended.wait()
-        forget_kernel_file(os.getpid())
-        forget_kernel_file(ended.pid)
+        shutil.rmtree(state, ignore_errors=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -297,14 +298,17 @@ def leftovers(data: Path) -> list[str]:
     if root is not None and os.geteuid() == 0:
         out += [f"cgroup {g.name} {cgroup.procs(g)}" for g in root.glob(f"{cgroup.PREFIX}*")
                 if g.name.removeprefix(cgroup.PREFIX).isdigit() and _ours(int(g.name.removeprefix(cgroup.PREFIX)))]
-        from tools.statedir import subdir
-        for rec in subdir("kernelfiles").iterdir():
-            # only the kernels of the run under test: an earlier test's kernel (a papermill
-            # run in this process) may end, and leave its file to the next sweep, meanwhile
-            f = Path(rec.read_text().strip())
-            if rec.name.isdigit() and rec.stat().st_mtime >= _STARTED[0] and _ours(int(rec.name)) \
-                    and f.exists():
-                out.append(f"kernel connection file {f}")
+    from tools.statedir import subdir
+    from tools.sweep import _KERNEL
+    for f in subdir("kernels").iterdir():
+        # only the kernels of the run under test (named after the process that started them)
+        m = _KERNEL.match(f.name)
+        try:
+            recent = f.lstat().st_mtime >= _STARTED[0]
+        except FileNotFoundError:
+            continue
+        if m and recent and _ours(int(m.group(1) or m.group(2))):
+            out.append(f"kernel file {f}")
     return out
 
 
@@ -357,6 +361,10 @@ def start(argv, chapter: str, ready: str, timeout: float = 240):
 
 
 def entry(kind: str, chapter: str, data: Path, tmp: Path, extra: dict) -> list[str]:
+    if kind == "collect":         # what a notebook's collect mode runs (tools.notebook.run_mode)
+        import json
+        return [PY, "-m", "tools", "collect", chapter, "--profile", "quick", "--data-dir", str(data),
+                "--params", json.dumps(extra)]
     if kind == "measure":
         args = [PY, "-m", "tools", "measure", "--chapters", chapter, "--profile", "quick",
                 "--param", f"data_dir={data}"]
@@ -403,8 +411,9 @@ LIVE = {
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
-MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill") for s in SIGNALS
-          if not (c == "example" and k == "papermill")]
+# the example chapter has no notebook: its `python -m tools collect` stands for the papermill case
+MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill", "collect") for s in SIGNALS
+          if k == "measure" or (k == "collect") == (c == "example")]
 
 
 @pytest.mark.parametrize("chapter,kind,how", MATRIX, ids=[f"{c}-{k}-{s}" for c, k, s in MATRIX])
@@ -453,8 +462,10 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
     assert mounts_of_ours() == mounts_before, f"after {how} ({kind}) a mount was left or taken away"
     if sig != signal.SIGKILL:
         assert stopped < (30 if kind == "measure" else 60), f"took {stopped:.0f} s to stop"
-    if kind == "measure" and sig != signal.SIGKILL:
-        assert "Traceback" not in (out or ""), out[-2000:]
+    if sig != signal.SIGKILL:
+        assert p.returncode == 128 + sig, f"exit {p.returncode} after {how} ({kind})\n{out[-2000:]}"
+        assert "Traceback" not in (out or "") and "Aborted!" not in (out or ""), out[-2000:]
+        assert len(re.findall(r"^interrupted by SIG", out or "", re.M)) == 1, out[-2000:]
 
 
 def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_path):
@@ -523,12 +534,14 @@ def test_papermill_parses_every_parameter_line(ch, caplog):
 
 def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     """Every chapter printed papermill's 'Unable to parse line …' and ipykernel's warning that
-    a TCP kernel is not encrypted; the kernelspec setup installs (tools.kernel) drops that one
-    warning, and every parameter line parses."""
+    a TCP kernel is not encrypted; every parameter line parses, and the kernelspec the setup
+    installs (tools.kernel) starts the kernel on Unix sockets (tools.provisioner): no warning."""
     import json
     from jupyter_client.kernelspec import KernelSpecManager
+    from tools.kernel import PROVISIONER
     spec = KernelSpecManager().get_kernel_spec("python3")
     assert spec.argv[1:3] == ["-m", "tools.kernel"], spec.argv
+    assert spec.metadata["kernel_provisioner"]["provisioner_name"] == PROVISIONER
     pm = str(Path(PY).with_name("papermill"))
     r = subprocess.run([pm, str(ROOT / "chapters" / "tsc_alignment.ipynb"), str(tmp_path / "out.ipynb"),
                         "--no-progress-bar"], capture_output=True, text=True, cwd=ROOT, timeout=600)
@@ -537,6 +550,45 @@ def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     for noise in ("Unable to parse", "without encryption", "WARNING", "Traceback"):
         assert noise not in out, out[-2000:]
     assert json.loads((tmp_path / "out.ipynb").read_text())["cells"]
+
+
+PAPERMILL_SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
+                     "sigterm-parent": (signal.SIGTERM, "parent"), "sighup-parent": (signal.SIGHUP, "parent")}
+
+
+@pytest.mark.parametrize("how", list(PAPERMILL_SIGNALS))
+def test_a_signal_to_papermill_is_one_line_and_the_signals_exit_status(how, tmp_path):
+    """Ctrl-C to a papermill run printed ipykernel's 20-line ZMQError traceback and click's
+    'Aborted!', and exited 1; SIGTERM and SIGHUP killed papermill before it shut its kernel
+    down. Every signal now ends it with one line and 128 + the signal's number, its kernel
+    gone and the kernel's files with it."""
+    from conftest import processes_with_env, short_state_dir, stop_with, ticker_notebook, wait_for_file
+    sig, target = PAPERMILL_SIGNALS[how]
+    state = short_state_dir()
+    conn = tmp_path / "conn.json"
+    marker = f"PERFBOOK_TEST_CONN={conn}"
+    pm = str(Path(PY).with_name("papermill"))
+    p = subprocess.Popen([pm, str(ticker_notebook(tmp_path / "ticker.ipynb")), str(tmp_path / "out.ipynb"),
+                          "--no-progress-bar", "--log-level", "WARNING"], cwd=ROOT, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         preexec_fn=_fg, env={**os.environ, "PERFBOOK_STATE_DIR": str(state),
+                                              "PERFBOOK_TEST_CONN": str(conn)})
+    try:
+        wait_for_file(conn, p)
+        out, err = stop_with(p, sig, target)
+        assert out == "", out
+        deadline = time.monotonic() + 10
+        while (left := processes_with_env(marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], f"the kernel outlived papermill: {left}"
+        left = sorted(f.name for f in (state / "kernels").iterdir()) if (state / "kernels").exists() else []
+        assert left == [], f"papermill left its kernel's files: {left}\n{out}{err}"
+    finally:
+        conn.with_name(conn.name + ".stop").touch()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _make(data: Path, *more: str) -> list[str]:

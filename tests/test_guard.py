@@ -94,3 +94,27 @@ def test_a_child_between_fork_and_exec_dies_of_the_signal_quietly():
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert "Traceback" not in r.stderr and "ignored" not in r.stderr, r.stderr
     assert f"child {-signal.SIGTERM}" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_signal_inside_an_asyncio_task_is_raised_where_the_loop_waits():
+    """nbclient runs a notebook's cells as asyncio tasks. A KeyboardInterrupt raised inside a
+    task's step is kept as the task's result and raised again in whatever awaits it: in the
+    kernel's shutdown that follows, which then left the kernel's files behind. The signal is
+    delivered again once the loop waits, and the task is not left holding it."""
+    import asyncio
+    loop = asyncio.new_event_loop()
+
+    async def step():
+        signal.raise_signal(signal.SIGTERM)      # lands in the task's step
+        await asyncio.sleep(5)
+
+    task = loop.create_task(step())
+    try:
+        with guard.interruptible():
+            with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+                loop.run_until_complete(task)
+        assert not task.done(), f"the task holds {task.exception()!r}"
+    finally:
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        loop.close()

@@ -7,6 +7,7 @@ our private directories may change. The attacker tests need root to become `nobo
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -342,3 +343,76 @@ def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted,
     assert [ln for ln in lines if str(link) in ln] == [lines[-1]] == [r.stderr.strip()], lines
     assert lines[-1].startswith("error: ") and f"{link} is a symlink" in lines[-1]
     assert list(target.iterdir()) == [], "something was written through the planted link"
+
+
+# ---- notebook kernels: what another user can reach ----------------------------------------
+
+# subscribe to a kernel's output channel (IOPub) with nothing but its address, as the attack
+# of issue #43 did: the HMAC key stops tampering, not reading
+SUBSCRIBE = """
+    import json, sys, zmq
+    info = json.loads(sys.argv[1])
+    port = info["iopub_port"]
+    addr = f"tcp://{info['ip']}:{port}" if info["transport"] == "tcp" else f"ipc://{info['ip']}-{port}"
+    s = zmq.Context().socket(zmq.SUB)
+    s.linger = 0
+    s.subscribe(b"")
+    s.connect(addr)
+    print("READ" if s.poll(5000) else "NOTHING")
+    """
+
+
+def _kernel_clients(nb: Path, out: Path) -> dict:
+    """How each of our notebook clients starts a kernel on `nb`: papermill's CLI as the README
+    gives it, nbval as `make test` runs it, and `python -m tools refresh`'s own way (a kernel
+    forked from its zygote; refresh only runs the chapters, so its code is called here)."""
+    refresh = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import nbformat
+        from tools import nbrun, warmkernel
+        nb = nbformat.read({str(nb)!r}, as_version=4)
+        zygote = warmkernel.Zygote.start()
+        with nbrun.interruptible(), warmkernel.serving(zygote):
+            nbrun.execute(nb, {str(nb.parent)!r})
+        zygote.close()
+        """)
+    return {"papermill": [str(Path(sys.executable).with_name("papermill")), str(nb), str(out),
+                          "--no-progress-bar", "--log-level", "WARNING"],
+            "nbval": [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "-q",
+                      "-p", "no:cacheprovider", str(nb), "--nbval", "--nbval-current-env"],
+            "refresh": [sys.executable, "-c", refresh]}
+
+
+@pytest.mark.parametrize("client", ["papermill", "nbval", "refresh"])
+def test_nobody_cannot_read_a_root_notebook_kernel(client, tmp_path):
+    """A root papermill collect's kernel talked TCP on 127.0.0.1, and user nobody subscribed to
+    its output channel and read every message. Each client's kernel must be unreachable to
+    another user; root (the control) reads it with the same code."""
+    need_root("becoming another user")
+    from conftest import short_state_dir, ticker_notebook, wait_for_file
+    state = short_state_dir()
+    conn = tmp_path / "conn.json"
+    nb = ticker_notebook(tmp_path / "ticker.ipynb")
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_DEFAULT_PROVISIONER_NAME"}  # as a shell has it
+    p = subprocess.Popen(_kernel_clients(nb, tmp_path / "out.ipynb")[client], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env={**env, "PERFBOOK_STATE_DIR": str(state), "PERFBOOK_TEST_CONN": str(conn)})
+    try:
+        wait_for_file(conn, p)
+        info = conn.read_text()
+        root = subprocess.run([sys.executable, "-c", textwrap.dedent(SUBSCRIBE), info],
+                              capture_output=True, text=True, timeout=60)
+        assert root.stdout.strip() == "READ", f"the control read nothing: {root.stdout}{root.stderr}"
+        attack = as_nobody(SUBSCRIBE, args=[info], site=True)
+        assert attack.stdout.strip() == "NOTHING", (
+            f"user nobody read the {client} kernel's output channel "
+            f"({json.loads(info)['transport']} {json.loads(info)['ip']}): {attack.stdout}{attack.stderr}")
+    finally:
+        Path(f"{conn}.stop").touch()
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+        shutil.rmtree(state, ignore_errors=True)

@@ -2,19 +2,23 @@
 starts itself: the same outputs (figures included), directory, environment and import path;
 interrupts reach them; and none outlives the zygote or the process that asked for it."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from jupyter_client import KernelManager
 
-from tools import warmkernel
-from tools.__main__ import _private_kernel_manager
+from conftest import processes_with_env, short_state_dir, stop_with
+from tools import nbrun, warmkernel
 from tools.proc import pid_alive
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = [
     "import os, sys\nprint(os.getcwd(), sys.path[0], os.environ.get('PERFBOOK_PROBE'), sys.argv[1:2])",
@@ -27,15 +31,18 @@ def _notebook(cells):
 
 
 def _run(nb, zygote, cwd):
-    km = _private_kernel_manager(zygote)
-    try:
-        NotebookClient(nb, km=km, timeout=120, kernel_name="python3",
-                       resources={"metadata": {"path": str(cwd)}}).execute()
-    finally:
-        if km.has_kernel:
-            km.shutdown_kernel(now=False)
-        km.cleanup_resources()
+    """Execute `nb` as `python -m tools refresh` does (its kernel from `zygote`, if not None)."""
+    with warmkernel.serving(zygote):
+        nbrun.execute(nb, str(cwd), timeout=120)
     return nb
+
+
+def _start_kernel(zygote, cwd) -> KernelManager:
+    """A kernel started from our python3 kernelspec while `zygote` serves this process."""
+    km = KernelManager(kernel_name="python3")
+    with warmkernel.serving(zygote):
+        km.start_kernel(cwd=str(cwd))
+    return km
 
 
 @pytest.fixture
@@ -76,8 +83,7 @@ def test_the_zygote_forks_the_kernel_not_popen(zygote, tmp_path):
 
 
 def test_an_interrupt_reaches_a_forked_kernel(zygote, tmp_path):
-    km = _private_kernel_manager(zygote)
-    km.start_kernel(cwd=str(tmp_path))
+    km = _start_kernel(zygote, tmp_path)
     kc = km.client()
     kc.start_channels()
     try:
@@ -106,10 +112,11 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
+        from jupyter_client import KernelManager
         from tools import warmkernel
-        from tools.__main__ import _private_kernel_manager
-        km = _private_kernel_manager(warmkernel.Zygote.from_env())
-        km.start_kernel(cwd={str(tmp_path)!r})
+        km = KernelManager(kernel_name="python3")
+        with warmkernel.serving(warmkernel.Zygote.from_env()):
+            km.start_kernel(cwd={str(tmp_path)!r})
         print(km.provisioner.pid, flush=True)
         time.sleep(600)
     """)
@@ -127,16 +134,13 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
     while pid_alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(kernel)
-    from tools.statedir import subdir      # what the killed child's KernelManager left
-    for f in subdir("kernels").glob(f"*{child.pid}*"):
-        if f.name in (f"kernel-{child.pid}.json", *(f"k{child.pid}-{i}" for i in range(1, 6))):
-            f.unlink()
+    from tools.sweep import kernel_files    # what the killed child's KernelManager left
+    kernel_files()
 
 
 def test_kernels_end_with_the_zygote(tmp_path):
     z = warmkernel.Zygote.start()
-    km = _private_kernel_manager(z)
-    km.start_kernel(cwd=str(tmp_path))
+    km = _start_kernel(z, tmp_path)
     kernel = km.provisioner.pid
     zpid = z.proc.pid
     try:
@@ -164,3 +168,69 @@ def test_warm_kernels_can_be_turned_off(monkeypatch):
     assert not warmkernel.enabled()
     monkeypatch.delenv("PERFBOOK_WARM_KERNELS")
     assert warmkernel.enabled()
+
+
+# ---- an interrupted refresh, and what a killed one leaves --------------------------------
+
+@pytest.mark.parametrize("jobs,how", [(2, "sigint-group"), (1, "sigterm-parent"), (2, "sighup-parent")])
+def test_an_interrupted_refresh_is_one_line_and_leaves_no_kernel_file(jobs, how, tmp_path):
+    """Ctrl-C during make all's refresh printed the zygote's ProcessLookupError traceback and
+    left two kernel connection files, with their keys, in the state directory."""
+    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}[how.split("-")[0]]
+    target = how.split("-")[1]
+    state = short_state_dir()
+    chapters = ["tsc_alignment", "trace_overhead"]
+    stored = {c: (ROOT / "chapters" / f"{c}.ipynb").read_bytes() for c in chapters}
+    marker = f"PERFBOOK_TEST_TAG=refresh-{os.getpid()}-{time.time_ns()}"
+    p = subprocess.Popen([sys.executable, "-m", "tools", "refresh", "--chapters", ",".join(chapters),
+                          "--jobs", str(jobs)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                         env={**os.environ, "PERFBOOK_STATE_DIR": str(state),
+                              marker.split("=")[0]: marker.split("=", 1)[1]})
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((state / "kernels").glob("*.json")) if (state / "kernels").is_dir() else []) < jobs:
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.05)
+        out, _ = stop_with(p, sig, target)
+        assert "Traceback" not in out, out
+        assert list((state / "kernels").iterdir()) == [], "a kernel's connection file or socket was left"
+        deadline = time.monotonic() + 10
+        while (left := processes_with_env(marker)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left == [], f"outlived the refresh: {left}"
+        for c in chapters:
+            assert (ROOT / "chapters" / f"{c}.ipynb").read_bytes() == stored[c], f"{c} was replaced"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_a_kernel_whose_connection_file_is_gone_ends(tmp_path):
+    """A client stopped while its kernel started removes the connection file; ipykernel then
+    wrote one of its own and listened on TCP, for nobody. Our kernel ends instead."""
+    gone = tmp_path / "k1-1.json"
+    r = subprocess.run([sys.executable, "-m", "tools.kernel", "-f", str(gone)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and not gone.exists(), r.stdout + r.stderr
+
+
+def test_a_kernelspec_without_our_provisioner_is_refused_in_one_line(tmp_path, monkeypatch):
+    """Reinstalling ipykernel puts back its own python3 kernelspec, whose kernels listen on TCP."""
+    import json
+    from tools.errors import PerfbookError
+    from tools.provisioner import check_kernelspec
+    spec = tmp_path / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": ["python", "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"], "display_name": "P",
+                                                  "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    with pytest.raises(PerfbookError, match="would listen on TCP") as e:
+        check_kernelspec("python3")
+    assert "\n" not in str(e.value)
+    monkeypatch.delenv("JUPYTER_PATH")
+    check_kernelspec("python3")

@@ -166,17 +166,6 @@ def cmd_measure(args) -> int:
     return 0
 
 
-def _private_kernel_manager(zygote=None):
-    """A notebook kernel reached over Unix sockets in our private state directory (not TCP,
-    and no connection file in /tmp); forked by `zygote` where there is one (tools.warmkernel)."""
-    import os
-    from .statedir import subdir
-    from .warmkernel import kernel_manager_class
-    d = subdir("kernels")
-    return kernel_manager_class(zygote)(kernel_name="python3", transport="ipc", ip=str(d / f"k{os.getpid()}"),
-                                        connection_file=str(d / f"kernel-{os.getpid()}.json"))
-
-
 def cmd_refresh(args) -> int:
     import nbformat
     from . import freshness
@@ -203,26 +192,28 @@ def cmd_refresh(args) -> int:
                 print(f"[refresh] {ch.name}: {why}; re-executing", flush=True)
                 todo.append(ch)
         chapters = todo
+    from .provisioner import check_kernelspec
+    check_kernelspec("python3")
     jobs = refresh_jobs(args.jobs)
     if jobs > 1 and len(chapters) > 1:
         return _refresh_in_parallel(chapters, jobs)
-    from . import warmkernel
+    from . import nbrun, warmkernel
     zygote = warmkernel.Zygote.from_env()      # our parent's (_refresh_in_parallel), else ours
     if zygote is None and warmkernel.enabled() and chapters:
         zygote = warmkernel.Zygote.start()
     try:
-        return _refresh_each(chapters, zygote)
+        with nbrun.interruptible(), warmkernel.serving(zygote):
+            return _refresh_each(chapters)
     finally:
         if zygote is not None:
             zygote.close()
 
 
-def _refresh_each(chapters, zygote) -> int:
+def _refresh_each(chapters) -> int:
     """cmd_refresh, one notebook after the other, in this process."""
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
-    from . import freshness
+    from . import freshness, nbrun
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
@@ -230,16 +221,8 @@ def _refresh_each(chapters, zygote) -> int:
         nb = nbformat.read(ch.path, as_version=4)
         digest = freshness.data_digest(ch.name)  # before the run: what it is about to read
         code = freshness.code_digest(ch.name, nb)
-        km = _private_kernel_manager(zygote)
-        client = NotebookClient(nb, km=km, timeout=1800, kernel_name="python3",
-                                resources={"metadata": {"path": str(ch.path.parent)}})
         try:
-            try:
-                client.execute()
-            finally:
-                if km.has_kernel:
-                    km.shutdown_kernel(now=False)
-                km.cleanup_resources()
+            nbrun.execute(nb, str(ch.path.parent))
         except CellExecutionError as e:
             failed.append(ch.name)
             print(f"[refresh] {ch.name}: FAILED, the stored notebook is unchanged: "
@@ -285,12 +268,14 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
     Within each phase the biggest stored notebooks start first: their size follows the work of
     re-executing them closely enough that fewer CPUs idle at the end of the phase. Their lines
     are passed on whole, as they come. An interrupt, or our death, stops them all (process
-    groups, PR_SET_PDEATHSIG): a stored notebook is only ever replaced whole."""
+    groups, PR_SET_PDEATHSIG), and the connection files and sockets of their kernels go with
+    them (tools.sweep): a stored notebook is only ever replaced whole."""
     import selectors
     import subprocess
     from . import guard
     from .chapters import PAGES
     from .proc import die_with_parent, kill_group
+    from .sweep import kernel_files
     from .warmkernel import ZYGOTE_FD, Zygote, enabled
     phases = [[c for c in chapters if c not in PAGES], [c for c in chapters if c in PAGES]]
     print(f"[refresh] {len(chapters)} notebooks, {jobs} at a time", flush=True)
@@ -336,6 +321,7 @@ def _refresh_in_parallel(chapters, jobs: int) -> int:
                 sel.close()
                 if zygote is not None:
                     zygote.close()      # and with it any kernel a killed child left
+                kernel_files()          # and the files of the kernels the killed children started
     return 1 if failed else 0
 
 
@@ -350,13 +336,7 @@ def cmd_collect(args) -> int:
     except (ValueError, AssertionError):
         from .errors import ParameterError
         raise ParameterError(f"--params must be a JSON object, got {args.params!r}") from None
-    kernel = os.environ.get("PERFBOOK_KERNEL_PID", "")
-    try:
-        out = collect(by_name(args.chapter).load(), args.profile, args.data_dir or None, **overrides)
-    finally:
-        if kernel.isdigit() and os.getppid() != int(kernel):  # our kernel ended (and we were
-            from .sweep import forget_ended_kernel            # reparented): its file goes too
-            forget_ended_kernel(int(kernel))
+    out = collect(by_name(args.chapter).load(), args.profile, args.data_dir or None, **overrides)
     return 0 if out is not None else 3
 
 

@@ -5,7 +5,9 @@ directories) is undone by the code that changed it, in `finally` blocks and cont
 managers. This module makes sure those run, whatever stops the run:
 
 * `interruptible()` -- while active, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt
-  in the main thread, so every `finally` of the run executes. Only the first signal
+  in the main thread, so every `finally` of the run executes. Where raising would lose the
+  exception (an at-fork hook, a finalizer) or plant it in an asyncio task, the signal is
+  delivered again shortly. Only the first signal
   raises: later ones (a second Ctrl-C, jupyter_client's SIGTERM after its SIGINT) are
   recorded in `received()` and let the cleanup finish; SIGKILL is left for impatience,
   and the sweep handles what it leaves. It is re-entrant and process-wide: the handlers
@@ -49,9 +51,18 @@ _raised = False
 _owner = 0  # the pid that installed the handlers
 
 
+# An asyncio callback or task step (nbclient runs a notebook's cells as tasks, in papermill and
+# in `python -m tools refresh`): a KeyboardInterrupt raised inside a task's step becomes the
+# task's result and is raised again in whatever awaits it later, the kernel's shutdown that
+# follows included. Delivered again, it lands where the loop waits (its selector), and leaves
+# it, once.
+def _in_asyncio_callback(code) -> bool:
+    return code.co_name == "_run" and code.co_filename.endswith(os.path.join("asyncio", "events.py"))
+
+
 def _swallowed(frame) -> bool:
     while frame is not None:
-        if frame.f_code.co_name in _SWALLOWING:
+        if frame.f_code.co_name in _SWALLOWING or _in_asyncio_callback(frame.f_code):
             return True
         frame = frame.f_back
     return False

@@ -4,7 +4,14 @@ nbval compares every stored output except images. A figure glued for a numbered 
 (tools.notebook.figure) is stored as `application/papermill.record/image/png`, which nbval
 does not know to be an image; its pixels are as unportable as any PNG's, so it is skipped
 like one. Its caption (text) is still compared.
+
+nbval's --nbval-current-env kernel (what `make test` uses) is ipykernel's own kernelspec, which
+names no kernel provisioner: jupyter_client then takes its default, which this plugin makes
+perfbook's (tools.provisioner, through jupyter_client's JUPYTER_DEFAULT_PROVISIONER_NAME), so
+that nbval's kernels, too, are reached over Unix sockets in the private state directory and
+never listen on TCP. Processes the tests start inherit it.
 """
+import os
 
 GLUED_IMAGES = ("application/papermill.record/image/png", "application/papermill.record/image/jpeg")
 
@@ -15,3 +22,8 @@ def pytest_collection_modifyitems(items):
         skip = getattr(parent, "skip_compare", None)
         if skip is not None and "image/png" in skip and GLUED_IMAGES[0] not in skip:
             parent.skip_compare = tuple(skip) + GLUED_IMAGES
+
+
+def pytest_configure(config):
+    from tools.kernel import PROVISIONER
+    os.environ.setdefault("JUPYTER_DEFAULT_PROVISIONER_NAME", PROVISIONER)

@@ -12,8 +12,6 @@ committed data; either way it returns the chapter's datasets (tools.dataset.Data
 """
 from __future__ import annotations
 
-import os
-
 from pathlib import Path
 
 from .errors import ParameterError, install_notebook_handler
@@ -65,7 +63,6 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
         return None
     from .dataset import check_writable
     check_writable(data)  # DatasetError here, in the notebook, before anything starts
-    _remember_connection_file()
     term_with_parent()    # this kernel, too, gets SIGTERM the moment papermill dies (and
     # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish
     # and publish in the second ipykernel's parent poller takes to notice
@@ -73,8 +70,7 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
     p = subprocess.Popen([sys.executable, "-m", "tools", "collect", chapter.name, "--profile", profile,
                           "--data-dir", str(data), "--params", json.dumps(given)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent,
-                         env={**os.environ, "PERFBOOK_KERNEL_PID": str(os.getpid())})
+                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent)
     last = ""
     try:
         for line in p.stdout:
@@ -90,18 +86,6 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
     if rc != 0 or not last.startswith("new dataset: "):
         raise PerfbookError(f"{chapter.name} collect failed (exit {rc}): {last}")
     return Path(last.removeprefix("new dataset: "))
-
-
-def _remember_connection_file() -> None:
-    """A killed papermill leaves this kernel's connection file behind: record it for the
-    sweep (tools.sweep.remember_kernel_file). Outside a kernel there is none."""
-    try:
-        from ipykernel.connect import get_connection_file
-        path = get_connection_file()
-    except Exception:  # not in a kernel (a test calling run_mode directly)
-        return
-    from .sweep import remember_kernel_file
-    remember_kernel_file(os.getpid(), os.path.abspath(path))
 
 
 def show_figure(fig, caption: str) -> None:

@@ -136,8 +136,9 @@ else
   say "Python packages: up to date"
 fi
 echo "$PY" > build/python
-# the notebooks' kernel drops ipykernel's TCP-transport warning (tools/kernel.py says why);
-# written on every setup, since reinstalling ipykernel puts its own kernelspec back
+# the notebooks' kernel (tools/kernel.py), reached over Unix sockets in the private state
+# directory through the provisioner it names (tools/provisioner.py, an entry point of the
+# editable install above); written on every setup, since reinstalling ipykernel puts its own back
 "$PY" -c 'import tools.kernel as k; k.install_kernelspec()'
 
 # ---- 3. C harnesses ---------------------------------------------------------------

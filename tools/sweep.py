@@ -13,8 +13,9 @@ removed:
   netns       perfbook_<pid>_* network namespaces
   knobs       debugfs/sysctl knobs a run changed, and the debugfs it mounted (tools.knobs)
   processes   whatever is left in the cgroup of a dead run, perfbook-run-<pid> (tools.cgroup)
-  kernels     the connection file of a notebook kernel that ran a collect and was killed
-              before papermill could remove it (recorded by remember_kernel_file)
+  kernels     a notebook kernel's connection file and sockets, <state dir>/kernels/k<pid>-*,
+              when the process that started it (papermill, a refresh) died before it could
+              remove them (tools.provisioner)
 Children also die with their run at once: PR_SET_PDEATHSIG (tools.proc.die_with_parent), and
 the run's cgroup watchdog for every descendant.
 
@@ -205,82 +206,66 @@ def _recorded_datasets(refused: list[str]) -> list[str]:
     return removed
 
 
-# jupyter's names for a connection file: kernel-<id>.json in its runtime directory, or the
-# tempfile.mkstemp(".json") name jupyter_client gives a kernel manager that names none (what
-# papermill's kernels get: /tmp/tmpXXXXXXXX.json)
+# a notebook kernel's connection file k<pid>-<n>.json and sockets k<pid>-<n>-<port>, named after
+# the process that started it (tools.provisioner); older refreshes named them kernel-<pid>.json
+# and k<pid>-<port>
+_KERNEL = re.compile(r"^(?:k(\d+)(?:-\d+){1,2}(?:\.json)?|kernel-(\d+)\.json)$")
+
+
+def kernel_files() -> list[str]:
+    """The connection files and sockets, in <state dir>/kernels, of notebook kernels whose
+    owner is dead: regular files and sockets of ours only, never through a link."""
+    from .statedir import subdir
+    removed = []
+    for f in subdir("kernels").iterdir():
+        m = _KERNEL.match(f.name)
+        if not m or pid_alive(int(m.group(1) or m.group(2))):
+            continue
+        try:
+            st = os.lstat(f)
+        except FileNotFoundError:
+            continue
+        if st.st_uid == os.geteuid() and (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            f.unlink(missing_ok=True)     # the name itself: unlink never follows a link
+            removed.append(str(f))
+    return removed
+
+
+# jupyter's names for a connection file it places itself: kernel-<id>.json in its runtime
+# directory, or tempfile.mkstemp(".json") (/tmp/tmpXXXXXXXX.json, what papermill's kernels got)
 _KFILE = re.compile(r"^(kernel-[\w.-]+|tmp[a-z0-9_]{8})\.json$")
 
 
-def remember_kernel_file(pid: int, path) -> None:
-    """Record that notebook kernel `pid` (a collect) was started with connection file `path`,
-    so that the sweep removes that file, and only that file, once the kernel is dead."""
-    from .statedir import subdir, write_file
-    write_file(subdir("kernelfiles") / str(pid), f"{path}\n")
-
-
-def forget_kernel_file(pid: int) -> None:
-    from .statedir import subdir
-    (subdir("kernelfiles") / str(pid)).unlink(missing_ok=True)
-
-
-def _remove_recorded(rec: Path, refused: list[str] | None = None) -> list[str]:
-    """Remove the connection file a record names, only when still a regular file of ours
-    named like jupyter's (never through a symlink, never another user's); then the record.
-    A file that is there but refused is reported in `refused`, and its record is kept, so
-    that the refusal stays visible (to the next sweep, and to the contract's leftovers check)
-    until the file is gone."""
+def _legacy_kernel_records() -> list[str]:
+    """Older versions recorded a papermill kernel's connection file in <state
+    dir>/kernelfiles/<kernel pid>: once that kernel is dead, the file goes if it is still a
+    regular file of ours with jupyter's name (never through a link), then the record."""
+    from .statedir import state_dir
+    d = state_dir() / "kernelfiles"
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        return []
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return []
     removed = []
-    try:
-        path = Path(rec.read_text().strip())
-    except (OSError, ValueError):
-        rec.unlink(missing_ok=True)
-        return removed
-    try:
-        st = os.lstat(path)
-    except (OSError, ValueError):
-        rec.unlink(missing_ok=True)     # already gone: nothing to do
-        return removed
-    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and _KFILE.match(path.name):
+    for rec in d.iterdir():
+        if not rec.name.isdigit() or pid_alive(int(rec.name)):
+            continue
         try:
-            path.unlink()
+            path = Path(rec.read_text().strip())
+            fst = os.lstat(path)
+        except (OSError, ValueError):
+            fst = None
+        if fst is not None and stat.S_ISREG(fst.st_mode) and fst.st_uid == os.geteuid() \
+                and _KFILE.match(path.name):
+            path.unlink(missing_ok=True)
             removed.append(str(path))
-        except FileNotFoundError:
-            pass
-        except OSError:
-            if refused is not None:
-                refused.append(str(path))
-            return removed
         rec.unlink(missing_ok=True)
-    elif refused is not None:
-        refused.append(str(path))
-    return removed
-
-
-def forget_ended_kernel(pid: int, log=print) -> list[str]:
-    """A collect whose notebook kernel `pid` ended under it (it was reparented) removes that
-    kernel's connection file at once: a papermill killed mid-cleanup leaves it otherwise,
-    until the next run's sweep."""
-    from .statedir import subdir
-    rec = subdir("kernelfiles") / str(pid)
-    refused: list[str] = []
-    removed = _remove_recorded(rec, refused) if rec.is_file() else []
-    _say_refused(refused, log)
-    return removed
-
-
-def _say_refused(refused: list[str], log) -> None:
-    if refused:
-        log("left alone, not a notebook connection file of ours (a link, another user's or "
-            "another name): " + ", ".join(refused) + "; remove it by hand if it is stale")
-
-
-def _kernel_files(refused: list[str] | None = None) -> list[str]:
-    """Connection files of dead collect kernels (_remove_recorded)."""
-    from .statedir import subdir
-    removed = []
-    for rec in subdir("kernelfiles").iterdir():
-        if rec.name.isdigit() and not pid_alive(int(rec.name)):
-            removed += _remove_recorded(rec, refused)
+    try:
+        d.rmdir()                         # empty once every recorded kernel is dead
+    except OSError:
+        pass
     return removed
 
 
@@ -315,13 +300,12 @@ def sweep_all(log=print, data_dir=None, refused: list[str] | None = None) -> lis
         if shutil.which("ip"):
             from .netns import sweep_stale_netns
             kind(sweep_stale_netns, lambda s: None)
-    left: list[str] = []             # files of ours refused one by one: said, not raised
-    kind(_kernel_files, left)
-    _say_refused(left, log)
+    kind(kernel_files)
+    kind(_legacy_kernel_records)
     kind(lambda: [str(p) for p in scratch.sweep()])
     kind(_legacy_scratch, log)
     kind(_dataset_tmp, data_dir)
-    left = []
+    left: list[str] = []             # datasets refused one by one: said, not raised
     kind(_recorded_datasets, left)
     if left:
         log("left alone, not a half-written dataset of ours (behind a symlink, another user's) "

@@ -10,8 +10,9 @@ run nothing else starts with those modules loaded and every other state fresh (`
 reseeds itself in a forked child). The child becomes the ordinary kernel (tools.kernel), with the
 command line, environment and working directory jupyter_client gives a kernel it starts itself,
 and a session of its own, as a Popen'd kernel has: jupyter_client's interrupt and kill reach its
-process group. jupyter_client sees it through a pidfd the zygote passes back (`_Forked`: poll,
-wait and signals, as on a Popen).
+process group. The kernel provisioner (tools.provisioner) asks for it while a zygote serves the
+process (`serving`), and jupyter_client sees it through a pidfd the zygote passes back
+(`_Forked`: poll, wait and signals, as on a Popen).
 
 Lifetimes: the zygote dies with the refresh process, and each kernel with the zygote
 (PR_SET_PDEATHSIG). A kernel command that is not tools.kernel's, or a zygote that failed, starts
@@ -26,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 
 # what a chapter's first cells import (tools.notebook.init, tools.stats, the figures); importing
 # them changes no state a kernel reads later: matplotlib picks its backend when a figure is first
@@ -162,30 +164,29 @@ class Zygote:
             self.proc = None
 
 
-def kernel_manager_class(zygote: Zygote | None):
-    """jupyter_client's KernelManager, whose kernels the zygote forks (when it can)."""
-    from jupyter_client import KernelManager
+_serving: Zygote | None = None     # the zygote that forks this process's kernels, if any
 
-    class WarmKernelManager(KernelManager):
-        async def _async_launch_kernel(self, kernel_cmd, **kw):
-            prov = self.provisioner
-            usual = prov.launch_kernel
 
-            async def launch(cmd, **kwargs):
-                proc = None
-                if zygote is not None and _is_ours(cmd):
-                    env = dict(kwargs.get("env") or os.environ)
-                    proc = zygote.fork(cmd, env, str(kwargs.get("cwd") or os.getcwd()))
-                if proc is None:
-                    return await usual(cmd, **kwargs)
-                prov.process, prov.pid, prov.pgid = proc, proc.pid, proc.pid   # its own session
-                prov.cwd = kwargs.get("cwd") or os.getcwd()
-                return prov.connection_info
+@contextmanager
+def serving(zygote: Zygote | None):
+    """While the block runs, the kernels this process starts from our kernelspec are forked by
+    `zygote` (tools.provisioner asks fork_kernel); None: started the usual way."""
+    global _serving
+    before, _serving = _serving, zygote
+    try:
+        yield
+    finally:
+        _serving = before
 
-            prov.launch_kernel = launch
-            await super()._async_launch_kernel(kernel_cmd, **kw)
 
-    return WarmKernelManager
+def fork_kernel(cmd: list[str], launch: dict) -> _Forked | None:
+    """The kernel for `cmd` forked by the zygote serving this process, with the env and cwd of
+    jupyter_client's launch arguments; None when none serves, the command is not tools.kernel's,
+    or the zygote can't give one (the caller starts the kernel the usual way)."""
+    if _serving is None or not _is_ours(cmd):
+        return None
+    env = dict(launch.get("env") or os.environ)
+    return _serving.fork(cmd, env, str(launch.get("cwd") or os.getcwd()))
 
 
 def _is_ours(cmd: list[str]) -> bool:
@@ -208,7 +209,10 @@ def _become_kernel(req: dict, start_dir: str) -> None:
         die_with_parent()
         if os.getppid() != zygote:
             os._exit(1)
-        client = os.pidfd_open(int(req["client"]))
+        try:
+            client = os.pidfd_open(int(req["client"]))
+        except ProcessLookupError:      # it asked, then died (a refresh killed on Ctrl-C):
+            os._exit(1)                 # nobody wants this kernel
         threading.Thread(target=lambda: (select.select([client], [], []), os._exit(1)), daemon=True).start()
         # signal dispositions: the zygote's, which are a fresh interpreter's (it sets none), as a
         # kernel exec'd from the refresh process would have
