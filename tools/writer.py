@@ -13,9 +13,10 @@ import uuid
 from pathlib import Path
 
 from . import hostinfo
-from .dataset import (MANIFEST, PLAIN_EXT, SCHEMA, TABLE_EXT, check_writable, new_run_id, utc_now,
+from .dataset import (MANIFEST, PLAIN_EXT, TABLE_EXT, check_writable, new_run_id, utc_now,
                       write_table)
 from .errors import DatasetError
+from .manifest import SCHEMA
 from .paths import runs_dir
 
 
@@ -42,6 +43,7 @@ class DatasetWriter:
         self.skipped: dict[str, str] = {}
         self.rejected: list[str] = []
         self.extra: dict = {}
+        self.disturbance: dict | None = None    # the run monitor's record (tools.monitor)
         self.started = utc_now()
         self.published: Path | None = None
 
@@ -115,6 +117,7 @@ class DatasetWriter:
             "skipped": self.skipped,
             "notes": self.notes,
             "facts": extra,
+            "disturbance": self.disturbance,
         }
 
     def _publish(self):
