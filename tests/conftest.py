@@ -112,6 +112,33 @@ def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> di
     return m
 
 
+def read_until(p, ready: str, timeout: float) -> tuple[list[str], bool]:
+    """(the lines a child (stdout a pipe) printed until one matched the regex `ready`, that one
+    included, then whatever it had printed after it; whether one matched before it ended or
+    `timeout` seconds passed). The pipe is read raw: a line left in a text wrapper's buffer is
+    invisible to select(), and would be seen only when more output comes (seconds later)."""
+    import re
+    import selectors
+    import time
+    fd = p.stdout.fileno()
+    seen, pending, deadline = [], b"", time.monotonic() + timeout
+    sel = selectors.DefaultSelector()
+    sel.register(fd, selectors.EVENT_READ)
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=1):
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        for i, line in enumerate(lines):
+            seen.append(line.decode(errors="replace") + "\n")
+            if re.search(ready, seen[-1]):
+                rest = b"\n".join(lines[i + 1:] + [pending])
+                return seen + ([rest.decode(errors="replace")] if rest else []), True
+    return seen + ([pending.decode(errors="replace")] if pending else []), False
+
+
 @pytest.fixture
 def scratch_data(tmp_path):
     """An empty data directory (runs/ inside it) for collect runs in tests."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need_root
+from conftest import ROOT, need_root, read_until
 from tools import framework, scratch
 from tools.chapters import CHAPTERS, EXAMPLE
 from tools.dataset import REQUIRED, list_runs, load_manifest
@@ -184,6 +184,9 @@ def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
     m = migrate(old)
     assert m["schema"] == SCHEMA and m["profile"] == "quick" and m["parameters"] == {"n": 1}
     assert m["facts"] == {"harness": {"a": 1}} and "harness" not in m
+    assert m["disturbance"] is None                  # 2 -> 3: no run monitor before schema 3
+    two = migrate({**old, "schema": 2, "parameters": {"n": 1}, "profile": "quick", "facts": {}})
+    assert two["schema"] == SCHEMA and two["disturbance"] is None and "harness" not in two["facts"]
     run = tmp_path / "runs" / "h" / "c" / "r"
     run.mkdir(parents=True)
     (run / "manifest.json").write_text(json.dumps({**old, "schema": SCHEMA + 1}))
@@ -342,19 +345,9 @@ def start(argv, chapter: str, ready: str, timeout: float = 240):
     p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True, preexec_fn=_fg,
                          env={**os.environ, "PYTHONUNBUFFERED": "1", "PERFBOOK_TEST_TAG": TAG})
-    seen, deadline = [], time.monotonic() + timeout
-    import selectors
-    sel = selectors.DefaultSelector()
-    sel.register(p.stdout, selectors.EVENT_READ)
-    while time.monotonic() < deadline:
-        if not sel.select(timeout=1):
-            continue
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if re.search(ready, line):
-            return p, seen
+    seen, ready_seen = read_until(p, ready, timeout)
+    if ready_seen:
+        return p, seen
     p.kill()
     p.wait()
     pytest.fail(f"{chapter} never reached {ready!r}:\n" + "".join(seen[-20:]))

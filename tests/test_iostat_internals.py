@@ -7,13 +7,16 @@ skip with the reason otherwise.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import ROOT, need_preflight, need_root, need_tool
+from conftest import ROOT, need_preflight, need_root, need_tool, read_until
 from tools import diskstats as ds
 from tools import framework
 from tools.chapters import iostat_internals as I
@@ -21,7 +24,7 @@ from tools.chapters.iostat_internals import analysis as A, collect as C, figures
 from tools.chapters.iostat_internals import parse as PA, spec as S
 from tools.errors import ParameterError
 from tools.scratch import live_dirs
-from tools.dataset import table_path
+from tools.dataset import list_runs, load_manifest, read_table, table_path
 
 FIX = ROOT / "tests" / "fixtures" / "iostat"
 RUN = FIX / "run"
@@ -424,7 +427,90 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
         smp = pd.read_csv(table_path(out, "trace_sample")).dropna(subset=["d2c_us"])
         assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()   # per request: a part <= the whole
     _check_replay_exact(iv)
+    _check_not_disturbed(load_manifest(out).disturbance)
     assert not [d for d in live_dirs(I.chapter.name) if d.name.startswith(f"{I.chapter.name}-{os.getpid()}-")]
+
+
+def _check_not_disturbed(rec):
+    """An undisturbed run: the monitor recorded it, never saw it stopped, and saw no gap of 3 s
+    or more (scheduling noise on a busy machine is tenths of a second: tools.monitor.GAP_S;
+    a shorter gap on a loaded machine is a real disturbance, marked, and allowed here)."""
+    assert rec is not None and rec["recorded"], rec
+    assert not [g for g in rec["gaps"] if g["kind"] == "stopped" or g["seconds"] >= 3], rec["gaps"]
+    assert rec["rejects"] == [] and rec["disturbed"] == bool(rec["reasons"])
+
+
+def _measure_and_stop(data, cue: str, seconds: float, timeout: float = 900):
+    """`python -m tools measure` of a quick iostat_internals collect, in a session of its own,
+    read until a line matches `cue` (the measure lock may first wait for another run); then its
+    process group is stopped (SIGSTOP) for `seconds` and continued. Returns the process and
+    what it printed so far."""
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "tools", "measure", "--chapters", I.chapter.name,
+                          "--profile", "quick", "--param", f"data_dir={data}"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    # the stop must follow the cue within a fraction of a second on a loaded machine too: read
+    # the output as a real-time thread (root, as the live tests are) until the stop is sent
+    saved = os.sched_getscheduler(0), os.sched_getparam(0)
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(S.SAMPLER_RT_PRIO))
+    try:
+        seen, cued = read_until(p, cue, timeout)
+        if cued:
+            os.killpg(p.pid, signal.SIGSTOP)
+    finally:
+        os.sched_setscheduler(0, *saved)
+    if not cued:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        pytest.fail(f"the collect never printed {cue!r}:\n" + "".join(seen[-20:]))
+    try:
+        time.sleep(seconds)
+    finally:
+        os.killpg(p.pid, signal.SIGCONT)
+    return p, seen
+
+
+def test_live_a_run_stopped_between_its_windows_is_published_marked_disturbed(scratch_data):
+    """SIGSTOP of the collect's process group for 5 s after its last phase (iostat, in a
+    session of its own, goes on printing reports): the dataset is published, its manifest
+    says it was stopped for ~5 s, the reports read late are marked (backlog) and none of them
+    is taken for an interval of ours, and the runs table shows the mark."""
+    _need_live()
+    p, seen = _measure_and_stop(scratch_data, r"repetition stopped", 5.0)
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, "".join(seen) + out
+    (run,) = list_runs(I.chapter.name, scratch_data)
+    man = load_manifest(run)
+    rec = man.disturbance
+    assert rec["recorded"] and rec["disturbed"] is True and rec["rejects"] == [], rec
+    stops = [g for g in rec["gaps"] if g["kind"] == "stopped"]
+    assert len(stops) == 1 and 4.5 <= stops[0]["seconds"] <= 6.0 and stops[0]["windows"] == [], rec["gaps"]
+    assert any(r.startswith(f"stopped for {stops[0]['seconds']:g} s") for r in rec["reasons"])
+    assert "published, marked disturbed" in out
+    iv = read_table(run, "intervals", man, I.chapter.tables["intervals"])
+    assert (iv["backlog"] > 0).sum() >= 3, iv[["seq", "backlog", "t_ns"]]   # printed while we were stopped
+    ours = A.our_columns(iv)
+    assert len(ours) and ((ours["interval_s"] - S.IOSTAT_INTERVAL_S).abs() <= S.SPAN_TOL_S).all()
+    late = A.off_claim(iv)
+    assert len(late) >= 4 and not set(late) & set(ours["seq"])
+    assert any("do not span what sysstat's report claims" in n for n in man["notes"]), man["notes"]
+    from tools import notebook as nb
+    table = nb.runs_table(I.chapter.load(scratch_data))
+    assert table["disturbed"].iloc[0].startswith("yes: stopped for"), table
+
+
+def test_live_a_run_stopped_inside_a_window_is_not_published(scratch_data):
+    """SIGSTOP for 2.5 s in the middle of a phase (the window whose steady IOPS and trace the
+    chapter reports, marked gap_rejects): the phase's numbers are wrong, so nothing is
+    published and the one line says why."""
+    _need_live()
+    p, seen = _measure_and_stop(scratch_data, r"workload running, iostat sampling", 2.5)
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 1, "".join(seen) + out
+    assert re.search(r"FAILED: .*nothing was published: stopped for [\d.]+ s at [\d.]+ s into the run, "
+                     r"inside the measured window '\w+ round 0'", out), out
+    assert list_runs(I.chapter.name, scratch_data) == []
 
 
 def _check_replay_exact(iv, n_pairs=5):

@@ -189,6 +189,7 @@ class Context:
              with `ctx.undo.callback(fn, *args)` or `ctx.undo.enter_context(cm)`; the framework
              unwinds it (signals blocked) before anything is published, on every exit path.
     say      print a line of progress
+    monitor  the run monitor (tools.monitor.RunMonitor), or None; chapters use window()
     """
     chapter: "Chapter"
     p: dict
@@ -196,6 +197,19 @@ class Context:
     writer: Any
     undo: ExitStack
     say: Callable[[str], None] = print
+    monitor: Any = None
+
+    def window(self, name: str, gap_rejects: bool = False):
+        """`with ctx.window("phase x round 2"):` around a part whose numbers the chapter
+        reports. The manifest's `disturbance` record then has steal time, load, runnable
+        tasks, context switches, CPU frequency and the gaps for that window too. With
+        gap_rejects=True a gap inside it (the run stopped, frozen or starved for longer than
+        tools.monitor.GAP_S allows for its kind) means its numbers are wrong, and the run is
+        not published."""
+        if self.monitor is None:
+            from contextlib import nullcontext
+            return nullcontext()
+        return self.monitor.window(name, gap_rejects)
 
     def progress(self, total: int, **kw):
         """A Progress line printer for a loop of `total` steps (tools.progress)."""

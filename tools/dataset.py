@@ -15,10 +15,10 @@ import stat
 from pathlib import Path
 
 from .errors import DatasetError
+from .manifest import FIELDS, REQUIRED, SCHEMA, Manifest, migrate  # noqa: F401  (the schema: tools/manifest.py)
 from .paths import runs_dir
 
 MANIFEST = "manifest.json"
-SCHEMA = 2   # see Manifest and migrate() for what each version changed
 
 
 def utc_now() -> str:
@@ -261,9 +261,6 @@ def write_table(base: Path, df) -> Path:
     return p
 
 
-REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "finished", "tables")
-
-
 def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
     """Every published dataset of a chapter, all hosts, sorted by host then run. Two datasets
     that claim the same run id (a copy that kept its manifest) are an error, never merged."""
@@ -374,61 +371,6 @@ def _checked(m, run: Path, p: str, rel: str) -> "Manifest":
     if not isinstance(m["tables"], dict):
         raise DatasetError(f"{p}: 'tables' must map table names to row counts")
     return Manifest(migrate(m), path=run)
-
-
-# The manifest's own fields; everything a chapter records beyond them lives in "facts".
-FIELDS = ("schema", "chapter", "run_id", "host", "profile", "parameters", "tools", "git",
-          "started", "finished", "tables", "skipped", "notes", "facts")
-
-
-def migrate(m: dict) -> dict:
-    """A manifest of any schema this code reads, as the current schema (in memory: a
-    committed dataset is never rewritten).
-
-    1 -> 2: the profile moves from parameters["profile"] to its own field (None when the
-            run did not record it), and a chapter's own facts (top-level keys beyond the
-            manifest's fields) move under "facts".
-    """
-    m = dict(m)
-    if m["schema"] == 1:
-        params = dict(m["parameters"])
-        m["profile"] = params.pop("profile", None)
-        m["parameters"] = params
-        m["facts"] = {k: m.pop(k) for k in list(m) if k not in FIELDS}
-        m["schema"] = 2
-    m.setdefault("skipped", {})
-    m.setdefault("notes", [])
-    m.setdefault("tools", {})
-    return m
-
-
-class Manifest(dict):
-    """A dataset's manifest, validated and migrated to the current schema (load_manifest).
-
-    The fields (FIELDS) are also attributes: m.run_id, m.host_id, m.profile, m.parameters,
-    m.facts (what the chapter recorded), m.host (the host facts), m.path (the directory)."""
-
-    def __init__(self, data: dict, path: Path | None = None):
-        super().__init__(data)
-        self.path = path
-
-    def __getattr__(self, name):
-        if name in FIELDS:
-            return self[name]
-        raise AttributeError(name)
-
-    @property
-    def host_id(self) -> str:
-        return self["host"]["host_id"]
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.host_id, self["run_id"])
-
-    @property
-    def label(self) -> str:
-        """host/run, as tables and legends name a dataset."""
-        return f"{self.host_id}/{self['run_id']}"
 
 
 def read_table(run: Path, table: str, manifest: dict | None = None, schema=None):

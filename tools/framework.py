@@ -2,8 +2,10 @@
 (`python -m tools measure`, `make all`, or a papermill collect of a notebook):
 
   parameters -> preflight -> sweep of dead runs' state -> lock -> signals -> a cgroup of
-  its own (tools.cgroup: no descendant outlives the run) -> the chapter's measure(ctx) (writing through ctx.writer, registering every change on
-  ctx.undo) -> undo -> publish -> status line.
+  its own (tools.cgroup: no descendant outlives the run) -> the run monitor (tools.monitor) ->
+  the chapter's measure(ctx) (writing through ctx.writer, registering every change on
+  ctx.undo, marking its measured windows with ctx.window) -> the monitor's record (the
+  manifest's `disturbance`) -> undo -> publish -> status line.
 
 The chapter (tools/chapter.py) brings only its parameters, preflight() and measure(ctx);
 the framework opens the dataset writer and the undo stack (the kernel-state guard) around
@@ -12,7 +14,10 @@ one ParameterError line and nothing is measured; a host that can't run the chapt
 skip (MissingPrerequisite); a private directory that is refused (tools.statedir.UnsafePath: the
 state dir or the scratch parent planted as a symlink or another user's) is a failure, one line
 that names it, before anything is measured; Ctrl-C, SIGTERM or SIGHUP raise KeyboardInterrupt
-inside the collect, every `finally` restores what it changed, and nothing is published.
+inside the collect, every `finally` restores what it changed, and nothing is published. A run
+that was stopped, frozen or starved (a gap, tools.monitor), or lost much of its CPU time to
+steal, is published marked disturbed; a gap inside a window the chapter marked gap_rejects is a
+failed sanity check, and nothing is published.
 """
 from __future__ import annotations
 
@@ -36,6 +41,16 @@ def status(chapter: str, state: str, detail: str, **extra) -> None:
             f.write(json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n")
 
 
+def _record_disturbance(w, rec: dict, say) -> None:
+    """The run monitor's record into the manifest; the gaps that hit a gap_rejects window
+    reject the run (tools.monitor)."""
+    w.disturbance = rec
+    for why in rec["rejects"]:
+        w.reject(why)
+    if rec["disturbed"] and not rec["rejects"]:
+        say("disturbed: " + "; ".join(rec["reasons"]) + " (published, marked disturbed)")
+
+
 def _release_mounts(debugfs_before: bool, say) -> None:
     """Now that every child is gone: unmount the tracefs a session of ours mounted (a no-op
     when we did not mount it or another live session uses it), and debugfs if it appeared
@@ -57,6 +72,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
     from .cgroup import RunGroup
     from .chapter import Context
     from .dataset import DatasetWriter
+    from .monitor import RunMonitor
     from .sweep import sweep_all
     p = chapter.parameters(profile, **overrides)   # bad input stops here, before anything
     reasons = chapter.preflight()
@@ -76,10 +92,15 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
                 try:
                     with RunGroup() as group, ExitStack() as undo:   # every descendant is gone before publishing
+                        # in the run's cgroup (a freeze of the group stops it too), in a session
+                        # of its own (a SIGSTOP of the run's process group does not)
+                        monitor = RunMonitor().start()
                         try:
-                            chapter.measure(Context(chapter, p, profile, w, undo, say))
+                            chapter.measure(Context(chapter, p, profile, w, undo, say, monitor))
+                            _record_disturbance(w, monitor.stop(), say)
                         finally:
                             with guard.restoring():   # a second signal cannot cut the restore short
+                                monitor.close()
                                 group.end_children()  # first: no child may hold what is undone
                                 undo.close()
                 finally:
@@ -89,6 +110,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
             status(chapter.name, "skipped", str(e))
             return None
     out = w.published
-    status(chapter.name, "measured", str(out), seconds=round(time.monotonic() - t0))
+    status(chapter.name, "measured", str(out), seconds=round(time.monotonic() - t0),
+           disturbed=(w.disturbance or {}).get("disturbed"))
     say(f"new dataset: {out}")
     return out

@@ -234,8 +234,8 @@ def show(item):
 
 
 def runs_table(D):
-    """One row per dataset: host, run, kernel, CPU, virtualization, profile, plus what the
-    chapter adds (its run_columns(manifest[, D]) method, when it has one). A run_columns that
+    """One row per dataset: host, run, kernel, CPU, virtualization, profile, whether the run
+    was disturbed (once a dataset has the run monitor's record), plus what the chapter adds (its run_columns(manifest[, D]) method, when it has one). A run_columns that
     reads tables gets that dataset alone (tools.findings.Run), and its columns are kept in the
     verdict store: a fleet's runs table reads no table that has not changed."""
     import inspect
@@ -252,9 +252,14 @@ def runs_table(D):
         pairs = stored(D, m, "run-columns", lambda: [[k, plain(v)] for k, v in extra(m, Run(D, m).data).items()],
                        lambda v: isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v))
         return dict(pairs)           # pairs, not a JSON object: the columns keep their order
+    from .monitor import verdict_text
+    # whether the run monitor saw the run stopped, starved or stolen from (tools.monitor): a
+    # column once any dataset has its record (older ones say "not recorded")
+    marked = any(m.get("disturbance") is not None for m in D.manifests)
     rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),
              "cpu": m["host"].get("cpu_model"), "virtualization": m["host"].get("virtualization"),
-             "profile": m.get("profile") or "not recorded", **columns(m)}
+             "profile": m.get("profile") or "not recorded",
+             **({"disturbed": verdict_text(m.get("disturbance"))} if marked else {}), **columns(m)}
             for m in D.manifests]
     return pd.DataFrame(rows)
 

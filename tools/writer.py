@@ -20,9 +20,10 @@ import uuid
 from pathlib import Path
 
 from . import hostinfo
-from .dataset import (MANIFEST, PLAIN_EXT, RUN_DEPTH, SCHEMA, TABLE_EXT, check_writable, is_regular,
+from .dataset import (MANIFEST, PLAIN_EXT, RUN_DEPTH, TABLE_EXT, check_writable, is_regular,
                       new_run_id, read_data, utc_now, write_table)
 from .errors import DatasetError
+from .manifest import SCHEMA
 from .paths import runs_dir
 
 _CAUSES = {errno.ENOSPC: "no space left on device (the disk is full)",
@@ -60,6 +61,7 @@ class DatasetWriter:
         self.skipped: dict[str, str] = {}
         self.rejected: list[str] = []
         self.extra: dict = {}
+        self.disturbance: dict | None = None    # the run monitor's record (tools.monitor)
         self.started = utc_now()
         self.published: Path | None = None
 
@@ -159,6 +161,7 @@ class DatasetWriter:
             "skipped": self.skipped,
             "notes": self.notes,
             "facts": extra,
+            "disturbance": self.disturbance,
         }
 
     def _publish(self):

@@ -91,8 +91,9 @@ class IostatInternals(Chapter):
         **repetition_params("rep_"),
     }
     tables = {
-        "intervals": Table(seq="int", round="int", phase="str", **_SNAPSHOT,
-                           **{f"sysstat {c}": "float" for c in _SYSSTAT}),
+        # backlog: newer reports already waiting when this one was read (workload._IostatFollower)
+        "intervals": Table(seq="int", round="int", phase="str", backlog="int", **_SNAPSHOT,
+                           **{f"sysstat {c}": "float" for c in _SYSSTAT}, optional=("backlog",)),
         "windows": Table(window="int", round="int", phase="str", edge="str", **_SNAPSHOT),
         "phases": Table(round="int", phase="str", what="str", warmup="bool", t_start_ns="int",
                         t_end_ns="int", steady_s="float", steady_iops="float", **_FIO, ops="float",

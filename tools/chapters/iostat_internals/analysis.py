@@ -11,7 +11,8 @@ from pathlib import Path
 from ... import diskstats as ds
 from ...errors import PerfbookError
 from ...proc import die_with_parent, kill_group
-from .spec import IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, TOL_ABS, TOL_REL, TOL_UTIL_JIFFY
+from .spec import (IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, SPAN_TOL_S, TOL_ABS, TOL_REL,
+                   TOL_UTIL_JIFFY)
 
 def steady_iops(a: dict, c: dict) -> float:
     """Completed reads + writes + discards per second between two snapshots (the value
@@ -22,8 +23,35 @@ def steady_iops(a: dict, c: dict) -> float:
     return sum(c[k] - a[k] for k in ("rd_ios", "wr_ios", "dc_ios")) / T
 
 
+def spans_claim(prev: dict, curr: dict) -> bool:
+    """Does the interval between two consecutive rows of `intervals` (as _runs gives them)
+    span what sysstat's report claims: one iostat interval, sampled when we snapshot? Both
+    reports were read at once (backlog 0) and our snapshots are IOSTAT_INTERVAL_S apart
+    within SPAN_TOL_S (workload._IostatFollower, spec.SPAN_TOL_S)."""
+    return (prev.get("backlog", 0) == 0 and curr.get("backlog", 0) == 0
+            and abs((curr["t_ns"] - prev["t_ns"]) / 1e9 - IOSTAT_INTERVAL_S) <= SPAN_TOL_S)
+
+
+def _runs(iv):
+    """(run_id or None, records in seq order) of each dataset in an intervals frame; a backlog
+    that was not recorded (datasets from before it was) counts as 0."""
+    if "backlog" in iv:
+        iv = iv.assign(backlog=iv["backlog"].fillna(0).astype("int64"))
+    iv = iv.sort_values(["run_id", "seq"] if "run_id" in iv else ["seq"], kind="stable")
+    groups = iv.groupby("run_id") if "run_id" in iv else [(None, iv)]
+    return [(run, g.to_dict("records")) for run, g in groups]
+
+
+def off_claim(intervals) -> list[int]:
+    """The seq of every row whose interval (from the row before) does not span what its
+    sysstat report claims (spans_claim): our_columns leaves them out."""
+    return [int(curr["seq"]) for _, recs in _runs(intervals)
+            for prev, curr in zip(recs, recs[1:]) if not spans_claim(prev, curr)]
+
+
 def our_columns(intervals, clock: str = "monotonic"):
-    """Our iostat columns for every interval (row k from snapshots k-1 and k).
+    """Our iostat columns for every interval (row k from snapshots k-1 and k) that spans what
+    sysstat's report k claims (spans_claim: a report read late is no interval of ours).
 
     clock='monotonic' uses the nanosecond clock of our snapshots; clock='uptime'
     uses /proc/uptime in 1/100 s like sysstat does.
@@ -31,13 +59,12 @@ def our_columns(intervals, clock: str = "monotonic"):
     import pandas as pd
     rows = []
     # only the columns read here go into the records (not sysstat's 22, which doubled their cost)
-    iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", *ds.FIELDS)
+    iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", "backlog", *ds.FIELDS)
                     if c in intervals]]
-    iv = iv.sort_values(["run_id", "seq"] if "run_id" in iv else ["seq"], kind="stable")
-    groups = iv.groupby("run_id") if "run_id" in iv else [(None, iv)]
-    for run, g in groups:
-        recs = g.to_dict("records")
+    for run, recs in _runs(iv):
         for prev, curr in zip(recs, recs[1:]):
+            if not spans_claim(prev, curr):
+                continue
             if clock == "monotonic":
                 T = (curr["t_ns"] - prev["t_ns"]) / 1e9
             elif clock == "uptime":

@@ -7,7 +7,12 @@ scratch_parent parameter), on whatever block device holds it. While it runs:
 
 * sysstat's `iostat -x -d -k -y <dev> 1` reports every interval; the moment a report line
   arrives we snapshot /proc/diskstats ourselves, so our interval and sysstat's end within a
-  fraction of a millisecond of each other;
+  fraction of a millisecond of each other. A report read late (the run was stopped or
+  starved, and newer ones waited behind it) is marked, and the analysis pairs only reports
+  read at once, one interval apart (analysis.spans_claim);
+* every phase is a measured window (ctx.window, tools.monitor): a gap inside one (the run
+  stopped or starved) means its steady IOPS and trace window are wrong, and nothing is
+  published;
 * in the middle of every phase a short trace window records block:block_io_start /
   block_io_done (the points where the kernel does its accounting) and block:block_rq_issue /
   block_rq_complete (the device's share), in a private ftrace instance filtered to the
@@ -33,7 +38,7 @@ from ...errors import ParameterError, PerfbookError
 from ...proc import die_with_parent, run_group
 from ...scratch import Scratch
 from ...tracefs import TraceSession, preflight as tracefs_preflight
-from .analysis import steady_iops, trace_vs_await
+from .analysis import off_claim, steady_iops, trace_vs_await
 from .parse import occupancy, pair_requests, parse_trace
 from .spec import (IOSTAT_INTERVAL_S, PHASE_TAIL_S, PHASES, SAMPLER_RT_PRIO, TRACE_EVENTS,
                    TRACE_POSTROLL_S, TRACE_PREROLL_S)
@@ -217,31 +222,34 @@ def measure(ctx) -> None:
         prog.expect(len(p["phases"]))
         for name in _round_order(p, rd.index):
             state["round"], state["phase"] = rnd, name
-            t0 = time.monotonic_ns()
-            running[:] = [_Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)]
-            i += 1
-            running[0].start()
-            time.sleep(1.0)                 # warm-up before the window
-            wid = len(phase_rows)           # one trace window per phase run
-            if session is not None:
-                session.clear()
-                session.set_option("tracing_on", "1")
-            prog.note(f"{name}: workload running, iostat sampling" + (", tracing on" if session else ""))
-            if session is not None:
-                time.sleep(TRACE_PREROLL_S)  # requests completing in the window started after this
-            with _realtime():
-                a = snapshot(dev)
-            time.sleep(p["trace_window_s"])
-            with _realtime():
-                b = snapshot(dev)
-            if session is not None:
-                time.sleep(TRACE_POSTROLL_S)
-                session.set_option("tracing_on", "0")
-            # the steady part of the phase ends just before the workload does
-            time.sleep(max(0.0, (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9)
-                                 - time.monotonic_ns()) / 1e9))
-            with _realtime():
-                c = snapshot(dev)
+            # the phase's numbers (its steady IOPS, its trace window) assume the run went on
+            # throughout: a gap in it (tools.monitor) rejects the run
+            with ctx.window(f"{name} round {rd.index}", gap_rejects=True):
+                t0 = time.monotonic_ns()
+                running[:] = [_Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)]
+                i += 1
+                running[0].start()
+                time.sleep(1.0)                 # warm-up before the window
+                wid = len(phase_rows)           # one trace window per phase run
+                if session is not None:
+                    session.clear()
+                    session.set_option("tracing_on", "1")
+                prog.note(f"{name}: workload running, iostat sampling" + (", tracing on" if session else ""))
+                if session is not None:
+                    time.sleep(TRACE_PREROLL_S)  # requests completing in the window started after this
+                with _realtime():
+                    a = snapshot(dev)
+                time.sleep(p["trace_window_s"])
+                with _realtime():
+                    b = snapshot(dev)
+                if session is not None:
+                    time.sleep(TRACE_POSTROLL_S)
+                    session.set_option("tracing_on", "0")
+                # the steady part of the phase ends just before the workload does
+                time.sleep(max(0.0, (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9)
+                                     - time.monotonic_ns()) / 1e9))
+                with _realtime():
+                    c = snapshot(dev)
             steady = steady_iops(a, c)
             rep.add(name, steady)
             for edge, s in (("start", a), ("end", b), ("phase_end", c)):
@@ -268,7 +276,14 @@ def measure(ctx) -> None:
             raise PerfbookError(f"reading iostat's output failed: {follower.error}")
         if len(follower.rows) < 3:
             raise PerfbookError("iostat printed fewer than 3 reports; is the device name right?")
-        w.add_table("intervals", pd.DataFrame(follower.rows))
+        intervals = pd.DataFrame(follower.rows)
+        w.add_table("intervals", intervals)
+        late = off_claim(intervals)
+        if late:
+            w.notes.append(f"{len(late)} of {len(intervals) - 1} iostat intervals do not span what sysstat's "
+                           f"report claims (reports read late: the run was stopped or starved); the analysis "
+                           f"leaves them out (seq {', '.join(map(str, late[:10]))}"
+                           f"{', ...' if len(late) > 10 else ''})")
     else:
         w.notes.append("no sysstat: intervals were not recorded")
     w.add_table("phases", pd.DataFrame(phase_rows))

@@ -70,7 +70,15 @@ class _realtime:
 
 
 class _IostatFollower(threading.Thread):
-    """Reads sysstat's reports; snapshots diskstats the moment one arrives."""
+    """Reads sysstat's reports; snapshots diskstats the moment one arrives.
+
+    A report is paired with the snapshot taken when it is read, which is when sysstat sampled
+    only if it was read at once. A follower that was stopped or starved finds several reports
+    waiting, sampled a second apart, and would stamp them all within a millisecond. So the
+    pipe is read raw (a text wrapper would hide what is queued behind a line): every report
+    has `backlog`, the number of newer reports already there when it was read (0: read at
+    once, as far as the pipe can tell), and the analysis pairs only reports read at once whose
+    snapshots are one iostat interval apart (analysis.our_columns)."""
 
     def __init__(self, proc: subprocess.Popen, device: str, label):
         super().__init__(daemon=True)
@@ -81,20 +89,44 @@ class _IostatFollower(threading.Thread):
     def run(self):
         header = None
         _realtime_self()
+        fd = self.proc.stdout.fileno()
+        pending = b""
         try:
-            for line in self.proc.stdout:
-                if ds.is_header(line):
-                    header = line.split()
-                    continue
-                if header is None or not line.startswith(self.device + " "):
-                    continue
-                snap = snapshot(self.device)          # first: as close to sysstat's read as we can
-                cols = ds.parse_iostat_report_line(header, line, self.device)
-                rnd, phase = self.label()
-                self.rows.append({"seq": len(self.rows), "round": rnd, "phase": phase,
-                                  **snap, **{f"sysstat {k}": v for k, v in cols.items()}})
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                pending += chunk + _queued(fd)
+                *lines, pending = pending.split(b"\n")
+                texts = [x.decode(errors="replace") for x in lines]
+                ours = [i for i, t in enumerate(texts) if t.startswith(self.device + " ")]
+                for i, line in enumerate(texts):
+                    if ds.is_header(line):
+                        header = line.split()
+                        continue
+                    if header is None or not line.startswith(self.device + " "):
+                        continue
+                    snap = snapshot(self.device)          # first: as close to sysstat's read as we can
+                    cols = ds.parse_iostat_report_line(header, line, self.device)
+                    rnd, phase = self.label()
+                    self.rows.append({"seq": len(self.rows), "round": rnd, "phase": phase,
+                                      "backlog": sum(j > i for j in ours),
+                                      **snap, **{f"sysstat {k}": v for k, v in cols.items()}})
         except Exception as e:  # reported by collect()
             self.error = f"{type(e).__name__}: {e}"
+
+
+def _queued(fd: int) -> bytes:
+    """What is already waiting in the pipe `fd` (FIONREAD), read without blocking."""
+    import fcntl
+    import struct
+    import termios
+    out = b""
+    while True:
+        n = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if n <= 0:
+            return out
+        out += os.read(fd, n)
 
 
 _libc = None
