@@ -474,9 +474,20 @@ class _FirstRunOnly(Data):
         return df.drop(index=df[big].index[df.loc[big, "repeat"] != first])
 
 
+def _largest_compared(pre) -> int | None:
+    """The largest 512 B resize_no_flush size of one dataset's prealloc rows at which every mode
+    has two runs or more (what overhead() compares), None if none has."""
+    rs = pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)]
+    runs = rs.groupby(["image_size", "mode"])["repeat"].nunique().groupby("image_size").min()
+    ok = runs[runs >= 2]
+    return int(ok.index.max()) if len(ok) else None
+
+
 def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
     """The largest 512 B size stopped on its time budget after one run (n = 1 per mode):
-    overhead() drops it, so headline() quotes the next size and says so."""
+    overhead() drops it, so headline() quotes the largest size that has two runs and says so.
+    The sizes come from the quoted dataset: after a reader's make all it is theirs, whose own
+    largest size may already have stopped after one run."""
     D0 = _book(book_data)
     pre = D0.of_quoted(D0["prealloc"])
     sizes = sorted(pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)].image_size.unique())
@@ -488,14 +499,17 @@ def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
     cut = D.of_quoted(D["prealloc"])
     assert cut[(cut.image_size == sizes[-1]) & (cut.cluster_size == 512)
                & (cut.command == "resize_no_flush")].groupby("mode").size().eq(1).all()
-    h = qo.headline(D)
-    assert h["pre_big_mib"] == sizes[-2] // MiB
-    assert h["pre_max_mib"] == sizes[-1] // MiB
-    assert f"{sizes[-1] // MiB} MiB" in h["pre_big_note"] and f"{sizes[-2] // MiB} MiB" in h["pre_big_note"]
-    assert h["pre_n"] >= 2
-    # with every run the largest size is the one quoted, and nothing to explain
-    h0 = qo.headline(D0)
-    assert h0["pre_big_mib"] == h0["pre_max_mib"] == sizes[-1] // MiB and h0["pre_big_note"] == ""
+    for data, rows in ((D, cut), (D0, pre)):
+        h, big = qo.headline(data), _largest_compared(rows)
+        if big is None:
+            continue
+        assert h["pre_max_mib"] == sizes[-1] // MiB and h["pre_big_mib"] == big // MiB
+        if big == sizes[-1]:                  # the largest size is the one quoted: nothing to explain
+            assert h["pre_big_note"] == ""
+        else:
+            assert f"{sizes[-1] // MiB} MiB" in h["pre_big_note"] and f"{big // MiB} MiB" in h["pre_big_note"]
+        assert h["pre_n"] >= 2
+    assert _largest_compared(cut) != sizes[-1], "the cut left two runs at the largest size"
 
 
 def test_findings_are_what_the_prose_shows(book_data):
@@ -519,7 +533,10 @@ def test_findings_are_what_the_prose_shows(book_data):
     for k, fmt in prose.FORMATS.items():       # a value the dataset does not define is not glued
         assert f[k] == format(h[k], fmt) if k in h and h[k] == h[k] else k not in f, k
     if _compared(D):
-        assert f["pre_k"] == f"{h['pre_k']:.2f}" and "." in f["pre_k"]
+        if h["pre_k"] == h["pre_k"]:       # a fit needs three sizes with a positive shift
+            assert f["pre_k"] == f"{h['pre_k']:.2f}" and "." in f["pre_k"]
+        else:
+            assert "pre_k" not in f and "too few for a fit" in f["pre_fit_sentence"]
         assert f["pre_big_sentence"].startswith(f"At {h['pre_big_mib']} MiB the default mode `cached` needed ")
     else:
         assert "pre_k" not in f and "no shift of `cached` over `none` to quote" in f["pre_big_sentence"]
