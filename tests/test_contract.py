@@ -209,12 +209,6 @@ def test_one_selection_policy_quotes_the_newest_real_run():
 TOOLS = ROOT / "tools"
 
 
-def test_no_module_is_longer_than_600_lines():
-    long = {str(p.relative_to(ROOT)): n for p in TOOLS.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 600}
-    assert not long, f"split these by concern: {long}"
-
-
 def test_no_chapter_imports_another():
     names = {c.name for c in ALL}
     bad = []
