@@ -1,14 +1,16 @@
 # The two commands of the README are `make all` and `make test`.
 # Everything else is a step of those two.
 PY = $(shell cat build/python 2>/dev/null || echo .venv/bin/python)
+# the perfbook command (pyproject.toml [project.scripts]), beside the interpreter the setup chose
+PERFBOOK = $(dir $(PY))perfbook
 PROFILE ?= default
 PYTEST_ARGS ?=
 # CHAPTERS=a,b measures only those; MEASURE_ARGS passes more, e.g. --param data_dir=/tmp/d
 CHAPTERS ?=
 MEASURE_ARGS ?=
-MEASURE = $(PY) -m tools measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
-NOTEBOOKS = $(PY) -m tools refresh --changed
-BOOK = $(PY) -m tools book
+MEASURE = $(PERFBOOK) measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(MEASURE_ARGS)
+NOTEBOOKS = $(PERFBOOK) refresh --changed
+BOOK = $(PERFBOOK) book
 
 .PHONY: all setup measure notebooks notebooks-all book summary compare test test-fleet test-unit test-notebooks clean sweep doctor
 
@@ -21,8 +23,8 @@ all: setup
 	case $$rc in 129|130|143) exit $$rc;; esac; \
 	step=0; $(NOTEBOOKS) && $(BOOK) || step=$$?; \
 	case $$step in 0) ;; 129|130|143) exit $$step;; *) rc=$$step;; esac; \
-	$(PY) -m tools summary; \
-	$(PY) -m tools compare || true; \
+	$(PERFBOOK) summary; \
+	$(PERFBOOK) compare || true; \
 	exit $$rc
 
 setup:
@@ -32,23 +34,23 @@ measure: setup
 	@$(MEASURE)
 
 ## notebooks: re-execute, in explain mode, the chapters whose data or code changed since they
-## were stored (tools/freshness.py), so stored outputs follow data/; `make notebooks-all` runs all
+## were stored (tools/perfbook/book/freshness.py), so stored outputs follow data/; `make notebooks-all` runs all
 notebooks:
 	$(NOTEBOOKS)
 
 notebooks-all:
-	$(PY) -m tools refresh
+	$(PERFBOOK) refresh
 
 ## book: render the stored notebooks into _build/html, warnings are errors
 book:
 	@$(BOOK)
 
 summary:
-	$(PY) -m tools summary
+	$(PERFBOOK) summary
 
 ## compare: where this host sits among all hosts, per key finding (make all ends with it)
 compare:
-	$(PY) -m tools compare
+	$(PERFBOOK) compare
 
 ## test: set up, then unit tests, quick collect runs (root), nbval, book build
 test: setup
@@ -60,10 +62,10 @@ test-fleet: setup
 	PERFBOOK_TEST_FLEET=100 $(PY) -m pytest tests/test_site_browser.py -k fleet $(PYTEST_ARGS)
 
 sweep:
-	$(PY) -m tools sweep
+	$(PERFBOOK) sweep
 
 doctor:
-	$(PY) -m tools doctor
+	$(PERFBOOK) doctor
 
 clean:
 	rm -rf build _build

@@ -97,7 +97,7 @@ def need_preflight(module) -> None:
 
 
 def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> dict:
-    """A complete manifest (every field tools.dataset.REQUIRED lists) for a synthetic dataset;
+    """A complete manifest (every field perfbook.data.dataset.REQUIRED lists) for a synthetic dataset;
     `fields` override or add top-level fields, `host` facts go in fields["host"]."""
     m = {"schema": 1, "chapter": chapter, "run_id": run, "host": {"host_id": host_id},
          "parameters": {}, "started": "2026-01-01T00:00:00+00:00",
@@ -155,9 +155,9 @@ def scratch_data(tmp_path):
 #   committed        data/ as committed: this host (the host of D.quoted) is the reference host
 #   new_host         a reader's `sudo make all` on a new machine: a copy of data/ plus one dataset
 #                    per chapter from a new host, the newest, with one round of each adaptive
-#                    repetition (tools.synthfleet.add_host): this host is that host, with one run
+#                    repetition (perfbook.dev.synthfleet.add_host): this host is that host, with one run
 #   spanning_builds  a copy of data/ in which the reference host measured every chapter again on
-#                    another build of its kernel (tools.synthfleet.add_build): this host's runs
+#                    another build of its kernel (perfbook.dev.synthfleet.add_build): this host's runs
 #                    span two kernel builds, and the newest is on the new one
 #
 # Each copy is made once per session, when a test first asks for it.
@@ -177,7 +177,8 @@ class BookData:
 
 
 def _make_book_data(scenario: str, tmp_path_factory) -> BookData:
-    from tools import fleetview, synthfleet
+    from perfbook.analysis import fleetview
+    from perfbook.dev import synthfleet
     if scenario == "committed":
         return BookData(scenario, None)
     data = tmp_path_factory.mktemp(scenario) / "data"
@@ -194,8 +195,8 @@ def _make_book_data(scenario: str, tmp_path_factory) -> BookData:
 
 @pytest.fixture(scope="session")
 def book_datasets(tmp_path_factory):
-    """scenario -> BookData, each made on first use. At the end of the session the catalog and
-    verdict-store entries of the copies (build/catalog, build/verdicts) are removed with them."""
+    """scenario -> BookData, each made on first use. At the end of the session the
+    verdict-store entries of the copies (build/verdicts) are removed with them."""
     made: dict[str, BookData] = {}
 
     def get(scenario: str) -> BookData:
@@ -203,13 +204,10 @@ def book_datasets(tmp_path_factory):
             made[scenario] = _make_book_data(scenario, tmp_path_factory)
         return made[scenario]
     yield get
-    from tools.catalog import catalog_path
-    from tools.paths import build_dir
+    from perfbook.data.buildfiles import store_dir
     for bd in made.values():
         if bd.data_dir is not None:
-            entry = catalog_path(bd.data_dir)
-            entry.unlink(missing_ok=True)
-            shutil.rmtree(build_dir() / "verdicts" / entry.stem, ignore_errors=True)
+            shutil.rmtree(store_dir("verdicts", bd.data_dir), ignore_errors=True)
 
 
 @pytest.fixture(params=BOOK_DATA)
@@ -352,7 +350,7 @@ def built_book(tmp_path_factory):
                            branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main")
 
 
-# A synthetic fleet (tools.synthfleet) for the scaling checks of the site: how many hosts.
+# A synthetic fleet (perfbook.dev.synthfleet) for the scaling checks of the site: how many hosts.
 # 12 in `make test` (more hosts than a legend or a drop-down may list, in a few minutes);
 # `make test-fleet` builds the 100-host fleet (about 15 minutes on 2 cores).
 FLEET_HOSTS = int(os.environ.get("PERFBOOK_TEST_FLEET", "12"))
@@ -360,16 +358,16 @@ FLEET_HOSTS = int(os.environ.get("PERFBOOK_TEST_FLEET", "12"))
 
 @pytest.fixture(scope="session")
 def fleet_book(tmp_path_factory, pytestconfig):
-    """The book built once per session in a SCRATCH COPY of this checkout (tools.bench's
+    """The book built once per session in a SCRATCH COPY of this checkout (perfbook.dev.bench's
     scratch_checkout: never this checkout's data/, build/ or _build/) whose data/runs also
-    holds FLEET_HOSTS synthetic hosts (`python -m tools.synthfleet N DEST`, then moved in),
+    holds FLEET_HOSTS synthetic hosts (`python -m perfbook synthfleet N DEST`, then moved in),
     with hosts.ipynb re-executed there on that data (papermill, in place). The chapters keep
     their stored outputs: only their Datasets sections and the hosts page follow data/.
     Returns (returncode, log, html dir, the copy, number of synthetic hosts, failed step)."""
     import subprocess
     import sys
     from types import SimpleNamespace
-    from tools.bench import check_copy, copy_env, scratch_checkout
+    from perfbook.dev.bench import check_copy, copy_env, scratch_checkout
     base = tmp_path_factory.mktemp("fleetbook")
     fleet, out = base / "fleet", base / "out"
     repo = scratch_checkout(base / "repo", ROOT)
@@ -395,7 +393,7 @@ def fleet_book(tmp_path_factory, pytestconfig):
                                repo=repo, hosts=FLEET_HOSTS, failed=failed)
 
     if step(f"generating {FLEET_HOSTS} synthetic hosts",
-            [sys.executable, "-m", "tools.synthfleet", FLEET_HOSTS, fleet]):
+            [sys.executable, "-m", "perfbook", "synthfleet", FLEET_HOSTS, fleet]):
         return result(1, "synthfleet")
     for host in sorted((fleet / "runs").iterdir()):
         shutil.move(str(host), str(repo / "data" / "runs" / host.name))
@@ -409,7 +407,7 @@ def fleet_book(tmp_path_factory, pytestconfig):
 
 
 def scratch_owner(d: Path) -> int | None:
-    """The pid in a scratch directory's 'owner' file (the convention of tools.scratch)."""
+    """The pid in a scratch directory's 'owner' file (the convention of perfbook.hoststate.scratch)."""
     try:
         return int((d / "owner").read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -417,8 +415,8 @@ def scratch_owner(d: Path) -> int | None:
 
 
 def need_guest():
-    """Skip unless the tiny QEMU guest (tools.guest) can boot here."""
-    from tools import guest
+    """Skip unless the tiny QEMU guest (perfbook.qemu.guest) can boot here."""
+    from perfbook.qemu import guest
     reasons = guest.preflight()
     if reasons:
         pytest.skip(f"no tiny guest here: {reasons[0]}")
@@ -431,14 +429,14 @@ def need_guest():
 def qemu_children(pid: int) -> list[str]:
     """QEMU processes whose parent is pid."""
     import subprocess
-    from tools import guest
+    from perfbook.qemu import guest
     r = subprocess.run(["pgrep", "-P", str(pid), "-f", guest.QEMU], capture_output=True, text=True)
     return r.stdout.split()
 
 
 def owned_by(pid: int) -> list[Path]:
     """The guest scratch directories that process pid owns."""
-    from tools.scratch import live_dirs
+    from perfbook.hoststate.scratch import live_dirs
     out = []
     for d in live_dirs("guest"):
         try:

@@ -11,7 +11,7 @@ def _chapters():
 
 
 def test_every_registered_chapter_is_in_the_toc():
-    from tools.chapters import CHAPTERS
+    from perfbook.chapters import CHAPTERS
     toc = set(_chapters())
     for ch in CHAPTERS:
         assert ch.notebook.removesuffix(".ipynb") in toc, f"{ch.name} is not in _toc.yml"
@@ -38,8 +38,8 @@ def test_the_site_holds_each_dataset_once(built_book):
     """Every dataset file in data/runs and every reference figure of a chapter is in exactly
     one archive under datasets/, and nothing else is there (no raw copies beside them)."""
     import zipfile
-    from tools.chapters import CHAPTERS
-    from tools.sphinx_site import SITE_DIR, chapter_data, run_chapters
+    from perfbook.chapters import CHAPTERS
+    from perfbook.book.sphinx_site import SITE_DIR, chapter_data, run_chapters
     assert built_book.returncode == 0, built_book.log[-4000:]
     site = built_book.html / SITE_DIR
     members, others = [], []

@@ -1,4 +1,4 @@
-"""tools.bpftrace on a stand-in bpftrace (a shell script on PATH that behaves like the real one:
+"""perfbook.hoststate.bpftrace on a stand-in bpftrace (a shell script on PATH that behaves like the real one:
 "Attaching N probes...", then its maps on SIGINT), so start/stop are tested without root."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from tools import bpftrace
-from tools.errors import PerfbookError
-from tools.proc import pid_alive
+from perfbook.hoststate import bpftrace
+from perfbook.core.errors import PerfbookError
+from perfbook.core.proc import pid_alive
 
 ATTACHES = """#!/bin/sh
 trap 'echo; echo "@hits: 42"; exit 0' INT

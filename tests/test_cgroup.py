@@ -1,4 +1,4 @@
-"""tools.cgroup: no descendant of a run outlives it, even when the run is SIGKILLed."""
+"""perfbook.hoststate.cgroup: no descendant of a run outlives it, even when the run is SIGKILLed."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools import cgroup
+from perfbook.hoststate import cgroup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def _gone(pid: int, seconds: float = 10) -> bool:
 # process-group kill reaches it), prints its pid and waits.
 RUN = (
     "import subprocess, sys, time\n"
-    "from tools.cgroup import RunGroup\n"
+    "from perfbook.hoststate.cgroup import RunGroup\n"
     "with RunGroup() as g:\n"
     "    p = subprocess.Popen(['setsid', 'sh', '-c', 'sleep 4343 & echo $!'], stdout=subprocess.PIPE, text=True)\n"
     "    print(p.stdout.readline().strip(), g.path, flush=True)\n"
@@ -88,7 +88,7 @@ def test_sweep_empties_and_removes_the_group_of_a_dead_run():
     child = subprocess.Popen(["sleep", "4344"])
     try:
         (group / "cgroup.procs").write_text(str(child.pid))
-        from tools.sweep import sweep_all
+        from perfbook.hoststate.sweep import sweep_all
         removed = sweep_all(log=lambda s: None)
         assert any(r.startswith(f"cgroup {group.name}") for r in removed), removed
         assert child.wait(timeout=10) == -signal.SIGKILL
@@ -103,7 +103,7 @@ def test_the_group_of_a_live_run_is_left_alone():
     _need_cgroup()
     p, gc, group = _start(300)
     try:
-        from tools.sweep import sweep_all
+        from perfbook.hoststate.sweep import sweep_all
         sweep_all(log=lambda s: None)
         assert group.exists() and not _gone(gc, 0.5)
     finally:
@@ -120,7 +120,7 @@ def _dead_pid() -> int:
 
 def _legacy_record(pid: int, path) -> Path:
     """What an older version wrote for a papermill kernel's connection file."""
-    from tools.statedir import state_dir, write_file
+    from perfbook.hoststate.statedir import state_dir, write_file
     d = state_dir() / "kernelfiles"
     d.mkdir(mode=0o700, exist_ok=True)
     write_file(d / str(pid), f"{path}\n")
@@ -132,7 +132,7 @@ def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, mon
     sweep still removes it once that kernel is dead, and keeps a live kernel's."""
     import tempfile
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
-    from tools.sweep import _legacy_kernel_records
+    from perfbook.hoststate.sweep import _legacy_kernel_records
     fd, made = tempfile.mkstemp(".json", dir=tmp_path)
     os.close(fd)
     alive = tmp_path / "kernel-5678.json"
@@ -149,7 +149,7 @@ def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, mon
 
 
 def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path, monkeypatch):
-    from tools.sweep import _legacy_kernel_records
+    from perfbook.hoststate.sweep import _legacy_kernel_records
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     victim = tmp_path / "precious.txt"
     victim.write_text("user data")
@@ -184,7 +184,7 @@ def test_the_sweep_removes_the_kernel_files_of_dead_owners_only(tmp_path):
         victim.write_text("precious")
         (kernels / f"k{dead}-2.json").symlink_to(victim)
         (kernels / "notes.txt").write_text("keep")
-        r = subprocess.run([sys.executable, "-m", "tools", "sweep"], cwd=Path(__file__).resolve().parents[1],
+        r = subprocess.run([sys.executable, "-m", "perfbook", "sweep"], cwd=Path(__file__).resolve().parents[1],
                            capture_output=True, text=True, timeout=120,
                            env={**os.environ, "PERFBOOK_STATE_DIR": str(state)})
         assert r.returncode == 0, r.stdout + r.stderr

@@ -1,18 +1,18 @@
-"""python -m tools compare: this host's findings beside every other host's, and its nearest hosts."""
+"""python -m perfbook compare: this host's findings beside every other host's, and its nearest hosts."""
 from __future__ import annotations
 
 import pytest
 
-from tools import compare
-from tools.chapters import CHAPTERS
-from tools.errors import PerfbookError
-from tools.hosts import all_manifests, latest_per_host
+from perfbook.book import compare
+from perfbook.chapters import CHAPTERS
+from perfbook.core.errors import PerfbookError
+from perfbook.analysis.hosts import all_manifests, latest_per_host
 
 
 def test_every_finding_of_the_host_is_placed_among_the_others(book_data):
     """What `make all` ends with, for the host that measured the newest datasets (the reader's
     own after their make all): each of its key findings placed among the other hosts'."""
-    from tools import fleetview
+    from perfbook.analysis import fleetview
     data = book_data.data_dir
     hosts = sorted(latest_per_host(all_manifests(data)))
     host = book_data.host or fleetview.reference_host()["host_id"]

@@ -1,6 +1,6 @@
 """The chapter contract, for every registered chapter (and the example chapter).
 
-tools.framework.collect owns the sequence: parameters -> preflight -> writable data dir
+perfbook.framework.sequence.collect owns the sequence: parameters -> preflight -> writable data dir
 -> sweep -> lock -> signals -> the chapter's collect -> publish. These tests drive it:
 
 * a bad parameter: one line, no dataset, non-zero exit (library, CLI);
@@ -8,7 +8,7 @@ tools.framework.collect owns the sequence: parameters -> preflight -> writable d
 * a chapter whose measure raises midway: state restored, nothing published;
 * SIGINT to the foreground group, SIGTERM to the group, SIGTERM to the parent alone and
   SIGKILL followed by the next run, sent while kernel state is changed, through
-  `python -m tools measure` and through a plain papermill collect: every piece of state
+  `python -m perfbook measure` and through a plain papermill collect: every piece of state
   restored, nothing published, non-zero exit;
 * every committed manifest has the required fields.
 
@@ -28,10 +28,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, need_root, read_until
-from tools import framework, scratch
-from tools.chapters import CHAPTERS, EXAMPLE
-from tools.dataset import REQUIRED, list_runs, load_manifest
-from tools.errors import DatasetError, ParameterError
+from perfbook.framework import sequence as framework
+from perfbook.hoststate import scratch
+from perfbook.chapters import CHAPTERS, EXAMPLE
+from perfbook.data.dataset import REQUIRED, list_runs, load_manifest
+from perfbook.core.errors import DatasetError, ParameterError
 
 ALL = CHAPTERS + [EXAMPLE]
 IDS = [c.name for c in ALL]
@@ -72,7 +73,7 @@ def test_bad_parameters_are_one_line_and_write_nothing(ch, scratch_data):
 def test_measure_cli_rejects_a_bad_value_with_one_line(ch, scratch_data):
     mod = ch.load()
     name = _int_param(mod) or "no_such_parameter"
-    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", ch.name, "--profile", "quick",
+    r = subprocess.run([PY, "-m", "perfbook", "measure", "--chapters", ch.name, "--profile", "quick",
                         "--param", f"{name}=-5", "--param", f"data_dir={scratch_data}"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode != 0
@@ -99,7 +100,7 @@ def test_unwritable_data_dir_stops_before_measuring(ch, tmp_path):
 def test_committed_datasets_load_typed_and_match_the_declared_tables(ch):
     """Every committed dataset migrates to the current manifest schema, and every table it
     lists is one the chapter declares, with the declared columns and types."""
-    from tools.dataset import SCHEMA, Manifest, read_table
+    from perfbook.data.dataset import SCHEMA, Manifest, read_table
     chapter = ch.load()
     runs = list_runs(ch.name)
     assert runs, f"no committed dataset of {ch.name}"
@@ -117,7 +118,7 @@ def test_committed_datasets_load_typed_and_match_the_declared_tables(ch):
 @pytest.mark.parametrize("ch", ALL, ids=IDS)
 def test_chapter_declares_the_contract(ch):
     """A Chapter subclass with profiles whose values its Params accept, and table schemas."""
-    from tools.chapter import Chapter, Param, Table
+    from perfbook.framework.contract import Chapter, Param, Table
     chapter = ch.load()
     assert isinstance(chapter, Chapter) and chapter.name == ch.name and chapter.title
     assert {"quick", "default", "full"} <= set(chapter.profiles)
@@ -132,7 +133,7 @@ def test_chapter_declares_the_contract(ch):
 
 def test_a_table_that_does_not_match_its_schema_is_refused(tmp_path):
     import pandas as pd
-    from tools.chapter import Table
+    from perfbook.framework.contract import Table
     t = Table(round="int", ns="float", what="str", ok="bool", optional=("ok",))
     good = t.check(pd.DataFrame({"round": [1, 2], "ns": [1.5, 2], "what": ["a", "b"]}), "x")
     assert str(good["round"].dtype) == "int64" and good["ok"].isna().all()
@@ -149,9 +150,9 @@ def test_a_column_already_in_its_type_is_kept_and_equals_a_full_conversion():
     table the frame equals the one from converting every column (each column but the text ones,
     which were kept before too, handed over as plain Python objects: no fast path takes them)."""
     import pandas as pd
-    from tools.chapter import Table
-    from tools.chapters import CHAPTERS
-    from tools.dataset import list_runs, table_path
+    from perfbook.framework.contract import Table
+    from perfbook.chapters import CHAPTERS
+    from perfbook.data.dataset import list_runs, table_path
     t = Table(round="int", ns="float", what="str", ok="bool")
     df = pd.DataFrame({"round": [1, 2], "ns": [1.5, 2.0], "what": ["a", "b"], "ok": [True, False]})
     out = t.check(df, "x")
@@ -178,7 +179,7 @@ def test_a_column_already_in_its_type_is_kept_and_equals_a_full_conversion():
 
 def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
     import json
-    from tools.dataset import SCHEMA, migrate
+    from perfbook.data.dataset import SCHEMA, migrate
     old = {"schema": 1, "chapter": "c", "run_id": "r", "host": {"host_id": "h"}, "started": "",
            "finished": "", "tables": {}, "parameters": {"profile": "quick", "n": 1}, "harness": {"a": 1}}
     m = migrate(old)
@@ -195,7 +196,7 @@ def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
 
 
 def test_one_selection_policy_quotes_the_newest_real_run():
-    from tools.dataset import quoted
+    from perfbook.data.dataset import quoted
     ms = [{"run_id": "20260101T000000Z", "profile": "default", "tables": {"a": 1}},
           {"run_id": "20260301T000000Z", "profile": "quick", "tables": {"a": 1}},
           {"run_id": "20260201T000000Z", "profile": "full", "tables": {"b": 1}}]
@@ -225,11 +226,11 @@ def test_no_chapter_imports_another():
 def test_exactly_one_signal_handler_and_one_ftrace_line_parser():
     handlers = [str(p.relative_to(ROOT)) for p in TOOLS.rglob("*.py")
                 if re.search(r"signal\.signal\(", p.read_text())]
-    assert handlers == ["tools/guard.py"], handlers
+    assert handlers == ["tools/perfbook/core/guard.py"], handlers
     # an ftrace line parser matches the CPU column, "[001]", before the timestamp
     cpu_col = re.compile(r"""\\\[\(\?P<cpu>|\\\[\(\\\\d\+\)\\\]""")
     parsers = [str(p.relative_to(ROOT)) for p in TOOLS.rglob("*.py") if cpu_col.search(p.read_text())]
-    assert parsers == ["tools/ftrace.py"], parsers
+    assert parsers == ["tools/perfbook/probes/ftrace.py"], parsers
 
 
 # ---- what a run leaves ----------------------------------------------------------------------
@@ -247,13 +248,13 @@ def _tagged(pid: int) -> bool:
 def _ours(pid: int) -> bool:
     """State named after `pid` belongs to the run under test if that process is gone (its
     state outlived it) or carries our tag; a concurrent run's live state is not ours."""
-    from tools.proc import pid_alive
+    from perfbook.core.proc import pid_alive
     return not pid_alive(pid) or _tagged(pid)
 
 
 def leftovers(data: Path) -> list[str]:
     """Everything the run under test could leave behind; [] when all is restored."""
-    from tools import tracefs
+    from perfbook.hoststate import tracefs
     out = []
     snap = tracefs.snapshot() if os.geteuid() == 0 else {"mounted": False}
     if snap.get("mounted"):
@@ -270,8 +271,8 @@ def leftovers(data: Path) -> list[str]:
         pid, comm, args = (line.split(None, 2) + ["", ""])[:3]
         # the children, a notebook kernel, and a papermill collect's own process (tools
         # collect), which restores after its kernel is gone: its exit ends the restore
-        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args or "tools.kernel" in args
-                or " -m tools collect " in f" {args} ") and _tagged(int(pid)):
+        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args or "perfbook.book.jupyter.kernel" in args
+                or " -m perfbook collect " in f" {args} ") and _tagged(int(pid)):
             out.append(f"process {pid} {comm}")
     for d in scratch.live_dirs():
         m = scratch._NAME.match(d.name)
@@ -279,7 +280,7 @@ def leftovers(data: Path) -> list[str]:
             out.append(f"scratch {d}")
     out += [f"dataset {d}" for d in _datasets(data)]
     out += [f"half-written {d}" for d in (data / "runs").glob("*/*/.tmp-*")]
-    from tools.statedir import subdir
+    from perfbook.hoststate.statedir import subdir
     out += [f"dataset record {r.name}" for r in subdir("datasets").iterdir()
             if (m := re.match(r"tmp-(\d+)-", r.name)) and _ours(int(m.group(1)))]
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout \
@@ -288,15 +289,15 @@ def leftovers(data: Path) -> list[str]:
         m = re.match(r"perfbook_(\d+)_", n)
         if m and _ours(int(m.group(1))):
             out.append(f"netns {n.split()[0]}")
-    from tools import knobs
+    from perfbook.hoststate import knobs
     out += [f"knob record {r}" for r in knobs.records() if r.stem.isdigit() and _ours(int(r.stem))]
-    from tools import cgroup
+    from perfbook.hoststate import cgroup
     root = cgroup.mount()
     if root is not None and os.geteuid() == 0:
         out += [f"cgroup {g.name} {cgroup.procs(g)}" for g in root.glob(f"{cgroup.PREFIX}*")
                 if g.name.removeprefix(cgroup.PREFIX).isdigit() and _ours(int(g.name.removeprefix(cgroup.PREFIX)))]
-    from tools.statedir import subdir
-    from tools.sweep import _KERNEL
+    from perfbook.hoststate.statedir import subdir
+    from perfbook.hoststate.sweep import _KERNEL
     for f in subdir("kernels").iterdir():
         # only the kernels of the run under test (named after the process that started them)
         m = _KERNEL.match(f.name)
@@ -311,7 +312,7 @@ def leftovers(data: Path) -> list[str]:
 
 def mounts_of_ours() -> dict:
     """The mounts a run may make (and must undo): debugfs, tracefs."""
-    from tools import knobs
+    from perfbook.hoststate import knobs
     return {"debugfs": knobs.mounted(), "tracefs": knobs.mounted(Path("/sys/kernel/tracing"), "tracefs")}
 
 
@@ -348,12 +349,12 @@ def start(argv, chapter: str, ready: str, timeout: float = 240):
 
 
 def entry(kind: str, chapter: str, data: Path, tmp: Path, extra: dict) -> list[str]:
-    if kind == "collect":         # what a notebook's collect mode runs (tools.notebook.run_mode)
+    if kind == "collect":         # what a notebook's collect mode runs (perfbook.book.notebook.run_mode)
         import json
-        return [PY, "-m", "tools", "collect", chapter, "--profile", "quick", "--data-dir", str(data),
+        return [PY, "-m", "perfbook", "collect", chapter, "--profile", "quick", "--data-dir", str(data),
                 "--params", json.dumps(extra)]
     if kind == "measure":
-        args = [PY, "-m", "tools", "measure", "--chapters", chapter, "--profile", "quick",
+        args = [PY, "-m", "perfbook", "measure", "--chapters", chapter, "--profile", "quick",
                 "--param", f"data_dir={data}"]
         for k, v in extra.items():
             args += ["--param", f"{k}={v}"]
@@ -398,7 +399,7 @@ LIVE = {
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
-# the example chapter has no notebook: its `python -m tools collect` stands for the papermill case
+# the example chapter has no notebook: its `python -m perfbook collect` stands for the papermill case
 MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill", "collect") for s in SIGNALS
           if k == "measure" or (k == "collect") == (c == "example")]
 
@@ -406,13 +407,13 @@ MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill", "collect") f
 @pytest.mark.parametrize("chapter,kind,how", MATRIX, ids=[f"{c}-{k}-{s}" for c, k, s in MATRIX])
 def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tmp_path):
     need_root("changing kernel state")
-    from tools.chapters import by_name
+    from perfbook.chapters import by_name
     mod = by_name(chapter).load()
     if mod.preflight():
         pytest.skip(f"{chapter} can't collect here: {mod.preflight()[0]}")
     data = tmp_path / "data"
     (data / "runs").mkdir(parents=True)
-    from tools.sweep import sweep_all
+    from perfbook.hoststate.sweep import sweep_all
     sweep_all(log=lambda s: None)       # a previous case's failure must not fail this one too
     assert settle(data, 5) == [], "state left before the test by a live process of ours"
     ready, extra = LIVE[chapter]
@@ -433,7 +434,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
     stopped = time.monotonic() - t0
     assert p.returncode != 0, f"exit 0 after {how}"
     if sig == signal.SIGKILL:
-        # every descendant dies with the run (tools.cgroup's watchdog), not at the next run's
+        # every descendant dies with the run (perfbook.hoststate.cgroup's watchdog), not at the next run's
         # sweep: an orphaned bpftrace would skew whatever runs in between. A SIGKILLed papermill
         # SIGTERMs the collect (which then restores and ends its children itself), so allow
         # for a restore on a busy machine
@@ -442,7 +443,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
                 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert procs == [], f"after {how} ({kind}) these outlived the run: {procs}"
-        from tools.sweep import sweep_all
+        from perfbook.hoststate.sweep import sweep_all
         sweep_all(log=lambda s: None)   # what the next run does first: it finds `data` in its records
     left = settle(data)
     assert left == [], f"after {how} ({kind}) this was left: {left}\n" + "".join(seen[-5:]) + (out or "")[-2000:]
@@ -456,7 +457,7 @@ def test_signal_restores_everything_and_publishes_nothing(chapter, kind, how, tm
 
 
 def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_path):
-    """A run SIGKILLed while it wrote to a data_dir of its own: `python -m tools sweep`, which
+    """A run SIGKILLed while it wrote to a data_dir of its own: `python -m perfbook sweep`, which
     is given no data dir, removes the .tmp-<pid>-* dataset there (the run recorded it)."""
     data = tmp_path / "elsewhere"
     (data / "runs").mkdir(parents=True)
@@ -465,21 +466,21 @@ def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_pat
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=90)
     assert len(half) == 1, "no half-written dataset while the run held its state"
-    r = subprocess.run([PY, "-m", "tools", "sweep"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run([PY, "-m", "perfbook", "sweep"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert not half[0].exists() and str(half[0]) in r.stdout, r.stdout + r.stderr
     assert settle(data) == []
 
 
 def test_a_chapter_that_raises_midway_restores_and_publishes_nothing(scratch_data):
-    from tools.chapters.example import chapter as example
+    from perfbook.chapters.example import chapter as example
     with pytest.raises(RuntimeError, match="on purpose"):
         framework.collect(example, "quick", scratch_data, say=lambda s: None, fail_after=2)
     assert settle(scratch_data, 10) == []
 
 
 def test_measure_exits_nonzero_when_a_chapter_fails(scratch_data):
-    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", "example", "--profile", "quick",
+    r = subprocess.run([PY, "-m", "perfbook", "measure", "--chapters", "example", "--profile", "quick",
                         "--param", f"data_dir={scratch_data}", "--param", "fail_after=1"],
                        capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 1, r.stdout + r.stderr
@@ -492,7 +493,7 @@ def test_the_example_chapter_from_measure_to_findings(scratch_data):
     """The README's example, end to end: measure, a typed dataset, findings, a figure."""
     import matplotlib
     matplotlib.use("Agg")
-    from tools.chapters import example as X
+    from perfbook.chapters import example as X
     out = framework.collect(X.chapter, "quick", scratch_data, say=lambda s: None)
     D = X.chapter.load(scratch_data)
     assert len(D) == 1 and D.quoted.path == out and D.quoted.profile == "quick"
@@ -522,12 +523,12 @@ def test_papermill_parses_every_parameter_line(ch, caplog):
 def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     """Every chapter printed papermill's 'Unable to parse line …' and ipykernel's warning that
     a TCP kernel is not encrypted; every parameter line parses, and the kernelspec the setup
-    installs (tools.kernel) starts the kernel on Unix sockets (tools.provisioner): no warning."""
+    installs (perfbook.book.jupyter.kernel) starts the kernel on Unix sockets (perfbook.book.jupyter.provisioner): no warning."""
     import json
     from jupyter_client.kernelspec import KernelSpecManager
-    from tools.kernel import PROVISIONER
+    from perfbook.book.jupyter.kernel import PROVISIONER
     spec = KernelSpecManager().get_kernel_spec("python3")
-    assert spec.argv[1:3] == ["-m", "tools.kernel"], spec.argv
+    assert spec.argv[1:3] == ["-m", "perfbook", "kernel"], spec.argv
     assert spec.metadata["kernel_provisioner"]["provisioner_name"] == PROVISIONER
     pm = str(Path(PY).with_name("papermill"))
     r = subprocess.run([pm, str(ROOT / "chapters" / "tsc_alignment.ipynb"), str(tmp_path / "out.ipynb"),
@@ -585,7 +586,7 @@ def _make(data: Path, *more: str) -> list[str]:
 
 @pytest.mark.parametrize("how", ["sigint-group", "sigterm-group"])
 def test_make_measure_stops_on_a_signal_and_restores(how, scratch_data):
-    """Ctrl-C at the terminal reaches `make measure` as well as `python -m tools measure`."""
+    """Ctrl-C at the terminal reaches `make measure` as well as `python -m perfbook measure`."""
     sig, _ = SIGNALS[how]
     p, seen = start(_make(scratch_data, "--param hold_s=60"), "example", r"state changed", timeout=300)
     t0 = time.monotonic()

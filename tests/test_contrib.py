@@ -1,4 +1,4 @@
-"""tools.contrib: a contribution may only add datasets, and every dataset must validate."""
+"""perfbook.book.contrib: a contribution may only add datasets, and every dataset must validate."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from tools import contrib
+from perfbook.book import contrib
 
 
 def _git(repo, *args):

@@ -10,11 +10,12 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool, nobody_requests, others_listen
-from tools import cbuild, knobs, tracefs
-from tools.chapters.cpu_pinning import chapter as CH
-from tools.chapters.cpu_pinning import analysis as A, knobs as KN, parse as PA, spec as SP
-from tools.errors import ParameterError, PerfbookError
-from tools.dataset import table_path
+from perfbook.probes import cbuild
+from perfbook.hoststate import knobs, tracefs
+from perfbook.chapters.cpu_pinning import chapter as CH
+from perfbook.chapters.cpu_pinning import analysis as A, knobs as KN, parse as PA, spec as SP
+from perfbook.core.errors import ParameterError, PerfbookError
+from perfbook.data.dataset import table_path
 
 NB = ROOT / "chapters" / "cpu_pinning.ipynb"
 FIX = ROOT / "tests" / "fixtures" / "cpu_pinning"
@@ -172,7 +173,7 @@ def test_derive_applies_the_rate_rule_to_datasets_without_the_column():
 
 def test_committed_datasets_reproduce_the_quoted_run(book_data):
     """The prose quotes the newest default run; its trials are the ones findings() counts."""
-    from tools.chapters.cpu_pinning import findings
+    from perfbook.chapters.cpu_pinning import findings
     d = CH.load(book_data.data_dir)
     if d.quoted is None:
         pytest.skip("no committed cpu_pinning dataset")
@@ -249,7 +250,7 @@ def test_another_user_cannot_reach_the_harness():
     connection is refused and nobody's datagram gets no echo."""
     need_root("becoming another user (nobody) for the attack")
     need_tool("gcc")
-    from tools.proc import die_with_parent
+    from perfbook.core.proc import die_with_parent
     b = str(cbuild.binary("prefork"))
     p = subprocess.Popen([b, "--mode", "rate", "--rate", "200", "--workers", "2", "--warmup-ms", "0",
                           "--duration-ms", "5000", "--lookups", "200", "--ws-bytes", "65536"],
@@ -428,8 +429,8 @@ def test_a_run_on_a_busy_machine_is_not_published():
     in a make all while other work ran: 80 of 80 trials, and the chapter's glue went missing) is
     rejected instead of published."""
     import pandas as pd
-    from tools.chapters.cpu_pinning.collect import too_disturbed
-    from tools.dataset import list_runs
+    from perfbook.chapters.cpu_pinning.collect import too_disturbed
+    from perfbook.data.dataset import list_runs
     run = min(list_runs("cpu_pinning"), key=lambda r: r.name)
     t = pd.read_csv(table_path(run, "trials"))
     assert too_disturbed(t) is None

@@ -11,9 +11,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tools import dataset, hostinfo, lock, validation
-from tools.dataset import load_manifest, table_path
-from tools.errors import DatasetError
+from perfbook.book import validation
+from perfbook.data import dataset, hostinfo
+from perfbook.hoststate import lock
+from perfbook.data.dataset import load_manifest, table_path
+from perfbook.core.errors import DatasetError
 
 
 def _write(data, run_id="20260101T000000Z", fail=False):
@@ -147,14 +149,14 @@ def test_host_id_is_stable_and_overridable(monkeypatch):
 
 HOLD = """
 import sys, time
-from tools.lock import measure_lock
+from perfbook.hoststate.lock import measure_lock
 with measure_lock('holder', wait=0):
     print('held', flush=True)
     time.sleep(60)
 """
 TRY = """
-from tools.lock import measure_lock
-from tools.errors import LockBusy
+from perfbook.hoststate.lock import measure_lock
+from perfbook.core.errors import LockBusy
 try:
     with measure_lock('t', wait=0): print('got it')
 except LockBusy as e: print('busy:', e)
@@ -177,7 +179,7 @@ def test_lock_excludes_a_second_process(tmp_path):
 
 
 def test_lock_is_reentrant_and_passes_to_children(tmp_path, monkeypatch):
-    """`python -m tools measure` holds the lock while papermill's kernel, its
+    """`python -m perfbook measure` holds the lock while papermill's kernel, its
     child, runs collect(): the child must not wait for its own parent."""
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
     with lock.measure_lock("outer", wait=0):
@@ -190,7 +192,7 @@ def test_lock_is_reentrant_and_passes_to_children(tmp_path, monkeypatch):
 
 def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
     import pandas as pd
-    from tools.dataset import migrate, only_shown, quoted as newest, shown_datasets
+    from perfbook.data.dataset import migrate, only_shown, quoted as newest, shown_datasets
     ms = [migrate({"schema": 1, "host": {"host_id": h}, "run_id": r, "tables": {}, "parameters": p})
           for h, r, p in [("h-a", "r1", {"profile": "default"}), ("h-a", "r3", {"profile": "quick"}),
                           ("h-b", "r2", {}),                      # no profile: an older run
@@ -206,8 +208,8 @@ def test_newest_prefers_real_runs_and_shown_datasets_pick_one_per_host():
 
 
 def test_guest_boot_params_are_checked():
-    from tools.errors import ParameterError
-    from tools.guest import check_boot_params
+    from perfbook.core.errors import ParameterError
+    from perfbook.qemu.guest import check_boot_params
     p = check_boot_params({"accel": "tcg", "kvm_boot_timeout": 10, "boot_timeout": 60})
     assert p["boot_timeout"] == 60.0 and isinstance(p["kvm_boot_timeout"], float)
     for bad in ({"accel": "xen"}, {"kvm_boot_timeout": 0}, {"boot_timeout": True},
@@ -222,7 +224,7 @@ def test_guest_boot_params_are_checked():
 def _copy_committed(dst: Path) -> Path:
     """A scratch data dir holding one committed trace_overhead dataset; returns that run dir."""
     import shutil
-    from tools.dataset import list_runs
+    from perfbook.data.dataset import list_runs
     src = list_runs("trace_overhead")[0]
     run = dst / "runs" / src.parent.parent.name / "trace_overhead" / src.name
     shutil.copytree(src, run)
@@ -230,7 +232,7 @@ def _copy_committed(dst: Path) -> Path:
 
 
 def _validate_cli(data: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tools", "validate", "--data-dir", str(data)],
+    return subprocess.run([sys.executable, "-m", "perfbook", "validate", "--data-dir", str(data)],
                           capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
 
 
@@ -247,7 +249,7 @@ def test_corrupt_manifest_is_one_line_naming_the_file(tmp_path):
 
 def test_truncated_table_is_refused_not_quoted(tmp_path):
     """178 of 600 rows and a malformed last row were once accepted as a dataset."""
-    from tools.dataset import load_table
+    from perfbook.data.dataset import load_table
     import lzma
     run = _copy_committed(tmp_path)
     p = table_path(run, "samples")
@@ -263,7 +265,7 @@ def test_truncated_table_is_refused_not_quoted(tmp_path):
 def test_validation_reads_a_dataset_again_only_when_its_files_change(tmp_path, monkeypatch):
     """At 100 hosts, reading every table before the notebooks took 50 s of each refresh: a
     dataset that passed is not read again while its files and the code stay the same."""
-    from tools import findings
+    from perfbook.analysis import findings
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     run = _copy_committed(tmp_path)
     calls, real = [], validation.read_table
@@ -294,8 +296,8 @@ def test_many_datasets_are_read_side_by_side_and_the_first_problem_in_order_is_t
     reading them one by one says: the count, or the first broken table in the book's order."""
     import shutil
 
-    from tools.chapters import CHAPTERS
-    from tools.dataset import list_runs
+    from perfbook.chapters import CHAPTERS
+    from perfbook.data.dataset import list_runs
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     data = tmp_path / "data"
     runs = []
@@ -318,7 +320,7 @@ def test_many_datasets_are_read_side_by_side_and_the_first_problem_in_order_is_t
 
 def test_a_cut_compressed_table_is_one_line_that_names_it(tmp_path):
     """A table whose xz stream was cut short (an interrupted copy) is malformed, not a crash."""
-    from tools.dataset import load_table
+    from perfbook.data.dataset import load_table
     run = _copy_committed(tmp_path)
     p = table_path(run, "samples")
     p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
@@ -328,11 +330,11 @@ def test_a_cut_compressed_table_is_one_line_that_names_it(tmp_path):
 
 
 def test_compact_is_lossless_and_idempotent(tmp_path):
-    """`python -m tools compact` (the migration of the committed data to .csv.xz): every table
+    """`python -m perfbook compact` (the migration of the committed data to .csv.xz): every table
     decompresses to the very bytes of the plain CSV it replaced, and reads as the same frame."""
     import lzma
-    from tools.dataset import read_table
-    from tools.writer import compact
+    from perfbook.data.dataset import read_table
+    from perfbook.data.writer import compact
     run = _copy_committed(tmp_path)
     man = load_manifest(run)
     plain = {}
@@ -353,7 +355,7 @@ def test_compact_is_lossless_and_idempotent(tmp_path):
 
 def test_copied_dataset_with_the_same_run_id_is_not_merged(tmp_path):
     import shutil
-    from tools.dataset import load_table
+    from perfbook.data.dataset import load_table
     run = _copy_committed(tmp_path)
     copy = run.with_name("20991231T000000Z")
     shutil.copytree(run, copy)
@@ -366,7 +368,7 @@ def test_copied_dataset_with_the_same_run_id_is_not_merged(tmp_path):
 
 
 def test_newer_schema_is_refused_with_what_to_do(tmp_path):
-    from tools.dataset import load_manifest
+    from perfbook.data.dataset import load_manifest
     run = _copy_committed(tmp_path)
     m = json.loads((run / "manifest.json").read_text())
     m["schema"] = 99
@@ -380,8 +382,8 @@ def test_views_cut_the_tables_their_data_read_without_listing_the_files_again(mo
     read: the same rows as filtering by host and run, and no new pass over every dataset's
     files (at a hundred hosts that pass, once per view and table, cost more than the findings)."""
     import pandas as pd
-    from tools.chapters import by_name
-    from tools.findings import Run
+    from perfbook.chapters import by_name
+    from perfbook.analysis.findings import Run
     D = by_name("trace_overhead").load().load(book_data.data_dir)
     whole = D["samples"]
     listed = []
@@ -400,7 +402,7 @@ def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeyp
     notebook reads one table, not one per host); the same rows and columns as cutting the whole
     table, which it does instead once the whole table is loaded."""
     import pandas as pd
-    from tools.chapters import by_name
+    from perfbook.chapters import by_name
     ch = by_name("trace_overhead").load()
     dataset._table_cache.clear()
     D = ch.load(book_data.data_dir)
@@ -446,7 +448,7 @@ def test_a_failed_write_removes_the_half_written_dataset_and_says_why_in_one_lin
     removed, and an OSError the measure called a defect of ours. Each write of the writer that
     fails (a table, the manifest, the rename into place) is one line naming the file and the
     cause, and leaves neither the temporary directory nor its record."""
-    from tools import writer
+    from perfbook.data import writer
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
 
     def fail():
@@ -491,7 +493,7 @@ def test_a_full_tmpfs_data_dir_fails_the_run_in_one_line_and_leaves_nothing(tmp_
     try:
         st = os.statvfs(mnt)
         (mnt / "filler").write_bytes(b"x" * ((st.f_bavail - 1) * st.f_bsize))
-        r = subprocess.run([sys.executable, "-m", "tools", "measure", "--chapters", "example",
+        r = subprocess.run([sys.executable, "-m", "perfbook", "measure", "--chapters", "example",
                             "--profile", "quick", "--param", f"data_dir={mnt}"], cwd=ROOT,
                            capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PERFBOOK_BUILD": str(tmp_path / "build")})

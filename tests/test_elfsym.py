@@ -10,8 +10,8 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import need_root, need_tool
-from tools import elfsym
-from tools.errors import PerfbookError
+from perfbook.probes import elfsym
+from perfbook.core.errors import PerfbookError
 
 SRC = r"""
 #include <stdlib.h>
@@ -88,7 +88,7 @@ def test_missing_symbol_and_non_elf_are_clear_errors(binaries, tmp_path):
                                           ("libpb.so", ["uselib", "137"], "lib_fn")])
 def test_live_uprobe_fires_at_the_computed_offset(binaries, name, run, sym):
     need_root("placing a uprobe")
-    from tools.tracefs import TraceSession, preflight
+    from perfbook.hoststate.tracefs import TraceSession, preflight
     if preflight():
         pytest.skip(preflight()[0])
     with TraceSession("elftest") as s:

@@ -56,36 +56,36 @@ def test_installed_versions_match_the_pins():
 
 
 def test_every_module_the_setup_compiles_ahead_is_installed():
-    """tools/bytecode.py names the entry points whose bytecode setup writes; a renamed or
+    """tools/perfbook/dev/bytecode.py names the entry points whose bytecode setup writes; a renamed or
     dropped one would silently leave its modules to be compiled again by every process."""
     import importlib.util
-    from tools import bytecode
+    from perfbook.dev import bytecode
     gone = [n for g in bytecode.GROUPS.values() for n in g if importlib.util.find_spec(n) is None]
     for n in (n for g in bytecode.WHOLE.values() for n in g):   # packages, compiled as directories
         spec = importlib.util.find_spec(n)
         if spec is None or not spec.submodule_search_locations:
             gone.append(n)
-    assert not gone, f"tools/bytecode.py names modules that are not installed: {gone}"
+    assert not gone, f"tools/perfbook/dev/bytecode.py names modules that are not installed: {gone}"
     assert set(bytecode.GROUPS) == set(bytecode.WHOLE)
     script = (ROOT / "tools" / "setup.sh").read_text()
     for group in bytecode.GROUPS:   # setup runs every group, with the variable unset
-        assert f'env -u PYTHONDONTWRITEBYTECODE "$PY" -m tools.bytecode {group}' in script
+        assert f'env -u PYTHONDONTWRITEBYTECODE "$PY" -m perfbook bytecode {group}' in script
 
 
 def test_the_bytecode_step_refuses_an_unknown_group():
-    out = subprocess.run([sys.executable, "-m", "tools.bytecode", "everything"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "perfbook", "bytecode", "everything"], cwd=ROOT,
                          capture_output=True, text=True)
-    assert out.returncode == 2 and "usage: python -m tools.bytecode notebooks|book" in out.stderr
+    assert out.returncode == 2 and "usage: python -m perfbook bytecode notebooks|book" in out.stderr
 
 
 def test_the_bytecode_step_names_what_it_could_not_import(monkeypatch, capsys):
     """A module an upgrade renamed shows in build/bytecode.log (setup sends main()'s line
     there), not only in the test above."""
-    from tools import bytecode
+    from perfbook.dev import bytecode
     monkeypatch.setitem(bytecode.GROUPS, "book", ["json", "no_such_module_perfbook"])
     monkeypatch.setitem(bytecode.WHOLE, "book", ["no_such_package_perfbook"])
     assert bytecode.warm("book") == ["no_such_module_perfbook", "no_such_package_perfbook"]
-    monkeypatch.setattr("tools.proc.die_with_parent", lambda: None)
+    monkeypatch.setattr("perfbook.core.proc.die_with_parent", lambda: None)
     assert bytecode.main(["book"]) == 0
     assert capsys.readouterr().out.strip() == (
         "[bytecode] book: compiled; not found or not importable: "

@@ -1,4 +1,4 @@
-"""Key findings (tools.findings): how a host's verdict is formed, and every declared finding
+"""Key findings (perfbook.analysis.findings): how a host's verdict is formed, and every declared finding
 evaluated on every committed host.
 
 The second half is what a contributor meets: a new host's data that contradicts a finding
@@ -15,12 +15,13 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tools import catalog, dataset
-from tools.dataset import Data
-from tools import findings as F
-from tools.chapters import CHAPTERS, by_name
-from tools.dataset import Manifest
-from tools.statedir import UnsafePath
+from perfbook.data import dataset
+from perfbook.data.buildfiles import store_dir
+from perfbook.data.dataset import Data
+from perfbook.analysis import findings as F
+from perfbook.chapters import CHAPTERS, by_name
+from perfbook.data.dataset import Manifest
+from perfbook.hoststate.statedir import UnsafePath
 
 
 class _Chapter:
@@ -29,7 +30,7 @@ class _Chapter:
 
 
 class _Data:
-    """The part of tools.dataset.Data that findings read: manifests and one table."""
+    """The part of perfbook.data.dataset.Data that findings read: manifests and one table."""
 
     def __init__(self, rows, profiles):
         self.chapter = _Chapter()
@@ -139,7 +140,7 @@ def test_every_finding_evaluates_on_every_committed_host(entry, capsys, book_dat
 def _prose_values(name: str):
     """The chapter's function of every value its prose quotes (None: it has none by that name)."""
     import importlib
-    f = getattr(importlib.import_module(f"tools.chapters.{name}"), "findings", None)
+    f = getattr(importlib.import_module(f"perfbook.chapters.{name}"), "findings", None)
     return f if callable(f) else None
 
 
@@ -180,7 +181,7 @@ STORED = "trace_overhead"      # the cheapest chapter with datasets on three com
 def forget():
     """What a new process holds: nothing."""
     for held in (F._MEMO, F._CODE, F._DIGESTS, F._GLUE_CACHE, dataset._manifest_cache,
-                 dataset._table_cache, catalog._open):
+                 dataset._table_cache):
         held.clear()
 
 
@@ -194,7 +195,7 @@ def store(tmp_path, monkeypatch):
     for d in sorted((ROOT / "data" / "runs").glob(f"*/{STORED}")):
         shutil.copytree(d, data / "runs" / d.parent.name / STORED)
     forget()
-    yield data, tmp_path / "build" / "verdicts" / catalog.catalog_path(data).stem
+    yield data, store_dir("verdicts", data)
     forget()
 
 
@@ -243,7 +244,7 @@ def test_changed_code_is_computed_again(store, monkeypatch):
     data, top = store
     _all_verdicts(data)
     forget()
-    from tools import freshness
+    from perfbook.book import freshness
     real = freshness.code_files
     monkeypatch.setattr(freshness, "code_files", lambda name: {**real(name), "extra.py": ROOT / "Makefile"})
     asked = []
@@ -364,7 +365,7 @@ def test_iostat_host_summaries_stored_or_computed_give_the_same_views(monkeypatc
     are the same from the stored host summaries as computed with the store off."""
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     ch = by_name("iostat_internals").load()
-    from tools.chapters.iostat_internals import findings as IF
+    from perfbook.chapters.iostat_internals import findings as IF
 
     def views():
         forget()

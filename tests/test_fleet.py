@@ -1,4 +1,4 @@
-"""Measuring a fleet: ansible/measure.yml against localhost, and tools.fleet's import.
+"""Measuring a fleet: ansible/measure.yml against localhost, and perfbook.book.fleet's import.
 
 The playbook test runs the real playbook with `-i localhost, -c local`: the
 committed HEAD travels as a git bundle into a scratch checkout, one cheap
@@ -20,17 +20,18 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, need_root, fake_manifest
-from tools.dataset import table_path
-from tools import fleet, hostinfo
-from tools.errors import DatasetError
-from tools.freshness import dir_digest, file_sha256
+from perfbook.data.dataset import table_path
+from perfbook.book import fleet
+from perfbook.data import hostinfo
+from perfbook.core.errors import DatasetError
+from perfbook.data.digest import dir_digest, file_sha256
 
 PLAYBOOK = ROOT / "ansible" / "measure.yml"
 # cheapest first: each takes seconds with the quick profile where it can run at all
 CHEAP = ("tsc_alignment", "trace_overhead", "qcow2_overlap")
 
 
-# --- tools.fleet: adopting an archive ------------------------------------------------
+# --- perfbook.book.fleet: adopting an archive ------------------------------------------------
 
 CHECKS = "round,mechanism,expected_hits,observed_hits\n"  # trace_overhead's checks table
 
@@ -190,7 +191,7 @@ def test_playbook_rejects_a_bad_parameter_before_touching_a_host(tmp_path):
 @pytest.fixture
 def cheap_chapter():
     need_root("the fleet playbook (it measures with become)")
-    from tools.chapters import by_name
+    from perfbook.chapters import by_name
     why = []
     for name in CHEAP:
         reasons = by_name(name).load().preflight()

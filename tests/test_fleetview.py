@@ -1,4 +1,4 @@
-"""Figures that scale (tools/fleetview.py): with 25 synthetic hosts beside the committed ones,
+"""Figures that scale (tools/perfbook/analysis/fleetview.py): with 25 synthetic hosts beside the committed ones,
 every chapter figure keeps a legend of at most 10 entries, draws this host and the reference host
 in their styles, and names no more hosts in its caption than those two (tests/test_new_host.py
 draws every figure on each state of the book's own data). Plus the primitives on their own
@@ -12,9 +12,9 @@ import shutil
 import pytest
 
 from conftest import CROSS_HOST, FIGURES, HEATMAP, IOSTAT_FIGURES, ROOT, figure_colours, legend_texts, makers, rgb
-from tools import fleetview as fv
-from tools.chapters import CHAPTERS
-from tools.errors import DatasetError
+from perfbook.analysis import fleetview as fv
+from perfbook.chapters import CHAPTERS
+from perfbook.core.errors import DatasetError
 
 MAX_LEGEND = 10
 NEWEST = "29991231T000000Z"   # a run id newer than any: makes one synthetic host "this host"
@@ -38,7 +38,7 @@ def test_every_notebook_figure_is_covered():
 def fleet(tmp_path_factory):
     """25 synthetic hosts beside the committed ones (the reference host among them); one synthetic
     host's datasets get the newest run id, so that it is this host and the two roles differ."""
-    from tools import synthfleet
+    from perfbook.dev import synthfleet
 
     def plain(base, df):   # plain CSV, which every loader reads as well: 6x faster than xz here
         p = f"{base}.csv"
@@ -108,7 +108,7 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
 def test_a_fleets_platform_banner_details_this_and_the_reference_host_and_counts_the_rest(fleet, entry):
     """The "Measured on" banner at the top of a chapter stays a few lines with a fleet; with the
     committed hosts it still details every one."""
-    from tools import notebook
+    from perfbook.book import notebook
     dest, this, ref, synthetic = fleet
     D = entry.load().load(dest)
     html = notebook.platform(D).data
@@ -177,7 +177,7 @@ def test_facets_follow_the_machine_kind_and_stay_bounded():
 
 
 def test_captions_name_the_highlighted_hosts_and_count_the_rest():
-    from tools.stats import caption, hosts_of
+    from perfbook.analysis.stats import caption, hosts_of
     F = _fleet(40)
     hosts = F.caption_hosts()
     assert [h for h, _ in hosts[:2]] == ["h-000000000000", "h-000000000001"]

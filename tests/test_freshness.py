@@ -1,6 +1,6 @@
 """No chapter is stale: every stored notebook was executed on the data data/ holds now.
 
-tools.freshness digests exactly the files a notebook reads; `python -m tools
+perfbook.book.freshness digests exactly the files a notebook reads; `python -m perfbook
 refresh` stores that digest in the notebook's metadata. The unit tests pin the
 digest's properties; the last tests compare every stored notebook with data/.
 """
@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from tools import chapters, freshness
+from perfbook import chapters
+from perfbook.book import freshness
+from perfbook.data import digest
 
 
 def _dataset(data, host, chapter, run, rows="x\n1\n"):
@@ -38,8 +40,8 @@ def data(tmp_path):
 
 
 def test_digest_covers_the_chapters_runs_and_its_reference_only(data):
-    files = freshness.data_files("trace_overhead", data)
-    from tools.paths import reference_dir
+    files = digest.data_files("trace_overhead", data)
+    from perfbook.core.paths import reference_dir
     # the chapter's other reference tables (published figures beside the seed's) come from the
     # committed data/reference when the scratch data dir has none, as load_reference does
     committed = sorted(f"reference/{p.name}" for p in reference_dir().glob("trace_overhead*.csv")
@@ -90,7 +92,7 @@ def test_content_reference_and_renames_count_but_mtimes_and_hidden_files_do_not(
 
 def test_a_page_that_reads_every_chapter_digests_all_of_data(data):
     d0 = freshness.data_digest("some_page", data)
-    files = freshness.data_files("some_page", data)
+    files = digest.data_files("some_page", data, chapter=False)
     assert len([f for f in files if f.startswith("runs/")]) == 4
     assert {"reference/trace_overhead.csv", "reference/tsc_alignment.csv"} <= set(files)
     _dataset(data, "h-bbbbbbbbbbbb", "tsc_alignment", "20260102T000000Z")
@@ -100,7 +102,7 @@ def test_a_page_that_reads_every_chapter_digests_all_of_data(data):
 def test_missing_reference_in_a_scratch_dir_falls_back_to_the_committed_one(tmp_path):
     scratch = tmp_path / "data"
     _dataset(scratch, "h-aaaaaaaaaaaa", "trace_overhead", "20260101T000000Z")
-    files = freshness.data_files("trace_overhead", scratch)
+    files = digest.data_files("trace_overhead", scratch)
     assert files["reference/trace_overhead.csv"] == ROOT / "data" / "reference" / "trace_overhead.csv"
 
 
@@ -108,7 +110,7 @@ def test_record_then_stale_round_trip(data, tmp_path, monkeypatch):
     nb_path = tmp_path / "ch.ipynb"
     nb = nbformat.v4.new_notebook()
     nbformat.write(nb, nb_path)
-    fake = [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead", str(nb_path))]
+    fake = [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead", str(nb_path))]
     monkeypatch.setattr(chapters, "CHAPTERS", fake)
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert "no data digest" in freshness.stale(data_dir=data)[0][1]
@@ -138,21 +140,21 @@ def test_stored_notebook_follows_the_data(page):
     have = freshness.stored_digest(nb)
     assert have is not None, (
         f"{page.notebook} carries no data digest; run `make notebooks` "
-        f"(or `python -m tools refresh --chapters {page.name}`) and commit the notebook")
+        f"(or `python -m perfbook refresh --chapters {page.name}`) and commit the notebook")
     assert have == want, (
         f"{page.notebook} is stale: its outputs were computed from other data than the {n} files "
-        f"it reads in data/ now; run `make notebooks` (or `python -m tools refresh --chapters "
+        f"it reads in data/ now; run `make notebooks` (or `python -m perfbook refresh --chapters "
         f"{page.name}`) and commit the notebook")
 
 
 def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, capsys):
-    """`python -m tools refresh` stores the digest; the notebook then counts as fresh."""
-    from tools.__main__ import main
+    """`python -m perfbook refresh` stores the digest; the notebook then counts as fresh."""
+    from perfbook.cli import main
     nb_path = tmp_path / "trace_overhead.ipynb"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, nb_path)
-    fake = [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead", str(nb_path))]
+    fake = [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead", str(nb_path))]
     monkeypatch.setattr(chapters, "CHAPTERS", fake)
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert main(["refresh", "--chapters", "trace_overhead"]) == 0
@@ -182,21 +184,43 @@ def test_a_notebook_is_re_executed_only_when_its_data_or_code_changed(data, monk
     assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
 
 
-def test_the_code_digest_follows_the_chapters_package_and_the_shared_layer(tmp_path, monkeypatch):
+def test_the_code_digest_follows_the_code_the_notebook_runs(tmp_path, monkeypatch):
+    """A notebook's code digest covers its chapter's package and the perfbook modules that
+    package imports (perfbook.core.codedigest): a shared module it uses changes it; another
+    chapter, a dev tool or the CLI does not (issue #39: 18 of 212 commits had re-executed
+    every notebook for an edit none of them runs)."""
+    from perfbook.core import codedigest
     root = tmp_path / "repo"
-    shutil.copytree(ROOT / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__", "c"))
-    shutil.copy(ROOT / "environment.yml", root / "environment.yml")
+    shutil.copytree(ROOT / "tools" / "perfbook", root / "tools" / "perfbook",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "tools" / "requirements.lock", root / "tools" / "requirements.lock")
+    nbs = {n: nbformat.read(c.path, as_version=4) for c in [*chapters.CHAPTERS, *chapters.PAGES]
+           for n in [c.name] if n in ("trace_overhead", "tsc_alignment", "summary")}
     monkeypatch.setenv("PERFBOOK_ROOT", str(root))
-    nb = nbformat.v4.new_notebook()
-    base = {n: freshness.code_digest(n, nb) for n in ("trace_overhead", "tsc_alignment", "summary")}
-    analysis = root / "tools" / "chapters" / "trace_overhead" / "analysis.py"
-    analysis.write_text(analysis.read_text() + "\n# changed\n")
-    now = {n: freshness.code_digest(n, nb) for n in base}
+    monkeypatch.setattr(codedigest, "PACKAGE", root / "tools" / "perfbook")
+    pkg = root / "tools" / "perfbook"
+
+    def digests():
+        codedigest._imports.cache_clear()
+        return {n: freshness.code_digest(n, nb) for n, nb in nbs.items()}
+
+    def edit(rel):
+        p = pkg / rel
+        p.write_text(p.read_text() + "\n# edited\n")
+
+    base = digests()
+    for rel in ("dev/bench.py", "dev/synthfleet.py", "cli.py", "chapters/example/analysis.py"):
+        edit(rel)
+    assert digests() == base, "a dev tool, the CLI or the example chapter made a notebook stale"
+    edit("chapters/trace_overhead/analysis.py")
+    now = digests()
     assert now["trace_overhead"] != base["trace_overhead"]   # its own package
     assert now["tsc_alignment"] == base["tsc_alignment"]     # another chapter's is not its code
     assert now["summary"] != base["summary"]                 # a page reads every chapter
-    (root / "tools" / "stats.py").write_text((root / "tools" / "stats.py").read_text() + "\n#\n")
-    assert all(freshness.code_digest(n, nb) != now[n] for n in base)   # the shared layer
+    edit("analysis/stats.py")
+    assert all(digests()[n] != now[n] for n in now)          # a shared module every one of them runs
+    (root / "tools" / "requirements.lock").write_text("numpy==0.0.0\n")
+    assert all(d != now[n] for n, d in digests().items())    # the pinned environment
 
 
 # -- make notebooks runs notebooks side by side --------------------------------------------------
@@ -218,7 +242,7 @@ sys.exit(rc)
 def _parallel(monkeypatch, tmp_path, secs=0.4, failing=(), pages=("summary",)):
     """_refresh_in_parallel over four chapters and the given pages, each a stand-in process
     that logs when it starts and ends; returns (the chapters and pages, the log)."""
-    import tools.__main__ as M
+    import perfbook.book.refresh as M
     log = tmp_path / "log"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -276,7 +300,7 @@ def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
     import signal
     import threading
 
-    from tools.proc import pid_alive
+    from perfbook.core.proc import pid_alive
     M, entries, log = _parallel(monkeypatch, tmp_path, secs=120)
     threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
@@ -289,8 +313,8 @@ def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_store
         tmp_path, monkeypatch, capsys):
     """A refresh reads no table before its notebooks: the notebook reading a cut table fails
     with the one line that names it, and the stored notebook stays as it was."""
-    from tools.__main__ import main
-    from tools.dataset import list_runs, table_path
+    from perfbook.cli import main
+    from perfbook.data.dataset import list_runs, table_path
     src = list_runs("trace_overhead")[0]
     run = tmp_path / "data" / "runs" / src.parent.parent.name / "trace_overhead" / src.name
     shutil.copytree(src, run)
@@ -299,13 +323,13 @@ def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_store
     nb_path = tmp_path / "trace_overhead.ipynb"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "from tools import notebook as nb\n"
-        "from tools.chapters import trace_overhead as T\n"
+        "from perfbook.chapters import trace_overhead as T\n"
         f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
         "D['samples']")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, nb_path)
     before = nb_path.read_bytes()
-    monkeypatch.setattr(chapters, "CHAPTERS", [chapters.Entry("trace_overhead", "tools.chapters.trace_overhead",
+    monkeypatch.setattr(chapters, "CHAPTERS", [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead",
                                                                str(nb_path))])
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert main(["refresh", "--chapters", "trace_overhead"]) == 1

@@ -1,4 +1,4 @@
-"""tools.ftrace: one test per line layout the kernel prints.
+"""perfbook.probes.ftrace: one test per line layout the kernel prints.
 
 tests/fixtures/ftrace/*.txt are real `trace` / `trace_pipe` texts of kernel 6.18 (sched
 events in a private instance, options and trace_clock set in that instance only); the
@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tools import ftrace as F
+from perfbook.probes import ftrace as F
 
 FIX = Path(__file__).parent / "fixtures" / "ftrace"
 
@@ -137,7 +137,7 @@ def test_empty_and_file_input(tmp_path):
 def test_trace_session_set_trace_options(tmp_path):
     """TraceSession.set_trace_options writes options/<name> of the private instance only
     (a stand-in directory here: no tracefs needed)."""
-    from tools import tracefs
+    from perfbook.hoststate import tracefs
     s = tracefs.TraceSession("unit")
     with pytest.raises(tracefs.TraceError, match="private instance"):
         s.set_trace_options(record_tgid=False)

@@ -1,4 +1,4 @@
-"""tools.guard: the one place that turns SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt."""
+"""perfbook.core.guard: the one place that turns SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt."""
 from __future__ import annotations
 
 import signal
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tools import guard
+from perfbook.core import guard
 
 
 def test_first_signal_raises_later_ones_let_cleanup_finish():

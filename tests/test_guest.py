@@ -1,4 +1,4 @@
-"""tools.guest and tools.guest_image, on their own: the initramfs writer, module closure,
+"""perfbook.qemu.guest and perfbook.qemu.guest_image, on their own: the initramfs writer, module closure,
 DiskSpec, the KVM -> TCG fallback, a failed boot, and a Runner stopped by a signal
 (outside the framework, so not part of tests/test_contract.py's matrix)."""
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import guest, guest_image
-from tools.errors import ParameterError
+from perfbook.qemu import guest, guest_image
+from perfbook.core.errors import ParameterError
 
 from conftest import ROOT, need_guest, owned_by, qemu_children
 
@@ -213,7 +213,7 @@ def test_auto_accel_falls_back_and_labels(monkeypatch, tmp_path):
 
 def test_kvm_usable_knows_pvm_cannot_boot_our_kernel(monkeypatch, tmp_path):
     """PVM (kvm_pvm without kvm_intel/kvm_amd) boots only PVM-enabled guests: no KVM attempt."""
-    from tools import hostinfo
+    from perfbook.data import hostinfo
     for m in ("kvm", "kvm_pvm"):
         (tmp_path / m).mkdir()
     assert hostinfo.kvm_modules(tmp_path) == ["kvm", "kvm_pvm"]
@@ -323,7 +323,7 @@ LDD = """\tlinux-vdso.so.1 (0x00007ffd2b3f2000)
 
 
 def test_parse_ldd_and_bundle(tmp_path):
-    from tools.errors import MissingPrerequisite
+    from perfbook.core.errors import MissingPrerequisite
     got = guest_image.parse_ldd(LDD)
     assert got == [("libaio.so.1", "/lib/x86_64-linux-gnu/libaio.so.1"),
                    ("libceph-common.so.2", "/usr/lib/x86_64-linux-gnu/ceph/libceph-common.so.2"),
@@ -419,10 +419,11 @@ def test_boot_params_check_their_bounds():
 
 
 def test_setup_prefetches_the_guest_kernel_and_a_failure_is_one_line(monkeypatch):
-    """tools/setup.sh runs `python -m tools.guest_image` beside the packages' install: it says
+    """tools/setup.sh runs `python -m perfbook prefetch-guest` beside the packages' install: it says
     where the artefacts are, or in one line why not (exit 1; the first guest chapter retries)."""
-    from tools import guest_image, proc
-    from tools.errors import MissingPrerequisite
+    from perfbook.qemu import guest_image
+    from perfbook.core import proc
+    from perfbook.core.errors import MissingPrerequisite
     said = []
     monkeypatch.setattr(proc, "term_with_parent", lambda: None)   # not for the test process
     monkeypatch.setattr(guest_image, "ensure_artefacts", lambda say: {"dir": "/b/guest/6.1"})
@@ -434,4 +435,4 @@ def test_setup_prefetches_the_guest_kernel_and_a_failure_is_one_line(monkeypatch
     assert guest_image.prefetch(said.append) == 1
     assert said[-1] == "apt-get is missing: the guest kernel comes from Debian's packages"
     setup = (ROOT / "tools" / "setup.sh").read_text()
-    assert '"$PY" -m tools.guest_image' in setup and "trap " in setup and 'wait "$prefetch"' in setup
+    assert '"$PY" -m perfbook prefetch-guest' in setup and "trap " in setup and 'wait "$prefetch"' in setup

@@ -20,10 +20,12 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, fake_manifest
-from tools import dataset, freshness, notebook, validation
-from tools import sphinx_site as S
-from tools.dataset import table_path
-from tools.errors import DatasetError
+from perfbook.book import validation
+from perfbook.data import dataset
+from perfbook.book import freshness, notebook
+from perfbook.book import sphinx_site as S
+from perfbook.data.dataset import table_path
+from perfbook.core.errors import DatasetError
 
 SECRET = "root:$y$j9T$not-for-the-web:19000:0:99999:7:::\n"
 
@@ -165,7 +167,7 @@ def test_a_symlinked_reference_table_is_refused(tmp_path, secret):
 def test_the_sweep_never_removes_through_a_linked_host_directory(tmp_path):
     """The sweep removes a killed run's .tmp-<pid>-* dataset; through a linked host directory
     it removed someone else's directory of that name."""
-    from tools import sweep
+    from perfbook.hoststate import sweep
     dead = subprocess.Popen(["true"])
     dead.wait()
     theirs = tmp_path / "theirs" / "h-aaaaaaaaaaaa"

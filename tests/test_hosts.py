@@ -3,7 +3,7 @@ import html
 import json
 
 from conftest import fake_manifest
-from tools import hosts
+from perfbook.analysis import hosts
 
 
 def _runs(tmp_path, src_host="h-aaa", other="h-bbb"):
@@ -56,7 +56,7 @@ def test_latest_manifest_per_host_wins(tmp_path):
     assert hosts.latest_per_host([a, newer])["h-aaa"]["host"]["kernel_release"] == "6.19"
 
 
-# ---- the hosts page (tools/hostspage.py) -------------------------------------------------
+# ---- the hosts page (tools/perfbook/book/hostspage.py) -------------------------------------------------
 
 HOSTILE = '<script>alert("label")</script> & <img src=x onerror=alert(1)> "box"'
 
@@ -109,7 +109,7 @@ def test_hosts_page_escapes_what_hosts_provide(tmp_path):
     shows them as text, never as markup, and emits only what a stored output may hold."""
     from bs4 import BeautifulSoup
     from test_published_outputs import _html_problems
-    from tools import hostspage
+    from perfbook.book import hostspage
     _fleet(tmp_path, 3, hostile=True)
     recs = hosts.host_records(tmp_path)
     blocks = [hostspage.hosts_table(records=recs).data, hostspage.coverage_table(records=recs).data,
@@ -127,8 +127,8 @@ def test_hosts_page_escapes_what_hosts_provide(tmp_path):
 
 
 def test_hosts_table_rows_links_and_facets(tmp_path):
-    from tools import hostspage
-    from tools.sphinx_site import dataset_url
+    from perfbook.book import hostspage
+    from perfbook.book.sphinx_site import dataset_url
     _fleet(tmp_path, 4)
     block = hostspage.hosts_table(tmp_path).data
     (head, rows, tds), = _tables(block)
@@ -163,7 +163,7 @@ def _matrix(n_hosts, findings=(("demo", "fast", "A `ret` is <fast>"), ("demo", "
 
 
 def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
-    from tools import hostspage, summary
+    from perfbook.book import hostspage, summary
     _fleet(tmp_path, 5)
     monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(5))
     block = hostspage.findings_tables(tmp_path).data
@@ -182,7 +182,7 @@ def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
 
 def test_the_page_scales_to_a_hundred_hosts(tmp_path, monkeypatch):
     """100 hosts: one row each, and no table grows a column per host."""
-    from tools import hostspage, summary
+    from perfbook.book import hostspage, summary
     _fleet(tmp_path, 100)
     monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(100))
     recs = hosts.host_records(tmp_path)

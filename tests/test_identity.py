@@ -1,4 +1,4 @@
-"""Host identity v2 (tools.identity): machines cloned from one image come apart, a reused or
+"""Host identity v2 (perfbook.data.identity): machines cloned from one image come apart, a reused or
 edited host id is refused, and the migration of the committed data loses nothing."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from tools import hosts, identity
-from tools.validation import validate_all
-from tools.errors import DatasetError
+from perfbook.analysis import hosts
+from perfbook.data import identity
+from perfbook.book.validation import validate_all
+from perfbook.core.errors import DatasetError
 
 KEY = "h-1db0cee60199"  # one machine-id, as every clone of this project's image has
 

@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool, read_until
-from tools import diskstats as ds
-from tools import framework
-from tools.chapters import iostat_internals as I
-from tools.chapters.iostat_internals import analysis as A, collect as C, figures as F, findings as FI
-from tools.chapters.iostat_internals import parse as PA, spec as S
-from tools.errors import ParameterError
-from tools.scratch import live_dirs
-from tools.dataset import list_runs, load_manifest, read_table, table_path
+from perfbook.probes import diskstats as ds
+from perfbook.framework import sequence as framework
+from perfbook.chapters import iostat_internals as I
+from perfbook.chapters.iostat_internals import analysis as A, collect as C, figures as F, findings as FI
+from perfbook.chapters.iostat_internals import parse as PA, spec as S
+from perfbook.core.errors import ParameterError
+from perfbook.hoststate.scratch import live_dirs
+from perfbook.data.dataset import list_runs, load_manifest, read_table, table_path
 
 FIX = ROOT / "tests" / "fixtures" / "iostat"
 RUN = FIX / "run"
@@ -253,7 +253,7 @@ def test_parse_trace_with_record_tgid_and_irq_info_off():
     """The same events as TRACE in the layout of an instance with record-tgid on and
     irq-info off: same result, and a LOST marker is reported."""
     import re
-    from tools import ftrace
+    from perfbook.probes import ftrace
     alt = re.sub(r"^(\s*\S+-(\d+)) \[(\d+)\] \S+ ([\d.]+): ",
                  lambda g: f"{g[1]}    ({int(g[2]):7d}) [{g[3]}]  {g[4]:>12}: ", TRACE, flags=re.M)
     assert alt != TRACE and "..." not in alt.split("\n", 2)[1]
@@ -433,7 +433,7 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
 
 def _check_not_disturbed(rec):
     """An undisturbed run: the monitor recorded it, never saw it stopped, and saw no gap of 3 s
-    or more (scheduling noise on a busy machine is tenths of a second: tools.monitor.GAP_S;
+    or more (scheduling noise on a busy machine is tenths of a second: perfbook.hoststate.monitor.GAP_S;
     a shorter gap on a loaded machine is a real disturbance, marked, and allowed here)."""
     assert rec is not None and rec["recorded"], rec
     assert not [g for g in rec["gaps"] if g["kind"] == "stopped" or g["seconds"] >= 3], rec["gaps"]
@@ -441,12 +441,12 @@ def _check_not_disturbed(rec):
 
 
 def _measure_and_stop(data, cue: str, seconds: float, timeout: float = 900):
-    """`python -m tools measure` of a quick iostat_internals collect, in a session of its own,
+    """`python -m perfbook measure` of a quick iostat_internals collect, in a session of its own,
     read until a line matches `cue` (the measure lock may first wait for another run); then its
     process group is stopped (SIGSTOP) for `seconds` and continued. Returns the process and
     what it printed so far."""
     import sys
-    p = subprocess.Popen([sys.executable, "-m", "tools", "measure", "--chapters", I.chapter.name,
+    p = subprocess.Popen([sys.executable, "-m", "perfbook", "measure", "--chapters", I.chapter.name,
                           "--profile", "quick", "--param", f"data_dir={data}"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -495,7 +495,7 @@ def test_live_a_run_stopped_between_its_windows_is_published_marked_disturbed(sc
     late = A.off_claim(iv)
     assert len(late) >= 4 and not set(late) & set(ours["seq"])
     assert any("do not span what sysstat's report claims" in n for n in man["notes"]), man["notes"]
-    from tools import notebook as nb
+    from perfbook.book import notebook as nb
     table = nb.runs_table(I.chapter.load(scratch_data))
     assert table["disturbed"].iloc[0].startswith("yes: stopped for"), table
 
@@ -535,7 +535,7 @@ def test_chapter_prose_keys_are_all_glued(book_data):
     repetition section) always provides, as text or an integer."""
     import json
     import re
-    from tools.notebook import REPETITION_GLUE
+    from perfbook.book.notebook import REPETITION_GLUE
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
             for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
@@ -543,12 +543,12 @@ def test_chapter_prose_keys_are_all_glued(book_data):
     A, AH = I.views.analyse_all(D)
     values = I.views.glue_values(D, A, AH)
     assert all(isinstance(v, (str, int)) for v in values.values())
-    from tools.notebook import frame_glue
+    from perfbook.book.notebook import frame_glue
     provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
     assert used and used <= provided, sorted(used - provided)
     # and with a dataset that has no trace tables, figures() still fills them
     iv = _fixture("intervals")
-    from tools.dataset import Manifest, migrate
+    from perfbook.data.dataset import Manifest, migrate
     man = Manifest(migrate(__import__("json").loads((RUN / "manifest.json").read_text())))
     D = {"intervals": iv.assign(host_id=man.host_id, run_id=man["run_id"]), "windows": pd.DataFrame(),
          "trace_windows": pd.DataFrame(), "trace_sample": pd.DataFrame(),
@@ -634,7 +634,7 @@ def test_two_hosts_with_one_run_id_are_analysed_apart():
     """A fleet's hosts can measure in the same second: a dataset is its host and run id together
     (selecting by run id alone once made each host's analysis read every such host's rows)."""
     iv = _fixture("intervals")
-    from tools.dataset import Manifest, migrate
+    from perfbook.data.dataset import Manifest, migrate
     raw = __import__("json").loads((RUN / "manifest.json").read_text())
     mine = Manifest(migrate(raw))
     other = Manifest(migrate({**raw, "host": {**raw["host"], "host_id": "h-000000000000"}}))

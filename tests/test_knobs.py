@@ -1,4 +1,4 @@
-"""tools.knobs: kernel knobs put back on every exit path, and after a SIGKILL by the sweep.
+"""perfbook.hoststate.knobs: kernel knobs put back on every exit path, and after a SIGKILL by the sweep.
 On a fake tree (this host's lockdown forbids writing the real debugfs knobs), through the
 cpu_pinning chapter's SchedKnobs, the one user today."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from tools import knobs
-from tools.chapters.cpu_pinning.knobs import SchedKnobs
-from tools.errors import PerfbookError
+from perfbook.hoststate import knobs
+from perfbook.chapters.cpu_pinning.knobs import SchedKnobs
+from perfbook.core.errors import PerfbookError
 
 
 def _fake_debugfs(tmp_path):
@@ -40,7 +40,7 @@ def test_knobs_are_restored_after_an_exception(tmp_path):
 KNOB_RUN = r"""
 import sys, time
 from pathlib import Path
-from tools.chapters.cpu_pinning.knobs import SchedKnobs
+from perfbook.chapters.cpu_pinning.knobs import SchedKnobs
 with SchedKnobs(root=Path(sys.argv[1]), mount=False) as k:
     k.set("base_slice_ns", "10000000")
     print("set", flush=True)
@@ -140,7 +140,7 @@ def test_the_sweep_keeps_the_record_of_a_mount_it_could_not_release(tmp_path, mo
     dead = subprocess.Popen(["true"])
     dead.wait()
     rec = knobs._record_dir() / f"{dead.pid}.json"
-    from tools.statedir import write_file
+    from perfbook.hoststate.statedir import write_file
     write_file(rec, json.dumps({"root": str(root), "mounted": True, "fstype": "tmpfs", "saved": {}}))
     try:
         monkeypatch.setattr(knobs, "_umount", lambda root, log: False)   # busy

@@ -1,4 +1,4 @@
-"""The run monitor (tools/monitor.py): gaps seen from outside the run (stopped, frozen,
+"""The run monitor (tools/perfbook/hoststate/monitor.py): gaps seen from outside the run (stopped, frozen,
 starved), the figures over the run and its windows, the verdict, and what it costs.
 
 The live tests watch a child of the test (a `sleep`), not the test itself, so that a SIGSTOP
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import need_root
-from tools import monitor as M
+from perfbook.hoststate import monitor as M
 
 
 def _child():
@@ -60,7 +60,7 @@ def test_a_stopped_process_is_a_gap_and_marks_the_run_disturbed():
 
 def test_an_idle_process_is_no_gap():
     """A sleeping child watched for 3 s: no gap anywhere near one of 3 s, and never stopped
-    (scheduling noise on a busy machine is tenths of a second; see tools.monitor.GAP_S)."""
+    (scheduling noise on a busy machine is tenths of a second; see perfbook.hoststate.monitor.GAP_S)."""
     child = _child()
     mon = _watch(child, 3.0)
     try:
@@ -78,7 +78,7 @@ def test_an_idle_process_is_no_gap():
 def test_a_frozen_cgroup_is_a_gap_the_monitor_sees_in_its_own_clock():
     """The run's cgroup frozen with the monitor in it: its own tick comes 2.5 s late."""
     need_root("freezing a cgroup")
-    from tools.cgroup import mount, remove
+    from perfbook.hoststate.cgroup import mount, remove
     root = mount()
     if root is None or not (root / "cgroup.procs").exists():
         pytest.skip("no cgroup2 hierarchy to freeze a group in")
@@ -159,7 +159,7 @@ def test_the_monitor_ends_with_its_run():
     which a subprocess that starts one and is SIGKILLed shows."""
     import sys
     from conftest import ROOT
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from tools.monitor import RunMonitor; "
+    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from perfbook.hoststate.monitor import RunMonitor; "
             "m = RunMonitor().start(); print(m.proc.pid, flush=True); time.sleep(60)")
     p = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdout=subprocess.PIPE, text=True)
     pid = int(p.stdout.readline())

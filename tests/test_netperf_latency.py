@@ -15,18 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tools import framework
-from tools.chapters import netperf_latency as X
-from tools.chapters.netperf_latency import analysis as A
-from tools.chapters.netperf_latency import netperf_hist as H
-from tools.chapters.netperf_latency import parse as P
-from tools.chapters.netperf_latency.spec import CELL, LATENCY_KEYS
-from tools.errors import ParameterError
-from tools.netns import NS_PREFIX, list_netns, sweep_stale_netns
+from perfbook.framework import sequence as framework
+from perfbook.chapters import netperf_latency as X
+from perfbook.chapters.netperf_latency import analysis as A
+from perfbook.chapters.netperf_latency import netperf_hist as H
+from perfbook.chapters.netperf_latency import parse as P
+from perfbook.chapters.netperf_latency.spec import CELL, LATENCY_KEYS
+from perfbook.core.errors import ParameterError
+from perfbook.hoststate.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
 from conftest import (NOBODY, ROOT, need_preflight, need_root, need_tool, nobody_requests,
                       others_listen)
-from tools.dataset import table_path
+from perfbook.data.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "netperf"
 FIX_DATA = FIX / "data"
@@ -272,7 +272,7 @@ def test_fixture_dataset_cross_validates():
 
 
 def test_reference_table_has_provenance():
-    from tools.dataset import load_reference
+    from perfbook.data.dataset import load_reference
     ref = load_reference(CH.name)
     for col in ("seed_file", "article_title", "date", "environment", "note"):
         assert ref[col].notna().all()
@@ -286,8 +286,8 @@ def test_reference_table_has_provenance():
 def test_seed_conditions_come_from_the_reference_table():
     """The seed's run length is its -k all ELAPSED_TIME; its CPU count is a provenance'd row
     whose empty value means the article does not state it."""
-    from tools.chapters.netperf_latency.findings import seed_conditions
-    from tools.dataset import load_reference
+    from perfbook.chapters.netperf_latency.findings import seed_conditions
+    from perfbook.data.dataset import load_reference
     ref = load_reference(CH.name)
     c = seed_conditions(ref)
     assert c["seed_seconds"] == "10"
@@ -307,8 +307,8 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from conftest import legend_texts
-    from tools import fleetview
-    from tools.machine import short_kind
+    from perfbook.analysis import fleetview
+    from perfbook.data.machine import short_kind
     D = CH.load(book_data.data_dir)
     fig, _ = X.figures.seed_histogram(D)
     ax = fig.axes[0]
@@ -334,7 +334,7 @@ def test_data_dependent_words_are_computed(book_data):
     """The bucket names and the comparisons the prose draws come from the data, not from typed words."""
     D = CH.load(book_data.data_dir)
     f = X.findings(D)
-    from tools.chapters.netperf_latency.analysis_seed import versus_seed_histogram
+    from perfbook.chapters.netperf_latency.analysis_seed import versus_seed_histogram
     vh = versus_seed_histogram(D.H, D.ref, D.quoted.host_id).set_index("bucket")
     assert f["seed_mode_bucket"] == vh.seed_fraction.idxmax()
     assert f["ours_mode_bucket"] == vh.ours_fraction.idxmax()
@@ -356,7 +356,7 @@ def test_findings_give_every_value_the_prose_quotes(book_data):
     D = CH.load(book_data.data_dir)
     f = X.findings(D)
     import nbformat
-    from tools.notebook import frame_glue
+    from perfbook.book.notebook import frame_glue
     frame = frame_glue(CH, nbformat.read(str(ROOT / "chapters" / "netperf_latency.ipynb"), as_version=4))
     missing = {n for n in _glue_names() - set(f) - frame if not n.startswith("rep_")}
     assert not missing, missing
@@ -377,7 +377,7 @@ def test_findings_do_not_depend_on_row_order(monkeypatch, book_data):
 def test_rrbench_records_every_transaction(tmp_path):
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler (apt-get install gcc)")
-    from tools import cbuild
+    from perfbook.probes import cbuild
     exe = cbuild.binary("rrbench")
     for proto in ("udp", "tcp"):
         srv = subprocess.Popen([str(exe), "server", "-P", proto, "-p", "0"],
@@ -430,7 +430,7 @@ def test_sweep_removes_a_dead_owners_namespace():
 
 def _nobody_netperf(addr: str, port: int, p: dict) -> bool:
     """Did 100 netperf UDP transactions as uid 65534 get through to a netserver?"""
-    from tools.chapters.netperf_latency.lab import netperf_cmd
+    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
            *netperf_cmd(addr, port, "udp", "none", p, transactions=100)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd="/")
@@ -440,7 +440,7 @@ def _nobody_netperf(addr: str, port: int, p: dict) -> bool:
 def _root_ns_server(cmd: list[str], port: int) -> subprocess.Popen:
     """A server in the host's network namespace, as the loopback path had it before #43
     (the control: the attacker's probes must reach it)."""
-    from tools.proc import die_with_parent
+    from perfbook.core.proc import die_with_parent
     srv = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent,
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
@@ -458,8 +458,8 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
     get through to servers in the host's namespace (the control), so they can fail."""
     _live_ready()
     need_tool("setpriv", "util-linux")
-    from tools import cbuild
-    from tools.chapters.netperf_latency.lab import Lab, Netserver, _free_port, rrbench_server
+    from perfbook.probes import cbuild
+    from perfbook.chapters.netperf_latency.lab import Lab, Netserver, _free_port, rrbench_server
     binary = cbuild.binary("rrbench")
     p = CH.parameters("quick")
     control = []
@@ -501,7 +501,7 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
 
 
 def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds():
-    from tools.chapters.netperf_latency.lab import netperf_cmd
+    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     p = {**CH.parameters("quick"), "netperf_seconds": 2, "netperf_transactions": None}
     run = netperf_cmd("10.0.0.1", 9, "udp", "none", p)
     warm = netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
@@ -513,7 +513,7 @@ def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds(
 def test_quick_counts_its_netperf_transactions_and_default_its_seconds():
     """quick's measured netperf runs are -l -N (a whole second each was most of its time);
     default's stay -l 1; an explicit warm-up count wins over both."""
-    from tools.chapters.netperf_latency.lab import netperf_cmd
+    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     q, d = CH.parameters("quick"), CH.parameters("default")
     assert q["netperf_transactions"] and d["netperf_transactions"] is None
     at = netperf_cmd("10.0.0.1", 9, "udp", "none", q).index("-l")
@@ -542,7 +542,7 @@ def test_live_quick_collect(scratch_data):
     d = _check_dataset(scratch_data, crossval=False)
     man = d.manifests[0]
     assert man.profile == "quick" and "profile" not in man.parameters
-    from tools.chapters.netperf_latency.collect import WARMUP_TRANSACTIONS
+    from perfbook.chapters.netperf_latency.collect import WARMUP_TRANSACTIONS
     assert man["facts"]["warmup_runs"]["netperf_warmup_transactions"] == WARMUP_TRANSACTIONS
     if "sched breakdown" not in man.skipped:
         # a role whose reply always arrives before it blocks is never woken (seen once in
@@ -604,7 +604,7 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     assert "runs per group" in cap and "h-00000000fa4e" in cap and "unrecorded transactions" in cap
     assert A.host_comparison(d["runs"], {ref.host_id: ref["run_id"]}, ref.host_id).empty
     # the hosts sentence says why nothing is compared: one run per cell
-    from tools.chapters.netperf_latency.findings import hosts
+    from perfbook.chapters.netperf_latency.findings import hosts
     assert "fewer than two runs" in hosts(d)["host_sentence"]
 
 

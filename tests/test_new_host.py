@@ -15,9 +15,9 @@ import re
 import pytest
 
 from conftest import CROSS_HOST, HEATMAP, debris, figure_colours, legend_texts, makers, prose_values, rgb
-from tools import findings as F
-from tools import fleetview as fv
-from tools.chapters import CHAPTERS
+from perfbook.analysis import findings as F
+from perfbook.analysis import fleetview as fv
+from perfbook.chapters import CHAPTERS
 
 MAX_LEGEND = 10
 HOST_ID = re.compile(r"h-[0-9a-f]{12}")
@@ -66,7 +66,7 @@ def test_prose_values_and_key_findings_hold_whichever_host_is_this_host(chapter_
     assert not wrong, f"{entry.name} [{bd}]: not text or an integer: {wrong}"
     bad = {k: debris(v) for k, v in values.items() if debris(v)}
     assert not bad, f"{entry.name} [{bd}]: prose values with debris: {bad}"
-    from tools.notebook import host_kinds
+    from perfbook.book.notebook import host_kinds
     for per_host in F.verdicts(D):
         for v in per_host:
             assert v.verdict in F.VERDICTS

@@ -4,7 +4,7 @@ nbval re-executes every notebook on this machine and compares its outputs with t
 which were made on another. The pass here re-executes them once more on a machine made to look
 as unlike the one that stored them as this one allows:
 
-* every loaded table's rows shuffled (tools.dataset.read_table, PERFBOOK_SHUFFLE_ROWS): the
+* every loaded table's rows shuffled (perfbook.data.dataset.read_table, PERFBOOK_SHUFFLE_ROWS): the
   analysis must not depend on the order rows were written in;
 * numpy's baseline code path (NPY_DISABLE_CPU_FEATURES turns off each SIMD target numpy would
   dispatch to here) and another OpenBLAS kernel set (OPENBLAS_CORETYPE): the analysis must not
@@ -82,7 +82,7 @@ def test_nbval_passes_on_another_machine():
     env, said = other_machine_env()
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "chapters", "summary.ipynb", "hosts.ipynb", "--nbval", "--nbval-current-env",
-         "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-q", "-p", "no:cacheprovider", "-p", "tools.nbval_glue"],
+         "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-q", "-p", "no:cacheprovider", "-p", "perfbook.book.jupyter.nbval_plugin"],
         cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=1500)
     failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
     assert r.returncode == 0, (f"nbval fails on another machine ({'; '.join(said)}):\n"

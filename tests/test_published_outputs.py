@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import ROOT
 
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-         str(ROOT / "tests" / "nbval_sanitize.cfg"), "-q", "-p", "no:cacheprovider", "-p", "tools.nbval_glue"]
+         str(ROOT / "tests" / "nbval_sanitize.cfg"), "-q", "-p", "no:cacheprovider", "-p", "perfbook.book.jupyter.nbval_plugin"]
 
 
 def _nbval(path) -> subprocess.CompletedProcess:

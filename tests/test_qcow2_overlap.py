@@ -1,5 +1,5 @@
-"""Tests of the qcow2 reader (tools/qcow2.py) and the qcow2_overlap chapter
-(tools/chapters/qcow2_overlap). Its behaviour under signals is tests/test_contract.py's."""
+"""Tests of the qcow2 reader (tools/perfbook/probes/qcow2.py) and the qcow2_overlap chapter
+(tools/perfbook/chapters/qcow2_overlap). Its behaviour under signals is tests/test_contract.py's."""
 from __future__ import annotations
 
 import json
@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_tool, need_preflight
-from tools import framework
-from tools.chapters import qcow2_overlap as qo
-from tools.chapters.qcow2_overlap import analysis, collect, collect_perf, figures, prose, spec
-from tools.chapters.qcow2_overlap.parse import parse_perf_report
-from tools.dataset import Data
-from tools.errors import ParameterError, PerfbookError
-from tools.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
-from tools.scratch import live_dirs
-from tools.dataset import table_path
+from perfbook.framework import sequence as framework
+from perfbook.chapters import qcow2_overlap as qo
+from perfbook.chapters.qcow2_overlap import analysis, collect, collect_perf, figures, prose, spec
+from perfbook.chapters.qcow2_overlap.parse import parse_perf_report
+from perfbook.data.dataset import Data
+from perfbook.core.errors import ParameterError, PerfbookError
+from perfbook.probes.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
+from perfbook.hoststate.scratch import live_dirs
+from perfbook.data.dataset import table_path
 
 CH = qo.chapter
 
@@ -299,7 +299,7 @@ def test_runner_error_is_one_line_and_undo_removes_everything(tmp_path):
     """A failing child is one PerfbookError line; the undo stack (as the framework unwinds
     it) kills a child still running and removes the scratch directory."""
     from contextlib import ExitStack
-    from tools.scratch import Scratch
+    from perfbook.hoststate.scratch import Scratch
     qemu_img()
     before = set(live_dirs(CH.name))
     with pytest.raises(PerfbookError, match="failed") as e:
@@ -404,7 +404,7 @@ def _book(book_data):
     """The chapter's Data on the book's data (conftest.book_data: whichever host is this host)."""
     D = CH.load(book_data.data_dir)
     if not D.manifests:
-        pytest.skip("no committed qcow2_overlap dataset yet (python -m tools measure --chapters qcow2_overlap)")
+        pytest.skip("no committed qcow2_overlap dataset yet (python -m perfbook measure --chapters qcow2_overlap)")
     return D
 
 
@@ -525,8 +525,8 @@ def test_findings_are_what_the_prose_shows(book_data):
         if c["cell_type"] == "markdown":
             refs |= set(re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"])))
     assert refs and all(re.fullmatch(r"\w+", r) for r in refs), "a format spec is left in the prose"
-    from tools.notebook import REPETITION_GLUE
-    from tools.notebook import frame_glue
+    from perfbook.book.notebook import REPETITION_GLUE
+    from perfbook.book.notebook import frame_glue
     missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
     assert not missing, missing
     assert not [k for k, v in f.items() if isinstance(v, float)]
@@ -647,7 +647,7 @@ def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_m
     import matplotlib
     matplotlib.use("Agg")
     from conftest import legend_texts
-    from tools import fleetview
+    from perfbook.analysis import fleetview
     D = _book(book_data)
     fig, cap = figures.prealloc(D)
     labels = legend_texts(fig)
@@ -702,7 +702,7 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
     refs = {r for c in nb["cells"] if c["cell_type"] == "markdown"
             for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
-    from tools.notebook import REPETITION_GLUE, frame_glue
+    from perfbook.book.notebook import REPETITION_GLUE, frame_glue
     assert not refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
     assert not {k: debris(v) for k, v in f.items() if debris(v)}
     for key in ("pre_big_sentence", "pre_sig_sentence", "pre_constant_sentence", "ow_cached_sentence",

@@ -1,5 +1,5 @@
 """qemu_cache_modes: parameters, the strace parser and the semantics table (fixture and live),
-the analysis helpers, page-cache residency, the host facts from tools.blockdev, the findings of
+the analysis helpers, page-cache residency, the host facts from perfbook.probes.blockdev, the findings of
 the committed data, and a quick collect run (live, skipped with a reason where QEMU or strace is
 missing). Cleanup on signals is tests/test_contract.py's matrix (LIVE)."""
 from __future__ import annotations
@@ -13,18 +13,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tools import framework, guest
-from tools.chapters import qemu_cache_modes as Q
-from tools.chapters.qemu_cache_modes import analysis as A
-from tools.chapters.qemu_cache_modes import collect as C
-from tools.chapters.qemu_cache_modes import collect_guest as G
-from tools.chapters.qemu_cache_modes import parse as P
-from tools.chapters.qemu_cache_modes import spec as S
-from tools.errors import ParameterError
-from tools.scratch import live_dirs
+from perfbook.framework import sequence as framework
+from perfbook.qemu import guest
+from perfbook.chapters import qemu_cache_modes as Q
+from perfbook.chapters.qemu_cache_modes import analysis as A
+from perfbook.chapters.qemu_cache_modes import collect as C
+from perfbook.chapters.qemu_cache_modes import collect_guest as G
+from perfbook.chapters.qemu_cache_modes import parse as P
+from perfbook.chapters.qemu_cache_modes import spec as S
+from perfbook.core.errors import ParameterError
+from perfbook.hoststate.scratch import live_dirs
 
 from conftest import ROOT, need_tool
-from tools.dataset import table_path
+from perfbook.data.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "qemu_cache_modes"
 params = Q.chapter.parameters
@@ -300,9 +301,9 @@ def test_resident_bytes(tmp_path):
 
 
 def test_host_disk_facts_from_blockdev(tmp_path):
-    """The disk under a path and its queue facts (tools.blockdev); none for a path that is not
+    """The disk under a path and its queue facts (perfbook.probes.blockdev); none for a path that is not
     on a block device."""
-    from tools import blockdev
+    from perfbook.probes import blockdev
     assert C.host_disk(Path("/proc")) == {"device": None}
     got = C.host_disk(tmp_path)
     if got["device"] is None:
@@ -376,7 +377,7 @@ def test_quick_collect_live(scratch_data):
     assert pc.loc["none", "image_resident_peak_mib"] < 0.1 * p["dd_mib"]
     sem = A.semantics_table(pd.read_csv(table_path(out, "trace")))
     assert A.check_documented(sem)["agrees"].all()
-    # the host facts come from tools.blockdev (findmnt and sysfs), under "facts"
+    # the host facts come from perfbook.probes.blockdev (findmnt and sysfs), under "facts"
     facts = man["facts"]
     assert facts["scratch_fs"]["fstype"] and facts["scratch_fs"]["mount"]
     assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(S.MODES)

@@ -1,5 +1,5 @@
 """The shared helpers chapters use for adaptive repetition and for showing several hosts:
-tools.stats.repetition_settings / repetition / interleave and tools.notebook.repetition_overview /
+perfbook.analysis.repetition.repetition_settings / repetition / interleave and perfbook.book.notebook.repetition_overview /
 env_diff_view."""
 from __future__ import annotations
 
@@ -11,16 +11,17 @@ import pytest
 from conftest import fake_manifest
 
 from test_stats import FakeClock as Clock
-from tools import notebook, stats
-from tools.errors import ParameterError
+from perfbook.book import notebook
+from perfbook.analysis import repetition as rep_mod, stats
+from perfbook.core.errors import ParameterError
 
 GOOD = {"target": 0.05, "min_runs": 3, "max_runs": 9, "budget_s": 20, "warmup": 1}
 
 
 def test_repetition_settings_validate_with_a_prefix():
     p = {f"rep_{k}": v for k, v in GOOD.items()}
-    assert stats.repetition_settings(p, "rep_") == {**GOOD, "budget_s": 20.0}
-    r = stats.repetition("x", ["a"], p, "rep_")
+    assert rep_mod.repetition_settings(p, "rep_") == {**GOOD, "budget_s": 20.0}
+    r = rep_mod.repetition("x", ["a"], p, "rep_")
     assert (r.min_runs, r.max_runs, r.warmup, r.budget_s) == (3, 9, 1, 20.0)
     for key, bad, words in (("target", 0, "rep_target must be a relative CI width"),
                             ("target", True, "rep_target"), ("budget_s", "10", "rep_budget_s"),
@@ -28,21 +29,21 @@ def test_repetition_settings_validate_with_a_prefix():
                             ("max_runs", 2.0, "rep_max_runs must be an integer"),
                             ("warmup", -1, "rep_warmup must be an integer in 0")):
         with pytest.raises(ParameterError, match=words):
-            stats.repetition_settings({**p, f"rep_{key}": bad}, "rep_")
+            rep_mod.repetition_settings({**p, f"rep_{key}": bad}, "rep_")
     with pytest.raises(ParameterError, match=r"rep_max_runs \(2\) must be >= rep_min_runs \(3\)"):
-        stats.repetition_settings({**p, "rep_max_runs": 2}, "rep_")
+        rep_mod.repetition_settings({**p, "rep_max_runs": 2}, "rep_")
     with pytest.raises(ParameterError, match="rep_warmup"):
-        stats.repetition_settings({k: v for k, v in p.items() if k != "rep_warmup"}, "rep_")
+        rep_mod.repetition_settings({k: v for k, v in p.items() if k != "rep_warmup"}, "rep_")
 
 
 def test_interleave_runs_experiments_in_shared_rounds_until_each_stops():
     clk = Clock()
-    tight = stats.Repetition("tight", ["a", "b"], target=0.05, min_runs=3, max_runs=50,
+    tight = rep_mod.Repetition("tight", ["a", "b"], target=0.05, min_runs=3, max_runs=50,
                              budget_s=1000, warmup=1, clock=clk)
-    noisy = stats.Repetition("noisy", ["c"], target=0.01, min_runs=3, max_runs=50,
+    noisy = rep_mod.Repetition("noisy", ["c"], target=0.01, min_runs=3, max_runs=50,
                              budget_s=10, warmup=0, clock=clk)
     seen = []
-    for k, rounds in enumerate(stats.interleave([tight, noisy])):
+    for k, rounds in enumerate(rep_mod.interleave([tight, noisy])):
         seen.append(sorted(rounds))
         clk.t += 1
         if "tight" in rounds:
@@ -50,8 +51,8 @@ def test_interleave_runs_experiments_in_shared_rounds_until_each_stops():
             tight.add("b", 50.0)
         if "noisy" in rounds:
             noisy.add("c", [1.0, 9.0][k % 2])
-    assert tight.stopped_by == stats.STOP_TARGET and tight.n == 3 and tight.warmup_values["a"] == 1
-    assert noisy.stopped_by == stats.STOP_BUDGET and noisy.n == 10
+    assert tight.stopped_by == rep_mod.STOP_TARGET and tight.n == 3 and tight.warmup_values["a"] == 1
+    assert noisy.stopped_by == rep_mod.STOP_BUDGET and noisy.n == 10
     assert seen[0] == ["noisy", "tight"] and seen[-1] == ["noisy"]     # the tight one dropped out
 
 
@@ -65,7 +66,7 @@ def _dataset(root, host, run, repetition=None):
 
 def test_repetition_overview_counts_adaptive_and_fixed_datasets(tmp_path):
     clk = Clock()
-    r = stats.Repetition("exp", ["a", "b"], target=0.3, min_runs=2, max_runs=3, budget_s=100,
+    r = rep_mod.Repetition("exp", ["a", "b"], target=0.3, min_runs=2, max_runs=3, budget_s=100,
                          warmup=1, clock=clk)
     for rnd in r.rounds():
         clk.t += 1
@@ -78,7 +79,7 @@ def test_repetition_overview_counts_adaptive_and_fixed_datasets(tmp_path):
     # by hand: round 0 is warm-up; a = 10, 10, 10 (CI width 0: met); b = 2, 3 after round 2
     # ([2, 3] around 2.5: 40 % > 30 %), then 2, 3, 4 ([2, 4] around 3: 67 %): never met,
     # so repetition stops at max_runs = 3 with 1 of the 2 keys within the target
-    assert r.stopped_by == stats.STOP_MAX and counts[stats.STOP_MAX] == 1
+    assert r.stopped_by == rep_mod.STOP_MAX and counts[rep_mod.STOP_MAX] == 1
     old = table[table.host_id == "h-old"].iloc[0]
     assert old.stopped_by == notebook.FIXED_REPETITION
     new = table[table.host_id == "h-new"].iloc[0]
@@ -118,38 +119,38 @@ def _run(rep, clk, durations, value=lambda i: 1.0 + i % 3):
 def test_a_round_the_last_one_says_would_overrun_the_budget_is_not_started():
     clk = Clock()
     # 4 s rounds, 10 s budget: after 8 s a third round would end at 12 s, so it is not started
-    rep = _run(stats.Repetition("r", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=10,
+    rep = _run(rep_mod.Repetition("r", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=10,
                                 warmup=0, clock=clk), clk, [4])
-    assert rep.stopped_by == stats.STOP_BUDGET and rep.n == 2 and rep.elapsed_s == 8 <= rep.budget_s
+    assert rep.stopped_by == rep_mod.STOP_BUDGET and rep.n == 2 and rep.elapsed_s == 8 <= rep.budget_s
     # a long first round (the chapter's extra work in round 0) and short ones after it: the
     # estimate follows the last round, and the rounds end exactly at the budget
     clk = Clock()
-    rep = _run(stats.Repetition("s", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=12,
+    rep = _run(rep_mod.Repetition("s", ["a"], target=0.001, min_runs=2, max_runs=50, budget_s=12,
                                 warmup=0, clock=clk), clk, [6, 2])
-    assert rep.n == 4 and rep.elapsed_s == 12 and rep.stopped_by == stats.STOP_BUDGET
+    assert rep.n == 4 and rep.elapsed_s == 12 and rep.stopped_by == rep_mod.STOP_BUDGET
 
 
 def test_one_measured_round_always_runs_even_after_a_warmup_past_the_budget():
     clk = Clock()
-    rep = _run(stats.Repetition("w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5,
+    rep = _run(rep_mod.Repetition("w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5,
                                 warmup=1, clock=clk), clk, [9, 9])
-    assert rep.n == 1 and rep.warmup_values["a"] == 1 and rep.stopped_by == stats.STOP_BUDGET
+    assert rep.n == 1 and rep.warmup_values["a"] == 1 and rep.stopped_by == rep_mod.STOP_BUDGET
     (rec, _) = rep.records()
     assert rec["elapsed_s"] == 18 and rec["n"] == 1 and rec["rel_ci_width"] != rec["rel_ci_width"]  # NaN
 
 
 def test_stop_rule_tells_fixed_rounds_and_unrecorded_reasons_apart():
-    from tools.repetition import NOT_RECORDED, STOP_FIXED, stop_rule
+    from perfbook.analysis.repetition import NOT_RECORDED, STOP_FIXED, stop_rule
     clk = Clock()
-    fixed = _run(stats.Repetition("f", ["a"], target=0.5, min_runs=3, max_runs=3, budget_s=100,
+    fixed = _run(rep_mod.Repetition("f", ["a"], target=0.5, min_runs=3, max_runs=3, budget_s=100,
                                   warmup=0, clock=clk), clk, [1], value=lambda i: 10.0)
     (rec,) = fixed.records()
     # the CI target was met at n = 3, but with min_runs == max_runs the rounds were fixed anyway
-    assert rec["stopped_by"] == stats.STOP_TARGET and stop_rule(rec) == STOP_FIXED
-    assert stop_rule({**rec, "stopped_by": stats.STOP_MAX}) == STOP_FIXED
+    assert rec["stopped_by"] == rep_mod.STOP_TARGET and stop_rule(rec) == STOP_FIXED
+    assert stop_rule({**rec, "stopped_by": rep_mod.STOP_MAX}) == STOP_FIXED
     # a budget that cut fixed rounds short is still the budget
-    assert stop_rule({**rec, "stopped_by": stats.STOP_BUDGET}) == stats.STOP_BUDGET
-    assert stop_rule({**rec, "min_runs": 2}) == stats.STOP_TARGET
+    assert stop_rule({**rec, "stopped_by": rep_mod.STOP_BUDGET}) == rep_mod.STOP_BUDGET
+    assert stop_rule({**rec, "min_runs": 2}) == rep_mod.STOP_TARGET
     assert stop_rule({**rec, "stopped_by": float("nan")}) == NOT_RECORDED
     assert stop_rule({"n": 3}) == NOT_RECORDED
 

@@ -1,7 +1,7 @@
 """The rerun story: a reader's own host's datasets arrive, and every affected chapter changes.
 
 A scratch copy of data/ gets one dataset per chapter from a new host, the state after a reader's
-`sudo make all` on a new machine (conftest.book_data's "new_host": tools.synthfleet.add_host, one
+`sudo make all` on a new machine (conftest.book_data's "new_host": perfbook.dev.synthfleet.add_host, one
 round of each adaptive repetition, as a slow machine's default run gives). Each chapter and data
 page is then executed once in explain mode against that copy (papermill, -p data_dir): it must
 run without an error, its outputs must differ from the stored ones and name the new host, and
@@ -22,9 +22,11 @@ import nbformat
 import pytest
 
 from conftest import ROOT, debris
-from tools import chapters, freshness, synthfleet
-from tools.dataset import MANIFEST, list_runs
-from tools.dataset import table_path, write_table
+from perfbook import chapters
+from perfbook.book import freshness
+from perfbook.dev import synthfleet
+from perfbook.data.dataset import MANIFEST, list_runs
+from perfbook.data.dataset import table_path, write_table
 
 PAGES = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
 TEXT = ("text/plain", "text/html", "text/markdown", "text/latex", "application/json")
@@ -142,8 +144,8 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     committed host it was copied from."""
     import pandas as pd
     import papermill as pm
-    from tools.chapters import trace_overhead as T
-    from tools.findings import HOLDS, FAILS, evaluate
+    from perfbook.chapters import trace_overhead as T
+    from perfbook.analysis.findings import HOLDS, FAILS, evaluate
     data = tmp_path / "data"
     shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
     src = max(list_runs("trace_overhead", data), key=lambda r: r.name)
@@ -177,7 +179,7 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     chapter_text = outputs(ROOT / "chapters" / "trace_overhead.ipynb", "trace_overhead")
     block = chapter_text[chapter_text.index('class="key-findings'):]
     item = block.split("<li><strong>")[1]          # the first finding: the headline
-    from tools.findings import _code
+    from perfbook.analysis.findings import _code
     assert item.startswith(_code(finding.claim)), item[:200]
     assert f'kf-does-not-hold">does not hold</span> on <code>{contra}</code>' in item, item[:2000]
     assert f'kf-holds">holds</span> on <code>{src.parts[-3]}</code>' in item

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tools.chapters.sched_callers import analysis as A, chapter, parse as P
-from tools.dataset import load_reference
-from tools.errors import ParameterError
+from perfbook.chapters.sched_callers import analysis as A, chapter, parse as P
+from perfbook.data.dataset import load_reference
+from perfbook.core.errors import ParameterError
 
 TRIGGER = """# tracer: nop
           python-9832    [000] d..2.  1849.458884: <stack trace>
@@ -312,11 +312,11 @@ def test_perf_srcline_lines_are_not_frames():
 
 def _one_round_dataset(tmp_path):
     """The committed dataset cut to its first round, with the repetition table that round gives
-    (tools.repetition over each tracer's median hackbench time, one value each: no interval)."""
+    (perfbook.analysis.repetition over each tracer's median hackbench time, one value each: no interval)."""
     import json
     import statistics
-    from tools.repetition import repetition
-    from tools.chapters.sched_callers.spec import EXPERIMENT
+    from perfbook.analysis.repetition import repetition
+    from perfbook.chapters.sched_callers.spec import EXPERIMENT
     D = chapter.load()
     if D.quoted is None:
         pytest.skip("no committed sched_callers dataset")

@@ -1,4 +1,4 @@
-"""tools.secondhost: the plan, the guest's init and QEMU command, dataset import
+"""perfbook.dev.secondhost: the plan, the guest's init and QEMU command, dataset import
 (unit), and cleanup after SIGINT/SIGTERM of a real boot (live, skipped with a reason)."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import guest, secondhost as sh
-from tools.errors import ParameterError, PerfbookError
-from tools.scratch import live_dirs
+from perfbook.dev import secondhost as sh
+from perfbook.qemu import guest
+from perfbook.core.errors import ParameterError, PerfbookError
+from perfbook.hoststate.scratch import live_dirs
 
 from conftest import ROOT
 
@@ -26,7 +27,7 @@ from conftest import ROOT
 def test_default_plan_leaves_out_nested_qemu_chapters():
     steps, left_out = sh.plan()
     names = [s.chapter for s in steps]
-    from tools.chapters import CHAPTERS
+    from perfbook.chapters import CHAPTERS
     assert set(names) | set(left_out) == {c.name for c in CHAPTERS}  # every chapter, said which way
     assert set(sh.NOT_IN_GUEST) | set(sh.NOT_BY_DEFAULT) <= set(left_out)
     assert all(n in sh.PLAN for n in names)
@@ -43,8 +44,8 @@ def test_default_plan_leaves_out_nested_qemu_chapters():
 def test_plan_parameters_exist_in_the_notebooks():
     """Every parameter the TCG plan passes is declared in its chapter's first cell
     (the measure step would refuse the run otherwise)."""
-    from tools.__main__ import _notebook_parameters
-    from tools.chapters import by_name
+    from perfbook.cli import _notebook_parameters
+    from perfbook.chapters import by_name
     for name, (profile, params, _budget) in sh.PLAN.items():
         declared = _notebook_parameters(by_name(name).path)
         assert {"mode", "profile", "data_dir"} <= declared
@@ -81,7 +82,7 @@ def test_machine_spec_validation():
 
 
 def test_measure_cli_param_parsing():
-    from tools.__main__ import _measure_params, main
+    from perfbook.cli import _measure_params, main
     assert _measure_params(["a=1", "b=x,y", "c=null", "d=[1, 2]"]) == {
         "a": 1, "b": "x,y", "c": None, "d": [1, 2]}
     for bad in ("novalue", "=3", "mode=collect", "profile=full", "1x=2"):
@@ -167,7 +168,7 @@ def test_init_script_and_qemu_command(tmp_path):
     out = [v for v in virtfs if f"mount_tag={sh.OUT_TAG}" in v]
     assert root and "path=/," in root[0] and "readonly=on" in root[0]
     assert out and f"path={tmp_path / 'out'}" in out[0] and "readonly" not in out[0]
-    # the initramfs: tools.guest's base archive, then ours with init, script and config
+    # the initramfs: perfbook.qemu.guest's base archive, then ours with init, script and config
     steps, _ = sh.plan(["trace_overhead"], "quick", ["trace_overhead.iterations=100"])
     run = sh.run_script(steps, "a label with 'quotes' and $dollars", "kind=x; y=z")
     members = _gunzip_members(sh.initrd_bytes(arte, init, run))
@@ -199,7 +200,7 @@ def _dataset(base: Path, host: str, chapter: str, run_id: str, note: str | None,
     """A copy of a committed dataset of `chapter` (so that its tables match the chapter's
     schemas), filed as `host`/`run_id` with host.note `note`; `rows` marks its content."""
     import shutil
-    from tools.dataset import list_runs
+    from perfbook.data.dataset import list_runs
     d = base / host / chapter / run_id
     shutil.copytree(list_runs(chapter)[0], d)
     m = json.loads((d / "manifest.json").read_text())
@@ -270,7 +271,7 @@ def _qemu_children(pid: int) -> list[str]:
 def test_signal_during_boot_stops_qemu_and_removes_scratch(tmp_path, sig):
     _need_secondhost()
     env = dict(os.environ, PERFBOOK_LOCK=str(tmp_path / "lock"))  # a boot, no measurement
-    p = subprocess.Popen([sys.executable, "-m", "tools.secondhost", "--facts", "--data-dir", str(tmp_path / "d")],
+    p = subprocess.Popen([sys.executable, "-m", "perfbook", "secondhost", "--facts", "--data-dir", str(tmp_path / "d")],
                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
     qemu, lines = [], []

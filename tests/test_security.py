@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, ROOT, as_nobody, need_root
-from tools import lock, statedir
-from tools.errors import LockBusy
+from perfbook.hoststate import lock, statedir
+from perfbook.core.errors import LockBusy
 
 
 
@@ -98,7 +98,7 @@ def test_crafted_holder_line_does_not_bypass_the_lock(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
     hold = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time; sys.path.insert(0, {str(ROOT)!r})
-        from tools.lock import measure_lock
+        from perfbook.hoststate.lock import measure_lock
         with measure_lock('holder', wait=0):
             open({str(tmp_path / 'lock')!r}, 'w').write('pid 1 crafted\\n')
             print('held', flush=True); time.sleep(60)
@@ -166,7 +166,7 @@ def test_planted_paths_are_refused_with_one_line(world, monkeypatch, victim):
 def test_root_run_ignores_the_old_world_writable_lock_path(victim, tmp_path, monkeypatch):
     """The lock used to live in /run/lock; a symlink planted there is no longer opened."""
     need_root("becoming another user")
-    from tools.sweep import _legacy_state
+    from perfbook.hoststate.sweep import _legacy_state
     old = Path("/run/lock/perfbook-measure.lock")
     _legacy_state()  # an older version's own lock file goes
     if old.exists() or old.is_symlink():
@@ -187,7 +187,7 @@ def test_root_run_ignores_the_old_world_writable_lock_path(victim, tmp_path, mon
 def test_sweep_leaves_other_users_scratch_alone(monkeypatch, tmp_path):
     """Only our own directories of dead runs are swept, never another user's, never via a link."""
     need_root("becoming another user")
-    from tools import scratch, sweep
+    from perfbook.hoststate import scratch, sweep
     parent = tmp_path / "scratch"
     monkeypatch.setenv("PERFBOOK_SCRATCH_DIR", str(parent))
     statedir.scratch_parent()
@@ -220,8 +220,8 @@ def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
     """Older versions kept 'we mounted tracefs' in /run/lock/perfbook-tracefs/mounted; the
     sweep that retires that directory must hand the flag over, not orphan the mount."""
     need_root("mounting tracefs")
-    from tools import tracefs
-    from tools.sweep import sweep_all
+    from perfbook.hoststate import tracefs
+    from perfbook.hoststate.sweep import sweep_all
     if tracefs.find_tracefs() is not None:
         pytest.skip("tracefs is mounted by someone else here; not unmounting it")
     old = Path("/run/lock/perfbook-tracefs")
@@ -251,7 +251,7 @@ DEAD = 2 ** 22 + 4343   # above pid_max's default: never a live pid
 def test_the_dataset_sweep_never_follows_a_symlink(tmp_path, monkeypatch):
     """A dead run's half-written dataset behind a symlink (a data dir's host directory, or a
     directory above a recorded one) is left alone, and so is one of another name."""
-    from tools import sweep
+    from perfbook.hoststate import sweep
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     elsewhere = tmp_path / "elsewhere" / "h-x" / "demo" / f".tmp-{DEAD}-20260101T000000Z-abcd"
     elsewhere.mkdir(parents=True)
@@ -294,13 +294,13 @@ def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_pa
     was planted, as if the host lacked something. Every chapter that can collect here fails
     instead, before measuring, with one line naming the path; the exit is 1 and the summary
     says which chapter failed and why."""
-    from tools.chapters import CHAPTERS, EXAMPLE
+    from perfbook.chapters import CHAPTERS, EXAMPLE
     ready = [c.name for c in CHAPTERS + [EXAMPLE] if not c.load().preflight()]
     if not ready:
         pytest.skip("no chapter can collect here")
     link, target = _plant(tmp_path)
     env = {**os.environ, planted: str(link), "PERFBOOK_BUILD": str(tmp_path / "build")}
-    r = subprocess.run([PY, "-m", "tools", "measure", "--chapters", ",".join(ready), "--profile", "quick",
+    r = subprocess.run([PY, "-m", "perfbook", "measure", "--chapters", ",".join(ready), "--profile", "quick",
                         "--param", f"data_dir={tmp_path / 'data'}"], capture_output=True, text=True,
                        cwd=ROOT, env=env, timeout=900)
     out = r.stdout + r.stderr
@@ -309,7 +309,7 @@ def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_pa
     for name in ready:
         failed = [ln for ln in out.splitlines() if f"] {name}: FAILED: " in ln]
         assert len(failed) == 1 and f"{link} is a symlink" in failed[0], (name, out)
-    s = subprocess.run([PY, "-m", "tools", "summary"], capture_output=True, text=True, cwd=ROOT,
+    s = subprocess.run([PY, "-m", "perfbook", "summary"], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=300).stdout
     for name in set(ready) - {EXAMPLE.name}:   # the summary's chapters: the book's
         assert re.search(rf"^{name}\s+failed\s+{re.escape(str(link))} is a symlink", s, re.M), s
@@ -318,7 +318,7 @@ def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_pa
 
 @pytest.mark.parametrize("planted", ["scratch", "state"])
 def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted, tmp_path):
-    """`python -m tools sweep` stopped (exit 2) at the first private directory it refused,
+    """`python -m perfbook sweep` stopped (exit 2) at the first private directory it refused,
     before it swept the rest. It sweeps every other kind first, then reports the refused path
     in one line at the end, and exits 1 (tools.__main__.cmd_sweep says why 1)."""
     link, target = _plant(tmp_path)
@@ -335,7 +335,7 @@ def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted,
         (state / "kernelfiles" / str(DEAD)).write_text(f"{left}\n")
     env = {**os.environ, "PERFBOOK_STATE_DIR": str(link if planted == "state" else state),
            "PERFBOOK_SCRATCH_DIR": str(link if planted == "scratch" else scratch_dir)}
-    r = subprocess.run([PY, "-m", "tools", "sweep"], capture_output=True, text=True, cwd=ROOT,
+    r = subprocess.run([PY, "-m", "perfbook", "sweep"], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=300)
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert r.returncode == 1, lines
@@ -364,7 +364,7 @@ SUBSCRIBE = """
 
 def _kernel_clients(nb: Path, out: Path) -> dict:
     """How each of our notebook clients starts a kernel on `nb`: papermill's CLI as the README
-    gives it, nbval as `make test` runs it, and `python -m tools refresh`'s own way (a kernel
+    gives it, nbval as `make test` runs it, and `python -m perfbook refresh`'s own way (a kernel
     forked from its zygote; refresh only runs the chapters, so its code is called here)."""
     refresh = textwrap.dedent(f"""
         import sys

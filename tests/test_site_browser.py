@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 
 def _chapters() -> dict[str, str]:
     """docname -> chapter name for the registered chapters (tools/chapters.py)."""
-    from tools.sphinx_site import chapter_docnames
+    from perfbook.book.sphinx_site import chapter_docnames
     return chapter_docnames()
 
 
@@ -205,7 +205,7 @@ def _zip_members(url: str) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
 def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
-    from tools.sphinx_site import SITE_DIR, chapter_data
+    from perfbook.book.sphinx_site import SITE_DIR, chapter_data
     data = chapter_data(_chapters()[page])
     _open(browser, site, page)
 
@@ -319,7 +319,7 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
     assert _rows(browser, "#pb-findings"), "no findings table"
     assert len(_rows(browser, "#pb-findings-hosts")) == n_hosts
     # every dataset in data/ linked once from the hosts table, to an archive the site holds
-    from tools.sphinx_site import SITE_DIR
+    from perfbook.book.sphinx_site import SITE_DIR
     hrefs = browser.execute_script(
         "return Array.from(document.querySelectorAll('#pb-hosts a.pb-dataset')).map(a => a.getAttribute('href'));")
     runs = sorted(p.relative_to(html).as_posix() for p in (html / SITE_DIR / "runs").rglob("*.zip"))
@@ -330,7 +330,7 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
 
 
 def test_hosts_page_search_sort_and_links(browser, site):
-    from tools.hosts import host_records
+    from perfbook.analysis.hosts import host_records
     recs = host_records()
     _hosts_page_checks(browser, site.url, site.html, len(recs))
     # a linked archive is the dataset it names, unzipping into a clone

@@ -1,5 +1,5 @@
 """Publishing the site: the Pages workflow, the Binder setup, and the dataset downloads
-(tools/sphinx_site.py). The rendered result is checked in a browser by test_site_browser.py."""
+(tools/perfbook/book/sphinx_site.py). The rendered result is checked in a browser by test_site_browser.py."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from conftest import fake_manifest, ROOT
-from tools import sphinx_site as S
+from perfbook.book import sphinx_site as S
 
 WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
 
@@ -55,7 +55,7 @@ def test_pages_workflow_builds_with_the_repository_tools():
     assert "bash tools/setup.sh" in commands and (ROOT / "tools" / "setup.sh").is_file()
     assert "make book" in commands
     book = subprocess.run(["make", "-n", "book"], cwd=ROOT, capture_output=True, text=True)
-    assert book.returncode == 0 and "-m tools book" in book.stdout, \
+    assert book.returncode == 0 and "-m perfbook book" in book.stdout, \
         f"Makefile's book target changed: {book.stdout}{book.stderr}"
     main = (ROOT / "tools" / "__main__.py").read_text()
     assert '"build", str(repo_root()), "--all", "-W", "-n"' in main, "the book is built without -W"
@@ -106,7 +106,7 @@ def test_binder_installs_the_tools_package_the_chapters_import():
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert cfg["launch_buttons"]["binderhub_url"] == "https://mybinder.org"
     assert "url" not in cfg.get("repository", {}), "the URL comes from PERFBOOK_REPOSITORY_URL"
-    assert cfg["sphinx"]["local_extensions"] == {"tools.sphinx_site": "."}
+    assert cfg["sphinx"]["local_extensions"] == {"perfbook.book.sphinx_site": "."}
 
 
 @pytest.mark.parametrize("url, branch, want", [
@@ -289,7 +289,7 @@ def test_a_chapter_without_runs_still_offers_its_reference(tmp_path):
 
 
 def test_every_registered_chapter_gets_a_page_section():
-    from tools.chapters import CHAPTERS
+    from perfbook.chapters import CHAPTERS
     names = S.chapter_docnames()
     assert sorted(names.values()) == sorted(c.name for c in CHAPTERS)
     for doc in names:

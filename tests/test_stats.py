@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from tools import stats
+from perfbook.analysis import stats
+from perfbook.analysis.repetition import Repetition, STOP_BUDGET, STOP_MAX, STOP_TARGET, repetition_summary
 
 
 def test_median_ci_brackets_the_median_and_reports_coverage():
@@ -111,13 +112,13 @@ class FakeClock:
 def test_repetition_stops_at_the_ci_target_and_drops_warmup():
     rng = np.random.default_rng(6)
     clock = FakeClock()
-    rep = stats.Repetition("tight", keys=["a", "b"], target=0.05, min_runs=5,
+    rep = Repetition("tight", keys=["a", "b"], target=0.05, min_runs=5,
                            max_runs=500, budget_s=1000, warmup=2, clock=clock)
     for r in rep.rounds():
         clock.t += 1
         rep.add("a", 1000.0 if r.warmup else rng.normal(100, 2))
         rep.add("b", rng.normal(50, 1))
-    assert rep.stopped_by == stats.STOP_TARGET
+    assert rep.stopped_by == STOP_TARGET
     recs = {r["key"]: r for r in rep.records()}
     assert recs["a"]["warmup"] == 2 and recs["b"]["warmup"] == 2
     assert max(rep.values["a"]) < 200          # the warm-up outlier was dropped
@@ -128,12 +129,12 @@ def test_repetition_stops_at_the_ci_target_and_drops_warmup():
 def test_repetition_stops_at_the_time_budget_when_noise_is_high():
     rng = np.random.default_rng(7)
     clock = FakeClock()
-    rep = stats.Repetition("noisy", target=0.01, min_runs=3, max_runs=10_000,
+    rep = Repetition("noisy", target=0.01, min_runs=3, max_runs=10_000,
                            budget_s=30, warmup=1, clock=clock)
     for _ in rep.rounds():
         clock.t += 2
         rep.add("value", rng.lognormal(0, 1))
-    assert rep.stopped_by == stats.STOP_BUDGET
+    assert rep.stopped_by == STOP_BUDGET
     assert rep.elapsed_s >= 30 and rep.n == 14     # 15 rounds of 2 s, one warm-up
     assert not rep.records()[0]["met_target"]
 
@@ -141,20 +142,20 @@ def test_repetition_stops_at_the_time_budget_when_noise_is_high():
 def test_repetition_max_runs_and_summary():
     import pandas as pd
     clock = FakeClock()
-    rep = stats.Repetition("capped", target=0.0001, min_runs=2, max_runs=4,
+    rep = Repetition("capped", target=0.0001, min_runs=2, max_runs=4,
                            budget_s=100, warmup=0, clock=clock)
     for i in rep.rounds():
         rep.add("value", 1 + i.index)
-    assert rep.stopped_by == stats.STOP_MAX and rep.n == 4
-    s = stats.repetition_summary(pd.DataFrame(rep.records()))
-    assert s["experiments"] == 1 and s[stats.STOP_MAX] == 1 and s["keys_met"] == 0
+    assert rep.stopped_by == STOP_MAX and rep.n == 4
+    s = repetition_summary(pd.DataFrame(rep.records()))
+    assert s["experiments"] == 1 and s[STOP_MAX] == 1 and s["keys_met"] == 0
 
 
 def test_repetition_rejects_bad_settings():
     with pytest.raises(ValueError):
-        stats.Repetition("x", target=0)
+        Repetition("x", target=0)
     with pytest.raises(ValueError):
-        stats.Repetition("x", min_runs=5, max_runs=2)
+        Repetition("x", min_runs=5, max_runs=2)
 
 
 # ---------------------------------------------------------------- captions
@@ -228,7 +229,7 @@ def test_caption_states_the_real_coverage_below_n6():
 
 
 def test_repetition_records_carry_the_real_coverage():
-    rep = stats.Repetition("x", ["a"], target=0.001, min_runs=3, max_runs=3, budget_s=100,
+    rep = Repetition("x", ["a"], target=0.001, min_runs=3, max_runs=3, budget_s=100,
                            warmup=0, clock=lambda: 0.0)
     for rnd in rep.rounds():
         rep.add("a", 1.0 + rnd.index)
@@ -269,11 +270,11 @@ def test_hl_ci_label_states_real_or_approximate_coverage():
 
 
 def test_a_pair_that_is_not_comparable_is_shown_but_not_tested():
-    """A TCG guest against a real CPU (tools.machine.comparable): the row keeps both medians
+    """A TCG guest against a real CPU (perfbook.data.machine.comparable): the row keeps both medians
     and says why, with no p-value; the prose's count leaves it out."""
     import pandas as pd
-    from tools.machine import host_pairs
-    from tools.stats import compare_frame, significance_text
+    from perfbook.data.machine import host_pairs
+    from perfbook.analysis.stats import compare_frame, significance_text
     df = pd.DataFrame({"host_id": ["kvm"] * 5 + ["tcg"] * 5, "x": [1, 2, 3, 4, 5, 11, 12, 13, 14, 15]})
     manifests = [{"host": {"host_id": "kvm", "virtualization": "kvm"}},
                  {"host": {"host_id": "tcg", "virtualization": "qemu"}}]

@@ -1,6 +1,6 @@
-"""What a profile costs: the measure plan (each chapter's plan_s, printed by `python -m tools
+"""What a profile costs: the measure plan (each chapter's plan_s, printed by `python -m perfbook
 measure`) and the summary's line per dataset on how its repetition stopped and how wide its
-intervals are (tools.summary.repetition_cost / cost_text / cost_lines)."""
+intervals are (perfbook.book.summary.repetition_cost / cost_text / cost_lines)."""
 from __future__ import annotations
 
 import json
@@ -12,9 +12,11 @@ import pytest
 from conftest import ROOT, fake_manifest
 
 from test_stats import FakeClock as Clock
-from tools import stats, summary
-from tools.chapter import REPETITION, Chapter, Table
-from tools.chapters import CHAPTERS
+from perfbook.analysis import stats
+from perfbook.book import summary
+from perfbook.framework.contract import REPETITION, Chapter, Table
+from perfbook.chapters import CHAPTERS
+from perfbook.analysis.repetition import Repetition
 
 
 class Demo(Chapter):
@@ -29,7 +31,7 @@ class NoRounds(Chapter):
 
 def _records(name, keys, durations, budget, min_runs, max_runs, values):
     clk = Clock()
-    rep = stats.Repetition(name, keys, target=0.05, min_runs=min_runs, max_runs=max_runs,
+    rep = Repetition(name, keys, target=0.05, min_runs=min_runs, max_runs=max_runs,
                            budget_s=budget, warmup=0, clock=clk)
     for rnd in rep.rounds():
         clk.t += durations
@@ -124,7 +126,7 @@ def test_cost_lines_name_the_profile_the_time_and_the_plan(tmp_path, monkeypatch
 
 
 def test_plan_report_puts_the_time_taken_beside_the_plan():
-    from tools.__main__ import plan_report
+    from perfbook.cli import plan_report
     lines = plan_report([("a", 10, 12.4, "measured"), ("b", 20, 0.6, "skipped"),
                          ("c", 5, 3.0, "failed")], "default")
     assert lines[0] == "[measure] time per chapter against the plan (profile default):"
@@ -139,8 +141,9 @@ def test_summary_command_prints_each_datasets_stop_rule(capsys, monkeypatch, boo
     """On the book's data, as the host that measured its newest datasets (the reference host, or
     the reader's new host after their make all): every chapter with a dataset from that host
     gets its profile/time line and its repetition line."""
-    from tools import dataset, fleetview, hostinfo
-    from tools.__main__ import main
+    from perfbook.data import dataset, hostinfo
+    from perfbook.analysis import fleetview
+    from perfbook.cli import main
     host = book_data.host or fleetview.reference_host()["host_id"]
     real = dataset.list_runs
 

@@ -1,4 +1,4 @@
-"""The synthetic fleet (tools.synthfleet): valid, visibly synthetic, varied, never in data/."""
+"""The synthetic fleet (perfbook.dev.synthfleet): valid, visibly synthetic, varied, never in data/."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,13 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tools import hosts, identity, synthfleet
-from tools.dataset import load_manifest, read_table
-from tools.validation import validate_all
-from tools.errors import PerfbookError
-from tools.dataset import table_path
+from perfbook.analysis import hosts
+from perfbook.data import identity
+from perfbook.dev import synthfleet
+from perfbook.data.dataset import load_manifest, read_table
+from perfbook.book.validation import validate_all
+from perfbook.core.errors import PerfbookError
+from perfbook.data.dataset import table_path
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,7 @@ def test_a_readers_new_host_and_a_kernel_update_validate_like_any_contribution(b
     its one dataset per chapter is the newest, default profile, marked synthetic, with one
     measured round where the chapter repeats adaptively. The kernel update: the same host id on
     another build, newer than every dataset, one round fewer. Both copies validate."""
-    from tools import fleetview
+    from perfbook.analysis import fleetview
     committed = {p.name for p in (ROOT / "data" / "runs").glob("*/*/*")}
     for scenario in ("new_host", "spanning_builds"):
         bd = book_datasets(scenario)
@@ -115,8 +117,8 @@ def test_a_readers_new_host_and_a_kernel_update_validate_like_any_contribution(b
 def test_every_chapter_that_repeats_adaptively_has_its_rounds_listed():
     """synthfleet.ROUNDS names, for each chapter whose committed datasets repeat adaptively, the
     tables and the column that number its rounds: a chapter added or changed shows up here."""
-    from tools.chapters import CHAPTERS
-    from tools.dataset import list_runs
+    from perfbook.chapters import CHAPTERS
+    from perfbook.data.dataset import list_runs
     for ch in CHAPTERS:
         tables = ch.load().tables
         for col, which, names in synthfleet.ROUNDS.get(ch.name, ()):

@@ -11,12 +11,13 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT, need_preflight, need_tool
-from tools import cbuild, tracefs
-from tools.chapters import trace_overhead as T
-from tools.chapters.trace_overhead.analysis import caption_for, decompose, host_comparison, overhead_table
-from tools.chapters.trace_overhead.parse import parse_harness
-from tools.dataset import quoted
-from tools.errors import ParameterError
+from perfbook.probes import cbuild
+from perfbook.hoststate import tracefs
+from perfbook.chapters import trace_overhead as T
+from perfbook.chapters.trace_overhead.analysis import caption_for, decompose, host_comparison, overhead_table
+from perfbook.chapters.trace_overhead.parse import parse_harness
+from perfbook.data.dataset import quoted
+from perfbook.core.errors import ParameterError
 
 NB = ROOT / "chapters" / "trace_overhead.ipynb"
 
@@ -216,8 +217,8 @@ def _table(rows):
 def test_sanity_rejects_a_baseline_far_above_a_function_call():
     """The issue's published dataset had the unprobed baseline at 12,901 ns per call (an
     orphaned bpftrace on the harness); about 1.5 ns is normal here."""
-    from tools.chapters.trace_overhead.collect import _sanity
-    from tools.chapters.trace_overhead.spec import BASELINE_MAX_NS
+    from perfbook.chapters.trace_overhead.collect import _sanity
+    from perfbook.chapters.trace_overhead.spec import BASELINE_MAX_NS
     p = {"mechanisms": ["none", "marker"]}
     ok, bad = _Writer(), _Writer()
     _sanity(ok, p, _table([("none", 1.5), ("none", 1.6), ("marker", 600.0)]), [], {})
@@ -227,7 +228,7 @@ def test_sanity_rejects_a_baseline_far_above_a_function_call():
 
 
 def test_sanity_rejects_a_hit_count_mismatch_and_a_missing_mechanism():
-    from tools.chapters.trace_overhead.collect import _sanity
+    from perfbook.chapters.trace_overhead.collect import _sanity
     w = _Writer()
     checks = [{"mechanism": "uprobe", "expected_hits": 2000, "observed_hits": 1999}]
     _sanity(w, {"mechanisms": ["none", "uprobe", "marker"]}, _table([("none", 1.5), ("uprobe", 4400.0)]),
@@ -244,7 +245,7 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
     """A process whose command line names our harness (bpftrace left from a killed run),
     and a uprobe on it outside our group, are both reported; our own group is not."""
     import subprocess
-    from tools.chapters.trace_overhead.collect import foreign_attachments
+    from perfbook.chapters.trace_overhead.collect import foreign_attachments
     harness = tmp_path / "probench"
     harness.write_text("")
     root = tmp_path / "tracefs"
@@ -269,7 +270,7 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
 # -- the run-to-run spread and the published bare-metal figures (#18 items 1 and 9) ---------------
 
 def test_spread_names_the_runs_at_its_ends_and_a_single_run():
-    from tools.chapters.trace_overhead.analysis import spread
+    from perfbook.chapters.trace_overhead.analysis import spread
     two = spread({"r1": 616.0, "r2": 400.0, "r3": 618.4})
     assert two == "400–618 ns across 3 runs (lowest in run r2, highest in run r3)"
     assert spread({"r1": 616.0}) == "616 ns (one run, r1)"
@@ -279,7 +280,7 @@ def test_spread_names_the_runs_at_its_ends_and_a_single_run():
 def test_published_figures_keep_their_provenance_and_convert_rates_to_ns():
     """Every published figure names its source, author, list, date, URL and CPU; ns per hit is
     1000 / (M/s); the comparison uses the kernel state with the patch applied."""
-    from tools.chapters.trace_overhead.analysis import BAREMETAL, published, published_current
+    from perfbook.chapters.trace_overhead.analysis import BAREMETAL, published, published_current
     d = T.chapter.load()
     raw = d.reference(BAREMETAL)
     for col in ("bench_mechanism", "value", "unit", "title", "author", "venue", "date", "url", "cpu"):
@@ -296,7 +297,7 @@ def test_published_figures_keep_their_provenance_and_convert_rates_to_ns():
 
 def test_the_single_step_finding_follows_the_data():
     """A host whose single step is as cheap as the published ones does not hold the finding."""
-    from tools.chapters.trace_overhead.claims import sstep_dearer
+    from perfbook.chapters.trace_overhead.claims import sstep_dearer
 
     class _Run:
         def __init__(self, s):

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from conftest import need_root
-from tools import cbuild, elfsym, tracefs
+from perfbook.probes import cbuild, elfsym
+from perfbook.hoststate import tracefs
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def root_tracefs():
     reasons = tracefs.preflight()
     if reasons:
         pytest.skip(reasons[0])
-    from tools.lock import measure_lock
+    from perfbook.hoststate.lock import measure_lock
     with measure_lock("tests/test_tracefs.py"):
         before = tracefs.snapshot()
         yield before
@@ -66,7 +67,7 @@ def test_kernel_rejection_is_a_clear_error(root_tracefs):
 ARMED = r"""
 import sys, time
 from tools import cbuild, elfsym
-from tools.tracefs import TraceSession
+from perfbook.hoststate.tracefs import TraceSession
 b = cbuild.binary("probench")
 with TraceSession("sig") as s:
     s.enable(s.add_uprobe("held", b, elfsym.file_offset(b, "pb_ret")))
@@ -115,7 +116,7 @@ def test_sweep_leaves_live_owners_alone(root_tracefs):
 
 CONCURRENT = r"""
 import sys, time
-from tools.tracefs import TraceSession
+from perfbook.hoststate.tracefs import TraceSession
 with TraceSession(sys.argv[1]):
     time.sleep(float(sys.argv[2]))
 """
@@ -149,9 +150,9 @@ def test_a_flag_without_a_mount_is_cleared():
 
 def test_our_instance_prints_lines_the_parser_reads_whatever_the_top_level_says(tmp_path):
     """A new instance inherits every output option from the top level; with context-info off,
-    or raw/hex/bin on, tools.ftrace could read none of its lines (they went to 'unparsed'
+    or raw/hex/bin on, perfbook.probes.ftrace could read none of its lines (they went to 'unparsed'
     and were silently dropped). The session writes the kernel's defaults on its own instance."""
-    from tools.tracefs import READABLE_FORMAT, readable_format
+    from perfbook.hoststate.tracefs import READABLE_FORMAT, readable_format
     opts = tmp_path / "options"
     opts.mkdir()
     inherited = {"context-info": "0", "raw": "1", "hex": "0", "bin": "1", "record-tgid": "1", "irq-info": "0"}
@@ -196,7 +197,7 @@ def test_a_busy_unmount_keeps_the_flag_for_the_next_sweep(tmp_path, monkeypatch)
 def test_a_snapshot_of_a_tracefs_unmounted_while_it_looks_says_unmounted(tmp_path, monkeypatch):
     """A noisy make test: the contract test's leftovers() read tracefs while the run under
     test unmounted it (its restore), and crashed on the vanished instances/ directory."""
-    from tools import tracefs
+    from perfbook.hoststate import tracefs
     root = tmp_path / "tracing"
     (root / "instances").mkdir(parents=True)
     for name, text in (("tracing_on", "0"), ("trace_clock", "[local] global"), ("current_tracer", "nop"),

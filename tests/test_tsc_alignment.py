@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_root
-from tools import framework
-from tools.chapters import tsc_alignment as X
-from tools.chapters.tsc_alignment import analysis as A, collect as C, helper as H, parse as P
-from tools.chapters.tsc_alignment.spec import U64, fact_rank, signed
-from tools.errors import ParameterError
-from tools.dataset import table_path
+from perfbook.framework import sequence as framework
+from perfbook.chapters import tsc_alignment as X
+from perfbook.chapters.tsc_alignment import analysis as A, collect as C, helper as H, parse as P
+from perfbook.chapters.tsc_alignment.spec import U64, fact_rank, signed
+from perfbook.core.errors import ParameterError
+from perfbook.data.dataset import table_path
 
 FIX = Path(__file__).parent / "fixtures" / "tsc_alignment"
 HELPER_OUT = (FIX / "helper_run.txt").read_text()
@@ -183,7 +183,7 @@ def test_without_kvm_the_kvm_parts_are_skipped(scratch_data, monkeypatch):
 def _committed(book_data):
     D = X.chapter.load(book_data.data_dir)
     if D["bracket"].empty:
-        pytest.skip("no committed tsc_alignment dataset yet (run python -m tools measure --chapters tsc_alignment)")
+        pytest.skip("no committed tsc_alignment dataset yet (run python -m perfbook measure --chapters tsc_alignment)")
     return D
 
 
@@ -245,7 +245,7 @@ def _need_kvm():
 
 def _snap():
     """Tracing state that matters here; other chapters' live instances are ignored."""
-    from tools.tracefs import snapshot
+    from perfbook.hoststate.tracefs import snapshot
     s = snapshot()
     s["our_instances"] = [i for i in s.get("our_instances", []) if "_tsc_" in i]
     return s
@@ -279,7 +279,7 @@ def _helper_pids() -> list[int]:
 def test_live_alignment_inside_bracket_after_not_before():
     """On this machine: readings bracketed after alignment; before, it depends on the vendor."""
     _need_kvm()
-    from tools.tracefs import TraceSession
+    from perfbook.hoststate.tracefs import TraceSession
     with TraceSession(tag="tsc_test") as ts:
         ts.set_option("trace_clock", "x86-tsc")
         ts.enable("kvm/kvm_write_tsc_offset")
@@ -338,7 +338,7 @@ def test_quick_collect(scratch_data):
 
 def test_helper_exits_cleanly_on_sigint():
     _need_kvm()
-    from tools.cbuild import binary
+    from perfbook.probes.cbuild import binary
     exe = binary("kvmtsc")
     proc = subprocess.Popen([str(exe), "run", "--cpus", "0", "--rounds", "200", "--samples",
                              "100000", "--warmup", "0", "--variants", "attr"],
@@ -355,7 +355,7 @@ def test_helper_exits_cleanly_on_sigint():
 def test_interactive_helper_stops_when_told():
     """--interactive 1: one round per 'next'; 'stop' or end of input ends the run cleanly."""
     _need_kvm()
-    from tools.cbuild import binary
+    from perfbook.probes.cbuild import binary
     args = [str(binary("kvmtsc")), "run", "--cpus", "0", "--rounds", "50", "--samples", "5",
             "--warmup", "1", "--variants", "attr", "--interactive", "1"]
     for stdin, rounds in (("next\nnext\nstop\n", 3), ("", 1)):

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tools.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P
-from tools.dataset import DatasetWriter, load_reference
-from tools.errors import ParameterError, PerfbookError
-from tools.findings import HOLDS, FAILS, evaluate, num
+from perfbook.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P
+from perfbook.data.dataset import load_reference
+from perfbook.data.writer import DatasetWriter
+from perfbook.core.errors import ParameterError, PerfbookError
+from perfbook.analysis.findings import HOLDS, FAILS, evaluate, num
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_blk_iothread"
 
@@ -185,7 +186,7 @@ def test_claims_fail_where_nothing_differs(scratch_data):
 def test_figures_draw(scratch_data):
     import matplotlib
     matplotlib.use("Agg")
-    from tools.chapters.virtio_blk_iothread import figures
+    from perfbook.chapters.virtio_blk_iothread import figures
     D = _dataset(scratch_data, effect=0.1, storm_cost_off=0.2)
     for fn in (figures.iops, figures.cpu, figures.hosts):
         fig, cap = fn(D)
@@ -237,7 +238,7 @@ def test_sampler_brackets_jobs_and_runs_the_storm(tmp_path):
     storm job, floods a QMP server with the command until the job ends."""
     import os
     import time
-    from tools import guest
+    from perfbook.qemu import guest
     pytest.importorskip("qemu.qmp")
     srv = FakeQMP(tmp_path / "qmp.sock")
     try:
@@ -262,7 +263,7 @@ def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
     """collect.boot_until_done: a GuestStalled boot keeps no rows and is recorded; the same boot
     runs again; one stall more than stall_reboots fails the run with the last one's words."""
     from types import SimpleNamespace
-    from tools import guest
+    from perfbook.qemu import guest
     p = chapter.parameters("default")
     assert p["stall_seconds"] == 30 and p["stall_reboots"] == 2
     calls = []
@@ -293,7 +294,7 @@ def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
 
 
 def test_the_stall_sentence_reads_the_manifest():
-    from tools.dataset import Manifest
+    from perfbook.data.dataset import Manifest
     m = Manifest({"facts": {"stalled_boots": [{"boot": 1}]}, "parameters": {"stall_seconds": 30.0}})
     assert A.stall_text(m) == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
     m["facts"]["stalled_boots"] = []
@@ -304,8 +305,8 @@ def test_the_stall_sentence_reads_the_manifest():
 def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
     """auto: a TCG guest's devices get event_idx=off (the stall), a KVM guest's keep QEMU's default;
     the prose says what the quoted dataset's boots had."""
-    from tools import guest
-    from tools.dataset import Manifest
+    from perfbook.qemu import guest
+    from perfbook.data.dataset import Manifest
     assert chapter.parameters("default")["event_idx"] == "auto"
     seen = []
 

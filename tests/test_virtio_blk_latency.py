@@ -16,22 +16,24 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tools import framework, guest, tracefs
-from tools import stats as tools_stats
-from tools.chapters.virtio_blk_latency import chapter, findings
-from tools.chapters.virtio_blk_latency import align as AL
-from tools.chapters.virtio_blk_latency import analysis as A
-from tools.chapters.virtio_blk_latency import collect as C
-from tools.chapters.virtio_blk_latency import image as I
-from tools.chapters.virtio_blk_latency import match as M
-from tools.chapters.virtio_blk_latency import parse as P
-from tools.chapters.virtio_blk_latency import spec as S
-from tools.dataset import load_reference
-from tools.errors import MissingPrerequisite, ParameterError, PerfbookError
-from tools.scratch import live_dirs
+from perfbook.framework import sequence as framework
+from perfbook.qemu import guest
+from perfbook.hoststate import tracefs
+from perfbook.analysis import stats as tools_stats
+from perfbook.chapters.virtio_blk_latency import chapter, findings
+from perfbook.chapters.virtio_blk_latency import align as AL
+from perfbook.chapters.virtio_blk_latency import analysis as A
+from perfbook.chapters.virtio_blk_latency import collect as C
+from perfbook.chapters.virtio_blk_latency import image as I
+from perfbook.chapters.virtio_blk_latency import match as M
+from perfbook.chapters.virtio_blk_latency import parse as P
+from perfbook.chapters.virtio_blk_latency import spec as S
+from perfbook.data.dataset import load_reference
+from perfbook.core.errors import MissingPrerequisite, ParameterError, PerfbookError
+from perfbook.hoststate.scratch import live_dirs
 
 from conftest import ROOT, need_root, scratch_owner as _owner
-from tools.dataset import table_path
+from perfbook.data.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_blk_latency"
 
@@ -466,7 +468,7 @@ def test_reference_table_has_provenance():
 
 # ---------------------------------------------------------------- the benchmark binary
 def test_seqread_binary(tmp_path):
-    from tools.cbuild import binary
+    from perfbook.probes.cbuild import binary
     exe = binary(S.BENCH)
     img = tmp_path / "img"
     I.fill_image(img, 2, seed=2)
@@ -592,7 +594,7 @@ def test_ci_columns_state_the_real_coverage():
                        for a, n in (("native", 3), ("threads", 7)) for i in range(n)])
     s = A.syscall_summary(iv)
     assert "75–98.43 % CI" in s.columns and "95 % CI" not in s.columns
-    from tools.dataset import load_reference
+    from perfbook.data.dataset import load_reference
     req, jobs = _synthetic_requests()
     cum = A.cumulative_table(A.layer_intervals(req, jobs), "one_run", aio="threads", pattern="seq")
     side = A.side_by_side_cumulative(cum, load_reference(chapter.name))

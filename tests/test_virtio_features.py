@@ -1,5 +1,5 @@
 """virtio_features: the decoder (unit), this machine's snapshot (fixture), the chapter's
-parameters, the guest runner of tools.guest (unit + live), and a quick collect (live,
+parameters, the guest runner of perfbook.qemu.guest (unit + live), and a quick collect (live,
 skipped with a reason). The collect's signal handling is in tests/test_contract.py (LIVE)."""
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from tools import framework, guest
-from tools.chapters import virtio_features as V
-from tools.chapters.virtio_features import analysis, collect, parse, spec
-from tools.chapters.virtio_features import decode as vf
-from tools.dataset import load_manifest, shown_datasets
-from tools.errors import ParameterError
+from perfbook.framework import sequence as framework
+from perfbook.qemu import guest
+from perfbook.chapters import virtio_features as V
+from perfbook.chapters.virtio_features import analysis, collect, parse, spec
+from perfbook.chapters.virtio_features import decode as vf
+from perfbook.data.dataset import load_manifest, shown_datasets
+from perfbook.core.errors import ParameterError
 
 from conftest import ROOT, need_guest, owned_by, qemu_children
-from tools.dataset import table_path
+from perfbook.data.dataset import table_path
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_features" / "host_sysfs.json"
 # the seed's two strings (000_7b0d737d6588117b.txt, 2013-03-09)

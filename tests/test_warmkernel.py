@@ -1,4 +1,4 @@
-"""Kernels forked from the refresh's zygote (tools.warmkernel) behave as kernels jupyter_client
+"""Kernels forked from the refresh's zygote (perfbook.book.jupyter.zygote) behave as kernels jupyter_client
 starts itself: the same outputs (figures included), directory, environment and import path;
 interrupts reach them; and none outlives the zygote or the process that asked for it."""
 import os
@@ -15,8 +15,8 @@ import pytest
 from jupyter_client import KernelManager
 
 from conftest import processes_with_env, short_state_dir, stop_with
-from tools import nbrun, warmkernel
-from tools.proc import pid_alive
+from perfbook.book.jupyter import execute as nbrun, zygote as warmkernel
+from perfbook.core.proc import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def _notebook(cells):
 
 
 def _run(nb, zygote, cwd):
-    """Execute `nb` as `python -m tools refresh` does (its kernel from `zygote`, if not None)."""
+    """Execute `nb` as `python -m perfbook refresh` does (its kernel from `zygote`, if not None)."""
     with warmkernel.serving(zygote):
         nbrun.execute(nb, str(cwd), timeout=120)
     return nb
@@ -134,7 +134,7 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
     while pid_alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(kernel)
-    from tools.sweep import kernel_files    # what the killed child's KernelManager left
+    from perfbook.hoststate.sweep import kernel_files    # what the killed child's KernelManager left
     kernel_files()
 
 
@@ -152,7 +152,7 @@ def test_kernels_end_with_the_zygote(tmp_path):
             time.sleep(0.1)
         assert not pid_alive(kernel)
         # a dead zygote: the next kernel starts the usual way
-        assert z.fork([sys.executable, "-m", "tools.kernel"], dict(os.environ), str(tmp_path)) is None
+        assert z.fork([sys.executable, "-m", "perfbook", "kernel"], dict(os.environ), str(tmp_path)) is None
     finally:
         km.cleanup_resources()
         z.close()
@@ -160,7 +160,7 @@ def test_kernels_end_with_the_zygote(tmp_path):
 
 def test_a_command_that_is_not_ours_is_started_the_usual_way(zygote):
     assert not warmkernel._is_ours(["python", "-m", "ipykernel_launcher", "-f", "x.json"])
-    assert warmkernel._is_ours([sys.executable, "-m", "tools.kernel", "-f", "x.json"])
+    assert warmkernel._is_ours([sys.executable, "-m", "perfbook", "kernel", "-f", "x.json"])
 
 
 def test_warm_kernels_can_be_turned_off(monkeypatch):
@@ -182,7 +182,7 @@ def test_an_interrupted_refresh_is_one_line_and_leaves_no_kernel_file(jobs, how,
     chapters = ["tsc_alignment", "trace_overhead"]
     stored = {c: (ROOT / "chapters" / f"{c}.ipynb").read_bytes() for c in chapters}
     marker = f"PERFBOOK_TEST_TAG=refresh-{os.getpid()}-{time.time_ns()}"
-    p = subprocess.Popen([sys.executable, "-m", "tools", "refresh", "--chapters", ",".join(chapters),
+    p = subprocess.Popen([sys.executable, "-m", "perfbook", "refresh", "--chapters", ",".join(chapters),
                           "--jobs", str(jobs)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -213,7 +213,7 @@ def test_a_kernel_whose_connection_file_is_gone_ends(tmp_path):
     """A client stopped while its kernel started removes the connection file; ipykernel then
     wrote one of its own and listened on TCP, for nobody. Our kernel ends instead."""
     gone = tmp_path / "k1-1.json"
-    r = subprocess.run([sys.executable, "-m", "tools.kernel", "-f", str(gone)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "perfbook", "kernel", "-f", str(gone)], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and not gone.exists(), r.stdout + r.stderr
 
@@ -221,8 +221,8 @@ def test_a_kernel_whose_connection_file_is_gone_ends(tmp_path):
 def test_a_kernelspec_without_our_provisioner_is_refused_in_one_line(tmp_path, monkeypatch):
     """Reinstalling ipykernel puts back its own python3 kernelspec, whose kernels listen on TCP."""
     import json
-    from tools.errors import PerfbookError
-    from tools.provisioner import check_kernelspec
+    from perfbook.core.errors import PerfbookError
+    from perfbook.book.jupyter.provisioner import check_kernelspec
     spec = tmp_path / "kernels" / "python3"
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps({"argv": ["python", "-m", "ipykernel_launcher", "-f",

@@ -65,22 +65,9 @@ fi
 # ---- 2. Python environment -----------------------------------------------------
 # conda users who activated the env from environment.yml keep it; everyone
 # else gets .venv with exactly the same pins.
-reqs=build/requirements.txt
+reqs=tools/requirements.lock   # the one list of exact pins (pyproject.toml says how it is made)
 mkdir -p build
-python3 - environment.yml > "$reqs" <<'PY'
-import sys, re
-pins, in_pip = [], False
-for line in open(sys.argv[1]):
-    s = line.rstrip()
-    if re.match(r"^\s+- pip:\s*$", s):
-        in_pip = True; continue
-    if in_pip:
-        m = re.match(r"^\s{4,}- (\S+==\S+)\s*$", s)
-        if m: pins.append(m.group(1))
-        elif s.strip() and not s.strip().startswith("#"): in_pip = False
-print("\n".join(pins))
-PY
-stamp_want=$(sha256sum environment.yml pyproject.toml | sha256sum | cut -c1-16)
+stamp_want=$(sha256sum "$reqs" pyproject.toml | sha256sum | cut -c1-16)
 if [[ -n "${CONDA_PREFIX:-}" && "$(basename "${CONDA_PREFIX}")" == perfbook ]]; then
   PY="$CONDA_PREFIX/bin/python"; say "using the active conda env $CONDA_PREFIX"
 else
@@ -99,16 +86,17 @@ fi
 # PR_SET_PDEATHSIG inside it)
 prefetch=
 if command -v qemu-system-x86_64 >/dev/null && command -v apt-get >/dev/null; then
-  "$PY" -m tools.guest_image > build/guest-prefetch.log 2>&1 &
+  # from tools/: it may run before the package is installed (it needs the standard library only)
+  PYTHONPATH="$ROOT/tools${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m perfbook prefetch-guest > build/guest-prefetch.log 2>&1 &
   prefetch=$!
   trap 'if [[ -n $prefetch ]]; then kill -TERM "$prefetch" 2>/dev/null; wait "$prefetch" 2>/dev/null; fi' EXIT
 fi
 stamp="$(dirname "$PY")/../.perfbook-stamp"
 if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
-  say "installing the pinned Python packages ($(wc -l < "$reqs") pins from environment.yml)"
+  say "installing the pinned Python packages ($(grep -c "==" "$reqs") pins from $reqs)"
   # uv (pinned here too) installs the same pins in about 5 s where pip takes 40-70 s from a
   # fresh clone on this project's 2-core machine; the bytecode is written after it, for what
-  # our runs import only (tools/bytecode.py). No cache of its own is left in $HOME. Where uv
+  # our runs import only (tools/perfbook/dev/bytecode.py). No cache of its own is left in $HOME. Where uv
   # cannot be fetched or cannot reach the index pip's configuration names, pip does it, as before.
   uv_pin=$(grep -E '^uv==' "$reqs" || true)
   if "$PY" -m pip --version >/dev/null 2>&1; then pip=("$PY" -m pip); else pip=(python3 -m pip --python "$PY"); fi
@@ -125,25 +113,25 @@ if [[ "$(cat "$stamp" 2>/dev/null)" != "$stamp_want" ]]; then
   fi
   "${editable[@]}" --no-deps --no-build-isolation -e . >build/pip-editable.log 2>&1 \
     || { cat build/pip-editable.log; exit 1; }
-  # bytecode for what our runs import (tools/bytecode.py: 9 s here), not for the whole
+  # bytecode for what our runs import (tools/perfbook/dev/bytecode.py: 9 s here), not for the whole
   # environment (uv's --compile-bytecode: 20 s); two processes, one per core
-  env -u PYTHONDONTWRITEBYTECODE "$PY" -m tools.bytecode notebooks >build/bytecode.log 2>&1 &
+  env -u PYTHONDONTWRITEBYTECODE "$PY" -m perfbook bytecode notebooks >build/bytecode.log 2>&1 &
   bytecode=$!
-  env -u PYTHONDONTWRITEBYTECODE "$PY" -m tools.bytecode book >>build/bytecode.log 2>&1 || true
+  env -u PYTHONDONTWRITEBYTECODE "$PY" -m perfbook bytecode book >>build/bytecode.log 2>&1 || true
   wait "$bytecode" || true
   echo "$stamp_want" > "$stamp"
 else
   say "Python packages: up to date"
 fi
 echo "$PY" > build/python
-# the notebooks' kernel (tools/kernel.py), reached over Unix sockets in the private state
-# directory through the provisioner it names (tools/provisioner.py, an entry point of the
+# the notebooks' kernel (tools/perfbook/book/jupyter/kernel.py), reached over Unix sockets in the private state
+# directory through the provisioner it names (tools/perfbook/book/jupyter/provisioner.py, an entry point of the
 # editable install above); written on every setup, since reinstalling ipykernel puts its own back
-"$PY" -c 'import tools.kernel as k; k.install_kernelspec()'
+"$PY" -c 'import perfbook.book.jupyter.kernel as k; k.install_kernelspec()'
 
 # ---- 3. C harnesses ---------------------------------------------------------------
 if command -v gcc >/dev/null; then
-  "$PY" -c 'import tools.cbuild as c, pathlib
+  "$PY" -c 'import perfbook.probes.cbuild as c, pathlib
 for s in sorted(pathlib.Path("tools/c").glob("*.c")): print("[setup] built", c.binary(s.stem))'
 else
   say "no gcc: the C harnesses are not built; chapters render from committed data only"

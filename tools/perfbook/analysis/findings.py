@@ -1,0 +1,487 @@
+"""Key findings: a chapter's conclusions, computed from data, with a verdict per host.
+
+A chapter declares its findings (Chapter.key_findings). Each one is a claim and a test:
+
+    Finding("uprobe_dearer",
+            claim="A uprobe on `ret` costs more than twice a marker write",
+            test=lambda run: Outcome(ratio > 2, f"uprobe {u} ns, marker {m} ns: {r}×"))
+
+`test` gets one dataset (a `Run`: its manifest, and its tables through run[name]) and returns
+an Outcome (does the claim hold in this dataset, and the numbers behind that, formatted as
+shown), or None when the dataset did not measure what the claim needs.
+
+A host's verdict combines its datasets measured with a real profile (a quick run is a test):
+"holds" or "does not hold" when they all agree, "mixed" with the count when they do not (the
+same host id can be different machines cloned from one image, or a noisy rerun), and
+"not measured" when none could say. Every run's evidence is kept with its run id, so a number
+is never shown without the dataset it comes from, and the spread between runs is visible.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Callable
+
+from perfbook.data.dataset import REAL_PROFILES
+
+HOLDS, FAILS, MIXED, NOT_MEASURED = "holds", "does not hold", "mixed", "not measured"
+VERDICTS = (HOLDS, FAILS, MIXED, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    holds: bool
+    evidence: str          # the numbers behind the verdict, as the book shows them
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str               # glue name suffix: kf_<key>
+    claim: str             # the statement, in the chapter's words, without numbers
+    test: Callable         # (Run) -> Outcome | None
+    contrary: str = ""     # what the prose says where it does not hold (default: "Not so: claim")
+
+
+class Run:
+    """One dataset of a chapter: its manifest and its tables (the chapter's Data, cut to it)."""
+
+    def __init__(self, D, manifest):
+        self.D, self.manifest = D, manifest
+        self.host_id, self.run_id = manifest.host_id, manifest["run_id"]
+        self._data = None
+
+    @property
+    def data(self):
+        """The chapter's Data (its own subclass) holding this dataset only (Data.view_of): the
+        chapter's analysis functions run on it unchanged, and its `quoted` is this run."""
+        if self._data is None:
+            self._data = self.D.view_of(self.manifest)
+        return self._data
+
+    def __getitem__(self, name: str):
+        """The rows of D[name] from this dataset, with their index (Data.rows_of)."""
+        return self.D.rows_of(name, (self.host_id, self.run_id))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.manifest["tables"]
+
+    def reference(self, name: str, dtype=None):
+        return self.D.reference(name, dtype)
+
+
+def once_each(fn):
+    """fn(run) worked out once for each Run while it lives: a value several of a dataset's key
+    findings read (outcomes() hands them all one Run). A Data's own: Data.once."""
+    import functools
+    import weakref
+    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @functools.wraps(fn)
+    def once(x):
+        if x not in memo:
+            memo[x] = fn(x)
+        return memo[x]
+    return once
+
+
+_GLUE_CACHE: dict = {}
+
+
+def plain(v):
+    """v with numpy scalars as Python ones (what JSON, and so the verdict store, holds)."""
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    return v.item() if hasattr(v, "item") and not isinstance(v, (str, bytes)) else v
+
+
+def glued(run, compute) -> dict | None:
+    """compute(run.data): the chapter's own prose values for this one dataset, kept in the
+    verdict store (stored(): one slot per compute function) and per process; None when this
+    dataset can't give them (an older dataset without a table). The values are plain data
+    (numbers, strings, lists, dicts), as glue and JSON hold them. A page or chapter that
+    quotes every host's values (tsc_alignment's caveats) then computes each host's once."""
+    import hashlib
+    key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
+    if key not in _GLUE_CACHE:
+        def make():
+            try:
+                return {"g": plain(compute(run.data))}
+            except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+                return {"g": None}
+        slot = "glue-" + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[:12]
+        _GLUE_CACHE[key] = stored(run.D, run.manifest, slot, make,
+                                  lambda v: isinstance(v, dict) and set(v) == {"g"}
+                                  and (v["g"] is None or isinstance(v["g"], dict)))["g"]
+    return _GLUE_CACHE[key]
+
+
+def sections(*parts):
+    """The compute function (for glued, from_glue, per_host_note) of a chapter's prose values
+    made of its section functions `parts` (each D -> dict), merged in order. A chapter's
+    findings() is every section; its key findings need a few, and at fleet scale each dataset's
+    values are computed once, so a verdict computes only the sections its test reads. The
+    function is named by its sections, which keeps one verdict-store slot per choice."""
+    def compute(D) -> dict:
+        out = {}
+        for part in parts:
+            out.update(part(D))
+        return out
+    compute.__module__ = parts[0].__module__
+    compute.__qualname__ = "sections(" + ", ".join(p.__qualname__ for p in parts) + ")"
+    compute.__name__ = "sections"
+    return compute
+
+
+def per_host_note(D, compute, say) -> dict[str, list[str]]:
+    """host_id -> [say(g)] from the newest counted dataset of each host (for a chapter's
+    platform_notes), where glued(run, compute) gives values and say() does not fail."""
+    import hashlib
+    slot = "note-" + hashlib.sha256(f"{compute.__qualname__} {say.__qualname__}".encode()).hexdigest()[:12]
+
+    def note(m):
+        g = glued(Run(D, m), compute)
+        try:
+            return [str(say(g))] if g else []
+        except (KeyError, TypeError, ValueError):
+            return []
+    out = {}
+    for h in D.hosts:
+        m = counted_runs([m for m in D.manifests if m.host_id == h])[-1]
+        out[h] = stored(D, m, slot, lambda: note(m),
+                        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+    return out
+
+
+def num(text) -> float:
+    """A number as the prose shows it ('1,927', '+122', '-4.4 % (CI ...)', '74%') as a float."""
+    t = str(text).strip().replace(",", "").replace("\u2212", "-").split()[0].rstrip("%")
+    return float(t)
+
+
+def from_glue(compute, decide):
+    """A finding test from the chapter's prose values: decide(g) -> Outcome, where g is
+    glued(run, compute); a missing value means this dataset did not measure it."""
+    def test(run):
+        g = glued(run, compute)
+        if g is None:
+            return None
+        try:
+            return decide(g)
+        except (KeyError, ValueError, IndexError, TypeError):
+            return None
+    test.__name__ = getattr(decide, "__name__", "test")
+    test.compute, test.decide = compute, decide
+    return test
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    finding: Finding
+    host_id: str
+    verdict: str
+    runs: tuple            # ((run_id, Outcome | None), ...) in run order
+
+    @property
+    def evidence(self) -> str:
+        """Each run's numbers with its run id; one run: just its numbers."""
+        told = [(r, o) for r, o in self.runs if o is not None]
+        if len(told) == 1:
+            return f"{told[0][1].evidence} (run {told[0][0]})"
+        return "; ".join(f"run {r}: {o.evidence}{'' if o.holds else ' (does not hold)'}" for r, o in told)
+
+    @property
+    def label(self) -> str:
+        if self.verdict == MIXED:
+            told = [o for _, o in self.runs if o is not None]
+            return f"mixed: holds in {sum(o.holds for o in told)} of {len(told)} runs"
+        return self.verdict
+
+
+def counted_runs(manifests) -> list:
+    """The datasets a host's verdict rests on: those measured with a real profile or with
+    none recorded (older datasets, measured before the profile was recorded); quick runs are
+    tests and count only where a host has nothing else."""
+    counted = [m for m in manifests if m.get("profile") in REAL_PROFILES or m.get("profile") is None]
+    return sorted(counted or list(manifests), key=lambda m: m["run_id"])
+
+
+def _test(D, finding: Finding, m, run: Run | None = None) -> Outcome | None:
+    try:
+        return finding.test(run or Run(D, m))
+    except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
+        raise RuntimeError(f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: "
+                           f"{type(e).__name__}: {e}") from e
+
+
+def _once(D, key, make):
+    """D.once(key, make) where D has it (a chapter's Data), else make()."""
+    once = getattr(D, "once", None)
+    return once(key, make) if callable(once) else make()
+
+
+def _manifests_of(D, host_id: str) -> list:
+    """D's manifests of host_id; the manifests are split by host once per Data (every finding's
+    verdict on every host asks: at a hundred hosts a scan per question was quadratic)."""
+    def split():
+        out: dict = {}
+        for m in D.manifests:
+            out.setdefault(m.host_id, []).append(m)
+        return out
+    return _once(D, "findings:manifests-by-host", split).get(host_id, [])
+
+
+def _host_outcomes(D, host_id: str) -> list:
+    """(run_id, outcomes(D, m)) of each counted dataset of host_id, once per Data: every
+    declared finding's verdict on that host reads the same outcomes (one verdict-store lookup
+    per dataset, not one per finding)."""
+    return _once(D, ("findings:outcomes", host_id),
+                 lambda: [(m["run_id"], outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))])
+
+
+def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
+    declared = finding in getattr(D.chapter, "key_findings", ())
+    if declared:
+        runs = [(rid, got[finding.key]) for rid, got in _host_outcomes(D, host_id)]
+    else:
+        runs = [(m["run_id"], _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))]
+    told = [o for _, o in runs if o is not None]
+    if not told:
+        verdict = NOT_MEASURED
+    elif all(o.holds for o in told):
+        verdict = HOLDS
+    elif not any(o.holds for o in told):
+        verdict = FAILS
+    else:
+        verdict = MIXED
+    return HostVerdict(finding, host_id, verdict, tuple(runs))
+
+
+# -- each dataset's outcomes, computed once: the verdict store ---------------------------------
+#
+# A finding's outcome on one dataset follows from that dataset's files, the chapter's seed
+# tables (its evidence quotes the seed) and the code: the chapter package and every perfbook module
+# it imports (perfbook.core.codedigest), with the pinned environment, as for a
+# notebook. The chapter's Key findings block, the overview page and the hosts page all ask
+# for it, and the platform banner for each host's notes; at a hundred hosts, computing them
+# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value, in
+# memory and in
+#     build/verdicts/<data>/<chapter>__<host>__<run>__<slot>.json
+# (<data> names the data directory: perfbook.data.buildfiles.store_dir), under a key over those
+# digests, so a changed file, seed table or line of code recomputes it. The files follow
+# build/'s rules (perfbook.data.buildfiles: no symlink followed, written atomically, a
+# stranger's file refused with one line). A file that is corrupt, of another key or another
+# format is recomputed; a build/ we cannot write only costs the time.
+# PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
+
+STORE_VERSION = 1
+_MEMO: dict = {}          # store file -> (key, value)
+_CODE: dict = {}          # (chapter, data dir) -> digest of its code and reference files
+_DIGESTS: dict = {}       # dataset directory -> (its files' stats, their digest)
+
+
+def store_enabled() -> bool:
+    import os
+    return os.environ.get("PERFBOOK_VERDICT_STORE", "").lower() not in ("0", "off", "no", "false")
+
+
+def _safe(name: str) -> bool:
+    import re
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", name or ""))
+
+
+def _store_file(D, m, slot: str):
+    """(path, runs dir) of one stored value of a dataset; None where nothing is stored: a
+    Data of no registered chapter (a test's fake) or a manifest without its directory."""
+    from perfbook.data.buildfiles import store_dir
+    from perfbook.core.paths import runs_dir
+    name = D.chapter.name
+    if (getattr(m, "path", None) is None or not _is_chapter(D.chapter)
+            or not all(_safe(x) for x in (name, m.host_id, m["run_id"], slot))):
+        return None
+    data = getattr(D, "data_dir", None)
+    top = store_dir("verdicts", data)
+    return top / f"{name}__{m.host_id}__{m['run_id']}__{slot}.json", runs_dir(data).resolve()
+
+
+def _is_chapter(chapter) -> bool:
+    """A chapter of the book (its class in perfbook.chapters.<name>), not a test's stand-in."""
+    return type(chapter).__module__ == f"perfbook.chapters.{getattr(chapter, 'name', '')}"
+
+
+def _dataset_digest(path) -> str:
+    """perfbook.data.digest.dir_digest of a dataset, hashed again only when a file's stat
+    changed (each finding and each note asks)."""
+    from perfbook.data.dataset import visible_files
+    from perfbook.data.digest import dir_digest
+    try:
+        sig = tuple(sorted((str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                           for p in visible_files(path) for st in [p.lstat()]))
+    except OSError:
+        sig = None
+    held = _DIGESTS.get(str(path))
+    if sig is not None and held is not None and held[0] == sig:
+        return held[1]
+    digest = dir_digest(path)
+    _DIGESTS[str(path)] = (sig, digest)
+    return digest
+
+
+def _store_key(D, m, slot: str) -> str:
+    import hashlib
+
+    from perfbook.core import codedigest
+    from perfbook.core.paths import repo_root
+    from perfbook.data.dataset import data_depth
+    from perfbook.data.digest import reference_files, tree_digest
+    name, data = D.chapter.name, getattr(D, "data_dir", None)
+    if (name, str(data)) not in _CODE:
+        code = {f"tools/{rel}": p for rel, p in codedigest.closure([f"perfbook.chapters.{name}"]).items()}
+        lock = repo_root() / "tools" / "requirements.lock"
+        if lock.is_file():
+            code["tools/requirements.lock"] = lock
+        refs = tree_digest(reference_files(name, data), data_depth)
+        _CODE[(name, str(data))] = tree_digest(code) + " " + refs
+    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {_dataset_digest(m.path)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def stored(D, m, slot: str, make, check):
+    """The value make() gives for dataset m of D's chapter, kept in the verdict store under
+    `slot` (a file name part) while its key holds. make() returns plain JSON data; check(value)
+    is True when a stored value has the expected shape (else it is computed again). What is
+    returned has been through JSON either way, so a first and a later call give the same."""
+    import json
+    spot = _store_file(D, m, slot) if store_enabled() else None
+    if spot is None:
+        return json.loads(json.dumps(make()))
+    path, runs = spot
+    key = _store_key(D, m, slot)
+    if str(path) in _MEMO and _MEMO[str(path)][0] == key:
+        return _MEMO[str(path)][1]
+    from perfbook.data.buildfiles import read_private, write_private
+    value, raw = None, read_private(path, runs)
+    try:
+        doc = json.loads(raw) if raw else None
+        if isinstance(doc, dict) and doc.get("version") == STORE_VERSION and doc.get("key") == key \
+                and check(doc.get("value")):
+            value = doc["value"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        value = None
+    if value is None:
+        doc = {"version": STORE_VERSION, "key": key, "chapter": D.chapter.name,
+               "dataset": f"{m.host_id}/{m['run_id']}", "slot": slot, "value": make()}
+        text = json.dumps(doc, sort_keys=True)
+        try:
+            path.parents[2].mkdir(parents=True, exist_ok=True)     # build/
+            write_private(path, text.encode(), runs)
+        except OSError:
+            pass              # a read-only checkout: computed again next time
+        value = json.loads(text)["value"]
+    _MEMO[str(path)] = (key, value)
+    return value
+
+
+def _frame_doc(df) -> dict:
+    """A DataFrame as plain JSON data that gives it back exactly (columns in order, their
+    dtypes, every value; float64 survives JSON unchanged). Its index is a RangeIndex."""
+    import math
+    return {"columns": [str(c) for c in df.columns], "dtypes": [str(t) for t in df.dtypes],
+            "data": [[None if isinstance(v, float) and math.isnan(v) else v for v in plain(list(col))]
+                     for _, col in df.items()]}
+
+
+def _doc_frame(doc: dict):
+    import pandas as pd
+    df = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(doc["columns"], doc["data"])},
+                      columns=doc["columns"])
+    for c, t in zip(doc["columns"], doc["dtypes"]):
+        df[c] = df[c].astype(t)
+    return df
+
+
+def _is_frames(v) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(d, dict) and set(d) == {"columns", "dtypes", "data"} and len(d["columns"]) == len(d["dtypes"])
+        == len(d["data"]) for d in v.values())
+
+
+def stored_frames(D, m, slot: str, make) -> dict:
+    """stored() for make() -> {name: DataFrame with a RangeIndex}: a chapter's per-dataset
+    reduction (one host's summary rows) kept in the verdict store, given back with the same
+    columns, dtypes and values (tests/test_findings.py compares both ways)."""
+    got = stored(D, m, slot, lambda: {k: _frame_doc(df.reset_index(drop=True)) for k, df in make().items()},
+                 _is_frames)
+    return {k: _doc_frame(d) for k, d in got.items()}
+
+
+def _is_outcomes(v, keys) -> bool:
+    return isinstance(v, dict) and set(v) == set(keys) and all(
+        o is None or (isinstance(o, list) and len(o) == 2 and isinstance(o[0], bool)
+                      and isinstance(o[1], str)) for o in v.values())
+
+
+def outcomes(D, m) -> dict:
+    """{finding key: Outcome or None} for every key finding of D's chapter on dataset m,
+    from the verdict store while its key holds, else computed (and stored)."""
+    findings = D.chapter.key_findings
+    keys = [f.key for f in findings]
+
+    def make():
+        run = Run(D, m)     # one view of the dataset for all of them (what they derive is shared)
+        out = {f.key: _test(D, f, m, run) for f in findings}
+        return {k: None if o is None else [bool(o.holds), str(o.evidence)] for k, o in out.items()}
+    got = stored(D, m, "outcomes", make, lambda v: _is_outcomes(v, keys))
+    return {k: None if o is None else Outcome(o[0], o[1]) for k, o in got.items()}
+
+
+def verdicts(D) -> list[list[HostVerdict]]:
+    """[finding][host] for every declared finding and every host with data."""
+    return [[evaluate(D, f, h) for h in D.hosts] for f in D.chapter.key_findings]
+
+
+def matrix(D):
+    """Hosts x findings as a DataFrame (one row per finding; a column per host, the verdict)."""
+    import pandas as pd
+    rows = []
+    for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
+        rows.append({"chapter": D.chapter.name, "finding": f.key, "claim": f.claim,
+                     **{v.host_id: v.label for v in per_host}})
+    return pd.DataFrame(rows)
+
+
+def sentence(v: HostVerdict) -> str:
+    """What the prose says for one host: the claim or its contrary, and the numbers."""
+    f = v.finding
+    if v.verdict == NOT_MEASURED:
+        return f"{f.claim}: not measured on {v.host_id}"
+    said = f.claim if v.verdict == HOLDS else (f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}")
+    if v.verdict == MIXED:
+        said = f"{f.claim}? It depends on the run ({v.label})"
+    return f"{said} ({v.evidence})"
+
+
+def _code(text: str) -> str:
+    """Escaped text with `code` spans as <code> (claims are written in the prose's markdown)."""
+    import re
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def html_block(D, kinds: dict[str, str]) -> str:
+    """The Key findings block: each claim with every host's verdict and numbers."""
+    esc = _code
+    items = []
+    for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
+        hosts = "".join(
+            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> '
+            f'on <code>{esc(v.host_id)}</code> ({esc(kinds.get(v.host_id, "?"))})'
+            + (f": {esc(v.evidence)}" if v.verdict != NOT_MEASURED else "") + "</li>"
+            for v in per_host)
+        items.append(f"<li><strong>{esc(f.claim)}</strong><ul>{hosts}</ul></li>")
+    if not items:
+        return ""
+    return ('<div class="key-findings admonition"><p class="admonition-title">Key findings</p>'
+            f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is computed from the data '
+            'for every host: its verdict counts the host\'s datasets measured with a real '
+            'profile, and each number names the run it comes from.</p></div>')

@@ -1,0 +1,130 @@
+"""Text -> rows: the prefork harness's output, the ftrace text, sched/debug and perf stat
+(pure functions, tested on fixtures)."""
+from __future__ import annotations
+
+import math
+import re
+
+from perfbook.probes import ftrace
+from perfbook.core.errors import PerfbookError
+from .spec import PERF_EVENTS
+
+THREAD_COLS = ["phase", "role", "idx", "pid", "exec_ns", "migrations", "nvcsw", "nivcsw",
+               "policy", "slice_ns"]
+CPU_COLS = ["phase", "cpu", "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
+
+
+def parse_output(text: str) -> dict:
+    """prefork stdout -> {'scalars', 'threads', 'cpus', 'hist', 'rusage'} (lists of dicts)."""
+    scalars, threads, cpus, hist, rusage = {}, [], [], [], []
+    for line in text.splitlines():
+        if line.startswith("T,"):
+            f = line.split(",")[1:]
+            threads.append({**dict(zip(THREAD_COLS[:2], f[:2])),
+                            **{k: int(x) for k, x in zip(THREAD_COLS[2:], f[2:])}})
+        elif line.startswith("C,"):
+            f = line.split(",")[1:]
+            cpus.append({"phase": f[0], **{k: int(x) for k, x in zip(CPU_COLS[1:], f[1:])}})
+        elif line.startswith("H,"):
+            _, b, c = line.split(",")
+            hist.append({"bin": int(b), "count": int(c)})
+        elif line.startswith("R,"):
+            f = [int(x) for x in line.split(",")[1:]]
+            rusage.append(dict(zip(["idx", "pid", "utime_us", "stime_us", "nvcsw", "nivcsw"], f)))
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            scalars[k.strip()] = v.strip()
+    if scalars.get("end") != "ok":
+        raise PerfbookError("prefork output is incomplete (no end=ok line)")
+    for k in ("completed", "window_ns", "lat_n", "lat_p50_ns", "lat_p90_ns", "lat_p99_ns",
+              "lat_p999_ns", "lat_max_ns", "workers", "queue_max", "dropped", "issued"):
+        scalars[k] = int(scalars[k])
+    scalars["lat_mean_ns"] = float(scalars["lat_mean_ns"])
+    return {"scalars": scalars, "threads": threads, "cpus": cpus, "hist": hist, "rusage": rusage}
+
+
+def thread_deltas(threads: list[dict]) -> list[dict]:
+    """end - start per task of one trial."""
+    start = {(t["role"], t["idx"]): t for t in threads if t["phase"] == "start"}
+    out = []
+    for t in threads:
+        if t["phase"] != "end" or (t["role"], t["idx"]) not in start:
+            continue
+        s = start[(t["role"], t["idx"])]
+        out.append({"role": t["role"], "idx": t["idx"], "pid": t["pid"],
+                    "exec_ns": t["exec_ns"] - s["exec_ns"],
+                    "migrations": t["migrations"] - s["migrations"],
+                    "nvcsw": t["nvcsw"] - s["nvcsw"], "nivcsw": t["nivcsw"] - s["nivcsw"],
+                    "policy": t["policy"], "slice_ns": t["slice_ns"]})
+    return out
+
+
+def cpu_deltas(cpus: list[dict]) -> list[dict]:
+    """Per-CPU tick deltas over the window and the busy fraction."""
+    start = {c["cpu"]: c for c in cpus if c["phase"] == "start"}
+    out = []
+    for c in cpus:
+        if c["phase"] != "end" or c["cpu"] not in start:
+            continue
+        d = {k: c[k] - start[c["cpu"]][k] for k in CPU_COLS[2:]}
+        total = sum(d.values())
+        idle = d["idle"] + d["iowait"]
+        out.append({"cpu": c["cpu"], **d, "total_ticks": total,
+                    "busy_frac": (total - idle) / total if total else math.nan,
+                    "steal_frac": d["steal"] / total if total else math.nan})
+    return out
+
+
+def parse_migrations(trace: str, pids: dict[int, str]) -> dict:
+    """Count sched_migrate_task events of our tasks between our two trace markers.
+
+    `pids` maps pid -> role. Returns {'by_role': {role: n}, 'window_s': float|None,
+    'events': [(ts, pid, role, orig, dest)], 'markers': n, 'lost': n} -- 'lost' > 0: the
+    ring buffer dropped events (the count, or the number of LOST markers without one), so
+    by_role is a lower bound. Any trace option layout parses (perfbook.probes.ftrace).
+    """
+    in_win, t0, t1, markers = False, None, None, 0
+    by_role: dict[str, int] = {}
+    events = []
+    st = ftrace.new_stats()
+    for r in ftrace.records(trace, st):
+        ev, rest, ts = r.event, r.body, r.ts
+        if ev == "tracing_mark_write":
+            if rest.strip().startswith("pf_window_start"):
+                in_win, t0 = True, ts
+                markers += 1
+            elif rest.strip().startswith("pf_window_end"):
+                in_win, t1 = False, ts
+                markers += 1
+            continue
+        if ev != "sched_migrate_task" or not in_win:
+            continue
+        f = ftrace.parse_kv(rest)
+        pid = int(f.get("pid", -1))
+        if pid in pids:
+            role = pids[pid]
+            by_role[role] = by_role.get(role, 0) + 1
+            events.append((ts, pid, role, int(f.get("orig_cpu", -1)), int(f.get("dest_cpu", -1))))
+    return {"by_role": by_role, "window_s": (t1 - t0) if (t0 is not None and t1 is not None) else None,
+            "events": events, "markers": markers, "lost": st["lost"] or st["lost_lines"]}
+
+
+def parse_sched_debug(text: str) -> dict[str, str]:
+    """The 'sysctl_sched' block of sched/debug (readable even where the knobs are not)."""
+    out = {}
+    for m in re.finditer(r"^\s*\.(sysctl_sched_\w+)\s*:\s*(.+?)\s*$", text, re.M):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+def parse_perf(stderr: str) -> dict[str, float]:
+    """perf stat -x , output -> {event: count} (NaN where not counted)."""
+    out = {}
+    for ln in stderr.splitlines():
+        f = ln.split(",")
+        if len(f) >= 3 and f[2] in PERF_EVENTS:
+            try:
+                out[f[2]] = float(f[0])
+            except ValueError:
+                out[f[2]] = math.nan
+    return out

@@ -1,0 +1,47 @@
+"""The example's measurement: the only part of the chapter that touches the host."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from perfbook.core.proc import die_with_parent, kill_group
+
+CHILD_MARK = "4242.4242"  # `sleep 4242.4242`: tests find a leaked child by it
+
+
+def measure(ctx) -> None:
+    import pandas as pd
+    p, w = ctx.p, ctx.writer
+    scratch = ctx.scratch()                       # removed by the framework's undo stack
+    traced = _trace(ctx)
+    child = subprocess.Popen(["sleep", CHILD_MARK], start_new_session=True,
+                             preexec_fn=die_with_parent)
+    ctx.undo.callback(kill_group, child)          # registered right after the change
+    scratch.path("state").write_text("in use\n")
+    prog = ctx.progress(p["rounds"])
+    prog.note(f"state changed: scratch, child {child.pid}" + (", ftrace instance" if traced else ""))
+    time.sleep(p["hold_s"])
+    rows = []
+    for r in range(p["rounds"]):
+        if p["fail_after"] and r == p["fail_after"]:
+            raise RuntimeError(f"example: failing on purpose after {r} rounds")
+        t0 = time.perf_counter_ns()
+        for _ in range(p["calls"]):
+            os.getppid()
+        rows.append({"round": r, "ns_per_call": round((time.perf_counter_ns() - t0) / p["calls"], 1)})
+        prog.step(f"round {r + 1}")
+    w.add_table("calls", pd.DataFrame(rows))
+    w.extra["python"] = sys.version.split()[0]
+
+
+def _trace(ctx) -> bool:
+    """A private ftrace instance with one event enabled, as root; else a recorded skip."""
+    from perfbook.hoststate.tracefs import TraceSession, preflight as tracefs_preflight
+    if os.geteuid() != 0 or tracefs_preflight(need_uprobes=False):
+        ctx.writer.skip("ftrace", "not root or no tracefs: no instance was made")
+        return False
+    s = ctx.undo.enter_context(TraceSession("example"))
+    s.enable("sched/sched_process_exit")
+    return True

@@ -1,0 +1,438 @@
+"""qcow2_overlap: the analysis (frames in, frames out; no I/O beyond D, no plotting).
+
+D is the chapter's perfbook.data.dataset.Data. The tables the notebook shows are one dataset per
+host (D.of_shown); the prose quotes D.quoted (prose.py).
+"""
+from __future__ import annotations
+
+from perfbook.probes.qcow2 import formula_bytes, formula_clusters
+from .spec import MODES, MiB
+
+PRE_BY = ["host_id", "cluster_size", "image_size", "mode"]
+WRITES_BY = ["host_id", "workload", "mode"]
+PRE_KEYS, WRITES_KEYS = PRE_BY[1:], WRITES_BY[1:]     # within one dataset
+
+
+# -- what several tables, figures and the prose share, computed once per D ---------------------
+
+def _rows_of(D, table: str):
+    """(rows, (host_id, run_id) -> their positions): the timed preallocations (no flushes) or the
+    writes of every dataset, grouped once rather than filtered from the whole table per dataset."""
+    def make():
+        df = D[table]
+        if table == "prealloc":
+            df = df[df.command == "resize_no_flush"]
+        return df, df.groupby(["host_id", "run_id"], sort=False).indices
+    return D.once(("rows", table), make)
+
+
+def measured_datasets(D, table: str):
+    """(host_id, run_id) of every dataset with rows in _rows_of()."""
+    return _rows_of(D, table)[1].keys()
+
+
+def dataset_rows(D, table: str, key):
+    """One dataset's rows of _rows_of(), in table order: what a filter on its host and run keeps."""
+    df, at = _rows_of(D, table)
+    return df.iloc[at[key]] if key in at else df.iloc[0:0]
+
+
+def datasets_rows(D, table: str, keys):
+    """The rows of _rows_of() from the datasets `keys`, in table order."""
+    import numpy as np
+    df, at = _rows_of(D, table)
+    pos = [at[k] for k in keys if k in at]
+    return df.iloc[np.sort(np.concatenate(pos))] if pos else df.iloc[0:0]
+
+
+def dataset_overhead(D, table: str, key):
+    """overhead() of one dataset's timed preallocations ("prealloc", by cluster and image size)
+    or writes ("writes", by workload), once per D: the tables, the figure, the fits and the prose
+    that show the same dataset share it."""
+    by = PRE_KEYS if table == "prealloc" else WRITES_KEYS
+    return D.once(("overhead", table, key), lambda: overhead(dataset_rows(D, table, key), by))
+
+
+def shown_overhead(D, table: str):
+    """dataset_overhead() of each host's shown dataset as one frame, host_id first: what
+    overhead() of their rows by host (PRE_BY, WRITES_BY) gives."""
+    import pandas as pd
+    frames = [ov.assign(host_id=h) for h, r in sorted(D.shown.items())
+              for ov in [dataset_overhead(D, table, (h, r))] if len(ov)]
+    if not frames:
+        return pd.DataFrame()
+    out = pd.concat(frames, ignore_index=True)
+    return out[["host_id", *[c for c in out.columns if c != "host_id"]]]
+
+
+# -- statistics over raw runs -------------------------------------------------------------
+
+def summary(df, by: list[str], metrics=("wall_s", "cpu_s", "user_s")):
+    """Median + CI etc. of wall and CPU time per group (tidy, one row per metric)."""
+    import pandas as pd
+    from perfbook.analysis.stats import summarize_frame
+    out = []
+    for metric in metrics:
+        s = summarize_frame(df, by, metric)
+        s.insert(len(by), "metric", metric)
+        out.append(s)
+    return pd.concat(out, ignore_index=True)
+
+
+def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
+    """Extra seconds of each mode over 'none' in the same group, from the raw runs.
+
+    perfbook.analysis.stats.compare of the mode's runs against the 'none' runs: `extra` is the
+    Hodges-Lehmann shift with its distribution-free interval (extra_ci_low/high; nominal
+    95 %, real coverage from n and n_none: shift_ci_label),
+    `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
+    Only the `modes` given are compared (each comparison is most of the cost).
+    """
+    import numpy as np
+    import pandas as pd
+    from perfbook.analysis.stats import compare
+    rows = []
+    keys = [k for k in by if k != "mode"]
+    # each group's runs of each mode, in row order, from one grouping of the frame
+    at = df.groupby([*keys, "mode"]).indices
+    values = df[metric].to_numpy(float)
+
+    def runs(key, mode):
+        return values[at[(*key, mode)]] if (*key, mode) in at else values[:0]
+    for key in sorted({k[:-1] for k in at}):
+        base = runs(key, "none")
+        if len(base) < 2:
+            continue
+        for mode in [m for m in MODES if m in modes]:
+            x = runs(key, mode)
+            if len(x) < 2:
+                continue
+            c = compare(x, base, names=(mode, "none"))
+            med = float(np.median(x))
+            rows.append({**dict(zip(keys, key)), "mode": mode, "median": med,
+                         "none_median": c.median_b, "extra": c.shift, "extra_ci_low": c.shift_low,
+                         "extra_ci_high": c.shift_high, "n": len(x), "n_none": len(base),
+                         "p_value": c.p_value,
+                         "cliffs_delta": c.cliffs_delta, "significant": c.significant,
+                         "verdict": c.verdict, "share_pct": 100 * c.shift / med if med else np.nan})
+    # the columns even when no group has two runs of a mode and of none (one run per mode)
+    return pd.DataFrame(rows, columns=[*keys, *OVERHEAD_COLUMNS])
+
+
+OVERHEAD_COLUMNS = ("mode", "median", "none_median", "extra", "extra_ci_low", "extra_ci_high", "n", "n_none",
+                    "p_value", "cliffs_delta", "significant", "verdict", "share_pct")
+
+
+def shift_ci_label(ov) -> str:
+    """The real coverage of overhead()'s Hodges-Lehmann intervals in `ov`, e.g.
+    '90–95.88 % CI' (perfbook.analysis.stats.hl_ci_label over the rows' (n, n_none))."""
+    from perfbook.analysis.stats import hl_ci_label
+    if "n_none" not in ov.columns or ov.empty:
+        return "CI of unknown coverage"
+    return hl_ci_label(list(zip(ov["n"].astype(int), ov["n_none"].astype(int))))
+
+
+def prealloc_bars_text(ov_cpu) -> str:
+    """Caption sentence for the preallocation figure's bars, with the coverage of the plotted rows."""
+    g = ov_cpu[(ov_cpu.cluster_size == 512) & ov_cpu["mode"].isin(["cached", "all"])]
+    return ("Bars: Hodges-Lehmann interval of the shift against none (distribution-free), "
+            f"{shift_ci_label(g)}")
+
+
+def fit_quadratic(ov, mode: str = "cached"):
+    """Least-squares extra CPU = a * size^2 (cluster size 512), the exponent fixed at 2: shown
+    only beside fit_power_law() for comparison, since the data need not support it."""
+    import numpy as np
+    g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
+    x = g.image_size.to_numpy(float)
+    y = g.extra.to_numpy(float)
+    if len(x) == 0:
+        return float("nan")
+    return float(np.sum(x ** 2 * y) / np.sum(x ** 4))
+
+
+def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
+    """Fit extra CPU = c * size^k by least squares in log-log space over the 512-byte-cluster
+    sizes whose shift over none is positive (a log needs it).
+
+    Returns n (points fitted), dropped (sizes with a shift <= 0), k and c, r2 (in log space),
+    k_lo/k_hi (95 % t interval of the slope, n >= 3) and, for a size `at` in bytes, pred (the
+    fitted extra there) with pred_lo/pred_hi (95 % interval of the fitted line at `at`, which
+    lies outside the sizes measured when it is an extrapolation). NaN where it can't be said."""
+    import numpy as np
+    from scipy import stats
+    g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
+    x, y = g.image_size.to_numpy(float), g.extra.to_numpy(float)
+    ok = y > 0
+    nan = float("nan")
+    out = {"n": int(ok.sum()), "dropped": int((~ok).sum()), "k": nan, "c": nan, "r2": nan,
+           "k_lo": nan, "k_hi": nan, "pred": nan, "pred_lo": nan, "pred_hi": nan}
+    if ok.sum() < 2 or len(set(x[ok])) < 2:
+        return out
+    lx, ly = np.log(x[ok]), np.log(y[ok])
+    n = len(lx)
+    k, b = np.polyfit(lx, ly, 1)
+    out.update(k=float(k), c=float(np.exp(b)))
+    if at is not None:
+        out["pred"] = float(np.exp(b + k * np.log(at)))
+    if n >= 3:
+        resid = ly - (b + k * lx)
+        sxx = float(np.sum((lx - lx.mean()) ** 2))
+        s = float(np.sqrt(np.sum(resid ** 2) / (n - 2)))
+        t = float(stats.t.ppf(0.975, n - 2))
+        ss_tot = float(np.sum((ly - ly.mean()) ** 2))
+        out["r2"] = 1 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else nan
+        out["k_lo"], out["k_hi"] = float(k - t * s / np.sqrt(sxx)), float(k + t * s / np.sqrt(sxx))
+        if at is not None:
+            half = t * s * np.sqrt(1 / n + (np.log(at) - lx.mean()) ** 2 / sxx)
+            out["pred_lo"] = float(np.exp(b + k * np.log(at) - half))
+            out["pred_hi"] = float(np.exp(b + k * np.log(at) + half))
+    return out
+
+
+def prealloc_fits(D, at: float | None = None):
+    """fit_power_law() of `cached` for every dataset (not only those shown), one row per run:
+    the run-to-run spread of the exponent, with each fit's quality."""
+    import pandas as pd
+    from perfbook.analysis.findings import counted_runs
+    rows = []
+    for h in D.hosts:
+        for m in counted_runs([m for m in D.manifests if m.host_id == h]):
+            ov = dataset_overhead(D, "prealloc", m.key)
+            if ov.empty:
+                continue
+            f = fit_power_law(ov, at=at)
+            mine = dataset_rows(D, "prealloc", m.key)
+            sizes = mine[mine.cluster_size == 512].image_size
+            rows.append({"host_id": h, "run_id": m["run_id"], "profile": m.profile or "not recorded",
+                         "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}", **f})
+    return pd.DataFrame(rows)
+
+
+def fits_table(D, at: float | None = None):
+    """prealloc_fits() for display: exponent with its 95 % interval, R², points."""
+    f = prealloc_fits(D, at)
+    if f.empty:
+        return "no 512-byte-cluster preallocation with two runs per mode"
+    t = f[["host_id", "run_id", "profile", "sizes_mib", "n", "dropped", "k", "k_lo", "k_hi", "r2"]]
+    return t.rename(columns={"n": "points", "dropped": "shift <= 0", "k": "exponent",
+                             "k_lo": "exponent_ci_low", "k_hi": "exponent_ci_high",
+                             "r2": "R2_loglog"}).round(2).set_index(["host_id", "run_id"])
+
+
+def formula_table(meta):
+    """Measured metadata against the seed's 10 * IS / CS^2 (and 40 * IS / CS^2 bytes)."""
+    import pandas as pd
+    f = meta[meta.experiment.isin(["formula", "snapshots"])].copy()
+    f = f.drop_duplicates(["host_id", "experiment", "cluster_size", "virtual_size", "nb_snapshots"],
+                          keep="last")
+    rows = []
+    for r in f.itertuples():
+        rows.append({
+            "host_id": r.host_id, "cluster_size": r.cluster_size,
+            "virtual_size_mib": r.virtual_size / MiB, "snapshots": r.nb_snapshots,
+            "l2_tables": r.n_active_l2 + r.n_inactive_l2, "refcount_blocks": r.n_refcount_block,
+            "measured_clusters": r.n_formula_scope,
+            "formula_virtual": formula_clusters(r.virtual_size, r.cluster_size),
+            "formula_file": formula_clusters(r.file_size, r.cluster_size),
+            "formula_disk": formula_clusters(r.disk_usage, r.cluster_size),
+            "measured_list_kib": 4 * r.n_formula_scope / 1024,
+            "runs_list_kib": 4 * r.formula_scope_runs / 1024,
+            "formula_virtual_kib": formula_bytes(r.virtual_size, r.cluster_size) / 1024,
+            "formula_disk_kib": formula_bytes(r.disk_usage, r.cluster_size) / 1024,
+            "disk_usage_mib": r.disk_usage / MiB, "file_size_mib": r.file_size / MiB,
+        })
+    return pd.DataFrame(rows).sort_values(["cluster_size", "virtual_size_mib", "snapshots"], kind="stable")
+
+
+def caption_for(df, manifests, what: str, by: list[str], ci: bool = True, extra: str = "") -> str:
+    """Caption from the runs shown: runs per group, warm-up rounds excluded, hosts."""
+    from perfbook.analysis.stats import caption, hosts_of
+    runs = set(zip(df["host_id"], df["run_id"]))
+    ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in runs]
+    # warm-up rounds: rep_warmup now, warmup in the datasets of fixed repetition
+    wu = [m["parameters"].get("rep_warmup", m["parameters"].get("warmup", 0)) for m in ms] or [0]
+    return caption(what, n=df.groupby(by).size().to_numpy(), unit="runs", warmup=wu,
+                   hosts=hosts_of(ms), ci=ci, extra=extra)
+
+
+# -- the frames the chapter shows (one dataset per host) -----------------------------------
+
+def resizes(D):
+    """The timed metadata preallocations (no flushes) of the datasets shown."""
+    pre = D.of_shown(D["prealloc"])
+    return pre[pre.command == "resize_no_flush"]
+
+
+def prealloc_overhead(D):
+    """overhead() of every mode against none, per host, cluster size and image size."""
+    return shown_overhead(D, "prealloc")
+
+
+def writes(D):
+    return D.of_shown(D["writes"])
+
+
+def prealloc_table(D):
+    """CPU seconds per run and each mode's extra over none, per host and size."""
+    ov = prealloc_overhead(D)
+    t = ov.assign(size_mib=ov.image_size // 2**20)[["host_id", "cluster_size", "size_mib", "mode", "n", "median",
+                                                    "extra", "extra_ci_low", "extra_ci_high", "share_pct",
+                                                    "p_value"]]
+    t = t.assign(significant=ov["significant"].map({True: "yes", False: "no"}))
+    return t.round(3).rename(columns={"median": "cpu_s"}).set_index(["host_id", "cluster_size", "size_mib", "mode"])
+
+
+def writes_summary(D):
+    """summary() of the shown datasets' writes (wall and CPU time, what is read of it), once
+    per D: the writes table, their spread and the modes figure show it."""
+    return D.once("writes_summary", lambda: summary(writes(D), WRITES_BY, metrics=("wall_s", "cpu_s")))
+
+
+def writes_table(D):
+    """Per host, workload and mode: runs, median wall and CPU s, the extra CPU over none."""
+    sw, ovw = writes_summary(D), shown_overhead(D, "writes")
+    wall = sw[sw.metric == "wall_s"].set_index(WRITES_BY)["median"].rename("wall_s")
+    tw = ovw.set_index(WRITES_BY).join(wall)[["n", "wall_s", "median", "extra", "extra_ci_low",
+                                              "extra_ci_high", "share_pct", "p_value", "verdict"]]
+    return tw.rename(columns={"median": "cpu_s"}).round(3)
+
+
+def writes_spread(D):
+    """The spread of the CPU time per run behind the medians (percentiles, CV)."""
+    sw = writes_summary(D)
+    return sw[sw.metric == "cpu_s"].set_index(WRITES_BY)[["n", "median", "ci_low", "ci_high", "p5", "p95",
+                                                           "cv"]].round(3)
+
+
+def cycles_table(D):
+    """The share of perf samples in the check, per host, workload and mode."""
+    cy = D.of_shown(D["cycles"])
+    return cy.groupby(["host_id", "workload", "mode"]).agg(
+        n=("check_pct", "size"), check_pct_median=("check_pct", "median"),
+        check_pct_min=("check_pct", "min"), check_pct_max=("check_pct", "max")).round(2)
+
+
+def comparison_table(D):
+    """The seed's 2014 shares next to ours (self share of sampled CPU in the check), each with
+    its cluster size, and whether the two cluster sizes are the same."""
+    import pandas as pd
+    from .prose import cluster_text, headline
+    h = headline(D)
+    nan = float("nan")
+    ref = D.reference("qcow2_overlap")
+    seed = ref[(ref.metric == "cycles_share_pct") & (ref.variant == "before_series")].set_index("experiment")
+    wr = D.of_quoted(D["writes"])
+
+    def ours(wl, col):
+        v = sorted(set(wr[wr.workload == wl][col].astype(int)))
+        return v[0] if len(v) == 1 else None
+
+    cy = D.of_quoted(D["cycles"])
+    pre_mib = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB if len(cy) else None
+    rows = []
+    # the perf recording of each workload builds the image the timed runs use (collect_perf)
+    for what, exp, seed_what, share, cs, mib in (
+            ("metadata preallocation", "create_prealloc_metadata_512", "qemu-img create",
+             h.get("perf_pre_cached", nan), 512, pre_mib),
+            ("sequential 64 KiB writes that allocate", "guest_dd_64k", "guest dd",
+             h.get("perf_al_cached", nan), ours("allocate_sequential_64k", "cluster_size"),
+             (ours("allocate_sequential_64k", "image_size") or 0) // MiB),
+            ("scattered 512 B overwrites, preallocated image", "guest_random_512_odirect",
+             "guest O_DIRECT", h.get("perf_ow_cached", nan), ours("overwrite_scattered_512", "cluster_size"),
+             h["ow_size_mib"])):
+        r = seed.loc[exp]
+        same_cs = cs is not None and int(r.cluster_size) == cs
+        rows.append({"workload": what,
+                     "seed 2014, before the series": f"{seed_what}: {r.value:.2f} %",
+                     "seed image": f"{int(r.image_size_mib)} MiB",
+                     "seed cluster size": f"{cluster_text(r.cluster_size)} ({r.cluster_size_basis.split(':')[0]})",
+                     "this host, overlap-check=cached": f"{share:.2f} %",
+                     "our image": f"{mib} MiB" if mib else "—",
+                     "our cluster size": cluster_text(cs) if cs else "mixed",
+                     "same cluster size": "yes" if same_cs else "no: not like with like",
+                     "same image size": "yes" if mib == int(r.image_size_mib) else "no"})
+    return pd.DataFrame(rows)
+
+
+FORMULA_COLUMNS = ["host_id", "cluster_size", "virtual_size_mib", "snapshots", "l2_tables", "refcount_blocks",
+                   "measured_clusters", "formula_virtual", "measured_list_kib", "formula_virtual_kib",
+                   "disk_usage_mib", "formula_disk_kib"]
+
+
+def formula_shown(D):
+    """formula_table() of the datasets shown (one per host)."""
+    return formula_table(D.of_shown(D["metadata"]))
+
+
+def formula_display(D):
+    return formula_shown(D)[FORMULA_COLUMNS].round(2).reset_index(drop=True)
+
+
+PARAMETER_ROWS = ["profile", "rep_target", "rep_min_runs", "rep_max_runs", "rep_budget_s", "rep_warmup",
+                  "repeats", "warmup", "prealloc_sizes_512", "prealloc_sizes_64k", "bench_size",
+                  "bench_count", "alloc_size", "snapshots", "snap_size", "snap_count", "perf_repeats"]
+
+
+def parameters_table(D):
+    """The parameters of the dataset shown for each host, one column per dataset."""
+    import pandas as pd
+    shown = D.shown
+    ms = [m for m in D.manifests if shown.get(m.host_id) == m["run_id"]]
+    return pd.DataFrame({f"{m.host_id} {m['run_id']}":
+                         [str(m.profile if k == "profile" else m.parameters.get(k, "—")) for k in PARAMETER_ROWS]
+                         for m in ms}, index=PARAMETER_ROWS)
+
+
+def host_comparison(D):
+    """Each other host's CPU time per run against the prose's dataset, case by case where
+    both measured the same case (perfbook.analysis.stats.compare_frame; identical sizes and modes). Once
+    per D: the prose's sentence and the table read it."""
+    return D.once("host_comparison", lambda: _host_comparison(D))
+
+
+def _host_comparison(D):
+    import pandas as pd
+    from perfbook.analysis.stats import compare_frame
+    if len(D.hosts) < 2:
+        return pd.DataFrame()
+    return compare_frame(host_cases(D), by="host_id", value="cpu_s", baseline=D.quoted.host_id,
+                         within=["case", "mode"])
+
+
+def host_cases(D):
+    """Every host's runs (host_id, case, mode, cpu_s) of the shown datasets, a case being a
+    preallocation (cluster and image size) or a write workload (image size and requests)."""
+    import pandas as pd
+    pre = resizes(D).assign(
+        case=lambda t: "prealloc cs=" + t.cluster_size.astype(str) + " " + (t.image_size // MiB).astype(str) + " MiB")
+    wr = writes(D).assign(
+        case=lambda t: t.workload + " " + (t.image_size // MiB).astype(str) + " MiB x" + t.requests.astype(str))
+    cols = ["host_id", "case", "mode", "cpu_s"]
+    return pd.concat([pre[cols], wr[cols]])
+
+
+def host_comparison_table(D):
+    hc = host_comparison(D)
+    if not len(hc):
+        return "no host comparison (see the text above)"
+    return hc[["case", "mode", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift",
+               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+
+
+def not_measured(D):
+    """Per dataset: what it did not measure and why (its skips and notes), the perf event
+    it sampled and where its scratch images lived."""
+    import pandas as pd
+    from perfbook.data.dataset import skipped_table
+    rows = []
+    cy = D["cycles"]
+    for m in sorted(D.manifests, key=lambda m: m["run_id"]):
+        mine = cy[(cy.host_id == m.host_id) & (cy.run_id == m["run_id"])] if len(cy) else cy
+        scratch = m.facts.get("scratch") or {}
+        rows.append({"host": m.host_id, "run": m["run_id"], "what": "perf event",
+                     "why": mine.event.iloc[0] if len(mine) else "none"})
+        rows.append({"host": m.host_id, "run": m["run_id"], "what": "scratch file system",
+                     "why": f"{scratch.get('filesystem')}; flushes: {scratch.get('flushes')}"})
+    t = pd.concat([skipped_table(D.manifests), pd.DataFrame(rows)], ignore_index=True)
+    return t.sort_values(["host", "run"], kind="stable").reset_index(drop=True)

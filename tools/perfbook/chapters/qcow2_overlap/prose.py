@@ -1,0 +1,444 @@
+"""qcow2_overlap: every value the chapter's prose quotes, from D.quoted and the seed's table.
+
+headline(D) gives the numbers (floats unrounded); findings(D) formats each one exactly as the
+prose shows it (FORMATS), because perfbook.book.notebook.glue_all glues text and integers only.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+from .analysis import (PRE_KEYS, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic, formula_table,
+                       host_cases, host_comparison, overhead)
+from .spec import GiB, MiB
+
+# How the prose shows each float (format specs); everything else is an int or a str.
+FORMATS = {
+    "seed_create_gib": ".0f", "run_minutes": ".1f", "l2_cov_kib": ".0f",
+    "pre_big_cached_cpu": ".2f", "pre_big_none_cpu": ".2f", "pre_big_extra": ".2f",
+    "pre_big_extra_lo": ".2f", "pre_big_extra_hi": ".2f", "pre_big_share": ".0f",
+    "pre_k": ".2f", "pre_extrap_2g": ".1f", "pre_extrap_factor": ".0f", "pre_extrap_2g_quad": ".1f", "seed_user_saved": ".1f",
+    "seed_create_before": ".1f", "seed_create_after": ".1f",
+    "flush_wall": ".2f", "flush_cpu": ".2f", "flush_wait": ".2f",
+    "ow_cached_us": ".1f", "ow_cached_lo_us": ".1f", "ow_cached_hi_us": ".1f", "ow_cached_share": ".0f",
+    "seed_random_factor": ".0f",
+    "al_cached_us": ".1f", "al_cached_share": ".1f", "al_cached_lo_us": ".0f", "al_cached_hi_us": ".0f",
+    "sn_cached_us": ".1f", "sn_cached_lo_us": ".0f", "sn_cached_hi_us": ".0f",
+    "sn_all_us": ".0f", "sn_all_lo_us": ".0f", "sn_all_hi_us": ".0f", "sn_all_share": ".0f",
+    "perf_ow_cached": ".1f", "seed_pct_random": ".1f", "perf_pre_cached": ".1f", "perf_al_cached": ".1f",
+    "seed_pct_create": ".1f", "seed_pct_dd": ".1f", "perf_size_ratio": ".0f", "perf_sn_all": ".1f",
+    "formula_ratio_min": ".3f", "formula_ratio_max": ".3f",
+    "seed_disk_mib": ".0f", "seed_formula_kib": ".0f", "seed_list_kib": ".0f",
+    "f2_disk_mib": ".0f", "f2_formula_disk_kib": ".0f", "f2_list_kib": ".0f", "f2_runs_kib": ".0f",
+}
+# The other values the prose quotes, as they are (ints and strings, formatted in headline()).
+AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "host_cpus", "pre_not_sig",
+         "pre_n_cmp", "flush_size_mib", "ow_size_mib", "ow_n", "ow_requests",
+         "sn_snapshots", "perf_event", "perf_n", "perf_pre_size_mib", "f2_size_mib", "f2_clusters",
+         "qemu_version", "scratch_fs", "host_sentence", "pre_big_note", "pre_big_sig",
+         "pre_fit_n", "pre_fit_dropped", "pre_k_lo", "pre_k_hi", "pre_r2", "pre_fit_sentence",
+         "pre_extrap_2g_lo", "pre_extrap_2g_hi", "pre_constant_sentence", "k64_sentence",
+         "ow_cached_sig", "al_cached_sig", "sn_cached_sig", "sn_all_sig", "f2_runs_phrase",
+         "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence", "pre_max_mib")
+
+
+def cluster_text(b: int) -> str:
+    """A cluster size as the prose shows it: '512 B', '64 KiB'."""
+    b = int(b)
+    return f"{b // 1024} KiB" if b >= 1024 and b % 1024 == 0 else f"{b} B"
+
+
+def sig2(x: float) -> str:
+    """Two significant digits without exponent notation ('0.00031', '8.8', '880')."""
+    import math
+    if not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    digits = max(0, 1 - int(math.floor(math.log10(abs(x)))))
+    return f"{round(x, digits):,.{digits}f}"
+
+
+def _or_na(x: float, spec: str) -> str:
+    """x formatted, or 'n/a' where it is not defined (a fit through fewer than 3 sizes has no
+    interval and no R²)."""
+    return format(x, spec) if x == x else "n/a"
+
+
+def significance(row) -> str:
+    """'significant (Mann–Whitney p = 0.008)' or 'not significant (… p = 0.34)' for an
+    overhead() row."""
+    word = "significant" if bool(row["significant"]) else "not significant"
+    return f"{word} (Mann–Whitney p = {row['p_value']:.2g})"
+
+
+def findings(D) -> dict:
+    """Every value the prose glues, formatted as it shows them (strings and ints)."""
+    return formatted(headline(D))
+
+
+def formatted(h: dict) -> dict:
+    """Values of headline() as the prose shows them: FORMATS' floats as text, AS_IS as they are,
+    and the sentences made of them (sentences())."""
+    out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h and h[k] == h[k]}
+    out.update({k: h[k] for k in AS_IS if k in h})
+    out.update(sentences(out))
+    return out
+
+
+# A comparison of a mode with `none` needs two runs of each (overhead()); a dataset whose time
+# budget allowed one run per mode (a slow machine: a TCG guest's default run) has none to quote.
+ONE_RUN = "one run per mode, too few to compare"
+
+
+def sentences(f: dict) -> dict:
+    """The prose's sentences about comparisons, from formatted values `f`: each one quotes its
+    shift, interval and test where the quoted dataset compared it, and says that it did not
+    where it could not (ONE_RUN)."""
+    out = {}
+    if "pre_big_cached_cpu" in f:
+        out["pre_big_sentence"] = (
+            f"At {f['pre_big_mib']} MiB the default mode `cached` needed {f['pre_big_cached_cpu']} s of CPU "
+            f"against {f['pre_big_none_cpu']} s without checks: {f['pre_big_extra']} s more (Hodges–Lehmann "
+            f"shift; its 95 % interval is {f['pre_big_extra_lo']} to {f['pre_big_extra_hi']} s, n = "
+            f"{f['pre_n']} runs per mode; {f['pre_big_sig']}), {f['pre_big_share']} % of the run.")
+    else:
+        out["pre_big_sentence"] = (
+            "No 512-byte-cluster size of this dataset has two runs of `cached` and two of `none`, so it "
+            f"has no shift of `cached` over `none` to quote ({ONE_RUN}).")
+    if f.get("pre_n_cmp"):
+        out["pre_sig_sentence"] = (
+            f"Over every mode and size of this dataset, {f['pre_not_sig']} of the {f['pre_n_cmp']} "
+            "differences from `none` are not significant (column `significant`): on this "
+            f"{f['host_cpus']}-CPU machine the run-to-run noise is large against many of the shifts.")
+    else:
+        out["pre_sig_sentence"] = f"No mode of this dataset was compared with `none` at any size ({ONE_RUN})."
+    if "pre_extrap_2g" in f:
+        out["pre_extrap_sentence"] = (
+            f"{f['pre_extrap_factor']} times the largest size measured, the quoted dataset's power law gives "
+            f"{f['pre_extrap_2g']} s of extra CPU for `cached` (95 % interval of the fitted line there: "
+            f"{f['pre_extrap_2g_lo']} to {f['pre_extrap_2g_hi']} s); a quadratic through the same points, "
+            f"drawn only for comparison, gives {f['pre_extrap_2g_quad']} s")
+        out["pre_extrap_verdict"] = (f"{f['pre_extrap_2g']} s of extra CPU (interval {f['pre_extrap_2g_lo']} "
+                                     f"to {f['pre_extrap_2g_hi']} s)")
+    else:
+        out["pre_extrap_sentence"] = ("the quoted dataset has no power law to carry: fewer than two of its "
+                                      "sizes have a positive shift")
+        out["pre_extrap_verdict"] = "not here, as the quoted dataset has no power law to carry there"
+    not_compared = f"was not compared with `none` ({ONE_RUN})"
+    ow, al = _cost(f, "ow", "cached"), _cost(f, "al", "cached")
+    out["ow_cached_sentence"] = (
+        f"`cached` adds {ow[0]} µs of CPU per write (interval {ow[1]} µs; {ow[2]}), {f['ow_cached_share']} % "
+        "of the run" if ow else f"`cached` {not_compared}")
+    out["al_cached_sentence"] = (
+        f"the median difference for `cached` is {al[0]} µs per 64 KiB request ({f['al_cached_share']} % of the "
+        f"run; interval {al[1]} µs; {al[2]})" if al else f"`cached` {not_compared}")
+    sn_cached, sn_all = _cost(f, "sn", "cached"), _cost(f, "sn", "all")
+    said = []
+    if sn_cached:
+        said.append(f"`cached` costs {sn_cached[0]} µs per write (this experiment leaves `constant` out; interval "
+                    f"{sn_cached[1]} µs; {sn_cached[2]})")
+    if sn_all:
+        said.append(f"`all` costs {sn_all[0]} µs (interval {sn_all[1]} µs; {sn_all[2]}), {f['sn_all_share']} % "
+                    "of the run")
+    missing = [name for name, c in (("`cached`", sn_cached), ("`all`", sn_all)) if not c]
+    if missing:
+        said.append(" and ".join(missing) + (f" {not_compared}" if len(missing) == 1 else
+                                             f" were not compared with `none` ({ONE_RUN})"))
+    out["sn_sentence"] = ", and ".join(said)
+    out["sn_all_share_sentence"] = (f"`all` adds {f['sn_all_share']} % to the run's CPU time" if sn_all else
+                                    f"`all` {not_compared}")
+    return out
+
+
+def _cost(f: dict, key: str, mode: str):
+    """(extra µs per write, its interval, its test) of `mode` in write workload `key` (ow, al, sn)
+    as formatted values f give them; None where it was not compared."""
+    if f"{key}_{mode}_us" not in f:
+        return None
+    return (f[f"{key}_{mode}_us"], f"{f[f'{key}_{mode}_lo_us']} to {f[f'{key}_{mode}_hi_us']}",
+            f[f"{key}_{mode}_sig"])
+
+
+def key_values(D) -> dict:
+    """What the key findings (claims.py) read, as findings() shows it: the largest preallocation
+    and the fit of `cached` at 512-byte clusters, the formula, both checking modes after
+    snapshots and the seed's figures. Each dataset's verdicts need only these, so only the
+    modes they quote are compared with none (a comparison per mode and case is most of
+    headline()'s cost); the values are those headline() gives."""
+    ref = D.reference("qcow2_overlap")
+    rs = dataset_rows(D, "prealloc", D.quoted.key)
+    ov = overhead(rs[rs.cluster_size == 512], PRE_KEYS, modes=("cached",))
+    wr = dataset_rows(D, "writes", D.quoted.key)
+    sn = wr[wr.workload == SNAPSHOTS]
+    costs = _write_costs(sn, overhead(sn, ["workload", "mode"], modes=("cached", "all")), SNAPSHOTS, "sn")
+    return formatted({**_prealloc(ov, rs, ref), **costs, **_snapshots(wr), **_metadata(D, ref), **_seed(ref)})
+
+
+def headline(D) -> dict:
+    """The numbers the text quotes, from the quoted dataset and the seed's table (computed once
+    per D: the prose and the table beside the seed's both read it; a copy is returned).
+
+    pre_big_mib is the largest 512-byte-cluster size overhead() compared (>= 2 runs of
+    'cached' and of 'none'); pre_max_mib the largest measured, pre_big_note a sentence
+    when they differ.
+    """
+    return dict(D.once("headline", lambda: _headline(D)))
+
+
+def _headline(D) -> dict:
+    import numpy as np
+    m = D.quoted
+    ref = D.reference("qcow2_overlap")
+    rs = dataset_rows(D, "prealloc", m.key)
+    ov = dataset_overhead(D, "prealloc", m.key)
+    out = _prealloc(ov, rs, ref)
+    out.update(_prealloc_modes(ov, rs))
+    pre = D.of_quoted(D["prealloc"])
+    cf = pre[pre.command == "create_with_flushes"]
+    out["flush_size_mib"] = int(cf.image_size.iloc[0]) // MiB if len(cf) else 0
+    out["flush_wall"] = float(cf.wall_s.median()) if len(cf) else float("nan")
+    out["flush_cpu"] = float(cf.cpu_s.median()) if len(cf) else float("nan")
+    out["flush_wait"] = out["flush_wall"] - out["flush_cpu"]
+    out.update(_writes(D, ref))
+    out.update(_metadata(D, ref))
+    out.update(_seed(ref))
+    out.update(_perf(D, ref))
+    t0, t1 = (dt.datetime.fromisoformat(m[k]) for k in ("started", "finished"))
+    out["run_minutes"] = (t1 - t0).total_seconds() / 60
+    out["host_cpus"] = m["host"]["cpus_online"]
+    out["scratch_fs"] = (m.facts.get("scratch") or {}).get("filesystem") or "unknown"
+    out["step_clusters"] = m.parameters["bench_step_clusters"]
+    out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
+    out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
+    out["host_sentence"] = host_sentence(D)
+    # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
+    return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
+
+
+def seed_size(ref) -> int:
+    """Bytes of the image the seed created with preallocation (its 2014 measurement)."""
+    return int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
+
+
+def _prealloc(ov, rs, ref) -> dict:
+    """The largest 512-byte-cluster preallocation `cached` was compared at, and the power law
+    fitted to its shifts: from `cached`'s rows of `ov` (overhead() of one dataset's timed
+    preallocations, rs) alone."""
+    out: dict = {}
+    # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
+    # time budget with one run has no comparison (pre_max_mib says what was measured)
+    kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
+    measured = rs[rs.cluster_size == 512].image_size
+    out["pre_max_mib"] = int(measured.max()) // MiB if len(measured) else 0
+    at = seed_size(ref)
+    if kept.empty:        # one run per mode at every size: nothing compared, nothing to fit
+        out["pre_big_mib"] = out["pre_max_mib"]
+        out["pre_big_note"] = f"no 512-byte-cluster size was compared ({ONE_RUN})"
+        out["pre_fit_sentence"] = f"no size of this dataset was compared ({ONE_RUN}), so there is nothing to fit"
+        return out
+    big = int(kept.image_size.max())
+    row = kept[kept.image_size == big].iloc[0]
+    out["pre_big_mib"] = big // MiB
+    out["pre_big_note"] = ("" if out["pre_max_mib"] == out["pre_big_mib"] else
+                           f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
+                           f"so the largest compared size is {out['pre_big_mib']} MiB")
+    out["pre_big_cached_cpu"] = row["median"]
+    out["pre_big_none_cpu"] = row.none_median
+    out["pre_big_extra"] = row.extra
+    out["pre_big_extra_lo"], out["pre_big_extra_hi"] = row.extra_ci_low, row.extra_ci_high
+    out["pre_big_share"] = row.share_pct
+    out["pre_n"] = int(row.n)
+    out["pre_big_sig"] = significance(row)
+    fit = fit_power_law(ov, at=at)
+    out["pre_k"], out["pre_fit_n"], out["pre_fit_dropped"] = fit["k"], fit["n"], fit["dropped"]
+    out["pre_k_lo"], out["pre_k_hi"] = _or_na(fit["k_lo"], ".1f"), _or_na(fit["k_hi"], ".1f")
+    out["pre_r2"] = _or_na(fit["r2"], ".2f")
+    out["pre_extrap_2g"] = fit["pred"]
+    out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
+    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at ** 2
+    out["pre_extrap_factor"] = at / big
+    dropped = (f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
+               "positive value" if fit["dropped"] else "")
+    out["pre_fit_sentence"] = (
+        f"a power law fitted by least squares in log-log space to the {fit['n']} sizes gives an "
+        f"exponent of {fit['k']:.2f} (95 % interval {fit['k_lo']:.1f} to {fit['k_hi']:.1f}, "
+        f"R² = {fit['r2']:.2f} in log space{dropped})" if fit["n"] >= 3 else
+        f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval")
+    return out
+
+
+def _prealloc_modes(ov, rs) -> dict:
+    """`constant` at every 512-byte-cluster size, every mode's significance, and `cached` at
+    64 KiB clusters, from overhead() of the quoted dataset's preallocations (ov) and their rows
+    (rs: what was measured, where nothing was compared)."""
+    out: dict = {}
+    # constant against none at every 512-byte-cluster size of the quoted dataset
+    con = ov[(ov.cluster_size == 512) & (ov["mode"] == "constant")]
+    out["pre_constant_sentence"] = (
+        f"`constant` differs significantly from `none` at {int(con.significant.sum())} of the "
+        f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)" if len(con) else
+        f"`constant` was not compared with `none` at any size ({ONE_RUN})" if (rs["mode"] == "constant").any()
+        else "`constant` was not measured")
+    # the quoted host's modes against none, at every size (the table's `significant` column)
+    mine = ov[ov["mode"] != "none"]
+    out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
+    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
+    out["k64_sentence"] = (f"`cached` was not compared with `none` ({ONE_RUN})"
+                           if (rs.cluster_size == 65536).any() else "no image was measured")
+    if len(k64):
+        k = k64.iloc[-1]
+        equiv = int(k.image_size * (512 / 65536) ** 2) // MiB
+        out["k64_sentence"] = (
+            f"preallocating a {int(k.image_size) // GiB} GiB image (as many L2 "
+            f"tables as {equiv} MiB at 512-byte clusters), `cached` took {1000 * k.extra:.0f} ms more "
+            f"CPU than `none` (interval {1000 * k.extra_ci_low:.0f} to {1000 * k.extra_ci_high:.0f} ms, "
+            f"{significance(k)}; `none` took {k.none_median:.2f} s)")
+    return out
+
+
+def _seed(ref) -> dict:
+    """The seed's figures the prose quotes, from data/reference."""
+    out = {}
+    r = ref[(ref.experiment == "create_prealloc_metadata_512") & (ref.metric == "wall_s")]
+    before = r[r.variant == "before_series"].iloc[0]
+    after = r[r.variant == "after_series"].iloc[0]
+    out["seed_user_saved"] = before.user_s - after.user_s
+    out["seed_create_before"], out["seed_create_after"] = before.value, after.value
+    seed = ref[ref.metric == "cycles_share_pct"].set_index(["experiment", "variant"]).value
+    out["seed_pct_create"] = float(seed[("create_prealloc_metadata_512", "before_series")])
+    out["seed_pct_dd"] = float(seed[("guest_dd_64k", "before_series")])
+    out["seed_pct_random"] = float(seed[("guest_random_512_odirect", "before_series")])
+    out["seed_create_gib"] = seed_size(ref) / GiB
+    return out
+
+
+SNAPSHOTS = "overwrite_after_snapshots_512"
+WRITES = (("overwrite_scattered_512", "ow"), ("allocate_sequential_64k", "al"), (SNAPSHOTS, "sn"))
+
+
+def _writes(D, ref) -> dict:
+    out = {}
+    wr = dataset_rows(D, "writes", D.quoted.key)
+    ovw = dataset_overhead(D, "writes", D.quoted.key)
+    for wl, key in WRITES:
+        out.update(_write_costs(wr, ovw, wl, key))
+        out[f"{key}_n"] = int(wr[wr.workload == wl].groupby("mode").size().min())
+    out["ow_size_mib"] = int(wr[wr.workload == "overwrite_scattered_512"].image_size.iloc[0]) // MiB
+    seed_rand = ref[ref.experiment == "guest_random_512_odirect"].image_size_mib.iloc[0]
+    out["seed_random_factor"] = float(seed_rand) / out["ow_size_mib"]
+    out.update(_snapshots(wr))
+    return out
+
+
+def _write_costs(wr, ovw, wl: str, key: str) -> dict:
+    """The extra CPU per request of `cached` and `all` over none in workload wl, with its
+    interval and significance, where ovw (overhead() of the writes wr) compared them."""
+    out = {}
+    g = ovw[ovw.workload == wl].set_index("mode")
+    nreq = int(wr[wr.workload == wl].requests.iloc[0])
+    for mode in ("cached", "all"):
+        if mode in g.index:
+            out[f"{key}_{mode}_us"] = 1e6 * g.loc[mode, "extra"] / nreq
+            out[f"{key}_{mode}_share"] = g.loc[mode, "share_pct"]
+            out[f"{key}_{mode}_lo_us"] = 1e6 * g.loc[mode, "extra_ci_low"] / nreq
+            out[f"{key}_{mode}_hi_us"] = 1e6 * g.loc[mode, "extra_ci_high"] / nreq
+            out[f"{key}_{mode}_sig"] = significance(g.loc[mode])
+    out[f"{key}_requests"] = nreq
+    return out
+
+
+def _snapshots(wr) -> dict:
+    return {"sn_snapshots": int(wr[wr.workload == SNAPSHOTS].snapshots.iloc[0])}
+
+
+def _metadata(D, ref) -> dict:
+    """The formula against the images; the seed's 2 GiB image at 512-byte clusters."""
+    out = {}
+    ft = formula_table(D.of_quoted(D["metadata"]))
+    ratio = ft.measured_clusters / ft.formula_virtual
+    out["formula_ratio_min"], out["formula_ratio_max"] = float(ratio.min()), float(ratio.max())
+    s2 = ft[(ft.cluster_size == 512) & (ft.snapshots == 0)].sort_values("virtual_size_mib", kind="stable").iloc[-1]
+    out["f2_size_mib"] = int(s2.virtual_size_mib)
+    out["f2_clusters"] = int(s2.measured_clusters)
+    out["f2_list_kib"] = s2.measured_list_kib
+    out["f2_runs_kib"] = s2.runs_list_kib
+    out["f2_disk_mib"] = s2.disk_usage_mib
+    out["f2_formula_disk_kib"] = s2.formula_disk_kib
+    out["f2_formula_virtual_kib"] = s2.formula_virtual_kib
+    merged = s2.runs_list_kib < 0.99 * s2.measured_list_kib
+    out["f2_runs_phrase"] = (
+        f"{'they merge' if merged else 'they do not merge'} into fewer contiguous runs "
+        f"({s2.runs_list_kib:.0f} KiB at one entry per run)"
+        + ("" if merged else ": preallocation places each L2 table among the data clusters it maps"))
+    rl = ref[ref.experiment == "ram_formula"]
+    out["seed_list_kib"] = float(rl[rl.variant == "measured_list"].value.iloc[0])
+    out["seed_formula_kib"] = float(rl[rl.variant == "formula_disk_size"].value.iloc[0])
+    out["seed_disk_mib"] = float(rl[rl.variant == "formula_disk_size"].image_size_mib.iloc[0])
+    return out
+
+
+def _perf(D, ref) -> dict:
+    import numpy as np
+    out = {}
+    cy = D.of_quoted(D["cycles"])
+    if cy is not None and len(cy):
+        g = cy.groupby(["workload", "mode"]).check_pct.median()
+        out["perf_event"] = str(cy.event.iloc[0])
+        out["perf_pre_cached"] = float(g.get(("prealloc_512", "cached"), np.nan))
+        out["perf_ow_cached"] = float(g.get(("overwrite_scattered_512", "cached"), np.nan))
+        out["perf_al_cached"] = float(g.get(("allocate_sequential_64k", "cached"), np.nan))
+        out["perf_sn_all"] = float(g.get(("overwrite_after_snapshots_512", "all"), np.nan))
+        out["perf_n"] = int(cy.groupby(["workload", "mode"]).size().min())
+        out["perf_pre_size_mib"] = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB
+        out["perf_size_ratio"] = seed_size(ref) / MiB / out["perf_pre_size_mib"]
+    out.update(_dd(D, ref))
+    return out
+
+
+def _dd(D, ref) -> dict:
+    """The seed's guest dd share against our sequential 64 KiB writes, with both cluster sizes:
+    the seed's from data/reference (where it says whether the seed stated it), ours from the
+    writes table (the perf recording of the same workload builds the same image, collect_perf)."""
+    out = {}
+    dd = ref[(ref.experiment == "guest_dd_64k") & (ref.variant == "before_series")].iloc[0]
+    seed_cs = int(dd.cluster_size)
+    out["seed_dd_cluster"] = cluster_text(seed_cs)
+    out["seed_dd_basis"] = str(dd.cluster_size_basis)
+    wl = "allocate_sequential_64k"
+    wr = D.of_quoted(D["writes"])
+    ours = sorted(set(wr[wr.workload == wl].cluster_size.astype(int)))
+    every = D["writes"]
+    every = sorted(set(every[every.workload == wl].cluster_size.astype(int)))
+    out["al_cluster"] = ", ".join(cluster_text(c) for c in ours)
+    if ours == [seed_cs]:
+        out["dd_sentence"] = (
+            f"The seed's guest `dd` share and our sequential 64 KiB writes were both measured with "
+            f"{cluster_text(seed_cs)} clusters, so the two shares compare like with like in cluster size.")
+    else:
+        at_seed = seed_cs in every
+        out["dd_sentence"] = (
+            f"The seed's guest `dd` share ({dd.value:.1f} %) is for an image with {cluster_text(seed_cs)} "
+            f"clusters ({out['seed_dd_basis']}); our sequential 64 KiB writes ran on "
+            f"{out['al_cluster']} clusters"
+            + ("" if at_seed else f", and no committed dataset measured them at {cluster_text(seed_cs)}")
+            + ". The table sets the two side by side with their cluster sizes, but they are not a "
+            f"like-with-like comparison: per byte of disk, {cluster_text(ours[0])} clusters give the check "
+            f"{(seed_cs // ours[0]) ** 2:,} times more L1 entries to walk than {cluster_text(seed_cs)} "
+            "clusters.")
+    return out
+
+
+def host_sentence(D) -> str:
+    """What the side-by-side comparison of hosts found, in one sentence."""
+    if len(D.hosts) < 2:
+        return "Only one host has measured this chapter so far, so there is nothing to compare yet."
+    hc = host_comparison(D)
+    if hc.empty:
+        cases = host_cases(D)
+        mine = cases[cases.host_id == D.quoted.host_id][["case", "mode"]].drop_duplicates()
+        theirs = cases[cases.host_id != D.quoted.host_id][["case", "mode"]].drop_duplicates()
+        if len(mine.merge(theirs)):   # the same cases, but too few runs of them to compare
+            return ("The hosts measured the same cases, but with fewer than 2 runs per case and mode on one "
+                    "side, so no case is compared between hosts.")
+        return "The hosts measured no case with the same sizes, so there is nothing to compare case by case."
+    return f"{int(hc.significant.sum())} of {len(hc)} case-and-mode comparisons differ significantly between hosts."

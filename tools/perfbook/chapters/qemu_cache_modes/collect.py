@@ -1,0 +1,317 @@
+"""qemu_cache_modes, collect: the only part of the chapter that touches the host.
+
+  semantics -- strace of ``qemu-io -t MODE`` writing a scratch image, then a flush; the raw
+               traces go into the dataset's strace/ directory, the classified rows into `trace`.
+  bench     -- ``qemu-img bench`` per mode and configuration, rounds repeated adaptively in a
+               shuffled order (perfbook.analysis.repetition.Repetition).
+  host_dd   -- the seed's ``dd`` (64 KiB blocks, normal and oflag=direct) on this host.
+  guest     -- the seed's guest test (collect_guest.py).
+
+Scratch images live in the run's scratch directory (ctx.scratch(), on the framework's undo
+stack); every child (strace, qemu-io, qemu-img, dd) runs in its own process group, killed with
+it on any exception, and dies with this process (PR_SET_PDEATHSIG).
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from perfbook.probes import blockdev
+from perfbook.analysis import stats
+from perfbook.core.errors import MissingPrerequisite, PerfbookError
+from perfbook.core.guard import check_interrupted
+from perfbook.core.proc import die_with_parent, run_group
+from .parse import bench_seconds, dd_summary, trace_rows
+from .spec import (DOC_MAPPING, DOC_SOURCE, PARTS, SEM_IMAGE_MIB, SEM_WRITE, TRACED, KiB, MiB,
+                   MARK_FLUSH_BEGIN, MARK_FLUSH_END, needs_direct)
+from perfbook.analysis.repetition import interleave, repetition
+
+
+def run(cmd: list[str], what: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """Run a child in its own process group (perfbook.core.proc.run_group); a failure is one line."""
+    check_interrupted()
+    try:
+        r = run_group(cmd, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, env=env)
+    except subprocess.TimeoutExpired:
+        raise PerfbookError(f"{what} did not finish within {timeout:.0f} s") from None
+    check_interrupted()
+    if r.returncode != 0:
+        last = (r.stderr.strip() or r.stdout.strip() or f"exit {r.returncode}").splitlines()[-1]
+        raise PerfbookError(f"{what} failed (exit {r.returncode}): {last}")
+    return r
+
+
+def create_image(path: Path, fmt: str, size_mib: int) -> None:
+    """A fully preallocated image, so that runs overwrite allocated blocks (no allocation cost)."""
+    run(["qemu-img", "create", "-q", "-f", fmt, "-o", "preallocation=full", str(path),
+         f"{size_mib}M"], f"qemu-img create {fmt}")
+    sync_file(path)
+
+
+def sync_file(path: Path) -> None:
+    """Write back this one file's dirty pages (untimed, between runs) so that no run pays
+    for the previous run's dirty data. Only our own scratch file is touched."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- part 1: semantics (strace)
+def qemu_io_trace_cmd(trace_file: Path, image: Path, fmt: str, mode: str, aio: str,
+                      n_writes: int) -> list[str]:
+    cmds: list[str] = []
+    for i in range(n_writes):
+        cmds += ["-c", f"write -P 0x5a {i * SEM_WRITE} {SEM_WRITE}"]
+    cmds += ["-c", f"read {MARK_FLUSH_BEGIN[0]} {MARK_FLUSH_BEGIN[1]}", "-c", "flush",
+             "-c", f"read {MARK_FLUSH_END[0]} {MARK_FLUSH_END[1]}"]
+    return ["strace", "-f", "-qq", "-s", "16", "-e", "trace=" + ",".join(TRACED),
+            "-o", str(trace_file), "qemu-io", "-f", fmt, "-t", mode, "-i", aio, *cmds, str(image)]
+
+
+def semantics_runs(p: dict) -> list[tuple[str, str, str]]:
+    """(format, aio, mode) of every traced run."""
+    return [(fmt, aio, mode) for fmt in p["sem_formats"] for aio in p["sem_aio"] for mode in p["modes"]
+            if not needs_direct(aio, mode)]
+
+
+def _semantics(s, p: dict, prog, w) -> list[dict]:
+    rows = []
+    imgs = {}
+    for fmt in p["sem_formats"]:
+        imgs[fmt] = s.path(f"sem.{fmt}")
+        create_image(imgs[fmt], fmt, SEM_IMAGE_MIB)
+    w.path("strace").mkdir(exist_ok=True)
+    for fmt, aio, mode in semantics_runs(p):
+        tf = s.path(f"trace-{mode}-{fmt}-{aio}.txt")
+        run(qemu_io_trace_cmd(tf, imgs[fmt], fmt, mode, aio, p["sem_writes"]),
+            f"strace qemu-io -t {mode} ({fmt}, aio={aio})", timeout=120)
+        text = tf.read_text(errors="replace").replace(str(s.dir), "SCRATCH")
+        (w.path("strace") / tf.name).write_text(text)
+        tf.unlink()
+        for r in trace_rows(text, imgs[fmt].name):
+            rows.append({"mode": mode, "format": fmt, "aio": aio, **r})
+        prog.step(f"semantics {mode} {fmt} aio={aio}")
+    for img in imgs.values():
+        img.unlink()
+    return rows
+
+
+# ---------------------------------------------------------------- part 2: qemu-img bench
+def bench_cmd(image: Path, fmt: str, mode: str, op: str, depth: int, flush_interval: int,
+              count: int, size: int, aio: str) -> list[str]:
+    cmd = ["qemu-img", "bench", "-f", fmt, "-t", mode, "-i", aio, "-c", str(count),
+           "-d", str(depth), "-s", str(size)]
+    if op == "write":
+        cmd += ["-w", "--pattern=90"]
+        if flush_interval:
+            cmd.append(f"--flush-interval={flush_interval}")
+    return cmd + [str(image)]
+
+
+def bench_configs(p: dict) -> list[dict]:
+    out = []
+    for fmt in p["bench_formats"]:
+        for op in p["bench_ops"]:
+            for depth in p["bench_depths"]:
+                for fi in (p["bench_flush_intervals"] if op == "write" else [0]):
+                    for mode in p["modes"]:
+                        if needs_direct(p["bench_aio"], mode):
+                            continue
+                        out.append({"format": fmt, "op": op, "depth": depth,
+                                    "flush_interval": fi, "mode": mode})
+    return out
+
+
+def bench_experiment(c: dict) -> str:
+    """The adaptive-repetition experiment a bench config belongs to: its modes are the keys."""
+    return f"bench {c['format']} {c['op']} d={c['depth']} fi={c['flush_interval']}"
+
+
+def _bench(s, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rounds of every config still running, in shuffled order, repeated adaptively.
+
+    One Repetition per (format, op, depth, flush interval), keyed by mode, tracks MB/s; all of
+    them share the rounds, and each stops on its own (CI target, budget or maximum). The first
+    warm-up round also sizes each config: qemu-img bench reports its run time in milliseconds,
+    so a config that finishes in less than bench_min_ms gets proportionally more requests (at
+    most 64 times bench_count) for all its timed runs. Returns (rows, repetition records)."""
+    imgs = {}
+    for fmt in p["bench_formats"]:
+        imgs[fmt] = s.path(f"bench.{fmt}")
+        create_image(imgs[fmt], fmt, p["bench_image_mib"])
+    configs = bench_configs(p)
+    counts = {i: p["bench_count"] for i in range(len(configs))}
+    groups: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(bench_experiment(c), []).append(i)
+    reps = {e: repetition(e, [configs[i]["mode"] for i in ix], p, "bench_")
+            for e, ix in groups.items()}
+    rows = []
+    for rounds in interleave(reps.values()):
+        first = next(iter(rounds.values()))
+        rnd = first.index - p["bench_warmup"]
+        if first.index > p["bench_warmup"]:
+            met = sum(1 for r in reps.values() for k in r.keys if r.met(k))
+            prog.note(f"bench round {rnd}: {len(rounds)} of {len(reps)} experiments still running, "
+                      f"{met} of {sum(len(r.keys) for r in reps.values())} configs within the CI target")
+        order = [i for e in rounds for i in groups[e]]
+        rng.shuffle(order)
+        prog.expect(len(order) + rest)
+        for pos, i in enumerate(order):
+            c = configs[i]
+            count = counts[i]
+            cmd = bench_cmd(imgs[c["format"]], c["format"], c["mode"], c["op"], c["depth"],
+                            c["flush_interval"], count, p["bench_size"], p["bench_aio"])
+            t0 = time.perf_counter()
+            r = run(cmd, f"qemu-img bench -t {c['mode']}", timeout=600)
+            wall = time.perf_counter() - t0
+            sync_file(imgs[c["format"]])
+            sec = bench_seconds(r.stdout)
+            if sec is None:
+                raise PerfbookError(f"qemu-img bench printed no run time: {r.stdout.strip()[-120:]}")
+            reps[bench_experiment(c)].add(c["mode"], count * p["bench_size"] / sec / 1e6 if sec else math.nan)
+            if first.index == 0:  # the calibration round (always a warm-up round)
+                want = p["bench_min_ms"] / 1000
+                if sec < want:
+                    counts[i] = count * min(64, math.ceil(want / max(sec, 0.0005)))
+            if rnd >= 0:
+                nbytes = count * p["bench_size"]
+                rows.append({"round": rnd, "position": pos, **c, "count": count,
+                             "size": p["bench_size"], "aio": p["bench_aio"], "seconds": sec,
+                             "wall_seconds": wall, "mb_per_s": nbytes / sec / 1e6 if sec else math.nan,
+                             "iops": count / sec if sec else math.nan,
+                             "mean_latency_us": sec * 1e6 * c["depth"] / count if count else math.nan})
+            prog.step(f"bench {c['op']} {c['mode']} {c['format']} d={c['depth']} "
+                      f"fi={c['flush_interval']}" + (" (warm-up)" if rnd < 0 else ""))
+    for img in imgs.values():
+        img.unlink()
+    stopped = [r.stopped_by for r in reps.values()]
+    prog.note("bench: repetition stopped, " + ", ".join(f"{stopped.count(x)} by {x}" for x in
+                                                         sorted(set(stopped))))
+    return rows, [r for rp in reps.values() for r in rp.records()]
+
+
+# ---------------------------------------------------------------- part 3: dd on this host
+def _host_dd(s, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dict]]:
+    img = s.path("host-dd.img")
+    count = p["dd_mib"] * MiB // (64 * KiB)
+    env = {**os.environ, "LC_ALL": "C"}
+    run(["dd", "if=/dev/zero", f"of={img}", "bs=64k", f"count={count}", "conv=fsync"],
+        "dd (preallocate)", env=env)
+    rows = []
+    rep = repetition("host_dd", ["normal", "direct"], p, "host_dd_")
+    for rd in rep.rounds():
+        rnd = rd.index - rep.warmup
+        prog.expect(2 + rest)
+        order = ["normal", "direct"]
+        rng.shuffle(order)
+        for pos, variant in enumerate(order):
+            cmd = ["dd", "if=/dev/zero", f"of={img}", "bs=64k", f"count={count}", "conv=notrunc"]
+            if variant == "direct":
+                cmd.append("oflag=direct")
+            r = run(cmd, f"dd ({variant})", env=env)
+            sync_file(img)
+            got = dd_summary(r.stderr)
+            if got is None:
+                raise PerfbookError(f"dd printed no summary: {r.stderr.strip()[-120:]}")
+            nb, sec = got
+            rep.add(variant, nb / sec / 1e6 if sec else math.nan)
+            if rnd >= 0:
+                rows.append({"round": rnd, "position": pos, "variant": variant, "bytes": nb,
+                             "seconds": sec, "mb_per_s": nb / sec / 1e6 if sec else math.nan})
+            prog.step(f"host dd {variant}" + (" (warm-up)" if rnd < 0 else ""))
+    img.unlink()
+    prog.note(f"host dd: repetition stopped by {rep.stopped_by}: {rep.status()}")
+    return rows, rep.records()
+
+
+# ---------------------------------------------------------------- facts and the sequence
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def host_disk(path: Path) -> dict:
+    """The whole disk under `path` and its queue facts (perfbook.probes.blockdev), or {"device": None}."""
+    try:
+        disk = blockdev.device_of(path)[0]
+    except (MissingPrerequisite, OSError):
+        return {"device": None}
+    return {"device": disk, **blockdev.queue_facts(disk)}
+
+
+def available_parts(p: dict) -> tuple[list[str], dict[str, str]]:
+    """The chosen parts this host can run, and why the others can't (strace, dd, a guest)."""
+    from perfbook.qemu import guest
+    skipped = {}
+    if "semantics" in p["parts"] and not shutil.which("strace"):
+        skipped["semantics"] = "strace is not installed (apt-get install strace)"
+    if "host_dd" in p["parts"] and not shutil.which("dd"):
+        skipped["host_dd"] = "dd is not installed (coreutils)"
+    if "guest" in p["parts"] and (g := guest.preflight()):
+        skipped["guest"] = g[0]
+    return [x for x in p["parts"] if x not in skipped], skipped
+
+
+def measure(ctx) -> None:
+    """Measure this host into ctx.writer (tables trace, bench, host_dd, repetition, guest_dd,
+    guest_boots, pagecache, pagecache_samples; the raw traces under strace/)."""
+    import pandas as pd
+    from perfbook.qemu import guest
+    from .collect_guest import measure_guest
+    p, w = ctx.p, ctx.writer
+    rng = random.Random(p["seed"])
+    parts, skipped = available_parts(p)
+    n_sem = len(semantics_runs(p)) if "semantics" in parts else 0
+    # step counts at the least; adaptive rounds raise them as they go
+    n_bench = len(bench_configs(p)) * (p["bench_min_runs"] + p["bench_warmup"]) if "bench" in parts else 0
+    n_dd = 2 * (p["host_dd_min_runs"] + p["host_dd_warmup"]) if "host_dd" in parts else 0
+    n_guest = len(p["guest_modes"]) if "guest" in parts else 0
+    s = ctx.scratch()                                # removed by the framework's undo stack
+    prog = ctx.progress(n_sem + n_bench + n_dd + n_guest)
+    w.extra["_tool_cmds"] = {"qemu-img": ["qemu-img", "--version"], "qemu-io": ["qemu-io", "--version"],
+                             "strace": ["strace", "-V"], "qemu-system": [guest.QEMU, "--version"],
+                             "dd": ["dd", "--version"]}
+    w.extra["documented_mapping"] = {"source": DOC_SOURCE,
+                                     "columns": ["cache.writeback", "cache.direct", "cache.no-flush"],
+                                     "modes": {k: list(v) for k, v in DOC_MAPPING.items()}}
+    w.extra["scratch_fs"] = blockdev.mount_of(s.dir.parent)
+    w.extra["host_disk"] = host_disk(s.dir.parent)
+    w.extra["vm_dirty"] = {k: _read(f"/proc/sys/vm/{k}") for k in
+                           ("dirty_ratio", "dirty_background_ratio", "dirty_expire_centisecs",
+                            "dirty_writeback_centisecs")}
+    for part, why in skipped.items():
+        w.skip(part, why)
+    for part in PARTS:
+        if part not in p["parts"]:
+            w.skip(part, "left out by the parts parameter")
+    if "semantics" in parts:
+        w.add_table("trace", pd.DataFrame(_semantics(s, p, prog, w)).drop(columns=["args"]))
+    rep_rows = []
+    if "bench" in parts:
+        rows, recs = _bench(s, p, rng, prog, rest=n_dd + n_guest)
+        w.add_table("bench", pd.DataFrame(rows))
+        rep_rows += recs
+    if "host_dd" in parts:
+        rows, recs = _host_dd(s, p, rng, prog, rest=n_guest)
+        w.add_table("host_dd", pd.DataFrame(rows))
+        rep_rows += recs
+    if rep_rows:
+        w.add_table("repetition", pd.DataFrame(rep_rows))
+    if "guest" in parts:
+        try:
+            tables = measure_guest(p, rng, prog, w)
+        except MissingPrerequisite as e:  # e.g. the guest kernel can't be fetched
+            w.skip("guest", str(e))
+        else:
+            for name, rows in tables.items():
+                w.add_table(name, pd.DataFrame(rows))

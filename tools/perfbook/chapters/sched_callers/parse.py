@@ -1,0 +1,168 @@
+"""sched_callers: parsers of each tracer's output (pure text -> stack counts).
+
+Every parser returns a Counter of stacks, each a tuple of kernel function names innermost
+first, cut to start at __schedule (or at the first frame a tracer records, where it has no
+__schedule) and to `depth` frames. ftrace's text is read with perfbook.probes.ftrace, the one ftrace parser.
+
+A parser knows its tool's layout only; the frames it finds go, as the tool printed them, to
+cut(), the one place they are normalised (frame_name()), so that every tracer's stacks are
+counted on the same terms. The analysis takes the names as stored and normalises nothing again.
+What the tools print for a frame (the kernel's and the tools' source; tests/test_sched_callers.py
+quotes each layout):
+
+  ftrace "<stack trace>" (trace_output.c trace_stack_print, seq_print_ip_sym): "sym"; with
+      options/sym-offset "sym+0x1f/0x80", and " [mod]" after a module's symbol; "0xffffffffc0a01234"
+      where no symbol covers the address; "[FTRACE TRAMPOLINE]" for the function tracer's
+      trampoline (6.13 on; see function_stacks() for earlier kernels).
+  hist trigger (trace_events_hist.c, "%pS"): "sym+0x1f/0x80", "sym+0x4e/0xa0 [mod]", "0x...".
+  bpftrace kstack (resolve_ksym): "sym+31" (a decimal offset, never a module), "0x...".
+  perf script -F ip,sym (evsel_fprintf.c sample__fprintf_callchain): "sym", "[unknown]" (or
+      "[0x...]"), "sym+0x1f" with -F symoff, " (dso)" with -F dso, and " (inlined)" after an
+      inlined function's entry (perf_stacks()).
+
+The common terms, applied once: a frame is the function's symbol alone, without offset, size
+or module (only some tracers print them, and the same function reached at two return addresses
+is one caller); an address no tracer could name is "[unknown]"; a symbol's compiler suffix
+(".constprop.0", ".isra.0", ".cold") stays, since every tracer prints the same kallsyms name.
+Two kinds of frame are no caller and are dropped: the ftrace trampoline (the tracer's own code)
+and perf's inlined entries. An inlined function leaves no return address of its own: ftrace,
+the hist trigger and bpftrace name the out-of-line function whose code holds the address, and
+perf, where it finds debug info for the kernel (--inline is on by default), lists the inlined
+functions at that address first and that same out-of-line function after them. Dropping the
+inlined entries gives every tracer the same caller.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from perfbook.probes import ftrace
+from .spec import TRACING_FRAMES
+
+UNKNOWN = "[unknown]"
+TRAMPOLINE = "[FTRACE TRAMPOLINE]"
+INLINED = " (inlined)"
+_OFFSET = re.compile(r"\+(?:0x[0-9a-f]+(?:/0x[0-9a-f]+)?|\d+)$")
+_SUFFIX = re.compile(r"\s+(?:\[[^\]]*\]|\([^)]*\))$")     # " [mod]" (kernel), " (dso)" (perf)
+_ADDRESS = re.compile(r"^(?:0x[0-9a-f]+|\[0x[0-9a-f]+\]|\[unknown\])$")
+
+
+def frame_name(frame: str) -> str | None:
+    """One frame as a tracer printed it -> the function's name on the common terms (see the
+    module's docstring), or None for a frame that is no caller: the ftrace trampoline, perf's
+    inlined entries, an empty frame. '__schedule+0x5f8/0x1200', '__schedule+1560',
+    'nvme_poll_cq+0x4e/0xa0 [nvme]' -> the name; '0xffffffffc0a01234', '[unknown]' -> '[unknown]'."""
+    f = frame.strip()
+    if not f or f == TRAMPOLINE or f.endswith(INLINED):
+        return None
+    f = _SUFFIX.sub("", f)
+    return UNKNOWN if _ADDRESS.match(f) else _OFFSET.sub("", f)
+
+
+def cut(frames, depth: int, traced: str | None = None) -> tuple[str, ...]:
+    """Frames as printed -> names (frame_name(), the one normalisation), the tracers' own
+    frames dropped, from __schedule outwards, at most `depth`. `traced`: the function whose
+    calls a tracer reports (it has no __schedule frame); put in front where the stack lacks it."""
+    names = [n for n in map(frame_name, frames) if n is not None]
+    names = [n for n in names if not n.startswith(TRACING_FRAMES)]
+    if traced is not None and names and names[0] != traced:
+        names = [traced, *names]
+    if "__schedule" in names:
+        names = names[names.index("__schedule"):]
+    return tuple(names[:depth])
+
+
+def ftrace_stacks(text: str, depth: int, stats: dict | None = None) -> Counter:
+    """The `<stack trace>` records of a private instance's trace (trigger or function tracer)."""
+    out: Counter = Counter()
+    for _, frames in ftrace.stack_traces(text, stats):
+        if frames:
+            out[cut(frames, depth)] += 1
+    return out
+
+
+def function_stacks(text: str, depth: int, stats: dict | None = None) -> Counter:
+    """The function tracer with func_stack_trace: each hit of schedule() gives a stack whose
+    first frame is the return address into the tracer's trampoline (the instance's ftrace_ops
+    calls the tracer from there), then schedule's caller. 6.13 on (and 6.12.y) print that frame
+    as "[FTRACE TRAMPOLINE]" (FTRACE_TRAMPOLINE_MARKER, which frame_name() drops); earlier
+    kernels as a bare address ("0xffffffffc03e10a4": kallsyms_lookup() has no name for a
+    trampoline, which only /proc/kallsyms lists), dropped here as the first frame. The traced
+    function is put in front when it is missing."""
+    out: Counter = Counter()
+    for _, frames in ftrace.stack_traces(text, stats):
+        if frames and frame_name(frames[0]) == UNKNOWN:
+            frames = frames[1:]
+        names = cut(frames, depth, traced="schedule")
+        if names:
+            out[names] += 1
+    return out
+
+
+def hist_stacks(text: str, depth: int) -> Counter:
+    """A hist trigger's `hist` file keyed on common_stacktrace (stacktrace before 6.5):
+    '{ common_stacktrace:', one frame per line, '} hitcount: N'."""
+    out: Counter = Counter()
+    frames, inside = [], False
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("{") and "stacktrace:" in s:
+            frames, inside = [], True
+            continue
+        if inside and s.startswith("}"):
+            m = re.search(r"hitcount:\s*(\d+)", s)
+            if m:
+                out[cut(frames, depth)] += int(m.group(1))
+            inside = False
+            continue
+        if inside and s:
+            frames.append(s)
+    return out
+
+
+def bpftrace_stacks(text: str, depth: int) -> Counter:
+    """bpftrace's map print: '@[', one frame per line, ']: N'."""
+    out: Counter = Counter()
+    frames, inside = [], False
+    for line in text.splitlines():
+        s = line.strip()
+        if s == "@[":
+            frames, inside = [], True
+        elif inside and (m := re.fullmatch(r"\]:\s*(\d+)", s)):
+            out[cut(frames, depth)] += int(m.group(1))
+            inside = False
+        elif inside and s:
+            frames.append(s)
+    return out
+
+
+def perf_stacks(text: str, depth: int) -> Counter:
+    """`perf script -F comm,pid,event,ip,sym` (tools/perf/util/evsel_fprintf.c
+    sample__fprintf_callchain): a header line per sample, then one '\\t%16lx SYM' line per
+    frame (kernel frames, then user frames); only kernel frames are kept, SYM as printed (with
+    ' (inlined)' for an inlined function's entry). With -F srcline each frame line is followed
+    by '  file:line', and an inlined entry's ' (inlined)' comes after that line instead: it is
+    moved back onto its frame."""
+    out: Counter = Counter()
+    frames, inside, kernel = [], False, False
+    for line in text.splitlines() + [""]:
+        if not line.strip() or not line[0].isspace():    # a blank line or the next header
+            if inside:
+                out[cut(frames, depth)] += 1
+            frames, inside = [], bool(line.strip()) and "sched_switch" in line
+        elif inside and line.startswith("\t"):
+            ip, _, sym = line.strip().partition(" ")
+            kernel = ip.lower().startswith("ffff")
+            if kernel:
+                frames.append(sym)
+        elif inside and kernel and line.rstrip().endswith(INLINED) and frames:    # its srcline
+            frames[-1] += INLINED
+    return out
+
+
+def hackbench_seconds(stdout: str) -> float:
+    """hackbench's 'Time: 0.794' line."""
+    m = re.search(r"^Time:\s*([0-9.]+)", stdout, re.M)
+    if not m:
+        raise ValueError("hackbench printed no 'Time:' line")
+    return float(m.group(1))

@@ -1,0 +1,103 @@
+"""Chapter 'trace_overhead': what one user-space trace point costs.
+
+  spec.py      the mechanisms and the sanity bound
+  collect.py   measure(ctx): arms each mechanism around the C harness and times it
+  parse.py     the harness's and perf's output
+  analysis.py  costs, overheads, the step decomposition, findings()
+  figures.py   the costs and the seed comparison
+"""
+from __future__ import annotations
+
+import os
+
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from perfbook.data.dataset import Data
+from perfbook.core.errors import ParameterError
+from . import analysis, figures  # noqa: F401  (the notebook's entry points)
+from .analysis import findings  # noqa: F401
+from .claims import KEY_FINDINGS
+from .spec import DEFAULT_MECHANISMS, EXPERIMENT, MECHANISMS  # noqa: F401
+
+_COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
+
+
+class TraceData(Data):
+    """The datasets, with a 'dataset' column (host/run) in every table."""
+
+    def prepare(self, name, df):
+        if len(df):
+            df.insert(0, "dataset", df.host_id + "/" + df.run_id)
+        return df
+
+
+class TraceOverhead(Chapter):
+    name = "trace_overhead"
+    title = "Trace overhead: ftrace marker versus uprobes"
+    # Rounds repeat adaptively (perfbook.analysis.repetition.Repetition): after rep_warmup rounds that are
+    # dropped, whole rounds of every mechanism run until each mechanism's median per-round
+    # cost has a 95 % CI narrower than rep_target (relative), or rep_budget_s runs out, or
+    # rep_max_runs rounds are in. `warmup` is the harness's untimed batches inside each run.
+    # A round's time is mostly the four ~10 µs probes (uprobe, uretprobe, perf_stat, bpf_uprobe)
+    # times the calls per run, plus ~1.7 s of process and bpftrace start-up. On 2 CPUs (a KVM
+    # guest, committed data) 20000-call batches made a 12.5 s round: 3 rounds in 45 s. The
+    # default's 4000 calls (48000 per run with its warm-up batches) make a ~3.9 s round, so its
+    # 14 s budget gives 3 rounds (a fourth would overrun it) and the chapter about 15 s
+    # (plan_s). No warm-up round: every run already starts with `warmup` untimed
+    # batches; `full` keeps two.
+    plan_s = {"quick": 5, "default": 15}   # seconds a collect should take here (perfbook.book.summary)
+    profiles = {
+        "quick":   {"iterations": 2000, "batches": 3, "warmup": 1, "rep_target": 0.05,
+                    "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON},
+        "default": {"iterations": 4000, "batches": 10, "warmup": 2, "rep_target": 0.05,
+                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 14.0, "rep_warmup": 0, **_COMMON},
+        "full":    {"iterations": 100000, "batches": 20, "warmup": 3, "rep_target": 0.02,
+                    "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 600.0, "rep_warmup": 2, **_COMMON},
+    }
+    params = {
+        "iterations": Param(int, min=1, help="calls per timed batch"),
+        "batches": Param(int, min=1, help="timed batches per run"),
+        "warmup": Param(int, min=0, help="untimed batches before the timed ones, in every run"),
+        **repetition_params("rep_"),
+        "rounds": Param(int, min=1, nullable=True, help="a fixed number of rounds (sets both run bounds)"),
+        "mechanisms": Param(list, choices=tuple(MECHANISMS), nullable=True, help="a subset of the mechanisms"),
+        "pin_cpu": Param(object, nullable=True, help="'auto', -1 (no pinning) or a CPU number"),
+        "seed": Param(int, help="seed of the shuffled mechanism order"),
+    }
+    tables = {
+        "samples": Table(round="int", position="int", mechanism="str", batch="int", iters="int",
+                         ns="int", timer_ns="int", ns_per_call="float"),
+        "checks": Table(round="int", mechanism="str", expected_hits="int", observed_hits="int"),
+        "repetition": REPETITION,
+    }
+    reference = ("trace_overhead",)
+
+    needs_tools = {"cc": "gcc"}   # the probench harness
+
+    def check(self, p: dict) -> None:
+        from perfbook.analysis.repetition import repetition_settings
+        if p["rounds"] is not None:
+            p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
+        repetition_settings(p, "rep_")
+        mechs = p["mechanisms"] or list(DEFAULT_MECHANISMS)
+        p["mechanisms"] = list(dict.fromkeys(["none", *mechs]))  # every comparison needs the baseline
+        cpu, ncpu = p["pin_cpu"], os.cpu_count() or 1
+        if cpu == "auto":
+            cpu = ncpu - 1
+        if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not -1 <= cpu < ncpu):
+            raise ParameterError(f"pin_cpu must be 'auto', -1 (no pinning) or a CPU in 0..{ncpu - 1}, got {cpu!r}")
+        p["pin_cpu"] = -1 if cpu is None else cpu
+
+    def preflight(self) -> list[str]:
+        from perfbook.hoststate.tracefs import preflight as tracefs_preflight
+        return tracefs_preflight(need_uprobes=True) + super().preflight()
+
+
+    def load(self, data_dir=None) -> TraceData:
+        return TraceData(self, data_dir)
+
+    def run_columns(self, m, D) -> dict:
+        return analysis.runs_columns(m, D)
+
+
+TraceOverhead.key_findings = KEY_FINDINGS
+chapter = TraceOverhead()

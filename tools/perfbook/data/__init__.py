@@ -1,0 +1,1 @@
+"""perfbook.data"""

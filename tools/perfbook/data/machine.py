@@ -1,0 +1,105 @@
+"""What kind of machine measured a dataset, in a reader's words, from its manifest's host facts.
+
+Half of this book's conclusions depend on it: a nested guest, a PVM-flavoured KVM, a container,
+no hardware PMU, kernel lockdown, guests under TCG. Every chapter opens with this banner
+(perfbook.book.notebook.platform), and every legend names hosts by kind() as well as by id.
+"""
+from __future__ import annotations
+
+VIRT = {"none": "bare metal", "kvm": "KVM guest", "qemu": "TCG guest (QEMU emulation, no KVM)",
+        "microsoft": "Hyper-V guest", "vmware": "VMware guest", "xen": "Xen guest",
+        "amazon": "AWS Nitro (KVM) guest", "oracle": "VirtualBox guest"}
+
+
+def kind(host: dict) -> str:
+    """'KVM guest', 'TCG guest (...)', 'bare metal', ... (manifest host facts)."""
+    v = host.get("virtualization") or "unknown"
+    return VIRT.get(v, f"{v} guest")
+
+
+def short_kind(host: dict) -> str:
+    """For legends: 'KVM guest', 'TCG guest', 'bare metal'."""
+    return kind(host).split(" (")[0]
+
+
+def legend(host: dict) -> str:
+    """A host in a legend: its id and its kind, e.g. 'h-61b2186b600e (TCG guest)'."""
+    return f"{host.get('host_id')} ({short_kind(host)})"
+
+
+def kernel_series(host: dict) -> str:
+    """'Linux 6.1', 'Linux 6.18': the kernel's major.minor, the series a figure facets on."""
+    rel = str(host.get("kernel_release") or "")
+    parts = rel.split("-")[0].split(".")
+    return f"Linux {parts[0]}.{parts[1]}" if len(parts) >= 2 and parts[0].isdigit() else "kernel not recorded"
+
+
+def cpu_vendor(host: dict) -> str:
+    """'AMD', 'Intel', 'ARM', 'emulated (TCG)', ...: the CPU's maker, from the manifest's
+    cpu_vendor where it has one, else from the CPU model string."""
+    if host.get("virtualization") == "qemu":
+        return "emulated (TCG)"
+    if host.get("cpu_vendor"):
+        return str(host["cpu_vendor"])
+    model = str(host.get("cpu_model") or "").lower()
+    for word, name in (("amd", "AMD"), ("intel", "Intel"), ("neoverse", "ARM"), ("cortex", "ARM"),
+                       ("ampere", "ARM"), ("apple", "Apple")):
+        if word in model:
+            return name
+    return "other CPU" if model else "CPU not recorded"
+
+
+def _own_kvm(host: dict) -> str | None:
+    mods = host.get("kvm_modules")
+    if mods is None:
+        return None
+    flavours = [m for m in mods if m != "kvm"]
+    if not flavours:
+        return "none (no kvm module loaded)"
+    if "kvm_pvm" in flavours:
+        return "kvm_pvm (PVM: KVM without VMX/SVM, for nested guests; a guest needs a PVM-enabled kernel)"
+    return ", ".join(flavours)
+
+
+NOT_RECORDED = "not recorded"
+
+
+def facts(host: dict) -> list[tuple[str, str]]:
+    """(what, value) pairs for the banner; a fact the dataset predates says so."""
+    def rec(v):
+        return f"{NOT_RECORDED} (dataset predates this fact)" if v is None else v
+    pmu = host.get("pmu")
+    pmu_s = None if pmu is None else ("yes" if pmu.get("hardware") else
+                                      f"none (event sources: {', '.join(pmu.get('sources', []))})")
+    cont = host.get("container")
+    return [("machine", kind(host) + ("" if cont in (None, "none") else f", in a {cont} container")),
+            ("CPU", f"{host.get('cpu_model')}, {host.get('cpus_online')} CPUs"),
+            ("kernel", f"Linux {host.get('kernel_release')}"),
+            ("hardware PMU", rec(pmu_s)),
+            ("kernel lockdown", rec(host.get("lockdown"))),
+            ("its own KVM", rec(_own_kvm(host)))]
+
+
+def comparable(a: dict, b: dict) -> tuple[bool, str]:
+    """Whether a rank test between two hosts' numbers can say something about the kernel or
+    the hardware: (True, "") or (False, why). An emulated CPU (TCG) against a real one measures
+    the emulator, so such a comparison is not made; the hosts are still shown side by side."""
+    ka, kb = a.get("virtualization"), b.get("virtualization")
+    if (ka == "qemu") != (kb == "qemu"):
+        tcg, other = (a, b) if ka == "qemu" else (b, a)
+        return False, (f"not compared: {tcg.get('host_id')} is a TCG guest (an emulated CPU) and "
+                       f"{other.get('host_id')} a {short_kind(other)}; a difference would measure "
+                       "QEMU's emulation, not the kernel or the machine")
+    return True, ""
+
+
+def host_pairs(manifests):
+    """A pair_check for perfbook.analysis.stats.compare_frame(by="host_id"): comparable() on the hosts'
+    facts from their manifests."""
+    facts = {m["host"]["host_id"]: m["host"] for m in manifests}
+
+    def check(a, b):
+        if a in facts and b in facts:
+            return comparable(facts[a], facts[b])
+        return True, ""
+    return check
