@@ -271,7 +271,7 @@ def leftovers(data: Path) -> list[str]:
         pid, comm, args = (line.split(None, 2) + ["", ""])[:3]
         # the children, a notebook kernel, and a papermill collect's own process (tools
         # collect), which restores after its kernel is gone: its exit ends the restore
-        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args or "perfbook.book.jupyter.kernel" in args
+        if (comm in CHILDREN or "sleep 4242.4242" in args or "ipykernel" in args or " -m perfbook kernel " in f" {args} "
                 or " -m perfbook collect " in f" {args} ") and _tagged(int(pid)):
             out.append(f"process {pid} {comm}")
     for d in scratch.live_dirs():
@@ -528,7 +528,7 @@ def test_a_plain_papermill_run_prints_only_its_own_lines(tmp_path):
     from jupyter_client.kernelspec import KernelSpecManager
     from perfbook.book.jupyter.kernel import PROVISIONER
     spec = KernelSpecManager().get_kernel_spec("python3")
-    assert spec.argv[1:3] == ["-m", "perfbook", "kernel"], spec.argv
+    assert spec.argv[1:4] == ["-m", "perfbook", "kernel"], spec.argv
     assert spec.metadata["kernel_provisioner"]["provisioner_name"] == PROVISIONER
     pm = str(Path(PY).with_name("papermill"))
     r = subprocess.run([pm, str(ROOT / "chapters" / "tsc_alignment.ipynb"), str(tmp_path / "out.ipynb"),
