@@ -251,7 +251,8 @@ def makers(entry, D) -> dict:
                 "little": lambda: M.views.little(A), "latency": lambda: M.views.latency(A),
                 "saturation": lambda: M.views.saturation(A), "hosts_iops": lambda: M.views.hosts_iops(D, AH)}
     args = {"callers_hackbench": ("hackbench",)}
-    return {k: (lambda fn=getattr(M.figures, fn), a=args.get(k, ()): fn(D, *a))
+    figures = entry.load().part("figures")   # a chapter's __init__ need not import its figures
+    return {k: (lambda fn=getattr(figures, fn), a=args.get(k, ()): fn(D, *a))
             for k, fn in FIGURES[entry.name].items()}
 
 
@@ -303,7 +304,21 @@ def prose_values(entry, D) -> dict:
     if entry.name == "iostat_internals":
         A, AH = M.views.analyse_all(D)
         return M.views.glue_values(D, A, AH)
-    return M.findings(D)
+    return prose_function(entry.name)(D)
+
+
+def prose_function(name: str):
+    """The chapter's function of every value its prose quotes: values() of its prose module
+    (the chapter shape of tools/README.md), else the package's older findings(); None: neither."""
+    import importlib
+    import importlib.util
+    module = f"perfbook.chapters.{name}"
+    if importlib.util.find_spec(f"{module}.prose") is not None:
+        f = getattr(importlib.import_module(f"{module}.prose"), "values", None)
+        if callable(f):
+            return f
+    f = getattr(importlib.import_module(module), "findings", None)
+    return f if callable(f) else None
 
 
 # ---- the built site, shared by tests/test_book.py and tests/test_site_browser.py ----------

@@ -139,9 +139,8 @@ def test_every_finding_evaluates_on_every_committed_host(entry, capsys, book_dat
 
 def _prose_values(name: str):
     """The chapter's function of every value its prose quotes (None: it has none by that name)."""
-    import importlib
-    f = getattr(importlib.import_module(f"perfbook.chapters.{name}"), "findings", None)
-    return f if callable(f) else None
+    from conftest import prose_function
+    return prose_function(name)
 
 
 @pytest.mark.parametrize("entry", [c for c in CHAPTERS if _prose_values(c.name)
