@@ -210,19 +210,6 @@ def test_one_selection_policy_quotes_the_newest_real_run():
 TOOLS = ROOT / "tools"
 
 
-def test_no_chapter_imports_another():
-    names = {c.name for c in ALL}
-    bad = []
-    for pkg in (TOOLS / "chapters").iterdir():
-        if not pkg.is_dir() or pkg.name not in names:
-            continue
-        for f in pkg.rglob("*.py"):
-            for other in names - {pkg.name}:
-                if re.search(rf"(from|import)\s+(tools\.chapters\.|\.\.?)?{other}\b", f.read_text()):
-                    bad.append(f"{f.relative_to(ROOT)} imports {other}")
-    assert not bad, bad
-
-
 def test_exactly_one_signal_handler_and_one_ftrace_line_parser():
     handlers = [str(p.relative_to(ROOT)) for p in TOOLS.rglob("*.py")
                 if re.search(r"signal\.signal\(", p.read_text())]

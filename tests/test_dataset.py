@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 
 from perfbook.book import validation
-from perfbook.data import dataset, hostinfo
+from perfbook.data import dataset, hostinfo, writer
 from perfbook.hoststate import lock
 from perfbook.data.dataset import load_manifest, table_path
 from perfbook.core.errors import DatasetError
 
 
 def _write(data, run_id="20260101T000000Z", fail=False):
-    with dataset.DatasetWriter("unit", data, {"x": 1}, run_id=run_id) as w:
+    with writer.DatasetWriter("unit", data, {"x": 1}, run_id=run_id) as w:
         w.add_table("samples", pd.DataFrame({"a": [1, 2]}))
         if fail:
             raise RuntimeError("boom")

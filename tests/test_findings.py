@@ -243,9 +243,9 @@ def test_changed_code_is_computed_again(store, monkeypatch):
     data, top = store
     _all_verdicts(data)
     forget()
-    from perfbook.book import freshness
-    real = freshness.code_files
-    monkeypatch.setattr(freshness, "code_files", lambda name: {**real(name), "extra.py": ROOT / "Makefile"})
+    from perfbook.core import codedigest
+    real = codedigest.closure
+    monkeypatch.setattr(codedigest, "closure", lambda mods: {**real(mods), "extra.py": ROOT / "Makefile"})
     asked = []
     real_test = F._test
     monkeypatch.setattr(F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real_test(D, f, m, run))

@@ -322,7 +322,7 @@ def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_store
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
     nb_path = tmp_path / "trace_overhead.ipynb"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from tools import notebook as nb\n"
+        "from perfbook.book import notebook as nb\n"
         "from perfbook.chapters import trace_overhead as T\n"
         f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
         "D['samples']")])

@@ -83,7 +83,7 @@ def test_a_child_between_fork_and_exec_dies_of_the_signal_quietly():
     import sys
     code = (
         "import os, signal, subprocess, sys\n"
-        "from tools import guard\n"
+        "from perfbook.core import guard\n"
         "with guard.interruptible():\n"
         "    try:\n"
         "        p = subprocess.Popen(['true'], preexec_fn=lambda: os.kill(os.getpid(), signal.SIGTERM))\n"

@@ -133,7 +133,7 @@ def test_signal_stops_qemu_and_removes_scratch(tmp_path, sig):
     need_guest()
     prog = textwrap.dedent("""
         import sys
-        from tools import guest
+        from perfbook.qemu import guest
         with guest.Runner(accel="tcg", timeout=120, progress=lambda s: print(s, flush=True)) as r:
             print("SCRATCH", r.scratch, flush=True)
             r.run("sleep 100", guest.GuestConfig())

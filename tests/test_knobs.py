@@ -54,7 +54,7 @@ def test_knobs_are_restored_on_signals(tmp_path, sig):
     root = _fake_debugfs(tmp_path)
     code = KNOB_RUN
     if sig == signal.SIGTERM:  # the framework's collect turns SIGTERM into KeyboardInterrupt the same way
-        code = "from tools import guard; guard.enter()\n" + KNOB_RUN
+        code = "from perfbook.core import guard; guard.enter()\n" + KNOB_RUN
     p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert p.stdout.readline().strip() == "set"

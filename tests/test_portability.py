@@ -95,7 +95,7 @@ def test_the_pass_changes_what_it_says(tmp_path):
     env, _ = other_machine_env()
     probe = ("import json, time, numpy\n"
              "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
-             "from tools import hostinfo\n"
+             "from perfbook.data import hostinfo\n"
              "import tests.test_portability as t\n"
              "print(json.dumps({'on': [k for k in (t.os.environ.get('NPY_DISABLE_CPU_FEATURES') or '').split() if f.get(k)],"
              " 'core': t.openblas_core(), 'now': time.time(), 'host': hostinfo.host_id(),"

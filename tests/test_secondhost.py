@@ -64,7 +64,7 @@ def test_plan_validation_and_sets():
     assert steps[0].profile == "default"
     assert steps[0].params == {"iterations": 500, "mechanisms": "marker,uprobe"}
     argv = steps[0].measure_argv()
-    assert argv[0] == ".venv/bin/python" and "from tools.__main__ import main" in argv[2] and argv[3] == "measure"
+    assert argv[0] == ".venv/bin/python" and "from perfbook.cli import main" in argv[2] and argv[3] == "measure"
     assert "--strict" in argv and argv[argv.index("--profile") + 1] == "default"
     assert "iterations=500" in argv and "mechanisms=marker,uprobe" in argv
     for bad in ("trace_overhead.iterations", "iterations=5", "cpu_pinning.rounds=2",

@@ -320,7 +320,7 @@ def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_pa
 def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted, tmp_path):
     """`python -m perfbook sweep` stopped (exit 2) at the first private directory it refused,
     before it swept the rest. It sweeps every other kind first, then reports the refused path
-    in one line at the end, and exits 1 (tools.__main__.cmd_sweep says why 1)."""
+    in one line at the end, and exits 1 (perfbook.cli.cmd_sweep says why 1)."""
     link, target = _plant(tmp_path)
     state, scratch_dir = tmp_path / "state", tmp_path / "scratch"
     if planted == "state":              # a dead run's scratch, in the scratch parent that is fine
@@ -370,7 +370,7 @@ def _kernel_clients(nb: Path, out: Path) -> dict:
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         import nbformat
-        from tools import nbrun, warmkernel
+        from perfbook.book.jupyter import execute as nbrun, zygote as warmkernel
         nb = nbformat.read({str(nb)!r}, as_version=4)
         zygote = warmkernel.Zygote.start()
         with nbrun.interruptible(), warmkernel.serving(zygote):

@@ -66,7 +66,7 @@ def test_kernel_rejection_is_a_clear_error(root_tracefs):
 
 ARMED = r"""
 import sys, time
-from tools import cbuild, elfsym
+from perfbook.probes import cbuild, elfsym
 from perfbook.hoststate.tracefs import TraceSession
 b = cbuild.binary("probench")
 with TraceSession("sig") as s:

@@ -113,7 +113,7 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
         import sys, time
         sys.path.insert(0, {str(os.getcwd())!r})
         from jupyter_client import KernelManager
-        from tools import warmkernel
+        from perfbook.book.jupyter import zygote as warmkernel
         km = KernelManager(kernel_name="python3")
         with warmkernel.serving(warmkernel.Zygote.from_env()):
             km.start_kernel(cwd={str(tmp_path)!r})

@@ -332,12 +332,13 @@ def _store_key(D, m, slot: str) -> str:
     import hashlib
 
     from perfbook.core import codedigest
+    from perfbook.framework.contract import explain_modules
     from perfbook.core.paths import repo_root
     from perfbook.data.dataset import data_depth
     from perfbook.data.digest import reference_files, tree_digest
     name, data = D.chapter.name, getattr(D, "data_dir", None)
     if (name, str(data)) not in _CODE:
-        code = {f"tools/{rel}": p for rel, p in codedigest.closure([f"perfbook.chapters.{name}"]).items()}
+        code = {f"tools/{rel}": p for rel, p in codedigest.closure(explain_modules(f"perfbook.chapters.{name}")).items()}
         lock = repo_root() / "tools" / "requirements.lock"
         if lock.is_file():
             code["tools/requirements.lock"] = lock

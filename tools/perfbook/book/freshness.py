@@ -52,10 +52,11 @@ def code_files(name: str, nb=None) -> dict[str, Path]:
     are the C harnesses and a chapter's collect, which run only in collect mode."""
     from perfbook.chapters import CHAPTERS
     from perfbook.core import codedigest
+    from perfbook.framework.contract import explain_modules
     from perfbook.core.paths import repo_root
     modules = codedigest.cell_imports(c.source for c in nb.cells if c.cell_type == "code") if nb else set()
-    modules |= ({f"perfbook.chapters.{name}"} if _is_chapter(name)
-                else {f"perfbook.chapters.{c.name}" for c in CHAPTERS} | {"perfbook.chapters"})
+    names = [name] if _is_chapter(name) else [c.name for c in CHAPTERS]
+    modules |= {m for n in names for m in explain_modules(f"perfbook.chapters.{n}")} | {"perfbook.chapters"}
     files = {f"tools/{rel}": p for rel, p in codedigest.closure(modules).items()}
     lock = repo_root() / LOCK
     if lock.is_file():

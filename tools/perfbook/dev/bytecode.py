@@ -20,7 +20,7 @@ import sys
 # What each group's processes import first; each pulls in most of what they use.
 GROUPS = {
     # `python -m perfbook measure` and the notebook kernels (perfbook.book.jupyter.kernel, papermill, nbclient)
-    "notebooks": ["tools.__main__", "numpy", "pandas", "scipy.stats", "scipy.optimize",
+    "notebooks": ["perfbook.cli", "numpy", "pandas", "scipy.stats", "scipy.optimize",
                   "matplotlib.pyplot", "matplotlib_inline.backend_inline", "seaborn", "PIL.Image",
                   "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "nbclient", "nbformat",
                   "jupyter_client", "papermill", "elftools.elf.elffile", "yaml"],
@@ -44,7 +44,7 @@ WHOLE = {
 
 
 def warm(group: str) -> list[str]:
-    """Import every module of `group` (and, for the notebooks, every module of tools), and
+    """Import every module of `group` (and, for the notebooks, every module of perfbook), and
     compile its WHOLE packages; returns the names that could not be imported or found (an
     optional package that is not installed, a module an upgrade renamed)."""
     import compileall
@@ -52,7 +52,7 @@ def warm(group: str) -> list[str]:
     names = list(GROUPS[group])
     if group == "notebooks":
         import perfbook
-        names += [m.name for m in pkgutil.walk_packages(tools.__path__, "tools.")]
+        names += [m.name for m in pkgutil.walk_packages(perfbook.__path__, "perfbook.")]
     missed = []
     for name in names:
         try:

@@ -112,7 +112,7 @@ PLAN: dict[str, tuple[str, dict, int]] = {
     "iostat_internals": ("default", {"trace": False}, 900),
 }
 MEASURE_MAIN = ("import logging, sys; logging.basicConfig(level=logging.INFO, format='%(message)s', "
-                "stream=sys.stdout); from tools.__main__ import main; sys.exit(main(sys.argv[1:]))")
+                "stream=sys.stdout); from perfbook.cli import main; sys.exit(main(sys.argv[1:]))")
 # guest lines shown on the terminal (everything goes to build/secondhost/logs/*/output.log)
 SHOW_RE = re.compile(r"^\s*\[|^error:|\w*Error\b|\b(SKIPPED|FAILED|Traceback)\b|new dataset|second host|self-check")
 BOOT_ALLOWANCE = 240  # seconds for boot, Python start-up and copying the results back

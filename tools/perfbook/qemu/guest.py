@@ -31,7 +31,7 @@ removes a scratch directory whose owner process is gone.
 
 Usage::
 
-    from tools import guest
+    from perfbook.qemu import guest
     reasons = guest.preflight()            # [] if QEMU is here
     with guest.Runner(progress=print) as r:
         res = r.run("cat /sys/block/vda/cache_type",

@@ -87,9 +87,9 @@ nic=$(ls /sys/class/net | grep -v '^lo$' | head -n 1)
 [ -n "$nic" ] && ip addr add @GUEST_ADDR@ dev "$nic" && ip link set "$nic" up || finish 94
 cd @REPO@ || finish 96
 echo "second host up at $(cut -d' ' -f1 /proc/uptime) s; kernel $(uname -r)"
-.venv/bin/python -c '
+PYTHONPATH=tools .venv/bin/python -c '
 import json
-from tools import hostinfo
+from perfbook.data import hostinfo
 f = hostinfo.host_facts()
 json.dump(f, open("/out/facts.json", "w"), indent=1, sort_keys=True)
 open("/out/host_id", "w").write(f["host_id"])
