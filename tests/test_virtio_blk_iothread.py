@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from perfbook.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P
+from perfbook.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P, prose
+from perfbook.chapters.virtio_blk_iothread import tables as T
 from perfbook.data.dataset import load_reference
 from perfbook.data.writer import DatasetWriter
 from perfbook.core.errors import ParameterError, PerfbookError
@@ -109,7 +110,7 @@ def test_the_seed_table():
     assert ref.seed_file.eq("000_7b0d737d6588117b.txt").all()
 
 
-# ---- analysis and findings on synthetic datasets ---------------------------------------------
+# ---- analysis, prose values and key findings on synthetic datasets --------------------------
 
 def _dataset(data_dir, effect: float, storm_cost_off: float, seed: int = 1, vcpu: float = 0.97):
     """A dataset like a collect's: `effect` is on/off - 1 of QD1 randread IOPS; the storm costs
@@ -159,9 +160,9 @@ def _dataset(data_dir, effect: float, storm_cost_off: float, seed: int = 1, vcpu
     return chapter.load(data_dir)
 
 
-def test_findings_and_claims_hold_on_a_clear_effect(scratch_data):
+def test_prose_values_and_key_findings_hold_on_a_clear_effect(scratch_data):
     D = _dataset(scratch_data, effect=0.20, storm_cost_off=0.30)
-    f = A.findings(D)
+    f = prose.values(D)
     assert all(isinstance(v, (str, int)) for v in f.values())
     assert f["accel"] == "tcg" and abs(num(f["iops_randread_qd1_off"]) - 1000) <= 10
     assert f["eff_randread_qd1"].startswith("+20.") and f["cpu_randread_qd32_on_iothread"] == "0.25"
@@ -170,13 +171,13 @@ def test_findings_and_claims_hold_on_a_clear_effect(scratch_data):
     v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
     assert v == {"io_leaves_main_loop": HOLDS, "qd1_randread": HOLDS, "storm_hurts_off_more": HOLDS,
                  "bonnie_close": HOLDS, "none_saturated": FAILS}   # the vCPU at 0.97 s/s
-    e = A.effects_table(D)
+    e = T.effects_table(D)
     assert set(e.job) == {"randread_qd1", "randread_qd32"} and (e.n_on == 6).all()
-    assert list(A.cpu_table(D).columns) == ["main", "vcpu", "iothread", "monitor", "worker", "other", "exited"]
+    assert list(T.cpu_table(D).columns) == ["main", "vcpu", "iothread", "monitor", "worker", "other", "exited"]
     assert A.bonnie_beside_seed(D).set_index("test").loc["block_output", "2013 on/off"] == 0.83
 
 
-def test_claims_fail_where_nothing_differs(scratch_data):
+def test_key_findings_fail_where_nothing_differs(scratch_data):
     D = _dataset(scratch_data, effect=0.0, storm_cost_off=0.0, vcpu=0.2)
     v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
     assert v["qd1_randread"] == FAILS and v["storm_hurts_off_more"] == FAILS and v["none_saturated"] == HOLDS
@@ -296,10 +297,10 @@ def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
 def test_the_stall_sentence_reads_the_manifest():
     from perfbook.data.dataset import Manifest
     m = Manifest({"facts": {"stalled_boots": [{"boot": 1}]}, "parameters": {"stall_seconds": 30.0}})
-    assert A.stall_text(m) == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
+    assert prose.stall_text(m) == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
     m["facts"]["stalled_boots"] = []
-    assert A.stall_text(m).endswith("no guest stalled")
-    assert "predates" in A.stall_text(Manifest({"facts": {}, "parameters": {}}))
+    assert prose.stall_text(m).endswith("no guest stalled")
+    assert "predates" in prose.stall_text(Manifest({"facts": {}, "parameters": {}}))
 
 
 def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
@@ -325,6 +326,6 @@ def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
            for ev, d in zip(("auto", "on", "off"), seen) for a in ("tcg", "kvm")}
     assert "event_idx=off" in dev["auto", "tcg"] and "event_idx" not in dev["auto", "kvm"]
     assert "event_idx=on" in dev["on", "tcg"] and "event_idx=off" in dev["off", "kvm"]
-    assert A.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"tcg"}) == "off (auto, under TCG)"
-    assert A.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"kvm"}).startswith("on (auto")
-    assert "predates" in A.event_idx_text(Manifest({"parameters": {}}), {"tcg"})
+    assert prose.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"tcg"}) == "off (auto, under TCG)"
+    assert prose.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"kvm"}).startswith("on (auto")
+    assert "predates" in prose.event_idx_text(Manifest({"parameters": {}}), {"tcg"})

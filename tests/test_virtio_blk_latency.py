@@ -1,7 +1,7 @@
 """virtio_blk_latency: parameters, the parsers and the per-request matching on real traces of one
 small boot (tests/fixtures/virtio_blk_latency), the alignment math (the guest->host offset bracket,
 the QEMU clock fit and its check), the seed's table derivation, the benchmark binary, the committed
-dataset's findings, and a quick collect run (live, root) that must leave no QEMU, no trace instance
+dataset's prose values, and a quick collect run (live, root) that must leave no QEMU, no trace instance
 and no scratch file behind. Signals during a traced boot: tests/test_contract.py (LIVE)."""
 from __future__ import annotations
 
@@ -20,14 +20,12 @@ from perfbook.framework import sequence as framework
 from perfbook.qemu import guest
 from perfbook.hoststate import tracefs
 from perfbook.analysis import stats as tools_stats
-from perfbook.chapters.virtio_blk_latency import chapter, findings
-from perfbook.chapters.virtio_blk_latency import align as AL
+from perfbook.chapters.virtio_blk_latency import chapter, prose
 from perfbook.chapters.virtio_blk_latency import analysis as A
 from perfbook.chapters.virtio_blk_latency import collect as C
-from perfbook.chapters.virtio_blk_latency import image as I
-from perfbook.chapters.virtio_blk_latency import match as M
 from perfbook.chapters.virtio_blk_latency import parse as P
-from perfbook.chapters.virtio_blk_latency import spec as S
+from perfbook.chapters.virtio_blk_latency.timeline import align as AL
+from perfbook.chapters.virtio_blk_latency.timeline import match as M
 from perfbook.data.dataset import load_reference
 from perfbook.core.errors import MissingPrerequisite, ParameterError, PerfbookError
 from perfbook.hoststate.scratch import live_dirs
@@ -41,7 +39,7 @@ FIX = ROOT / "tests" / "fixtures" / "virtio_blk_latency"
 # ---------------------------------------------------------------- parameters
 def test_params_validate():
     d = chapter.parameters("default")
-    assert d["aio"] == list(S.AIO) and d["patterns"] == list(S.PATTERNS)
+    assert d["aio"] == list(P.AIO) and d["patterns"] == list(P.PATTERNS)
     assert d["layer_runs"] == ["threads"] and d["variants"] == ["plain", "all"]
     assert chapter.parameters("quick", aio="io_uring,threads")["aio"] == ["threads", "io_uring"]  # book order
     assert chapter.parameters("quick", layer_runs="none")["layer_runs"] == []
@@ -72,7 +70,7 @@ def test_plan_round_interleaves_and_counts():
         kinds = [(j["kind"], j["aio"], j["variant"]) for j in r]
         assert kinds.count(("host", "", "host_bench")) == 1
         assert {(a, v) for _k, a, v in kinds if _k == "guest"} == \
-            {(a, v) for a in p["aio"] for v in p["variants"]} | {("threads", v) for v in S.SINGLE}
+            {(a, v) for a in p["aio"] for v in p["variants"]} | {("threads", v) for v in P.SINGLE}
         assert [j["position"] for j in r] == list(range(len(r))) and {j["round"] for j in r} == {k}
         assert all(sorted(j["patterns"]) == sorted(p["patterns"]) for j in r)
     # shuffled: the two rounds do not run in the same order
@@ -96,7 +94,7 @@ def test_guest_script_traced_and_plain():
     assert "p:perfbook/vp_notify vp_notify" in s and "p:perfbook/vring_interrupt vring_interrupt" in s
     assert "echo x86-tsc > $T/trace_clock" in s and "cat /tmp/out.txt > /dev/vdb" in s
     assert s.index("-m rand") < s.index("-m seq")  # the job's order
-    assert "-S 7" in s and "-S 9" in s and f"-p {S.REGION_START}" in s
+    assert "-S 7" in s and "-S 9" in s and f"-p {P.REGION_START}" in s
     plain = C.guest_script(p, job, traced=False)
     assert "kprobe" not in plain and "@@TRACE" not in plain and "@@BENCH" in plain
 
@@ -134,7 +132,7 @@ def test_split_output_needs_the_end_marker():
 def test_parse_bench_and_stats():
     meta, sect, bench, loops = _fixture()
     assert len(bench) == 21 and bench.warm.sum() == 1 and (bench.t1 > bench.t0).all()
-    assert list(bench.offset[:3]) == [S.REGION_START, S.REGION_START + 4096, S.REGION_START + 8192]
+    assert list(bench.offset[:3]) == [P.REGION_START, P.REGION_START + 4096, P.REGION_START + 8192]
     assert len(loops) == 1 and loops.n.iloc[0] == 21
     st = P.ring_stats(sect["STATS"])
     assert st["overrun"] == 0 and st["entries"] > 0
@@ -243,9 +241,9 @@ def test_sector_to_offset():
 
 def test_fiemap_of_a_written_file(tmp_path):
     f = tmp_path / "img"
-    I.fill_image(f, 1, seed=1)
+    C.fill_image(f, 1, seed=1)
     try:
-        ext = I.fiemap(f)
+        ext = C.fiemap(f)
     except MissingPrerequisite as e:
         pytest.skip(str(e))
     assert sum(e[2] for e in ext) >= 1 << 20 and ext[0][0] == 0
@@ -451,7 +449,7 @@ def test_reference_table_has_provenance():
     ref = load_reference(chapter.name)
     for col in ("seed_file", "title", "date", "environment", "note"):
         assert ref[col].notna().all(), col
-    assert set(ref.seed_file) == {S.SEED} and set(ref.also_in) == {S.SEED_TEXT}
+    assert set(ref.seed_file) == {P.SEED} and set(ref.also_in) == {P.SEED_TEXT}
     sc = A.seed_cumulative(ref)
     assert list(sc.layer) == ["Guest benchmark", "Guest virtio-pci", "Host kvm.ko", "QEMU virtio",
                               "QEMU paio", "Host benchmark"]
@@ -459,7 +457,7 @@ def test_reference_table_has_provenance():
     assert A.seed_delta(ref).delta_pct.sum() == pytest.approx(100, abs=0.02)
     assert len(ref[ref.kind == "lifecycle"]) == 19 and set(ref[ref.kind == "lifecycle"].thread) == {"iothread", "vcpu"}
     # every figure of the seed file is in the seed's text
-    text = (Path("/work/shared/seeds") / S.SEED_TEXT)
+    text = (Path("/work/shared/seeds") / P.SEED_TEXT)
     if text.is_file():
         body = text.read_text()
         for v in ref[ref.kind.isin(["cumulative", "control", "delta"])].value:
@@ -469,9 +467,9 @@ def test_reference_table_has_provenance():
 # ---------------------------------------------------------------- the benchmark binary
 def test_seqread_binary(tmp_path):
     from perfbook.probes.cbuild import binary
-    exe = binary(S.BENCH)
+    exe = binary(P.BENCH)
     img = tmp_path / "img"
-    I.fill_image(img, 2, seed=2)
+    C.fill_image(img, 2, seed=2)
     r = subprocess.run([str(exe), "read", "-f", str(img), "-n", "8", "-w", "2", "-m", "seq",
                         "-p", str(1 << 20), "-s", str((1 << 20) + 4 * 4096)], capture_output=True, text=True)
     if r.returncode == 3 and "O_DIRECT" in r.stderr:
@@ -576,18 +574,18 @@ def test_committed_datasets_are_consistent(book_data):
 
 
 
-def test_findings_of_the_committed_data_do_not_depend_on_row_order(monkeypatch, book_data):
+def test_prose_values_of_the_committed_data_do_not_depend_on_row_order(monkeypatch, book_data):
     """The prose's values are strings or integers (never floats), every request carries its
-    boot's columns, and the same datasets read with shuffled rows give the same findings."""
+    boot's columns, and the same datasets read with shuffled rows give the same values."""
     D = chapter.load(book_data.data_dir)
     if not len(D):
         pytest.skip("no committed virtio_blk_latency dataset yet")
-    f = findings(D)
+    f = prose.values(D)
     assert f and all(isinstance(v, (str, int)) and not isinstance(v, (bool, float)) for v in f.values())
     req = D["requests"]
     assert {"kind", "round", "aio", "variant", "accel"} <= set(req.columns) and req.kind.notna().all()
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
-    assert findings(chapter.load(book_data.data_dir)) == f
+    assert prose.values(chapter.load(book_data.data_dir)) == f
 
 def test_ci_columns_state_the_real_coverage():
     iv = pd.DataFrame([{"warm": 0, "aio": a, "host_sub_call": "io_submit", "host_syscall": 1000.0 * (i + 1)}

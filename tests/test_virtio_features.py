@@ -14,8 +14,8 @@ import pytest
 from perfbook.framework import sequence as framework
 from perfbook.qemu import guest
 from perfbook.chapters import virtio_features as V
-from perfbook.chapters.virtio_features import analysis, collect, parse, spec
-from perfbook.chapters.virtio_features import decode as vf
+from perfbook.chapters.virtio_features import analysis, collect, parse, prose, tables
+from perfbook.chapters.virtio_features.featurebits import decode as vf
 from perfbook.data.dataset import load_manifest, shown_datasets
 from perfbook.core.errors import ParameterError
 
@@ -163,8 +163,8 @@ def test_table_matches_installed_uapi_headers():
 # ---------------------------------------------------------------- parameters
 def test_params_validate():
     p = V.chapter.parameters("quick")
-    assert spec.config_list(p["configs"])[0] == "default"
-    assert spec.config_list(V.chapter.parameters("default")["configs"]) == list(spec.GUEST_CONFIGS)
+    assert parse.config_list(p["configs"])[0] == "default"
+    assert parse.config_list(V.chapter.parameters("default")["configs"]) == list(parse.GUEST_CONFIGS)
     assert V.chapter.parameters("quick", kvm_boot_timeout=5)["kvm_boot_timeout"] == 5.0
     for bad in ({"configs": "nope"}, {"configs": " , "}, {"accel": "xen"}, {"kvm_boot_timeout": -1},
                 {"boot_timeout": 901}, {"boot_timeout": "soon"}, {"guest": "yes"},
@@ -185,12 +185,12 @@ def test_bad_config_writes_no_dataset(scratch_data):
 def test_boot_plan_and_disk_labels_unique():
     plan = collect.plan_of(V.chapter.parameters("default"))
     assert [c for c, _ in plan] == [1, 2]
-    assert [c for _, cs in plan for c in cs] == list(spec.GUEST_CONFIGS)
+    assert [c for _, cs in plan for c in cs] == list(parse.GUEST_CONFIGS)
     for _, cfgs in plan:
         labels = [collect.disk(c).label for c in cfgs]
         assert len(set(labels)) == len(labels)
     sep = collect.plan_of(V.chapter.parameters("default", separate_boots=True))
-    assert len(sep) == len(spec.GUEST_CONFIGS) and all(len(cs) == 1 for _, cs in sep)
+    assert len(sep) == len(parse.GUEST_CONFIGS) and all(len(cs) == 1 for _, cs in sep)
     assert collect.plan_of(V.chapter.parameters("default", guest=False)) == []
 
 
@@ -206,7 +206,7 @@ def test_dump_script_matches_python_dump_on_this_host():
 
 # ---------------------------------------------------------------- live: guests
 def _host_has_virtio() -> bool:
-    return spec.SYSFS_VIRTIO.is_dir() and any(spec.SYSFS_VIRTIO.iterdir())
+    return parse.SYSFS_VIRTIO.is_dir() and any(parse.SYSFS_VIRTIO.iterdir())
 
 
 def _collect(data):
@@ -226,7 +226,7 @@ def test_quick_collect_live(scratch_data):
     assert set(boots["accel"]) <= {"kvm", "tcg"} and boots["accel_note"].notna().all()
     assert not boots["qemu_cmdline"].str.contains(str(guest.guest_root())).any()
     g = blocks[blocks["source"] == "guest"].set_index("config")
-    assert set(g.index) == set(spec.config_list(V.chapter.profiles["quick"]["configs"]))
+    assert set(g.index) == set(parse.config_list(V.chapter.profiles["quick"]["configs"]))
     assert (blocks[blocks["source"] == "host"]["serial"] == "(redacted)").all()
     # what QEMU offers changes what the guest negotiates
     assert g.loc["writethrough+config-wce=off", "cache_type"] == "write through"
@@ -300,16 +300,16 @@ def test_committed_data_decodes_every_guest_config(book_data):
     config through its serial, and the summary and change tables cover them all in order."""
     D = V.chapter.load(book_data.data_dir)
     assert D.quoted.profile == "default"
-    summary, changed = analysis.guest_summary(D), analysis.changes_table(D)
-    assert list(summary["config"]) == list(spec.GUEST_CONFIGS)
-    assert list(changed["config"]) == [c for c in spec.GUEST_CONFIGS if c not in ("default", "smp2:default")]
+    summary, changed = tables.guest_summary(D), tables.changes_table(D)
+    assert list(summary["config"]) == list(parse.GUEST_CONFIGS)
+    assert list(changed["config"]) == [c for c in parse.GUEST_CONFIGS if c not in ("default", "smp2:default")]
     g = summary.set_index("config")
     assert g.loc["default", "CONFIG_WCE"] == 1 and g.loc["config-wce=off", "CONFIG_WCE"] == 0
     assert g.loc["packed=on", "RING_PACKED"] == 1 and g.loc["legacy", "VERSION_1"] == 0
     assert D.seed["features"].tolist() == [SEED_LOCAL, SEED_VPS]   # read as text: leading zeros kept
-    f = V.findings(D)
+    f = prose.values(D)
     assert not [k for k, v in f.items() if isinstance(v, float)]
-    assert f["seed_removed"] == "SCSI and CONFIG_WCE" and f["n_configs"] == len(spec.GUEST_CONFIGS)
+    assert f["seed_removed"] == "SCSI and CONFIG_WCE" and f["n_configs"] == len(parse.GUEST_CONFIGS)
 
 
 def test_accel_findings_compare_only_configs_measured_under_both():
@@ -323,10 +323,10 @@ def test_accel_findings_compare_only_configs_measured_under_both():
                  "type": "block", "accel": accel, "config": config, "name": n} for n in names]
     one = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"]))
     assert "whether KVM negotiates the same bits was not measured" in \
-        analysis.accel_findings(SimpleNamespace(bits=one))["accel_compare"]
+        prose.accel_findings(SimpleNamespace(bits=one))["accel_compare"]
     two = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"])
                        + rows("kvm", "r2", "default", ["FLUSH", "VERSION_1"])
                        + rows("kvm", "r2", "packed=on", ["RING_PACKED"])
                        + rows("tcg", "r1", "legacy", ["FLUSH"]) + rows("kvm", "r2", "legacy", ["SCSI"]))
-    s = analysis.accel_findings(SimpleNamespace(bits=two))["accel_compare"]
+    s = prose.accel_findings(SimpleNamespace(bits=two))["accel_compare"]
     assert s.startswith("1 of the 2 disk configurations measured under both"), s

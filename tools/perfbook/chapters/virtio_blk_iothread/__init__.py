@@ -8,20 +8,19 @@ Each round boots one guest per variant (iothread off, on; seeded order). Both gu
 loop with QMP commands), then bonnie++ as in the seed. Around every job the host samples the
 CPU time of each of QEMU's threads (/proc/<pid>/task).
 
-  collect.py   measure(ctx): the image, the guests, the samples, the QMP storm
-  parse.py     the guest's output, fio's JSON, bonnie++'s CSV line -> rows
-  analysis.py  medians, on/off effects, CPU per thread class, the seed's table; findings()
-  claims.py    the key findings
-  figures.py   IOPS and effects, CPU per thread class
+  collect.py       measure(ctx): the image, the guests, the samples, the QMP storm
+  parse.py         the guest's output, fio's JSON, bonnie++'s CSV line -> rows
+  analysis.py      medians, on/off effects, CPU per thread class, the seed's table
+  tables.py        the tables the page shows, and the runs table's columns
+  prose.py         every value the prose quotes, and the platform banner's note
+  figures.py       IOPS and effects, CPU per thread class, the effects over every host
+  key_findings.py  the key findings
 """
 from __future__ import annotations
 
-from perfbook.qemu import guest
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .analysis import findings  # noqa: F401
-from .claims import KEY_FINDINGS
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from perfbook.qemu import guest
 
 RW = ("randread", "randwrite", "read", "write")
 VARIANTS = ("off", "on")
@@ -109,7 +108,7 @@ class VirtioBlkIothread(Chapter):
     needs_text = "a QEMU guest (KVM where it boots, TCG otherwise); qemu.qmp for the main-loop storm"
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: numpy+scipy; doctor imports every __init__
         repetition_settings(p, "rep_")
         p["variants"] = [v for v in VARIANTS if v in (p["variants"] or VARIANTS)]
         d = p["depths"]
@@ -131,13 +130,5 @@ class VirtioBlkIothread(Chapter):
     def preflight(self) -> list[str]:
         return guest.preflight() + super().preflight()
 
-    def run_columns(self, m, D) -> dict:
-        return analysis.run_columns(m, D)
 
-    def platform_notes(self, D):
-        from perfbook.analysis.findings import per_host_note
-        return per_host_note(D, analysis.accel, lambda g: f"its QEMU guests ran under {g['accel']}")
-
-
-VirtioBlkIothread.key_findings = KEY_FINDINGS
 chapter = VirtioBlkIothread()

@@ -12,19 +12,31 @@ perfbook.qemu.guest.Runner; the storm thread is stopped on every exit path.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
 import re
+import shutil
 import statistics
 import threading
 import time
+from pathlib import Path
 
-from perfbook.qemu import guest, guest_image
+import pandas as pd
+
+from perfbook.analysis.repetition import interleave, repetition
 from perfbook.core.errors import PerfbookError
 from perfbook.core.guard import check_interrupted
-from perfbook.analysis.repetition import interleave, repetition
+from perfbook.core.proc import run_group
+from perfbook.probes import blockdev
+from perfbook.qemu import guest, guest_image
 from .parse import bonnie_rows, fio_rows, split_output
+
+try:
+    from qemu.qmp import QMPClient
+except ImportError:          # measure() then skips the storm
+    QMPClient = None
 
 IO_RE, IODONE_RE = re.compile(r"@@JOB-IO (\S+)@@"), re.compile(r"@@JOB-IODONE (\S+)@@")
 
@@ -94,7 +106,6 @@ class Storm(threading.Thread):
         self.connected, self._halt = threading.Event(), threading.Event()
 
     def run(self):
-        import asyncio
         try:
             asyncio.run(self._loop())
         except Exception as e:  # noqa: BLE001 (reported by stop())
@@ -102,8 +113,6 @@ class Storm(threading.Thread):
         self.connected.set()
 
     async def _loop(self):
-        import asyncio
-        from qemu.qmp import QMPClient
         logging.getLogger("qemu.qmp").setLevel(logging.ERROR)
         c = QMPClient("perfbook")
         await asyncio.wait_for(c.connect(str(self.sock)), 10)
@@ -172,7 +181,6 @@ def bonnie_image(path, mib: int) -> None:
     """bonnie++'s disk: allocated in full, then ext4 (extents: direct I/O into new blocks stays
     direct, where ext2's block maps fall back to buffered writes), its inode tables and journal
     written now rather than by the guest's lazy-init thread during the test."""
-    from perfbook.core.proc import run_group
     fill_image(path, mib)
     r = run_group(["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", str(path)],
                   timeout=300)
@@ -263,13 +271,9 @@ def experiment(j: dict) -> str:
 
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (the framework publishes it)."""
-    import pandas as pd
-    from perfbook.probes import blockdev
     p, w = dict(ctx.p), ctx.writer
     rng = random.Random(p["seed"])
-    try:
-        import qemu.qmp  # noqa: F401
-    except ImportError:
+    if QMPClient is None:
         if p["storm"]:
             w.skip("storm", "the Python package qemu.qmp is missing (tools/setup.sh installs environment.yml's pins)")
         p["storm"] = []
@@ -332,8 +336,6 @@ def measure(ctx) -> None:
 
 
 def _which(name: str):
-    import shutil
-    from pathlib import Path
     exe = shutil.which(name)
     if not exe:
         raise PerfbookError(f"{name} is not installed")

@@ -2,8 +2,11 @@
 on/off effect over every host (perfbook.analysis.fleetview)."""
 from __future__ import annotations
 
-from perfbook.data.machine import legend
+import matplotlib.pyplot as plt
+
+from perfbook.analysis import fleetview as fv
 from perfbook.analysis.stats import caption, hl_ci_label
+from perfbook.data.machine import legend
 from . import analysis as A
 
 COLORS = {"off": "tab:gray", "on": "tab:blue"}
@@ -21,7 +24,6 @@ def _hosts(D):
 def iops(D):
     """Left: median IOPS per job, iothread off and on, with the median's CI. Right: on against
     off, the Hodges-Lehmann shift relative to off, with its CI."""
-    import matplotlib.pyplot as plt
     fio = D.of_quoted(A.table(D, "fio"))
     s = A.fio_summary(fio)
     e = A.effects(fio)
@@ -56,7 +58,6 @@ def iops(D):
 
 def cpu(D):
     """CPU seconds per second of job for each class of QEMU thread, iothread off and on."""
-    import matplotlib.pyplot as plt
     r = A.cpu_rates(D.of_quoted(A.table(D, "threads")))
     cells = list(dict.fromkeys(zip(r.job, r.storm, r.variant)))
     fig, ax = plt.subplots(figsize=(9, 0.33 * len(cells) + 1.6))
@@ -86,8 +87,6 @@ def hosts(D):
     """iothread on against off per job over the hosts (perfbook.analysis.fleetview): one point per other
     host, every counted run of this host and of the reference host with its interval; one panel
     per machine kind (a TCG guest's I/O path is paced by an emulated CPU)."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
     e = A.every_effect(D)
     if not len(e):
         fig, ax = plt.subplots(figsize=(6, 1.5))

@@ -38,25 +38,22 @@ Scratch files (the benchmark image, the guest's output disk, QEMU's trace log) l
 scratch directory (ctx.scratch()); QEMU is owned by perfbook.qemu.guest.Runner and the ftrace instances
 by perfbook.hoststate.tracefs.TraceSession; all are on the framework's undo stack.
 
-  spec.py          what is measured: aio modes, variants, trace events
-  collect.py       measure(ctx): rounds of boots; collect_host.py the host's ftrace
-                   instances, image.py the benchmark image and its extents
-  parse.py         text -> frames; match.py one request across the layers
-  align.py         the guest->host offset bracket and the QEMU clock
-  data.py          the loaded datasets and the quoted dataset's derived frames
-  analysis.py      layer latencies, the seed's tables, the lifecycle of a request
-  views.py         the chapter's tables; findings.py every value the prose quotes
+  parse.py         what is measured (aio modes, variants, trace events); text -> frames
+  collect.py       measure(ctx): the benchmark image and its extents, rounds of boots, the
+                   host's ftrace instances; timeline/ matches one request across the layers
+                   and puts it on one time axis
+  analysis.py      layer latencies, the seed's tables, the lifecycle of a request; VirtioData,
+                   the loaded datasets and the quoted dataset's derived frames
+  tables.py        the chapter's tables; prose.py every value the prose quotes
   figures.py       the delta bars, the per-layer CDFs, the request timeline
+  key_findings.py  the chapter's conclusions, decided per host
 """
 from __future__ import annotations
 
-
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures, views  # noqa: F401  (the notebook's entry points)
-from .data import VirtioData
-from .findings import findings  # noqa: F401
-from .spec import AIO, PATTERNS, SEED, SEED_TEXT, STAMPS_G, STAMPS_H, STAMPS_Q, VARIANTS  # noqa: F401
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, choose_list, repetition_params
+from perfbook.qemu import guest
+from .parse import AIO, PATTERNS, STAMPS_G, STAMPS_H, STAMPS_Q, VARIANTS
 
 _COMMON = {"patterns": None, "image_mib": 64, "accel": "auto", "boot_timeout": 300.0,
            "guest_memory_mib": 256, "guest_buffer_kb": 16384, "host_buffer_kb": 8192,
@@ -78,7 +75,7 @@ class VirtioBlkLatency(Chapter):
     name = "virtio_blk_latency"
     title = "Where virtio-blk latency goes, layer by layer"
     # Rounds repeat adaptively (perfbook.analysis.repetition.Repetition) on each aio mode's untraced boot; a
-    # round boots every aio mode and variant once, in shuffled order (spec.EXPERIMENT).
+    # round boots every aio mode and variant once, in shuffled order (parse.EXPERIMENT).
     # A default round is the host benchmark and 10 boots (3 aio modes x plain/all, and the 4
     # single-layer boots of layer_runs that the seed's own table needs): ~33 s on 2 CPUs, whose
     # guests run under TCG (committed data: 6 rounds in 200 s). Its 30 s budget therefore stops
@@ -140,10 +137,11 @@ class VirtioBlkLatency(Chapter):
     quote_needs = ("requests", "jobs")
 
     needs_tools = {"cc": "gcc"}   # the benchmark
+    needs_text = ("root for the host layer's tracepoints; with a working /dev/kvm the kvm.ko row is filled "
+                  "and the figures say KVM instead of TCG")
 
     def check(self, p: dict) -> None:
-        from perfbook.framework.contract import choose_list
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: numpy+scipy; doctor imports every __init__
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
         repetition_settings(p, "rep_")
@@ -157,25 +155,11 @@ class VirtioBlkLatency(Chapter):
 
     def preflight(self) -> list[str]:
         """Why collect can't run here at all ([] = it can; a missing layer is only a skip)."""
-        from perfbook.qemu import guest
         return list(guest.preflight()) + super().preflight()
 
-
-    def load(self, data_dir=None) -> VirtioData:
-        return VirtioData(self, data_dir)
-
-
-from .claims import KEY_FINDINGS  # noqa: E402
-VirtioBlkLatency.key_findings = KEY_FINDINGS
+    def load(self, data_dir=None):
+        """Every dataset (analysis.VirtioData: the quoted dataset's frames, computed once)."""
+        return self.part("analysis").VirtioData(self, data_dir)
 
 
-def _platform_notes(self, D):
-    from perfbook.analysis.findings import per_host_note
-    from .claims import _g
-    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel']}"
-                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
-
-
-VirtioBlkLatency.platform_notes = _platform_notes
-VirtioBlkLatency.needs_text = "root for the host layer's tracepoints; with a working /dev/kvm the kvm.ko row is filled and the figures say KVM instead of TCG"
 chapter = VirtioBlkLatency()

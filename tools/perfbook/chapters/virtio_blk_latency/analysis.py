@@ -1,11 +1,20 @@
 """virtio_blk_latency: the analysis (frames in, frames out; no I/O, no plotting). Per-request
 layer latencies, every stamp on the host's time axis, the seed's cumulative and delta tables,
-the lifecycle of one request, percentiles and per-boot summaries."""
+the lifecycle of one request, percentiles and per-boot summaries; and the chapter's Data
+(VirtioData), with the quoted dataset's frames every table, figure and prose value starts from,
+computed once."""
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
-from .spec import BASES, STAMPS_G, STAMPS_H, STAMPS_Q
+import numpy as np
+import pandas as pd
+from scipy import stats as st
+
+from perfbook.analysis.stats import ci_label, cv, hodges_lehmann, summarize
+from perfbook.data.dataset import Data
+from .parse import BASES, STAMPS_G, STAMPS_H, STAMPS_Q
 
 
 def _with_job_cols(requests, jobs):
@@ -13,7 +22,6 @@ def _with_job_cols(requests, jobs):
     off (guest->host TSC offset, middle of the bracket), qc (QEMU clock correction, 0 if none;
     see qemu_correction)
     and the QEMU clock fit."""
-    import numpy as np
     cols = ["tsc_hz", "off_lo", "off_hi", "qc", "q_tsc_ref", "q_real_ref_us", "q_slope"] + list(BASES.values())
     j = jobs[["host_id", "run_id", "job"] + [c for c in cols if c in jobs]].copy()
     for c in cols:
@@ -39,7 +47,6 @@ def layer_intervals(requests, jobs):
     """Per request, the latency of each layer in ns; NaN where the boot did not trace it.
     Intervals inside one clock domain need no alignment; the TCG stand-in for the kvm.ko row
     (vCPU kick -> apic_deliver_irq) maps QEMU's clock onto the host's TSC."""
-    import numpy as np
     d = _with_job_cols(requests, jobs)
     ns = 1e9 / d.tsc_hz
     out = d[[c for c in ("host_id", "run_id", "job", "kind", "round", "aio", "variant", "accel",
@@ -128,9 +135,6 @@ def cumulative_table(iv, method: str = "one_run", aio: str = "threads", pattern:
     the guest benchmark from the untraced boots, and 'control' the guest benchmark of the boot
     each row came from (the seed's 'benchmark control' column).
     """
-    import numpy as np
-    import pandas as pd
-    from perfbook.analysis.stats import cv, summarize
     # each row's requests are boolean masks over the timed requests of `pattern`, and its boots
     # one integer per (host, run, job) numbered in their sorted order: filtering the whole frame
     # and grouping by its string columns once per row cost more than the statistics
@@ -179,7 +183,6 @@ def delta_table(cum, value: str = "mean_ns"):
     """The seed's delta table: successive differences of the cumulative rows (the last one is the
     bottom layer itself), in ns and as a percentage of the guest benchmark. A layer that was not
     measured merges its two neighbouring deltas into one row that names both."""
-    import pandas as pd
     v = {k: x for k, x in zip(cum.key, cum[value])}
     names = [n for n, _u, _l in DELTA_ROWS]
     have = [i for i, k in enumerate(CHAIN) if math.isfinite(v.get(k, math.nan))]
@@ -195,7 +198,6 @@ def delta_table(cum, value: str = "mean_ns"):
 
 
 def seed_cumulative(reference):
-    import pandas as pd
     r = reference[reference.kind == "cumulative"].sort_values("order", kind="stable")
     c = reference[reference.kind == "control"].set_index("item")["value"]
     return pd.DataFrame({"layer": r["item"].to_numpy(), "mean_ns": pd.to_numeric(r["value"]).to_numpy(),
@@ -203,7 +205,6 @@ def seed_cumulative(reference):
 
 
 def seed_delta(reference):
-    import pandas as pd
     r = reference[reference.kind == "delta"].sort_values("order", kind="stable")
     pct = reference[reference.kind == "delta_pct"].set_index("item")["value"]
     return pd.DataFrame({"layer": r["item"].to_numpy(), "delta_ns": pd.to_numeric(r["value"]).to_numpy(),
@@ -212,7 +213,6 @@ def seed_delta(reference):
 
 def breakdown(delta, source: str):
     """Delta rows as shares (stacked-bar input): source, layer, share_pct, ns."""
-    import pandas as pd
     return pd.DataFrame({"source": source, "layer": delta.layer, "ns": delta.delta_ns,
                          "share_pct": delta.delta_pct})
 
@@ -220,8 +220,6 @@ def breakdown(delta, source: str):
 def lifecycle(a, job: int, n: int = 1, pattern: str = "seq"):
     """The events of the request with the median total latency (of boot `job`) in time order:
     event, layer, where it runs, ns since the request started, ns since the previous event."""
-    import numpy as np
-    import pandas as pd
     d = a[(a.job == job) & (a.warm == 0) & (a.pattern == pattern)]
     need = ["g_notify_ns", "g_irq_ns", "q_notify_ns", "h_issue_ns"]
     d = d.dropna(subset=[c for c in need if c in d])
@@ -291,7 +289,6 @@ def accel_label(jobs) -> str:
 def alignment_table(jobs):
     """Per boot that traced the guest and the host: the guest->host offset bracket (µs wide),
     which host event gave its lower bound, and the QEMU clock check (µs)."""
-    import pandas as pd
     j = jobs[jobs.get("off_lo", pd.Series(dtype=float)).notna()] if "off_lo" in jobs else jobs.iloc[:0]
     us = 1e6 / j.tsc_hz
     out = pd.DataFrame({"round": j["round"], "aio": j.aio, "variant": j.variant, "accel": j.accel.str.upper(),
@@ -306,13 +303,11 @@ def alignment_table(jobs):
 
 def side_by_side_cumulative(cum, reference):
     """Our cumulative table beside the seed's (the seed's 'QEMU paio' sits in our 'QEMU aio' row)."""
-    import pandas as pd
     s = seed_cumulative(reference)
     seed_key = {"Guest benchmark": "guest_benchmark", "Guest virtio-pci": "guest_virtio_pci",
                 "Host kvm.ko": "host_kvm", "QEMU virtio": "qemu_virtio", "QEMU paio": "qemu_aio",
                 "Host benchmark": "host_benchmark"}
     s = s.assign(key=s.layer.map(seed_key)).set_index("key")
-    from perfbook.analysis.stats import ci_label
     ci_col = f"median {ci_label(cum['n'])} (ns)"  # real coverage of the rows' median CIs
     rows = []
     for r in cum.to_dict("records"):
@@ -328,7 +323,6 @@ def side_by_side_cumulative(cum, reference):
 
 
 def side_by_side_delta(delta, reference):
-    import pandas as pd
     s = seed_delta(reference).set_index("layer")
     rows = []
     for r in delta.itertuples():
@@ -349,7 +343,6 @@ LAYER_LABELS = {"guest_benchmark": "guest benchmark", "guest_virtio_pci": "guest
 
 def percentiles(iv, keys, by=("aio",)):
     """p5 / p50 / p95 / p99 (µs) and n of each layer's per-request latency."""
-    import pandas as pd
     rows = []
     d = iv[iv.warm == 0]
     for key in keys:
@@ -366,15 +359,12 @@ def percentiles(iv, keys, by=("aio",)):
 
 def syscall_summary(iv):
     """The host submission syscall per aio mode: which call, how long (µs), n."""
-    import pandas as pd
     d = iv[(iv.warm == 0) & iv.host_syscall.notna()]
     rows = []
     for (aio, call), g in d.groupby(["aio", "host_sub_call"]):
-        from perfbook.analysis.stats import summarize
         s = summarize(g.host_syscall / 1000)
         rows.append({"aio": aio, "syscall": call, "n": s.n, "median (µs)": s.median,
                      "CI": f"{s.ci_low:.1f}–{s.ci_high:.1f}", "mean (µs)": s.mean, "p95 (µs)": s.p95})
-    from perfbook.analysis.stats import ci_label
     t = pd.DataFrame(rows)
     # the column says the real coverage of the median CIs (below 95 % for n < 6)
     return t.rename(columns={"CI": ci_label(t["n"])}) if len(t) else t
@@ -397,7 +387,6 @@ def order_text(values: dict, unit: str = "µs", fmt: str = "{:.1f}") -> str:
 
 def compare_cumulative(reference, tables: dict):
     """The seed's cumulative table beside ours, one column group per method: {label: cumulative}."""
-    import pandas as pd
     s = seed_cumulative(reference)
     seed_key = {"Guest benchmark": "guest_benchmark", "Guest virtio-pci": "guest_virtio_pci",
                 "Host kvm.ko": "host_kvm", "QEMU virtio": "qemu_virtio", "QEMU paio": "qemu_aio",
@@ -419,7 +408,6 @@ def compare_cumulative(reference, tables: dict):
 def compare_delta(reference, deltas: dict):
     """The seed's delta table beside ours ({label: delta table}); rows by the seed's layer names,
     a merged row of ours (an unmeasured layer) under its first name."""
-    import pandas as pd
     s = seed_delta(reference).set_index("layer")
     out = pd.DataFrame(index=[n for n, _u, _l in DELTA_ROWS])
     out["seed 2010 (ns)"] = s.delta_ns
@@ -444,9 +432,6 @@ def boots_needed(a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000
     n_t / (3/pi) (its asymptotic relative efficiency under normality). Checked by resampling: `reps`
     pairs of samples of that size, drawn with replacement from the observed per-boot medians
     (fixed seed), and the share the test calls significant."""
-    import numpy as np
-    from scipy import stats as st
-    from perfbook.analysis.stats import hodges_lehmann
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     shift = float(hodges_lehmann(a, b)[0])
     sd = float(np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
@@ -472,3 +457,103 @@ def boots_needed(a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000
         lo, hi = (lo, mid) if sim_power(mid) >= power else (mid, hi)
     out["n_sim"] = hi
     return out
+
+
+# ---- the chapter's Data -----------------------------------------------------------------------
+# the layers of the distribution figure and the percentile table, top to bottom
+KEYS = ["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio", "host_syscall",
+        "host_block", "host_benchmark"]
+
+# natural keys: the analysis must not depend on the order rows were written in
+ORDER = {"requests": ["job", "t0"], "jobs": ["job"], "calib": ["job", "tsc0"]}
+PER_JOB = ["kind", "round", "aio", "variant", "accel"]   # what a request takes from its boot
+
+
+class VirtioData(Data):
+    """D["requests"], D["jobs"], D["calib"] sorted by boot and stamp; every request carries its
+    boot's kind, round, aio mode, variant and accelerator. The quoted dataset's frames:
+    D.req, D.jobs, D.p (its parameters), D.iv (per-request layer latencies), D.an (every stamp
+    on the host's axis), D.cum / D.cum1 (the seed's cumulative table, one layer per boot / all
+    at once), D.delta (the delta table the prose reads first), D.all_layers (the all-layer boots'
+    and the host benchmark's timed requests), D.acc (the accelerator label) and D.hosts_caption."""
+
+    def prepare(self, name: str, df):
+        # a view of one dataset (a finding's) has one host_id and run_id on every row: sorting
+        # and joining by them too (strings, hashed row by row) would change nothing
+        ds = [] if self._only is not None and len(self._only) == 1 else ["host_id", "run_id"]
+        if len(df) and name in ORDER:
+            df = df.sort_values([*ds, *ORDER[name]], kind="stable", ignore_index=True)
+        if name == "requests" and len(df):
+            j = self["jobs"].reindex(columns=[*ds, "job"] + PER_JOB)
+            j["aio"] = j["aio"].fillna("")
+            j["accel"] = j["accel"].fillna("")
+            df = df.merge(j, on=[*ds, "job"], how="left")
+        return df
+
+    # -- the quoted dataset (Data.quoted_rows: a fleet's notebook reads one requests table) --
+    @cached_property
+    def req(self):
+        return self.quoted_rows("requests")
+
+    @cached_property
+    def jobs(self):
+        return self.quoted_rows("jobs")
+
+    @cached_property
+    def guest_jobs(self):
+        return self.jobs[self.jobs.kind == "guest"]
+
+    @property
+    def p(self) -> dict:
+        return self.quoted.parameters
+
+    @cached_property
+    def iv(self):
+        return layer_intervals(self.req, self.jobs)
+
+    @cached_property
+    def an(self):
+        return aligned(self.req, self.jobs)
+
+    @cached_property
+    def cum(self):
+        """The cumulative table, one layer per boot (the seed's method), aio=threads, sequential."""
+        return cumulative_table(self.iv, "seed", aio="threads", pattern="seq")
+
+    @cached_property
+    def cum1(self):
+        """The cumulative table, all layers at once, aio=threads, sequential."""
+        return cumulative_table(self.iv, "one_run", aio="threads", pattern="seq")
+
+    @property
+    def have_seed_method(self) -> bool:
+        """Whether the quoted dataset has the single-layer boots."""
+        return bool(self.cum.set_index("key").loc["guest_virtio_pci", "n"])
+
+    @cached_property
+    def delta(self):
+        """The delta table the prose reads first: one layer per boot when measured."""
+        return delta_table(self.cum if self.have_seed_method else self.cum1)
+
+    @cached_property
+    def all_layers(self):
+        """Timed requests of the all-layer boots and of the host benchmark."""
+        iv = self.iv
+        return iv[(iv.warm == 0) & ((iv.variant == "all") | (iv.kind == "host"))]
+
+    def first_all_layer_boot(self, aio: str) -> int:
+        j = self.jobs
+        return j[(j.variant == "all") & (j.aio == aio)].job.min()
+
+    @property
+    def acc(self) -> str:
+        return accel_label(self.jobs)
+
+    @property
+    def hosts_caption(self) -> list[tuple]:
+        h = self.quoted.host
+        return [(h["host_id"], h.get("description"))]
+
+    @cached_property
+    def ref(self):
+        return self.reference(self.chapter.name)

@@ -2,31 +2,202 @@
 QEMU guests, the host's ftrace instances, the benchmark on the host).
 
 A round runs one host benchmark and a guest boot per aio mode and variant, in shuffled order;
-rounds repeat adaptively (perfbook.analysis.repetition.Repetition) on the untraced boots' median latency. Every
-boot's requests are matched across the layers (match.py) and put on one time axis (align.py)
-before the next boot. The framework (perfbook.framework.sequence.collect) owns parameters, preflight,
-lock, signals and the dataset writer; everything changed here is registered on ctx.undo.
+rounds repeat adaptively (perfbook.analysis.repetition.Repetition) on the untraced boots' median
+latency. Every boot's requests are matched across the layers and put on one time axis
+(timeline/) before the next boot. The benchmark image is mapped to disk sectors with FIEMAP, so
+that the host's block requests map back to image offsets; HostTrace holds the host's two ftrace
+instances of a boot. The framework (perfbook.framework.sequence.collect) owns parameters,
+preflight, lock, signals and the dataset writer; everything changed here is registered on
+ctx.undo.
 """
 from __future__ import annotations
 
+import fcntl
 import math
+import os
 import random
+import struct
 import subprocess
 from pathlib import Path
 
+import pandas as pd
+
+from perfbook.analysis.repetition import repetition
 from perfbook.core.errors import MissingPrerequisite, PerfbookError
-from .align import alignment_summary, fit_clock, relative_to_bases
-from .collect_host import HostTrace
-from .image import block_device, fiemap, fill_image
-from .match import guest_stamps, host_issues, match_in_order, qemu_segments
-from .parse import parse_bench, parse_calib, parse_ftrace, parse_qemu_log, ring_stats, split_output
-from .spec import (BENCH, BLOCK, EXPERIMENT, MiB, OUT_DISK_MIB, QEMU_CORE_EVENTS, QEMU_EVENTS,
-                   REGION_START, SINGLE, VARIANTS)
+from perfbook.core.proc import run_group
+from perfbook.hoststate import tracefs
+from perfbook.probes.blockdev import device_of, kernel_dev_t
+from perfbook.probes.cbuild import binary
+from perfbook.qemu import guest
+from .parse import (BENCH, BLOCK, EXPERIMENT, HOST_SYSCALLS, KVM_IRQ, KVM_NOTIFY, MiB, OUT_DISK_MIB,
+                    QEMU_CORE_EVENTS, QEMU_EVENTS, REGION_START, SINGLE, VARIANTS, parse_bench, parse_calib,
+                    parse_ftrace, parse_qemu_log, ring_stats, split_output)
+from .timeline.align import alignment_summary, fit_clock, relative_to_bases
+from .timeline.match import guest_stamps, host_issues, match_in_order, qemu_segments
 
 
+# ---- the benchmark image: its extents (FIEMAP), the disk that holds it ---------------------
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_FLAG_SYNC = 0x1
+FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_BAD = 0x2 | 0x4 | 0x8 | 0x80 | 0x100 | 0x200 | 0x800  # unknown, delalloc, encoded, ...
+
+
+def fill_image(path: Path, mib: int, seed: int) -> None:
+    """A raw image full of data (no holes, no unwritten extents: every read reaches the disk)."""
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(rnd.randbytes(MiB))
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def fiemap(path: Path) -> list[tuple[int, int, int]]:
+    """The file's extents as (logical, physical, length) bytes, via FS_IOC_FIEMAP."""
+    out: list[tuple[int, int, int]] = []
+    start, count = 0, 256
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            buf = bytearray(struct.pack("=QQIIII", start, (1 << 64) - 1 - start, FIEMAP_FLAG_SYNC, 0,
+                                        count, 0) + b"\0" * (56 * count))
+            try:
+                fcntl.ioctl(fd, FS_IOC_FIEMAP, buf)
+            except OSError as e:
+                raise MissingPrerequisite(f"FIEMAP is not supported for {path} ({e.strerror})") from None
+            mapped = struct.unpack_from("=I", buf, 20)[0]
+            last = False
+            for i in range(mapped):
+                lo, ph, ln, _r1, _r2, flags = struct.unpack_from("=QQQQQI", buf, 32 + 56 * i)
+                if flags & FIEMAP_BAD:
+                    raise MissingPrerequisite(f"the image's extents can't be mapped to disk sectors "
+                                              f"(extent flags {flags:#x})")
+                out.append((lo, ph, ln))
+                last = bool(flags & FIEMAP_EXTENT_LAST)
+            if last or mapped == 0:
+                break
+            start = out[-1][0] + out[-1][2]
+    finally:
+        os.close(fd)
+    return out
+
+
+def block_device(path: Path) -> dict:
+    """The disk that holds `path`: its kernel dev_t (for trace filters), name and the partition's
+    first sector (block tracepoints report sectors of the whole disk)."""
+    name, major, minor = device_of(path)  # MissingPrerequisite when not on a block device
+    st = os.stat(path)
+    real = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
+    if (real / "dm").exists() or (real / "md").exists() or real.name.startswith(("dm-", "md", "loop")):
+        raise MissingPrerequisite(f"the image sits on a stacked device ({real.name}); "
+                                  "its sectors can't be mapped to the disk's requests")
+    start = int((real / "start").read_text()) if (real / "partition").exists() else 0
+    return {"name": name, "part": real.name, "major": major, "minor": minor,
+            "dev_t": kernel_dev_t(major, minor), "part_start": start}
+
+
+# ---- the host's ftrace instances of one boot: each a perfbook.hoststate.tracefs.TraceSession,
+# which restores its state on every exit path ------------------------------------------------
+class HostTrace:
+    """The two host ftrace instances of one boot: QEMU's threads (syscalls) and the disk."""
+
+    def __init__(self, p: dict, blockdev: dict | None, say):
+        self.p, self.blockdev, self.say = p, blockdev, say
+        self.q = self.b = None
+        self.pid = None
+        self.notes: list[str] = []
+
+    def __enter__(self):
+        self.q = tracefs.TraceSession("vbl_qemu", log=self.say).__enter__()
+        try:
+            self.b = tracefs.TraceSession("vbl_disk", log=self.say).__enter__()
+            for t in (self.q, self.b):
+                t.set_option("tracing_on", "0")
+                t.set_option("trace_clock", "x86-tsc")
+                t.set_option("buffer_size_kb", str(self.p["host_buffer_kb"]))
+            self.q.set_trace_options(event_fork=True)   # children of the traced pid are traced too
+            ev = self.q.buffer / "events" / "syscalls"
+            for call in HOST_SYSCALLS:
+                for side in ("enter", "exit"):
+                    name = f"sys_{side}_{call}"
+                    if not (ev / name).is_dir():
+                        self.notes.append(f"host syscall event {name} is missing")
+                        continue
+                    if call == "write":
+                        self.q.set_option(f"events/syscalls/{name}/filter",
+                                          "count == 8" if side == "enter" else "ret == 8")
+                    self.q.enable(f"syscalls/{name}")
+            if self.blockdev is not None:
+                for name in ("block_rq_issue", "block_rq_complete"):
+                    self.b.set_option(f"events/block/{name}/filter", f"dev == {self.blockdev['dev_t']}")
+                    self.b.enable(f"block/{name}")
+            # kvm.ko's events of *our* QEMU only: the notify exit runs in its vCPU thread and the
+            # irqfd injection in the thread that signals the eventfd; other VMs on this host
+            # (or a KVM attempt of another run) must not leak in, so they go to the pid-filtered
+            # instance
+            kvm = self.q.buffer / "events" / "kvm"
+            for name in KVM_NOTIFY + KVM_IRQ:
+                if (kvm / name).is_dir():
+                    self.q.enable(f"kvm/{name}")
+            self.b.set_option("tracing_on", "1")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def on_start(self, pid: int) -> None:
+        """QEMU has just started: trace it and every thread it creates (event-fork adds the
+        children of listed tasks). A thread created before the pid was listed is appended from
+        /proc. A second start in the same boot (accel=auto: the KVM attempt timed out and QEMU
+        restarts under TCG) begins with empty buffers, so no event of the abandoned QEMU is kept.
+        Rewriting set_event_pid with O_TRUNC stops event-fork from following new threads until
+        the option is set again (seen on this kernel), so the option is toggled around it."""
+        if self.pid is not None:
+            self.q.set_option("tracing_on", "0")
+            self.b.set_option("tracing_on", "0")
+            self.q.clear()
+            self.b.clear()
+            self.b.set_option("tracing_on", "1")
+            self.notes.append("QEMU restarted within one boot (accelerator fallback); the first attempt's "
+                              "host trace was discarded")
+        self.pid = pid
+        self.q.set_trace_options(event_fork=False)
+        self.q.set_option("set_event_pid", str(pid))
+        self.q.set_trace_options(event_fork=True)
+        try:
+            tids = sorted({d.name for d in Path(f"/proc/{pid}/task").iterdir()} - {str(pid)})
+        except OSError:
+            tids = []
+        if tids:
+            tracefs.write_knob(self.q.file("set_event_pid"), " ".join(tids) + "\n", append=True)
+        self.q.set_option("tracing_on", "1")
+
+    def read(self) -> tuple[str, str, dict]:
+        for t in (self.q, self.b):
+            t.set_option("tracing_on", "0")
+        stats = {"qemu": self.q.buffer_stats(), "disk": self.b.buffer_stats()}
+        return (self.q.file("trace").read_text(errors="replace"),
+                self.b.file("trace").read_text(errors="replace"), stats)
+
+    def close(self):
+        for t in (self.b, self.q):
+            if t is not None:
+                t.close()
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# ---- rounds, boots and the host benchmark ----------------------------------------------------
 def host_layer_problem() -> str | None:
     """Why the host layer (ftrace on this host) can't be traced, or None."""
-    from perfbook.hoststate import tracefs
     r = tracefs.preflight(need_uprobes=False)
     return r[0] if r else None
 
@@ -100,7 +271,6 @@ def guest_script(p: dict, job: dict, traced: bool) -> str:
 
 
 def calibrate(exe: Path, n: int):
-    from perfbook.core.proc import run_group
     r = run_group([str(exe), "calib", "-n", str(n)], timeout=60)
     if r.returncode != 0:
         raise PerfbookError(f"seqread calib failed: {r.stderr.strip()[-200:]}")
@@ -115,15 +285,12 @@ def qemu_trace_args(logfile: Path, events: list[str]) -> list[str]:
 
 
 def available_qemu_events() -> set[str]:
-    from perfbook.qemu import guest
     r = subprocess.run([guest.QEMU, "-trace", "help"], capture_output=True, text=True, timeout=30)
     return set(r.stdout.split()) | set(r.stderr.split())
 
 
 def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, qevents, say):
     """One boot: returns (request rows, job row, calibration rows)."""
-    import pandas as pd
-    from perfbook.qemu import guest
     layers = set(VARIANTS[job["variant"]])
     notes = []
     if "host" in layers and not host_ok:
@@ -235,8 +402,6 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
 
 
 def host_job(p, job, exe, image):
-    from perfbook.core.proc import run_group
-    import pandas as pd
     rows = []
     for pat in job["patterns"]:
         args = bench_args(p, pat, job["seeds"][pat], p["host_requests"], "/dev/stdout", str(image))
@@ -261,10 +426,6 @@ def host_job(p, job, exe, image):
 
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (tables requests, jobs, repetition, calib)."""
-    import pandas as pd
-    from perfbook.qemu import guest
-    from perfbook.probes.cbuild import binary
-    from perfbook.analysis.repetition import repetition
     p, w = ctx.p, ctx.writer
     exe = binary(BENCH)
     rng = random.Random(p["seed"])
@@ -350,7 +511,6 @@ def measure(ctx) -> None:
 def compact(req):
     """Integers where the values are whole (CSV size), the request columns in a fixed order; what
     is the same for a whole boot (kind, round, aio, variant, accel) lives in the jobs table."""
-    import pandas as pd
     order = ["job", "pattern", "idx", "warm", "offset",
              "bench_cyc", "t0", "g_issue", "g_notify", "g_irq", "g_complete", "h_anchor", "h_kick",
              "h_kvm_notify", "h_sub", "h_sub_exit", "h_complete", "h_notifier", "h_kvm_irq",

@@ -1,8 +1,11 @@
-"""virtio_blk_latency: the figures (D: data.VirtioData -> (figure, caption))."""
+"""virtio_blk_latency: the figures (D: analysis.VirtioData -> (figure, caption))."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import numpy as np
+
+from perfbook.analysis import stats
 from . import analysis as A
-from . import views as V
 
 # lifecycle lanes -> tab10 colour index
 LANE_COLOR = {"guest": 0, "host/QEMU boundary": 1, "QEMU": 2, "QEMU aio": 3, "host": 4, "QEMU (TCG APIC)": 5,
@@ -12,11 +15,9 @@ LANE_COLOR = {"guest": 0, "host/QEMU boundary": 1, "QEMU": 2, "QEMU aio": 3, "ho
 def delta_bars(D):
     """The delta table as stacked bars: the seed's, ours with one layer per boot, every aio mode
     with all layers at once; shares of the guest benchmark (left) and µs (right)."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import stats
     acc, p, ref = D.acc, D.p, D.ref
     series = [(f"seed {ref.date.iloc[0][:4]}\nKVM", A.seed_delta(ref))]
-    series.append((f"threads\n1 layer/boot\n{acc}" if D.have_seed_method else f"threads\n{acc}", V.delta(D)))
+    series.append((f"threads\n1 layer/boot\n{acc}" if D.have_seed_method else f"threads\n{acc}", D.delta))
     per_aio = {a: A.cumulative_table(D.iv, "one_run", aio=a, pattern="seq") for a in p["aio"]}
     for a, cum in per_aio.items():
         dl = A.delta_table(cum)
@@ -56,15 +57,12 @@ def delta_bars(D):
 
 def cdfs(D):
     """Empirical CDFs of every layer's per-request latency in the all-layer boots, per aio mode."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from perfbook.analysis import stats
-    acc, p, allv = D.acc, D.p, V.all_layers(D)
+    acc, p, allv = D.acc, D.p, D.all_layers
     fig, axes = plt.subplots(1, len(p["aio"]), figsize=(4.2 * len(p["aio"]), 4.8), sharex=True, sharey=True,
                              squeeze=False, layout="constrained")
     for ax, a in zip(axes[0], p["aio"]):
         sub = allv[(allv.aio == a) | (allv.kind == "host")]
-        for k in V.KEYS:
+        for k in A.KEYS:
             x = np.sort(sub[k].dropna().to_numpy() / 1000)
             if len(x):
                 ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=A.LAYER_LABELS[k], lw=1.2)
@@ -84,13 +82,10 @@ def cdfs(D):
 
 def lifecycle_timeline(D):
     """One request per aio mode on the host's time axis, a bar per event since the previous one."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from perfbook.analysis import stats
     acc, p = D.acc, D.p
     fig, axes = plt.subplots(len(p["aio"]), 1, figsize=(11, 4.6 * len(p["aio"])), squeeze=False)
     for ax, a in zip(axes[:, 0], p["aio"]):
-        lc = A.lifecycle(D.an, job=V.first_all_layer_boot(D, a), n=1).reset_index(drop=True)
+        lc = A.lifecycle(D.an, job=D.first_all_layer_boot(a), n=1).reset_index(drop=True)
         t = lc.t_ns.to_numpy() / 1000
         start = np.concatenate([[0.0], t[:-1]])
         for y, r in lc.iterrows():

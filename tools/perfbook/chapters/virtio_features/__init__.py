@@ -1,56 +1,27 @@
 """Chapter 'virtio_features': virtio feature bits decoded from sysfs, on this host and
 inside tiny QEMU guests whose virtio-blk disks are offered with different options.
 
-  bits.py            the bit tables: every name, its C macro and where it comes from
-  decode.py          feature strings -> named bits (pure)
-  spec.py            the sysfs files read and the guest disk configurations
-  parse.py           sysfs dumps -> device, bit and block-disk records (pure)
-  collect.py         measure(ctx): the host snapshot and the guest boots
-  analysis.py        decoded frames, tables and findings() for the prose
-  analysis_guest.py  the guests' disks and the two bit matrices
-  figures.py         the two heatmaps
+  parse.py         the sysfs files read and the guest disk configurations; sysfs dumps ->
+                   device, bit and block-disk records (pure)
+  featurebits/     the bit tables (every name, its C macro and where it comes from) and the
+                   decoder: feature strings -> named bits (pure)
+  collect.py       measure(ctx): the host snapshot and the guest boots
+  analysis.py      VirtioData (the dumps decoded once), the guests' disks, the two bit matrices
+  tables.py        the tables the page shows, and the runs table's columns
+  prose.py         every value the prose quotes, and the platform banner's note
+  figures.py       the two heatmaps
+  key_findings.py  the key findings
 """
 from __future__ import annotations
 
-from functools import cached_property
-
-from perfbook.framework.contract import Chapter, Param, Table
-from perfbook.data.dataset import Data
 from perfbook.core.errors import ParameterError
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .analysis import findings  # noqa: F401
-from .spec import GUEST_CONFIGS, OPTION_KEYS, SYSFS_VIRTIO, config_list
+from perfbook.framework.contract import Chapter, Param, Table
+from perfbook.qemu import guest
+from .parse import GUEST_CONFIGS, OPTION_KEYS, SYSFS_VIRTIO, config_list
 
 # the configs table's opt_<key> columns: only those of the configs a run booted are present;
 # the on/off ones are true, false or missing (a config that did not set it)
 _OPTION_TYPES = {"cache": "str", "num_queues": "int"}
-
-
-class VirtioData(Data):
-    """The datasets, with the committed sysfs dumps decoded once (devices, bits, blocks) and
-    the seed's strings."""
-
-    @cached_property
-    def _decoded(self):
-        return analysis.decoded_tables(self["sysfs"], self["configs"], self["boots"])
-
-    @property
-    def devices(self):
-        return self._decoded[0]
-
-    @property
-    def bits(self):
-        return self._decoded[1]
-
-    @property
-    def blocks(self):
-        return self._decoded[2]
-
-    @cached_property
-    def seed(self):
-        # every column as text: a guessed type would turn a feature string into a number and
-        # drop its leading zeros (bits 0 and 1)
-        return self.reference("virtio_features", dtype=str)
 
 
 class VirtioFeatures(Chapter):
@@ -89,6 +60,7 @@ class VirtioFeatures(Chapter):
                        qemu_version="str", qemu_cmdline="str"),
     }
     reference = ("virtio_features",)
+    needs_text = "QEMU for the guest part, with KVM where /dev/kvm works and TCG elsewhere"
 
     def check(self, p: dict) -> None:
         names = config_list(p["configs"])
@@ -101,31 +73,14 @@ class VirtioFeatures(Chapter):
         """The host snapshot needs only sysfs; without virtio devices and QEMU there is nothing."""
         if SYSFS_VIRTIO.is_dir() and any(SYSFS_VIRTIO.iterdir()):
             return []
-        from perfbook.qemu import guest
         g = guest.preflight()
         if not g:
             return []
         return [f"this host has no virtio devices in {SYSFS_VIRTIO} and no guest can run: {g[0]}"]
 
-
-    def load(self, data_dir=None) -> VirtioData:
-        return VirtioData(self, data_dir)
-
-    def run_columns(self, m) -> dict:
-        return analysis.run_columns(m)
+    def load(self, data_dir=None):
+        """Every dataset (analysis.VirtioData: the sysfs dumps decoded once)."""
+        return self.part("analysis").VirtioData(self, data_dir)
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-VirtioFeatures.key_findings = KEY_FINDINGS
-
-
-def _platform_notes(self, D):
-    from perfbook.analysis.findings import per_host_note, sections
-    from .analysis import boot_findings
-    return per_host_note(D, sections(boot_findings), lambda g: f"its QEMU guests ran under {g['accel_used']}"
-                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
-
-
-VirtioFeatures.platform_notes = _platform_notes
-VirtioFeatures.needs_text = 'QEMU for the guest part, with KVM where /dev/kvm works and TCG elsewhere'
 chapter = VirtioFeatures()

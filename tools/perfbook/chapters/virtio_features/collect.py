@@ -10,12 +10,13 @@ import os
 import re
 from pathlib import Path
 
-from perfbook.qemu import guest
+import pandas as pd
+
 from perfbook.core.errors import MissingPrerequisite, PerfbookError
-from .bits import SOURCES
-from .parse import natural_key, parse_dump
-from .spec import (BLOCK_ATTRS, DEVICE_ATTRS, GUEST_CONFIGS, QUEUE_ATTRS, SYSFS_VIRTIO, boot_plan,
-                   config_list)
+from perfbook.qemu import guest
+from .featurebits.bits import SOURCES
+from .parse import (BLOCK_ATTRS, DEVICE_ATTRS, GUEST_CONFIGS, QUEUE_ATTRS, SYSFS_VIRTIO, boot_plan,
+                    config_list, natural_key, parse_dump)
 
 
 def _read(p: Path) -> str | None:
@@ -129,7 +130,6 @@ def _cmdline(args: list[str]) -> str:
 
 
 def measure(ctx) -> None:
-    import pandas as pd
     p, w = ctx.p, ctx.writer
     plan = plan_of(p)
     w.extra["_tool_cmds"] = {"qemu": [guest.QEMU, "--version"]}

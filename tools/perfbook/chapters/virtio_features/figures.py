@@ -1,15 +1,18 @@
 """virtio_features: the two bit heatmaps (D in, (figure, caption) out)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from perfbook.analysis import fleetview as fv
 from perfbook.analysis import stats
-from .analysis_guest import block_matrix, host_block_bits, type_matrix
+from .analysis import block_matrix, host_block_bits, type_matrix
 
 EXACT = "A feature string is an exact readout: one per device, nothing to average"
 
 
 def _heatmap(M, cmap: str, figsize, xrot: int, yfont: int, title: str):
-    import matplotlib.pyplot as plt
-    import numpy as np
     fig, ax = plt.subplots(figsize=figsize)
     ax.imshow(M.values, cmap=cmap, vmin=0, vmax=1.3, aspect="auto")
     ax.set_xticks(range(M.shape[1]), M.columns, rotation=xrot, ha="right", fontsize=8)
@@ -33,8 +36,6 @@ def fleet_columns(M, F):
     host's each a column, every other host's disks pooled into one column holding the share of
     them that negotiated the bit (so the grid does not widen with the fleet). Returns (matrix,
     number of other hosts' disks)."""
-    import pandas as pd
-    from perfbook.analysis import fleetview as fv
     ref = F.reference if F.reference != F.this else None
     keep, pooled = {}, []
     for c in M.columns:
@@ -60,7 +61,6 @@ def block_bits(D):
     """Negotiated virtio-blk bits x devices: this host's disks (and the reference host's), the other
     hosts' disks pooled into one column (the share that negotiated each bit), the guest disks of
     the quoted dataset, the seed's strings."""
-    from perfbook.analysis import fleetview as fv
     hb = host_block_bits(D)
     F = fv.fleet(D, set(hb.host_id.unique()) if len(hb) else None)
     M, n_pooled = fleet_columns(block_matrix(D), F)

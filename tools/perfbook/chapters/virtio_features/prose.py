@@ -1,113 +1,93 @@
-"""virtio_features: the guests' disks (what each QEMU option changes) and the two bit matrices."""
+"""virtio_features: every value the prose quotes (values(D)), formatted as it shows, and the
+platform banner's note (platform_notes(D))."""
 from __future__ import annotations
 
-from .decode import decode, table_rows
-from .spec import GUEST_CONFIGS
+import pandas as pd
 
-# the block bits the guest summary shows, one column each
-KEY_BITS = ["FLUSH", "CONFIG_WCE", "MQ", "SCSI", "DISCARD", "WRITE_ZEROES", "INDIRECT_DESC", "EVENT_IDX",
-            "VERSION_1", "RING_PACKED", "RING_RESET"]
-
-
-def quoted(D, df, source: str | None = None):
-    """The rows of a decoded frame from the quoted dataset (and of one source)."""
-    df = D.of_quoted(df)
-    return df[df["source"] == source] if source and len(df) else df
+from perfbook.analysis.findings import per_host_note, sections
+from perfbook.core.errors import DatasetError
+from perfbook.data.machine import kind
+from .analysis import block_matrix, guest_view, host_diff, quoted, seed_bits, type_matrix
+from .featurebits.decode import cache_type_from_features, diff, table_rows
+from .tables import changes_table, every_host_devices
 
 
-def guest_view(D):
-    """(gb, per, order, opts) of the quoted dataset: its guest block disks, the negotiated
-    block bits per config, the configs in GUEST_CONFIGS order, and their QEMU options."""
-    gb = quoted(D, D.blocks, "guest").copy()
-    gbits = quoted(D, D.bits, "guest")
-    gbits = gbits[gbits.type == "block"] if len(gbits) else gbits
-    order = [c for c in GUEST_CONFIGS if c in set(gb.get("config", ()))]
-    per = {c: set(gbits[gbits.config == c]["name"]) for c in order}
-    cfgs = D.of_quoted(D["configs"])
-    opts = dict(zip(cfgs.config, cfgs.qemu_options)) if len(cfgs) else {}
-    return gb, per, order, opts
+def _chars(devs) -> str:
+    return ", ".join(str(x) for x in sorted(set(devs["n_chars"])))
 
 
-def guest_summary(D):
-    """Per guest disk config: the key bits, cache_type, what the FLUSH/CONFIG_WCE rule
-    predicts, write_cache, hardware queues, and whether cache_type could be written."""
-    import pandas as pd
-    gb, per, order, opts = guest_view(D)
-    if not order:
-        return pd.DataFrame()
-    by = gb.set_index("config")
-    rule = gb.fillna({"cache_type_expected": "(config byte)"}).set_index("config")
-    return pd.DataFrame([{"config": c, "QEMU options": opts.get(c, ""),
-                          **{k: int(k in per[c]) for k in KEY_BITS},
-                          "cache_type": by.loc[c, "cache_type"],
-                          "rule says": rule.loc[c, "cache_type_expected"],
-                          "write_cache": by.loc[c, "write_cache"],
-                          "hw queues": by.loc[c, "nr_queues"],
-                          "cache_type writable": by.loc[c, "cache_type_write"]}
-                         for c in order])
+def overview(D) -> dict:
+    q = D.quoted
+    if q is None or D["sysfs"].empty:
+        raise DatasetError("no dataset of this chapter yet: run it once with mode='collect'")
+    host_devs, g_devs = quoted(D, D.devices, "host"), quoted(D, D.devices, "guest")
+    return {"n_datasets": len(D.manifests), "n_hosts": len(D.hosts),
+            "host_kernel": q["host"]["kernel_release"], "host_virt": q["host"]["virtualization"],
+            "host_kind": kind(q["host"]),
+            "run_date": q["started"][:10], "n_host_devices": len(host_devs),
+            "host_types": ", ".join(sorted(host_devs["type"])), "host_chars": _chars(host_devs),
+            "guest_chars": _chars(g_devs) or "none"}
 
 
-def changes_table(D):
-    """Bits each config adds to or removes from the default disk of the same guest (the
-    2-vCPU configs are compared with smp2:default)."""
-    import pandas as pd
-    gb, per, order, _ = guest_view(D)
-    if not order:
-        return pd.DataFrame()
-    by = gb.set_index("config")
-
-    def changes(c):
-        base = "smp2:default" if c.startswith("smp2:") else "default"
-        a, b = per.get(base, set()), per[c]
-        return {"config": c, "compared with": base, "added": " ".join(sorted(b - a)) or "-",
-                "removed": " ".join(sorted(a - b)) or "-", "cache_type": by.loc[c, "cache_type"]}
-    return pd.DataFrame([changes(c) for c in order if c not in ("default", "smp2:default")])
+def table_findings() -> dict:
+    tab = pd.DataFrame(table_rows())
+    return {"n_table_bits": len(tab), "n_table_types": int(tab["device_type"].nunique() - 1)}
 
 
-def block_matrix(D):
-    """Negotiated virtio-blk bits (rows: 'bit NAME') x devices (columns: each host's block
-    devices from its shown dataset, each guest disk of the quoted one, the seed's strings)."""
-    import pandas as pd
-    _, per, order, _ = guest_view(D)
-    hball = host_block_bits(D)
-    cols = []
-    for (hid, dev), g in hball.groupby(["host_id", "device"]):
-        cols.append((("this host " if hid == D.quoted.host_id else f"host {hid} ") + dev, set(g.name)))
-    for c in order:
-        cols.append(("guest " + c, per[c]))
-    for r in D.seed.itertuples():
-        cols.append((r.label, set(b.name for b in decode(r.features, r.device_type))))
-    allb = {}
-    for _, s in cols:
-        for n in s:
-            allb[n] = None
-    bitno = {r["name"]: r["bit"] for r in table_rows() if r["device_type"] in ("(all)", "block")}
-    rows_ = sorted(allb, key=lambda n: bitno.get(n, int(n.split("_")[-1]) if n.startswith("UNKNOWN_") else 999))
-    return pd.DataFrame({lab: [int(n in s) for n in rows_] for lab, s in cols},
-                        index=[f"{bitno.get(n, '?'):>2} {n}" for n in rows_])
+def host_findings(D) -> dict:
+    host_devs = quoted(D, D.devices, "host")
+    unk = host_devs[host_devs.unknown_bits.astype(str).str.len() > 0]
+    diff_ = host_diff(D)
+    if len(diff_):
+        nd = int(((diff_["only on this host"] != "-") | (diff_["only on the baseline"] != "-")).sum())
+        n_hosts = every_host_devices(D).host_id.nunique()
+        sentence = (f"With {n_hosts} hosts, {nd} of {len(diff_)} device types differ from "
+                    f"{diff_.baseline.iloc[0]}; the environment diff below lists the other facts in "
+                    "which the hosts' manifests differ.")
+    else:
+        sentence = ("Only one host has data for this chapter, so there is nothing to compare yet; "
+                    "another host's dataset would add its rows here, a bit-by-bit difference and an "
+                    "environment diff.")
+    where = "; ".join(f"{r.type} ({r.device}): bit {r.unknown_bits}" for r in unk.itertuples()) or "none"
+    v1 = host_devs[host_devs.names.astype(str).str.split().apply(lambda n: "VERSION_1" in n)]
+    legacy = sorted(set(host_devs["type"]) - set(v1["type"]))
+    return {"n_unknown_devices": len(unk), "unknown_where": where,
+            "host_v1_sentence": (
+                f"All {len(host_devs)} devices ({', '.join(sorted(host_devs['type']))}) are virtio 1.0 devices "
+                "(VERSION_1, bit 32)" if not legacy else
+                f"{len(v1)} of the {len(host_devs)} devices are virtio 1.0 devices (VERSION_1, bit 32); "
+                f"the others ({', '.join(legacy)}) are legacy devices"),
+            "unknown_sentence": (
+                f"Bits the decoder has no name for: {where}. The string shows that the driver and the device "
+                "agreed on such a bit. It is in none of the decoder's sources listed above, so the decoder "
+                "reports it and does not guess a name" if len(unk) else
+                "Every negotiated bit of these devices has a name in the decoder's tables"),
+            "host_diff_sentence": sentence}
 
 
-def host_block_bits(D):
-    """The block-device bits of every host's shown dataset."""
-    b = D.bits
-    return D.of_shown(b[(b.source == "host") & (b.type == "block")]) if len(b) else b
+def seed_findings(D) -> dict:
+    ref, sb = D.seed, seed_bits(D)
+    d = diff(ref.features.iloc[0], ref.features.iloc[1], "block")
+    renamed = sb[sb["2013 name"] != sb["name today"]].drop_duplicates("bit")
+    return {"seed_removed": " and ".join(d["removed"]),
+            "seed_local_cache": cache_type_from_features(ref.features.iloc[0]) or "read from the config byte",
+            "seed_vps_cache": cache_type_from_features(ref.features.iloc[1]) or "read from the config byte",
+            "seed_len": ", ".join(sorted({str(len(f)) for f in ref.features})),
+            "seed_renamed": ", ".join(f"bit {r['bit']} {r['2013 name']} → {r['name today']}"
+                                      for _, r in renamed.iterrows()) or "none"}
 
 
-def type_matrix(D):
-    """Negotiated bits of every device type (rows: 'bit type:NAME') of the quoted dataset's
-    host and of its first guest's default disk and other devices (columns)."""
-    import numpy as np
-    import pandas as pd
-    bits = quoted(D, D.bits)
-    sel = bits[(bits.source == "host") |
-               ((bits.source == "guest") & ((bits.config == "default") | (bits.type != "block")))]
-    sel = sel[(sel.source == "host") | (sel.boot == sel[sel.source == "guest"].boot.min())]
-    sel = sel.assign(col=np.where(sel.source == "host", "host ", "guest ") + sel.type)
-    sel = sel.assign(row=sel.bit.map("{:>3}".format) + " " + sel.type.where(sel.kind == "device", "transport")
-                     + ":" + sel.name)
-    H = pd.crosstab(sel.row, sel.col).clip(upper=1)
-    return H.loc[sorted(H.index, key=lambda s: (s.split()[1].split(":")[0] != "transport",
-                                                 s.split()[1].split(":")[0], int(s.split()[0])))]
+def boot_findings(D) -> dict:
+    b = D.of_quoted(D["boots"])
+    if not len(b):
+        return {"accel_used": "none (no guest ran)",
+                "accel_note": "; ".join(f"{k}: {v}" for k, v in D.quoted["skipped"].items()),
+                "boot_s": "-", "guest_kernel": "-", "qemu_version": "-", "n_configs": 0, "n_boots": 0}
+    return {"accel_used": ", ".join(sorted(set(b.accel))).upper(),
+            "accel_note": "; ".join(sorted(set(b.accel_note))),
+            "boot_s": f"{b.boot_seconds.min():.1f}-{b.boot_seconds.max():.1f}",
+            "guest_kernel": b.guest_kernel.iloc[0], "qemu_version": str(b.qemu_version.iloc[0]),
+            "n_configs": len(D.of_quoted(D["configs"])), "n_boots": len(b)}
 
 
 def guest_findings(D) -> dict:
@@ -177,7 +157,6 @@ def accel_findings(D) -> dict:
 
 def option_findings(D) -> dict:
     """What single QEMU options changed, from the changes table and the block matrix."""
-    from .decode import table_rows
     ch = changes_table(D)
     transport = {r["name"] for r in table_rows() if r["kind"] == "transport"}
     out = {"wco_cache": "-", "legacy_removed": "-", "transport_only": "none", "modern_v1": "-"}
@@ -203,3 +182,15 @@ def option_findings(D) -> dict:
                         f"{has} of the {len(modern)} columns other than the seed's and the legacy disks "
                         "have VERSION_1")
     return out
+
+
+def values(D) -> dict:
+    """Every value the prose quotes, formatted as it shows."""
+    return {**overview(D), **table_findings(), **host_findings(D), **seed_findings(D),
+            **boot_findings(D), **guest_findings(D), **accel_findings(D), **option_findings(D)}
+
+
+def platform_notes(D) -> dict[str, list[str]]:
+    """The accelerator each host's guests ran under, for the platform banner."""
+    return per_host_note(D, sections(boot_findings), lambda g: f"its QEMU guests ran under {g['accel_used']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))

@@ -1,11 +1,9 @@
-"""Key findings of the virtio-blk latency chapter, from the chapter's values for one dataset."""
+"""Key findings of the virtio-blk latency chapter, from the chapter's values for one dataset
+(prose.KEY: the sections of the prose values the tests below read)."""
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
-from .findings import method, seed, seed_tables, syscalls, tracing_cost
-
-# what the tests below and the platform note read, not every value the prose quotes
-_g = sections(seed, method, seed_tables, tracing_cost, syscalls)
+from perfbook.analysis.findings import Finding, Outcome, from_glue, num
+from .prose import KEY
 
 
 def guest_host(g):
@@ -29,12 +27,12 @@ def submit(g):
     return Outcome(n < t, f"{g['sys_native_call']} {n:g} µs, {g['sys_threads_call']} {t:g} µs per request (traced)")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("guest_host", "A 4 KiB O_DIRECT read takes the guest more than twice as long as the host",
-            from_glue(_g, guest_host), contrary="A 4 KiB O_DIRECT read takes the guest less than twice as long as the host"),
+            from_glue(KEY, guest_host), contrary="A 4 KiB O_DIRECT read takes the guest less than twice as long as the host"),
     Finding("hostio", "The host's own I/O is less than half of a guest read's time, where it was two thirds in 2010",
-            from_glue(_g, hostio), contrary="The host's own I/O is still more than half of a guest read's time"),
-    Finding("tracing_cost", "Tracing every layer makes a request more than 10 % slower", from_glue(_g, tracing_cost)),
+            from_glue(KEY, hostio), contrary="The host's own I/O is still more than half of a guest read's time"),
+    Finding("tracing_cost", "Tracing every layer makes a request more than 10 % slower", from_glue(KEY, tracing_cost)),
     Finding("submit", "aio=native submits a request faster (io_submit) than aio=threads reads it (pread64)",
-            from_glue(_g, submit)),
+            from_glue(KEY, submit)),
 )

@@ -3,13 +3,14 @@ cut into one row per request and matched to the benchmark's requests by the offs
 Pure: frames in, frames out."""
 from __future__ import annotations
 
-from .parse import block_fields, qemu_fields, syscall_args
-from .spec import KVM_IRQ, KVM_NOTIFY, SUBMIT_CALLS
+import numpy as np
+import pandas as pd
+
+from ..parse import KVM_IRQ, KVM_NOTIFY, SUBMIT_CALLS, block_fields, qemu_fields, syscall_args
 
 
 def sector_to_offset(sectors, extents: list[tuple[int, int, int]], part_start: int):
     """Disk sectors (512 B, whole disk) -> image offsets (NaN outside the image)."""
-    import numpy as np
     s = np.asarray(sectors, dtype="float64")
     if not extents:
         return np.full(len(s), np.nan)
@@ -30,7 +31,6 @@ def match_in_order(want, have, lookahead: int = 64):
     one to one and without reordering: each wanted offset takes the next observed one that
     equals it within `lookahead` places (observations in between are skipped: other I/O);
     a wanted offset with no such observation stays unmatched (-1) and consumes nothing."""
-    import numpy as np
     have = list(have)
     out = np.full(len(want), -1, dtype=int)
     j = 0
@@ -44,13 +44,11 @@ def match_in_order(want, have, lookahead: int = 64):
 
 
 def _first_at_or_after(arr, t):
-    import numpy as np
     i = np.searchsorted(arr, t, side="left")
     return arr[i] if i < len(arr) else None
 
 
 def _last_at_or_before(arr, t):
-    import numpy as np
     i = np.searchsorted(arr, t, side="right") - 1
     return arr[i] if i >= 0 else None
 
@@ -59,8 +57,6 @@ def guest_stamps(bench, events):
     """Per benchmark request (guest TSC): block_rq_issue of its offset, the first vp_notify after
     it, the first vring_interrupt after that, and the block_rq_complete of its sector, all
     inside the request's [t0, t1]. Columns g_issue, g_notify, g_irq, g_complete (absolute)."""
-    import numpy as np
-    import pandas as pd
     ev = events[events.kind == "event"]
     iss = ev[ev.name == "block_rq_issue"]
     cmp_ = ev[ev.name == "block_rq_complete"]
@@ -100,7 +96,6 @@ def qemu_segments(ev):
     """QEMU log events -> one row per virtqueue notify of the benchmark's disk: the first of each
     later event up to the next notify (one request in flight at a time), and the offset its
     virtio_blk_handle_read names. The benchmark's disk is the vdev with the most reads."""
-    import pandas as pd
     ev = ev.sort_values(["us", "line"], kind="stable")
     reads = ev[ev.name == "virtio_blk_handle_read"]
     if reads.empty:
@@ -184,8 +179,6 @@ def host_issues(qev, bev, pid: int | None, extents, part_start: int):
     the submission syscall around it (h_sub, h_sub_exit, which call and thread), the vCPU's last
     ioeventfd kick before it (h_kick), the main thread's first guest-notifier write after the
     completion (h_notifier) and, with KVM, the notify exit and the MSI injection."""
-    import numpy as np
-    import pandas as pd
     blk = bev[(bev.kind == "event") & bev.name.isin(["block_rq_issue", "block_rq_complete"])].copy()
     f = [block_fields(d) for d in blk.detail]
     blk["sector"] = [x["sector"] if x else -1 for x in f]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
-from .analysis import guest_rules, host_findings, overview, seed_findings
+from .prose import guest_rules, host_findings, overview, seed_findings
 
 # what the tests below read, not every value the prose quotes
 _g = sections(overview, host_findings, seed_findings, guest_rules)
@@ -28,7 +28,7 @@ def named(g):
     return Outcome(n == 0, "every bit named" if n == 0 else f"{n} device(s) with unnamed bits: {g['unknown_where']}")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("longer", "Today's features files are longer than the 64 bits the 2013 article read", from_glue(_g, longer),
             contrary="Today's features files are no longer than the 64 bits of 2013"),
     Finding("rules", "Every negotiated bit obeys the spec's dependency rules checked here", from_glue(_g, rules)),

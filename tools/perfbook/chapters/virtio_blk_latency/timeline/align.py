@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
-from .spec import BASES
+import numpy as np
+
+from ..parse import BASES
 
 
 def offset_bracket(g_notify, h_after_notify, g_irq, h_before_irq) -> dict:
@@ -15,7 +17,6 @@ def offset_bracket(g_notify, h_after_notify, g_irq, h_before_irq) -> dict:
     off <= min(h_after_notify - g_notify). Each host event that leads to the interrupt happens
     before the guest's handler runs: h_before_irq <= g_irq + off, so off >= max(h_before_irq - g_irq).
     NaN pairs are ignored. Returns lo, hi, width, mid, n_lo, n_hi, consistent (lo <= hi)."""
-    import numpy as np
     a = np.asarray(h_after_notify, dtype="float64") - np.asarray(g_notify, dtype="float64")
     b = np.asarray(h_before_irq, dtype="float64") - np.asarray(g_irq, dtype="float64")
     a, b = a[~np.isnan(a)], b[~np.isnan(b)]
@@ -31,7 +32,6 @@ def fit_clock(calib) -> dict:
     reference point: tsc = tsc_ref + slope * (real_ns - 1000 * real_ref_us). Also the TSC rate in
     Hz. The reference is a whole microsecond, so that QEMU's microsecond stamps subtract exactly
     in float64."""
-    import numpy as np
     c = calib.copy()
     w = (c.tsc1 - c.tsc0).astype("float64")
     c = c[w <= w.quantile(0.5)]
@@ -51,7 +51,6 @@ def fit_clock(calib) -> dict:
 
 def real_to_tsc(us, fit: dict):
     """QEMU's microsecond stamps (gettimeofday) -> host TSC through the fit (start of the µs)."""
-    import numpy as np
     x = np.asarray(us, dtype="float64")
     return fit["tsc_ref"] + fit["slope"] * ((x - fit["real_ref_us"]) * 1000.0)
 
@@ -60,7 +59,6 @@ def qemu_bracket(q_after, h_before, q_before, h_after, res_cyc: float) -> dict:
     """Bounds on a correction c of mapped QEMU stamps (true = mapped + c + u, u in [0, res)):
     a QEMU event that follows a host event (q_after after h_before) gives c > h_before - q_after - res;
     one that precedes a host event (q_before before h_after) gives c < h_after - q_before."""
-    import numpy as np
     lo_v = np.asarray(h_before, dtype="float64") - np.asarray(q_after, dtype="float64") - res_cyc
     hi_v = np.asarray(h_after, dtype="float64") - np.asarray(q_before, dtype="float64")
     lo_v, hi_v = lo_v[~np.isnan(lo_v)], hi_v[~np.isnan(hi_v)]

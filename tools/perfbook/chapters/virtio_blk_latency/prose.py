@@ -1,13 +1,16 @@
 """virtio_blk_latency: every value the prose quotes, formatted as it shows them (D: the
-chapter's data.VirtioData). One function per section of the chapter; findings() has them all."""
+chapter's analysis.VirtioData). One function per section of the chapter; values() has them all,
+KEY the few the key findings and the platform note read."""
 from __future__ import annotations
 
 import math
 
+from perfbook.analysis import stats
+from perfbook.analysis.findings import per_host_note, sections
 from perfbook.data.machine import kind, short_kind
 from . import analysis as A
-from . import views as V
-from .spec import QEMU_CORE_EVENTS
+from . import tables as T
+from .parse import QEMU_CORE_EVENTS
 
 
 def seed(D) -> dict:
@@ -74,7 +77,7 @@ def boot_cv_sentence(plain_cv: float, max_cv: float) -> str:
 
 
 def alignment(D) -> dict:
-    al, jobs = V.alignment(D), D.jobs
+    al, jobs = T.alignment(D), D.jobs
     width = al["bracket width (µs)"]
     out = {"n_aligned": len(al), "n_consistent": int(al.consistent.sum()),
            "bracket_median_us": f"{width.median():.1f}", "bracket_max_us": f"{width.max():.1f}",
@@ -131,7 +134,7 @@ def seed_tables(D) -> dict:
                              "so the disk answers the guest's reads about as fast as the host's own"),
         # the distinct labels, not a Python loop over every request's string
         "kvm_source": ", ".join(sorted(set(iv.host_kvm_source.unique()) - {''})) or "not measured"})
-    d1, dd = A.delta_table(D.cum1).set_index("layer"), V.delta(D).set_index("layer")
+    d1, dd = A.delta_table(D.cum1).set_index("layer"), D.delta.set_index("layer")
     names = {"Guest": "guest", "Host/guest switching": "hgs", "Host/QEMU switching": "hqs", "QEMU": "qemu",
              "Host I/O": "hostio"}
     for lname, key in names.items():
@@ -150,11 +153,10 @@ def seed_tables(D) -> dict:
 
 
 def tracing_cost(D) -> dict:
-    from perfbook.analysis import stats
-    ctrl, ref = V.control(D), D.ref
+    ctrl, ref = T.control(D), D.ref
     out = {f"ctrl_{v}_us": f"{ctrl.get(v, math.nan):.1f}" for v in ("plain", "guest", "qemu", "host", "boundary", "all")}
     out["trace_cost_pct"] = f"{100 * (ctrl.get('all', math.nan) / ctrl.get('plain', math.nan) - 1):.0f}"
-    bt = V.boot_benchmarks(D)
+    bt = T.boot_benchmarks(D)
     bt = bt[bt.aio == "threads"]
     a_, b_ = bt[bt.variant == "all"].guest_benchmark, bt[bt.variant == "plain"].guest_benchmark
     out["trace_verdict"] = (stats.compare(a_, b_, names=("all layers traced", "untraced")).verdict
@@ -172,7 +174,7 @@ def tracing_cost(D) -> dict:
 
 
 def distributions(D) -> dict:
-    pct = V.percentiles(D)
+    pct = T.percentiles(D)
     t = pct[(pct.aio == "threads")].set_index("layer")
     allp = pct.set_index("layer")
     tails = {r: t.loc[r, "p99"] / t.loc[r, "median"] for r in t.index}
@@ -183,11 +185,10 @@ def distributions(D) -> dict:
 
 
 def aio_modes(D) -> dict:
-    from perfbook.analysis import stats
     ref, aio = D.ref, D.p["aio"]
     sa = ref[ref.kind == "aio_bench"].set_index("item")["value"].astype(float)
-    a = V.aio(D).set_index("aio")
-    cmps = V.aio_tests(D)
+    a = T.aio(D).set_index("aio")
+    cmps = T.aio_tests(D)
     qa = A.boot_medians(D.iv[(D.iv.kind == "guest") & (D.iv.variant == "all")], "qemu_aio").assign(
         us=lambda d: d.qemu_aio / 1000)
     cq = stats.compare_frame(qa, "aio", "us", baseline="threads") if qa.groupby("aio").size().min() >= 2 else []
@@ -211,7 +212,7 @@ def aio_modes(D) -> dict:
 def syscalls(D) -> dict:
     """Each aio mode's submitting system call and its median time (traced boots)."""
     out = {}
-    for r in V.syscalls(D).to_dict("records"):
+    for r in T.syscalls(D).to_dict("records"):
         out[f"sys_{r['aio']}_call"] = r["syscall"]
         out[f"sys_{r['aio']}_us"] = f"{r['median (µs)']:.1f}"
     return out
@@ -220,7 +221,7 @@ def syscalls(D) -> dict:
 def aio_power(D, alpha: float = 0.05, power: float = 0.8) -> dict:
     """How many untraced boots per aio mode would resolve each pair of modes
     (analysis.boots_needed: normal approximation with the Mann-Whitney ARE, and a resampling check)."""
-    u, aio = V.untraced(D), D.p["aio"]
+    u, aio = T.untraced(D), D.p["aio"]
     pairs = [(m, "threads") for m in aio if m != "threads"] + (
         [("native", "io_uring")] if {"native", "io_uring"} <= set(aio) else [])
     told, have = [], []
@@ -254,7 +255,7 @@ def syscall_inflation(D) -> dict:
 
 
 def one_request(D) -> dict:
-    lc = V.lifecycle(D).set_index("event")["t (µs)"]
+    lc = T.lifecycle(D).set_index("event")["t (µs)"]
     issue = lc.loc["block_rq_issue"]   # the guest's and the host's: the host's is the later one
     issue = issue.iloc[-1] if hasattr(issue, "iloc") else issue
     ms = D.ref[D.ref.kind == "measure"].set_index("item")["value"].astype(float)
@@ -272,8 +273,7 @@ def one_request(D) -> dict:
 
 
 def access_patterns(D) -> dict:
-    from perfbook.analysis import stats
-    sr, iv = V.patterns(D), D.iv
+    sr, iv = T.patterns(D), D.iv
     hb = iv[(iv.kind == "host") & (iv.warm == 0)]
     cmp_sr = stats.compare(hb[hb.pattern == "rand"].host_benchmark, hb[hb.pattern == "seq"].host_benchmark,
                            names=("random", "sequential"))
@@ -288,9 +288,19 @@ SECTIONS = (seed, method, alignment, seed_tables, tracing_cost, distributions, a
             access_patterns)
 
 
-def findings(D) -> dict:
+def values(D) -> dict:
     """Every value the prose quotes (strings as it shows them, or integers)."""
     out = {}
     for section in SECTIONS:
         out.update(section(D))
     return out
+
+
+# what the key findings and the platform note read, not every value the prose quotes
+KEY = sections(seed, method, seed_tables, tracing_cost, syscalls)
+
+
+def platform_notes(D) -> dict[str, list[str]]:
+    """The accelerator each host's QEMU guests ran under (the platform banner)."""
+    return per_host_note(D, KEY, lambda g: f"its QEMU guests ran under {g['accel']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))

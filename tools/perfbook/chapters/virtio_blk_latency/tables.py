@@ -1,28 +1,20 @@
-"""virtio_blk_latency: the chapter's tables, from the quoted dataset (D: data.VirtioData).
+"""virtio_blk_latency: the chapter's tables, from the quoted dataset (D: analysis.VirtioData).
 
 Each `*_table(D)` is what a notebook cell shows; the frames behind them (same names without
-`_table`) are computed once per D and also feed findings.py."""
+`_table`) also feed the prose values (prose.py); the costly ones are computed once per D."""
 from __future__ import annotations
 
 import math
 
+import pandas as pd
+
+from perfbook.analysis import stats
 from . import analysis as A
-
-# the layers of the distribution figure and the percentile table, top to bottom
-KEYS = ["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio", "host_syscall",
-        "host_block", "host_benchmark"]
-
-
-def _once(D, key, fn):
-    memo = D.__dict__.setdefault("_views", {})
-    if key not in memo:
-        memo[key] = fn()
-    return memo[key]
 
 
 # -- one time axis ---------------------------------------------------------------------------
 def alignment(D):
-    return _once(D, "alignment", lambda: A.alignment_table(D.jobs))
+    return D.once("tables:alignment", lambda: A.alignment_table(D.jobs))
 
 
 def alignment_table(D):
@@ -30,26 +22,21 @@ def alignment_table(D):
 
 
 # -- the seed's tables ---------------------------------------------------------------------
-def tables(D) -> dict:
+def by_method(D) -> dict:
     """{method label: cumulative table}: one layer per boot (when measured) and all at once."""
     out = {"all at once": D.cum1}
     return {"one layer per boot": D.cum, **out} if D.have_seed_method else out
 
 
 def cumulative_table(D):
-    cumc = A.compare_cumulative(D.ref, tables(D))
+    cumc = A.compare_cumulative(D.ref, by_method(D))
     # a fixed uuid: the table's HTML ids (T_<uuid>_...) stay the same at every refresh
     return cumc.style.set_uuid("vbl-cumulative").format(
         {k: "{:,.0f}" for k in cumc.columns if k.endswith("(ns)")}, na_rep="—").hide(axis="index")
 
 
-def delta(D):
-    """The delta table the prose reads first: one layer per boot when measured."""
-    return A.delta_table(D.cum if D.have_seed_method else D.cum1)
-
-
 def delta_table(D):
-    delc = A.compare_delta(D.ref, {k: A.delta_table(t) for k, t in tables(D).items()})
+    delc = A.compare_delta(D.ref, {k: A.delta_table(t) for k, t in by_method(D).items()})
     return delc.style.set_uuid("vbl-delta").format(
         {k: ("{:,.0f}" if k.endswith("(ns)") else "{:.1f}") for k in delc.columns if k != "layer"},
         na_rep="—").hide(axis="index")
@@ -68,20 +55,13 @@ def control_table(D):
 
 def boot_benchmarks(D):
     """Every guest boot's median guest benchmark (ns)."""
-    return _once(D, "bm", lambda: A.boot_medians(D.iv[D.iv.kind == "guest"], "guest_benchmark"))
+    return D.once("tables:boot_benchmarks", lambda: A.boot_medians(D.iv[D.iv.kind == "guest"], "guest_benchmark"))
 
 
 # -- per-request distributions -----------------------------------------------------------------
-def all_layers(D):
-    """Timed requests of the all-layer boots and of the host benchmark."""
-    iv = D.iv
-    return iv[(iv.warm == 0) & ((iv.variant == "all") | (iv.kind == "host"))]
-
-
 def percentiles(D):
-    import pandas as pd
-    allv = all_layers(D)
-    pct = A.percentiles(allv[allv.kind == "guest"], KEYS[:-1], by=("aio",))
+    allv = D.all_layers
+    pct = A.percentiles(allv[allv.kind == "guest"], A.KEYS[:-1], by=("aio",))
     return pd.concat([pct, A.percentiles(allv[allv.kind == "host"].assign(aio="(host)"), ["host_benchmark"])])
 
 
@@ -98,8 +78,6 @@ def untraced(D):
 
 def aio(D):
     """Per aio mode: the untraced guest benchmark over boots, and the all-layer boots' layers."""
-    import pandas as pd
-    from perfbook.analysis import stats
     plain_b, iv = untraced(D), D.iv
     rows = []
     for a in D.p["aio"]:
@@ -119,8 +97,6 @@ def aio_table(D):
 
 def aio_tests(D):
     """Each aio mode against threads on the untraced boots' medians (empty: too few boots)."""
-    import pandas as pd
-    from perfbook.analysis import stats
     plain_b = untraced(D)
     enough = plain_b.groupby("aio").size().min() >= 2
     return stats.compare_frame(plain_b, "aio", "us", baseline="threads") if enough else pd.DataFrame()
@@ -135,7 +111,7 @@ def aio_tests_table(D):
 
 
 def syscalls(D):
-    allv = all_layers(D)
+    allv = D.all_layers
     return A.syscall_summary(allv[allv.kind == "guest"])
 
 
@@ -144,14 +120,9 @@ def syscall_table(D):
 
 
 # -- one request ----------------------------------------------------------------------------------
-def first_all_layer_boot(D, aio: str) -> int:
-    j = D.jobs
-    return j[(j.variant == "all") & (j.aio == aio)].job.min()
-
-
 def lifecycle(D):
     """The median request of the first all-layer aio=threads boot, event by event (µs)."""
-    lc = A.lifecycle(D.an, job=first_all_layer_boot(D, "threads"), n=1)
+    lc = A.lifecycle(D.an, job=D.first_all_layer_boot("threads"), n=1)
     show = lc[["event", "layer", "runs in", "t_ns", "since_prev_ns"]].copy()
     show["t (µs)"] = show.pop("t_ns") / 1000
     show["since previous (µs)"] = show.pop("since_prev_ns") / 1000
@@ -177,7 +148,6 @@ def seed_lifecycle_table(D):
 # -- sequential against random ----------------------------------------------------------------------
 def patterns(D):
     """Median per layer (µs) of the all-layer aio=threads boots, per access pattern."""
-    import pandas as pd
     rows = []
     for pat in D.p["patterns"]:
         cm = A.cumulative_table(D.iv, "one_run", aio="threads", pattern=pat).set_index("key")

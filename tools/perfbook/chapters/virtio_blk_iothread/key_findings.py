@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, once_each
-from .analysis import table
+from .analysis import bonnie_beside_seed, cpu_rates, effects, storm_effects, table
 
 
 def _eff(r) -> str:
@@ -11,7 +11,6 @@ def _eff(r) -> str:
 
 def _effect(run, job: str, storm: bool = False):
     """effects() of one job (its rows alone: each job's comparison is its own)."""
-    from .analysis import effects
     fio = table(run.data, "fio")
     e = effects(fio[(fio.job == job) & (fio.storm == storm)] if len(fio) else fio)
     return e.iloc[0] if len(e) else None
@@ -20,7 +19,6 @@ def _effect(run, job: str, storm: bool = False):
 @once_each
 def _rates(run):
     """CPU seconds per second of each thread class, outside the storm (two findings read it)."""
-    from .analysis import cpu_rates
     t = table(run.data, "threads")
     return cpu_rates(t[~t.storm]) if len(t) else None
 
@@ -46,7 +44,6 @@ def qd1_randread(run):
 
 
 def storm_hurts_off_more(run):
-    from .analysis import storm_effects
     s = storm_effects(table(run.data, "fio"))
     s = s[s.job == "randread_qd1"].set_index("variant") if len(s) else s
     if not len(s) or not {"off", "on"} <= set(s.index):
@@ -58,7 +55,6 @@ def storm_hurts_off_more(run):
 
 
 def bonnie_close(run):
-    from .analysis import bonnie_beside_seed
     b = bonnie_beside_seed(run.data)
     b = b.set_index("test")
     if "ours on/off" not in b.columns:
@@ -83,7 +79,7 @@ def none_saturated(run):
                    f"{io.min():.2f} to {io.max():.2f} s/s, over {len(w)} job × variant cells")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("io_leaves_main_loop", "With iothread=on the disk's work leaves QEMU's main loop: at the deepest queue "
             "the main loop's CPU time falls, and the I/O thread's exceeds it", io_leaves_main_loop,
             contrary="With iothread=on the main loop still does as much of the disk's work as the I/O thread"),
