@@ -230,8 +230,10 @@ FIGURES = {
     "cpu_pinning": {"results": "results", "migrations": "migrations", "core_balance": "core_balance",
                     "hosts": "hosts"},
     "sched_callers": {"callers_hackbench": "callers", "probe_effect": "probe_effect"},
+    "iostat_internals": {k: k for k in ("timeseries", "disagreement", "little", "latency", "saturation",
+                                        "hosts_iops")},
 }
-IOSTAT_FIGURES = ("timeseries", "disagreement", "little", "latency", "saturation", "hosts_iops")
+IOSTAT_FIGURES = tuple(FIGURES["iostat_internals"])
 # the cross-host figures: this host, the reference host and the other hosts in their roles
 CROSS_HOST = {("trace_overhead", k) for k in ("costs", "seed_comparison", "published")} | {
     ("iostat_internals", "hosts_iops"), ("qemu_cache_modes", "hosts"), ("qcow2_overlap", "prealloc"),
@@ -244,12 +246,6 @@ HEATMAP = {("virtio_features", "block_bits")}   # roles are columns of a grid, n
 
 def makers(entry, D) -> dict:
     """nb.figure key -> a function that makes that (figure, caption) of a chapter's Data."""
-    M = entry.package()
-    if entry.name == "iostat_internals":
-        A, AH = M.views.analyse_all(D)
-        return {"timeseries": lambda: M.views.timeseries(A), "disagreement": lambda: M.views.disagreement(A),
-                "little": lambda: M.views.little(A), "latency": lambda: M.views.latency(A),
-                "saturation": lambda: M.views.saturation(A), "hosts_iops": lambda: M.views.hosts_iops(D, AH)}
     args = {"callers_hackbench": ("hackbench",)}
     figures = entry.load().part("figures")   # a chapter's __init__ need not import its figures
     return {k: (lambda fn=getattr(figures, fn), a=args.get(k, ()): fn(D, *a))
@@ -300,10 +296,6 @@ def debris(text) -> list[str]:
 
 def prose_values(entry, D) -> dict:
     """Every value a chapter's prose quotes, as its notebook glues them (nb.glue_all)."""
-    M = entry.package()
-    if entry.name == "iostat_internals":
-        A, AH = M.views.analyse_all(D)
-        return M.views.glue_values(D, A, AH)
     return prose_function(entry.name)(D)
 
 

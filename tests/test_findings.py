@@ -364,17 +364,18 @@ def test_iostat_host_summaries_stored_or_computed_give_the_same_views(monkeypatc
     are the same from the stored host summaries as computed with the store off."""
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     ch = by_name("iostat_internals").load()
-    from perfbook.chapters.iostat_internals import findings as IF
+    from perfbook.chapters.iostat_internals import analysis as IA, tables as IT
 
     def views():
         forget()
-        AH = IF.analyse_hosts(ch.load(book_data.data_dir))
-        return IF.host_overview(AH), IF.phase_summary_hosts(AH), IF.compare_hosts(AH)
+        D = ch.load(book_data.data_dir)
+        AH = D.host_analyses()
+        return IT.host_overview(D), IA.phase_summary_hosts(AH), IA.compare_hosts(AH)
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
     off = views()
     monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
     views()
-    monkeypatch.setattr(IF, "host_summary", lambda D: (_ for _ in ()).throw(AssertionError("computed")))
+    monkeypatch.setattr(IA, "host_summary", lambda D: (_ for _ in ()).throw(AssertionError("computed")))
     stored = views()
     assert len(off[0]) >= 2
     for a, b in zip(off, stored):

@@ -20,8 +20,7 @@ from conftest import ROOT, need_preflight, need_root, need_tool, read_until
 from perfbook.probes import diskstats as ds
 from perfbook.framework import sequence as framework
 from perfbook.chapters import iostat_internals as I
-from perfbook.chapters.iostat_internals import analysis as A, collect as C, figures as F, findings as FI
-from perfbook.chapters.iostat_internals import parse as PA, spec as S
+from perfbook.chapters.iostat_internals import analysis as A, collect as C, figures as F, parse as PA, prose as P
 from perfbook.core.errors import ParameterError
 from perfbook.hoststate.scratch import live_dirs
 from perfbook.data.dataset import list_runs, load_manifest, read_table, table_path
@@ -189,7 +188,7 @@ def test_parse_iostat_plain_text():
 
 def test_params_defaults_and_errors():
     p = I.chapter.parameters("quick")
-    assert p["phases"] == S.QUICK_PHASES and p["device"] == "auto"
+    assert p["phases"] == PA.QUICK_PHASES and p["device"] == "auto"
     assert I.chapter.parameters("default", phases="fsync_4k,discard")["phases"] == ["fsync_4k", "discard"]
     for bad in ({"phases": "nope"}, {"phases": []}, {"phase_seconds": 1}, {"rounds": 2},
                 {"trace_window_s": 2.0}, {"device": "../x"}, {"trace": "yes"}, {"frobnicate": 1},
@@ -406,7 +405,7 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
         import shutil
         shutil.copytree(out, Path(keep) / out.name, dirs_exist_ok=True)
     rep = pd.read_csv(table_path(out, "repetition"))
-    assert set(rep["key"]) == set(S.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
+    assert set(rep["key"]) == set(PA.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
     assert rep["stopped_by"].iloc[0] in ("ci_target", "time_budget", "max_runs")
     ph = pd.read_csv(table_path(out, "phases"))
     assert rep.set_index("key")["n"].to_dict() == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
@@ -453,7 +452,7 @@ def _measure_and_stop(data, cue: str, seconds: float, timeout: float = 900):
     # the stop must follow the cue within a fraction of a second on a loaded machine too: read
     # the output as a real-time thread (root, as the live tests are) until the stop is sent
     saved = os.sched_getscheduler(0), os.sched_getparam(0)
-    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(S.SAMPLER_RT_PRIO))
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PA.SAMPLER_RT_PRIO))
     try:
         seen, cued = read_until(p, cue, timeout)
         if cued:
@@ -491,7 +490,7 @@ def test_live_a_run_stopped_between_its_windows_is_published_marked_disturbed(sc
     iv = read_table(run, "intervals", man, I.chapter.tables["intervals"])
     assert (iv["backlog"] > 0).sum() >= 3, iv[["seq", "backlog", "t_ns"]]   # printed while we were stopped
     ours = A.our_columns(iv)
-    assert len(ours) and ((ours["interval_s"] - S.IOSTAT_INTERVAL_S).abs() <= S.SPAN_TOL_S).all()
+    assert len(ours) and ((ours["interval_s"] - PA.IOSTAT_INTERVAL_S).abs() <= PA.SPAN_TOL_S).all()
     late = A.off_claim(iv)
     assert len(late) >= 4 and not set(late) & set(ours["seq"])
     assert any("do not span what sysstat's report claims" in n for n in man["notes"]), man["notes"]
@@ -522,7 +521,7 @@ def _check_replay_exact(iv, n_pairs=5):
     pairs = list(zip(recs, recs[1:]))
     busy = sorted(pairs, key=lambda pc: -(pc[1]["rd_ios"] + pc[1]["wr_ios"] - pc[0]["rd_ios"] - pc[0]["wr_ios"]))
     for prev, curr in busy[:n_pairs]:
-        theirs = A.replay_sysstat(prev, curr)
+        theirs = C.replay_sysstat(prev, curr)
         T = (curr["uptime_cs"] - prev["uptime_cs"]) / 100
         ours = ds.compute_columns(prev, curr, T)
         for col in ds.COLUMNS:      # printed with 2 decimals: at most half a unit apart
@@ -531,7 +530,7 @@ def _check_replay_exact(iv, n_pairs=5):
 
 
 def test_chapter_prose_keys_are_all_glued(book_data):
-    """Every {glue:text} name in the chapter is one the chapter's glue_values() (or the shared
+    """Every {glue:text} name in the chapter is one the chapter's prose.values() (or the shared
     repetition section) always provides, as text or an integer."""
     import json
     import re
@@ -539,22 +538,20 @@ def test_chapter_prose_keys_are_all_glued(book_data):
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
             for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
-    D = I.chapter.load(book_data.data_dir)
-    A, AH = I.views.analyse_all(D)
-    values = I.views.glue_values(D, A, AH)
+    values = P.values(I.chapter.load(book_data.data_dir))
     assert all(isinstance(v, (str, int)) for v in values.values())
     from perfbook.book.notebook import frame_glue
     provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
     assert used and used <= provided, sorted(used - provided)
-    # and with a dataset that has no trace tables, figures() still fills them
+    # and with a dataset that has no trace tables, dataset_values() still fills them
     iv = _fixture("intervals")
     from perfbook.data.dataset import Manifest, migrate
     man = Manifest(migrate(__import__("json").loads((RUN / "manifest.json").read_text())))
     D = {"intervals": iv.assign(host_id=man.host_id, run_id=man["run_id"]), "windows": pd.DataFrame(),
          "trace_windows": pd.DataFrame(), "trace_sample": pd.DataFrame(),
          "phases": pd.DataFrame(), "manifests": [man]}
-    f = FI.prose_values(FI.analyse(D))
-    assert set(FI.PROSE_KEYS) <= set(f) and f["trace_med_diff_us"] == "n/a"
+    f = P.dataset_values(A.analyse(D))
+    assert set(P.PROSE_KEYS) <= set(f) and f["trace_med_diff_us"] == "n/a"
 
 
 def test_live_without_sysstat_records_the_skip(scratch_data, monkeypatch):
@@ -574,7 +571,7 @@ def test_saturation_axis_labels_state_the_real_coverage():
     ps = pd.DataFrame([{"phase": ph, "n": n, **{c: 1.0 for c in ("IOPS", "aqu-sz", "%util")},
                         **{f"{c} {e}": 1.0 for c in ("IOPS", "aqu-sz", "%util") for e in ("lo", "hi")}}
                        for ph, n in (("a", 5), ("b", 8))])
-    fig = F.plot_saturation({"phase_summary": ps})
+    fig = F._draw_saturation({"phase_summary": ps})
     assert fig.axes[0].get_xlabel() == "IOPS (median per phase, 93.75–99.21 % CI)"
     assert fig.axes[1].get_xlabel() == "aqu-sz (median per phase, 93.75–99.21 % CI)"
 
@@ -592,8 +589,8 @@ def test_fs_facts_reads_the_journal_task(tmp_path):
     (tmp_path / "sys/fs/ext4/vda/journal_task").write_text("jbd2/vda-8\n")
     assert C.fs_facts(mount, "vda", root=str(tmp_path))["journal"] == "jbd2/vda-8"
     assert C.fs_facts({"fstype": "xfs", "source": "/dev/vda"}, "vda", root=str(tmp_path))["journal"] is None
-    assert FI._journal_said(None) == "not recorded in this dataset"
-    assert FI._journal_said({"journal": "none"}).startswith("none")
+    assert P._journal_said(None) == "not recorded in this dataset"
+    assert P._journal_said({"journal": "none"}).startswith("none")
 
 
 def test_flush_origin_counts_empty_preflushes_and_flush_requests():
@@ -623,10 +620,10 @@ def test_per_round_rates_little_on_both_sides():
 
 def test_phase_colours_are_not_the_non_phase_grey():
     """No phase is drawn in the grey of 'transition'/'idle' (issue #18: fsync_4k was tab10's grey)."""
-    pal = F._phase_palette(list(S.PHASES) + ["transition", "idle"])
+    pal = F._phase_palette(list(PA.PHASES) + ["transition", "idle"])
     assert all(pal[p] != F.NON_PHASE_COLOR and abs(pal[p][0] - pal[p][1]) + abs(pal[p][1] - pal[p][2]) > 0.05
-               or pal[p] == (0.0, 0.0, 0.0) for p in S.PHASES)
-    assert len({pal[p] for p in S.PHASES}) == len(S.PHASES)
+               or pal[p] == (0.0, 0.0, 0.0) for p in PA.PHASES)
+    assert len({pal[p] for p in PA.PHASES}) == len(PA.PHASES)
     assert pal["transition"] == pal["idle"] == F.NON_PHASE_COLOR
 
 
@@ -645,5 +642,5 @@ def test_two_hosts_with_one_run_id_are_analysed_apart():
     def ours(intervals):
         D = {"intervals": intervals, "windows": empty, "trace_windows": empty,
              "trace_sample": empty, "phases": empty, "manifests": [mine]}
-        return FI.analyse(D)["ours"].reset_index(drop=True)
+        return A.analyse(D)["ours"].reset_index(drop=True)
     pd.testing.assert_frame_equal(ours(pd.concat([alone, twin], ignore_index=True)), ours(alone))

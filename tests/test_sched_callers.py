@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from perfbook.chapters.sched_callers import analysis as A, chapter, parse as P
+from perfbook.chapters.sched_callers import analysis as A, chapter, parse as P, prose as PR
 from perfbook.data.dataset import load_reference
 from perfbook.core.errors import ParameterError
 
@@ -316,7 +316,7 @@ def _one_round_dataset(tmp_path):
     import json
     import statistics
     from perfbook.analysis.repetition import repetition
-    from perfbook.chapters.sched_callers.spec import EXPERIMENT
+    from perfbook.chapters.sched_callers.parse import EXPERIMENT
     D = chapter.load()
     if D.quoted is None:
         pytest.skip("no committed sched_callers dataset")
@@ -343,12 +343,12 @@ def _one_round_dataset(tmp_path):
 
 def test_one_round_says_its_interval_is_not_estimable_whatever_the_row_order(tmp_path, monkeypatch):
     data = _one_round_dataset(tmp_path)
-    f = A.findings(chapter.load(data))
+    f = PR.values(chapter.load(data))
     assert f["rep_n"] == 1
     assert f["rep_width_range"] == "not estimable (one round: no interval)"
     assert not [k for k, v in f.items() if "nan" in str(v).lower()]
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
-    assert A.findings(chapter.load(data)) == f
+    assert PR.values(chapter.load(data)) == f
 
 
 def test_interval_widths_name_their_tracers_whatever_the_row_order():
@@ -358,4 +358,4 @@ def test_interval_widths_name_their_tracers_whatever_the_row_order():
                         "rel_ci_width": [0.3, 0.2, 0.3, float("nan")]})
     want = "from 20 % (none) to 30 % (perf) of the median; not estimable for ftrace_trigger (one round: no interval)"
     for seed in range(4):
-        assert A.interval_widths(rep.sample(frac=1, random_state=seed)) == want
+        assert PR.interval_widths(rep.sample(frac=1, random_state=seed)) == want

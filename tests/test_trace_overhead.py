@@ -15,7 +15,7 @@ from perfbook.probes import cbuild
 from perfbook.hoststate import tracefs
 from perfbook.chapters import trace_overhead as T
 from perfbook.chapters.trace_overhead.analysis import caption_for, decompose, host_comparison, overhead_table
-from perfbook.chapters.trace_overhead.parse import parse_harness
+from perfbook.chapters.trace_overhead.parse import EXPERIMENT, MECHANISMS, parse_harness
 from perfbook.data.dataset import quoted
 from perfbook.core.errors import ParameterError
 
@@ -178,12 +178,12 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     m = runs.manifests[0]
     assert m.profile == "quick" and m.parameters["rep_warmup"] == 1
     s = runs["samples"]
-    measured = set(T.MECHANISMS) - set(m["skipped"])
+    measured = set(MECHANISMS) - set(m["skipped"])
     assert set(s.mechanism) == measured
     p = T.chapter.parameters("quick")
     # the repetition table: one row per mechanism, the warm-up round dropped and counted
     rep = runs["repetition"].set_index("key")
-    assert set(rep.index) == measured and set(rep.experiment) == {T.EXPERIMENT}
+    assert set(rep.index) == measured and set(rep.experiment) == {EXPERIMENT}
     assert (rep.warmup == 1).all() and rep.n.nunique() == 1
     n = int(rep.n.iloc[0])
     assert p["rep_min_runs"] <= n <= p["rep_max_runs"]
@@ -218,7 +218,7 @@ def test_sanity_rejects_a_baseline_far_above_a_function_call():
     """The issue's published dataset had the unprobed baseline at 12,901 ns per call (an
     orphaned bpftrace on the harness); about 1.5 ns is normal here."""
     from perfbook.chapters.trace_overhead.collect import _sanity
-    from perfbook.chapters.trace_overhead.spec import BASELINE_MAX_NS
+    from perfbook.chapters.trace_overhead.parse import BASELINE_MAX_NS
     p = {"mechanisms": ["none", "marker"]}
     ok, bad = _Writer(), _Writer()
     _sanity(ok, p, _table([("none", 1.5), ("none", 1.6), ("marker", 600.0)]), [], {})
@@ -270,7 +270,7 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
 # -- the run-to-run spread and the published bare-metal figures (#18 items 1 and 9) ---------------
 
 def test_spread_names_the_runs_at_its_ends_and_a_single_run():
-    from perfbook.chapters.trace_overhead.analysis import spread
+    from perfbook.chapters.trace_overhead.prose import spread
     two = spread({"r1": 616.0, "r2": 400.0, "r3": 618.4})
     assert two == "400–618 ns across 3 runs (lowest in run r2, highest in run r3)"
     assert spread({"r1": 616.0}) == "616 ns (one run, r1)"
@@ -297,7 +297,7 @@ def test_published_figures_keep_their_provenance_and_convert_rates_to_ns():
 
 def test_the_single_step_finding_follows_the_data():
     """A host whose single step is as cheap as the published ones does not hold the finding."""
-    from perfbook.chapters.trace_overhead.claims import sstep_dearer
+    from perfbook.chapters.trace_overhead.key_findings import sstep_dearer
 
     class _Run:
         def __init__(self, s):

@@ -1,13 +1,16 @@
 """Chapter 'iostat_internals': iostat -x recomputed from /proc/diskstats, checked against
 sysstat and the block tracepoints.
 
-  spec.py      the workload phases, tolerances, trace settings
-  collect.py   measure(ctx): the phased workload, iostat following it, trace windows
-  workload.py  fio and our own phases, the iostat follower, diskstats snapshots
-  parse.py     block tracepoint lines paired into requests
-  analysis.py  our columns, sysstat replayed, the tracepoint cross-checks
-  findings.py  the quoted dataset's and every host's analysis, the prose's values
-  figures.py   the figures and the seed's table
+  collect.py       measure(ctx): the phased workload (fio and our own phases), iostat followed
+                   and diskstats snapshotted, trace windows; sysstat fed our own snapshots
+  parse.py         the workload phases, tolerances, trace settings; block tracepoint lines
+                   paired into requests, fio's summary
+  analysis.py      our columns, the comparisons with sysstat and the tracepoints, the quoted
+                   dataset's and every host's analysis (IostatData)
+  figures.py       the figures
+  tables.py        the tables, the runs table's columns
+  prose.py         every value the prose quotes
+  key_findings.py  the key findings
 """
 from __future__ import annotations
 
@@ -15,11 +18,9 @@ import os
 import re
 from pathlib import Path
 
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
-from perfbook.data.dataset import Data
 from perfbook.core.errors import ParameterError
-from . import analysis, figures, findings, views  # noqa: F401  (the notebook's entry points)
-from .spec import PHASES, QUICK_PHASES
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from .parse import PHASES, QUICK_PHASES
 
 _COMMON = {"device": "auto", "trace": True, "trace_sample": 1000, "scratch_parent": "auto", "seed": 1}
 _COUNTERS = ("rd_ios", "rd_merges", "rd_sectors", "rd_ticks", "wr_ios", "wr_merges", "wr_sectors",
@@ -33,25 +34,6 @@ _SYSSTAT = ("r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz", "w/s", "wk
 _FIO = {"fio_version": "str", **{f"fio_{d}_{k}": "float" for d in ("read", "write")
                                  for k in ("iops", "lat_mean_us", "clat_mean_us")}}
 _Q2C = {f"q2c_{k}_us": "float" for k in ("max", "sum", "mean", "p50", "p90", "p99")}
-
-
-class IostatData(Data):
-    """The datasets, every table in its natural order (the analysis must not depend on the
-    order rows were written in), and the plain dict of frames the analysis takes."""
-
-    def prepare(self, name, df):
-        return analysis.in_written_order(df, name)
-
-    def frames(self) -> dict:
-        return {**{t: self[t] for t in ("intervals", "windows", "trace_windows", "trace_sample",
-                                        "phases")}, "manifests": self.manifests}
-
-    def analysis(self) -> dict:
-        """findings.analyse of these datasets, once (the prose and a host's summary read it)."""
-        if "_analysis" not in self.__dict__:
-            from .findings import analyse
-            self._analysis = analyse(self.frames())
-        return self._analysis
 
 
 class IostatInternals(Chapter):
@@ -91,7 +73,7 @@ class IostatInternals(Chapter):
         **repetition_params("rep_"),
     }
     tables = {
-        # backlog: newer reports already waiting when this one was read (workload._IostatFollower)
+        # backlog: newer reports already waiting when this one was read (collect._IostatFollower)
         "intervals": Table(seq="int", round="int", phase="str", backlog="int", **_SNAPSHOT,
                            **{f"sysstat {c}": "float" for c in _SYSSTAT}, optional=("backlog",)),
         "windows": Table(window="int", round="int", phase="str", edge="str", **_SNAPSHOT),
@@ -113,7 +95,7 @@ class IostatInternals(Chapter):
     needs_tools = {"fio": "fio"}
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: scipy.stats, seconds to import
         repetition_settings(p, "rep_")
         w = p["trace_window_s"]
         if w + 1.3 > p["phase_seconds"]:
@@ -131,21 +113,9 @@ class IostatInternals(Chapter):
             reasons.append("no /proc/diskstats (not Linux, or /proc not mounted)")
         return reasons
 
-
-    def load(self, data_dir=None) -> IostatData:
-        return IostatData(self, data_dir)
-
-    def run_columns(self, m, D) -> dict:
-        ph = D["phases"]
-        nwin = D["windows"].groupby(["host_id", "run_id"])["window"].nunique() if len(D["windows"]) else {}
-        mine = ph[(ph["host_id"] == m.host_id) & (ph["run_id"] == m["run_id"]) & (ph["round"] >= 0)] if len(ph) else ph
-        return {"device": m.facts.get("device", {}).get("name"),
-                "rounds": mine["round"].nunique() if len(mine) else 0,
-                "intervals": m["tables"].get("intervals", 0),
-                "trace windows": int(nwin.get((m.host_id, m["run_id"]), 0)) if len(nwin) else 0,
-                "repetition": "adaptive" if "repetition" in m["tables"] else "fixed"}
+    def load(self, data_dir=None):
+        """Every dataset of this chapter (analysis.IostatData: in their natural order, analysed once)."""
+        return self.part("analysis").IostatData(self, data_dir)
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-IostatInternals.key_findings = KEY_FINDINGS
 chapter = IostatInternals()

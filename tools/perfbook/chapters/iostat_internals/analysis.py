@@ -1,18 +1,20 @@
 """iostat_internals: our iostat columns from the counters, the comparison with sysstat and
-with the tracepoints (frames in, frames out)."""
+with the tracepoints, the quoted dataset's and every host's analysis (frames in, frames out),
+and the chapter's Data."""
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
+import re
 
+import numpy as np
+import pandas as pd
+
+from perfbook.analysis.findings import Run, stored_frames
+from perfbook.analysis.stats import compare_frame, median_ci
+from perfbook.data.dataset import Data, quoted, shown_datasets
 from perfbook.probes import diskstats as ds
-from perfbook.core.errors import PerfbookError
-from perfbook.core.proc import die_with_parent, kill_group
-from .spec import (IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, SPAN_TOL_S, TOL_ABS, TOL_REL,
-                   TOL_UTIL_JIFFY)
+from .parse import (IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, SPAN_TOL_S, TOL_ABS, TOL_REL,
+                    TOL_UTIL_JIFFY)
+
 
 def steady_iops(a: dict, c: dict) -> float:
     """Completed reads + writes + discards per second between two snapshots (the value
@@ -27,7 +29,7 @@ def spans_claim(prev: dict, curr: dict) -> bool:
     """Does the interval between two consecutive rows of `intervals` (as _runs gives them)
     span what sysstat's report claims: one iostat interval, sampled when we snapshot? Both
     reports were read at once (backlog 0) and our snapshots are IOSTAT_INTERVAL_S apart
-    within SPAN_TOL_S (workload._IostatFollower, spec.SPAN_TOL_S)."""
+    within SPAN_TOL_S (collect._IostatFollower, parse.SPAN_TOL_S)."""
     return (prev.get("backlog", 0) == 0 and curr.get("backlog", 0) == 0
             and abs((curr["t_ns"] - prev["t_ns"]) / 1e9 - IOSTAT_INTERVAL_S) <= SPAN_TOL_S)
 
@@ -56,7 +58,6 @@ def our_columns(intervals, clock: str = "monotonic"):
     clock='monotonic' uses the nanosecond clock of our snapshots; clock='uptime'
     uses /proc/uptime in 1/100 s like sysstat does.
     """
-    import pandas as pd
     rows = []
     # only the columns read here go into the records (not sysstat's 22, which doubled their cost)
     iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", "backlog", *ds.FIELDS)
@@ -102,7 +103,6 @@ COUNT_OF = {**{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rr
 def compare_with_sysstat(intervals, clock: str = "monotonic", ours=None):
     """Tidy frame: one row per interval and column with ours, sysstat's and the gap. `ours`:
     our_columns(intervals, clock) when the caller has it already (the analysis shows it too)."""
-    import numpy as np
     ours = our_columns(intervals, clock) if ours is None else ours
     keys = ["run_id", "seq"] if "run_id" in ours else ["seq"]
     sys_cols = {f"sysstat {c}": c for c in ds.COLUMNS}
@@ -143,8 +143,6 @@ def _long(df, keys: list, cols, name: str):
     """df.melt(id_vars=keys, value_vars=cols, var_name="column", value_name=name), the same
     frame (rows column by column, dtypes, a new RangeIndex) built from df's arrays: pandas'
     melt takes the frame apart column by column, and its melts were a third of a comparison."""
-    import numpy as np
-    import pandas as pd
     cols = list(cols)
     out = {k: np.tile(df[k].to_numpy(), len(cols)) for k in keys}
     out["column"] = np.repeat(np.array(cols, dtype=object), len(df))
@@ -152,69 +150,8 @@ def _long(df, keys: list, cols, name: str):
     return pd.DataFrame(out)
 
 
-def _stat_line(snap: dict) -> str:
-    """A /sys/block/<dev>/stat line (17 numbers) from one of our diskstats snapshots."""
-    return " ".join(str(int(snap[k])) for k in ds.FIELDS) + "\n"
-
-
-def _uptime_line(snap: dict) -> str:
-    cs = int(snap["uptime_cs"])
-    return f"{cs // 100}.{cs % 100:02d} 0.00\n"
-
-
-def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float = 30.0) -> dict:
-    """Feed sysstat's iostat the very two snapshots we read, and return its second report.
-
-    In a private mount namespace (unshare --mount) a regular file is bind-mounted over
-    /proc/uptime, and `iostat -f DIR` reads DIR/block/<device>/stat. Both files hold
-    `prev` until iostat has printed its first report (its first read is done), then `curr`;
-    iostat sleeps 1 s between its reads, and divides by the uptime it read, so the second
-    report is computed from exactly our two snapshots. Root only. Raises PerfbookError
-    if iostat can't be fed this way."""
-    with tempfile.TemporaryDirectory(prefix="perfbook-replay-") as d:
-        d = Path(d)
-        stat = d / "sys" / "block" / device / "stat"
-        stat.parent.mkdir(parents=True)
-        up = d / "uptime"
-        stat.write_text(_stat_line(prev))
-        up.write_text(_uptime_line(prev))
-        env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
-        env.pop("S_TIME_FORMAT", None)
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-               f'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
-               "sh", str(up), str(d / "sys"), device]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True, preexec_fn=die_with_parent)
-        timer = threading.Timer(timeout, kill_group, (proc,))
-        timer.start()
-        out = []
-        try:
-            for line in proc.stdout:
-                out.append(line)
-                if line.startswith(device + " "):
-                    # first report printed: swap in the second snapshot, same inodes
-                    with open(stat, "r+") as f:
-                        f.truncate(0)
-                        f.write(_stat_line(curr))
-                    with open(up, "r+") as f:
-                        f.truncate(0)
-                        f.write(_uptime_line(curr))
-                    break
-            out += proc.stdout.readlines()
-            err = proc.stderr.read()
-        finally:
-            timer.cancel()
-            kill_group(proc)
-        rows = ds.parse_iostat_text("".join(out), device)
-        if len(rows) != 2:
-            raise PerfbookError(f"iostat replay gave {len(rows)} report(s): {err.strip()[-200:]}")
-        return rows[1]
-
-
 def disagreement_table(cmp):
     """Per column: n intervals, share within tolerance, largest absolute and relative gap."""
-    import numpy as np
-    import pandas as pd
     rows = []
     # each column's rows found in one grouping, its statistics on plain arrays (NaN skipped as
     # pandas does): a filter and a dozen Series operations per column were this table's time
@@ -238,7 +175,6 @@ def disagreement_table(cmp):
 
 def window_columns(windows):
     """iostat columns over each trace window (start/end snapshots), one row per window."""
-    import pandas as pd
     rows = []
     keys = ["run_id", "window"] if "run_id" in windows else ["window"]
     # each window's first start and first end snapshot, as plain records (what a filter of each
@@ -264,8 +200,6 @@ AWAIT_OF = {"read": "r_await", "write": "w_await", "discard": "d_await", "flush"
 def trace_vs_await(windows, trace_windows, wc=None):
     """Per window and op: tracepoint mean latency (io_start->io_done) beside await. `wc`:
     window_columns(windows) when the caller has it already."""
-    import numpy as np
-    import pandas as pd
     wc = window_columns(windows) if wc is None else wc
     keys = ["run_id", "window"] if "run_id" in wc else ["window"]
     m = trace_windows.merge(wc, on=keys + ["round", "phase"], suffixes=("", "_ds"))
@@ -306,8 +240,6 @@ def in_written_order(df, table: str):
     alone and the rows moved once: op and key are ranked with one index lookup (a map over
     their strings cost more than the sort), and a host or run column that holds one value (a
     dataset's own view, sorted once per dataset) is left out, which a stable sort can't notice."""
-    import numpy as np
-    import pandas as pd
     keys = ORDER_KEYS.get(table)
     if not len(df) or keys is None:
         return df
@@ -336,9 +268,6 @@ def phase_summary(ours):
     """Per phase: median [CI] of the key columns over steady intervals (perfbook.analysis.stats: the
     median and median_ci that summarize() gives; its percentiles and moments, most of its cost
     and read by nothing here, are not computed)."""
-    import numpy as np
-    import pandas as pd
-    from perfbook.analysis.stats import median_ci
     rows = []
     st = steady(ours).copy()
     st["IOPS"] = st["r/s"] + st["w/s"] + st["d/s"]
@@ -370,7 +299,6 @@ def per_round_rates(ours, phases, phase: str, direction: str):
     phase's steady intervals (reads for 'read', writes and flushes for 'write') beside fio's
     own rate and latency for that round (fio's IOPS x mean latency is fio's time-average number
     of I/Os in flight, by Little's law). Empty when the phase or fio's numbers are missing."""
-    import pandas as pd
     if ours is None or phases is None or not len(ours) or not len(phases) or "phase" not in phases:
         return pd.DataFrame()
     st = steady(ours)
@@ -413,3 +341,151 @@ def flush_origin(trace_windows, phase: str = "fsync_4k") -> dict:
     return {"windows": int(len(m)), "accounted_writes": int(m["n"].sum()),
             "issued_writes": int(m["n_d2c"].sum()), "empty_preflush": int((m["n"] - m["n_d2c"]).sum()),
             "flush_requests": int(m["flush_without_start_all"].sum())}
+
+
+# ---- the quoted dataset's analysis and every host's ------------------------------------
+
+def only_run(df, host_id, run_id):
+    """The rows of one dataset of a loaded table: its host and run id together (two hosts may
+    measure in the same second, and a fleet's copies share run ids)."""
+    return df[(df["host_id"] == host_id) & (df["run_id"] == run_id)] if len(df) and "run_id" in df else df
+
+
+def analyse(D: dict) -> dict:
+    """All derived frames the chapter shows, for the newest dataset (plus all-run frames)."""
+    man = quoted(D["manifests"])
+    if man is None:
+        return {}
+    hid, rid = man["host"]["host_id"], man["run_id"]
+    iv = only_run(D["intervals"], hid, rid) if len(D["intervals"]) else D["intervals"]
+    out = {"manifest": man, "run_id": rid}
+    if len(iv):
+        out["ours"] = our_columns(iv)
+        out["intervals"] = iv
+        out["cmp"] = compare_with_sysstat(iv, ours=out["ours"])
+        out["disagree"] = disagreement_table(out["cmp"])
+        out["phase_summary"] = phase_summary(out["ours"])
+    out["phases"] = only_run(D["phases"], hid, rid)
+    w = only_run(D["windows"], hid, rid)
+    tw = only_run(D["trace_windows"], hid, rid)
+    out["trace_windows_raw"] = tw
+    if len(w) and len(tw):
+        wc = window_columns(w)
+        out["trace_await"] = trace_vs_await(w, tw, wc)
+        out["trace_util"] = trace_vs_util(w, tw, wc)
+        out["sample"] = only_run(D["trace_sample"], hid, rid)
+    return out
+
+
+def uptime_disagreement(A: dict):
+    """disagreement_table() of the comparison with sysstat on /proc/uptime's clock (sysstat's
+    own divisor), worked out once per analysis when first asked: only the prose quotes it
+    (prose_values(uptime=True)), not the key findings nor a host's summary."""
+    if "disagree_uptime" not in A:
+        A["cmp_uptime"] = compare_with_sysstat(A["intervals"], "uptime")
+        A["disagree_uptime"] = disagreement_table(A["cmp_uptime"])
+    return A["disagree_uptime"]
+
+
+def analyse_hosts(D) -> dict[str, dict]:
+    """host_summary() of the dataset shown for each host (perfbook.data.dataset.shown_datasets: the
+    prose's dataset for its host, the newest non-quick one of every other host), keyed by host
+    id. Each is computed on that dataset alone and kept in the verdict store
+    (perfbook.analysis.findings.stored_frames), so a fleet's hosts are reduced once, not at every refresh."""
+    out = {}
+    for hid, rid in sorted(shown_datasets(D.manifests).items()):
+        m = next(x for x in D.manifests if x.host_id == hid and x["run_id"] == rid)
+        out[hid] = stored_frames(D, m, "host-summary", lambda m=m: host_summary(Run(D, m).data))
+    return out
+
+
+def host_summary(D) -> dict:
+    """What the cross-host views read of one dataset (D holds it alone): its overview row (how
+    well its counters agree with sysstat and with the tracepoints), the IOPS of its steady 1-s
+    intervals per phase, and its phase summary."""
+    A = D.analysis()
+    if not A:
+        return {}
+    man, hid = A["manifest"], A["manifest"]["host"]["host_id"]
+    row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
+           "device": man["facts"].get("device", {}).get("name"),
+           "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
+           "rounds": measured_rounds(A)}
+    if "cmp" in A:
+        c = A["cmp"]
+        row.update({"intervals": len(A["ours"]), "values compared": len(c),
+                    "within tolerance %": round(100 * c["within"].mean(), 2),
+                    "agree %": round(100 * c["agree"].mean(), 2)})
+    if "trace_await" in A:
+        ta = A["trace_await"]
+        main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
+        rel = (main["diff_ms"] / main["await_ms"]).abs()
+        row.update({"trace windows": int(ta["window"].nunique()),
+                    "median |trace - await| %": round(100 * rel.median(), 2)})
+    out = {"overview": pd.DataFrame([row])}
+    if "ours" in A:
+        st = steady(A["ours"])
+        out["steady"] = pd.DataFrame({"host_id": hid, "phase": st["phase"].to_numpy(),
+                                      "IOPS": (st["r/s"] + st["w/s"] + st["d/s"]).to_numpy()})
+    if "phase_summary" in A:
+        out["phase_summary"] = A["phase_summary"]
+    return out
+
+
+def steady_intervals(AH: dict[str, dict]):
+    """Every host's steady 1-s intervals (its shown dataset): host, phase and IOPS."""
+    frames = [S["steady"] for S in AH.values() if "steady" in S]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def phase_summary_hosts(AH: dict[str, dict]):
+    """phase_summary() of every host, with a host column."""
+    frames = [S["phase_summary"].assign(host_id=hid) for hid, S in AH.items() if "phase_summary" in S]
+    if not frames:
+        return pd.DataFrame()
+    df = pd.concat(frames, ignore_index=True)
+    return df[["host_id", *[c for c in df.columns if c != "host_id"]]]
+
+
+def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
+    """Each host against the first (sorted) host, per phase, on a column of the steady
+    intervals (perfbook.analysis.stats.compare_frame: Mann-Whitney U, Cliff's delta, Hodges-Lehmann)."""
+    st = steady_intervals(AH)
+    if st.empty or st["host_id"].nunique() < 2:
+        return st.iloc[0:0]
+    base = sorted(st["host_id"].unique())[0]
+    return compare_frame(st, by="host_id", value=value, baseline=base, within="phase")
+
+
+def measured_rounds(A: dict) -> str:
+    """How many rounds the dataset measured (its phases' rounds; else the parameter)."""
+    ph = A.get("phases")
+    return str(ph[ph["round"] >= 0]["round"].nunique() if ph is not None and len(ph)
+               else A["manifest"]["parameters"].get("rounds"))
+
+
+class IostatData(Data):
+    """The datasets, every table in its natural order (the analysis must not depend on the
+    order rows were written in), the plain dict of frames the analysis takes, and the
+    analyses every part of the page reads, each worked out once."""
+
+    def prepare(self, name, df):
+        return in_written_order(df, name)
+
+    def frames(self) -> dict:
+        return {**{t: self[t] for t in ("intervals", "windows", "trace_windows", "trace_sample",
+                                        "phases")}, "manifests": self.manifests}
+
+    def analysis(self) -> dict:
+        """analyse() of these datasets: the quoted dataset's frames (the prose, the tables, the
+        figures and a host's summary read it)."""
+        if "_analysis" not in self.__dict__:
+            self._analysis = analyse(self.frames())
+        return self._analysis
+
+    def host_analyses(self) -> dict[str, dict]:
+        """analyse_hosts() of these datasets: every host's shown dataset, reduced (the
+        cross-host table, figure and comparison read it)."""
+        if "_host_analyses" not in self.__dict__:
+            self._host_analyses = analyse_hosts(self)
+        return self._host_analyses

@@ -1,5 +1,4 @@
-"""iostat_internals: the measurement (the only part of the chapter, with workload.py, that
-touches the host).
+"""iostat_internals: the measurement (the only part of the chapter that touches the host).
 
 A phased workload (fio, plus two small phases of our own) runs on a scratch file in a private
 directory (perfbook.hoststate.scratch: under the scratch parent of perfbook.hoststate.statedir, or under the
@@ -24,28 +23,280 @@ and the cross-checks from it.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import fcntl
+import gzip
 import os
+import platform
 import random
 import re
 import shutil
+import struct
 import subprocess
+import tempfile
+import termios
+import threading
 import time
 from pathlib import Path
 
-from perfbook.analysis import stats
-from perfbook.hoststate import statedir
-from perfbook.probes.blockdev import device_of, kernel_dev_t, mount_of, queue_facts
+import numpy as np
+import pandas as pd
+
+from perfbook.analysis.repetition import repetition
 from perfbook.core.errors import ParameterError, PerfbookError
-from perfbook.core.proc import die_with_parent, run_group
+from perfbook.core.proc import die_with_parent, kill_group, run_group
+from perfbook.hoststate import statedir
 from perfbook.hoststate.scratch import Scratch
 from perfbook.hoststate.tracefs import TraceSession, preflight as tracefs_preflight
+from perfbook.probes import diskstats as ds
+from perfbook.probes.blockdev import device_of, kernel_dev_t, mount_of, queue_facts
 from .analysis import off_claim, steady_iops, trace_vs_await
-from .parse import occupancy, pair_requests, parse_trace
-from .spec import (IOSTAT_INTERVAL_S, PHASE_TAIL_S, PHASES, SAMPLER_RT_PRIO, TRACE_EVENTS,
-                   TRACE_POSTROLL_S, TRACE_PREROLL_S)
-from .workload import _IostatFollower, _kill, _realtime, _Workload, snapshot
-from perfbook.analysis.repetition import repetition
+from .parse import (IOSTAT_INTERVAL_S, PHASE_TAIL_S, PHASES, SAMPLER_RT_PRIO, TRACE_EVENTS,
+                    TRACE_POSTROLL_S, TRACE_PREROLL_S, fio_summary, occupancy, pair_requests, parse_trace)
 
+
+# ---- the workload: fio and our own phases, the iostat follower, diskstats snapshots ---------
+
+def read_uptime_cs() -> int:
+    """/proc/uptime in 1/100 s, parsed the way sysstat does (seconds*100 + cents)."""
+    first = Path("/proc/uptime").read_text().split()[0]
+    sec, _, cent = first.partition(".")
+    return int(sec) * 100 + int((cent + "00")[:2])
+
+
+def snapshot(device: str) -> dict:
+    """One reading of the device's counters with both clocks."""
+    t = time.monotonic_ns()
+    text = Path("/proc/diskstats").read_text()
+    t_read = time.monotonic_ns()
+    up = read_uptime_cs()
+    st = ds.parse_diskstats(text).get(device)
+    if st is None:
+        raise PerfbookError(f"device {device} vanished from /proc/diskstats")
+    return {"t_ns": t, "read_ns": t_read - t, "uptime_cs": up, "fields_present": st.fields_present,
+            **st.values}
+
+
+def _realtime_self() -> bool:
+    """Run the calling thread SCHED_FIFO (root only), so that its snapshot follows
+    sysstat's read without waiting behind the workload for a CPU."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO,
+                              os.sched_param(SAMPLER_RT_PRIO))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+class _realtime:
+    """SCHED_FIFO for the calling thread inside the block, then back to its own policy."""
+
+    def __enter__(self):
+        tid = threading.get_native_id()
+        try:
+            self.saved = (os.sched_getscheduler(tid), os.sched_getparam(tid))
+        except OSError:
+            self.saved = None
+        self.on = self.saved is not None and _realtime_self()
+        return self
+
+    def __exit__(self, *a):
+        if self.on:
+            try:
+                os.sched_setscheduler(threading.get_native_id(), self.saved[0], self.saved[1])
+            except OSError:
+                pass
+        return False
+
+
+class _IostatFollower(threading.Thread):
+    """Reads sysstat's reports; snapshots diskstats the moment one arrives.
+
+    A report is paired with the snapshot taken when it is read, which is when sysstat sampled
+    only if it was read at once. A follower that was stopped or starved finds several reports
+    waiting, sampled a second apart, and would stamp them all within a millisecond. So the
+    pipe is read raw (a text wrapper would hide what is queued behind a line): every report
+    has `backlog`, the number of newer reports already there when it was read (0: read at
+    once, as far as the pipe can tell), and the analysis pairs only reports read at once whose
+    snapshots are one iostat interval apart (analysis.our_columns)."""
+
+    def __init__(self, proc: subprocess.Popen, device: str, label):
+        super().__init__(daemon=True)
+        self.proc, self.device, self.label = proc, device, label
+        self.rows: list[dict] = []
+        self.error: str | None = None
+
+    def run(self):
+        header = None
+        _realtime_self()
+        fd = self.proc.stdout.fileno()
+        pending = b""
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                pending += chunk + _queued(fd)
+                *lines, pending = pending.split(b"\n")
+                texts = [x.decode(errors="replace") for x in lines]
+                ours = [i for i, t in enumerate(texts) if t.startswith(self.device + " ")]
+                for i, line in enumerate(texts):
+                    if ds.is_header(line):
+                        header = line.split()
+                        continue
+                    if header is None or not line.startswith(self.device + " "):
+                        continue
+                    snap = snapshot(self.device)          # first: as close to sysstat's read as we can
+                    cols = ds.parse_iostat_report_line(header, line, self.device)
+                    rnd, phase = self.label()
+                    self.rows.append({"seq": len(self.rows), "round": rnd, "phase": phase,
+                                      "backlog": sum(j > i for j in ours),
+                                      **snap, **{f"sysstat {k}": v for k, v in cols.items()}})
+        except Exception as e:  # reported by collect()
+            self.error = f"{type(e).__name__}: {e}"
+
+
+def _queued(fd: int) -> bytes:
+    """What is already waiting in the pipe `fd` (FIONREAD), read without blocking."""
+    out = b""
+    while True:
+        n = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if n <= 0:
+            return out
+        out += os.read(fd, n)
+
+
+_libc = None
+
+
+def _fallocate(fd: int, mode: int, offset: int, length: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    if _libc.fallocate(fd, mode, offset, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+
+class _OwnWorkload(threading.Thread):
+    """The two phases fio can't do on a file: buffered reads with cache drops, discards."""
+
+    def __init__(self, kind: str, path: Path, seconds: float, stop: threading.Event, seed: int):
+        super().__init__(daemon=True)
+        self.kind, self.path, self.seconds, self.stop_ev = kind, path, seconds, stop
+        self.rng = random.Random(seed)
+        self.ops = 0
+        self.error: str | None = None
+
+    def run(self):
+        try:
+            getattr(self, "_" + self.kind)()
+        except Exception as e:
+            self.error = f"{self.kind}: {type(e).__name__}: {e}"
+
+    def _done(self, t_end):
+        return self.stop_ev.is_set() or time.monotonic() >= t_end
+
+    def _buffered_read(self):
+        t_end = time.monotonic() + self.seconds
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            while not self._done(t_end):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                os.lseek(fd, 0, os.SEEK_SET)
+                while not self._done(t_end):
+                    b = os.read(fd, 128 * 1024)
+                    self.ops += 1
+                    if not b:
+                        break
+        finally:
+            os.close(fd)
+
+    def _discard(self):
+        t_end = time.monotonic() + self.seconds
+        size = 64 * 1024 * 1024
+        chunk = 1024 * 1024
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while not self._done(t_end):
+                _fallocate(fd, 0, 0, size)            # allocate (unwritten extents: no data I/O)
+                os.fsync(fd)
+                offsets = list(range(0, size, chunk))
+                self.rng.shuffle(offsets)
+                for i, off in enumerate(offsets):
+                    if self._done(t_end):
+                        break
+                    _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, chunk)
+                    self.ops += 1
+                    if i % 4 == 3:
+                        os.fsync(fd)                  # commit: ext4 issues the discards now
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _Workload:
+    """One phase: a fio process or one of our threads, stoppable on any exit path."""
+
+    def __init__(self, name: str, p: dict, scratch: Path, seconds: float, seed: int):
+        self.name, self.spec = name, PHASES[name]
+        self.proc: subprocess.Popen | None = None
+        self.thread: _OwnWorkload | None = None
+        self.stop_ev = threading.Event()
+        self.result: dict = {}
+        if "fio" in self.spec:
+            self.cmd = ["fio", "--name=perfbook", f"--filename={scratch / 'data.bin'}",
+                        f"--size={p['file_mb']}M", "--time_based", f"--runtime={seconds}",
+                        "--output-format=json", "--randrepeat=0", "--norandommap",
+                        "--thread", *self.spec["fio"]]
+        else:
+            target = scratch / ("data.bin" if self.spec["own"] == "buffered_read" else "holes.bin")
+            self.thread = _OwnWorkload(self.spec["own"], target, seconds, self.stop_ev, seed)
+
+    def start(self):
+        if self.thread is not None:
+            self.thread.start()
+        else:
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, start_new_session=True,
+                                         preexec_fn=die_with_parent)
+
+    def wait(self, timeout: float) -> dict:
+        if self.thread is not None:
+            self.thread.join(timeout)
+            if self.thread.is_alive():
+                self.stop_ev.set()
+                self.thread.join(5)
+            if self.thread.error:
+                raise PerfbookError(f"phase {self.name} failed: {self.thread.error}")
+            return {"ops": self.thread.ops}
+        out, err = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0:
+            last = (err or out).strip().splitlines()[-1:] or ["no output"]
+            raise PerfbookError(f"fio phase {self.name} failed (exit {self.proc.returncode}): {last[0]}")
+        return fio_summary(out)
+
+    def stop(self):
+        self.stop_ev.set()
+        if self.proc is not None:
+            kill_group(self.proc)       # its whole process group, even if fio itself has exited
+        if self.thread is not None and self.thread.is_alive():
+            self.thread.join(5)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads (all our children are started with
+    start_new_session and die_with_parent) and reap it. Never raises a timeout, so a slow
+    exit can't skip the cleanup steps after it."""
+    kill_group(proc)
+
+
+# ---- the measurement --------------------------------------------------------------------
 
 def scratch_parent_of(p: dict) -> Path:
     """The directory the scratch directory goes into: 'auto' is perfbook.hoststate.statedir's private one."""
@@ -94,7 +345,6 @@ def _arm(session: TraceSession, major: int, minor: int) -> None:
 
 
 def _summarize_window(text: str, w0: int, w1: int, n_sample: int, rng: random.Random):
-    import numpy as np
     events = parse_trace(text)
     recs, unmatched, intervals, dev_intervals = pair_requests(events, w0, w1)
     occ, busy = occupancy(intervals, w0, w1)
@@ -148,8 +398,6 @@ def fs_facts(mount: dict, dev: str, root: str = "/") -> dict:
 
 
 def _config_hz() -> int | None:
-    import gzip
-    import platform
     for path in ("/proc/config.gz", f"/boot/config-{platform.release()}"):
         try:
             raw = gzip.open(path, "rt").read() if path.endswith(".gz") else Path(path).read_text()
@@ -164,7 +412,6 @@ def _config_hz() -> int | None:
 def measure(ctx) -> None:
     """Run the phased workload on the device under the scratch directory, with iostat
     following it and a trace window in every phase, into ctx.writer."""
-    import pandas as pd
     p, w = ctx.p, ctx.writer
     optional = _optional()
     if not p["trace"]:
@@ -297,7 +544,6 @@ def measure(ctx) -> None:
 
 def _trace_tables(w, p: dict, raw_traces: list, win_rows: list) -> None:
     """The trace windows' summaries and request sample, and how close they came to await."""
-    import pandas as pd
     rng = random.Random(p["seed"])
     tw_rows, sample_rows = [], []
     for wid, rnd, name, w0, w1, overrun, raw in raw_traces:
@@ -320,3 +566,64 @@ def _trace_tables(w, p: dict, raw_traces: list, win_rows: list) -> None:
         "median_rel_pct": float(100 * rel.median()) if len(mv) else None,
         "within_5pct_2us": float((mv["diff_ms"].abs() <= 0.05 * mv["await_ms"] + 0.002).mean())
         if len(mv) else None}
+
+
+# ---- sysstat's iostat fed our own snapshots (the tests check our columns against it) -----
+
+def _stat_line(snap: dict) -> str:
+    """A /sys/block/<dev>/stat line (17 numbers) from one of our diskstats snapshots."""
+    return " ".join(str(int(snap[k])) for k in ds.FIELDS) + "\n"
+
+
+def _uptime_line(snap: dict) -> str:
+    cs = int(snap["uptime_cs"])
+    return f"{cs // 100}.{cs % 100:02d} 0.00\n"
+
+
+def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float = 30.0) -> dict:
+    """Feed sysstat's iostat the very two snapshots we read, and return its second report.
+
+    In a private mount namespace (unshare --mount) a regular file is bind-mounted over
+    /proc/uptime, and `iostat -f DIR` reads DIR/block/<device>/stat. Both files hold
+    `prev` until iostat has printed its first report (its first read is done), then `curr`;
+    iostat sleeps 1 s between its reads, and divides by the uptime it read, so the second
+    report is computed from exactly our two snapshots. Root only. Raises PerfbookError
+    if iostat can't be fed this way."""
+    with tempfile.TemporaryDirectory(prefix="perfbook-replay-") as d:
+        d = Path(d)
+        stat = d / "sys" / "block" / device / "stat"
+        stat.parent.mkdir(parents=True)
+        up = d / "uptime"
+        stat.write_text(_stat_line(prev))
+        up.write_text(_uptime_line(prev))
+        env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
+        env.pop("S_TIME_FORMAT", None)
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
+               "sh", str(up), str(d / "sys"), device]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env, start_new_session=True, preexec_fn=die_with_parent)
+        timer = threading.Timer(timeout, kill_group, (proc,))
+        timer.start()
+        out = []
+        try:
+            for line in proc.stdout:
+                out.append(line)
+                if line.startswith(device + " "):
+                    # first report printed: swap in the second snapshot, same inodes
+                    with open(stat, "r+") as f:
+                        f.truncate(0)
+                        f.write(_stat_line(curr))
+                    with open(up, "r+") as f:
+                        f.truncate(0)
+                        f.write(_uptime_line(curr))
+                    break
+            out += proc.stdout.readlines()
+            err = proc.stderr.read()
+        finally:
+            timer.cancel()
+            kill_group(proc)
+        rows = ds.parse_iostat_text("".join(out), device)
+        if len(rows) != 2:
+            raise PerfbookError(f"iostat replay gave {len(rows)} report(s): {err.strip()[-200:]}")
+        return rows[1]

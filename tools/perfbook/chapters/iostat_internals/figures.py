@@ -1,9 +1,15 @@
-"""iostat_internals: the figures, and the seed's table beside ours."""
+"""iostat_internals: the figures, each D -> (figure, caption); the drawing of each (_draw_*)
+reads the quoted dataset's analysis, D.analysis()."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import seaborn as sns
+
+from perfbook.analysis import fleetview as fv
+from perfbook.analysis import stats
 from perfbook.probes import diskstats as ds
-from .findings import prose_values
-from .spec import PHASES
+from .analysis import phase_summary_hosts
+from .parse import PHASES
 
 # what the two non-phase labels mean (legends and captions)
 NON_PHASE = {"transition": "transition (interval spans two phases)",
@@ -13,8 +19,7 @@ NON_PHASE_COLOR = (0.6, 0.6, 0.6)
 
 def _phase_palette(phases):
     """A colour per workload phase, none of them grey (tab10 without its grey, then black, in
-    spec order), and light grey for the intervals that belong to no phase (NON_PHASE)."""
-    import seaborn as sns
+    parse.PHASES order), and light grey for the intervals that belong to no phase (NON_PHASE)."""
     names = [p for p in PHASES if p in set(phases)]
     colours = [c for i, c in enumerate(sns.color_palette("tab10", 10)) if i != 7] + [(0.0, 0.0, 0.0)]
     pal = dict(zip(names, colours[:len(names)] + colours[:max(0, len(names) - len(colours))]))
@@ -32,9 +37,8 @@ def _scatter_phase(ax, x, y, ph, pal, size, label=True):
         ax.scatter(x, y, s=size, facecolors="none", edgecolors=NON_PHASE_COLOR, label=lab, zorder=2)
 
 
-def plot_timeseries(A):
+def _draw_timeseries(A):
     """Key columns per interval over the run, coloured by phase."""
-    import matplotlib.pyplot as plt
     ours = A["ours"].copy()
     ours["t_s"] = ours["interval_s"].cumsum()
     ours["IOPS"] = ours["r/s"] + ours["w/s"] + ours["d/s"]
@@ -58,14 +62,12 @@ def plot_timeseries(A):
     return fig
 
 
-def plot_disagreement(A):
+def _draw_disagreement(A):
     """|ours - sysstat| relative to the tolerance, per column and interval."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis.fleetview import strip
     c = A["cmp"].copy()
     c["gap / tolerance"] = c["abs_diff"] / c["tolerance"]
     fig, ax = plt.subplots(figsize=(9, 4))
-    strip(data=c, x="column", y="gap / tolerance", ax=ax, size=3, jitter=0.25,
+    fv.strip(data=c, x="column", y="gap / tolerance", ax=ax, size=3, jitter=0.25,
           order=list(ds.COLUMNS), color="tab:blue")
     ax.axhline(1, color="tab:red", lw=1, ls="--", label="stated tolerance")
     ax.set_ylim(0, max(1.1, c["gap / tolerance"].max() * 1.1))
@@ -76,10 +78,8 @@ def plot_disagreement(A):
     return fig
 
 
-def plot_latency(A):
+def _draw_latency(A):
     """Per-request latency (io_start -> io_done) from tracepoints, with await as a line."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
     ta = A["trace_await"]
     big = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
     keep = set(zip(big["window"], big["op"]))
@@ -108,9 +108,8 @@ def plot_latency(A):
     return fig
 
 
-def plot_little(A):
+def _draw_little(A):
     """aqu-sz against Little's law (intervals) and against the trace's time-average occupancy."""
-    import matplotlib.pyplot as plt
     ours, tu = A["ours"], A.get("trace_util")
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -139,9 +138,8 @@ def plot_little(A):
     return fig
 
 
-def plot_saturation(A):
+def _draw_saturation(A):
     """%util against IOPS and aqu-sz per phase: 100 % busy is not 100 % of capacity."""
-    import matplotlib.pyplot as plt
     ps = A["phase_summary"]
     pal = _phase_palette(ps["phase"])
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -151,8 +149,7 @@ def plot_saturation(A):
                         yerr=[[r["%util"] - r["%util lo"]], [r["%util hi"] - r["%util"]]],
                         fmt="o", color=pal.get(r["phase"]), label=r["phase"] if ax is axes[0] else None)
     axes[0].set_xscale("log")
-    from perfbook.analysis.stats import ci_label
-    lab = ci_label(ps["n"])  # the real coverage of the median intervals, per phase's n
+    lab = stats.ci_label(ps["n"])  # the real coverage of the median intervals, per phase's n
     for ax, x in ((axes[0], f"IOPS (median per phase, {lab})"), (axes[1], f"aqu-sz (median per phase, {lab})")):
         ax.set_xlabel(x)
         ax.set_ylabel("%util")
@@ -165,35 +162,74 @@ def plot_saturation(A):
     return fig
 
 
-def seed_table(ref, A) -> "pd.DataFrame":
-    """The seed's reading of each counter beside today's, with the evidence from our data."""
-    import pandas as pd
-    f = prose_values(A) if A else {}
-    verdict = {
-        "merges": ("held", "counted when a bio joins an existing request, now in the plug or the scheduler",
-                   f"%wrqm {f.get('seqwrite_4k_qd16_wrqm', 'n/a')} % for sequential 4 KiB writes sent 16 at a time"),
-        "ios": ("held", "counted at completion (blk_account_io_done)",
-                f"our counts agree with sysstat's: {f.get('agree_pct', 'n/a')} % of all values"),
-        "sectors": ("held", "counted per completed chunk (blk_update_request)",
-                    f"rareq-sz {f.get('seqread_1m_qd1_rareq', 'n/a')} kB for 1 MiB O_DIRECT reads "
-                    "(what reached the device, after the queue limits split them)"),
-        "avgrq-sz": ("split", "per direction, in kB: rareq-sz, wareq-sz, dareq-sz",
-                     f"rareq-sz {f.get('buffered_seqread_rareq', 'n/a')} kB for 128 KiB buffered reads (readahead)"),
-        "ticks": ("changed unit and start point", "ns sums from request allocation to completion, printed in ms",
-                  f"trace mean vs await: median gap {f.get('trace_med_rel_pct', 'n/a')} %"),
-        "time_in_queue": ("changed", "sum of completed requests' latencies; in-flight requests add nothing until they end",
-                          f"time_in_queue - sum of ticks: at most {f.get('tiq_max_resid', 'n/a')} ms per interval"),
-        "io_ticks": ("changed", "jiffies between accounting events while requests are in flight (update_io_ticks)",
-                     f"{f.get('jiffy_share_pct', 'n/a')} % of deltas are whole {f.get('jiffy_ms', '?')} ms jiffies"),
-        "svctm": ("gone", "not printed by sysstat 12.x", "-"),
-        "in_flight": ("changed mechanism", "per-CPU counts raised at request start and lowered at completion, summed when the file is read (bdev_count_inflight)", "-"),
-        "interval": ("changed", "sysstat 12.x divides by /proc/uptime deltas in 1/100 s", 
-                     f"rate gaps {f.get('max_rate_rel_pct', 'n/a')} % (ns clock) vs {f.get('max_rate_rel_pct_uptime', 'n/a')} % (uptime clock)"),
-    }
-    rows = []
-    for _, r in ref.iterrows():
-        v = verdict.get(r["item"], ("?", "?", "?"))
-        rows.append({"counter": r["counter"], "3.x column": r["iostat_column_3x"],
-                     "seed's reading (3.x)": r["seed_reading"], "today (6.x, sysstat 12.x)": v[1],
-                     "verdict": v[0], "evidence in our data": v[2]})
-    return pd.DataFrame(rows)
+# ---- the figures: (figure, caption) --------------------------------------------------------
+
+def _host(A):
+    m = A["manifest"]
+    return [(m["host"]["host_id"], m["host"].get("description"))]
+
+
+def timeseries(D):
+    A = D.analysis()
+    return _draw_timeseries(A), stats.caption(
+        "iostat columns per 1-s interval of the newest dataset, coloured by the phase that ran through "
+        "the whole interval", n=A["ours"].groupby("phase").size(), unit="intervals", warmup=0, hosts=_host(A),
+        ci=False, extra="Open grey circles: intervals that straddle two phases (transition) or in which no "
+        "phase ran (idle: before the first phase and after the last); every phase begins with 1 s of warm-up")
+
+
+def disagreement(D):
+    A = D.analysis()
+    return _draw_disagreement(A), stats.caption(
+        "Gap between our column and sysstat's, divided by the stated tolerance, one dot per interval",
+        n=A["cmp"].groupby("column").size(), unit="intervals", warmup=0, hosts=_host(A), ci=False,
+        extra="Values above the dashed line are outside the tolerance")
+
+
+def little(D):
+    A = D.analysis()
+    return _draw_little(A), stats.caption(
+        "Left: aqu-sz against Little's law per interval; right: aqu-sz against the time-average number "
+        "of requests in flight from the tracepoints, per trace window",
+        n=[len(A["ours"]), len(A.get("trace_util", []))], unit="intervals or windows", warmup=0,
+        hosts=_host(A), ci=False)
+
+
+def latency(D):
+    A = D.analysis()
+    return _draw_latency(A), stats.caption(
+        "Per-request latency from block_io_start to block_io_done, a random sample of each trace window's "
+        "requests, per phase and direction", n=A["sample"].groupby(["phase", "op"]).size(), unit="requests",
+        warmup=0, hosts=_host(A), ci=False,
+        extra="Each direction's histogram is normalised to its own sample: the y axis is the share of the "
+              "sampled requests per bin, in %. Dashed: the mean of await over the same windows")
+
+
+def saturation(D):
+    A = D.analysis()
+    return _draw_saturation(A), stats.caption(
+        "%util against IOPS and aqu-sz, median per phase over its steady 1-s intervals",
+        n=A["phase_summary"]["n"], unit="intervals", warmup=0, hosts=_host(A),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out")
+
+
+def hosts_iops(D):
+    """Device IOPS per phase: one point per other host, this host and the reference host with
+    their intervals (each host's shown dataset), log scale."""
+    PH = phase_summary_hosts(D.host_analyses())
+    F = fv.fleet(D, set(PH["host_id"].unique()))
+    have = set(PH["phase"].unique())
+    order = [p for p in PHASES if p in have]
+    PH = PH[PH["phase"].isin(order)]
+    PH = PH.assign(pos=PH["phase"].map({p: i for i, p in enumerate(order)}))
+    fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    drawn = fv.points(ax, F, PH, "pos", "IOPS", "IOPS lo", "IOPS hi")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("IOPS (median of steady 1-s intervals)")
+    fv.legend(fig, F, drawn)
+    return fig, stats.caption(
+        "Device IOPS per phase, each host's shown dataset", n=PH["n"], unit="intervals",
+        warmup=0, hosts=F.caption_hosts(),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out. "
+              + F.marks_text(drawn, "a host's median IOPS over the phase's steady intervals"))

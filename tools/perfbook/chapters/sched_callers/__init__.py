@@ -1,33 +1,23 @@
 """Chapter 'sched_callers': who calls schedule()? Callers found with today's tracers, and
 what each tracer costs the workload it watches.
 
-  spec.py      the tracers, the workloads, the scheduler's entry points
-  collect.py   measure(ctx): arms each tracer around the workloads, times hackbench under it
-  parse.py     each tracer's output -> stack counts
-  analysis.py  callers per tracer, rank agreement, the probe effect, findings()
-  claims.py    the key findings
-  figures.py   the callers per tracer and the probe effect
+  collect.py       measure(ctx): arms each tracer around the workloads, times hackbench under it
+  parse.py         the tracers, the workloads, the scheduler's entry points; each tracer's
+                   output -> stack counts
+  analysis.py      callers per tracer, rank agreement, the probe effect (CallersData)
+  figures.py       the callers per tracer and the probe effect
+  tables.py        the tables, the runs table's columns
+  prose.py         every value the prose quotes
+  key_findings.py  the key findings
 """
 from __future__ import annotations
 
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
-from perfbook.data.dataset import Data
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .analysis import findings  # noqa: F401
-from .claims import KEY_FINDINGS
-from .spec import DEFAULT_TRACERS, TRACERS, WORKLOADS
+from perfbook.hoststate.tracefs import preflight as tracefs_preflight
+from .parse import DEFAULT_TRACERS, WORKLOADS
 
 _COMMON = {"tracers": None, "workloads": None, "hackbench_groups": 10, "hackbench_loops": 100,
            "dd_mib": 8, "stack_depth": 8, "buffer_kb": 8192, "seed": 1, "rounds": None}
-
-
-class CallersData(Data):
-    """The datasets, with a 'dataset' column (host/run) in every table."""
-
-    def prepare(self, name, df):
-        if len(df):
-            df.insert(0, "dataset", df.host_id + "/" + df.run_id)
-        return df
 
 
 class SchedCallers(Chapter):
@@ -80,7 +70,7 @@ class SchedCallers(Chapter):
     needs_text = "tracefs; bpftrace and perf where installed (each tracer this kernel lacks is skipped)"
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: scipy (seconds); doctor imports every __init__
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
         repetition_settings(p, "rep_")
@@ -88,15 +78,11 @@ class SchedCallers(Chapter):
         p["workloads"] = list(dict.fromkeys([*(p["workloads"] or WORKLOADS), "hackbench"]))
 
     def preflight(self) -> list[str]:
-        from perfbook.hoststate.tracefs import preflight as tracefs_preflight
         return tracefs_preflight(need_uprobes=False) + super().preflight()
 
-    def load(self, data_dir=None) -> CallersData:
-        return CallersData(self, data_dir)
-
-    def run_columns(self, m, D) -> dict:
-        return analysis.runs_columns(m, D)
+    def load(self, data_dir=None):
+        """Every dataset of this chapter (analysis.CallersData: a 'dataset' column in every table)."""
+        return self.part("analysis").CallersData(self, data_dir)
 
 
-SchedCallers.key_findings = KEY_FINDINGS
 chapter = SchedCallers()

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import time
 from pathlib import Path
+
+import pandas as pd
 
 from perfbook.hoststate import bpftrace
 from perfbook.probes import ftrace
@@ -24,7 +27,7 @@ from perfbook.core.proc import interruptible_child, kill_group, run_group
 from perfbook.analysis.repetition import repetition
 from perfbook.hoststate.tracefs import TraceSession, write_knob
 from . import parse
-from .spec import EXPERIMENT
+from .parse import EXPERIMENT
 
 SWITCH = "events/sched/sched_switch"
 
@@ -37,7 +40,6 @@ def _triggers(s: TraceSession) -> str:
 
 def unavailable(s: TraceSession, tracers) -> dict[str, str]:
     """tracer -> why this host can't use it (tracers absent from the dict can run)."""
-    import shutil
     why, trig = {}, _triggers(s)
     if "ftrace_function" in tracers:
         if "function" not in s.file("available_tracers").read_text().split():
@@ -197,7 +199,6 @@ def run_workload(name: str, p: dict, scratch: Path) -> list[float]:
 
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (the framework publishes it)."""
-    import pandas as pd
     p, w = ctx.p, ctx.writer
     scratch = ctx.scratch().dir
     s = ctx.undo.enter_context(TraceSession("schedcall"))

@@ -1,13 +1,17 @@
 """sched_callers: the figures (frames in, (figure, caption) out)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+
+from perfbook.analysis import fleetview as fv
+from perfbook.analysis.stats import caption, summarize_frame
 from perfbook.data.machine import legend
 from . import analysis as A
+from .parse import TRACERS
 
 
 def callers(D, workload: str = "hackbench", n: int = 8):
     """Shares of the top callers per tracer, one group of bars per caller (quoted dataset)."""
-    import matplotlib.pyplot as plt
     w = A.callers_wide(D, workload, n)
     fig, ax = plt.subplots(figsize=(8, 0.5 * max(len(w), 2) + 1.5))
     k = len(w.columns)
@@ -29,15 +33,12 @@ def callers(D, workload: str = "hackbench", n: int = 8):
 def probe_effect(D):
     """hackbench's median time per tracer with its CI over the hosts: every counted run of this
     host and of the reference host, one point per other host (its shown dataset)."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
-    from perfbook.analysis.stats import caption, summarize_frame
     runs = D["runs"]
     F = fv.fleet(D, set(runs.host_id.unique()))
     keep = fv.runs(D, F)
     runs = fv.of_runs(runs, keep)
     s = summarize_frame(runs, ["host_id", "run_id", "tracer"], "seconds")
-    order = [t for t in A.TRACERS if t in set(s.tracer)]
+    order = [t for t in TRACERS if t in set(s.tracer)]
     s = s.assign(pos=s.tracer.map({t: i for i, t in enumerate(order)}))
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(order) + 2.2), layout="constrained")
     drawn = fv.points(ax, F, s, "pos", "median", "ci_low", "ci_high", orient="h", width=0.6)

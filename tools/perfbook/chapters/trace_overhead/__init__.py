@@ -1,33 +1,23 @@
 """Chapter 'trace_overhead': what one user-space trace point costs.
 
-  spec.py      the mechanisms and the sanity bound
-  collect.py   measure(ctx): arms each mechanism around the C harness and times it
-  parse.py     the harness's and perf's output
-  analysis.py  costs, overheads, the step decomposition, findings()
-  figures.py   the costs and the seed comparison
+  collect.py       measure(ctx): arms each mechanism around the C harness and times it
+  parse.py         the mechanisms and the sanity bound; the harness's and perf's output
+  analysis.py      costs, overheads, the step decomposition, the published benchmarks (TraceData)
+  figures.py       the costs, the seed comparison, the published benchmarks
+  tables.py        the tables, the runs table's columns
+  prose.py         every value the prose quotes
+  key_findings.py  the key findings
 """
 from __future__ import annotations
 
 import os
 
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
-from perfbook.data.dataset import Data
 from perfbook.core.errors import ParameterError
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .analysis import findings  # noqa: F401
-from .claims import KEY_FINDINGS
-from .spec import DEFAULT_MECHANISMS, EXPERIMENT, MECHANISMS  # noqa: F401
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from perfbook.hoststate.tracefs import preflight as tracefs_preflight
+from .parse import DEFAULT_MECHANISMS, MECHANISMS
 
 _COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
-
-
-class TraceData(Data):
-    """The datasets, with a 'dataset' column (host/run) in every table."""
-
-    def prepare(self, name, df):
-        if len(df):
-            df.insert(0, "dataset", df.host_id + "/" + df.run_id)
-        return df
 
 
 class TraceOverhead(Chapter):
@@ -74,7 +64,7 @@ class TraceOverhead(Chapter):
     needs_tools = {"cc": "gcc"}   # the probench harness
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: scipy (seconds); doctor imports every __init__
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
         repetition_settings(p, "rep_")
@@ -88,16 +78,11 @@ class TraceOverhead(Chapter):
         p["pin_cpu"] = -1 if cpu is None else cpu
 
     def preflight(self) -> list[str]:
-        from perfbook.hoststate.tracefs import preflight as tracefs_preflight
         return tracefs_preflight(need_uprobes=True) + super().preflight()
 
-
-    def load(self, data_dir=None) -> TraceData:
-        return TraceData(self, data_dir)
-
-    def run_columns(self, m, D) -> dict:
-        return analysis.runs_columns(m, D)
+    def load(self, data_dir=None):
+        """Every dataset of this chapter (analysis.TraceData: a 'dataset' column in every table)."""
+        return self.part("analysis").TraceData(self, data_dir)
 
 
-TraceOverhead.key_findings = KEY_FINDINGS
 chapter = TraceOverhead()

@@ -18,14 +18,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import pandas as pd
+
 from perfbook.hoststate import bpftrace
 from perfbook.probes import cbuild, elfsym
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import kill_group, run_group
 from perfbook.analysis.repetition import repetition
 from perfbook.hoststate.tracefs import TraceSession
-from .parse import parse_harness, perf_count
-from .spec import BASELINE_MAX_NS, EXPERIMENT, KERNEL_FEATURES, MECHANISMS
+from .parse import BASELINE_MAX_NS, EXPERIMENT, KERNEL_FEATURES, MECHANISMS, parse_harness, perf_count
 
 
 def _optional_tools() -> dict[str, str]:
@@ -142,7 +143,6 @@ def foreign_attachments(binary: Path, root: Path | None = None) -> list[str]:
 
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (the framework publishes it)."""
-    import pandas as pd
     p, w = ctx.p, ctx.writer
     binary = cbuild.binary("probench")
     missing = _optional_tools()

@@ -1,14 +1,19 @@
 """trace_overhead: the figures (frames in, (figure, caption) out)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from perfbook.analysis import fleetview as fv
 from .analysis import COMPARED, caption_for, published_current, run_medians, run_steps
-from .spec import MECHANISMS
+from .parse import MECHANISMS
 
 
 def _log_ticks(ax, axis="x"):
     """Readable ticks on a log axis: every decade written out (1, 10, 100, 1,000, ...), plus 2 and 5
     within each decade where the axis spans about two decades, or 3 where it spans about three."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     a = ax.xaxis if axis == "x" else ax.yaxis
     lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
     span = hi / lo
@@ -23,7 +28,6 @@ def _fleet_medians(D, mechanisms=None):
     """Per drawn dataset and mechanism: median ns per call with its CI and p95 (every counted run
     of this host and of the reference host, each other host's shown dataset), the fleet, and the
     samples behind them (for the caption)."""
-    from perfbook.analysis import fleetview as fv
     med = run_medians(D)
     F = fv.fleet(D, set(med.host_id.unique()))
     keep = fv.runs(D, F)
@@ -38,9 +42,6 @@ def _fleet_medians(D, mechanisms=None):
 def costs(D):
     """Median cost per call per mechanism: one point per other host, every run of this host and of
     the reference host with its CI and p95; one panel per machine kind; log scale."""
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from perfbook.analysis import fleetview as fv
     med, F, samples, mans = _fleet_medians(D)
     order = [m for m in MECHANISMS if m in set(med.mechanism)]
     med = med.assign(pos=med.mechanism.map({m: i for i, m in enumerate(order)}))
@@ -72,8 +73,6 @@ def costs(D):
 
 def seed_comparison(D):
     """The seed's 2013 figures beside every host's median, per mechanism, log scale."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
     ref = D.reference("trace_overhead")
     seed = ref[ref.run == "uprobe-based event tracer"].set_index("mechanism").per_call_us * 1000
     stap = ref[ref.mechanism == "systemtap"].per_call_us.iloc[0] * 1000
@@ -99,9 +98,6 @@ def published(D):
     """The kernel developers' published bare-metal benchmarks beside every host's runs, per
     variant, in ns per hit (1000 / the posted million hits per second), log scale: the runs of
     this host and of the reference host with their range, one point per other host."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    from perfbook.analysis import fleetview as fv
     pub = published_current(D)
     med, steps = run_medians(D), run_steps(D)
     F = fv.fleet(D, set(med.host_id.unique()))

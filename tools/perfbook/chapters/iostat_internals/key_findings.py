@@ -1,13 +1,9 @@
-"""Key findings of the iostat -x chapter, from the chapter's values for one dataset."""
+"""Key findings of the iostat -x chapter, each decided on the prose's values of one dataset
+(prose.run_values: without the uptime-clock gap, which no finding reads)."""
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num
-
-
-def _g(D):
-    from . import views
-    A, AH = views.analyse_all(D)
-    return views.glue_values(D, A, AH, uptime=False)   # no finding reads the uptime-clock gap
+from .prose import run_values
 
 
 def util(g):
@@ -41,15 +37,15 @@ def trace(g):
     return Outcome(r < 5, f"tracepoint mean vs await: at most {g['trace_max_abs_us']} µs, {r:g} % apart")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("util", "%util near 100 % is not saturation: deeper queues still raise IOPS more than twofold",
-            from_glue(_g, util), contrary="%util near 100 % meant saturation: a deeper queue did not double IOPS"),
+            from_glue(run_values, util), contrary="%util near 100 % meant saturation: a deeper queue did not double IOPS"),
     Finding("equal", "Our columns from /proc/diskstats agree with sysstat's iostat in at least 99 % of values",
-            from_glue(_g, equal)),
-    Finding("aqu", "aqu-sz stays below half of fio's iodepth of 16", from_glue(_g, aqu)),
+            from_glue(run_values, equal)),
+    Finding("aqu", "aqu-sz stays below half of fio's iodepth of 16", from_glue(run_values, aqu)),
     Finding("fsync", "Each fsync cost one data write and one empty preflush write, and every flush request "
-            "came from such an empty preflush, none from a journal commit", from_glue(_g, fsync),
+            "came from such an empty preflush, none from a journal commit", from_glue(run_values, fsync),
             contrary="An fsync was not just a data write and an empty preflush: journal commits or other "
                      "flushes added requests"),
-    Finding("trace", "The block tracepoints' mean latency matches await within 5 %", from_glue(_g, trace)),
+    Finding("trace", "The block tracepoints' mean latency matches await within 5 %", from_glue(run_values, trace)),
 )

@@ -1,23 +1,77 @@
-"""iostat_internals: the analysis of the quoted dataset and of every host, and every value
-the prose quotes."""
+"""iostat_internals: every value the chapter's prose quotes, formatted (values(D) for the
+notebook's glue; run_values(D), one dataset's, for the key findings)."""
 from __future__ import annotations
 
 import re
 
+import numpy as np
+import pandas as pd
+
+from perfbook.analysis import stats
+from perfbook.analysis.findings import Run, counted_runs, glued
+from perfbook.data import machine
 from perfbook.probes import diskstats as ds
-from perfbook.data.dataset import quoted
-from .analysis import (compare_with_sysstat, disagreement_table, flush_origin, jiffy_check, our_columns,
-                       per_round_rates, phase_summary, steady, trace_vs_await, trace_vs_util,
-                       window_columns)
-from .spec import TOL_ABS, TOL_REL
+from .analysis import (compare_hosts, flush_origin, jiffy_check, measured_rounds, per_round_rates, steady,
+                       uptime_disagreement)
+from .parse import TOL_ABS, TOL_REL
 
 
-def only_run(df, host_id, run_id):
-    """The rows of one dataset of a loaded table: its host and run id together (two hosts may
-    measure in the same second, and a fleet's copies share run ids)."""
-    return df[(df["host_id"] == host_id) & (df["run_id"] == run_id)] if len(df) and "run_id" in df else df
+def values(D, uptime: bool = True) -> dict:
+    """Every value the prose quotes (dataset_values of the quoted dataset, plus the counts of
+    datasets and hosts, the repetition settings and the host comparison's sentence); `uptime`:
+    dataset_values'."""
+    A, AH = D.analysis(), D.host_analyses()
+    f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in dataset_values(A, uptime).items()}
+    p, prof = A["manifest"]["parameters"], D.chapter.profiles
+    ph = D["phases"]
+    ph = ph[(ph["host_id"] == A["manifest"]["host"]["host_id"]) & (ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
+    per_round = ph.groupby("round").apply(lambda g: (g["t_end_ns"].max() - g["t_start_ns"].min()) / 1e9,
+                                          include_groups=False)
+    cmp = compare_hosts(AH)
+    f.update({"n_hosts": len(AH), "n_datasets": len(D.manifests), "rep_datasets": len(D.manifests),
+              "rep_target_pct": f'{100 * p.get("rep_target", prof["default"]["rep_target"]):g}',
+              "rep_budget_default": f'{prof["default"]["rep_budget_s"]:.0f}',
+              "rep_budget_full": f'{prof["full"]["rep_budget_s"]:.0f}',
+              "round_s": f"{per_round.median():.0f}" if len(per_round) else "n/a",
+              "host_cmp_sentence": _host_sentence(AH, cmp),
+              "seq1m_runs": _per_run(D, A, lambda g: f"{g['seq1m_req_per_read']} requests per read, "
+                                                     f"aqu-sz {g['seqread_1m_qd1_aqu']}")})
+    return f
 
-# Every glue name the chapter's prose uses; figures() fills the ones a dataset can't give
+
+def _per_run(D, A, say) -> str:
+    """say(g) for every counted dataset of the quoted dataset's host, with its run id (the same
+    per-dataset values the key findings use); 'only this dataset' when there are fewer than two."""
+    hid = A["manifest"]["host"]["host_id"]
+    runs = counted_runs([m for m in D.manifests if m.host_id == hid])
+    if len(D.manifests) < 2 or len(runs) < 2:
+        return "only this dataset"
+    parts = []
+    for m in runs:
+        g = glued(Run(D, m), run_values)
+        if g is not None:
+            parts.append(f"run {m['run_id']}: {say(g)}")
+    return "; ".join(parts)
+
+
+def _host_sentence(AH, cmp) -> str:
+    if len(cmp):
+        return (f"With {len(AH)} hosts, each is compared with {cmp['baseline'].iloc[0]} phase by phase on "
+                f"the IOPS of its steady intervals ({stats.COMPARE_METHOD}): {stats.significance_text(cmp)}. "
+                "The environment diff above lists the facts in which the hosts' manifests differ.")
+    return ("Only one host has data for this chapter, so there is no second host to compare it with and "
+            "no environment diff. A second host's dataset (see the README) would appear here, with a rank "
+            "test per phase and the facts in which the two environments differ.")
+
+
+def run_values(D) -> dict:
+    """values() of one dataset (D holds it alone) without the comparison on /proc/uptime's
+    clock, which no key finding reads: what the key findings decide on, and the per-run
+    sentences of values()."""
+    return values(D, uptime=False)
+
+
+# Every glue name the chapter's prose uses; dataset_values() fills the ones a dataset can't give
 # (no sysstat, no tracepoints, a phase not run) with 'n/a' so the page still renders.
 PROSE_KEYS = (
     "fs_journal",
@@ -149,7 +203,6 @@ def _journal_said(fs: dict | None) -> str:
 def _device_values(man) -> dict[str, str]:
     """What the measured device and its mount are, from the manifest's host and device facts,
     and the sentences on what this dataset cannot show because of them."""
-    from perfbook.data import machine
     h, dev = man["host"], man["facts"].get("device", {})
     name, drv = dev.get("name", "?"), dev.get("driver") or "unknown driver"
     guest = (h.get("virtualization") or "none") != "none"
@@ -203,8 +256,6 @@ def _tail_values(sample, ta) -> dict[str, str]:
     window): mean against median, and the share of requests above twice the median."""
     if sample is None or not len(sample):
         return {}
-    import numpy as np
-    import pandas as pd
     big = ta[ta["n_trace"] >= 200]
     # the queue-depth-16 phases' requests (their names tested once each, not once per request),
     # of those windows and ops, matched as pairs in one lookup (a Python loop over the sample's
@@ -262,137 +313,9 @@ def _per_op_values(ours, phases) -> dict[str, str]:
     return f
 
 
-def analyse(D: dict) -> dict:
-    """All derived frames the chapter shows, for the newest dataset (plus all-run frames)."""
-    man = quoted(D["manifests"])
-    if man is None:
-        return {}
-    hid, rid = man["host"]["host_id"], man["run_id"]
-    iv = only_run(D["intervals"], hid, rid) if len(D["intervals"]) else D["intervals"]
-    out = {"manifest": man, "run_id": rid}
-    if len(iv):
-        out["ours"] = our_columns(iv)
-        out["intervals"] = iv
-        out["cmp"] = compare_with_sysstat(iv, ours=out["ours"])
-        out["disagree"] = disagreement_table(out["cmp"])
-        out["phase_summary"] = phase_summary(out["ours"])
-    out["phases"] = only_run(D["phases"], hid, rid)
-    w = only_run(D["windows"], hid, rid)
-    tw = only_run(D["trace_windows"], hid, rid)
-    out["trace_windows_raw"] = tw
-    if len(w) and len(tw):
-        wc = window_columns(w)
-        out["trace_await"] = trace_vs_await(w, tw, wc)
-        out["trace_util"] = trace_vs_util(w, tw, wc)
-        out["sample"] = only_run(D["trace_sample"], hid, rid)
-    return out
-
-
-def uptime_disagreement(A: dict):
-    """disagreement_table() of the comparison with sysstat on /proc/uptime's clock (sysstat's
-    own divisor), worked out once per analysis when first asked: only the prose quotes it
-    (prose_values(uptime=True)), not the key findings nor a host's summary."""
-    if "disagree_uptime" not in A:
-        A["cmp_uptime"] = compare_with_sysstat(A["intervals"], "uptime")
-        A["disagree_uptime"] = disagreement_table(A["cmp_uptime"])
-    return A["disagree_uptime"]
-
-
-def analyse_hosts(D) -> dict[str, dict]:
-    """host_summary() of the dataset shown for each host (perfbook.data.dataset.shown_datasets: the
-    prose's dataset for its host, the newest non-quick one of every other host), keyed by host
-    id. Each is computed on that dataset alone and kept in the verdict store
-    (perfbook.analysis.findings.stored_frames), so a fleet's hosts are reduced once, not at every refresh."""
-    from perfbook.data.dataset import shown_datasets
-    from perfbook.analysis.findings import Run, stored_frames
-    out = {}
-    for hid, rid in sorted(shown_datasets(D.manifests).items()):
-        m = next(x for x in D.manifests if x.host_id == hid and x["run_id"] == rid)
-        out[hid] = stored_frames(D, m, "host-summary", lambda m=m: host_summary(Run(D, m).data))
-    return out
-
-
-def host_summary(D) -> dict:
-    """What the cross-host views read of one dataset (D holds it alone): its overview row (how
-    well its counters agree with sysstat and with the tracepoints), the IOPS of its steady 1-s
-    intervals per phase, and its phase summary."""
-    import pandas as pd
-    A = D.analysis()
-    if not A:
-        return {}
-    man, hid = A["manifest"], A["manifest"]["host"]["host_id"]
-    row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
-           "device": man["facts"].get("device", {}).get("name"),
-           "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
-           "rounds": measured_rounds(A)}
-    if "cmp" in A:
-        c = A["cmp"]
-        row.update({"intervals": len(A["ours"]), "values compared": len(c),
-                    "within tolerance %": round(100 * c["within"].mean(), 2),
-                    "agree %": round(100 * c["agree"].mean(), 2)})
-    if "trace_await" in A:
-        ta = A["trace_await"]
-        main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
-        rel = (main["diff_ms"] / main["await_ms"]).abs()
-        row.update({"trace windows": int(ta["window"].nunique()),
-                    "median |trace - await| %": round(100 * rel.median(), 2)})
-    out = {"overview": pd.DataFrame([row])}
-    if "ours" in A:
-        st = steady(A["ours"])
-        out["steady"] = pd.DataFrame({"host_id": hid, "phase": st["phase"].to_numpy(),
-                                      "IOPS": (st["r/s"] + st["w/s"] + st["d/s"]).to_numpy()})
-    if "phase_summary" in A:
-        out["phase_summary"] = A["phase_summary"]
-    return out
-
-
-def host_overview(AH: dict[str, dict]):
-    """One row per host (its shown dataset): how well its counters agree with sysstat and
-    with the tracepoints."""
-    import pandas as pd
-    rows = [S["overview"] for S in AH.values() if "overview" in S]
-    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-
-
-def steady_intervals(AH: dict[str, dict]):
-    """Every host's steady 1-s intervals (its shown dataset): host, phase and IOPS."""
-    import pandas as pd
-    frames = [S["steady"] for S in AH.values() if "steady" in S]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def phase_summary_hosts(AH: dict[str, dict]):
-    """phase_summary() of every host, with a host column."""
-    import pandas as pd
-    frames = [S["phase_summary"].assign(host_id=hid) for hid, S in AH.items() if "phase_summary" in S]
-    if not frames:
-        return pd.DataFrame()
-    df = pd.concat(frames, ignore_index=True)
-    return df[["host_id", *[c for c in df.columns if c != "host_id"]]]
-
-
-def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
-    """Each host against the first (sorted) host, per phase, on a column of the steady
-    intervals (perfbook.analysis.stats.compare_frame: Mann-Whitney U, Cliff's delta, Hodges-Lehmann)."""
-    from perfbook.analysis.stats import compare_frame
-    st = steady_intervals(AH)
-    if st.empty or st["host_id"].nunique() < 2:
-        return st.iloc[0:0]
-    base = sorted(st["host_id"].unique())[0]
-    return compare_frame(st, by="host_id", value=value, baseline=base, within="phase")
-
-
-def measured_rounds(A: dict) -> str:
-    """How many rounds the dataset measured (its phases' rounds; else the parameter)."""
-    ph = A.get("phases")
-    return str(ph[ph["round"] >= 0]["round"].nunique() if ph is not None and len(ph)
-               else A["manifest"]["parameters"].get("rounds"))
-
-
-def prose_values(A: dict, uptime: bool = True) -> dict[str, str]:
+def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
     """Every number the chapter's prose quotes, formatted, keyed by glue name; without the
     comparison on /proc/uptime's clock unless `uptime` (the key findings read none of it)."""
-    import pandas as pd
     man = A["manifest"]
     f = {}
     p = man["parameters"]

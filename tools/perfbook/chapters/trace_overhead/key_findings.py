@@ -78,7 +78,7 @@ def bpf_cheaper(run):
                    f"BPF count {_ns(m['bpf_uprobe'])}, ftrace uprobe event {_ns(m['uprobe'])}")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("uprobe_vs_marker", "A uprobe on `ret` costs more than twice a marker write, as it did in 2013",
             uprobe_vs_marker, contrary="A uprobe on `ret` no longer costs twice a marker write"),
     Finding("marker_cheaper", "A marker write costs less than the 2013 article measured", marker_cheaper,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, once_each
+from perfbook.analysis.stats import compare
 from . import analysis as A
 
 
@@ -73,7 +74,6 @@ def bpf_cheaper_than_perf(run):
     pe = _slowdowns(run)
     if pe is None or not {"bpftrace", "perf"} <= set(pe.index):
         return None
-    from perfbook.analysis.stats import compare
     b, p = pe.loc["bpftrace"], pe.loc["perf"]
     r = _D(run)["runs"]
     c = compare(r[r.tracer == "bpftrace"].seconds, r[r.tracer == "perf"].seconds, names=("bpftrace", "perf"))
@@ -82,7 +82,7 @@ def bpf_cheaper_than_perf(run):
                    f"on hackbench's time; directly, {c.verdict}")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("idle_not_schedule", "The idle loop no longer calls schedule(): it reaches __schedule through "
             "schedule_idle, so the seed's cpu_idle has no counterpart among today's callers of schedule()", idle_not_schedule,
             contrary="The idle loop still reaches the scheduler through schedule()"),
