@@ -13,7 +13,7 @@ from conftest import ROOT, need_preflight, need_root, need_tool, nobody_requests
 from perfbook.probes import cbuild
 from perfbook.hoststate import knobs, tracefs
 from perfbook.chapters.cpu_pinning import chapter as CH
-from perfbook.chapters.cpu_pinning import analysis as A, knobs as KN, parse as PA, spec as SP
+from perfbook.chapters.cpu_pinning import analysis as A, collect as C, parse as PA, prose
 from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import table_path
 
@@ -54,14 +54,14 @@ def test_parameters_merge_and_keep_the_baseline():
     assert p["rep_max_runs"] == 12 and p["duration_ms"] == CH.profiles["default"]["duration_ms"]
     # the default profile keeps the book's measure run to minutes
     assert CH.parameters("default")["rep_budget_s"] <= 150 and CH.parameters("quick")["rep_budget_s"] <= 60
-    assert p["loads"] == list(SP.LOADS) and p["variants"][0] == SP.BASELINE
+    assert p["loads"] == list(PA.LOADS) and p["variants"][0] == PA.BASELINE
     assert CH.parameters("quick", loads="rate,sat,rate")["loads"] == ["rate", "sat"]
     # default and full: a pool larger than the machine (the seed's migrations need one); quick: one per CPU
     assert p["workers"] == min(64, 2 * os.cpu_count()) > os.cpu_count()
     assert CH.parameters("full")["workers"] == min(64, 2 * os.cpu_count())
     assert CH.parameters("quick")["workers"] == os.cpu_count()
     assert CH.parameters("quick", workers_per_cpu=3)["workers"] == min(64, 3 * os.cpu_count())
-    l2 = SP.l2_bytes()
+    l2 = PA.l2_bytes()
     if l2:
         assert p["ws_kib"] == int(l2 * 0.75) // 1024
     assert CH.parameters("quick", workers=3, ws_kib=64)["workers"] == 3
@@ -172,12 +172,11 @@ def test_derive_applies_the_rate_rule_to_datasets_without_the_column():
 
 
 def test_committed_datasets_reproduce_the_quoted_run(book_data):
-    """The prose quotes the newest default run; its trials are the ones findings() counts."""
-    from perfbook.chapters.cpu_pinning import findings
+    """The prose quotes the newest default run; its trials are the ones prose.values() counts."""
     d = CH.load(book_data.data_dir)
     if d.quoted is None:
         pytest.skip("no committed cpu_pinning dataset")
-    f = findings(d)
+    f = prose.values(d)
     assert f["n_trials"] == len(d.TL) == d.quoted.tables["trials"]
     assert f["n_datasets"] == len(d.manifests) and f["host"] == d.quoted.host_id
     assert not any(isinstance(v, float) for v in f.values())
@@ -335,14 +334,14 @@ def _sched_state() -> dict:
     st = {"debugfs_mounted": knobs.mounted(), "tracing": _tracing_state()}
     was = st["debugfs_mounted"]
     if not was:
-        subprocess.run(["mount", "-t", "debugfs", "none", str(SP.DEBUGFS)], check=True)
+        subprocess.run(["mount", "-t", "debugfs", "none", str(PA.DEBUGFS)], check=True)
     try:
-        k = KN.SchedKnobs(mount=False)
+        k = C.SchedKnobs(mount=False)
         st["knobs"] = {n: k.probe(n)["value"] for n in k.files() if n != "debug"}
-        st["sched_debug"] = PA.parse_sched_debug((SP.DEBUGFS / "sched/debug").read_text())
+        st["sched_debug"] = PA.parse_sched_debug((PA.DEBUGFS / "sched/debug").read_text())
     finally:
         if not was:
-            subprocess.run(["umount", str(SP.DEBUGFS)], check=True)
+            subprocess.run(["umount", str(PA.DEBUGFS)], check=True)
     return st
 
 
@@ -389,7 +388,7 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     assert (t[t.load == "sat"].in_flight > 0.8 * p["workers"]).all()
     # a fixed-rate trial that could not keep up is recorded as saturated, noted, and left out
     # of the comparisons (a busy host makes this happen; it must never break the chapter)
-    short = (t.load == "rate") & (t.completed < SP.RATE_KEPT_UP * t.offered_rate * t.window_s)
+    short = (t.load == "rate") & (t.completed < PA.RATE_KEPT_UP * t.offered_rate * t.window_s)
     assert (t.rate_saturated == short).all()
     if short.any():
         assert any("fixed-rate trial(s) completed under" in n for n in m.notes), m.notes
@@ -399,7 +398,7 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     if t["worker_migrations_trace"].notna().all():  # snapshot and marker are microseconds apart
         assert ((t.worker_migrations_trace - t.worker_migrations).abs() <= 2).all()
     # every variant the host can't run is explained in the manifest
-    for v in set(SP.VARIANTS) - set(measured):
+    for v in set(PA.VARIANTS) - set(measured):
         assert v in m.skipped
     assert not d["knobs"].empty and d["knobs"].exists_here.any()
     cores = d["cores"]

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from perfbook.hoststate import knobs
-from perfbook.chapters.cpu_pinning.knobs import SchedKnobs
+from perfbook.chapters.cpu_pinning.collect import SchedKnobs
 from perfbook.core.errors import PerfbookError
 
 
@@ -40,7 +40,7 @@ def test_knobs_are_restored_after_an_exception(tmp_path):
 KNOB_RUN = r"""
 import sys, time
 from pathlib import Path
-from perfbook.chapters.cpu_pinning.knobs import SchedKnobs
+from perfbook.chapters.cpu_pinning.collect import SchedKnobs
 with SchedKnobs(root=Path(sys.argv[1]), mount=False) as k:
     k.set("base_slice_ns", "10000000")
     print("set", flush=True)

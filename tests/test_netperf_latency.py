@@ -18,9 +18,10 @@ import pytest
 from perfbook.framework import sequence as framework
 from perfbook.chapters import netperf_latency as X
 from perfbook.chapters.netperf_latency import analysis as A
-from perfbook.chapters.netperf_latency import netperf_hist as H
+from perfbook.chapters.netperf_latency import collect as C
+from perfbook.chapters.netperf_latency import figures, prose, tables
 from perfbook.chapters.netperf_latency import parse as P
-from perfbook.chapters.netperf_latency.spec import CELL, LATENCY_KEYS
+from perfbook.chapters.netperf_latency.parse import CELL, LATENCY_KEYS
 from perfbook.core.errors import ParameterError
 from perfbook.hoststate.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
@@ -77,12 +78,12 @@ def test_non_root_is_skipped_before_anything(scratch_data, monkeypatch):
 
 # ------------------------------------------------ netperf's histogram (netlib.c)
 def test_bucket_widths_are_a_hundredth_of_the_decade():
-    w = H.netperf_bucket_width_us([3, 13, 99, 100, 150, 999, 1000, 2500, 12000])
+    w = P.netperf_bucket_width_us([3, 13, 99, 100, 150, 999, 1000, 2500, 12000])
     assert list(w) == [0.1, 1, 1, 10, 10, 10, 100, 100, 1000]
 
 
 def test_hist_counts_place_values_in_netperf_buckets():
-    counts, ridiculous = H.netperf_hist_counts([5, 13, 13, 150, 2500, 200_000_000, -1])
+    counts, ridiculous = P.netperf_hist_counts([5, 13, 13, 150, 2500, 200_000_000, -1])
     assert counts[50] == 1            # unit_usec: 5 us -> bucket 50 (0.1 us wide)
     assert counts[100 + 13] == 2      # ten_usec: 13 us -> bucket 13 (1 us wide)
     assert counts[200 + 15] == 1      # hundred_usec: 150 us -> bucket 15 (10 us wide)
@@ -92,32 +93,32 @@ def test_hist_counts_place_values_in_netperf_buckets():
 
 def test_percentile_interpolates_inside_the_bucket_and_truncates():
     us = np.array([13] * 50 + [14] * 40 + [24] * 9 + [300])
-    c, _ = H.netperf_hist_counts(us)
+    c, _ = P.netperf_hist_counts(us)
     # num lands exactly at the end of bucket 13: interpolation gives its upper edge
-    assert H.netperf_hist_percentile(c, len(us), 0.5) == 14
-    assert H.netperf_hist_percentile(c, len(us), 0.9) == 15
-    assert H.netperf_hist_percentile(c, len(us), 0.99) == 25
+    assert P.netperf_hist_percentile(c, len(us), 0.5) == 14
+    assert P.netperf_hist_percentile(c, len(us), 0.9) == 15
+    assert P.netperf_hist_percentile(c, len(us), 0.99) == 25
     # a constant 150 us is reported 5 us high: half-way through a 10-us bucket
-    c, _ = H.netperf_hist_counts(np.full(1000, 150))
-    assert H.netperf_hist_percentile(c, 1000, 0.5) == 155
-    assert H.netperf_hist_percentile(c, 1000, 0.99) == 159
+    c, _ = P.netperf_hist_counts(np.full(1000, 150))
+    assert P.netperf_hist_percentile(c, 1000, 0.5) == 155
+    assert P.netperf_hist_percentile(c, 1000, 0.99) == 159
 
 
 def test_netperf_style_error_is_bounded_by_one_bucket_plus_one_us():
     rng = np.random.default_rng(1)
     lat = (rng.lognormal(np.log(18_000), 0.3, 50_000)).astype(np.int64)
     phase = rng.integers(0, 1000, len(lat))
-    got = H.netperf_style_percentiles(lat, phase)
+    got = P.netperf_style_percentiles(lat, phase)
     for p, v in got.items():
         exact = np.percentile(lat / 1000, p * 100)
-        assert abs(v - exact) <= H.netperf_bucket_width_us(exact) + 1.0
+        assert abs(v - exact) <= P.netperf_bucket_width_us(exact) + 1.0
 
 
 def test_rank_rule_truncates_the_double_product():
-    assert H.netperf_rank(200, 0.99) == 198 and H.netperf_rank(3, 0.5) == 1
-    assert H.netperf_rank(100, 0.29) == 28       # 0.29 * 100 = 28.999999999999996 in C too
-    assert H.netperf_rank(1, 0.5) == 0
-    assert H.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5] != H.netperf_rank_samples(
+    assert P.netperf_rank(200, 0.99) == 198 and P.netperf_rank(3, 0.5) == 1
+    assert P.netperf_rank(100, 0.29) == 28       # 0.29 * 100 = 28.999999999999996 in C too
+    assert P.netperf_rank(1, 0.5) == 0
+    assert P.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5] != P.netperf_rank_samples(
         np.array([20_000]), ps=(0.5,))[0.5]     # rank 0: NaN, netperf reports 0
 
 
@@ -129,25 +130,25 @@ def _sparse_tail():
 
 def test_sparse_tail_interpolated_percentile_leaves_the_bucket_rank_rule_does_not():
     lat, phase = _sparse_tail()
-    nq = H.netperf_style_percentiles(lat, phase)[0.99]
-    nr = H.netperf_rank_samples(lat, phase)[0.99]
+    nq = P.netperf_style_percentiles(lat, phase)[0.99]
+    nr = P.netperf_rank_samples(lat, phase)[0.99]
     exact = float(np.percentile(lat / 1000, 99))  # 20.3 + 0.01 * (5000 - 20.3)
     assert nq == 21 and nr == 20 and exact == pytest.approx(70.097)
     # the old rule (|netperf - interpolated| <= bucket + 1 us) fails here, with no defect
-    assert abs(nq - exact) > H.netperf_bucket_width_us(exact) + 1.0
+    assert abs(nq - exact) > P.netperf_bucket_width_us(exact) + 1.0
     # the rank rule holds: 21 is the upper edge of the bucket [20, 21] holding sample 198
-    assert H.netperf_in_rank_bucket(nq, nr)
+    assert P.netperf_in_rank_bucket(nq, nr)
     # and it catches defects: a decade off, an off-by-one rank, a sample outside the bucket
-    assert not H.netperf_in_rank_bucket(nq * 10, nr)
-    assert not H.netperf_in_rank_bucket(nq, np.sort(lat // 1000)[198])
-    assert not H.netperf_in_rank_bucket(22, nr) and not H.netperf_in_rank_bucket(19, nr)
+    assert not P.netperf_in_rank_bucket(nq * 10, nr)
+    assert not P.netperf_in_rank_bucket(nq, np.sort(lat // 1000)[198])
+    assert not P.netperf_in_rank_bucket(22, nr) and not P.netperf_in_rank_bucket(19, nr)
 
 
 def test_quantization_table_records_the_rank_check():
     lat, phase = _sparse_tail()
     st = P.sample_stats(lat)
-    nq = H.netperf_style_percentiles(lat, phase)
-    nr = H.netperf_rank_samples(lat, phase)
+    nq = P.netperf_style_percentiles(lat, phase)
+    nr = P.netperf_rank_samples(lat, phase)
     row = {"rep": 0, "host_id": "h-x", "path": "loopback", "proto": "udp", "pin": "none", "tool": "rrbench", **st,
            **{f"nq_p{int(p * 100)}_us": v for p, v in nq.items()},
            **{f"nr_p{int(p * 100)}_us": v for p, v in nr.items()}}
@@ -168,11 +169,11 @@ def test_rank_rule_holds_on_random_sparse_tails(seed):
     n = int(rng.integers(5, 400))
     lat = np.exp(rng.uniform(np.log(2_000), np.log(3_000_000), n)).astype(np.int64)
     phase = rng.integers(0, 1000, n)
-    nq = H.netperf_style_percentiles(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
-    nr = H.netperf_rank_samples(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
+    nq = P.netperf_style_percentiles(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
+    nr = P.netperf_rank_samples(lat, phase, ps=(0.5, 0.9, 0.99, 0.999))
     for p in nq:
         if nr[p] == nr[p]:
-            assert H.netperf_in_rank_bucket(nq[p], nr[p]), (p, nq[p], nr[p])
+            assert P.netperf_in_rank_bucket(nq[p], nr[p]), (p, nq[p], nr[p])
 
 
 # ------------------------------------------------------------------ parsers
@@ -250,7 +251,7 @@ def _check_dataset(data_dir, crossval=True, rank_check=True):
     # quantization: netperf-style percentiles of our samples beside the exact (interpolated)
     # ones; the gap is a result, not a bound (a sparse tail puts them buckets apart). The exact
     # check: netperf's value lies in the bucket of our sample at netperf's own rank
-    # (netlib.c HIST_get_percentile, spec.RANK_RULE); only a defect breaks it
+    # (netlib.c HIST_get_percentile, parse.RANK_RULE); only a defect breaks it
     q = A.quantization(runs)
     assert len(q) == 3 * len(runs[runs["tool"] == "rrbench"])
     if rank_check:  # datasets recorded before nr_* existed (the fixture) have <NA>
@@ -286,17 +287,16 @@ def test_reference_table_has_provenance():
 def test_seed_conditions_come_from_the_reference_table():
     """The seed's run length is its -k all ELAPSED_TIME; its CPU count is a provenance'd row
     whose empty value means the article does not state it."""
-    from perfbook.chapters.netperf_latency.findings import seed_conditions
     from perfbook.data.dataset import load_reference
     ref = load_reference(CH.name)
-    c = seed_conditions(ref)
+    c = prose.seed_conditions(ref)
     assert c["seed_seconds"] == "10"
     assert c["seed_cpus"] == "not stated in the article"
     row = ref[ref["metric"] == "CPU_COUNT"]
     assert len(row) == 1 and row["note"].iloc[0].startswith("not stated")
     stated = pd.concat([ref, row.assign(value=4.0)], ignore_index=True)
     stated = stated[~(stated["metric"].eq("CPU_COUNT") & stated["value"].isna())]
-    assert seed_conditions(stated)["seed_cpus"] == "4 CPUs"
+    assert prose.seed_conditions(stated)["seed_cpus"] == "4 CPUs"
 
 
 def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
@@ -310,7 +310,7 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
     from perfbook.analysis import fleetview
     from perfbook.data.machine import short_kind
     D = CH.load(book_data.data_dir)
-    fig, _ = X.figures.seed_histogram(D)
+    fig, _ = figures.seed_histogram(D)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_xticklabels()]
     lo = [float(t.split("-")[0].lstrip("<")) for t in labels]
@@ -333,9 +333,8 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
 def test_data_dependent_words_are_computed(book_data):
     """The bucket names and the comparisons the prose draws come from the data, not from typed words."""
     D = CH.load(book_data.data_dir)
-    f = X.findings(D)
-    from perfbook.chapters.netperf_latency.analysis_seed import versus_seed_histogram
-    vh = versus_seed_histogram(D.H, D.ref, D.quoted.host_id).set_index("bucket")
+    f = prose.values(D)
+    vh = A.versus_seed_histogram(D.H, D.ref, D.quoted.host_id).set_index("bucket")
     assert f["seed_mode_bucket"] == vh.seed_fraction.idxmax()
     assert f["ours_mode_bucket"] == vh.ours_fraction.idxmax()
     for proto in ("udp", "tcp"):
@@ -351,10 +350,10 @@ def _glue_names() -> set[str]:
 
 
 def test_findings_give_every_value_the_prose_quotes(book_data):
-    """Every glue name of the chapter's prose comes from findings() (or the shared repetition
+    """Every glue name of the chapter's prose comes from prose.values() (or the shared repetition
     section), as a string or an integer, from the quoted dataset."""
     D = CH.load(book_data.data_dir)
-    f = X.findings(D)
+    f = prose.values(D)
     import nbformat
     from perfbook.book.notebook import frame_glue
     frame = frame_glue(CH, nbformat.read(str(ROOT / "chapters" / "netperf_latency.ipynb"), as_version=4))
@@ -363,14 +362,14 @@ def test_findings_give_every_value_the_prose_quotes(book_data):
     assert all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in f.values())
     assert f["host"] == D.quoted.host_id and f["n_datasets"] == len(D)
     # the ladder the prose quotes is the quoted dataset's, and so is the table beside it
-    lad = X.views.ladder(D).set_index(["host_id", "path", "proto", "pin"])
+    lad = tables.ladder(D).set_index(["host_id", "path", "proto", "pin"])
     assert f"{lad.loc[(D.quoted.host_id, 'loopback', 'udp', 'none'), 'P50']:,.1f}" == f["loopback_udp_none_P50"]
 
 
 def test_findings_do_not_depend_on_row_order(monkeypatch, book_data):
-    base = X.findings(CH.load(book_data.data_dir))
+    base = prose.values(CH.load(book_data.data_dir))
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "11")
-    assert X.findings(CH.load(book_data.data_dir)) == base
+    assert prose.values(CH.load(book_data.data_dir)) == base
 
 
 # -------------------------------------------------- the C harness (no root needed)
@@ -430,9 +429,8 @@ def test_sweep_removes_a_dead_owners_namespace():
 
 def _nobody_netperf(addr: str, port: int, p: dict) -> bool:
     """Did 100 netperf UDP transactions as uid 65534 get through to a netserver?"""
-    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-           *netperf_cmd(addr, port, "udp", "none", p, transactions=100)]
+           *C.netperf_cmd(addr, port, "udp", "none", p, transactions=100)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd="/")
     return r.returncode == 0 and "THROUGHPUT" in P.parse_kv(r.stdout)
 
@@ -459,17 +457,16 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
     _live_ready()
     need_tool("setpriv", "util-linux")
     from perfbook.probes import cbuild
-    from perfbook.chapters.netperf_latency.lab import Lab, Netserver, _free_port, rrbench_server
     binary = cbuild.binary("rrbench")
     p = CH.parameters("quick")
     control = []
     try:  # the control: the same servers in the host's network namespace
-        port = _free_port()
+        port = C._free_port()
         control.append(_root_ns_server(["netserver", "-D", "-4", "-L", "127.0.0.1", "-p", str(port)], port))
         assert _nobody_netperf("127.0.0.1", port, p), "the netperf probe does not work"
         targets = []
         for proto in ("udp", "tcp"):
-            port = _free_port()
+            port = C._free_port()
             control.append(_root_ns_server([str(binary), "server", "-P", proto, "-b", "127.0.0.1",
                                             "-p", str(port), "-q", "1", "-r", "1"], port))
             targets.append((proto, "127.0.0.1", port))
@@ -478,12 +475,12 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
         for c in control:
             os.killpg(c.pid, 9)
             c.wait()
-    with Lab(log=lambda s: None) as lab:
+    with C.Lab(log=lambda s: None) as lab:
         lab.make_veth()
         for path in ("loopback", "veth"):
-            ns = Netserver(lab, path, tmp_path).start()
+            ns = C.Netserver(lab, path, tmp_path).start()
             assert not _nobody_netperf(ns.addr, ns.port, p), f"nobody ran netperf against our netserver on {path}"
-            servers = [(proto, *rrbench_server(lab, binary, path, proto, p)) for proto in ("udp", "tcp")]
+            servers = [(proto, *C.rrbench_server(lab, binary, path, proto, p)) for proto in ("udp", "tcp")]
             # rrbench takes any free port of its namespace: one that a server of the host's
             # namespace happens to use as well says nothing about ours
             targets = [(proto, lab.addr(path), port) for proto, srv, port in servers
@@ -501,10 +498,9 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
 
 
 def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds():
-    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     p = {**CH.parameters("quick"), "netperf_seconds": 2, "netperf_transactions": None}
-    run = netperf_cmd("10.0.0.1", 9, "udp", "none", p)
-    warm = netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
+    run = C.netperf_cmd("10.0.0.1", 9, "udp", "none", p)
+    warm = C.netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
     at = run.index("-l")
     assert run[at + 1] == "2" and warm[at + 1] == "-2000"
     assert warm[:at + 1] + warm[at + 2:] == run[:at + 1] + run[at + 2:]   # nothing else differs
@@ -513,13 +509,12 @@ def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds(
 def test_quick_counts_its_netperf_transactions_and_default_its_seconds():
     """quick's measured netperf runs are -l -N (a whole second each was most of its time);
     default's stay -l 1; an explicit warm-up count wins over both."""
-    from perfbook.chapters.netperf_latency.lab import netperf_cmd
     q, d = CH.parameters("quick"), CH.parameters("default")
     assert q["netperf_transactions"] and d["netperf_transactions"] is None
-    at = netperf_cmd("10.0.0.1", 9, "udp", "none", q).index("-l")
-    assert netperf_cmd("10.0.0.1", 9, "udp", "none", q)[at + 1] == f"-{q['netperf_transactions']}"
-    assert netperf_cmd("10.0.0.1", 9, "udp", "none", d)[at + 1] == str(d["netperf_seconds"])
-    assert netperf_cmd("10.0.0.1", 9, "udp", "none", q, transactions=2000)[at + 1] == "-2000"
+    at = C.netperf_cmd("10.0.0.1", 9, "udp", "none", q).index("-l")
+    assert C.netperf_cmd("10.0.0.1", 9, "udp", "none", q)[at + 1] == f"-{q['netperf_transactions']}"
+    assert C.netperf_cmd("10.0.0.1", 9, "udp", "none", d)[at + 1] == str(d["netperf_seconds"])
+    assert C.netperf_cmd("10.0.0.1", 9, "udp", "none", q, transactions=2000)[at + 1] == "-2000"
 
 
 def test_live_quick_collect(scratch_data):
@@ -542,8 +537,7 @@ def test_live_quick_collect(scratch_data):
     d = _check_dataset(scratch_data, crossval=False)
     man = d.manifests[0]
     assert man.profile == "quick" and "profile" not in man.parameters
-    from perfbook.chapters.netperf_latency.collect import WARMUP_TRANSACTIONS
-    assert man["facts"]["warmup_runs"]["netperf_warmup_transactions"] == WARMUP_TRANSACTIONS
+    assert man["facts"]["warmup_runs"]["netperf_warmup_transactions"] == C.WARMUP_TRANSACTIONS
     if "sched breakdown" not in man.skipped:
         # a role whose reply always arrives before it blocks is never woken (seen once in
         # a quick run); the breakdown still needs wake-ups to measure in some role
@@ -604,8 +598,7 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     assert "runs per group" in cap and "h-00000000fa4e" in cap and "unrecorded transactions" in cap
     assert A.host_comparison(d["runs"], {ref.host_id: ref["run_id"]}, ref.host_id).empty
     # the hosts sentence says why nothing is compared: one run per cell
-    from perfbook.chapters.netperf_latency.findings import hosts
-    assert "fewer than two runs" in hosts(d)["host_sentence"]
+    assert "fewer than two runs" in prose.hosts(d)["host_sentence"]
 
 
 def test_a_server_on_every_interface_is_refused():

@@ -16,8 +16,8 @@ import pytest
 from conftest import ROOT, need_root
 from perfbook.framework import sequence as framework
 from perfbook.chapters import tsc_alignment as X
-from perfbook.chapters.tsc_alignment import analysis as A, collect as C, helper as H, parse as P
-from perfbook.chapters.tsc_alignment.spec import U64, fact_rank, signed
+from perfbook.chapters.tsc_alignment import analysis as A, collect as C, parse as P, prose
+from perfbook.chapters.tsc_alignment.parse import U64, fact_rank, signed
 from perfbook.core.errors import ParameterError
 from perfbook.data.dataset import table_path
 
@@ -225,7 +225,7 @@ def test_findings_quote_one_dataset(book_data):
     """Every glued value is text or an integer, and the skew figures come from the quoted
     dataset only (the fastest round trip once came from another host's quick run)."""
     D = _committed(book_data)
-    f = X.findings(D)
+    f = prose.values(D)
     assert all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in f.values())
     q = D.quoted
     assert q.profile in ("default", "full") and "bracket" in q.tables
@@ -283,7 +283,7 @@ def test_live_alignment_inside_bracket_after_not_before():
     with TraceSession(tag="tsc_test") as ts:
         ts.set_option("trace_clock", "x86-tsc")
         ts.enable("kvm/kvm_write_tsc_offset")
-        out = H.run_helper(["run", "--cpus", "0", "--rounds", "1", "--samples", "50",
+        out = C.run_helper(["run", "--cpus", "0", "--rounds", "1", "--samples", "50",
                             "--warmup", "5", "--pristine", "50", "--variants", "attr"])
         r = P.parse_helper(out)
         ev = P.tsc_offset_events(P.parse_trace(ts.file("trace").read_text(), int(r["meta"]["pid"])))
@@ -315,7 +315,7 @@ def test_quick_collect(scratch_data):
         for t in ("bracket", "kvm_ops", "tsc_offset_events", "timeline_events", "repetition"):
             assert (table_path(out, f"{t}") is not None), t
         rep = pd.read_csv(table_path(out, "repetition")).set_index("key")
-        assert set(rep.index) == set(X.VARIANTS) and set(rep.experiment) == {X.EXPERIMENT}
+        assert set(rep.index) == set(P.VARIANTS) and set(rep.experiment) == {P.EXPERIMENT}
         assert (rep.warmup == 1).all()
         assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
         b = pd.read_csv(table_path(out, "bracket"))

@@ -27,15 +27,16 @@ percentiles, voluntary/involuntary context switches, migrations (/proc/<pid>/sch
 and sched:sched_migrate_task in a private ftrace instance), per-CPU utilisation
 (/proc/stat) and, where the PMU allows, cache misses (perf stat).
 
-  spec.py      variants, loads, the seed's knobs, the rules fixed in advance
-  collect.py   measure(ctx): the harness in interleaved adaptive rounds
-  knobs.py     the debugfs sched knobs: inventory, writes, their undoing (on ctx.undo)
-  parse.py     harness output, ftrace text, sched/debug, perf stat
-  data.py      PinningData: derived trials and the quoted dataset's frames
-  analysis.py  per-trial metrics, exclusions, summaries, paired effects, rank tests
-  findings.py  findings(D): every value the prose quotes
-  views.py     the tables the chapter shows
-  figures.py   (figure, caption) pairs
+  collect.py        measure(ctx): the harness in interleaved adaptive rounds; the debugfs
+                    sched knobs: inventory, writes, their undoing (on ctx.undo)
+  parse.py          variants, loads, the seed's knobs, the rules fixed in advance; harness
+                    output, ftrace text, sched/debug, perf stat
+  analysis.py       per-trial metrics, exclusions, summaries, paired effects, rank tests, the
+                    effects in words; PinningData (derived trials, the quoted dataset's frames)
+  tables.py         the tables the chapter shows, and its columns of the runs table
+  figures.py        (figure, caption) pairs
+  prose.py          values(D): every value the prose quotes
+  key_findings.py   FINDINGS: the chapter's conclusions
 """
 from __future__ import annotations
 
@@ -44,10 +45,7 @@ from pathlib import Path
 
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures, views  # noqa: F401  (the notebook's entry points)
-from .data import PinningData
-from .findings import findings  # noqa: F401
-from .spec import BASELINE, LOADS, VARIANTS, l2_bytes
+from .parse import BASELINE, LOADS, VARIANTS, l2_bytes
 
 # Rounds repeat adaptively (perfbook.analysis.repetition.Repetition, settings rep_*): one experiment per load,
 # whose keys are the variants and whose tracked value is the worker CPU time per request. Both
@@ -136,7 +134,7 @@ class CpuPinning(Chapter):
     needs_tools = {"cc": "gcc"}   # the prefork harness
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports numpy and scipy (~3 s here; the declaration ~45 ms)
         repetition_settings(p, "rep_")
         if BASELINE not in p["variants"]:
             p["variants"] = [BASELINE, *p["variants"]]   # every effect is relative to it
@@ -159,14 +157,9 @@ class CpuPinning(Chapter):
                     "no per-task CPU time, switches and migrations"]
         return super().preflight()
 
-
-    def load(self, data_dir=None) -> PinningData:
-        return PinningData.load(self, data_dir)
-
-    def run_columns(self, m, D) -> dict:
-        return analysis.run_columns(m, D)
+    def load(self, data_dir=None):
+        """Every dataset, as analysis.PinningData (derived trials, the quoted dataset's frames)."""
+        return self.part("analysis").PinningData.load(self, data_dir)
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-CpuPinning.key_findings = KEY_FINDINGS
 chapter = CpuPinning()

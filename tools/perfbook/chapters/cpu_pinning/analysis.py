@@ -1,10 +1,18 @@
 """Frames in, frames out: per-trial metrics, the trials the summaries use, summaries, paired
-effects, rank tests, per-core balance (no I/O, no plotting)."""
+effects, rank tests, per-core balance, the quoted dataset's effects in words and the seed's
+figures beside them; PinningData, the loaded datasets and the quoted dataset's frames (no I/O
+beyond the Data's, no plotting)."""
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
-from .spec import BASELINE, DISTURBED_PCT, LOADS, METRICS, ORDER, RATE_KEPT_UP, SEED_KNOBS
+import pandas as pd
+
+from perfbook.analysis.stats import compare_frame, summarize
+from perfbook.data.dataset import Data
+from perfbook.data.machine import host_pairs
+from .parse import BASELINE, DISTURBED_PCT, LOADS, METRICS, ORDER, RATE_KEPT_UP, SEED_KNOBS
 
 
 # -- row order: the analysis must not depend on the order rows were written in ----------
@@ -40,7 +48,6 @@ def repetition_rank(row) -> tuple:
 # -- per-trial metrics ---------------------------------------------------------------------
 def derive(trials):
     """Per-trial metrics from the raw counters."""
-    import pandas as pd
     t = trials.copy()
     t["throughput"] = t["completed"] / t["window_s"]
     # datasets from before the column was recorded: the same rule, from the counters
@@ -85,7 +92,7 @@ def warmup_rounds(rounds, host_id, run_id) -> int:
     return 0 if w is None else int(w)
 
 
-# -- which trials the summaries use (rules fixed in advance, spec.py) --------------------------
+# -- which trials the summaries use (rules fixed in advance, parse.py) --------------------------
 def undisturbed(trials):
     if "other_cpu_pct" not in trials:
         return trials
@@ -104,7 +111,6 @@ def comparable(trials):
 def exclusions(trials):
     """Per load and variant: trials, how many were disturbed, how many ran saturated at the
     fixed rate, and how many the summaries use."""
-    import pandas as pd
     if trials.empty:
         return pd.DataFrame(columns=["load", "variant", "trials", "disturbed", "rate_saturated",
                                      "used"])
@@ -121,8 +127,6 @@ def exclusions(trials):
 # -- summaries and effects -----------------------------------------------------------------
 def summary(trials, metrics=tuple(METRICS), by=("host_id", "run_id", "load", "variant")):
     """Median over undisturbed rounds with the distribution-free CI, per group and metric."""
-    import pandas as pd
-    from perfbook.analysis.stats import summarize
     rows = []
     for key, g in comparable(trials).groupby(list(by), sort=True):
         for m in metrics:
@@ -151,8 +155,6 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
     Rounds interleave the variants, so pairing by round removes slow drift of the host.
     A pair is used only if neither of its trials was disturbed.
     """
-    import pandas as pd
-    from perfbook.analysis.stats import summarize
     rows = []
     keys = ["host_id", "run_id", "load"]
     t = comparable(trials)
@@ -179,8 +181,6 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
 def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline: str = BASELINE):
     """Every variant against the baseline, per host, run and load, with perfbook.analysis.stats.compare
     (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift) over undisturbed trials."""
-    import pandas as pd
-    from perfbook.analysis.stats import compare_frame
     t = comparable(trials)
     frames = [compare_frame(t, by="variant", value=m, baseline=baseline,
                             within=["host_id", "run_id", "load"]).assign(metric=m)
@@ -192,8 +192,6 @@ def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline:
 def compare_hosts(shown_trials, metric: str = "cpu_per_req_us", manifests=()):
     """Each host's shown dataset (D.of_shown) against the first host's, per load and variant;
     a TCG host against a real CPU is not compared (perfbook.data.machine.comparable)."""
-    from perfbook.data.machine import host_pairs
-    from perfbook.analysis.stats import compare_frame
     t = comparable(shown_trials)
     if t.empty or t.host_id.nunique() < 2:
         return t.iloc[0:0]
@@ -247,12 +245,133 @@ def core_spread(busy):
             .mul(100).groupby(["load", "variant"]).median())
 
 
-# -- the runs table's chapter columns ------------------------------------------------------------
-def run_columns(m, D) -> dict:
-    t = D["trials"]
-    mine = t[(t.host_id == m.host_id) & (t.run_id == m["run_id"])] if len(t) else t
-    return {"description": m["host"].get("description"),
-            "rounds": mine["round"].nunique() if len(mine) else 0,
-            "repetition": "adaptive" if "repetition" in m["tables"] else "fixed",
-            "workers": m.parameters.get("workers"), "CPUs": m["host"].get("cpus_online"),
-            "fixed rate (req/s)": m.facts.get("calibration", {}).get("rate_req_s")}
+# -- the quoted dataset's effects in words, and the seed's figures beside them (tables and prose) --
+TUNED = ("pinned", "slice_10ms", "batch", "pinned_tuned")      # the variants with an effect
+ALL = ("unpinned", *TUNED)
+SHORT = (("cpu_per_req_us", "cpu"), ("lat_mean_ms", "mean"), ("lat_p99_ms", "p99"),
+         ("throughput", "thr"), ("all_cpu_per_req_us", "allcpu"), ("machine_busy_pct", "busy"))
+
+
+def effect_words(D) -> dict:
+    """(short metric, variant, load) -> effect_of() of the quoted dataset."""
+    return {(short, v, load): effect(D, load, v, m)
+            for load in ("rate", "sat") for v in TUNED for m, short in SHORT}
+
+
+def effect(D, load: str, variant: str, metric: str) -> dict:
+    """One paired effect of the quoted dataset in words (its effects are read once: D.EW)."""
+    return D.EW.get((load, variant, metric)) or effect_of(None)
+
+
+def switch_medians(D):
+    """Median migrations/s and switches per request, per load and variant: the pivot of
+    summary()'s medians (metrics in name order; a load and variant, or a metric, without any
+    value left out), from D.M."""
+    mm = D.M[sorted(("worker_migr_per_s", "invol_per_req", "vol_per_req"))]
+    return mm.dropna(how="all").dropna(how="all", axis=1).rename_axis(columns="metric")
+
+
+def host_summary(D):
+    """Each host's shown dataset: worker CPU, p99 and throughput per load and variant."""
+    return summary(D.of_shown(D["trials"]), metrics=("cpu_per_req_us", "lat_p99_ms", "throughput"))
+
+
+def seed_claims(D) -> dict:
+    """The seed's figures (data/reference/cpu_pinning.csv) and ours beside them."""
+    ref = D.reference("cpu_pinning")
+    mean = D.M["lat_mean_ms"]
+    mrt = ref[ref.quantity == "mean_response_time"].set_index("applies_to").value
+    return {"ref": ref, "cpu_claims": ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value,
+            "before": mrt["before"], "after": mrt["both"],
+            "lat_un": mean.get(("rate", "unpinned"), math.nan), "lat_tu": mean.get(("rate", "pinned_tuned"), math.nan)}
+
+
+# -- the loaded datasets (perfbook.data.dataset.Data) and the quoted dataset's frames --------
+EFFECT_METRICS = ("cpu_per_req_us", "all_cpu_per_req_us", "machine_busy_pct", "lat_mean_ms",
+                  "lat_p99_ms", "throughput")
+
+
+class PinningData(Data):
+    """D["trials"] carries the per-trial metrics (derive); D["knobs"] and
+    D["repetition"] are in the order the collect step writes them, whatever the row order
+    on disk. The quoted dataset's frames: D.TL (its trials), D.S (summary), D.M (its medians
+    alone), D.E (paired effects; D.EW, the same in words by key), D.XR (exclusions), D.K (its
+    knob inventory), D.cores_quoted and D.tasks_quoted (its per-CPU and per-task rows), D.warm
+    (its warm-up rounds) and D.host_caption. Each host's shown dataset:
+    D.SH (host_summary) and D.CH (compare_hosts), computed once for the
+    tables, the figure and the prose that read them."""
+
+    def prepare(self, name: str, df):
+        if name == "trials" and len(df):
+            df = derive(df)
+        elif name == "knobs":
+            df = in_order(df, knob_rank)
+        elif name == "repetition":
+            df = in_order(df, repetition_rank)
+        return df
+
+    # -- the quoted dataset ------------------------------------------------------------
+    @cached_property
+    def TL(self):
+        return self.of_quoted(self["trials"])
+
+    @cached_property
+    def S(self):
+        return summary(self.TL)
+
+    @cached_property
+    def M(self):
+        """medians() of every metric (and vol_per_req) per load and variant: what the
+        prose reads of D.S, and of the switches, without computing their intervals."""
+        return medians(self.TL, (*METRICS, "vol_per_req"))
+
+    @cached_property
+    def E(self):
+        return paired_effects(self.TL, metrics=EFFECT_METRICS)
+
+    @cached_property
+    def EW(self) -> dict:
+        """(load, variant, metric) -> effect_of() of every paired effect in D.E: the
+        prose, its key findings and the seed's table read them by key, many times each."""
+        return effects_by_key(self.E)
+
+    @cached_property
+    def XR(self):
+        return exclusions(self.TL)
+
+    @cached_property
+    def K(self):
+        # not quoted_rows: the knobs table shows the fleet table's index, which of_quoted keeps
+        return self.of_quoted(self["knobs"])
+
+    # the quoted dataset's per-CPU and per-task rows, from its own files (Data.quoted_rows):
+    # reading every host's for them was most of the prose's time at a hundred hosts
+    @cached_property
+    def cores_quoted(self):
+        return self.quoted_rows("cores")
+
+    @cached_property
+    def tasks_quoted(self):
+        return self.quoted_rows("tasks")
+
+    # -- each host's shown dataset: the hosts table, its figure and the prose read them ----
+    @cached_property
+    def SH(self):
+        return host_summary(self)
+
+    @cached_property
+    def CH(self):
+        return compare_hosts(self.of_shown(self["trials"]), manifests=self.manifests)
+
+    @property
+    def p(self) -> dict:
+        return self.quoted.parameters
+
+    @property
+    def warm(self) -> int:
+        return warmup_rounds(warmups(self["repetition"]), self.quoted.host_id, self.quoted["run_id"])
+
+    @property
+    def host_caption(self) -> list[tuple]:
+        h = self.quoted.host
+        return [(h["host_id"], h.get("description"))]

@@ -1,11 +1,13 @@
 """measure(ctx): the prefork harness, variant by variant, in shuffled interleaved rounds.
 
-The only part of the chapter (with knobs.py) that touches the kernel: the debugfs mount and
-sched knobs, a private ftrace instance with sched:sched_migrate_task, and the harness's
-processes. Every change sits on ctx.undo, which the framework unwinds on every exit path.
+The only part of the chapter that touches the kernel: the debugfs mount and sched knobs
+(SchedKnobs: inventory, writes, their undoing), a private ftrace instance with
+sched:sched_migrate_task, and the harness's processes. Every change sits on ctx.undo, which
+the framework unwinds on every exit path.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
@@ -13,14 +15,19 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from perfbook.probes import cbuild
-from perfbook.analysis import stats
+import pandas as pd
+
+from perfbook.analysis.repetition import interleave, repetition
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import die_with_parent, kill_group
-from .knobs import SchedKnobs, debugfs_unusable, knob_inventory
-from .parse import cpu_deltas, parse_migrations, parse_output, parse_perf, thread_deltas
-from .spec import BASELINE, HELPER, PERF_EVENTS, RATE_KEPT_UP, VARIANTS, l2_bytes
-from perfbook.analysis.repetition import interleave, repetition
+from perfbook.hoststate.knobs import KnobSession
+from perfbook.hoststate.tracefs import TraceSession, write_knob
+from perfbook.hoststate.tracefs import preflight as tracefs_preflight
+from perfbook.probes import cbuild
+from .analysis import derive
+from .parse import (BASELINE, DEBUGFS, DISTURBED_PCT, HELPER, PERF_EVENTS, RATE_KEPT_UP, SEED_KNOBS, VARIANTS,
+                    cpu_deltas, l2_bytes, parse_migrations, parse_output, parse_perf, parse_sched_debug,
+                    thread_deltas)
 
 ROLES = ("worker", "loadgen", "backend")
 
@@ -29,8 +36,6 @@ def too_disturbed(trials) -> str | None:
     """Why the run is doubtful, or None: when other processes took more than DISTURBED_PCT of a
     CPU in more than half of the trials, the comparisons would rest on too few trials (every
     summary leaves disturbed trials out), so the run is not published."""
-    from .analysis import derive
-    from .spec import DISTURBED_PCT
     if trials is None or trials.empty:
         return "no trial completed"
     other = derive(trials)["other_cpu_pct"]
@@ -41,9 +46,125 @@ def too_disturbed(trials) -> str | None:
     return None
 
 
+# -- the scheduler's debugfs knobs ------------------------------------------------------------
+class SchedKnobs(KnobSession):
+    """The scheduler's debugfs directory (perfbook.hoststate.knobs.KnobSession: debugfs mounted if it is
+    not, every knob written put back when the session ends, and recorded so that the sweep
+    restores it after a SIGKILL), with the inventory this chapter needs. `root` and `mount`
+    exist for tests on a fake tree."""
+
+    def __init__(self, root: Path = DEBUGFS, mount: bool = True, log=print):
+        super().__init__(root, mount=mount, log=log)
+
+    @property
+    def sched(self) -> Path:
+        return self.root / "sched"
+
+    def set(self, name: str, value: str) -> None:
+        super().set(Path("sched") / name, value)
+
+    def restore(self, name: str) -> None:
+        super().restore(Path("sched") / name)
+
+    def available(self) -> bool:
+        return self.sched.is_dir()
+
+    def files(self) -> list[str]:
+        if not self.available():
+            return []
+        return sorted(p.name for p in self.sched.iterdir() if p.is_file())
+
+    def probe(self, name: str) -> dict:
+        """Can this knob be read / opened for writing? (nothing is written)"""
+        path = self.sched / name
+        out = {"name": name, "exists": path.is_file(), "readable": False, "writable": False,
+               "value": None, "error": None}
+        if not out["exists"]:
+            return out
+        try:
+            out["value"] = path.read_text().strip()
+            out["readable"] = True
+        except OSError as e:
+            out["error"] = f"read: {errno.errorcode.get(e.errno, e.errno)}"
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            os.close(fd)
+            out["writable"] = True
+        except OSError as e:
+            w = f"open for writing: {errno.errorcode.get(e.errno, e.errno)}"
+            out["error"] = f"{out['error']}; {w}" if out["error"] else w
+        return out
+
+
+def lockdown_hint() -> str | None:
+    """'Lockdown: ...' from the kernel log, if the kernel said so (best effort)."""
+    try:
+        r = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [ln for ln in r.stdout.splitlines() if "Lockdown:" in ln and "debugfs" in ln]
+    if not lines:
+        return None
+    return lines[-1].split("Lockdown:", 1)[1].split(":", 1)[-1].strip()
+
+
+def knob_inventory(knobs: SchedKnobs) -> tuple[list[dict], dict]:
+    """Which scheduler knobs exist here, and which the seed's kernel had."""
+    rows = []
+    debug_vals = {}
+    if knobs.available() and (knobs.sched / "debug").is_file():
+        try:
+            debug_vals = parse_sched_debug((knobs.sched / "debug").read_text())
+        except OSError:
+            pass
+    files = knobs.files()
+    for name in files:
+        if name == "debug":
+            continue
+        pr = knobs.probe(name)
+        rows.append({"knob": f"debugfs sched/{name}", "era": "now", "exists_here": True,
+                     "readable_here": pr["readable"], "writable_here": pr["writable"],
+                     "value_here": pr["value"], "error": pr["error"],
+                     "seed_value": None, "tuned_value": None})
+    for old, info in SEED_KNOBS.items():
+        proc = Path("/proc/sys/kernel") / old
+        rows.append({"knob": f"sysctl kernel.{old}", "era": "seed (procfs, until 5.12)",
+                     "exists_here": proc.exists(), "readable_here": None, "writable_here": None,
+                     "value_here": None, "error": None,
+                     "seed_value": info["seed_value"], "tuned_value": info["tuned_value"]})
+        mid = info["debugfs_5_13"]
+        if mid not in files:
+            rows.append({"knob": f"debugfs sched/{mid}", "era": "5.13 to 6.5 (debugfs)",
+                         "exists_here": False, "readable_here": None, "writable_here": None,
+                         "value_here": None, "error": None, "seed_value": None,
+                         "tuned_value": None})
+    for k, v in sorted(debug_vals.items()):
+        rows.append({"knob": f"sched/debug {k}", "era": "now", "exists_here": True,
+                     "readable_here": True, "writable_here": False, "value_here": v,
+                     "error": None, "seed_value": None, "tuned_value": None})
+    return rows, debug_vals
+
+
+def debugfs_unusable(knobs: SchedKnobs, name: str, is_root: bool) -> str | None:
+    """Why the debugfs knob sched/<name> can't be written here (None: it can)."""
+    if not is_root:
+        return f"not root: debugfs knob sched/{name} needs root"
+    if not knobs.available():
+        return "debugfs has no sched/ directory here (not mounted, or not mountable)"
+    pr = knobs.probe(name)
+    if not pr["exists"]:
+        return f"this kernel has no debugfs knob sched/{name}"
+    if not pr["writable"] or not pr["readable"]:
+        hint = lockdown_hint()
+        why = f"sched/{name} exists but can't be used even as root ({pr['error']})"
+        if hint:
+            why += f"; the kernel log says: Lockdown: {hint}"
+        return why
+    return None
+
+
+# -- the run -------------------------------------------------------------------------------
 def measure(ctx) -> None:
-    import pandas as pd
-    from perfbook.hoststate.tracefs import TraceSession, preflight as tracefs_preflight
     p, w = ctx.p, ctx.writer
     # a private copy: a rebuild of build/bin/prefork during the run can't mix two binaries
     binary = ctx.scratch().path(HELPER)
@@ -87,7 +208,6 @@ def measure(ctx) -> None:
         session = ctx.undo.enter_context(TraceSession("pinning", log=prog.note))
         session.set_option("buffer_size_kb", "4096")
         try:
-            from perfbook.hoststate.tracefs import write_knob
             write_knob(session.buffer / "events/sched/sched_migrate_task/filter", 'comm ~ "pf-*"')
         except OSError:
             pass
@@ -115,7 +235,6 @@ def _calibrate(binary, p, timeout, prog) -> tuple[float | None, list[float]]:
 
 
 def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None:
-    import pandas as pd
     timeout = 60 + 3 * (p["warmup_ms"] + p["duration_ms"]) / 1000
     marker = session.file("trace_marker") if session is not None else None
     out = {"trials": [], "tasks": [], "cores": [], "latency_hist": [], "migrations": []}
@@ -225,7 +344,6 @@ def _record(out, key, r, td, variant, load, rate, session) -> None:
 
 def _notes(w, p, tdf, session) -> None:
     """What the manifest says about doubtful trials."""
-    import pandas as pd
     bad = tdf[~(tdf.policy_ok & tdf.slice_ok)]
     if len(bad):
         w.notes.append(f"{len(bad)} trial(s) where a worker's policy or slice differed from the "

@@ -1,9 +1,13 @@
 """The chapter's figures: frames in, (figure, caption) out (perfbook.book.notebook.show displays them)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
+from perfbook.analysis import fleetview as fv
 from perfbook.analysis import stats
 from . import analysis as A
-from .spec import LOAD_TITLE, LOADS, ORDER
+from .parse import LOAD_TITLE, LOADS, ORDER
 
 
 def plot_metric(summ, metric, ylabel, ax):
@@ -32,7 +36,6 @@ def legend_below(fig, axes, title=None, ncol=None):
 
 def log_ticks(ax):
     """A log y axis with plain numbers at its ticks (200, 500, 1000 rather than 10^2)."""
-    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
@@ -41,7 +44,6 @@ def log_ticks(ax):
 
 def results(D):
     """Worker CPU per request and p99 latency per variant and load, quoted dataset."""
-    import matplotlib.pyplot as plt
     S = D.S
     sel = S[S.metric.isin(["cpu_per_req_us", "lat_p99_ms"])]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -59,7 +61,6 @@ def results(D):
 
 def migrations(D):
     """Worker migrations per second, from /proc/<pid>/sched and from the tracepoint."""
-    import matplotlib.pyplot as plt
     TL = D.TL
     sources = {"worker_migr_per_s": "/proc/<pid>/sched", "worker_migr_trace_per_s": "sched_migrate_task"}
     mig = TL.melt(id_vars=["variant", "load", "round"], value_vars=[c for c in sources if c in TL],
@@ -86,7 +87,6 @@ def migrations(D):
 
 def core_balance(D):
     """Busy share of each CPU per variant and load, median over rounds."""
-    import matplotlib.pyplot as plt
     C = A.busy_cores(D.cores_quoted, D.TL)
     bal = C.groupby(["load", "variant", "cpu"]).busy_frac.median().mul(100).reset_index()
     order = [v for v in ORDER if v in set(D.TL.variant)]
@@ -113,8 +113,6 @@ def hosts(D):
     """Worker CPU per request per variant and load over the hosts (each host's shown dataset): one
     point per other host, this host and the reference host with their intervals; one row of
     panels per machine kind (a TCG guest's CPU time is QEMU's emulation)."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
     SH = D.SH
     SH = SH[SH.metric == "cpu_per_req_us"]
     F = fv.fleet(D, set(SH.host_id))

@@ -20,30 +20,28 @@ undo stack; a namespace left by a SIGKILLed run is swept at the next start (its 
 the dead owner's pid, perfbook.hoststate.netns).
 
 netperf's percentiles come from a histogram (src/netlib.c HIST_add / HIST_get_percentile,
-100 buckets per decade of integer microseconds); netperf_hist.py re-implements that
+100 buckets per decade of integer microseconds); parse.py re-implements that
 bucketing so it can be applied to our exact samples.
 
-  spec.py           paths, protocols, pinning modes, addresses, bins, tolerances
-  lab.py            namespaces, veth, netserver, and one run of each instrument
-  collect.py        measure(ctx): the interleaved adaptive rounds, ping, sched tracepoints
-  parse.py          netperf/rrbench/ping/ss/ftrace output, sample summaries
-  netperf_hist.py   netperf's histogram and percentile, step by step
-  data.py           NetperfData: ordered tables, the quoted dataset's frames
-  analysis.py       ladders, exceedance, cross-validation, quantization, comparisons
-  analysis_seed.py  the seed's 2013 numbers beside ours
-  findings.py       findings(D): every value the prose quotes
-  views.py          the tables the chapter shows
+  collect.py        measure(ctx): the interleaved adaptive rounds, ping, sched tracepoints;
+                    the lab (namespaces, veth, netserver) and one run of each instrument
+  parse.py          paths, protocols, pinning modes, addresses, bins, tolerances;
+                    netperf/rrbench/ping/ss/ftrace output, sample summaries, and netperf's
+                    histogram and percentile, step by step
+  analysis.py       ladders, exceedance, cross-validation, quantization, comparisons, the
+                    seed's 2013 numbers beside ours; NetperfData (ordered tables, the quoted
+                    dataset's frames)
+  tables.py         the tables the chapter shows, and its columns of the runs table
   figures.py        (figure, caption) pairs
+  prose.py          values(D): every value the prose quotes
+  key_findings.py   FINDINGS: the chapter's conclusions
 """
 from __future__ import annotations
 
 import os
 
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
-from . import analysis, figures, views  # noqa: F401  (the notebook's entry points)
-from .data import NetperfData
-from .findings import findings  # noqa: F401
-from .spec import PATHS, PINS, PROTOS
+from .parse import PATHS, PINS, PROTOS
 
 # Cells repeat in rounds, adaptively (perfbook.analysis.repetition.Repetition), one experiment per path:
 # a round runs every protocol x pinning cell of the path with both tools, in a shuffled
@@ -127,7 +125,7 @@ class NetperfLatency(Chapter):
     needs_tools = {"ip": "iproute2", "taskset": "util-linux", "cc": "gcc"}
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports scipy (~3 s here; the declaration ~0.5 s)
         if p["reps"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["reps"]
         repetition_settings(p, "rep_")
@@ -138,14 +136,9 @@ class NetperfLatency(Chapter):
             reasons.append("needs root (network namespaces, veth, CPU pinning of netserver); run as root")
         return reasons + super().preflight()
 
-
-    def load(self, data_dir=None) -> NetperfData:
-        return NetperfData.load(self, data_dir)
-
-    def run_columns(self, m, D) -> dict:
-        return views.run_columns(m, D)
+    def load(self, data_dir=None):
+        """Every dataset, as analysis.NetperfData (ordered tables, the quoted dataset's frames)."""
+        return self.part("analysis").NetperfData.load(self, data_dir)
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-NetperfLatency.key_findings = KEY_FINDINGS
 chapter = NetperfLatency()

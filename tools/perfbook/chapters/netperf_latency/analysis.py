@@ -1,17 +1,21 @@
 """The chapter's analysis: loaded frames in, frames out (no I/O, no plotting). Cells are
-(host_id, path, proto, pin); a run is one instrument's run of one cell in one round."""
+(host_id, path, proto, pin); a run is one instrument's run of one cell in one round. With
+NetperfData, the chapter's datasets (perfbook.data.dataset.Data) with the quoted dataset's
+frames, and the seed's 2013 numbers (data/reference/netperf_latency.csv) beside ours."""
 from __future__ import annotations
 
+import dataclasses
 import math
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from perfbook.analysis.stats import Comparison, caption, compare_frame, hosts_of, median_ci
-from .netperf_hist import (netperf_bucket_edges, netperf_bucket_index, netperf_bucket_width_us,
-                           netperf_in_rank_bucket)
-from .parse import bin_edges_us
-from .spec import CELL, PCT_ORDER, REL_TOL
+from perfbook.data.dataset import Data, in_order
+from perfbook.data.machine import host_pairs
+from .parse import (CELL, PCT_ORDER, REL_TOL, SCHED_PINS, SCHED_ROLES, bin_edges_us, netperf_bucket_edges,
+                    netperf_bucket_index, netperf_bucket_width_us, netperf_in_rank_bucket)
 
 
 def _cumulative(hist):
@@ -213,7 +217,6 @@ def max_clusters(runs, resolution_us=100.0):
 def pin_comparison(runs, tool="rrbench"):
     """split and same against none, per dataset, path and protocol, on the per-run P50
     (perfbook.analysis.stats.compare: Mann-Whitney, Cliff's delta, Hodges-Lehmann shift)."""
-    import dataclasses
     within = ["host_id", "run_id", "path", "proto"]
     t = compare_frame(runs[runs["tool"] == tool], by="pin", value="p50_us", baseline="none",
                       within=within)
@@ -227,7 +230,6 @@ def host_comparison(runs, shown: dict, baseline: str, tool="rrbench", manifests=
     """Each other host's shown dataset (shown: host_id -> run_id) against the prose's host
     `baseline`, per cell, on the per-run P50; empty with fewer than two hosts. A TCG host
     against a real CPU is not compared (perfbook.data.machine.comparable)."""
-    from perfbook.data.machine import host_pairs
     if len(shown) < 2:
         return pd.DataFrame()
     r = runs[runs["tool"] == tool]
@@ -262,3 +264,119 @@ def sched_per_transaction(sched, runs):
     per_tx["untraced_mean_us"] = rr.groupby("pin").mean_us.median().reindex(per_tx.index)
     per_tx["wait_share"] = per_tx.wait_us / per_tx.traced_mean_us
     return per_tx
+
+
+# ---------------------------------------------------------- the seed's numbers
+def seed_metrics(ref):
+    """The seed's three runs side by side (rows: metric)."""
+    r = ref[ref["unit"] == "us"].pivot(index="metric", columns="run", values="value")
+    order = ["MIN_LATENCY", "MEAN_LATENCY", "P50_LATENCY", "P90_LATENCY", "P99_LATENCY",
+             "MAX_LATENCY", "STDDEV_LATENCY"]
+    return r.reindex([o for o in order if o in r.index])[["selectors", "k_all", "histogram"]]
+
+
+def versus_seed(runs, ref, host_id=None):
+    """The seed's UDP loopback numbers beside ours on the same path (loopback, UDP, no
+    pinning): netperf (same tool, median over runs) and rrbench (median over runs)."""
+    sel = runs[(runs["path"] == "loopback") & (runs["proto"] == "udp") & (runs["pin"] == "none")]
+    if host_id is not None:
+        sel = sel[sel["host_id"] == host_id]
+    cols = {"MIN_LATENCY": "min_us", "MEAN_LATENCY": "mean_us", "P50_LATENCY": "p50_us",
+            "P90_LATENCY": "p90_us", "P99_LATENCY": "p99_us", "MAX_LATENCY": "max_us",
+            "STDDEV_LATENCY": "std_us"}
+    seed = seed_metrics(ref)
+    here = medians(sel.groupby("tool"), list(cols.values()))
+    rows = []
+    for metric, col in cols.items():
+        row = {"metric": metric,
+               "seed (median of its runs)": float(np.nanmedian(seed.loc[metric].astype(float)))
+               if metric in seed.index else math.nan}
+        for tool in ("netperf", "rrbench"):
+            row[f"{tool} here"] = float(here.at[tool, col]) if tool in here.index else math.nan
+        rows.append(row)
+    t = pd.DataFrame(rows)
+    t["seed / netperf here"] = t["seed (median of its runs)"] / t["netperf here"]
+    return t
+
+
+def seed_buckets(ref):
+    h = ref[ref["metric"] == "hist_count"].copy()
+    h["lo_us"] = h["bucket_lo_us"].astype(float)
+    h["hi_us"] = h["bucket_hi_us"].astype(float)
+    # column 0 of every printed row is empty by construction (smaller values land in the
+    # row above): drop it so that the buckets tile 10 us .. 10 ms without overlap
+    h = h[h["lo_us"] > 0]
+    return h[["lo_us", "hi_us", "value"]].rename(columns={"value": "count"})
+
+
+def versus_seed_histogram(hist, ref, host_id=None):
+    """Fraction of transactions per bucket of the seed's printed histogram (10-us buckets
+    from 10 us, 100-us from 100 us, 1-ms from 1 ms), seed vs ours (loopback, UDP, none).
+    Our log bins are assigned by their geometric middle (bins are 1.2 % wide)."""
+    sb = seed_buckets(ref)
+    h = hist[(hist["path"] == "loopback") & (hist["proto"] == "udp") & (hist["pin"] == "none")]
+    if host_id is not None:
+        h = h[h["host_id"] == host_id]
+    g = h.groupby("bin", as_index=False)["count"].sum()
+    lo, hi = bin_edges_us(g["bin"].to_numpy())
+    mid = np.sqrt(lo * hi)
+    count = g["count"].to_numpy()
+    ours = [int(count[(mid >= lo_b) & (mid < hi_b)].sum()) for lo_b, hi_b in zip(sb["lo_us"], sb["hi_us"])]
+    below = int(g["count"][mid < sb["lo_us"].min()].sum())
+    t = sb.copy()
+    t["seed_fraction"] = t["count"] / t["count"].sum()
+    t["ours_count"] = ours
+    t["ours_fraction"] = np.array(ours) / g["count"].sum()
+    t = t[(t["count"] > 0) | (t["ours_count"] > 0)]
+    t["bucket"] = [f"{a:g}-{b:g}" for a, b in zip(t["lo_us"], t["hi_us"])]
+    below_row = pd.DataFrame([{"bucket": f"<{sb['lo_us'].min():g}", "lo_us": 0.0, "hi_us": sb["lo_us"].min(),
+                               "count": 0, "seed_fraction": 0.0, "ours_count": below,
+                               "ours_fraction": below / g["count"].sum()}])
+    return pd.concat([below_row, t], ignore_index=True)[
+        ["bucket", "lo_us", "hi_us", "count", "seed_fraction", "ours_count", "ours_fraction"]]
+
+
+# ------------------------------------------------------------------ the datasets
+class NetperfData(Data):
+    """D["runs"] in the order it was measured; D["hist"] with each bin's edges (lo_us, hi_us);
+    D["sched"] per pinning mode and role in the collect order. The quoted dataset's frames:
+    D.R (its runs), D.H (its histogram), D.ladder (its pooled percentiles), D.p (its
+    parameters); D.ref, the seed's numbers."""
+
+    def prepare(self, name: str, df):
+        if name == "runs":
+            df = in_order(df, ["t_s", "rep", "order"])
+        elif name == "hist" and not df.empty:
+            df = df.copy()
+            df["lo_us"], df["hi_us"] = bin_edges_us(df["bin"])
+        elif name == "sched":
+            df = in_order(df, ["path", "proto", "_pin", "_role"],
+                          _pin=("pin", SCHED_PINS), _role=("role", SCHED_ROLES))
+        return df
+
+    @cached_property
+    def R(self):
+        return self.of_quoted(self["runs"])
+
+    @cached_property
+    def H(self):
+        return self.of_quoted(self["hist"])
+
+    @cached_property
+    def ladder(self):
+        """ladder() of the quoted dataset (several sections read it; not to be changed)."""
+        return ladder(self.R, self.H)
+
+    @cached_property
+    def versus_seed(self):
+        """versus_seed() of the quoted dataset, by metric (the seed section and the
+        key findings' seed_ratio read it)."""
+        return versus_seed(self.R, self.ref, self.quoted.host_id).set_index("metric")
+
+    @property
+    def p(self) -> dict:
+        return self.quoted.parameters
+
+    @cached_property
+    def ref(self):
+        return self.reference(self.chapter.name)

@@ -2,9 +2,12 @@
 perfbook.analysis.fleetview (this host and the reference host marked, every other host a grey point or line)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from perfbook.analysis import fleetview as fv
 from . import analysis as A
-from . import analysis_seed as S
-from .spec import PCT_ORDER
+from .parse import PCT_ORDER
 
 
 # the cell every host is compared in: the seed's (loopback UDP, the scheduler places both ends)
@@ -14,13 +17,11 @@ PIN_STYLE = {"none": "-", "same": "--", "split": ":"}
 
 
 def _fleet(D):
-    from perfbook.analysis import fleetview as fv
     runs = D.of_shown(D["runs"])
     return fv.fleet(D, set(runs["host_id"].unique())), runs
 
 
 def _caption(D, F, runs, what, extra=""):
-    from perfbook.analysis import fleetview as fv
     mans = [m for m in D.manifests if D.shown.get(m.host_id) == m["run_id"]]
     return fv.recaption(A.caption_for(runs, mans, what, extra=extra), mans, F)
 
@@ -28,7 +29,6 @@ def _caption(D, F, runs, what, extra=""):
 def _cell_grid(F, rows_hosts, cols, n_fleet_cols, height=3.3):
     """A figure with one row of panels per highlighted host (its cells) and a last row for the
     fleet: (figure, host axes [rows x cols], fleet axes [n_fleet_cols])."""
-    import matplotlib.pyplot as plt
     ncol = max(len(cols), n_fleet_cols)
     fig, axes = plt.subplots(len(rows_hosts) + 1, ncol, figsize=(4.6 * ncol + 0.4, height * (len(rows_hosts) + 1) + 0.9),
                              squeeze=False, layout="constrained")
@@ -38,7 +38,6 @@ def _cell_grid(F, rows_hosts, cols, n_fleet_cols, height=3.3):
 def _fleet_row(F, haxes, faxes, df, by, values, draw, ylabel):
     """The last row: every host in the seed's cell (FLEET_CELL), one panel per value of `by`;
     draw(ax, rows) draws a panel. Hides empty panels, labels the y axes; returns what was drawn."""
-    from perfbook.analysis import fleetview as fv
     drawn = []
     for ax, v in zip(faxes, values):
         cell = {**FLEET_CELL, by: v}
@@ -56,7 +55,6 @@ def exceedance(D):
     """Fraction of round trips slower than x: every cell (path, protocol, pinning) of this host and
     of the reference host, one row each; a last row with every host's curve for the seed's
     protocol and pinning (UDP, no pinning) on each path."""
-    from perfbook.analysis import fleetview as fv
     F, runs = _fleet(D)
     cc = A.ccdf(D.of_shown(D["hist"]))
     have = set(cc["host_id"].unique())
@@ -75,7 +73,6 @@ def exceedance(D):
         ax.set(xscale="log", yscale="log")
     for ax in faxes:
         ax.set_xlabel("round-trip latency x (µs)")
-    import matplotlib.pyplot as plt
     own = [(plt.Line2D([], [], color=c, lw=1.2), p) for p, c in PROTO_COLOUR.items()] + \
           [(plt.Line2D([], [], color="0.2", ls=s, lw=1.2), f"pin {p}") for p, s in PIN_STYLE.items()]
     fv.legend(fig, F, d, extra=own if rows else (), ncol=4)
@@ -90,8 +87,6 @@ def exceedance(D):
 def ladder(D):
     """Pooled P50 to P99.9 and the maximum: every cell of this host and of the reference host, one
     row each; a last row with every host's ladder in the seed's pinning (none) per protocol, loopback."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
     F, runs = _fleet(D)
     lad = A.ladder(runs, D.of_shown(D["hist"]))
     ll = A.ladder_long(lad)
@@ -132,15 +127,12 @@ def seed_histogram(D):
     """The seed's printed histogram beside every host's rrbench transactions (loopback UDP, none):
     the share per bucket on a log axis, buckets in numeric order, one point per host (this host
     and the reference host marked); an empty bucket has no point (a log axis has no zero)."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    from perfbook.analysis import fleetview as fv
     F, runs = _fleet(D)
-    vh = S.versus_seed_histogram(D.H, D.ref, D.quoted.host_id)
+    vh = A.versus_seed_histogram(D.H, D.ref, D.quoted.host_id)
     seed = vh.assign(fraction=vh.seed_fraction)
     hist = D.of_shown(D["hist"])
     per_host = dict(tuple(hist.groupby("host_id", sort=False)))   # one split, not a filter per host
-    ours = [S.versus_seed_histogram(per_host.get(h, hist.iloc[0:0]), D.ref, h).assign(host_id=h)
+    ours = [A.versus_seed_histogram(per_host.get(h, hist.iloc[0:0]), D.ref, h).assign(host_id=h)
             for h in F.hosts]
     ours = pd.concat([v.assign(fraction=v.ours_fraction) for v in ours], ignore_index=True)
     both = pd.concat([seed[seed.fraction > 0][["bucket", "lo_us"]], ours[ours.fraction > 0][["bucket", "lo_us"]]])

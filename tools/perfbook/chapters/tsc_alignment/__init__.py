@@ -7,15 +7,17 @@ Today the offset is a vCPU device attribute (KVM_VCPU_TSC_CTRL /
 KVM_VCPU_TSC_OFFSET, Documentation/virt/kvm/devices/vcpu.rst) and every write
 is traced by kvm:kvm_write_tsc_offset.
 
-  spec.py      variants, events, the helper's name, the facts' order, signed()
-  collect.py   measure(ctx): TSC facts and frequency, cross-CPU skew, the KVM_RUN
-               brackets of a tiny VM (tools/c/kvmtsc.c) with kvm_write_tsc_offset traced
-               (x86-tsc clock), and a short timeline run
-  helper.py    running kvmtsc, once or round by round (adaptive repetition)
-  parse.py     kvmtsc output and the ftrace text
-  analysis.py  brackets, offsets, skew bounds, the timeline, comparisons, tables
-  findings.py  findings(D): every value the prose quotes
-  figures.py   ping-pong bounds, brackets, round trips, the timeline
+  collect.py        measure(ctx): TSC facts and frequency, cross-CPU skew, the KVM_RUN
+                    brackets of a tiny VM (tools/c/kvmtsc.c) with kvm_write_tsc_offset traced
+                    (x86-tsc clock), and a short timeline run; running kvmtsc, once or round
+                    by round (adaptive repetition)
+  parse.py          variants, events, the helper's name, the facts' order, signed(); kvmtsc
+                    output and the ftrace text
+  analysis.py       brackets, offsets, skew bounds, the timeline, comparisons
+  tables.py         the tables the chapter shows, and its columns of the runs table
+  figures.py        ping-pong bounds, brackets, round trips, the timeline
+  prose.py          values(D): every value the prose quotes
+  key_findings.py   FINDINGS: the chapter's conclusions
 """
 from __future__ import annotations
 
@@ -24,9 +26,6 @@ import platform
 
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .findings import findings  # noqa: F401
-from .spec import EXPERIMENT, VARIANTS, signed  # noqa: F401
 
 # The KVM_RUN brackets repeat in rounds (every variant, on every CPU, in a rotating
 # order) adaptively (perfbook.analysis.repetition.Repetition): after rep_warmup flagged rounds, until
@@ -89,10 +88,11 @@ class TscAlignment(Chapter):
         "repetition": REPETITION,
     }
     reference = ("tsc_alignment",)
+    needs_text = "/dev/kvm (the KVM API, no QEMU)"
     quote_needs = ("bracket",)   # the prose quotes the KVM brackets: a run without KVM can't be quoted
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings
+        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports numpy and scipy (~3 s here; the declaration ~0.1 s)
         repetition_settings(p, "rep_")
         p["cpus"] = _parse_cpus(p["cpus"]) or sorted(os.sched_getaffinity(0))[:2]
 
@@ -100,10 +100,6 @@ class TscAlignment(Chapter):
         if platform.machine() not in ("x86_64", "AMD64"):
             return [f"TSC experiments need x86-64 (this is {platform.machine()})"]
         return []
-
-
-    def run_columns(self, m, D) -> dict:
-        return analysis.runs_columns(m, D)
 
 
 def _parse_cpus(value) -> list[int] | None:
@@ -129,7 +125,4 @@ def _parse_cpus(value) -> list[int] | None:
     return cpus
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-TscAlignment.key_findings = KEY_FINDINGS
-TscAlignment.needs_text = '/dev/kvm (the KVM API, no QEMU)'
 chapter = TscAlignment()

@@ -1,10 +1,14 @@
-"""Frames in, frames out: brackets, offsets, skew bounds, the timeline, comparisons, and
-the tables the notebook shows (no I/O beyond D, no plotting)."""
+"""Frames in, frames out: brackets, offsets, skew bounds, the timeline, comparisons (no I/O
+beyond D, no plotting)."""
 from __future__ import annotations
 
 import re
 
-from .spec import U64, VARIANTS, fact_rank, signed
+import numpy as np
+import pandas as pd
+
+from perfbook.analysis.stats import compare_frame, summarize_frame
+from .parse import U64, VARIANTS, fact_rank, signed
 
 ORDER = ("created",) + VARIANTS   # every offset state, in the order the helper runs them
 
@@ -50,7 +54,6 @@ def inside_summary(b):
 
 
 def width_summary(b, by=("variant",)):
-    from perfbook.analysis.stats import summarize_frame
     return summarize_frame(b[b["warmup"] == 0], list(by), "width")
 
 
@@ -76,7 +79,6 @@ def round_medians(b):
 
 def variant_comparison(b, baseline: str = "default"):
     """Each offset variant's round-trip width against `baseline`, per dataset (compare)."""
-    from perfbook.analysis.stats import compare_frame
     return compare_frame(round_medians(b), by="variant", value="width", baseline=baseline,
                          within=["host_id", "run_id"])
 
@@ -84,8 +86,6 @@ def variant_comparison(b, baseline: str = "default"):
 def host_comparison(D):
     """Each other host's shown dataset against the quoted one, per variant (empty with
     fewer than two hosts)."""
-    import pandas as pd
-    from perfbook.analysis.stats import compare_frame
     if len(D.shown) < 2 or len(D["bracket"]) == 0:
         return pd.DataFrame()
     rm = D.of_shown(round_medians(brackets(D)))
@@ -108,7 +108,6 @@ def offset_check(ops, events):
       in_ioctl     -- kernel_tsc and the event stamp inside the ioctl's bracket
     u64 columns may be integers or their decimal text (as the tables store them).
     """
-    import pandas as pd
     rows = []
     # each dataset's events, split once (a filter per dataset over every host's events is
     # quadratic in a fleet's datasets)
@@ -147,35 +146,10 @@ def offset_check(ops, events):
 
 def offsets(D):
     """offset_check over every dataset with both tables (empty frame otherwise)."""
-    import pandas as pd
     if len(D["kvm_ops"]) == 0 or len(D["tsc_offset_events"]) == 0:
         return pd.DataFrame()
     # once per Data (the prose, the offsets table and the MSR table read it); a copy each time
     return D.once("offsets", lambda: offset_check(D["kvm_ops"], D["tsc_offset_events"])).copy()
-
-
-def offsets_table(D):
-    """Per dataset and ioctl kind: how the API's offset and the tracepoint compare."""
-    oc = offsets(D)
-    byk = (oc.groupby(["host_id", "run_id", "kind"], sort=False)
-           .agg(n=("kind", "size"), api_equals_trace=("match", "sum"),
-                api_offset_zero=("api_offset", lambda s: int((s == 0).sum())),
-                event_inside_ioctl=("event_in_ioctl", "sum"),
-                offset_reused=("same_as_prev", "sum"),
-                median_trace_next=("trace_next", "median"))
-           .reset_index())
-    byk["median_trace_next"] = byk["median_trace_next"].round().astype("int64")
-    return byk
-
-
-def msr_table(D):
-    """Per dataset: the offsets KVM computed for the two TSC MSR writes."""
-    oc = offsets(D)
-    return (oc[oc["kind"].isin(["set_msr", "set_msr_again"])]
-            .groupby(["host_id", "run_id", "kind"], sort=False)
-            .agg(writes=("kind", "size"), median_offset=("trace_next", "median"),
-                 min_offset=("trace_next", "min"), max_offset=("trace_next", "max"),
-                 reused_previous=("same_as_prev", "sum")).reset_index())
 
 
 # -- cross-CPU skew ---------------------------------------------------------------------
@@ -188,8 +162,6 @@ def skew_bounds(pp):
     cut once into arrays and its rounds selected there (a fleet has hundreds of rounds: a
     frame filter per round and direction cost most of the chapter's key findings).
     """
-    import numpy as np
-    import pandas as pd
 
     def ext(f, x):          # a Series' max/min: NaN where it has no value
         return f(x) if len(x) else np.nan
@@ -213,15 +185,9 @@ def skew_bounds(pp):
     return pd.DataFrame(rows)
 
 
-def skew_table(D):
-    return skew_bounds(D["skew_pingpong"])[["host_id", "run_id", "round", "cpu_a", "cpu_b", "n", "lo", "hi",
-                                            "consistent", "bound", "rtt_median", "rtt_min"]]
-
-
 # -- the timeline ---------------------------------------------------------------------------
 def timeline_frame(events, samples, window: int = 4):
     """Host events and guest/host stamps of the first `window` non-warmup samples."""
-    import pandas as pd
     s = samples[samples["warmup"] == 0].sort_values("before", kind="stable").head(window)
     if not len(s):
         return pd.DataFrame()
@@ -250,50 +216,8 @@ def timeline(D, window: int = 2):
     return timeline_frame(D.of_quoted(D["timeline_events"]), D.of_quoted(D["timeline_samples"]), window)
 
 
-def timeline_table(D):
-    return timeline(D)[["t_cycles", "source", "what"]]
-
-
-# -- the other tables the notebook shows ---------------------------------------------------
+# -- the facts -------------------------------------------------------------------------------
 def facts(D):
     """The quoted dataset's tsc_facts, in the order collect wrote them."""
     f = D.of_quoted(D["tsc_facts"])
     return f.assign(_k=f["key"].map(fact_rank)).sort_values("_k", kind="stable").drop(columns="_k")
-
-
-def facts_table(D):
-    return facts(D).set_index("key")[["value", "source"]]
-
-
-def inside_table(D):
-    """inside_summary of every shown dataset (one per host)."""
-    import pandas as pd
-    bs = brackets(D, "shown")
-    return pd.concat([inside_summary(g).assign(host_id=h, run_id=r)
-                      for (h, r), g in bs.groupby(["host_id", "run_id"])], ignore_index=True)
-
-
-def width_table(D):
-    ws = width_summary(brackets(D, "shown"), by=("host_id", "variant", "cpu"))
-    return ws[["host_id", "variant", "cpu", "n", "median", "ci_low", "ci_high", "p5", "p95", "p99", "max"]].round(0)
-
-
-def host_table(D):
-    hc = host_comparison(D)
-    if not len(hc):
-        return "no host comparison (see the text above)"
-    return hc[["variant", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift", "shift_low",
-               "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
-
-
-def reference_table(D):
-    return D.reference("tsc_alignment")[["quantity", "value", "unit", "date", "environment", "note"]]
-
-
-def runs_columns(m, D) -> dict:
-    """The runs table's columns of this chapter: vendor module, nesting, rounds, repetition."""
-    ex = m.facts.get("tsc_alignment", {})
-    rounds = measured_rounds(D["bracket"]) if len(D["bracket"]) else {}
-    return {"KVM vendor module": " ".join(ex.get("kvm_vendor_modules", [])) or "none",
-            "nested": ex.get("nested"), "rounds": rounds.get(m.key, 0),
-            "repetition": "adaptive" if "rep_target" in m.parameters else "fixed"}

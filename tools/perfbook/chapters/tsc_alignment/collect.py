@@ -7,6 +7,10 @@
      adaptive repetition, with kvm:kvm_write_tsc_offset in a private ftrace instance whose
      trace_clock is x86-tsc;
   4. a short timeline run with the KVM entry/exit/emulation events enabled as well.
+
+The kvmtsc helper (tools/c/kvmtsc.c) runs once, or round by round under adaptive repetition,
+in a process group of its own that dies with us; on any exception (a signal's
+KeyboardInterrupt included) the group is killed before it propagates.
 """
 from __future__ import annotations
 
@@ -14,12 +18,21 @@ import os
 import platform
 import re
 import subprocess
+import tempfile
 import time
 
+import pandas as pd
+
+from perfbook.analysis.repetition import repetition
+from perfbook.core.errors import PerfbookError
+from perfbook.core.proc import die_with_parent, kill_group, run_group
 from perfbook.data import hostinfo
-from .helper import run_adaptive, run_helper
-from .parse import parse_helper, parse_trace, tsc_offset_events
-from .spec import EXPERIMENT, HELPER, KVM_FACTS, TIMELINE_EVENTS, VARIANTS, signed
+from perfbook.hoststate.tracefs import TraceSession
+from perfbook.hoststate.tracefs import preflight as trace_preflight
+from perfbook.probes.cbuild import binary
+from .analysis import bracket_frame
+from .parse import (EXPERIMENT, HELPER, KVM_FACTS, TIMELINE_EVENTS, VARIANTS, parse_helper, parse_trace, signed,
+                    tsc_offset_events)
 
 
 def kvm_problem() -> str | None:
@@ -41,11 +54,78 @@ def kvm_vendor_modules() -> list[str]:
     return [m for m in hostinfo.kvm_modules() if m in ("kvm_intel", "kvm_amd", "kvm_pvm")]
 
 
+# -- the kvmtsc helper ---------------------------------------------------------------------
+def _exe() -> str:
+    return str(binary(HELPER))
+
+
+def _failed(args: list[str], rc: int, err: str) -> PerfbookError:
+    msg = (err.strip().splitlines() or [f"exit status {rc}"])[-1]
+    return PerfbookError(f"{HELPER} {args[0]} failed: {msg}")
+
+
+def run_helper(args: list[str], timeout: float = 600) -> str:
+    """`kvmtsc <args>`'s standard output; PerfbookError with its last error line."""
+    r = run_group([_exe(), *args], timeout=timeout, preexec_fn=die_with_parent)
+    if r.returncode != 0:
+        raise _failed(args, r.returncode, r.stderr)
+    return r.stdout
+
+
+def run_adaptive(args: list[str], rep, prog) -> dict:
+    """`kvmtsc run --interactive 1`: after every round, hand each variant's median bracket
+    width to `rep` (a perfbook.analysis.repetition.Repetition) and tell the helper to go on or to stop.
+
+    Readings of warm-up rounds are kept but flagged (warmup = 1, warmup_round = True),
+    so every analysis that drops warm-up readings drops them too.
+    """
+    with tempfile.TemporaryFile(mode="w+") as errf:
+        proc = subprocess.Popen([_exe(), *args, "--interactive", "1"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=errf, text=True,
+                                start_new_session=True, preexec_fn=die_with_parent)
+        lines: list[str] = []
+        warm: set[int] = set()
+        try:
+            rounds = rep.rounds()
+            rd = next(rounds)
+            start = 0
+            for line in proc.stdout:
+                lines.append(line)
+                if not line.startswith("round_done,"):
+                    continue
+                r = int(line.split(",")[1])
+                block = bracket_frame(parse_helper("".join(lines[start:]))["samples"])
+                start = len(lines)
+                block = block[(block["round"] == r) & (block["warmup"] == 0)]
+                if rd.warmup:
+                    warm.add(r)
+                for v, g in block.groupby("variant"):
+                    rep.add(v, float(g["width"].median()))
+                prog.note(f"{'warm-up ' if rd.warmup else ''}round {r + 1}: {rep.status()}")
+                try:
+                    rd = next(rounds)
+                    proc.stdin.write("next\n")
+                except StopIteration:
+                    proc.stdin.write("stop\n")
+                proc.stdin.flush()
+            proc.stdin.close()
+            proc.wait(timeout=60)
+        except BaseException:
+            kill_group(proc)
+            raise
+        if proc.returncode != 0:
+            errf.seek(0)
+            raise _failed(args, proc.returncode, errf.read())
+    res = parse_helper("".join(lines))
+    smp = res["samples"]
+    smp["warmup_round"] = smp["round"].isin(warm)
+    smp.loc[smp["warmup_round"], "warmup"] = 1
+    prog.note(f"KVM brackets stopped by {rep.stopped_by}: {rep.status()}")
+    return res
+
+
+# -- the run -------------------------------------------------------------------------------
 def measure(ctx) -> None:
-    import pandas as pd
-    from perfbook.probes.cbuild import binary
-    from perfbook.analysis.repetition import repetition
-    from perfbook.hoststate.tracefs import preflight as trace_preflight
     p, w = ctx.p, ctx.writer
     binary(HELPER)  # compile before touching anything
     kvm_why = kvm_problem()
@@ -112,7 +192,6 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
     """The brackets with kvm_write_tsc_offset traced, then the short timeline run, in a
     private ftrace instance (x86-tsc clock) that the with-block removes on every exit path
     before this returns (a signal's KeyboardInterrupt included)."""
-    from perfbook.hoststate.tracefs import TraceSession
     w, cpus = ctx.writer, ctx.p["cpus"]
     tl_args = ["run", "--cpus", str(cpus[-1]), "--rounds", "1", "--samples", str(ctx.p["timeline_samples"]),
                "--warmup", "3", "--pristine", "0", "--variants", "attr"]
@@ -146,8 +225,7 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
 
 
 def facts_table(facts: dict, meta: dict, freq_df):
-    """The tsc_facts table: key, value, source (the order of spec.fact_rank)."""
-    import pandas as pd
+    """The tsc_facts table: key, value, source (the order of parse.fact_rank)."""
     hf = hostinfo.host_facts()
     cs = hf["clocksource"]
     flags = hostinfo.cpuinfo()["flags"]

@@ -1,6 +1,13 @@
 """The chapter's figures: D in, (figure, caption) out (perfbook.book.notebook.show displays them)."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Patch
+
+from perfbook.analysis import fleetview as fv
+from perfbook.analysis.fleetview import strip
+from perfbook.analysis.stats import caption, ci_label, summarize_frame
 from . import analysis as A
 
 VARIANT_ORDER = list(A.ORDER)
@@ -10,7 +17,6 @@ def bracket_caption(b, F, what: str, by=("host_id", "variant"), ci: bool = False
     """Caption for a figure of bracket readings: readings per group, the warm-up readings
     excluded (per block, and whole warm-up rounds), and the hosts (perfbook.analysis.fleetview: the
     highlighted ones, then the others as a count)."""
-    from perfbook.analysis.stats import caption
     g = b.groupby(list(by))["warmup"]
     n = g.apply(lambda s: int((s == 0).sum())).to_numpy()
     wu = g.apply(lambda s: int((s != 0).sum())).to_numpy()
@@ -35,11 +41,6 @@ def pingpong(D, q=(0.01, 0.99)):
     host (and the reference host), each panel with its own y axis, the x axis clipped to the
     host's q-quantile range, the tightest bounds shaded. Bottom: every host's tightest bounds,
     hosts ranked, one panel per machine kind (a TCG guest's TSC is QEMU's)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.patches import Patch
-    from perfbook.analysis import fleetview as fv
-    from perfbook.analysis.stats import caption
     pp = D.of_shown(D["skew_pingpong"])
     F = fv.fleet(D, set(pp["host_id"].unique()))
     rows = _rows(F, pp["host_id"])
@@ -109,8 +110,6 @@ OWN_COLOURS = ("C2", "C1", "C4", "C5", "C8", "C9", "C6")
 def _strip(ax, w, title):
     """One host's guest readings against its bracket, per variant and CPU (seaborn strip);
     returns the legend's (handle, label) pairs of the CPUs."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis.fleetview import strip
     cpus = sorted(set(w["cpu"].unique()))
     pal = {c: OWN_COLOURS[i % len(OWN_COLOURS)] for i, c in enumerate(cpus)}
     strip(data=w, x="variant", y="entry", hue="cpu", dodge=True, size=2, alpha=0.4,
@@ -125,8 +124,6 @@ def _strip(ax, w, title):
 def inside(D):
     """Every guest reading against its host bracket for this host (and the reference host), and
     the share of readings inside the bracket per variant over the hosts (shown datasets)."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
     bs = A.brackets(D, "shown")
     w = bs[bs["warmup"] == 0]
     F = fv.fleet(D, set(w["host_id"].unique()))
@@ -158,10 +155,6 @@ def widths(D, q=(0.005, 0.99)):
     """ECDF of the KVM_RUN round trip per offset variant for this host (and the reference host),
     the x axis clipped to the host's q-quantile range; and every host's median round trip per
     variant with its interval (shown datasets)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from perfbook.analysis import fleetview as fv
-    from perfbook.analysis.stats import ci_label, summarize_frame
     bs = A.brackets(D, "shown")
     w = bs[bs["warmup"] == 0]
     F = fv.fleet(D, set(w["host_id"].unique()))
@@ -206,8 +199,6 @@ def widths(D, q=(0.005, 0.99)):
 
 def timeline(D):
     """Host events, host reads and guest stamps of two KVM_RUN round trips on one TSC axis."""
-    import matplotlib.pyplot as plt
-    from perfbook.analysis.stats import caption
     q = D.quoted
     tl = A.timeline(D)
     fig, ax = plt.subplots(figsize=(9, 4.6))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
-from .findings import cells, crossval, pin_ratios, seed_ratio, seed_selectors
+from .prose import cells, crossval, pin_ratios, seed_ratio, seed_selectors
 
 # what the tests below read, not every value the prose quotes
 _g = sections(seed_selectors, cells, pin_ratios, crossval, seed_ratio)
@@ -35,7 +35,7 @@ def tail(g):
     return Outcome(r < 3, f"loopback UDP, unpinned: P99 / P50 {r:g}, max / P50 {g['max_ratio']}")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("faster", "Loopback round trips are more than twice as fast as the 2013 article measured",
             from_glue(_g, faster), contrary="Loopback round trips are not twice as fast as in 2013"),
     Finding("pin_same", "Pinning client and server to one CPU lowers the loopback UDP median by more than 10 %",

@@ -7,16 +7,13 @@ import math
 import pandas as pd
 
 from perfbook.analysis import stats
+from perfbook.data import machine
+from perfbook.data.dataset import skipped_table
 from . import analysis as A
-from .spec import DISTURBED_PCT, RATE_KEPT_UP, SCHED_FEATURES_6_18, SLICE_10MS
+from .analysis import ALL, effect, effect_words, seed_claims, switch_medians
+from .parse import DISTURBED_PCT, RATE_KEPT_UP, SCHED_FEATURES_6_18, SLICE_10MS
 
-TUNED = ("pinned", "slice_10ms", "batch", "pinned_tuned")      # the variants with an effect
-ALL = ("unpinned", *TUNED)
-SHORT = (("cpu_per_req_us", "cpu"), ("lat_mean_ms", "mean"), ("lat_p99_ms", "p99"),
-         ("throughput", "thr"), ("all_cpu_per_req_us", "allcpu"), ("machine_busy_pct", "busy"))
-
-
-def findings(D) -> dict:
+def values(D) -> dict:
     """All glue values of the chapter (strings and integers)."""
     if D.quoted is None:
         return {"n_datasets": 0}
@@ -94,7 +91,6 @@ def default_sentence(rows, wpc: int) -> str:
 def host_kind_sentences(D) -> dict:
     """What kind of CPU "CPU" means, and what became of the global knob, from the quoted
     dataset's host facts (perfbook.data.machine) and knob inventory."""
-    from perfbook.data import machine
     M, K = D.quoted, D.K
     h = M.host
     virt, kind, cont = h.get("virtualization"), machine.kind(h), h.get("container")
@@ -225,15 +221,8 @@ def repetition(D) -> dict:
             "rep_budget_full": f'{prof["full"]["rep_budget_s"]:.0f}'}
 
 
-def effect_words(D) -> dict:
-    """(short metric, variant, load) -> analysis.effect_of() of the quoted dataset."""
-    return {(short, v, load): effect(D, load, v, m)
-            for load in ("rate", "sat") for v in TUNED for m, short in SHORT}
 
 
-def effect(D, load: str, variant: str, metric: str) -> dict:
-    """One paired effect of the quoted dataset in words (its effects are read once: D.EW)."""
-    return D.EW.get((load, variant, metric)) or A.effect_of(None)
 
 
 def effects(D) -> dict:
@@ -262,12 +251,6 @@ def comparisons(D) -> dict:
     return out
 
 
-def switch_medians(D):
-    """Median migrations/s and switches per request, per load and variant: the pivot of
-    summary()'s medians (metrics in name order; a load and variant, or a metric, without any
-    value left out), from D.M."""
-    mm = D.M[sorted(("worker_migr_per_s", "invol_per_req", "vol_per_req"))]
-    return mm.dropna(how="all").dropna(how="all", axis=1).rename_axis(columns="metric")
 
 
 def switches(D) -> dict:
@@ -338,9 +321,6 @@ def balance(D) -> dict:
     return out
 
 
-def host_summary(D):
-    """Each host's shown dataset: worker CPU, p99 and throughput per load and variant."""
-    return A.summary(D.of_shown(D["trials"]), metrics=("cpu_per_req_us", "lat_p99_ms", "throughput"))
 
 
 def hosts(D) -> dict:
@@ -358,14 +338,6 @@ def hosts(D) -> dict:
     return {"n_hosts_side": int(t.host_id.nunique()), "host_cmp_sentence": sentence}
 
 
-def seed_claims(D) -> dict:
-    """The seed's figures (data/reference/cpu_pinning.csv) and ours beside them."""
-    ref = D.reference("cpu_pinning")
-    mean = D.M["lat_mean_ms"]
-    mrt = ref[ref.quantity == "mean_response_time"].set_index("applies_to").value
-    return {"ref": ref, "cpu_claims": ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value,
-            "before": mrt["before"], "after": mrt["both"],
-            "lat_un": mean.get(("rate", "unpinned"), math.nan), "lat_tu": mean.get(("rate", "pinned_tuned"), math.nan)}
 
 
 def seed(D) -> dict:
@@ -393,7 +365,6 @@ def seed(D) -> dict:
 
 
 def not_measured(D) -> dict:
-    from perfbook.data.dataset import skipped_table
     sk = D.quoted.skipped
     return {"n_skips": len(skipped_table(D.manifests)),
             "knob_status": "did not run: " + sk["base_slice_10ms"] if "base_slice_10ms" in sk

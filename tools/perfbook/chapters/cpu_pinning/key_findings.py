@@ -7,7 +7,7 @@ is "not measured" for it)."""
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
-from .findings import effects, run, seed, switches
+from .prose import effects, run, seed, switches
 
 # what the tests below read, not every value the prose quotes
 _g = sections(run, effects, switches, seed)
@@ -48,7 +48,7 @@ def counters(g):
     return Outcome(d == 0, f"{g['trace_agree']} trials agree; largest difference {g['trace_maxdiff']}")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("pin_cpu_pool", "With more workers than CPUs, as in the seed's prefork pool, pinning the workers "
             "lowers CPU time per request by a resolvable amount, as the seed reported", from_glue(_g, pin_cpu_pool),
             contrary="With more workers than CPUs, pinning the workers did not lower CPU time per request "

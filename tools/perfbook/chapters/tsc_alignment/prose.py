@@ -2,18 +2,21 @@
 (D.quoted: the newest default/full run that measured the KVM brackets)."""
 from __future__ import annotations
 
+from perfbook.analysis.findings import Run, counted_runs, glued
+from perfbook.analysis.stats import summarize
+from perfbook.data.machine import legend
 from . import analysis as A
 
 
-def findings(D) -> dict:
+def values(D) -> dict:
     """All glue values of the chapter (strings and integers)."""
-    out = values(D)
+    out = quoted_values(D)
     out.update(_platform(D, out))
     return out
 
 
-def values(D) -> dict:
-    """The quoted dataset's values (findings without the per-host caveats)."""
+def quoted_values(D) -> dict:
+    """The quoted dataset's values (values() without the per-host caveats)."""
     b, fd, khz_kvm = _basics(D)
     out = _dataset(D, b, fd, khz_kvm)
     out.update(_skew(D))
@@ -100,7 +103,6 @@ def _offsets(D, khz_kvm: float) -> dict:
 
 
 def _brackets(D, b, khz_kvm: float) -> dict:
-    from perfbook.analysis.stats import summarize
     w = b[b["warmup"] == 0]
     s = summarize(w["width"])
     att = w[w["variant"] == "attr"]
@@ -179,8 +181,6 @@ def _kvm_modules(m) -> list[str] | None:
 def _platform(D, g: dict) -> dict:
     """The up-front caveats: for each host, whether the before/after check can fail there and
     what its skew bound means, from its newest counted manifest and its data."""
-    from perfbook.analysis.findings import Run, counted_runs, glued
-    from perfbook.data.machine import legend
     pvm, tcg, other = [], [], []
     for h in D.hosts:
         m = counted_runs([x for x in D.manifests if x.host_id == h])[-1]

@@ -1,11 +1,12 @@
-"""The tables the chapter shows, ready to display (frames in, frames out)."""
+"""The tables the chapter shows, ready to display (frames in, frames out), and the chapter's
+columns of the runs table."""
 from __future__ import annotations
 
 import pandas as pd
 
 from . import analysis as A
-from .findings import effect_words, seed_claims, switch_medians
-from .spec import VARIANTS
+from .analysis import effect_words, seed_claims, switch_medians
+from .parse import VARIANTS
 
 RESULT_COLS = {"throughput": "req/s", "cpu_per_req_us": "worker CPU µs/req",
                "all_cpu_per_req_us": "all CPU µs/req", "machine_busy_pct": "machine busy %",
@@ -117,3 +118,15 @@ def beside_seed(D):
                  "here (fixed rate, worker CPU per request)": f"{lat_un:.3f} ms -> {lat_tu:.3f} ms (mean latency)",
                  "here (fixed rate, busy % of all CPUs)": ""})
     return pd.DataFrame(rows)
+
+
+# -- the runs table's chapter columns ------------------------------------------------------------
+def run_columns(m, data) -> dict:
+    """The runs table's columns of dataset m (`data`: the Data of m alone)."""
+    t = data["trials"]
+    mine = t[(t.host_id == m.host_id) & (t.run_id == m["run_id"])] if len(t) else t
+    return {"description": m["host"].get("description"),
+            "rounds": mine["round"].nunique() if len(mine) else 0,
+            "repetition": "adaptive" if "repetition" in m["tables"] else "fixed",
+            "workers": m.parameters.get("workers"), "CPUs": m["host"].get("cpus_online"),
+            "fixed rate (req/s)": m.facts.get("calibration", {}).get("rate_req_s")}

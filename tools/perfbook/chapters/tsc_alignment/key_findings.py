@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num
-from .findings import key_values
+from .analysis import skew_bounds
+from .prose import key_values, tcg_equal_reads
 
 # what the tests below read, not every value the prose quotes; the per-host caveats read every
 # host's values through the same function, so each dataset's are computed once
@@ -14,8 +15,6 @@ def skew(run):
     gets a verdict. Under TCG QEMU serves every vCPU's RDTSC from one counter that never goes
     backwards (softmmu/cpu-timers.c, cpu_get_ticks), so t1 <= t2 <= t3 and the bounds contain 0
     by construction: the evidence says so, with the exchanges that read one value twice."""
-    from .analysis import skew_bounds
-    from .findings import tcg_equal_reads
     pp = run["skew_pingpong"] if "skew_pingpong" in run else None
     if pp is None or pp.empty:
         return None
@@ -49,7 +48,7 @@ def roundtrip(g):
     return Outcome(us < 20, f"median KVM_RUN round trip {g['width_median']} cycles ({us:g} µs)")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("skew", "No TSC skew between this machine's CPUs is detectable (the ping-pong bounds contain 0)",
             skew, contrary="This machine's CPUs' TSCs are skewed: the ping-pong bounds exclude 0"),
     Finding("freq", "KVM reports the TSC frequency within 10 ppm of the measured one", from_glue(_g, freq)),

@@ -6,7 +6,6 @@ import pandas as pd
 
 from perfbook.data.dataset import skipped_table
 from . import analysis as A
-from . import analysis_seed as S
 
 
 def netperf_length(p: dict) -> str:
@@ -15,9 +14,10 @@ def netperf_length(p: dict) -> str:
     return f"{n:,} transactions" if n else f"{int(p['netperf_seconds'])} s"
 
 
-def run_columns(m, D) -> dict:
-    """The chapter's columns of the shared runs table: repetition, rounds per path, run lengths."""
-    p, runs = m.parameters, D["runs"]
+def run_columns(m, data) -> dict:
+    """The chapter's columns of the shared runs table (dataset m; `data` the Data of it alone):
+    repetition, rounds per path, run lengths."""
+    p, runs = m.parameters, data["runs"]
     r = runs[(runs["host_id"] == m.host_id) & (runs["run_id"] == m["run_id"])]
     per_path = r.groupby("path")["rep"].nunique()
     return {"repetition": "adaptive" if "rep_target" in p else "fixed",

@@ -1,16 +1,17 @@
-"""Every value the prose quotes, formatted as it shows, from the quoted dataset (D.quoted: the
-newest default/full run), except where the prose names another scope (every dataset, every
-host's shown dataset)."""
+"""Every value the prose quotes (values(D)), formatted as it shows, from the quoted dataset
+(D.quoted: the newest default/full run), except where the prose names another scope (every
+dataset, every host's shown dataset)."""
 from __future__ import annotations
 
 import math
 from math import comb
 
+import numpy as np
+
 from perfbook.data import machine
 from . import analysis as A
-from . import analysis_seed as S
-from . import views as V
-from .spec import HIST_PER_DECADE, REL_TOL
+from . import tables as T
+from .parse import HIST_PER_DECADE, REL_TOL, netperf_bucket_width_us, netperf_style_percentiles
 
 
 def f1(v) -> str:
@@ -21,7 +22,7 @@ def f0(v) -> str:
     return f"{v:,.0f}"
 
 
-def findings(D) -> dict:
+def values(D) -> dict:
     """All glue values of the chapter (strings and integers)."""
     if D.quoted is None:
         return {"n_datasets": 0}
@@ -34,7 +35,7 @@ def findings(D) -> dict:
 
 def seed_selectors(D) -> dict:
     """The seed's run with the article's selectors: its latencies."""
-    sel = S.seed_metrics(D.ref)["selectors"]
+    sel = A.seed_metrics(D.ref)["selectors"]
     return {name: f"{sel[k]:g}" for k, name in (
             ("MIN_LATENCY", "seed_min"), ("MEAN_LATENCY", "seed_mean"), ("P90_LATENCY", "seed_p90"),
             ("P99_LATENCY", "seed_p99"), ("MAX_LATENCY", "seed_max"))}
@@ -51,7 +52,7 @@ def run(D) -> dict:
             "cpus": int(M.host["cpus_online"]) if M.host.get("cpus_online") else "?",
             "rounds_text": " and ".join(f"{v} ({k})" for k, v in per_path.items()),
             "rr_seconds": f"{P['seconds']:g}", "rr_warmup": f"{P['warmup']:g}",
-            "np_length": V.netperf_length(P),
+            "np_length": T.netperf_length(P),
             "req": int(P["request_size"]),
             "resp": int(P["response_size"]), "ping_count": f0(P["ping_count"]),
             "n_cells": len(R.groupby(["path", "proto", "pin"])),
@@ -283,9 +284,6 @@ def hist_struct_bytes(buckets: int) -> int:
 
 def quantization(D) -> dict:
     """netperf's bucketing: its sizes, and its error on the quoted dataset's own samples."""
-    import numpy as np
-
-    from .netperf_hist import netperf_bucket_width_us, netperf_style_percentiles
     c150 = netperf_style_percentiles(np.full(1000, 150_000))
     q = A.quantization(D.R)
     small, big = q[q.exact_us < 100], q[q.exact_us >= 100]
@@ -305,7 +303,7 @@ def quantization(D) -> dict:
 def big_clause(q, big) -> str:
     """The percentiles above 100 µs: their buckets, their largest error, and whether that error
     exceeds one bucket (the exact percentile interpolates between sparse tail samples; netperf
-    takes the sample at its rank, which tools/perfbook/chapters/netperf_latency/netperf_hist.py checks)."""
+    takes the sample at its rank, which tools/perfbook/chapters/netperf_latency/parse.py checks)."""
     if not len(big):
         return "No percentile of this run reached 100 µs, where buckets become 10 µs wide."
     widths = " and ".join(f"{w:g} µs" for w in sorted(big.bucket_us.unique()))
@@ -351,7 +349,7 @@ def seed(D) -> dict:
     here, then = vs["netperf here"], vs["seed (median of its runs)"]
     ref, R = D.ref, D.R
     np_lo = R[(R.tool == "netperf") & (R.path == "loopback") & (R.proto == "udp") & (R.pin == "none")]
-    vh = S.versus_seed_histogram(D.H, ref, D.quoted.host_id).set_index("bucket")
+    vh = A.versus_seed_histogram(D.H, ref, D.quoted.host_id).set_index("bucket")
     seed_mode, ours_mode = vh.seed_fraction.idxmax(), vh.ours_fraction.idxmax()
     p50_r = vs.loc["P50_LATENCY", "seed / netperf here"]
     min_r = then["MIN_LATENCY"] / here["MIN_LATENCY"]
@@ -416,7 +414,7 @@ def seed_conditions(ref) -> dict:
 
 
 def hosts(D) -> dict:
-    hc = V.hosts_compared(D)
+    hc = T.hosts_compared(D)
     if len(D.shown) < 2:
         text = "Only one host has measured this chapter so far, so there is nothing to compare yet."
     elif hc.empty:
