@@ -386,7 +386,8 @@ LIVE = {
 }
 SIGNALS = {"sigint-group": (signal.SIGINT, "group"), "sigterm-group": (signal.SIGTERM, "group"),
            "sigterm-parent": (signal.SIGTERM, "parent"), "sigkill-parent": (signal.SIGKILL, "parent")}
-# the example chapter has no notebook: its `python -m perfbook collect` stands for the papermill case
+# the example chapter's papermill case is its `python -m perfbook collect` (what its notebook's
+# collect mode runs; tests/test_example.py executes the notebook itself)
 MATRIX = [(c, k, s) for c in LIVE for k in ("measure", "papermill", "collect") for s in SIGNALS
           if k == "measure" or (k == "collect") == (c == "example")]
 
@@ -474,21 +475,6 @@ def test_measure_exits_nonzero_when_a_chapter_fails(scratch_data):
     assert "FAILED: RuntimeError: example: failing on purpose" in r.stdout
     assert "Traceback" not in r.stdout + r.stderr
     assert _datasets(scratch_data) == []
-
-
-def test_the_example_chapter_from_measure_to_findings(scratch_data):
-    """The README's example, end to end: measure, a typed dataset, findings, a figure."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from perfbook.chapters import example as X
-    out = framework.collect(X.chapter, "quick", scratch_data, say=lambda s: None)
-    D = X.chapter.load(scratch_data)
-    assert len(D) == 1 and D.quoted.path == out and D.quoted.profile == "quick"
-    assert str(D["calls"]["round"].dtype) == "int64" and len(D["calls"]) == 3
-    f = X.findings(D)
-    assert f["n_datasets"] == 1 and float(f["median_ns"]) > 0 and "%" in f["ci"]
-    fig, caption = X.figures.per_round(D)
-    assert fig.axes[0].get_ylabel() and "1 dataset" in caption
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=[c.name for c in CHAPTERS])

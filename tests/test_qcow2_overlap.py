@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, need_tool, need_preflight
 from perfbook.framework import sequence as framework
 from perfbook.chapters import qcow2_overlap as qo
-from perfbook.chapters.qcow2_overlap import analysis, collect, collect_perf, figures, prose, spec
+from perfbook.chapters.qcow2_overlap import analysis, collect, figures, parse, prose, tables
 from perfbook.chapters.qcow2_overlap.parse import parse_perf_report
 from perfbook.data.dataset import Data
 from perfbook.core.errors import ParameterError, PerfbookError
@@ -221,7 +221,7 @@ def test_formula_matches_the_seed_arithmetic():
 
 def test_params_defaults_and_baseline():
     p = CH.parameters("quick")
-    assert p["modes"] == list(qo.MODES)
+    assert p["modes"] == list(parse.MODES)
     assert CH.parameters("quick", modes="cached")["modes"] == ["none", "cached"]
     assert CH.parameters("quick", modes=["all", "cached", "all"])["modes"] == ["none", "cached", "all"]
     assert CH.parameters("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
@@ -280,15 +280,15 @@ def test_image_opts_syntax_is_accepted(tmp_path):
     qemu_img()
     img = tmp_path / "o.qcow2"
     run("qemu-img", "create", "-q", "-f", "qcow2", img, MiB)
-    for mode in qo.MODES:
-        run("qemu-img", "info", "--image-opts", spec.image_opts(img, mode))
-    r = subprocess.run(["qemu-img", "info", "--image-opts", spec.image_opts(img, "sometimes")],
+    for mode in parse.MODES:
+        run("qemu-img", "info", "--image-opts", collect.image_opts(img, mode))
+    r = subprocess.run(["qemu-img", "info", "--image-opts", collect.image_opts(img, "sometimes")],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "overlap" in r.stderr.lower()
 
 
 def test_perf_symbol_check_says_why():
-    c = collect_perf.perf_symbol_check()
+    c = collect.perf_symbol_check()
     assert c["symbol"] == "qcow2_check_metadata_overlap"
     assert c["resolvable"] or c["reason"]
 
@@ -307,7 +307,7 @@ def test_runner_error_is_one_line_and_undo_removes_everything(tmp_path):
             s = collect.Runner(undo.enter_context(Scratch(CH.name)))
             undo.callback(s.close)
             d = s.dir
-            s.run(spec.create_cmd(s.path("x.qcow2"), 512, 4 * MiB), "qemu-img create")
+            s.run(collect.create_cmd(s.path("x.qcow2"), 512, 4 * MiB), "qemu-img create")
             assert (d / "x.qcow2").exists()
             sleeper = subprocess.Popen(["sleep", "4242"], start_new_session=True)
             s.children.add(sleeper)  # as if a run were under way when the error came
@@ -342,10 +342,10 @@ def test_quick_collect(scratch_data):
     assert not any("still present" in n for n in man["notes"]), man["notes"]
     D = CH.load(scratch_data)
     pre = D["prealloc"]
-    assert set(pre["mode"]) == set(qo.MODES)
+    assert set(pre["mode"]) == set(parse.MODES)
     pre = pre[pre.command == "resize_no_flush"]
     n_pre = rep[rep.experiment.str.startswith("prealloc")].groupby("experiment").n.first()
-    assert len(pre) == int(n_pre.sum()) * len(qo.MODES), "warm-up rounds are not in the table"
+    assert len(pre) == int(n_pre.sum()) * len(parse.MODES), "warm-up rounds are not in the table"
     assert pre.groupby(["cluster_size", "image_size"])["repeat"].nunique().sort_values().tolist() \
         == sorted(n_pre.tolist())
     assert (pre.cpu_s > 0).all() and (pre.wall_s > 0).all()
@@ -356,7 +356,7 @@ def test_quick_collect(scratch_data):
     ft = analysis.formula_table(meta)
     assert (ft.measured_clusters > 0).all()
     ov = analysis.overhead(pre, ["cluster_size", "image_size", "mode"])
-    assert set(ov["mode"]) == set(qo.MODES)
+    assert set(ov["mode"]) == set(parse.MODES)
     assert ov.extra_ci_low.le(ov.extra_ci_high).all()
     assert qemu_children() == []
 
@@ -438,13 +438,13 @@ def test_host_comparison_and_caption(tmp_path, book_data):
         assert hc.empty and "fewer than 2 runs per case and mode" in prose.host_sentence(D)
     cap = analysis.caption_for(D["writes"], D.manifests, "CPU", by=["host_id", "workload", "mode"])
     assert "h-00000000fa4e" in cap and "runs per group" in cap
-    assert set(analysis.parameters_table(D).columns) == {f"{m0.host_id} {m0.run_id}",
+    assert set(tables.parameters_table(D).columns) == {f"{m0.host_id} {m0.run_id}",
                                                          f"h-00000000fa4e {dst.name}"}
 
 
 def test_committed_data_tells_a_consistent_story(book_data):
     D = _book(book_data)
-    h = qo.headline(D)
+    h = prose.headline(D)
     # the formula with IS = virtual size is a close upper estimate of L2 tables + refblocks
     assert 0.95 < h["formula_ratio_min"] <= h["formula_ratio_max"] < 1.1
     # reference figures come from the seed's table, not from the code
@@ -453,8 +453,8 @@ def test_committed_data_tells_a_consistent_story(book_data):
     assert (ft.l2_tables > 0).all()
     ref = D.reference("qcow2_overlap")
     assert {"seed_file", "title", "date", "environment", "note"} <= set(ref.columns)
-    assert (ref.seed_file == qo.SEED).all()
-    nm = analysis.not_measured(D)
+    assert (ref.seed_file == parse.SEED).all()
+    nm = tables.not_measured(D)
     assert set(zip(nm.host, nm.run)) == {m.key for m in D.manifests}
     assert (nm[nm.what == "perf event"].why != "none").all()
 
@@ -500,7 +500,7 @@ def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
     assert cut[(cut.image_size == sizes[-1]) & (cut.cluster_size == 512)
                & (cut.command == "resize_no_flush")].groupby("mode").size().eq(1).all()
     for data, rows in ((D, cut), (D0, pre)):
-        h, big = qo.headline(data), _largest_compared(rows)
+        h, big = prose.headline(data), _largest_compared(rows)
         if big is None:
             continue
         assert h["pre_max_mib"] == sizes[-1] // MiB and h["pre_big_mib"] == big // MiB
@@ -518,7 +518,7 @@ def test_findings_are_what_the_prose_shows(book_data):
     repr would carry digits the page does not show."""
     import re
     D = _book(book_data)
-    f, h = qo.findings(D), qo.headline(D)
+    f, h = prose.values(D), prose.headline(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
     refs = set()
     for c in nb["cells"]:
@@ -628,15 +628,15 @@ def test_dd_comparison_shows_both_cluster_sizes_and_says_when_they_differ(book_d
     ref = D.reference("qcow2_overlap")
     assert ref.cluster_size_basis.notna().all()
     assert ref[ref.experiment == "guest_dd_64k"].cluster_size_basis.str.startswith("assumed").all()
-    f = qo.findings(D)
+    f = prose.values(D)
     assert f["seed_dd_cluster"] == "64 KiB" and f["al_cluster"] == "512 B"
     assert "not a like-with-like comparison" in f["dd_sentence"] and "assumed" in f["dd_sentence"]
-    t = analysis.comparison_table(D).set_index("workload")
+    t = tables.comparison_table(D).set_index("workload")
     row = t.loc["sequential 64 KiB writes that allocate"]
     assert row["seed cluster size"] == "64 KiB (assumed)" and row["our cluster size"] == "512 B"
     assert row["same cluster size"].startswith("no")
     assert t.loc["metadata preallocation", "same cluster size"] == "yes"
-    same = qo.findings(_SeedAt512(CH, book_data.data_dir))
+    same = prose.values(_SeedAt512(CH, book_data.data_dir))
     assert "like with like" in same["dd_sentence"] and "not a like" not in same["dd_sentence"]
 
 
@@ -669,7 +669,7 @@ def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_m
     assert named <= {F.this, F.reference}, labels
     if any(m["host"].get("virtualization") == "qemu" for m in D.manifests):
         assert "TCG guest" in cap
-    h = qo.headline(D)
+    h = prose.headline(D)
     if h.get("pre_fit_n", 0) >= 3:      # the quoted run's power law: drawn, extrapolated, quoted
         assert any("exponent" in x for x in labels)
         assert any(x.startswith("for comparison: quadratic") for x in labels)
@@ -698,7 +698,7 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
     from conftest import debris
     D = _OneRunPerMode(CH)
     assert not _compared(D) and analysis.dataset_overhead(D, "writes", D.quoted.key).empty
-    f = qo.findings(D)
+    f = prose.values(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
     refs = {r for c in nb["cells"] if c["cell_type"] == "markdown"
             for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
@@ -709,7 +709,7 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
                 "al_cached_sentence", "sn_sentence", "sn_all_share_sentence", "k64_sentence"):
         assert "compare" in f[key] and not re.search(r"\d µs|\d s\b", f[key]), (key, f[key])
     assert "nothing to fit" in f["pre_fit_sentence"] and "no power law" in f["pre_extrap_sentence"]
-    h = qo.headline(D)
+    h = prose.headline(D)
     assert f["ow_n"] == h["al_n"] == h["sn_n"] == 1 and f["pre_max_mib"] == h["pre_max_mib"] > 0
     fig, cap = figures.prealloc(D)       # this host has no shift to draw, and the caption says so
     assert f"({D.quoted.host_id}): no mark, it has nothing to draw here" in cap

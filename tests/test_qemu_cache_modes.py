@@ -18,9 +18,8 @@ from perfbook.qemu import guest
 from perfbook.chapters import qemu_cache_modes as Q
 from perfbook.chapters.qemu_cache_modes import analysis as A
 from perfbook.chapters.qemu_cache_modes import collect as C
-from perfbook.chapters.qemu_cache_modes import collect_guest as G
 from perfbook.chapters.qemu_cache_modes import parse as P
-from perfbook.chapters.qemu_cache_modes import spec as S
+from perfbook.chapters.qemu_cache_modes import prose
 from perfbook.core.errors import ParameterError
 from perfbook.hoststate.scratch import live_dirs
 
@@ -38,9 +37,9 @@ def collect(data, profile="quick", **over):
 # ---------------------------------------------------------------- parameters
 def test_params_validate():
     q = params("quick")
-    assert q["modes"] == list(S.MODES) and q["parts"] == list(S.PARTS)
+    assert q["modes"] == list(P.MODES) and q["parts"] == list(P.PARTS)
     d = params("default")
-    assert d["guest_modes"] == list(S.MODES) and d["bench_depths"] == [1, 16]
+    assert d["guest_modes"] == list(P.MODES) and d["bench_depths"] == [1, 16]
     assert params("quick", modes="unsafe,none")["modes"] == ["none", "unsafe"]  # book order
     assert params("quick", bench_depths="4,1")["bench_depths"] == [1, 4]
     assert params("quick")["guest_modes"] == ["none", "writeback"]
@@ -176,9 +175,9 @@ def _fixture_events() -> pd.DataFrame:
 
 def _check_shape(sem: pd.DataFrame, n_writes: int | None = None):
     """The measured semantics have the shape of QEMU's documented mapping."""
-    assert set(S.MODES) <= set(sem["mode"])
+    assert set(P.MODES) <= set(sem["mode"])
     for r in sem.itertuples():
-        wb, direct, nf = S.DOC_MAPPING[r.mode]
+        wb, direct, nf = P.DOC_MAPPING[r.mode]
         assert r.writes > 0, r
         if n_writes is not None:
             assert r.writes == n_writes, r
@@ -248,10 +247,10 @@ def test_orderings():
 
 def test_guest_script_and_parser():
     rng = random.Random(1)
-    order = G.guest_order(params("quick", dd_repeats=2, dd_warmup=1), rng)
+    order = C.guest_order(params("quick", dd_repeats=2, dd_warmup=1), rng)
     assert len(order) == 9 and {v for _, _, v in order} == {"normal", "direct", "stamps"}
     assert [r for r, _, _ in order].count(-1) == 3
-    sc = G.guest_script(4, order)
+    sc = C.guest_script(4, order)
     assert "bs=64k count=64 oflag=direct" in sc and sc.count("\none ") == 9
     out = ("CACHE_TYPE write back\nWRITE_CACHE write back\nSIZE 8192\n"
            "DD 0 0 normal 1000000 1080000 0 64+0_records_out\nDD 0 1 stamps 1090000 1100000 0 none\n"
@@ -272,13 +271,13 @@ def test_reference_table_has_provenance():
     ref = pd.read_csv(ROOT / "data" / "reference" / "qemu_cache_modes.csv")
     for col in ("seed_file", "title", "date", "environment", "note"):
         assert ref[col].notna().all(), col
-    assert set(ref.seed_file) == {S.SEED}
+    assert set(ref.seed_file) == {P.SEED}
     dd = A.seed_dd(ref)
-    assert len(dd) == 12 and set(dd["mode"]) == set(S.MODES) | {"host"}
+    assert len(dd) == 12 and set(dd["mode"]) == set(P.MODES) | {"host"}
     # every cell has either a figure or a range
     assert (dd["mb_per_s"].notna() | (dd["low"].notna() & dd["high"].notna())).all()
     sem = ref[ref.kind == "semantics"].pivot(index="mode", columns="item", values="value").astype(int)
-    for m, (wb, direct, nf) in S.DOC_MAPPING.items():  # the seed's table says what the manual says
+    for m, (wb, direct, nf) in P.DOC_MAPPING.items():  # the seed's table says what the manual says
         assert (sem.loc[m, "host_page_cache"], sem.loc[m, "disk_write_cache"], sem.loc[m, "no_flush"]) \
             == (int(not direct), int(wb), int(nf)), m
     assert set(ref[ref.kind == "ranking"]["item"]) == {"memory", "performance", "safety"}
@@ -291,13 +290,13 @@ def test_resident_bytes(tmp_path):
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        assert G.resident_bytes(f) == 0
+        assert C.resident_bytes(f) == 0
         os.read(fd, 1 << 20)
-        assert G.resident_bytes(f) == 1 << 20
+        assert C.resident_bytes(f) == 1 << 20
     finally:
         os.close(fd)
     (tmp_path / "empty").write_bytes(b"")
-    assert G.resident_bytes(tmp_path / "empty") == 0
+    assert C.resident_bytes(tmp_path / "empty") == 0
 
 
 def test_host_disk_facts_from_blockdev(tmp_path):
@@ -323,8 +322,8 @@ def test_parse_bench_and_dd_output():
 
 
 def test_meminfo_has_the_counters():
-    m = G.meminfo()
-    assert set(S.MEMINFO_KEYS) <= set(m) and m["Cached"] > 0
+    m = C.meminfo()
+    assert set(C.MEMINFO_KEYS) <= set(m) and m["Cached"] > 0
 
 
 # ---------------------------------------------------------------- live: collect and cleanup
@@ -380,7 +379,7 @@ def test_quick_collect_live(scratch_data):
     # the host facts come from perfbook.probes.blockdev (findmnt and sysfs), under "facts"
     facts = man["facts"]
     assert facts["scratch_fs"]["fstype"] and facts["scratch_fs"]["mount"]
-    assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(S.MODES)
+    assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(P.MODES)
     D = Q.chapter.load(scratch_data)        # the dataset loads through the declared schemas
     assert D.quoted.path == out and len(D.sem) == len(sem) and len(D.gs)
     assert not [d for d in live_dirs(Q.chapter.name) if _owner(d) == os.getpid()]
@@ -413,12 +412,12 @@ def test_findings_of_the_committed_data(monkeypatch, book_data):
     D = Q.chapter.load(book_data.data_dir)
     if D.quoted is None:
         pytest.skip("no committed qemu_cache_modes dataset yet")
-    f = Q.findings(D)
+    f = prose.values(D)
     assert all(isinstance(v, (str, int)) for v in f.values())
     assert f["n_sem_agree"] == f["n_sem_rows"] and f["newest_host"] == D.quoted.host_id
     assert f["spw_writethrough"] == "1" and f["sfl_unsafe"] == f["scl_unsafe"] == 0
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
-    assert Q.findings(Q.chapter.load(book_data.data_dir)) == f
+    assert prose.values(Q.chapter.load(book_data.data_dir)) == f
 
 
 def test_rankings_state_the_real_coverage_of_the_overlapping_cis():

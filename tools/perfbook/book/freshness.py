@@ -32,8 +32,10 @@ CODE_KEY = "code_digest"
 
 
 def _is_chapter(name: str) -> bool:
-    from perfbook.chapters import CHAPTERS
-    return any(c.name == name for c in CHAPTERS)
+    """A chapter's notebook (the book's, or the example's) reads its own package and data; a
+    page's reads every chapter's."""
+    from perfbook.chapters import CHAPTERS, EXAMPLE
+    return any(c.name == name for c in [*CHAPTERS, EXAMPLE])
 
 
 def data_digest(name: str, data_dir: str | Path | None = None) -> tuple[str, int]:

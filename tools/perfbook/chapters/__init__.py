@@ -54,9 +54,10 @@ PAGES: list[Entry] = [
 ]
 
 
-# The smallest chapter of the contract: not in the book or in `measure`, driven by
-# tests/test_contract.py and shown in tools/README.md.
-EXAMPLE = Entry("example", "perfbook.chapters.example", "")
+# The smallest chapter of the contract, the one to copy: not in the book (_toc.yml) or in a
+# bare `measure`, driven by tests/test_contract.py and tests/test_example.py, shown in
+# tools/README.md. Its notebook is refreshed by name (`perfbook refresh --chapters example`).
+EXAMPLE = Entry("example", "perfbook.chapters.example", "chapters/example.ipynb")
 
 
 def by_name(name: str) -> Entry:

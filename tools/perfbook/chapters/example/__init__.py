@@ -7,17 +7,21 @@ root), makes a scratch directory and starts a child process, then measures how l
 `getppid()` takes, in rounds. `fail_after` makes it raise midway and `hold_s` makes it wait
 with all of that state in place, so that a test can signal it.
 
-The package is split by concern, as every chapter's is:
-  __init__.py  what the chapter declares: name, profiles, parameters, tables
-  collect.py   measure(ctx): the only code that touches the host
-  analysis.py  frames -> frames, and findings() for the prose
-  figures.py   frames -> (figure, caption)
+The package is split by concern, with the files every chapter has (the one shape of issue
+#39, tools/README.md); its notebook is chapters/example.ipynb, its tests tests/test_example.py:
+  __init__.py      what the chapter declares: name, profiles, parameters, tables (this file)
+  collect.py       measure(ctx): the only code that touches the host
+  analysis.py      frames -> frames: the median cost per call of each dataset
+  figures.py       D -> (figure, caption), one function per figure the notebook shows
+  tables.py        D -> the tables the notebook shows
+  prose.py         values(D): every value the notebook's text quotes, formatted as it shows it
+  key_findings.py  FINDINGS: the chapter's conclusion, decided on a number and its interval
+A chapter that reads a tool's text output adds parse.py (text -> rows, and the names collect
+and analysis share); this one writes its rows directly, so it has none.
 """
 from __future__ import annotations
 
 from perfbook.framework.contract import Chapter, Param, Table
-from . import analysis, collect, figures  # noqa: F401  (the notebook's entry points)
-from .analysis import findings  # noqa: F401
 
 
 class Example(Chapter):
@@ -31,8 +35,6 @@ class Example(Chapter):
               "hold_s": Param(int, min=0, help="seconds to wait with the state in place"),
               "fail_after": Param(int, min=0, help="raise after this many rounds (0: never)")}
     tables = {"calls": Table(round="int", ns_per_call="float")}
-    key_findings = ()   # none yet
-
 
 
 chapter = Example()

@@ -1,4 +1,4 @@
-"""The example's analysis: frames in, frames and findings out (no I/O, no plotting)."""
+"""The example's analysis: frames in, frames out (no I/O, no plotting)."""
 from __future__ import annotations
 
 from perfbook.analysis import stats
@@ -9,10 +9,8 @@ def per_dataset(calls):
     return stats.summarize_frame(calls, ["host_id", "run_id"], "ns_per_call")
 
 
-def findings(D) -> dict:
-    """Every value the prose quotes, formatted as it shows."""
+def quoted(D):
+    """per_dataset()'s row of the dataset the prose quotes (D.quoted), None without one."""
     if D.quoted is None:
-        return {"n_datasets": 0, "median_ns": "n/a"}
-    row = per_dataset(D.of_quoted(D["calls"])).iloc[0]
-    return {"n_datasets": len(D), "median_ns": f"{row['median']:.1f}",
-            "ci": f"{row['ci_low']:.1f}–{row['ci_high']:.1f} ns ({100 * row['ci_coverage']:.2f} %)"}
+        return None
+    return per_dataset(D.of_quoted(D["calls"])).iloc[0]

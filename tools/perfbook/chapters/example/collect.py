@@ -6,13 +6,17 @@ import subprocess
 import sys
 import time
 
+import pandas as pd
+
 from perfbook.core.proc import die_with_parent, kill_group
+from perfbook.hoststate.tracefs import TraceSession
+from perfbook.hoststate.tracefs import preflight as tracefs_preflight
 
 CHILD_MARK = "4242.4242"  # `sleep 4242.4242`: tests find a leaked child by it
 
 
 def measure(ctx) -> None:
-    import pandas as pd
+    """Measure this host into ctx.writer (the framework validated ctx.p and holds the lock)."""
     p, w = ctx.p, ctx.writer
     scratch = ctx.scratch()                       # removed by the framework's undo stack
     traced = _trace(ctx)
@@ -38,7 +42,6 @@ def measure(ctx) -> None:
 
 def _trace(ctx) -> bool:
     """A private ftrace instance with one event enabled, as root; else a recorded skip."""
-    from perfbook.hoststate.tracefs import TraceSession, preflight as tracefs_preflight
     if os.geteuid() != 0 or tracefs_preflight(need_uprobes=False):
         ctx.writer.skip("ftrace", "not root or no tracefs: no instance was made")
         return False

@@ -18,20 +18,19 @@ Tables (tidy, raw samples):
   cycles      perf record: share of samples in qcow2_check_metadata_overlap
   repetition  how each timed experiment's adaptive repetition stopped
 
-  spec.py          modes, workloads and the qemu-img command lines
-  collect.py       measure(ctx): the timed experiments; collect_perf.py: the perf recordings
-  parse.py         perf report text
-  analysis.py      overheads, tables, the formula check; prose.py: findings(), the prose's values
-  figures.py       (figure, caption) pairs
+  __init__.py      what the chapter declares (this file)
+  collect.py       measure(ctx): the qemu-img command lines, the timed experiments, the perf
+                   recordings
+  parse.py         perf report text; the modes, sizes, workloads and symbols the modules share
+  analysis.py      overheads, fits, the formula check
+  tables.py        the tables the chapter shows; prose.py every value the prose quotes
+  figures.py       (figure, caption) pairs; key_findings.py the chapter's conclusions
 """
 from __future__ import annotations
 
-
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures  # noqa: F401  (the notebook's entry points)
-from .prose import findings, headline  # noqa: F401
-from .spec import MAX_SIZE, MODES, SEED, GiB, MiB  # noqa: F401
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from .parse import MAX_SIZE, MODES, GiB, MiB
 
 # Every timed experiment (one preallocation size, the create with flushes, each write
 # workload) repeats in rounds of all its modes, shuffled, adaptively (perfbook.analysis.repetition.Repetition):
@@ -142,6 +141,8 @@ class Qcow2Overlap(Chapter):
     needs_tools = {"qemu-img": "qemu-utils"}
 
     def check(self, p: dict) -> None:
+        # lazy: perfbook.analysis.repetition imports numpy and scipy (seconds on this host), and
+        # `perfbook measure` and `doctor` import every chapter's declaration
         from perfbook.analysis.repetition import repetition_settings
         if p["repeats"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["repeats"]
@@ -157,10 +158,6 @@ class Qcow2Overlap(Chapter):
                                      f"preallocate; pick smaller sizes, got {max(p[k])}")
         modes = p["modes"] or list(MODES)
         p["modes"] = [m for m in MODES if m in modes or m == "none"]  # none: the baseline
-
-    def preflight(self) -> list[str]:
-        return super().preflight()
-
 
 
 def _sizes(name: str, v) -> list[int]:
@@ -180,6 +177,4 @@ def _sizes(name: str, v) -> list[int]:
     return sorted(set(v))
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-Qcow2Overlap.key_findings = KEY_FINDINGS
 chapter = Qcow2Overlap()

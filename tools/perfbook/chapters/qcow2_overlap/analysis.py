@@ -1,12 +1,18 @@
-"""qcow2_overlap: the analysis (frames in, frames out; no I/O beyond D, no plotting).
+"""qcow2_overlap, analysis: frames in, frames out (no I/O beyond D, no plotting).
 
 D is the chapter's perfbook.data.dataset.Data. The tables the notebook shows are one dataset per
-host (D.of_shown); the prose quotes D.quoted (prose.py).
+host (D.of_shown, tables.py); the prose quotes D.quoted (prose.py).
 """
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+from scipy import stats as scipy_stats
+
+from perfbook.analysis.findings import counted_runs
+from perfbook.analysis.stats import caption, compare, compare_frame, hl_ci_label, hosts_of, summarize_frame
 from perfbook.probes.qcow2 import formula_bytes, formula_clusters
-from .spec import MODES, MiB
+from .parse import MODES, MiB
 
 PRE_BY = ["host_id", "cluster_size", "image_size", "mode"]
 WRITES_BY = ["host_id", "workload", "mode"]
@@ -39,7 +45,6 @@ def dataset_rows(D, table: str, key):
 
 def datasets_rows(D, table: str, keys):
     """The rows of _rows_of() from the datasets `keys`, in table order."""
-    import numpy as np
     df, at = _rows_of(D, table)
     pos = [at[k] for k in keys if k in at]
     return df.iloc[np.sort(np.concatenate(pos))] if pos else df.iloc[0:0]
@@ -56,7 +61,6 @@ def dataset_overhead(D, table: str, key):
 def shown_overhead(D, table: str):
     """dataset_overhead() of each host's shown dataset as one frame, host_id first: what
     overhead() of their rows by host (PRE_BY, WRITES_BY) gives."""
-    import pandas as pd
     frames = [ov.assign(host_id=h) for h, r in sorted(D.shown.items())
               for ov in [dataset_overhead(D, table, (h, r))] if len(ov)]
     if not frames:
@@ -69,8 +73,6 @@ def shown_overhead(D, table: str):
 
 def summary(df, by: list[str], metrics=("wall_s", "cpu_s", "user_s")):
     """Median + CI etc. of wall and CPU time per group (tidy, one row per metric)."""
-    import pandas as pd
-    from perfbook.analysis.stats import summarize_frame
     out = []
     for metric in metrics:
         s = summarize_frame(df, by, metric)
@@ -88,9 +90,6 @@ def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
     `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
     Only the `modes` given are compared (each comparison is most of the cost).
     """
-    import numpy as np
-    import pandas as pd
-    from perfbook.analysis.stats import compare
     rows = []
     keys = [k for k in by if k != "mode"]
     # each group's runs of each mode, in row order, from one grouping of the frame
@@ -126,7 +125,6 @@ OVERHEAD_COLUMNS = ("mode", "median", "none_median", "extra", "extra_ci_low", "e
 def shift_ci_label(ov) -> str:
     """The real coverage of overhead()'s Hodges-Lehmann intervals in `ov`, e.g.
     '90–95.88 % CI' (perfbook.analysis.stats.hl_ci_label over the rows' (n, n_none))."""
-    from perfbook.analysis.stats import hl_ci_label
     if "n_none" not in ov.columns or ov.empty:
         return "CI of unknown coverage"
     return hl_ci_label(list(zip(ov["n"].astype(int), ov["n_none"].astype(int))))
@@ -142,7 +140,6 @@ def prealloc_bars_text(ov_cpu) -> str:
 def fit_quadratic(ov, mode: str = "cached"):
     """Least-squares extra CPU = a * size^2 (cluster size 512), the exponent fixed at 2: shown
     only beside fit_power_law() for comparison, since the data need not support it."""
-    import numpy as np
     g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
     x = g.image_size.to_numpy(float)
     y = g.extra.to_numpy(float)
@@ -159,8 +156,6 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
     k_lo/k_hi (95 % t interval of the slope, n >= 3) and, for a size `at` in bytes, pred (the
     fitted extra there) with pred_lo/pred_hi (95 % interval of the fitted line at `at`, which
     lies outside the sizes measured when it is an extrapolation). NaN where it can't be said."""
-    import numpy as np
-    from scipy import stats
     g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
     x, y = g.image_size.to_numpy(float), g.extra.to_numpy(float)
     ok = y > 0
@@ -179,7 +174,7 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
         resid = ly - (b + k * lx)
         sxx = float(np.sum((lx - lx.mean()) ** 2))
         s = float(np.sqrt(np.sum(resid ** 2) / (n - 2)))
-        t = float(stats.t.ppf(0.975, n - 2))
+        t = float(scipy_stats.t.ppf(0.975, n - 2))
         ss_tot = float(np.sum((ly - ly.mean()) ** 2))
         out["r2"] = 1 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else nan
         out["k_lo"], out["k_hi"] = float(k - t * s / np.sqrt(sxx)), float(k + t * s / np.sqrt(sxx))
@@ -193,8 +188,6 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
 def prealloc_fits(D, at: float | None = None):
     """fit_power_law() of `cached` for every dataset (not only those shown), one row per run:
     the run-to-run spread of the exponent, with each fit's quality."""
-    import pandas as pd
-    from perfbook.analysis.findings import counted_runs
     rows = []
     for h in D.hosts:
         for m in counted_runs([m for m in D.manifests if m.host_id == h]):
@@ -209,20 +202,8 @@ def prealloc_fits(D, at: float | None = None):
     return pd.DataFrame(rows)
 
 
-def fits_table(D, at: float | None = None):
-    """prealloc_fits() for display: exponent with its 95 % interval, R², points."""
-    f = prealloc_fits(D, at)
-    if f.empty:
-        return "no 512-byte-cluster preallocation with two runs per mode"
-    t = f[["host_id", "run_id", "profile", "sizes_mib", "n", "dropped", "k", "k_lo", "k_hi", "r2"]]
-    return t.rename(columns={"n": "points", "dropped": "shift <= 0", "k": "exponent",
-                             "k_lo": "exponent_ci_low", "k_hi": "exponent_ci_high",
-                             "r2": "R2_loglog"}).round(2).set_index(["host_id", "run_id"])
-
-
 def formula_table(meta):
     """Measured metadata against the seed's 10 * IS / CS^2 (and 40 * IS / CS^2 bytes)."""
-    import pandas as pd
     f = meta[meta.experiment.isin(["formula", "snapshots"])].copy()
     f = f.drop_duplicates(["host_id", "experiment", "cluster_size", "virtual_size", "nb_snapshots"],
                           keep="last")
@@ -247,7 +228,6 @@ def formula_table(meta):
 
 def caption_for(df, manifests, what: str, by: list[str], ci: bool = True, extra: str = "") -> str:
     """Caption from the runs shown: runs per group, warm-up rounds excluded, hosts."""
-    from perfbook.analysis.stats import caption, hosts_of
     runs = set(zip(df["host_id"], df["run_id"]))
     ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in runs]
     # warm-up rounds: rep_warmup now, warmup in the datasets of fixed repetition
@@ -273,115 +253,15 @@ def writes(D):
     return D.of_shown(D["writes"])
 
 
-def prealloc_table(D):
-    """CPU seconds per run and each mode's extra over none, per host and size."""
-    ov = prealloc_overhead(D)
-    t = ov.assign(size_mib=ov.image_size // 2**20)[["host_id", "cluster_size", "size_mib", "mode", "n", "median",
-                                                    "extra", "extra_ci_low", "extra_ci_high", "share_pct",
-                                                    "p_value"]]
-    t = t.assign(significant=ov["significant"].map({True: "yes", False: "no"}))
-    return t.round(3).rename(columns={"median": "cpu_s"}).set_index(["host_id", "cluster_size", "size_mib", "mode"])
-
-
 def writes_summary(D):
     """summary() of the shown datasets' writes (wall and CPU time, what is read of it), once
     per D: the writes table, their spread and the modes figure show it."""
     return D.once("writes_summary", lambda: summary(writes(D), WRITES_BY, metrics=("wall_s", "cpu_s")))
 
 
-def writes_table(D):
-    """Per host, workload and mode: runs, median wall and CPU s, the extra CPU over none."""
-    sw, ovw = writes_summary(D), shown_overhead(D, "writes")
-    wall = sw[sw.metric == "wall_s"].set_index(WRITES_BY)["median"].rename("wall_s")
-    tw = ovw.set_index(WRITES_BY).join(wall)[["n", "wall_s", "median", "extra", "extra_ci_low",
-                                              "extra_ci_high", "share_pct", "p_value", "verdict"]]
-    return tw.rename(columns={"median": "cpu_s"}).round(3)
-
-
-def writes_spread(D):
-    """The spread of the CPU time per run behind the medians (percentiles, CV)."""
-    sw = writes_summary(D)
-    return sw[sw.metric == "cpu_s"].set_index(WRITES_BY)[["n", "median", "ci_low", "ci_high", "p5", "p95",
-                                                           "cv"]].round(3)
-
-
-def cycles_table(D):
-    """The share of perf samples in the check, per host, workload and mode."""
-    cy = D.of_shown(D["cycles"])
-    return cy.groupby(["host_id", "workload", "mode"]).agg(
-        n=("check_pct", "size"), check_pct_median=("check_pct", "median"),
-        check_pct_min=("check_pct", "min"), check_pct_max=("check_pct", "max")).round(2)
-
-
-def comparison_table(D):
-    """The seed's 2014 shares next to ours (self share of sampled CPU in the check), each with
-    its cluster size, and whether the two cluster sizes are the same."""
-    import pandas as pd
-    from .prose import cluster_text, headline
-    h = headline(D)
-    nan = float("nan")
-    ref = D.reference("qcow2_overlap")
-    seed = ref[(ref.metric == "cycles_share_pct") & (ref.variant == "before_series")].set_index("experiment")
-    wr = D.of_quoted(D["writes"])
-
-    def ours(wl, col):
-        v = sorted(set(wr[wr.workload == wl][col].astype(int)))
-        return v[0] if len(v) == 1 else None
-
-    cy = D.of_quoted(D["cycles"])
-    pre_mib = int(cy[cy.workload == "prealloc_512"].image_size.iloc[0]) // MiB if len(cy) else None
-    rows = []
-    # the perf recording of each workload builds the image the timed runs use (collect_perf)
-    for what, exp, seed_what, share, cs, mib in (
-            ("metadata preallocation", "create_prealloc_metadata_512", "qemu-img create",
-             h.get("perf_pre_cached", nan), 512, pre_mib),
-            ("sequential 64 KiB writes that allocate", "guest_dd_64k", "guest dd",
-             h.get("perf_al_cached", nan), ours("allocate_sequential_64k", "cluster_size"),
-             (ours("allocate_sequential_64k", "image_size") or 0) // MiB),
-            ("scattered 512 B overwrites, preallocated image", "guest_random_512_odirect",
-             "guest O_DIRECT", h.get("perf_ow_cached", nan), ours("overwrite_scattered_512", "cluster_size"),
-             h["ow_size_mib"])):
-        r = seed.loc[exp]
-        same_cs = cs is not None and int(r.cluster_size) == cs
-        rows.append({"workload": what,
-                     "seed 2014, before the series": f"{seed_what}: {r.value:.2f} %",
-                     "seed image": f"{int(r.image_size_mib)} MiB",
-                     "seed cluster size": f"{cluster_text(r.cluster_size)} ({r.cluster_size_basis.split(':')[0]})",
-                     "this host, overlap-check=cached": f"{share:.2f} %",
-                     "our image": f"{mib} MiB" if mib else "—",
-                     "our cluster size": cluster_text(cs) if cs else "mixed",
-                     "same cluster size": "yes" if same_cs else "no: not like with like",
-                     "same image size": "yes" if mib == int(r.image_size_mib) else "no"})
-    return pd.DataFrame(rows)
-
-
-FORMULA_COLUMNS = ["host_id", "cluster_size", "virtual_size_mib", "snapshots", "l2_tables", "refcount_blocks",
-                   "measured_clusters", "formula_virtual", "measured_list_kib", "formula_virtual_kib",
-                   "disk_usage_mib", "formula_disk_kib"]
-
-
 def formula_shown(D):
     """formula_table() of the datasets shown (one per host)."""
     return formula_table(D.of_shown(D["metadata"]))
-
-
-def formula_display(D):
-    return formula_shown(D)[FORMULA_COLUMNS].round(2).reset_index(drop=True)
-
-
-PARAMETER_ROWS = ["profile", "rep_target", "rep_min_runs", "rep_max_runs", "rep_budget_s", "rep_warmup",
-                  "repeats", "warmup", "prealloc_sizes_512", "prealloc_sizes_64k", "bench_size",
-                  "bench_count", "alloc_size", "snapshots", "snap_size", "snap_count", "perf_repeats"]
-
-
-def parameters_table(D):
-    """The parameters of the dataset shown for each host, one column per dataset."""
-    import pandas as pd
-    shown = D.shown
-    ms = [m for m in D.manifests if shown.get(m.host_id) == m["run_id"]]
-    return pd.DataFrame({f"{m.host_id} {m['run_id']}":
-                         [str(m.profile if k == "profile" else m.parameters.get(k, "—")) for k in PARAMETER_ROWS]
-                         for m in ms}, index=PARAMETER_ROWS)
 
 
 def host_comparison(D):
@@ -392,8 +272,6 @@ def host_comparison(D):
 
 
 def _host_comparison(D):
-    import pandas as pd
-    from perfbook.analysis.stats import compare_frame
     if len(D.hosts) < 2:
         return pd.DataFrame()
     return compare_frame(host_cases(D), by="host_id", value="cpu_s", baseline=D.quoted.host_id,
@@ -403,7 +281,6 @@ def _host_comparison(D):
 def host_cases(D):
     """Every host's runs (host_id, case, mode, cpu_s) of the shown datasets, a case being a
     preallocation (cluster and image size) or a write workload (image size and requests)."""
-    import pandas as pd
     pre = resizes(D).assign(
         case=lambda t: "prealloc cs=" + t.cluster_size.astype(str) + " " + (t.image_size // MiB).astype(str) + " MiB")
     wr = writes(D).assign(
@@ -412,27 +289,23 @@ def host_cases(D):
     return pd.concat([pre[cols], wr[cols]])
 
 
-def host_comparison_table(D):
-    hc = host_comparison(D)
-    if not len(hc):
-        return "no host comparison (see the text above)"
-    return hc[["case", "mode", "host_id", "baseline", "n_a", "n_b", "median_a", "median_b", "shift",
-               "shift_low", "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+# -- the seed's figures and how a cluster size is written ------------------------------------
+
+def seed_size(ref) -> int:
+    """Bytes of the image the seed created with preallocation (its 2014 measurement)."""
+    return int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
 
 
-def not_measured(D):
-    """Per dataset: what it did not measure and why (its skips and notes), the perf event
-    it sampled and where its scratch images lived."""
-    import pandas as pd
-    from perfbook.data.dataset import skipped_table
-    rows = []
-    cy = D["cycles"]
-    for m in sorted(D.manifests, key=lambda m: m["run_id"]):
-        mine = cy[(cy.host_id == m.host_id) & (cy.run_id == m["run_id"])] if len(cy) else cy
-        scratch = m.facts.get("scratch") or {}
-        rows.append({"host": m.host_id, "run": m["run_id"], "what": "perf event",
-                     "why": mine.event.iloc[0] if len(mine) else "none"})
-        rows.append({"host": m.host_id, "run": m["run_id"], "what": "scratch file system",
-                     "why": f"{scratch.get('filesystem')}; flushes: {scratch.get('flushes')}"})
-    t = pd.concat([skipped_table(D.manifests), pd.DataFrame(rows)], ignore_index=True)
-    return t.sort_values(["host", "run"], kind="stable").reset_index(drop=True)
+def cluster_text(b: int) -> str:
+    """A cluster size as the prose shows it: '512 B', '64 KiB'."""
+    b = int(b)
+    return f"{b // 1024} KiB" if b >= 1024 and b % 1024 == 0 else f"{b} B"
+
+
+def perf_check_pct(D):
+    """The median share of perf samples in the check per (workload, mode) of the quoted dataset
+    (a Series; None without a perf recording)."""
+    cy = D.of_quoted(D["cycles"])
+    if cy is None or not len(cy):
+        return None
+    return cy.groupby(["workload", "mode"]).check_pct.median()

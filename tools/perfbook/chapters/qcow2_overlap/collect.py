@@ -2,8 +2,8 @@
 
 Everything happens in a private scratch directory (ctx.scratch()) with the host's qemu-img:
 timed preallocations, `qemu-img bench` write workloads, images with internal snapshots,
-metadata counted by tools/perfbook/probes/qcow2.py, and perf recordings (collect_perf.py). Every child runs
-in its own process group; the framework's undo stack kills any that is still running and
+metadata counted by tools/perfbook/probes/qcow2.py, and perf recordings of where the
+cycles go. Every child runs in its own process group; the framework's undo stack kills any that is still running and
 removes the directory, on every exit path.
 """
 from __future__ import annotations
@@ -15,15 +15,54 @@ import subprocess
 import time
 from pathlib import Path
 
-from perfbook.probes.blockdev import fstype
+import pandas as pd
+from elftools.elf.elffile import ELFFile
+
+from perfbook.analysis.repetition import repetition
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import die_with_parent, kill_group
+from perfbook.probes.blockdev import fstype
 from perfbook.probes.qcow2 import Qcow2Image
-from perfbook.analysis.repetition import repetition
-from .spec import (MODES, PERF_WORKLOADS, bench_cmd, create_cmd, prealloc_cmd, rotation,
-                   snapshot_cmd)
+from .parse import MODES, OVERLAP_SYMBOLS, PERF_WORKLOADS, parse_perf_report
 
 
+# ---------------------------------------------------------------- the qemu-img command lines
+def rotation(modes, rng) -> list[str]:
+    """The modes in a fresh shuffled order (one round), from the run's seeded generator."""
+    order = list(modes)
+    rng.shuffle(order)
+    return order
+
+
+def image_opts(path: Path, mode: str, no_flush: bool = True) -> str:
+    """The --image-opts string that selects an overlap-check mode (QEMU >= 2.x syntax)."""
+    opts = ["driver=qcow2", f"overlap-check={mode}"]
+    if no_flush:
+        opts.append("cache.no-flush=on")
+    opts.append(f"file.filename={path}")
+    return ",".join(opts)
+
+
+def create_cmd(path: Path, cluster_size: int, size: int = 0, prealloc: str | None = None) -> list[str]:
+    o = f"cluster_size={cluster_size}" + (f",preallocation={prealloc}" if prealloc else "")
+    return ["qemu-img", "create", "-q", "-f", "qcow2", "-o", o, str(path), str(size)]
+
+
+def prealloc_cmd(path: Path, size: int, mode: str) -> list[str]:
+    return ["qemu-img", "resize", "-q", "--preallocation=metadata", "--image-opts",
+            image_opts(path, mode), str(size)]
+
+
+def bench_cmd(path: Path, mode: str, count: int, buf: int, step: int) -> list[str]:
+    return ["qemu-img", "bench", "-q", "-w", "-c", str(count), "-s", str(buf), "-S", str(step),
+            "-t", "writeback", "--image-opts", image_opts(path, mode, no_flush=True)]
+
+
+def snapshot_cmd(path: Path, name: str) -> list[str]:
+    return ["qemu-img", "snapshot", "-c", name, str(path)]
+
+
+# ---------------------------------------------------------------- the measurement
 class Runner:
     """Runs qemu-img children to completion inside a scratch directory, timing each one.
 
@@ -73,8 +112,6 @@ class Runner:
 
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (the framework validated ctx.p and holds the lock)."""
-    import pandas as pd
-    from .collect_perf import perf_shares, perf_symbol_check
     p, w = ctx.p, ctx.writer
     rng = random.Random(p["seed"])
     modes = p["modes"]
@@ -267,3 +304,104 @@ def _formula(s: Runner, p: dict, prog) -> list[dict]:
             img.unlink()
             prog.step(f"metadata cs={cs} size={size >> 20} MiB")
     return rows
+
+
+# ---------------------------------------------------------------- perf: where the samples land
+# perf record of one qemu-img process. The Debian qemu-img is stripped of .symtab but exports
+# qcow2_check_metadata_overlap in .dynsym, so perf can name it; perf_symbol_check() says whether
+# it can on this host.
+
+def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
+    """Share of sampled cycles in the overlap-check functions (perf record, no call graph);
+    `s` is the Runner."""
+    rows = []
+    img, tmpl = s.path("perf.qcow2"), s.path("perf-template.qcow2")
+    step = 512 * p["bench_step_clusters"]
+    for rep in range(p["perf_repeats"]):
+        for wl in PERF_WORKLOADS:
+            for mode in rotation(modes, rng):
+                for f in (img, tmpl):
+                    if f.exists():
+                        f.unlink()
+                if wl == "prealloc_512":
+                    s.run(create_cmd(img, 512), "qemu-img create")
+                    cmd = prealloc_cmd(img, p["perf_prealloc_size"], mode)
+                    size = p["perf_prealloc_size"]
+                elif wl == "allocate_sequential_64k":
+                    s.run(create_cmd(img, 512, p["alloc_size"]), "qemu-img create")
+                    n = p["alloc_size"] // 65536
+                    cmd = bench_cmd(img, mode, n, 65536, 65536)
+                    size = p["alloc_size"]
+                else:
+                    size = p["snap_size"] if "snapshots" in wl else p["bench_size"]
+                    s.run(create_cmd(img, 512), "qemu-img create")
+                    s.run(prealloc_cmd(img, size, "none"), "qemu-img resize")
+                    if "snapshots" in wl:
+                        for i in range(p["snapshots"]):
+                            s.run(snapshot_cmd(img, f"s{i}"), "qemu-img snapshot -c")
+                    count = p["snap_count"] if "snapshots" in wl else p["bench_count"]
+                    cmd = bench_cmd(img, mode, count, 512, step)
+                data = s.path("perf.data")
+                # --no-bpf-event: no side-band thread, whose 1 s poll timeout perf record
+                # waits out at exit (tools/perf/util/sideband_evlist.c); no sample here is BPF
+                s.run(["perf", "record", "-q", "--no-bpf-event", "-F", "1999", "-o", str(data), "--", *cmd],
+                      "perf record")
+                shares, event, total = perf_report_shares(s, data)
+                rows.append({"workload": wl, "mode": mode, "image_size": size, "repeat": rep,
+                             "event": event, "samples": total,
+                             "check_pct": shares.get(OVERLAP_SYMBOLS[0], 0.0),
+                             "pre_write_pct": shares.get(OVERLAP_SYMBOLS[1], 0.0),
+                             "top_symbol": shares.get("_top", "")})
+                data.unlink()
+                prog.step(f"perf {wl} {mode}")
+    for f in (img, tmpl):
+        if f.exists():
+            f.unlink()
+    return rows
+
+
+def perf_report_shares(s, data: Path) -> tuple[dict, str, int]:
+    """{symbol: percent of samples} for qemu-img, the event name and the sample count."""
+    out = s.path("perf.txt")
+    with open(out, "wb") as f:
+        proc = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "-n",
+                               "--sort", "symbol", "--percent-limit", "0"],
+                              stdout=f, stderr=subprocess.DEVNULL, start_new_session=True)
+    if proc.returncode != 0:
+        raise PerfbookError(f"perf report failed (exit {proc.returncode}); run perf report -i on a "
+                            "perf.data by hand to see why")
+    text = out.read_text(errors="replace")
+    out.unlink()
+    return parse_perf_report(text)
+
+
+def perf_symbol_check(binary: str | None = None) -> dict:
+    """Can perf name qcow2_check_metadata_overlap in this qemu-img? (symbols)"""
+    exe = binary or shutil.which("qemu-img")
+    out = {"binary": exe, "symbol": "qcow2_check_metadata_overlap", "resolvable": False}
+    if not exe:
+        out["reason"] = "qemu-img is not installed"
+        return out
+    try:
+        with open(exe, "rb") as f:
+            elf = ELFFile(f)
+            names = set()
+            for sec in (".symtab", ".dynsym"):
+                tab = elf.get_section_by_name(sec)
+                if tab is not None:
+                    names.update(sym.name for sym in tab.iter_symbols())
+            out["has_symtab"] = elf.get_section_by_name(".symtab") is not None
+            out["has_debuglink"] = elf.get_section_by_name(".gnu_debuglink") is not None
+    except Exception as e:  # unreadable binary: say so, measure with time only
+        out["reason"] = f"cannot read {exe}: {e}"
+        return out
+    if "qcow2_check_metadata_overlap" in names:
+        out["resolvable"] = True
+        out["reason"] = ""
+        return out
+    debug = Path("/usr/lib/debug/.build-id")
+    out["reason"] = ("the Debian qemu-img is stripped (no .symtab) and no debug symbols "
+                     "(qemu-utils-dbgsym from the debian-debug archive) are installed"
+                     if not out["has_symtab"] else "the symbol is not in the binary")
+    out["debug_dir_present"] = debug.is_dir()
+    return out

@@ -1,23 +1,29 @@
-"""qcow2_overlap: the figures, as (figure, caption) pairs for perfbook.book.notebook.show."""
+"""qcow2_overlap, figures: D in, (figure, caption) pairs out (perfbook.book.notebook.figure)."""
 from __future__ import annotations
 
-from . import analysis as A, prose
-from .spec import MODES, MiB
+import types
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from perfbook.analysis import fleetview as fv
+from perfbook.analysis.stats import caption, ci_label
+from . import analysis as A
+from .parse import MODES, MiB
 
 
 def prealloc(D):
     """Extra CPU of cached over none when preallocating, against the image size, each run with its
     fitted power law: every counted run of this host and of the reference host, each other
     host's shown dataset in grey; the quoted run extrapolated to the seed's size."""
-    import numpy as np
-    import pandas as pd
-    from perfbook.analysis import fleetview as fv
     measured = sorted(A.measured_datasets(D, "prealloc"))
     F = fv.fleet(D, {h for h, _ in measured})
     keep = fv.runs(D, F)
     rs = A.datasets_rows(D, "prealloc", keep)
     ref = D.reference("qcow2_overlap")
-    seed_size = prose.seed_size(ref)
+    seed_size = A.seed_size(ref)
     runs = []
     for h, r in (k for k in measured if k in keep):
         ov = A.dataset_overhead(D, "prealloc", (h, r))
@@ -64,7 +70,6 @@ def prealloc(D):
 def modes(D):
     """Median CPU time per qemu-img bench run, per mode and workload: one point per other host,
     this host and the reference host with their intervals; one row of panels per machine kind."""
-    from perfbook.analysis import fleetview as fv
     wr = A.writes(D)
     F = fv.fleet(D, set(wr.host_id.unique()))
     g = plot_modes(A.writes_summary(D), F)
@@ -81,8 +86,6 @@ def modes(D):
 def formula(D):
     """Metadata clusters counted in the images against the seed's formula (every host's images,
     coloured by cluster size: the counts are deterministic, so the hosts' points coincide)."""
-    from perfbook.analysis import fleetview as fv
-    from perfbook.analysis.stats import caption
     ft = A.formula_shown(D)
     cap = caption(
         "L2 tables plus refcount blocks counted in real images against the seed's formula 10 · IS / CS², "
@@ -101,10 +104,6 @@ def plot_prealloc(runs, ref, F):
     host's role style (other hosts grey, without intervals once there are many); the quoted run's
     fit extrapolated to the seed's size (dotted) beside a quadratic through the same points
     (dashed, comparison). Returns (figure, what was drawn)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-    from matplotlib.lines import Line2D
-    from perfbook.analysis import fleetview as fv
     fig, ax = plt.subplots(figsize=(8, 6.2), layout="constrained")
     r = ref[ref.experiment == "create_prealloc_metadata_512"]
     seed_mib = float(r.image_size_mib.iloc[0]) if len(r) else None
@@ -168,10 +167,6 @@ def plot_modes(summ, F=None, workload_col: str = "workload"):
     """Median CPU time per mode and workload over the hosts (perfbook.analysis.fleetview.points): a column
     of panels per workload, a row per machine kind (F: the fleet; without it, and without a
     host_id column, the rows are one host's). Returns a namespace: figure, axes, drawn, rows."""
-    import types
-    import matplotlib.pyplot as plt
-    from perfbook.analysis import fleetview as fv
-    from perfbook.analysis.stats import ci_label
     d = summ[summ.metric == "cpu_s"]
     if "host_id" not in d.columns:
         d = d.assign(host_id="this host")
@@ -202,7 +197,6 @@ def plot_modes(summ, F=None, workload_col: str = "workload"):
 
 
 def plot_formula(ft):
-    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for cs, d in ft.groupby("cluster_size"):
         ax.scatter(d.formula_virtual, d.measured_clusters, label=f"{cs} B clusters", s=40)

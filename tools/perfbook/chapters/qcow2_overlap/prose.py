@@ -1,15 +1,18 @@
-"""qcow2_overlap: every value the chapter's prose quotes, from D.quoted and the seed's table.
+"""qcow2_overlap, prose: every value the chapter's prose quotes, from D.quoted and the seed's table.
 
-headline(D) gives the numbers (floats unrounded); findings(D) formats each one exactly as the
+headline(D) gives the numbers (floats unrounded); values(D) formats each one exactly as the
 prose shows it (FORMATS), because perfbook.book.notebook.glue_all glues text and integers only.
 """
 from __future__ import annotations
 
 import datetime as dt
+import math
 
-from .analysis import (PRE_KEYS, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic, formula_table,
-                       host_cases, host_comparison, overhead)
-from .spec import GiB, MiB
+import numpy as np
+
+from .analysis import (PRE_KEYS, cluster_text, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic,
+                       formula_table, host_cases, host_comparison, overhead, perf_check_pct, seed_size)
+from .parse import GiB, MiB
 
 # How the prose shows each float (format specs); everything else is an int or a str.
 FORMATS = {
@@ -41,15 +44,8 @@ AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "host_cpus", "pre_not_sig",
          "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence", "pre_max_mib")
 
 
-def cluster_text(b: int) -> str:
-    """A cluster size as the prose shows it: '512 B', '64 KiB'."""
-    b = int(b)
-    return f"{b // 1024} KiB" if b >= 1024 and b % 1024 == 0 else f"{b} B"
-
-
 def sig2(x: float) -> str:
     """Two significant digits without exponent notation ('0.00031', '8.8', '880')."""
-    import math
     if not math.isfinite(x):
         return "n/a"
     if x == 0:
@@ -71,7 +67,7 @@ def significance(row) -> str:
     return f"{word} (Mann–Whitney p = {row['p_value']:.2g})"
 
 
-def findings(D) -> dict:
+def values(D) -> dict:
     """Every value the prose glues, formatted as it shows them (strings and ints)."""
     return formatted(headline(D))
 
@@ -160,7 +156,7 @@ def _cost(f: dict, key: str, mode: str):
 
 
 def key_values(D) -> dict:
-    """What the key findings (claims.py) read, as findings() shows it: the largest preallocation
+    """What the key findings (key_findings.py) read, as values() shows it: the largest preallocation
     and the fit of `cached` at 512-byte clusters, the formula, both checking modes after
     snapshots and the seed's figures. Each dataset's verdicts need only these, so only the
     modes they quote are compared with none (a comparison per mode and case is most of
@@ -186,7 +182,6 @@ def headline(D) -> dict:
 
 
 def _headline(D) -> dict:
-    import numpy as np
     m = D.quoted
     ref = D.reference("qcow2_overlap")
     rs = dataset_rows(D, "prealloc", m.key)
@@ -213,11 +208,6 @@ def _headline(D) -> dict:
     out["host_sentence"] = host_sentence(D)
     # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
-
-
-def seed_size(ref) -> int:
-    """Bytes of the image the seed created with preallocation (its 2014 measurement)."""
-    return int(ref[ref.experiment == "create_prealloc_metadata_512"].image_size_mib.iloc[0]) * MiB
 
 
 def _prealloc(ov, rs, ref) -> dict:
@@ -378,11 +368,10 @@ def _metadata(D, ref) -> dict:
 
 
 def _perf(D, ref) -> dict:
-    import numpy as np
     out = {}
     cy = D.of_quoted(D["cycles"])
-    if cy is not None and len(cy):
-        g = cy.groupby(["workload", "mode"]).check_pct.median()
+    g = perf_check_pct(D)
+    if g is not None:
         out["perf_event"] = str(cy.event.iloc[0])
         out["perf_pre_cached"] = float(g.get(("prealloc_512", "cached"), np.nan))
         out["perf_ow_cached"] = float(g.get(("overwrite_scattered_512", "cached"), np.nan))
@@ -398,7 +387,7 @@ def _perf(D, ref) -> dict:
 def _dd(D, ref) -> dict:
     """The seed's guest dd share against our sequential 64 KiB writes, with both cluster sizes:
     the seed's from data/reference (where it says whether the seed stated it), ours from the
-    writes table (the perf recording of the same workload builds the same image, collect_perf)."""
+    writes table (the perf recording of the same workload builds the same image, collect.perf_shares)."""
     out = {}
     dd = ref[(ref.experiment == "guest_dd_64k") & (ref.variant == "before_series")].iloc[0]
     seed_cs = int(dd.cluster_size)

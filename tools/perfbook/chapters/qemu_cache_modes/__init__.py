@@ -25,24 +25,21 @@ the write, and bdrv_co_flush() returns before the driver's flush_to_disk when BD
 set) are named in the chapter; the documented mapping is the table of ``-drive cache=`` in the
 qemu-system-x86_64(1) manual page of QEMU 7.2 (generated from qemu-options.hx).
 
-  spec.py          modes, parts, the documented mapping, shared constants
-  collect.py       measure(ctx): semantics, bench, host dd; collect_guest.py the guest's dd
-                   and the page-cache sampler
-  parse.py         strace, guest, qemu-img bench and dd output -> rows
-  data.py          the loaded datasets in natural order and the quoted dataset's frames
-  analysis.py      semantics table, summaries, rank tests, orderings
-  views.py         the chapter's tables; findings.py every value the prose quotes
-  figures.py       (figure, caption) pairs
+  __init__.py      what the chapter declares (this file)
+  collect.py       measure(ctx): semantics, bench, host dd, the guest's dd and the page-cache
+                   sampler
+  parse.py         strace, guest, qemu-img bench and dd output -> rows; the modes, parts and
+                   the documented mapping the other modules share
+  analysis.py      CacheData (the loaded datasets in natural order, the quoted dataset's
+                   frames); semantics table, summaries, rank tests, orderings
+  tables.py        the chapter's tables; prose.py every value the prose quotes
+  figures.py       (figure, caption) pairs; key_findings.py the chapter's conclusions
 """
 from __future__ import annotations
 
-
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
-from . import analysis, figures, views  # noqa: F401  (the notebook's entry points)
-from .data import CacheData
-from .findings import findings  # noqa: F401
-from .spec import AIO, DOC_MAPPING, FORMATS, MODES, OPS, PARTS, SEED, KiB, MiB  # noqa: F401
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from .parse import AIO, FORMATS, MODES, OPS, PARTS, KiB, MiB
 
 _COMMON = {"modes": None, "parts": None, "bench_size": 64 * KiB, "bench_aio": "threads",
            "bench_image_mib": 64, "accel": "auto", "boot_timeout": 180.0, "guest_memory_mib": 256,
@@ -156,8 +153,13 @@ class QemuCacheModes(Chapter):
     quote_needs = ("trace", "bench", "host_dd", "guest_dd", "guest_boots", "pagecache", "pagecache_samples")
 
     needs_tools = {"qemu-img": "qemu-utils", "qemu-io": "qemu-utils"}
+    needs_text = ("QEMU boots its guests with KVM where /dev/kvm works and under TCG elsewhere "
+                  "(the dataset says which)")
+    needs_root = False
 
     def check(self, p: dict) -> None:
+        # lazy: perfbook.analysis.repetition imports numpy and scipy (seconds on this host), and
+        # `perfbook measure` and `doctor` import every chapter's declaration
         from perfbook.analysis.repetition import repetition_settings
         repetition_settings(p, "bench_")
         repetition_settings(p, "host_dd_")
@@ -176,12 +178,9 @@ class QemuCacheModes(Chapter):
         """Why collect can't run here at all ([] = it can; missing strace/QEMU only skip parts)."""
         return super().preflight()
 
-
-    def load(self, data_dir=None) -> CacheData:
-        return CacheData(self, data_dir)
-
-    def run_columns(self, m) -> dict:
-        return views.run_columns(m)
+    def load(self, data_dir=None):
+        """Every dataset, in natural order, with the quoted dataset's frames (analysis.CacheData)."""
+        return self.part("analysis").CacheData(self, data_dir)
 
 
 def _int_list(p: dict, key: str, lo: int, hi: int) -> list[int]:
@@ -200,18 +199,4 @@ def _int_list(p: dict, key: str, lo: int, hi: int) -> list[int]:
     return sorted(set(v))
 
 
-from .claims import KEY_FINDINGS  # noqa: E402
-QemuCacheModes.key_findings = KEY_FINDINGS
-
-
-def _platform_notes(self, D):
-    from perfbook.analysis.findings import per_host_note
-    from .claims import _g
-    return per_host_note(D, _g, lambda g: f"its QEMU guests ran under {g['accel']}"
-                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
-
-
-QemuCacheModes.platform_notes = _platform_notes
-QemuCacheModes.needs_text = 'QEMU boots its guests with KVM where /dev/kvm works and under TCG elsewhere (the dataset says which)'
-QemuCacheModes.needs_root = False
 chapter = QemuCacheModes()

@@ -1,16 +1,142 @@
 """qemu_cache_modes, analysis: frames in, frames out (no I/O, no plotting).
 
-The semantics table from the classified trace and its check against QEMU's manual; summaries
-of the bench, the host's and the guest's dd and the page cache; the seed's figures; rank tests
-between modes and hosts; the three orderings (memory, speed, safety) beside the seed's."""
+The chapter's Data (CacheData): every table in its natural order, and the quoted dataset's
+frames every table, figure and finding starts from, computed once. The semantics table from
+the classified trace and its check against QEMU's manual; summaries of the bench, the host's
+and the guest's dd and the page cache; the seed's figures; rank tests between modes and hosts;
+the three orderings (memory, speed, safety) beside the seed's."""
 from __future__ import annotations
 
 import math
 import re
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
 
 from perfbook.analysis import stats
-from .spec import BENCH_KEYS, DOC_MAPPING, RANK_MEM_TOL_MIB, RANK_REL_TOL
+from perfbook.data.dataset import Data
+from .parse import AIO, DOC_MAPPING, FORMATS, MODES
 
+BENCH_KEYS = ["format", "op", "depth", "flush_interval"]
+RANK_REL_TOL = 0.05   # speed: medians closer than this (relative) rank as equal
+RANK_MEM_TOL_MIB = 1.0  # memory: residencies closer than this rank as equal
+SAFETY_LEVELS = {
+    0: "no fdatasync/fsync reaches the image, not even for a guest flush",
+    1: "synced on guest flushes only; written data waited dirty in the host page cache",
+    2: "synced on guest flushes only; written data went to the host disk at once (O_DIRECT)",
+    3: "synced after every write",
+}
+
+# -- the chapter's Data ---------------------------------------------------------------------
+
+# Each table's natural key: the analysis must not depend on the order rows were written in
+# (_f/_a/_m: format, aio and mode in FORMATS/AIO/MODES order, the order the trace runs them).
+NATURAL_KEYS = {"bench": ["round", "position"], "host_dd": ["round", "position"],
+                "guest_boots": ["boot"], "guest_dd": ["boot", "round", "position"],
+                "pagecache": ["boot"], "pagecache_samples": ["boot", "t"],
+                "trace": ["_f", "_a", "_m", "seq"]}
+
+
+def natural_order(df, name):
+    if df.empty or name not in NATURAL_KEYS:
+        return df
+    rank = {"_f": ("format", FORMATS), "_a": ("aio", AIO), "_m": ("mode", MODES)}
+    keys = NATURAL_KEYS[name]
+    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+                     for k, (c, o) in rank.items() if k in keys})
+    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
+            .drop(columns=[k for k in rank if k in keys]).reset_index(drop=True))
+
+
+class CacheData(Data):
+    """Every table in its natural order. The quoted dataset (D.quoted): D.p (its parameters),
+    D.trace, D.sem (semantics_table), D.raw (its raw, aio=threads rows by mode), D.bench and
+    D.bs (bench_summary), D.boots, D.gdd, D.hdd, D.gs, D.hs (the dd summaries), D.acc (the
+    accelerator label), D.pc (pagecache_table) and D.samples; D.ref, the seed's figures."""
+
+    def prepare(self, name: str, df):
+        return natural_order(df, name)
+
+    @property
+    def p(self) -> dict:
+        return self.quoted.parameters
+
+    @cached_property
+    def ref(self):
+        return self.reference(self.chapter.name)
+
+    def host_of(self, df) -> list[tuple]:
+        """[(host_id, description)] of the dataset df's first row comes from, for a caption."""
+        host, run = df.host_id.iloc[0], df.run_id.iloc[0]
+        return [(host, next(m.host.get("description") for m in self.manifests
+                            if m.host_id == host and m.run_id == run))]
+
+    # -- the quoted dataset ------------------------------------------------------------
+    @cached_property
+    def trace(self):
+        return self.of_quoted(self["trace"])
+
+    @cached_property
+    def sem(self):
+        return semantics_table(self.trace)
+
+    @cached_property
+    def raw(self):
+        s = self.sem
+        return s[(s.format == "raw") & (s.aio == "threads")].set_index("mode")
+
+    @cached_property
+    def bench(self):
+        return self.of_quoted(self["bench"])
+
+    @cached_property
+    def bs(self):
+        return bench_summary(self.bench)
+
+    @cached_property
+    def boots(self):
+        return self.of_quoted(self["guest_boots"])
+
+    @cached_property
+    def gdd(self):
+        return self.of_quoted(self["guest_dd"])
+
+    @cached_property
+    def hdd(self):
+        return self.of_quoted(self["host_dd"])
+
+    @cached_property
+    def gs(self):
+        return guest_dd_summary(self.gdd)
+
+    @cached_property
+    def hs(self):
+        return host_dd_summary(self.hdd)
+
+    @property
+    def acc(self) -> str:
+        return "/".join(a.upper() for a in sorted(set(self.gs.accel)))
+
+    @cached_property
+    def pagecache(self):
+        return self.of_quoted(self["pagecache"])
+
+    @cached_property
+    def pc(self):
+        return pagecache_table(self.pagecache)
+
+    @cached_property
+    def mem(self):
+        """pagecache_table per mode (the last boot of each), in MODES order."""
+        return self.pc.drop_duplicates("mode", keep="last").set_index("mode").reindex(list(MODES))
+
+    @cached_property
+    def samples(self):
+        return self.of_quoted(self["pagecache_samples"])
+
+
+# -- frames in, frames out ------------------------------------------------------------------
 
 def semantics_table(events):
     """One row per traced run (mode, format, aio): what QEMU did with the image.
@@ -21,8 +147,6 @@ def semantics_table(events):
     documented terms: direct (O_DIRECT), writeback (no sync per write and no O_DSYNC),
     no_flush (no fdatasync/fsync reached the image at all).
     """
-    import numpy as np
-    import pandas as pd
     keys = [k for k in ("host_id", "run_id", "mode", "format", "aio") if k in events.columns]
     rows = []
     for key, g in events.groupby(keys, sort=False):
@@ -60,7 +184,6 @@ def semantics_table(events):
 
 def check_documented(sem):
     """Compare the measured properties with QEMU's documented mapping, per row."""
-    import pandas as pd
     out = []
     for r in sem.itertuples():
         doc = DOC_MAPPING.get(r.mode)
@@ -73,7 +196,6 @@ def check_documented(sem):
                      "measured_no_flush": bool(r.no_flush),
                      "agrees": (wb, direct, nf) == (bool(r.writeback), bool(r.direct), bool(r.no_flush))})
     return pd.DataFrame(out)
-
 
 
 def compare_modes(bench, baseline: str = "none", value: str = "mb_per_s"):
@@ -96,7 +218,6 @@ def compare_hosts(t, keys, value: str = "mb_per_s"):
 
 def _median(values) -> float:
     """stats.summarize(values).median without the rest of the summary."""
-    import numpy as np
     x = np.asarray(values, dtype=float)
     x = x[~np.isnan(x)]
     return float(np.median(x)) if len(x) else math.nan
@@ -105,7 +226,6 @@ def _median(values) -> float:
 def bench_summary(bench):
     """stats.summarize_frame of the rates with each configuration's median latency beside it,
     in one pass over the groups (two passes and a merge cost twice as much)."""
-    import pandas as pd
     keys = ["host_id", "format", "op", "depth", "flush_interval", "mode"]
     rows = []
     for key, g in bench[keys + ["mb_per_s", "mean_latency_us"]].groupby(keys, sort=True):
@@ -118,7 +238,6 @@ def bench_summary(bench):
 def guest_dd_table(dd):
     """MB/s per run, with the cost of the two time stamps (the 'stamps' variant of the same
     boot, median) taken out."""
-    import pandas as pd
     d = dd[dd["round"] >= 0].copy()
     d["elapsed_us"] = d["t1_us"] - d["t0_us"]
     stamps = d[d.variant == "stamps"].groupby(["host_id", "run_id", "boot"])["elapsed_us"].median()
@@ -150,7 +269,6 @@ def pagecache_table(pc):
 
 def seed_dd(reference):
     """The seed's dd table, tidy: source, mode, variant, mb_per_s, low, high."""
-    import pandas as pd
     r = reference[reference.kind == "dd"]
     out = r[["mode", "item", "value", "value_low", "value_high"]].rename(
         columns={"item": "variant", "value": "mb_per_s", "value_low": "low", "value_high": "high"})
@@ -161,7 +279,6 @@ def seed_dd(reference):
 
 def dd_comparison(guest_summary, host_summary, reference, accel_label: str):
     """Seed vs today, one row per (source, mode incl. 'host', variant)."""
-    import pandas as pd
     rows = []
     dd = reference[reference.kind == "dd"]
     m = re.search(r"qemu (\S+?),", dd.environment.iloc[0]) if len(dd) else None
@@ -255,9 +372,9 @@ def safety_levels(sem, pc) -> dict[str, int]:
             out[r.mode] = 1
     return out
 
+
 def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=None):
     """The seed's three orderings next to the ones today's data gives, and where they differ."""
-    import pandas as pd
     ref = reference[reference.kind == "ranking"].set_index("item")["value"].to_dict()
     rows = []
 

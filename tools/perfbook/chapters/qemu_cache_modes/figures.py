@@ -1,11 +1,17 @@
-"""qemu_cache_modes, figures: D (data.CacheData) in, (figure, caption) out."""
+"""qemu_cache_modes, figures: D (analysis.CacheData) in, (figure, caption) out."""
 from __future__ import annotations
 
-from perfbook.data import machine
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
+from perfbook.analysis import fleetview as fv
 from perfbook.analysis import stats
+from perfbook.data import machine
 from . import analysis as A
-from . import views as V
-from .spec import MODES
+from . import tables as V
+from .parse import MODES
 
 _M = list(MODES)
 
@@ -16,7 +22,6 @@ def _errorbars(ax, x, g, **kw):
 
 def _log_ticks(ax):
     """A log y axis labelled with plain numbers at 1, 2 and 5 of every decade (no 10^x)."""
-    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
@@ -31,8 +36,6 @@ def _legend_below(fig, handles, labels, ncol=3):
 
 def bench(D):
     """qemu-img bench per mode, format and configuration (the quoted dataset)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
     bs, p = D.bs, D.p
     panels = [(op, d, fi) for op in ("write", "read") for d in p["bench_depths"]
               for fi in (p["bench_flush_intervals"] if op == "write" else [0])]
@@ -64,8 +67,6 @@ def bench(D):
 
 def guest_dd(D):
     """The seed's dd test: 2013 against this host's guest and the host itself."""
-    import matplotlib.pyplot as plt
-    import numpy as np
     comp, acc, gdd = V.dd_comparison(D), D.acc, D.gdd
     order = ["host"] + _M
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
@@ -110,7 +111,6 @@ def guest_dd(D):
 
 def pagecache(D):
     """The image's pages in the host page cache and the host's Dirty growth, per mode."""
-    import matplotlib.pyplot as plt
     samp, mem, acc = D.samples, D.mem, D.acc
     fig, axes = plt.subplots(1, len(_M), figsize=(12, 2.9), sharey=True)
     for ax, m in zip(axes, _M):
@@ -135,9 +135,6 @@ def hosts(D):
     """Bench and guest dd per mode over the hosts (each host's shown dataset): one point per other
     host, this host and the reference host with their intervals; the guest dd split by the
     guest's accelerator (KVM and TCG guests are not comparable), with the seed's figures."""
-    import matplotlib.pyplot as plt
-    import pandas as pd
-    from perfbook.analysis import fleetview as fv
     bsh = A.bench_summary(V.shown_bench(D))
     GH = D.of_shown(D["guest_dd"])
     gsh = A.guest_dd_summary(GH) if GH is not None and not GH.empty else pd.DataFrame()

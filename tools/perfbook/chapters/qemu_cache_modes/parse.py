@@ -1,10 +1,39 @@
-"""qemu_cache_modes, parse: text -> rows (tested on fixtures). strace -f output of qemu-io,
-the guest script's output, and the run time qemu-img bench and dd print."""
+"""qemu_cache_modes, parse: text -> rows (tested on fixtures): strace -f output of qemu-io,
+the guest script's output, and the run time qemu-img bench and dd print. Also the chapter's
+vocabulary, which the collect, the parsers and the analysis share: the modes and parts, QEMU's
+documented mapping, the traced write and the phase markers."""
 from __future__ import annotations
 
 import re
 
-from .spec import MARK_FLUSH_BEGIN, MARK_FLUSH_END
+SEED = "003_a6856da90838b12c.txt"
+MODES = ("none", "directsync", "writethrough", "writeback", "unsafe")
+PARTS = ("semantics", "bench", "host_dd", "guest")
+FORMATS = ("raw", "qcow2")
+OPS = ("write", "read")
+AIO = ("threads", "native", "io_uring")
+KiB, MiB = 1024, 1024 * 1024
+
+# The documented mapping: qemu-system-x86_64(1), QEMU 7.2, -drive cache= (from qemu-options.hx).
+# mode -> (cache.writeback, cache.direct, cache.no-flush)
+DOC_SOURCE = ("qemu-system-x86_64(1) manual page of QEMU 7.2 (Debian qemu-system-x86 "
+              "1:7.2+dfsg-7), -drive cache=, generated from qemu-options.hx")
+DOC_MAPPING: dict[str, tuple[bool, bool, bool]] = {
+    "writeback": (True, False, False),
+    "none": (True, True, False),
+    "writethrough": (False, False, False),
+    "directsync": (False, True, False),
+    "unsafe": (True, False, True),
+}
+
+# -- semantics: the traced writes of qemu-io
+SEM_WRITE = 64 * KiB
+# Phase markers: reads of lengths that nothing else uses, before and after the flush command.
+MARK_FLUSH_BEGIN = (6 * MiB, 12 * KiB)
+MARK_FLUSH_END = (7 * MiB, 20 * KiB)
+
+# -- the guest's dd
+DD_BS = 64 * KiB
 
 _LINE = re.compile(r"^(\d+)\s+(.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (\w+) resumed>(.*)$")

@@ -1,11 +1,8 @@
 """Key findings of the cache-modes chapter, from the chapter's values for one dataset."""
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
-from .findings import bench_rates, guest_rates, memory, semantics
-
-# what the tests below read, not every value the prose quotes
-_g = sections(semantics, bench_rates, guest_rates, memory)
+from perfbook.analysis.findings import Finding, Outcome, from_glue, num
+from .prose import key_values as _g      # what the tests below read, not every value the prose quotes
 
 
 def direct_penalty(g):
@@ -34,7 +31,7 @@ def pagecache(g):
                    + ", ".join(f"{m} {v:g}" for m, v in res.items()))
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("direct_penalty", "With oflag=direct in the guest, directsync keeps more than half of none's "
             "write rate, where the 2013 article kept under a tenth", from_glue(_g, direct_penalty),
             contrary="With oflag=direct in the guest, directsync keeps at most half of none's write rate"),

@@ -1,12 +1,14 @@
-"""qemu_cache_modes, findings: every value the prose quotes, formatted as it shows them (D: the
-chapter's data.CacheData). One function per section of the chapter; findings() has them all."""
+"""qemu_cache_modes, prose: every value the prose quotes, formatted as it shows them (D: the
+chapter's analysis.CacheData). One function per section of the chapter; values() has them all.
+platform_notes() adds the guests' accelerator to the platform banner."""
 from __future__ import annotations
 
-from perfbook.data import machine
 from perfbook.analysis import stats
+from perfbook.analysis.findings import per_host_note, sections
+from perfbook.data import machine
 from . import analysis as A
-from . import views as V
-from .spec import DD_BS, MODES, SEM_WRITE
+from . import tables as V
+from .parse import DD_BS, MODES, SEM_WRITE
 
 
 def method(D) -> dict:
@@ -373,7 +375,18 @@ def disk(D) -> dict:
     return {"none_cache_said": cache, "durability_said": dur}
 
 
-def findings(D) -> dict:
+def values(D) -> dict:
     """Every value the prose quotes."""
     return {**method(D), **semantics(D), **bench(D), **guest(D), **memory(D), **ranking(D), **hosts(D),
             **disk(D)}
+
+
+# The sections the key findings and the platform banner read, not every value the prose quotes
+# (perfbook.analysis.findings.sections: each dataset's values computed once, in the verdict store).
+key_values = sections(semantics, bench_rates, guest_rates, memory)
+
+
+def platform_notes(D) -> dict[str, list[str]]:
+    """host_id -> the accelerator its QEMU guests ran under, for the platform banner."""
+    return per_host_note(D, key_values, lambda g: f"its QEMU guests ran under {g['accel']}"
+                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))

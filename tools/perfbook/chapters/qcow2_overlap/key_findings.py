@@ -34,7 +34,7 @@ def all_snapshots(g):
                    f"{g['sn_all_hi_us']} µs), cached +{c:g} µs")
 
 
-KEY_FINDINGS = (
+FINDINGS = (
     Finding("prealloc_share", "With 512-byte clusters, the cached overlap check adds a significant shift of "
             "more than 10 % to the CPU time of preallocating the largest image measured", from_glue(_g, prealloc_share),
             contrary="The data do not show the cached overlap check adding more than 10 % CPU time to "

@@ -1,14 +1,19 @@
-"""qemu_cache_modes, views: the chapter's tables, ready to display (D: data.CacheData)."""
+"""qemu_cache_modes, tables: the chapter's tables, ready to display (D: analysis.CacheData), and
+the columns the runs table adds for it."""
 from __future__ import annotations
 
+import pandas as pd
+
 from . import analysis as A
-from .spec import MODES, PARTS, SAFETY_LEVELS
+from .analysis import SAFETY_LEVELS
+from .parse import MODES, PARTS
 
 _MODE_RANK = {m: i for i, m in enumerate(MODES)}
 
 
-def run_columns(m) -> dict:
-    """What the runs table adds for this chapter: QEMU's version, the repetition, the parts."""
+def run_columns(m, data) -> dict:
+    """What the runs table adds for dataset m (its manifest; `data`, its Data, is not read):
+    QEMU's version, the repetition, the parts."""
     return {"QEMU": m["tools"].get("qemu-img", "").split("(")[0].strip(),
             "repetition": "adaptive (bench, host dd)" if "repetition" in m["tables"] else "fixed",
             "parts": ", ".join(x for x in PARTS if x in m["tables"] or
@@ -28,7 +33,6 @@ def semantics(D):
 
 def seed_semantics(D):
     """The seed's three switches per mode against the traced ones, and the guest's cache_type."""
-    import pandas as pd
     ref, raw, boots = D.ref, D.raw, D.boots
     seed_sem = ref[ref.kind == "semantics"].pivot(index="mode", columns="item", values="value").astype(int)
     gct = (boots.drop_duplicates("mode", keep="last").set_index("mode")["guest_cache_type"]
@@ -53,7 +57,6 @@ def bench_table(D):
     """The bench's summary, one row per configuration (format, operation, depth, flush interval)
     and one column per mode: median MB/s [95 % CI]. The per-run rows (cv, latency) stay in
     bench.csv, which the Datasets section links."""
-    from .spec import MODES
     tab = D.bs.assign(cell=[f"{m:.0f} [{lo:.0f}, {hi:.0f}]"
                             for m, lo, hi in zip(D.bs["median"], D.bs["ci_low"], D.bs["ci_high"])])
     wide = tab.pivot_table(index=["format", "op", "depth", "flush_interval"], columns="mode",
@@ -81,7 +84,6 @@ def bench_comparisons(D):
 
 def dd_comparison(D):
     """The seed's dd figures beside the host's and the guest's, mode ordered host first."""
-    import pandas as pd
     comp = A.dd_comparison(D.gs, D.hs, D.ref, D.acc)
     comp["mode"] = pd.Categorical(comp["mode"], ["host", *MODES], ordered=True)
     return comp
@@ -108,7 +110,6 @@ def guest_comparisons(D):
 
 def memory_table(D):
     """The host's memory per mode while the guest wrote, and the guest's own copy."""
-    import pandas as pd
     mem = D.mem
     gb = D.boots.drop_duplicates("mode", keep="last").set_index("mode")
     return pd.DataFrame({
@@ -129,7 +130,6 @@ def rankings_table(D):
 
 def safety_table(D):
     """The safety level of each mode, from the measurements."""
-    import pandas as pd
     lv = A.safety_levels(D.sem, D.pagecache)
     return pd.DataFrame([{"mode": m, "level": lv.get(m), "meaning (from the measurements)": SAFETY_LEVELS[lv[m]]}
                          for m in MODES if m in lv]).sort_values("level", kind="stable").reset_index(drop=True)

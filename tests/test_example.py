@@ -1,0 +1,104 @@
+"""The example chapter (tools/perfbook/chapters/example/), the one a new chapter copies: its
+parts from a measured dataset to the prose's values, its key finding in both directions, and its
+notebook (chapters/example.ipynb, not in the book) run on a dataset of this host.
+
+tests/test_contract.py drives the same chapter through the framework's failure paths."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import matplotlib
+import nbformat
+import papermill as pm
+import pytest
+
+from conftest import ROOT
+from perfbook.analysis.findings import FAILS, HOLDS, evaluate
+from perfbook.book.notebook import frame_glue
+from perfbook.chapters import EXAMPLE
+from perfbook.chapters.example import chapter, figures, key_findings, prose, tables
+from perfbook.framework import sequence as framework
+
+matplotlib.use("Agg")
+NB = ROOT / EXAMPLE.notebook
+PART = key_findings.under_a_microsecond
+
+
+def _collect(data, profile="quick"):
+    return framework.collect(chapter, profile, data, say=lambda s: None)
+
+
+def test_the_example_chapter_from_measure_to_findings(scratch_data):
+    """The README's example, end to end: measure, a typed dataset, findings, a figure."""
+    out = _collect(scratch_data)
+    D = chapter.load(scratch_data)
+    assert len(D) == 1 and D.quoted.path == out and D.quoted.profile == "quick"
+    assert str(D["calls"]["round"].dtype) == "int64" and len(D["calls"]) == 3
+    f = prose.values(D)
+    assert f["n_datasets"] == 1 and float(f["median_ns"]) > 0 and "%" in f["ci"]
+    assert float(f["ci_high_ns"]) >= float(f["median_ns"])
+    fig, caption = figures.per_round(D)
+    assert fig.axes[0].get_ylabel() and "1 dataset" in caption
+    t = tables.per_call(D)
+    assert list(t.columns) == ["rounds", "ns_per_call", "ci_low", "ci_high"] and t.rounds.tolist() == [3]
+
+
+def test_without_a_dataset_the_parts_say_so(scratch_data):
+    D = chapter.load(scratch_data)
+    assert prose.values(D)["n_datasets"] == 0
+    assert "no dataset" in tables.per_call(D)
+    fig, caption = figures.per_round(D)
+    assert not fig.axes[0].lines and "0 dataset" in caption
+    assert PART(prose.values(D)) is None, "no data is 'not measured', not a verdict"
+
+
+@pytest.mark.parametrize("ci_high,holds", [("999.9", True), ("1000.0", False), ("4321.0", False)])
+def test_the_key_finding_is_decided_on_the_interval(ci_high, holds):
+    """The claim holds only where the whole interval of the median lies below 1000 ns; a median
+    below it with an interval that reaches it does not make it hold."""
+    g = {"n_datasets": 1, "median_ns": "800.0", "ci": f"700.0–{ci_high} ns (96.09 %)", "ci_high_ns": ci_high}
+    out = PART(g)
+    assert out.holds is holds and "800.0 ns" in out.evidence
+
+
+def test_the_key_finding_of_a_real_profile_run(scratch_data):
+    """Chapter.key_findings reads key_findings.FINDINGS, and a default-profile dataset gets a
+    verdict whose direction is the interval's (a quick run is a test: no verdict)."""
+    assert chapter.key_findings == key_findings.FINDINGS and len(chapter.key_findings) == 1
+    _collect(scratch_data, "default")
+    D = chapter.load(scratch_data)
+    v = evaluate(D, key_findings.FINDINGS[0], D.quoted.host_id)
+    below = float(prose.values(D)["ci_high_ns"]) < key_findings.LIMIT_NS
+    assert v.verdict == (HOLDS if below else FAILS), v
+
+
+def test_the_notebook_runs_on_a_dataset_and_glues_what_prose_gives(tmp_path, scratch_data):
+    """The notebook, executed by papermill on a dataset of this host: it glues exactly
+    prose.values(D) and every glue name its text quotes exists."""
+    _collect(scratch_data)
+    out = tmp_path / "out.ipynb"
+    pm.execute_notebook(str(NB), str(out), parameters={"data_dir": str(scratch_data)},
+                        progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    nb = nbformat.read(out, as_version=4)
+    glued = {o.metadata["scrapbook"]["name"]: o.data["application/papermill.record/text/plain"]
+             for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    want = prose.values(chapter.load(scratch_data))
+    assert {k: glued[k] for k in want} == {k: repr(v) for k, v in want.items()}
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    quoted = set(re.findall(r"\{glue:text\}`([^`]+)`", text))
+    assert quoted <= set(want) | frame_glue(chapter, nb), quoted - set(want)
+
+
+def test_the_notebook_is_out_of_the_book_and_declares_every_parameter():
+    """Not in _toc.yml (the book); its parameters cell names every parameter the chapter
+    declares (`perfbook measure --param` reads it), each None: the profile's value."""
+    import yaml
+    assert "chapters/example" not in json.dumps(yaml.safe_load((ROOT / "_toc.yml").read_text()))
+    nb = nbformat.read(NB, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    given = {s.targets[0].id: s.value for s in ast.parse(cell.source).body}
+    assert set(given) == {"mode", "profile", "data_dir", *chapter.params}
+    assert all(isinstance(given[k], ast.Constant) and given[k].value is None for k in chapter.params)
