@@ -1,5 +1,6 @@
 """Shared test helpers: skips that say why, a scratch data directory, the book's data in the
 states a reader's clone holds it (book_data), and every figure each chapter shows."""
+
 from __future__ import annotations
 
 import json
@@ -19,32 +20,45 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def need_root(reason_what: str = "this test") -> None:
     if os.geteuid() != 0:
-        pytest.skip(f"{reason_what} needs root (kernel interfaces); run the tests as root to include it")
+        pytest.skip(
+            f"{reason_what} needs root (kernel interfaces); run the tests as root to include it"
+        )
 
 
 def need_tool(name: str, package: str | None = None) -> str:
     exe = shutil.which(name)
     if not exe:
-        pytest.skip(f"{name} is not installed (apt-get install {package or name}); tools/setup.sh installs it as root")
+        pytest.skip(
+            f"{name} is not installed (apt-get install {package or name}); tools/setup.sh installs it as root"
+        )
     return exe
 
 
 NOBODY = 65534
 
 
-def as_nobody(code: str, timeout: float = 30, args: list[str] = (), site: bool = False) \
-        -> subprocess.CompletedProcess:
+def as_nobody(
+    code: str, timeout: float = 30, args: list[str] = (), site: bool = False
+) -> subprocess.CompletedProcess:
     """Run Python code as uid/gid 65534 (not root, no capabilities), with argv[1:] = args; with
     site=True it imports from this environment's site-packages too (pyzmq)."""
+
     def drop():
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
+
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     path = [str(ROOT)] + ([p for p in sys.path if p.endswith("site-packages")] if site else [])
-    return subprocess.run([py, "-c", textwrap.dedent(code), *args], capture_output=True,
-                          text=True, timeout=timeout, preexec_fn=drop, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(path)})
+    return subprocess.run(
+        [py, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=drop,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(path)},
+    )
 
 
 def nobody_requests(targets: list[tuple[str, str, int]], payload: bytes = b"x") -> list[str]:
@@ -78,8 +92,11 @@ def others_listen(proto: str, port: int, group: int) -> bool:
     """Does a process outside process group `group` (a server we started in a session of its
     own) listen on `port` in the host's network namespace? Then a request to that port from
     the host's namespace reaches that process, and says nothing about ours."""
-    r = subprocess.run(["ss", "-Hlnp", "-t" if proto == "tcp" else "-u", f"sport = :{port}"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["ss", "-Hlnp", "-t" if proto == "tcp" else "-u", f"sport = :{port}"],
+        capture_output=True,
+        text=True,
+    )
     for pid in {int(x) for x in re.findall(r"pid=(\d+)", r.stdout)}:
         try:
             if os.getpgid(pid) != group:
@@ -99,16 +116,35 @@ def need_preflight(module) -> None:
 def fake_manifest(host_id: str, run: str, chapter: str = "demo", **fields) -> dict:
     """A complete manifest (every field perfbook.data.dataset.REQUIRED lists) for a synthetic dataset;
     `fields` override or add top-level fields, `host` facts go in fields["host"]."""
-    m = {"schema": 1, "chapter": chapter, "run_id": run, "host": {"host_id": host_id},
-         "parameters": {}, "started": "2026-01-01T00:00:00+00:00",
-         "finished": "2026-01-01T00:01:00+00:00", "tables": {}, "skipped": {}, "notes": []}
+    m = {
+        "schema": 1,
+        "chapter": chapter,
+        "run_id": run,
+        "host": {"host_id": host_id},
+        "parameters": {},
+        "started": "2026-01-01T00:00:00+00:00",
+        "finished": "2026-01-01T00:01:00+00:00",
+        "tables": {},
+        "skipped": {},
+        "notes": [],
+    }
     host_facts = fields.pop("host", {})
     m.update(fields)
     m["host"].update(host_facts)
     # an explicitly labelled host (as PERFBOOK_HOST_ID gives), with identity facts to compare
-    m["host"].setdefault("machine", {"version": 2, "machine_key": host_id, "id_override": True,
-                                     "cpu_model": "test CPU", "cpus": 2, "mem_gib": 4,
-                                     "arch": "x86_64", "tsc_mhz": 2000})
+    m["host"].setdefault(
+        "machine",
+        {
+            "version": 2,
+            "machine_key": host_id,
+            "id_override": True,
+            "cpu_model": "test CPU",
+            "cpus": 2,
+            "mem_gib": 4,
+            "arch": "x86_64",
+            "tsc_mhz": 2000,
+        },
+    )
     return m
 
 
@@ -120,6 +156,7 @@ def read_until(p, ready: str, timeout: float) -> tuple[list[str], bool]:
     import re
     import selectors
     import time
+
     fd = p.stdout.fileno()
     seen, pending, deadline = [], b"", time.monotonic() + timeout
     sel = selectors.DefaultSelector()
@@ -134,7 +171,7 @@ def read_until(p, ready: str, timeout: float) -> tuple[list[str], bool]:
         for i, line in enumerate(lines):
             seen.append(line.decode(errors="replace") + "\n")
             if re.search(ready, seen[-1]):
-                rest = b"\n".join(lines[i + 1:] + [pending])
+                rest = b"\n".join(lines[i + 1 :] + [pending])
                 return seen + ([rest.decode(errors="replace")] if rest else []), True
     return seen + ([pending.decode(errors="replace")] if pending else []), False
 
@@ -168,9 +205,9 @@ BOOK_DATA = ("committed", "new_host", "spanning_builds")
 @dataclass(frozen=True)
 class BookData:
     scenario: str
-    data_dir: Path | None                       # None: the committed data/ itself
-    host: str | None = None                     # the host whose datasets the scenario added
-    added: dict = field(default_factory=dict)   # chapter -> the dataset directory it added
+    data_dir: Path | None  # None: the committed data/ itself
+    host: str | None = None  # the host whose datasets the scenario added
+    added: dict = field(default_factory=dict)  # chapter -> the dataset directory it added
 
     def __str__(self):
         return self.scenario
@@ -179,6 +216,7 @@ class BookData:
 def _make_book_data(scenario: str, tmp_path_factory) -> BookData:
     from perfbook.analysis import fleetview
     from perfbook.dev import synthfleet
+
     if scenario == "committed":
         return BookData(scenario, None)
     data = tmp_path_factory.mktemp(scenario) / "data"
@@ -203,8 +241,10 @@ def book_datasets(tmp_path_factory):
         if scenario not in made:
             made[scenario] = _make_book_data(scenario, tmp_path_factory)
         return made[scenario]
+
     yield get
     from perfbook.data.buildfiles import store_dir
+
     for bd in made.values():
         if bd.data_dir is not None:
             shutil.rmtree(store_dir("verdicts", bd.data_dir), ignore_errors=True)
@@ -219,48 +259,89 @@ def book_data(request, book_datasets) -> BookData:
 # ---- every figure each chapter's notebook shows (nb.figure key -> how it is made) -------------
 
 FIGURES = {
-    "trace_overhead": {"costs": "costs", "seed_comparison": "seed_comparison", "published": "published"},
-    "qemu_cache_modes": {"bench": "bench", "guest_dd": "guest_dd", "pagecache": "pagecache", "hosts": "hosts"},
+    "trace_overhead": {
+        "costs": "costs",
+        "seed_comparison": "seed_comparison",
+        "published": "published",
+    },
+    "qemu_cache_modes": {
+        "bench": "bench",
+        "guest_dd": "guest_dd",
+        "pagecache": "pagecache",
+        "hosts": "hosts",
+    },
     "qcow2_overlap": {"prealloc": "prealloc", "modes": "modes", "formula": "formula"},
-    "virtio_blk_latency": {"delta_bars": "delta_bars", "cdfs": "cdfs", "lifecycle_timeline": "lifecycle_timeline"},
+    "virtio_blk_latency": {
+        "delta_bars": "delta_bars",
+        "cdfs": "cdfs",
+        "lifecycle_timeline": "lifecycle_timeline",
+    },
     "virtio_blk_iothread": {"iops": "iops", "cpu": "cpu", "hosts": "hosts"},
     "virtio_features": {"block_bits": "block_bits", "type_bits": "type_bits"},
-    "tsc_alignment": {"pingpong": "pingpong", "inside": "inside", "widths": "widths", "timeline": "timeline"},
-    "netperf_latency": {"exceedance": "exceedance", "ladder": "ladder", "seed_histogram": "seed_histogram"},
-    "cpu_pinning": {"results": "results", "migrations": "migrations", "core_balance": "core_balance",
-                    "hosts": "hosts"},
+    "tsc_alignment": {
+        "pingpong": "pingpong",
+        "inside": "inside",
+        "widths": "widths",
+        "timeline": "timeline",
+    },
+    "netperf_latency": {
+        "exceedance": "exceedance",
+        "ladder": "ladder",
+        "seed_histogram": "seed_histogram",
+    },
+    "cpu_pinning": {
+        "results": "results",
+        "migrations": "migrations",
+        "core_balance": "core_balance",
+        "hosts": "hosts",
+    },
     "sched_callers": {"callers_hackbench": "callers", "probe_effect": "probe_effect"},
-    "iostat_internals": {k: k for k in ("timeseries", "disagreement", "little", "latency", "saturation",
-                                        "hosts_iops")},
+    "iostat_internals": {
+        k: k
+        for k in ("timeseries", "disagreement", "little", "latency", "saturation", "hosts_iops")
+    },
 }
 IOSTAT_FIGURES = tuple(FIGURES["iostat_internals"])
 # the cross-host figures: this host, the reference host and the other hosts in their roles
 CROSS_HOST = {("trace_overhead", k) for k in ("costs", "seed_comparison", "published")} | {
-    ("iostat_internals", "hosts_iops"), ("qemu_cache_modes", "hosts"), ("qcow2_overlap", "prealloc"),
-    ("qcow2_overlap", "modes"), ("tsc_alignment", "pingpong"), ("tsc_alignment", "inside"),
-    ("tsc_alignment", "widths"), ("netperf_latency", "exceedance"), ("netperf_latency", "ladder"),
-    ("netperf_latency", "seed_histogram"), ("cpu_pinning", "hosts"), ("sched_callers", "probe_effect"),
-    ("virtio_blk_iothread", "hosts")}
-HEATMAP = {("virtio_features", "block_bits")}   # roles are columns of a grid, not marks
+    ("iostat_internals", "hosts_iops"),
+    ("qemu_cache_modes", "hosts"),
+    ("qcow2_overlap", "prealloc"),
+    ("qcow2_overlap", "modes"),
+    ("tsc_alignment", "pingpong"),
+    ("tsc_alignment", "inside"),
+    ("tsc_alignment", "widths"),
+    ("netperf_latency", "exceedance"),
+    ("netperf_latency", "ladder"),
+    ("netperf_latency", "seed_histogram"),
+    ("cpu_pinning", "hosts"),
+    ("sched_callers", "probe_effect"),
+    ("virtio_blk_iothread", "hosts"),
+}
+HEATMAP = {("virtio_features", "block_bits")}  # roles are columns of a grid, not marks
 
 
 def makers(entry, D) -> dict:
     """nb.figure key -> a function that makes that (figure, caption) of a chapter's Data."""
     args = {"callers_hackbench": ("hackbench",)}
-    figures = entry.load().part("figures")   # a chapter's __init__ need not import its figures
-    return {k: (lambda fn=getattr(figures, fn), a=args.get(k, ()): fn(D, *a))
-            for k, fn in FIGURES[entry.name].items()}
+    figures = entry.load().part("figures")  # a chapter's __init__ need not import its figures
+    return {
+        k: (lambda fn=getattr(figures, fn), a=args.get(k, ()): fn(D, *a))
+        for k, fn in FIGURES[entry.name].items()
+    }
 
 
 def legend_texts(fig) -> list[str]:
     """The entries of every legend of a figure (the figure's and its axes')."""
-    return ([t.get_text() for lg in fig.legends for t in lg.get_texts()]
-            + [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()])
+    return [t.get_text() for lg in fig.legends for t in lg.get_texts()] + [
+        t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()
+    ]
 
 
 def figure_colours(fig) -> set:
     """Every colour a figure's marks use (lines, markers, collections), as RGB tuples."""
     from matplotlib.colors import to_rgba
+
     out = set()
     for ax in fig.axes:
         for ln in ax.get_lines():
@@ -278,20 +359,24 @@ def figure_colours(fig) -> set:
 
 def rgb(colour) -> tuple:
     from matplotlib.colors import to_rgba
+
     return tuple(round(v, 3) for v in to_rgba(colour)[:3])
 
 
 # What a reader must never find in a prose value, a caption or a findings block: a number that
 # is missing printed as such (nan, inf, <NA>), a sign left without its number, a Python repr (a
 # numpy scalar, a list or dict, a string still in its quotes).
-DEBRIS = re.compile(r"(?<![\w.-])(?:nan|NaN|inf|<NA>)(?![\w-])|\+-|np\.float64|\[\s*'|\{\s*'"
-                    r"|^(['\"]).*\1$", re.S)
+DEBRIS = re.compile(
+    r"(?<![\w.-])(?:nan|NaN|inf|<NA>)(?![\w-])|\+-|np\.float64|\[\s*'|\{\s*'"
+    r"|^(['\"]).*\1$",
+    re.S,
+)
 
 
 def debris(text) -> list[str]:
     """The debris (DEBRIS) in a text, each with a little of its context."""
     text = str(text)
-    return [text[max(0, m.start() - 60):m.end() + 30] for m in DEBRIS.finditer(text)]
+    return [text[max(0, m.start() - 60) : m.end() + 30] for m in DEBRIS.finditer(text)]
 
 
 def prose_values(entry, D) -> dict:
@@ -304,6 +389,7 @@ def prose_function(name: str):
     (the chapter shape of tools/README.md), else the package's older findings(); None: neither."""
     import importlib
     import importlib.util
+
     module = f"perfbook.chapters.{name}"
     if importlib.util.find_spec(f"{module}.prose") is not None:
         f = getattr(importlib.import_module(f"{module}.prose"), "values", None)
@@ -323,6 +409,7 @@ TEST_REPOSITORY_URL = "https://github.com/perfbook-test/perfbook"
 def toc_pages() -> list[str]:
     """Every page of the book in _toc.yml order (root first), as Sphinx docnames."""
     import yaml
+
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     pages = [toc["root"]]
 
@@ -331,6 +418,7 @@ def toc_pages() -> list[str]:
             if "file" in e:
                 pages.append(e["file"])
             walk(e.get("sections"))
+
     for part in toc.get("parts", []):
         walk(part.get("chapters"))
     walk(toc.get("chapters"))
@@ -344,17 +432,25 @@ def built_book(tmp_path_factory):
     import subprocess
     import sys
     from types import SimpleNamespace
+
     out = tmp_path_factory.mktemp("book")
     env = dict(os.environ)
     env.setdefault("PERFBOOK_REPOSITORY_URL", TEST_REPOSITORY_URL)
     env.setdefault("PERFBOOK_REPOSITORY_BRANCH", "main")
     jb = Path(sys.executable).with_name("jupyter-book")
-    r = subprocess.run([str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n",
-                        "--keep-going"], capture_output=True, text=True, env=env)
-    return SimpleNamespace(returncode=r.returncode, log=(r.stdout + r.stderr),
-                           html=out / "_build" / "html",
-                           repository_url=env["PERFBOOK_REPOSITORY_URL"].rstrip("/").removesuffix(".git"),
-                           branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main")
+    r = subprocess.run(
+        [str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n", "--keep-going"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return SimpleNamespace(
+        returncode=r.returncode,
+        log=(r.stdout + r.stderr),
+        html=out / "_build" / "html",
+        repository_url=env["PERFBOOK_REPOSITORY_URL"].rstrip("/").removesuffix(".git"),
+        branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main",
+    )
 
 
 # A synthetic fleet (perfbook.dev.synthfleet) for the scaling checks of the site: how many hosts.
@@ -374,7 +470,9 @@ def fleet_book(tmp_path_factory, pytestconfig):
     import subprocess
     import sys
     from types import SimpleNamespace
+
     from perfbook.dev.bench import check_copy, copy_env, scratch_checkout
+
     base = tmp_path_factory.mktemp("fleetbook")
     fleet, out = base / "fleet", base / "out"
     repo = scratch_checkout(base / "repo", ROOT)
@@ -396,20 +494,42 @@ def fleet_book(tmp_path_factory, pytestconfig):
         return r.returncode
 
     def result(rc, failed=""):
-        return SimpleNamespace(returncode=rc, log="\n".join(log), html=out / "_build" / "html",
-                               repo=repo, hosts=FLEET_HOSTS, failed=failed)
+        return SimpleNamespace(
+            returncode=rc,
+            log="\n".join(log),
+            html=out / "_build" / "html",
+            repo=repo,
+            hosts=FLEET_HOSTS,
+            failed=failed,
+        )
 
-    if step(f"generating {FLEET_HOSTS} synthetic hosts",
-            [sys.executable, "-m", "perfbook", "synthfleet", FLEET_HOSTS, fleet]):
+    if step(
+        f"generating {FLEET_HOSTS} synthetic hosts",
+        [sys.executable, "-m", "perfbook", "synthfleet", FLEET_HOSTS, fleet],
+    ):
         return result(1, "synthfleet")
     for host in sorted((fleet / "runs").iterdir()):
         shutil.move(str(host), str(repo / "data" / "runs" / host.name))
-    if step("re-executing hosts.ipynb on the fleet",
-            [bindir / "papermill", "hosts.ipynb", "hosts.ipynb", "-k", "python3", "--cwd", repo,
-             "--no-progress-bar", "--log-level", "WARNING"]):
+    if step(
+        "re-executing hosts.ipynb on the fleet",
+        [
+            bindir / "papermill",
+            "hosts.ipynb",
+            "hosts.ipynb",
+            "-k",
+            "python3",
+            "--cwd",
+            repo,
+            "--no-progress-bar",
+            "--log-level",
+            "WARNING",
+        ],
+    ):
         return result(1, "hosts.ipynb")
-    rc = step("building the book", [bindir / "jupyter-book", "build", repo, "--path-output", out,
-                                    "-W", "-n", "--keep-going"])
+    rc = step(
+        "building the book",
+        [bindir / "jupyter-book", "build", repo, "--path-output", out, "-W", "-n", "--keep-going"],
+    )
     return result(rc, "jupyter-book build" if rc else "")
 
 
@@ -424,6 +544,7 @@ def scratch_owner(d: Path) -> int | None:
 def need_guest():
     """Skip unless the tiny QEMU guest (perfbook.qemu.guest) can boot here."""
     from perfbook.qemu import guest
+
     reasons = guest.preflight()
     if reasons:
         pytest.skip(f"no tiny guest here: {reasons[0]}")
@@ -436,7 +557,9 @@ def need_guest():
 def qemu_children(pid: int) -> list[str]:
     """QEMU processes whose parent is pid."""
     import subprocess
+
     from perfbook.qemu import guest
+
     r = subprocess.run(["pgrep", "-P", str(pid), "-f", guest.QEMU], capture_output=True, text=True)
     return r.stdout.split()
 
@@ -444,6 +567,7 @@ def qemu_children(pid: int) -> list[str]:
 def owned_by(pid: int) -> list[Path]:
     """The guest scratch directories that process pid owns."""
     from perfbook.hoststate.scratch import live_dirs
+
     out = []
     for d in live_dirs("guest"):
         try:
@@ -456,24 +580,32 @@ def owned_by(pid: int) -> list[Path]:
 
 # ---- a notebook that keeps its kernel busy, for kernel and signal tests -------------------
 
+
 def ticker_notebook(path: Path) -> Path:
     """A one-cell notebook whose kernel writes its connection info to $PERFBOOK_TEST_CONN
     (atomically), then prints a tick every 0.1 s until $PERFBOOK_TEST_CONN.stop exists (at
     most 120 s): a kernel that publishes on its output channel while a test looks at it."""
     import nbformat
-    code = ("# NBVAL_IGNORE_OUTPUT\n"
-            "import os, time\n"
-            "from ipykernel.connect import get_connection_info\n"
-            "conn = os.environ['PERFBOOK_TEST_CONN']\n"
-            "with open(conn + '.tmp', 'w') as f:\n"
-            "    f.write(get_connection_info())\n"
-            "os.rename(conn + '.tmp', conn)\n"
-            "deadline = time.monotonic() + 120\n"
-            "while not os.path.exists(conn + '.stop') and time.monotonic() < deadline:\n"
-            "    print('tick', flush=True)\n"
-            "    time.sleep(0.1)\n")
+
+    code = (
+        "# NBVAL_IGNORE_OUTPUT\n"
+        "import os, time\n"
+        "from ipykernel.connect import get_connection_info\n"
+        "conn = os.environ['PERFBOOK_TEST_CONN']\n"
+        "with open(conn + '.tmp', 'w') as f:\n"
+        "    f.write(get_connection_info())\n"
+        "os.rename(conn + '.tmp', conn)\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not os.path.exists(conn + '.stop') and time.monotonic() < deadline:\n"
+        "    print('tick', flush=True)\n"
+        "    time.sleep(0.1)\n"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, str(path))
     return path
 
@@ -481,13 +613,16 @@ def ticker_notebook(path: Path) -> Path:
 def wait_for_file(path: Path, proc, timeout: float = 120) -> None:
     """Wait until `path` exists; fail with proc's output if proc ends first or time runs out."""
     import time
+
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             out = proc.communicate()
-            pytest.fail(f"{path.name} never appeared (exit {proc.returncode}):\n"
-                        + "".join(o or "" for o in out)[-3000:])
+            pytest.fail(
+                f"{path.name} never appeared (exit {proc.returncode}):\n"
+                + "".join(o or "" for o in out)[-3000:]
+            )
         time.sleep(0.1)
 
 
@@ -509,6 +644,7 @@ def short_state_dir() -> Path:
     """A private PERFBOOK_STATE_DIR under /tmp with a short path: a kernel's Unix sockets live
     in it, and a socket's path has at most 107 bytes (pytest's tmp_path can be longer)."""
     import tempfile
+
     return Path(tempfile.mkdtemp(prefix="pbk-", dir="/tmp"))
 
 
@@ -517,12 +653,15 @@ def stop_with(p, sig: int, target: str, timeout: float = 90) -> tuple[str, str]:
     alone ("parent"), wait for it, and check the contract of every signal exit: status 128 +
     the signal's number, and stderr is one line that names the signal. Returns (out, err)."""
     import signal
+
     if target == "group":
         os.killpg(p.pid, sig)
     else:
         os.kill(p.pid, sig)
     out, err = p.communicate(timeout=timeout)
     name = signal.Signals(sig).name
-    assert p.returncode == 128 + sig, f"exit {p.returncode} after {name} to the {target}:\n{out}{err}"
+    assert p.returncode == 128 + sig, (
+        f"exit {p.returncode} after {name} to the {target}:\n{out}{err}"
+    )
     assert len(err.splitlines()) == 1 and f"interrupted by {name}" in err, err
     return out, err

@@ -1,6 +1,7 @@
 """The fleet benchmark's scratch handling (perfbook.dev.bench fleet), without running notebooks: the
 copy runs its own tools, the checkout is only read, and every scratch copy and process goes,
 on success and on Ctrl-C."""
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from perfbook.dev import bench
-from perfbook.book import freshness
-from perfbook.data import digest
 from perfbook.core.errors import PerfbookError
+from perfbook.data import digest
+from perfbook.dev import bench
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def inside(top: Path) -> list[int]:
         try:
             cwd = os.readlink(d / "cwd") if d.name.isdigit() else ""
             if cwd and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                continue         # a zombie: gone, waiting for its parent to reap it
+                continue  # a zombie: gone, waiting for its parent to reap it
         except OSError:
             continue
         if cwd == top or cwd.startswith(top + "/"):
@@ -50,7 +50,7 @@ def test_the_copy_holds_the_checkout_and_runs_its_own_tools(tmp_path):
             assert os.path.lexists(copy / rel), rel
     assert os.readlink(copy / ".venv") == str((ROOT / ".venv").resolve())
     assert not any((copy / d).exists() for d in (".git", "build", "_build"))
-    bench.check_copy(copy, bench.copy_env(copy))            # it imports its own tools
+    bench.check_copy(copy, bench.copy_env(copy))  # it imports its own tools
 
 
 def test_a_copy_of_a_copy_holds_the_same_files(tmp_path):
@@ -71,7 +71,7 @@ def test_a_copy_that_would_run_the_checkouts_tools_is_refused(tmp_path):
     copy.mkdir()
     (copy / ".venv").symlink_to(ROOT / ".venv")
     env = dict(os.environ, PERFBOOK_ROOT=str(copy))
-    env.pop("PYTHONPATH", None)                               # no tools/ of its own
+    env.pop("PYTHONPATH", None)  # no tools/ of its own
     with pytest.raises(PerfbookError, match="would not run its own tools"):
         bench.check_copy(copy, env)
 
@@ -85,14 +85,14 @@ def test_a_dry_run_at_n1_measures_a_copy_and_leaves_nothing(scratch_parent):
     rows = bench.fleet([1], dry_run=True, say=lines.append)
     (row,) = rows
     assert row["n"] == 1 and row["hosts"] == len(committed) + 1
-    assert row["datasets"] == datasets + len(chapters)      # the synthetic host: one per chapter
+    assert row["datasets"] == datasets + len(chapters)  # the synthetic host: one per chapter
     assert row["manifests_s"] is not None and row["manifests_s"] > 0
     assert "refresh_s" not in row and row["data_mb"] > 0
     assert any("--dry-run: the notebooks and the book are not run" in ln for ln in lines)
     table = [ln for ln in lines if ln.split()[:2] == ["1", str(len(committed) + 1)]]
     assert len(table) == 1
-    assert list(scratch_parent.iterdir()) == []               # every copy removed
-    assert digest.dir_digest(ROOT / "data") == before      # the checkout's data untouched
+    assert list(scratch_parent.iterdir()) == []  # every copy removed
+    assert digest.dir_digest(ROOT / "data") == before  # the checkout's data untouched
 
 
 def test_an_interrupted_run_removes_its_scratch(scratch_parent, monkeypatch):
@@ -102,6 +102,7 @@ def test_an_interrupted_run_removes_its_scratch(scratch_parent, monkeypatch):
         seen.append(copy)
         assert (copy / "data" / "runs").is_dir()
         raise KeyboardInterrupt
+
     monkeypatch.setattr(bench, "measure_size", interrupted)
     with pytest.raises(KeyboardInterrupt):
         bench.fleet([0], dry_run=True, say=lambda *_: None)
@@ -113,19 +114,30 @@ def test_an_interrupted_step_stops_its_child_and_the_kernels_it_started(tmp_path
     top = tmp_path / "top"
     work = top / "copy"
     work.mkdir(parents=True)
-    code = ("import subprocess, time\n"
-            "subprocess.Popen(['sleep', '300'], start_new_session=True)  # like a notebook kernel\n"
-            "print('started', flush=True)\n"
-            "time.sleep(300)\n")
+    code = (
+        "import subprocess, time\n"
+        "subprocess.Popen(['sleep', '300'], start_new_session=True)  # like a notebook kernel\n"
+        "print('started', flush=True)\n"
+        "time.sleep(300)\n"
+    )
 
     def stop(line):
         if line == "started":
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
-        bench.run_step([sys.executable, "-c", code], work, dict(os.environ), top, "[t]",
-                       say=lambda *_: None, on_line=stop)
+        bench.run_step(
+            [sys.executable, "-c", code],
+            work,
+            dict(os.environ),
+            top,
+            "[t]",
+            say=lambda *_: None,
+            on_line=stop,
+        )
     import time
-    for _ in range(50):          # SIGKILL is delivered asynchronously
+
+    for _ in range(50):  # SIGKILL is delivered asynchronously
         if not inside(top):
             break
         time.sleep(0.1)
@@ -134,30 +146,75 @@ def test_an_interrupted_step_stops_its_child_and_the_kernels_it_started(tmp_path
 
 def test_a_step_reports_its_time_status_and_lines(tmp_path):
     got = []
-    secs, rc = bench.run_step([sys.executable, "-c", "print('a'); print('b'); raise SystemExit(3)"],
-                              tmp_path, dict(os.environ), tmp_path, "[t]", say=got.append)
+    secs, rc = bench.run_step(
+        [sys.executable, "-c", "print('a'); print('b'); raise SystemExit(3)"],
+        tmp_path,
+        dict(os.environ),
+        tmp_path,
+        "[t]",
+        say=got.append,
+    )
     assert rc == 3 and secs >= 0 and got == ["[t] a", "[t] b"]
 
 
 def test_the_table_shows_every_size_and_notebook():
-    rows = [{"n": 1, "hosts": 4, "datasets": 43, "data_mb": 7.0, "manifests_s": 0.02,
-             "refresh_s": 300.0, "refresh_rc": 1,
-             "again_s": 100.0, "again_rc": 0, "book_s": 90.0, "book_rc": 0, "site_mb": 60.0,
-             "notebooks": {"trace_overhead": 20, "hosts": "FAILED"}, "legends": {"trace_overhead": 5},
-             "probe": [1.02, 1.1]},
-            {"n": 10, "hosts": 13, "datasets": 133, "data_mb": 20.0, "manifests_s": 0.05,
-             "notebooks": {"trace_overhead": 31}, "legends": {}}]
+    rows = [
+        {
+            "n": 1,
+            "hosts": 4,
+            "datasets": 43,
+            "data_mb": 7.0,
+            "manifests_s": 0.02,
+            "refresh_s": 300.0,
+            "refresh_rc": 1,
+            "again_s": 100.0,
+            "again_rc": 0,
+            "book_s": 90.0,
+            "book_rc": 0,
+            "site_mb": 60.0,
+            "notebooks": {"trace_overhead": 20, "hosts": "FAILED"},
+            "legends": {"trace_overhead": 5},
+            "probe": [1.02, 1.1],
+        },
+        {
+            "n": 10,
+            "hosts": 13,
+            "datasets": 133,
+            "data_mb": 20.0,
+            "manifests_s": 0.05,
+            "notebooks": {"trace_overhead": 31},
+            "legends": {},
+        },
+    ]
     out = bench.fleet_table(rows, committed=3)
     assert "beside the 3 committed ones" in out[0]
-    assert out[3].split() == ["1", "4", "43", "7", "20", "300!", "100", "90", "60", "5", "1.02/1.10"]
+    assert out[3].split() == [
+        "1",
+        "4",
+        "43",
+        "7",
+        "20",
+        "300!",
+        "100",
+        "90",
+        "60",
+        "5",
+        "1.02/1.10",
+    ]
     assert out[4].split() == ["10", "13", "133", "20", "50", "-", "-", "-", "-", "-", "-"]
-    assert not any(ln.startswith("notebooks + book") for ln in out)   # N=10 has no times
+    assert not any(ln.startswith("notebooks + book") for ln in out)  # N=10 has no times
     rows[1].update(refresh_s=600.0, again_s=200.0, book_s=180.0, probe=[1.3, None])
-    ratios = [ln for ln in bench.fleet_table(rows, committed=3) if ln.startswith(("notebooks + book", "speed"))]
-    assert ratios == ["notebooks + book (nothing stored yet): N=10 takes 2.0x the time of N=1",
-                      "notebooks + book (findings stored): N=10 takes 2.0x the time of N=1",
-                      "speed probe before/after the first refresh (the same work each time; a larger "
-                      "figure is a slower machine): N=1 1.02/1.10 s, N=10 1.30/- s"]
+    ratios = [
+        ln
+        for ln in bench.fleet_table(rows, committed=3)
+        if ln.startswith(("notebooks + book", "speed"))
+    ]
+    assert ratios == [
+        "notebooks + book (nothing stored yet): N=10 takes 2.0x the time of N=1",
+        "notebooks + book (findings stored): N=10 takes 2.0x the time of N=1",
+        "speed probe before/after the first refresh (the same work each time; a larger "
+        "figure is a slower machine): N=1 1.02/1.10 s, N=10 1.30/- s",
+    ]
     per_nb = {ln.split()[0]: ln for ln in out if ln.startswith(("trace_overhead", "hosts"))}
     assert per_nb["trace_overhead"].split() == ["trace_overhead", "20", "/", "5", "31", "/", "-"]
     assert per_nb["hosts"].split()[:4] == ["hosts", "FAILED", "/", "-"]
@@ -166,7 +223,9 @@ def test_the_table_shows_every_size_and_notebook():
 
 def test_bad_sizes_are_one_line(capsys):
     assert bench.main(["fleet", "--sizes", "1,x"]) == 2
-    assert capsys.readouterr().err.strip() == "error: --sizes wants numbers like 1,10,100, got '1,x'"
+    assert (
+        capsys.readouterr().err.strip() == "error: --sizes wants numbers like 1,10,100, got '1,x'"
+    )
     with pytest.raises(PerfbookError, match="numbers of hosts >= 0"):
         bench.fleet([-1])
 
@@ -174,11 +233,24 @@ def test_bad_sizes_are_one_line(capsys):
 def test_the_legend_hook_counts_entries(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(bench.LEGEND_HOOK)
     out = tmp_path / "legends.txt"
-    env = dict(os.environ, PYTHONPATH=str(tmp_path), PERFBOOK_BENCH_LEGENDS=str(out), MPLBACKEND="Agg",
-               PERFBOOK_REFRESHING="some_chapter")    # what `python -m perfbook refresh` sets per notebook
-    subprocess.run([sys.executable, "-c", "import matplotlib.pyplot as plt\n"
-                    "f, a = plt.subplots()\n[a.plot([1, 2], label=str(i)) for i in range(7)]\n"
-                    "a.legend()\n"], env=env, check=True)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tmp_path),
+        PERFBOOK_BENCH_LEGENDS=str(out),
+        MPLBACKEND="Agg",
+        PERFBOOK_REFRESHING="some_chapter",
+    )  # what `python -m perfbook refresh` sets per notebook
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import matplotlib.pyplot as plt\n"
+            "f, a = plt.subplots()\n[a.plot([1, 2], label=str(i)) for i in range(7)]\n"
+            "a.legend()\n",
+        ],
+        env=env,
+        check=True,
+    )
     (line,) = out.read_text().splitlines()
     assert line.split() == ["some_chapter", "7"]
 
@@ -190,4 +262,7 @@ def test_the_speed_probe_times_the_same_work_in_the_copy(tmp_path):
     env = bench.copy_env(copy)
     s = bench.speed_probe(copy, env)
     assert s is not None and 0 < s < 120
-    assert bench.speed_probe(copy, dict(env, PYTHONPATH="/nonexistent", PYTHONHOME="/nonexistent")) is None
+    assert (
+        bench.speed_probe(copy, dict(env, PYTHONPATH="/nonexistent", PYTHONHOME="/nonexistent"))
+        is None
+    )

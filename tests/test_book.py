@@ -1,4 +1,5 @@
 """The whole book builds with Sphinx warnings as errors, and every chapter renders."""
+
 import pytest
 import yaml
 
@@ -12,6 +13,7 @@ def _chapters():
 
 def test_every_registered_chapter_is_in_the_toc():
     from perfbook.chapters import CHAPTERS
+
     toc = set(_chapters())
     for ch in CHAPTERS:
         assert ch.notebook.removesuffix(".ipynb") in toc, f"{ch.name} is not in _toc.yml"
@@ -28,7 +30,9 @@ def test_book_builds_without_warnings(built_book):
         f = html / f"{page}.html"
         assert f.is_file(), f"{page} did not render"
         text = f.read_text()
-        assert "{glue" not in text and "glue:text" not in text, f"unresolved glue reference in {page}"
+        assert "{glue" not in text and "glue:text" not in text, (
+            f"unresolved glue reference in {page}"
+        )
         if page.startswith("chapters/"):
             assert "<img" in text, f"{page} has no figure"
 
@@ -38,8 +42,10 @@ def test_the_site_holds_each_dataset_once(built_book):
     """Every dataset file in data/runs and every reference figure of a chapter is in exactly
     one archive under datasets/, and nothing else is there (no raw copies beside them)."""
     import zipfile
-    from perfbook.chapters import CHAPTERS
+
     from perfbook.book.sphinx_site import SITE_DIR, chapter_data, run_chapters
+    from perfbook.chapters import CHAPTERS
+
     assert built_book.returncode == 0, built_book.log[-4000:]
     site = built_book.html / SITE_DIR
     members, others = [], []

@@ -1,5 +1,6 @@
 """perfbook.hoststate.bpftrace on a stand-in bpftrace (a shell script on PATH that behaves like the real one:
 "Attaching N probes...", then its maps on SIGINT), so start/stop are tested without root."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,9 @@ import stat
 
 import pytest
 
-from perfbook.hoststate import bpftrace
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import pid_alive
+from perfbook.hoststate import bpftrace
 
 ATTACHES = """#!/bin/sh
 trap 'echo; echo "@hits: 42"; exit 0' INT
@@ -39,6 +40,7 @@ def fake(tmp_path, monkeypatch):
         exe.write_text(script)
         exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
         monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+
     return make
 
 
@@ -56,6 +58,7 @@ def test_stops_when_we_run_with_sigint_ignored(fake):
     inherits SIGINT ignored, and a shell cannot trap a signal ignored on entry: bpftrace must
     get SIGINT back at its default before it starts, or stop() waits out its minute."""
     import signal
+
     fake(ATTACHES)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -84,4 +87,4 @@ def test_no_attach_within_the_timeout_kills_it(fake, tmp_path):
     fake(SILENT)
     with pytest.raises(PerfbookError, match="did not attach within 1 s"):
         bpftrace.start("p", timeout=1)
-    assert not pid_alive(int((tmp_path / "pid").read_text()))   # killed, and reaped
+    assert not pid_alive(int((tmp_path / "pid").read_text()))  # killed, and reaped

@@ -1,4 +1,5 @@
 """perfbook.hoststate.cgroup: no descendant of a run outlives it, even when the run is SIGKILLed."""
+
 from __future__ import annotations
 
 import os
@@ -45,11 +46,14 @@ RUN = (
     "    p = subprocess.Popen(['setsid', 'sh', '-c', 'sleep 4343 & echo $!'], stdout=subprocess.PIPE, text=True)\n"
     "    print(p.stdout.readline().strip(), g.path, flush=True)\n"
     "    p.wait()\n"
-    "    time.sleep(float(sys.argv[1]))\n")
+    "    time.sleep(float(sys.argv[1]))\n"
+)
 
 
 def _start(hold: float):
-    p = subprocess.Popen([sys.executable, "-c", RUN, str(hold)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", RUN, str(hold)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     pid, path = p.stdout.readline().split()
     assert path != "None", "the run got no cgroup"
     return p, int(pid), Path(path)
@@ -89,6 +93,7 @@ def test_sweep_empties_and_removes_the_group_of_a_dead_run():
     try:
         (group / "cgroup.procs").write_text(str(child.pid))
         from perfbook.hoststate.sweep import sweep_all
+
         removed = sweep_all(log=lambda s: None)
         assert any(r.startswith(f"cgroup {group.name}") for r in removed), removed
         assert child.wait(timeout=10) == -signal.SIGKILL
@@ -104,6 +109,7 @@ def test_the_group_of_a_live_run_is_left_alone():
     p, gc, group = _start(300)
     try:
         from perfbook.hoststate.sweep import sweep_all
+
         sweep_all(log=lambda s: None)
         assert group.exists() and not _gone(gc, 0.5)
     finally:
@@ -121,6 +127,7 @@ def _dead_pid() -> int:
 def _legacy_record(pid: int, path) -> Path:
     """What an older version wrote for a papermill kernel's connection file."""
     from perfbook.hoststate.statedir import state_dir, write_file
+
     d = state_dir() / "kernelfiles"
     d.mkdir(mode=0o700, exist_ok=True)
     write_file(d / str(pid), f"{path}\n")
@@ -131,8 +138,10 @@ def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, mon
     """Older versions recorded a papermill kernel's /tmp/tmpXXXXXXXX.json in kernelfiles/: the
     sweep still removes it once that kernel is dead, and keeps a live kernel's."""
     import tempfile
+
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     from perfbook.hoststate.sweep import _legacy_kernel_records
+
     fd, made = tempfile.mkstemp(".json", dir=tmp_path)
     os.close(fd)
     alive = tmp_path / "kernel-5678.json"
@@ -140,7 +149,9 @@ def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, mon
     dead_rec = _legacy_record(_dead_pid(), made)
     live_rec = _legacy_record(os.getpid(), alive)
     try:
-        assert made in _legacy_kernel_records() and not os.path.exists(made) and not dead_rec.exists()
+        assert (
+            made in _legacy_kernel_records() and not os.path.exists(made) and not dead_rec.exists()
+        )
         assert alive.exists() and live_rec.exists(), "a live kernel's file is left alone"
     finally:
         live_rec.unlink()
@@ -150,6 +161,7 @@ def test_sweep_removes_a_connection_file_an_older_version_recorded(tmp_path, mon
 
 def test_sweep_never_follows_a_planted_link_or_removes_another_name(tmp_path, monkeypatch):
     from perfbook.hoststate.sweep import _legacy_kernel_records
+
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     victim = tmp_path / "precious.txt"
     victim.write_text("user data")
@@ -170,7 +182,8 @@ def test_the_sweep_removes_the_kernel_files_of_dead_owners_only(tmp_path):
     import shutil
     import socket
     import tempfile
-    state = Path(tempfile.mkdtemp(prefix="pbk-", dir="/tmp"))     # short: a Unix socket's path
+
+    state = Path(tempfile.mkdtemp(prefix="pbk-", dir="/tmp"))  # short: a Unix socket's path
     try:
         kernels = state / "kernels"
         kernels.mkdir(mode=0o700, parents=True)
@@ -184,9 +197,14 @@ def test_the_sweep_removes_the_kernel_files_of_dead_owners_only(tmp_path):
         victim.write_text("precious")
         (kernels / f"k{dead}-2.json").symlink_to(victim)
         (kernels / "notes.txt").write_text("keep")
-        r = subprocess.run([sys.executable, "-m", "perfbook", "sweep"], cwd=Path(__file__).resolve().parents[1],
-                           capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PERFBOOK_STATE_DIR": str(state)})
+        r = subprocess.run(
+            [sys.executable, "-m", "perfbook", "sweep"],
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PERFBOOK_STATE_DIR": str(state)},
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         left = sorted(f.name for f in kernels.iterdir())
         assert left == sorted([f"k{alive}-1.json", f"k{dead}-2.json", "notes.txt"]), r.stdout

@@ -1,4 +1,5 @@
 """perfbook.book.contrib: a contribution may only add datasets, and every dataset must validate."""
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,7 @@ def test_a_changed_or_extended_dataset_is_refused(repo):
 
 
 def test_a_dataset_under_another_machines_host_id_is_refused(repo, capsys):
-    _new_dataset(repo, lambda m: m["host"]["machine"].update(cpus=64))   # another machine, this id
+    _new_dataset(repo, lambda m: m["host"]["machine"].update(cpus=64))  # another machine, this id
     _commit(repo)
     assert contrib.main(["base"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
@@ -80,7 +81,7 @@ def test_a_contribution_with_a_symlink_is_refused(repo, tmp_path):
     secret.write_text("root:$y$j9T$not-for-the-web:19000:0:99999:7:::\n")
     new = _new_dataset(repo)
     (new / "notes.txt").symlink_to(secret)
-    (repo / "docs-link").symlink_to(secret)          # outside data/ as well
+    (repo / "docs-link").symlink_to(secret)  # outside data/ as well
     _commit(repo)
     found = contrib.problems("base")
     rel = new.relative_to(repo) / "notes.txt"

@@ -1,6 +1,7 @@
 """The cpu_pinning chapter: parameters, parsers, analysis, knob restoration, harness, a quick
 collect through papermill, and the debugfs mount after an interrupted collect (the signal
 matrix of tests/test_contract.py covers processes, tracefs, scratch and datasets)."""
+
 import os
 import re
 import subprocess
@@ -10,39 +11,48 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool, nobody_requests, others_listen
-from perfbook.probes import cbuild
-from perfbook.hoststate import knobs, tracefs
+from perfbook.chapters.cpu_pinning import analysis as A
 from perfbook.chapters.cpu_pinning import chapter as CH
-from perfbook.chapters.cpu_pinning import analysis as A, collect as C, parse as PA, prose
+from perfbook.chapters.cpu_pinning import collect as C
+from perfbook.chapters.cpu_pinning import parse as PA
+from perfbook.chapters.cpu_pinning import prose
 from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import table_path
+from perfbook.hoststate import knobs, tracefs
+from perfbook.probes import cbuild
 
 NB = ROOT / "chapters" / "cpu_pinning.ipynb"
 FIX = ROOT / "tests" / "fixtures" / "cpu_pinning"
 
 
 # ------------------------------------------------------------------ parameters --
-@pytest.mark.parametrize("bad,match", [
-    ({"rounds": 10}, "unknown parameter 'rounds'"),
-    ({"rep_max_runs": 0}, r"rep_max_runs must be an integer in 1\.\.100000, got 0"),
-    ({"rep_min_runs": 2.5}, "rep_min_runs must be an integer"),
-    ({"rep_min_runs": 5, "rep_max_runs": 4}, r"rep_max_runs \(4\) must be >= rep_min_runs \(5\)"),
-    ({"rep_target": 0.0}, "rep_target must be a relative CI width"),
-    ({"rep_budget_s": "1 min"}, "rep_budget_s must be a number of seconds"),
-    ({"rep_warmup": -1}, "rep_warmup must be an integer in 0"),
-    ({"duration_ms": True}, "duration_ms must be an integer"),
-    ({"variants": "pinned,turbo"}, "unknown variants turbo"),
-    ({"variants": ""}, "variants: an empty list"),
-    ({"loads": "burst"}, "unknown loads burst"),
-    ({"workers": 0}, "workers must be 'auto' or an integer"),
-    ({"workers": "many"}, "workers must be 'auto' or an integer"),
-    ({"workers_per_cpu": 0}, "workers_per_cpu must be an integer"),
-    ({"ws_kib": 1}, "ws_kib must be 'auto' or an integer"),
-    ({"rate_fraction": 1.5}, "rate_fraction must be a number <= 1, got 1.5"),
-    ({"rate_fraction": 0.01}, "rate_fraction must be a number >= 0.05"),
-    ({"trace": "yes"}, "trace must be true or false"),
-    ({"colour": "red"}, "unknown parameter 'colour'"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"rounds": 10}, "unknown parameter 'rounds'"),
+        ({"rep_max_runs": 0}, r"rep_max_runs must be an integer in 1\.\.100000, got 0"),
+        ({"rep_min_runs": 2.5}, "rep_min_runs must be an integer"),
+        (
+            {"rep_min_runs": 5, "rep_max_runs": 4},
+            r"rep_max_runs \(4\) must be >= rep_min_runs \(5\)",
+        ),
+        ({"rep_target": 0.0}, "rep_target must be a relative CI width"),
+        ({"rep_budget_s": "1 min"}, "rep_budget_s must be a number of seconds"),
+        ({"rep_warmup": -1}, "rep_warmup must be an integer in 0"),
+        ({"duration_ms": True}, "duration_ms must be an integer"),
+        ({"variants": "pinned,turbo"}, "unknown variants turbo"),
+        ({"variants": ""}, "variants: an empty list"),
+        ({"loads": "burst"}, "unknown loads burst"),
+        ({"workers": 0}, "workers must be 'auto' or an integer"),
+        ({"workers": "many"}, "workers must be 'auto' or an integer"),
+        ({"workers_per_cpu": 0}, "workers_per_cpu must be an integer"),
+        ({"ws_kib": 1}, "ws_kib must be 'auto' or an integer"),
+        ({"rate_fraction": 1.5}, "rate_fraction must be a number <= 1, got 1.5"),
+        ({"rate_fraction": 0.01}, "rate_fraction must be a number >= 0.05"),
+        ({"trace": "yes"}, "trace must be true or false"),
+        ({"colour": "red"}, "unknown parameter 'colour'"),
+    ],
+)
 def test_bad_parameters_are_one_clear_error(bad, match):
     with pytest.raises(ParameterError, match=match):
         CH.parameters("quick", **bad)
@@ -53,7 +63,10 @@ def test_parameters_merge_and_keep_the_baseline():
     assert p["variants"] == ["unpinned", "pinned"]
     assert p["rep_max_runs"] == 12 and p["duration_ms"] == CH.profiles["default"]["duration_ms"]
     # the default profile keeps the book's measure run to minutes
-    assert CH.parameters("default")["rep_budget_s"] <= 150 and CH.parameters("quick")["rep_budget_s"] <= 60
+    assert (
+        CH.parameters("default")["rep_budget_s"] <= 150
+        and CH.parameters("quick")["rep_budget_s"] <= 60
+    )
     assert p["loads"] == list(PA.LOADS) and p["variants"][0] == PA.BASELINE
     assert CH.parameters("quick", loads="rate,sat,rate")["loads"] == ["rate", "sat"]
     # default and full: a pool larger than the machine (the seed's migrations need one); quick: one per CPU
@@ -121,17 +134,22 @@ def test_parse_migrations_with_record_tgid_and_irq_info_off():
         "       pf-worker-101     (    100) [001]    10.100000: sched_migrate_task: comm=pf-worker "
         "pid=102 prio=120 orig_cpu=0 dest_cpu=1\n"
         "CPU:1 [LOST 7 EVENTS]\n"
-        "      pf-loadgen-100     (    100) [000]    11.000000: tracing_mark_write: pf_window_end\n")
+        "      pf-loadgen-100     (    100) [000]    11.000000: tracing_mark_write: pf_window_end\n"
+    )
     mg = PA.parse_migrations(trace, {100: "loadgen", 101: "worker", 102: "worker"})
     assert mg["markers"] == 2 and mg["window_s"] == pytest.approx(1.0)
     assert mg["by_role"] == {"worker": 1} and mg["lost"] == 7
 
 
 def test_sched_debug_and_perf_parsers():
-    text = "sysctl_sched\n  .sysctl_sched_base_slice                 : 1.400000\n" \
-           "  .sysctl_sched_tunable_scaling            : 1 (logarithmic)\n"
-    assert PA.parse_sched_debug(text) == {"sysctl_sched_base_slice": "1.400000",
-                                         "sysctl_sched_tunable_scaling": "1 (logarithmic)"}
+    text = (
+        "sysctl_sched\n  .sysctl_sched_base_slice                 : 1.400000\n"
+        "  .sysctl_sched_tunable_scaling            : 1 (logarithmic)\n"
+    )
+    assert PA.parse_sched_debug(text) == {
+        "sysctl_sched_base_slice": "1.400000",
+        "sysctl_sched_tunable_scaling": "1 (logarithmic)",
+    }
     perf = "1234,,cache-misses,1000,100.00,,\n<not supported>,,cycles,0,100.00,,\n"
     got = PA.parse_perf(perf)
     assert got["cache-misses"] == 1234 and pd.isna(got["cycles"])
@@ -141,8 +159,16 @@ def test_paired_effects_and_summary():
     rows = []
     for rnd in range(6):
         for v, cpu in (("unpinned", 200.0), ("pinned", 180.0)):
-            rows.append({"host_id": "h", "run_id": "r", "load": "rate", "round": rnd, "variant": v,
-                         "cpu_per_req_us": cpu + rnd})
+            rows.append(
+                {
+                    "host_id": "h",
+                    "run_id": "r",
+                    "load": "rate",
+                    "round": rnd,
+                    "variant": v,
+                    "cpu_per_req_us": cpu + rnd,
+                }
+            )
     t = pd.DataFrame(rows)
     eff = A.paired_effects(t, metrics=("cpu_per_req_us",))
     assert len(eff) == 1 and eff.iloc[0].variant == "pinned" and eff.iloc[0].n_rounds == 6
@@ -152,18 +178,40 @@ def test_paired_effects_and_summary():
 
 
 def _raw_trial(load, completed, offered_rate, rate_saturated=pd.NA):
-    z = {f"{r}_{f}": 1 for r in ("worker", "loadgen", "backend")
-         for f in ("exec_ns", "migrations", "nvcsw", "nivcsw")}
-    return {"load": load, "variant": "unpinned", "completed": completed, "offered_rate": offered_rate, "window_s": 1.0,
-            "rate_saturated": rate_saturated, **z, "busy_ticks": 0, "total_ticks": 200, "clk_tck": 100,
-            "lat_mean_ns": 1e5, **{f"lat_{q}_ns": 1e5 for q in ("p50", "p90", "p99", "p999", "max")}}
+    z = {
+        f"{r}_{f}": 1
+        for r in ("worker", "loadgen", "backend")
+        for f in ("exec_ns", "migrations", "nvcsw", "nivcsw")
+    }
+    return {
+        "load": load,
+        "variant": "unpinned",
+        "completed": completed,
+        "offered_rate": offered_rate,
+        "window_s": 1.0,
+        "rate_saturated": rate_saturated,
+        **z,
+        "busy_ticks": 0,
+        "total_ticks": 200,
+        "clk_tck": 100,
+        "lat_mean_ns": 1e5,
+        **{f"lat_{q}_ns": 1e5 for q in ("p50", "p90", "p99", "p999", "max")},
+    }
 
 
 def test_derive_applies_the_rate_rule_to_datasets_without_the_column():
     """Older datasets have no rate_saturated column (an all-missing optional column once
     loaded): the rule is applied from the counters, row by row; a recorded value is kept."""
-    t = A.derive(pd.DataFrame([_raw_trial("rate", 80, 100.0), _raw_trial("rate", 95, 100.0),
-                               _raw_trial("sat", 10, None), _raw_trial("rate", 95, 100.0, True)]))
+    t = A.derive(
+        pd.DataFrame(
+            [
+                _raw_trial("rate", 80, 100.0),
+                _raw_trial("rate", 95, 100.0),
+                _raw_trial("sat", 10, None),
+                _raw_trial("rate", 95, 100.0, True),
+            ]
+        )
+    )
     assert t.rate_saturated.tolist() == [True, False, False, True]
     assert t.rate_saturated.dtype == bool
     assert A.comparable(t).index.tolist() == [1, 2]
@@ -187,11 +235,13 @@ def test_committed_datasets_reproduce_the_quoted_run(book_data):
 def test_harness_rejects_bad_arguments():
     need_tool("gcc")
     b = str(cbuild.binary("prefork"))
-    for args, msg in ((["--mode", "fast"], "--mode must be sat or rate"),
-                      (["--mode", "rate"], "--mode rate needs --rate"),
-                      (["--mode", "sat", "--workers", "0"], "--workers must be an integer in [1, 64]"),
-                      (["--mode", "sat", "--policy", "fifo"], "--policy must be normal or batch"),
-                      (["--mode", "sat", "--bogus", "1"], "unknown option '--bogus'")):
+    for args, msg in (
+        (["--mode", "fast"], "--mode must be sat or rate"),
+        (["--mode", "rate"], "--mode rate needs --rate"),
+        (["--mode", "sat", "--workers", "0"], "--workers must be an integer in [1, 64]"),
+        (["--mode", "sat", "--policy", "fifo"], "--policy must be normal or batch"),
+        (["--mode", "sat", "--bogus", "1"], "unknown option '--bogus'"),
+    ):
         r = subprocess.run([b, *args], capture_output=True, text=True)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr, r.stderr
 
@@ -201,13 +251,39 @@ def test_harness_applies_the_variant_to_its_tasks():
     policy and slice asked for (read back from /proc/<pid>/sched and /proc/<pid>/status)."""
     need_tool("gcc")
     b = str(cbuild.binary("prefork"))
-    r = subprocess.run([b, "--mode", "sat", "--workers", "2", "--pin", "1", "--policy", "batch",
-                        "--slice-ns", "3000000", "--all-tasks", "1", "--warmup-ms", "20",
-                        "--duration-ms", "100", "--lookups", "2000", "--ws-bytes", "65536"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            b,
+            "--mode",
+            "sat",
+            "--workers",
+            "2",
+            "--pin",
+            "1",
+            "--policy",
+            "batch",
+            "--slice-ns",
+            "3000000",
+            "--all-tasks",
+            "1",
+            "--warmup-ms",
+            "20",
+            "--duration-ms",
+            "100",
+            "--lookups",
+            "2000",
+            "--ws-bytes",
+            "65536",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     out = PA.parse_output(r.stdout)
-    assert out["scalars"]["completed"] > 0 and out["scalars"]["lat_n"] == out["scalars"]["completed"]
+    assert (
+        out["scalars"]["completed"] > 0 and out["scalars"]["lat_n"] == out["scalars"]["completed"]
+    )
     td = PA.thread_deltas(out["threads"])
     assert {t["role"] for t in td} == {"worker", "loadgen", "backend"}
     for t in td:
@@ -224,12 +300,15 @@ def _harness_sockets(pid: int, timeout: float = 10) -> dict:
     """The harness master's TCP listener and UDP backend: {'tcp': port, 'udp': port}, read from
     /proc/<pid>/net of its own network namespace (its sockets' inodes among its fds)."""
     import time
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            inodes = {os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")}
+            inodes = {
+                os.readlink(f"/proc/{pid}/fd/{fd}")[8:-1] for fd in os.listdir(f"/proc/{pid}/fd")
+            }
             found = {}
-            for proto, state in (("tcp", "0A"), ("udp", "07")):   # LISTEN; an unconnected UDP socket
+            for proto, state in (("tcp", "0A"), ("udp", "07")):  # LISTEN; an unconnected UDP socket
                 for line in open(f"/proc/{pid}/net/{proto}").read().splitlines()[1:]:
                     f = line.split()
                     if f[9] in inodes and f[3] == state and f[2].endswith(":0000"):
@@ -250,18 +329,44 @@ def test_another_user_cannot_reach_the_harness():
     need_root("becoming another user (nobody) for the attack")
     need_tool("gcc")
     from perfbook.core.proc import die_with_parent
+
     b = str(cbuild.binary("prefork"))
-    p = subprocess.Popen([b, "--mode", "rate", "--rate", "200", "--workers", "2", "--warmup-ms", "0",
-                          "--duration-ms", "5000", "--lookups", "200", "--ws-bytes", "65536"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, preexec_fn=die_with_parent)
+    p = subprocess.Popen(
+        [
+            b,
+            "--mode",
+            "rate",
+            "--rate",
+            "200",
+            "--workers",
+            "2",
+            "--warmup-ms",
+            "0",
+            "--duration-ms",
+            "5000",
+            "--lookups",
+            "200",
+            "--ws-bytes",
+            "65536",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     try:
         ports = _harness_sockets(p.pid)
         # a port that a process of the host's namespace happens to use as well says nothing
-        targets = [(proto, "127.0.0.1", port) for proto, port in sorted(ports.items())
-                   if not others_listen(proto, port, p.pid)]
+        targets = [
+            (proto, "127.0.0.1", port)
+            for proto, port in sorted(ports.items())
+            if not others_listen(proto, port, p.pid)
+        ]
         got = nobody_requests(targets, payload=b"x" * 16)
-        assert not set(got) & {"served", "accepted"}, f"nobody reached the harness: {list(zip(targets, got))}"
+        assert not set(got) & {"served", "accepted"}, (
+            f"nobody reached the harness: {list(zip(targets, got))}"
+        )
     finally:
         os.killpg(p.pid, 9)
         p.wait()
@@ -273,10 +378,33 @@ def test_harness_runs_without_root_in_a_user_namespace():
     need_root("becoming another user (nobody)")
     need_tool("gcc")
     b = str(cbuild.binary("prefork"))
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", b, "--mode", "sat",
-                        "--workers", "2", "--policy", "batch", "--warmup-ms", "20", "--duration-ms", "100",
-                        "--lookups", "2000", "--ws-bytes", "65536"],
-                       capture_output=True, text=True, timeout=60, cwd="/")
+    r = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            b,
+            "--mode",
+            "sat",
+            "--workers",
+            "2",
+            "--policy",
+            "batch",
+            "--warmup-ms",
+            "20",
+            "--duration-ms",
+            "100",
+            "--lookups",
+            "2000",
+            "--ws-bytes",
+            "65536",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     if r.returncode != 0 and "user namespaces" in r.stderr:
         pytest.skip(f"this host allows no unprivileged user namespace: {r.stderr.strip()}")
     if r.returncode != 0 and "failed to execute" in r.stderr:
@@ -291,16 +419,25 @@ def test_harness_runs_without_root_in_a_user_namespace():
 def _papermill_error(tmp_path, **params):
     out = tmp_path / "out.ipynb"
     with pytest.raises(pm.PapermillExecutionError) as ei:
-        pm.execute_notebook(str(NB), str(out), parameters={"mode": "collect", **params},
-                            progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+        pm.execute_notebook(
+            str(NB),
+            str(out),
+            parameters={"mode": "collect", **params},
+            progress_bar=False,
+            cwd=str(NB.parent),
+            kernel_name="python3",
+        )
     return ei.value
 
 
-@pytest.mark.parametrize("params,text", [
-    ({"rep_max_runs": -5}, "rep_max_runs must be an integer in 1..100000, got -5"),
-    ({"variants": "pinned,bogus"}, "unknown variants bogus"),
-    ({"mode": "measure"}, "mode must be one of"),
-])
+@pytest.mark.parametrize(
+    "params,text",
+    [
+        ({"rep_max_runs": -5}, "rep_max_runs must be an integer in 1..100000, got -5"),
+        ({"variants": "pinned,bogus"}, "unknown variants bogus"),
+        ({"mode": "measure"}, "mode must be one of"),
+    ],
+)
 def test_papermill_bad_parameters(tmp_path, scratch_data, params, text):
     err = _papermill_error(tmp_path, data_dir=str(scratch_data), **params)
     assert err.ename == "ParameterError" and text in err.evalue
@@ -324,8 +461,11 @@ def _tracing_state() -> dict:
     (other chapters may trace at the same time); a leak of ours has a dead owner."""
     snap = tracefs.snapshot()
     for key in ("our_instances", "our_probes"):
-        snap[key] = sorted(x for x in snap.get(key, [])
-                           if not any(_pid_alive(int(n)) for n in re.findall(r"perfbook_(\d+)", x)))
+        snap[key] = sorted(
+            x
+            for x in snap.get(key, [])
+            if not any(_pid_alive(int(n)) for n in re.findall(r"perfbook_(\d+)", x))
+        )
     return snap
 
 
@@ -346,7 +486,9 @@ def _sched_state() -> dict:
 
 
 def _our_processes() -> str:
-    r = subprocess.run(["pgrep", "-a", "^pf-(worker|loadgen|backend)$"], capture_output=True, text=True)
+    r = subprocess.run(
+        ["pgrep", "-a", "^pf-(worker|loadgen|backend)$"], capture_output=True, text=True
+    )
     return r.stdout.strip()
 
 
@@ -355,10 +497,14 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     need_root("a live cpu_pinning run (debugfs, ftrace instance)")
     before = _sched_state()
     try:
-        pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
-                            parameters={"mode": "collect", "profile": "quick",
-                                        "data_dir": str(scratch_data)},
-                            progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+        pm.execute_notebook(
+            str(NB),
+            str(tmp_path / "out.ipynb"),
+            parameters={"mode": "collect", "profile": "quick", "data_dir": str(scratch_data)},
+            progress_bar=False,
+            cwd=str(NB.parent),
+            kernel_name="python3",
+        )
     except pm.PapermillExecutionError as e:
         # on a busy machine the run is rejected, not published (collect.too_disturbed): that is
         # the chapter working, not a defect; everything must still be restored
@@ -366,8 +512,10 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
             raise
         assert _sched_state() == before and not _our_processes()
         assert len(CH.load(scratch_data).manifests) == 0, "a rejected run was published"
-        pytest.skip("the machine was too busy for a publishable quick run (rejected, nothing "
-                    "published, everything restored): " + str(e).splitlines()[-1][:160])
+        pytest.skip(
+            "the machine was too busy for a publishable quick run (rejected, nothing "
+            "published, everything restored): " + str(e).splitlines()[-1][:160]
+        )
     assert _sched_state() == before
     assert not _our_processes()
     d = CH.load(scratch_data)
@@ -412,13 +560,17 @@ def test_committed_data_is_consistent(book_data):
     t = d["trials"]
     assert (t.completed > 0).all()
     for m in d.manifests:
-        assert {"calibration", "variants_measured", "debugfs", "harness"} <= set(m.facts), m.facts.keys()
+        assert {"calibration", "variants_measured", "debugfs", "harness"} <= set(m.facts), (
+            m.facts.keys()
+        )
         mine = t[(t.host_id == m.host_id) & (t.run_id == m["run_id"])]
         # a kernel that ignores a request (e.g. no per-task slice before EEVDF) is recorded
         bad = mine[~(mine.policy_ok & mine.slice_ok)]
         if len(bad):
-            assert any(f"{len(bad)} trial(s) where a worker's policy or slice differed" in n
-                       for n in m.notes), (m["run_id"], m.notes)
+            assert any(
+                f"{len(bad)} trial(s) where a worker's policy or slice differed" in n
+                for n in m.notes
+            ), (m["run_id"], m.notes)
         assert set(mine.variant) == set(m.facts["variants_measured"])
     assert d.quoted.profile in ("default", "full"), "the prose quotes a real run"
 
@@ -428,11 +580,13 @@ def test_a_run_on_a_busy_machine_is_not_published():
     in a make all while other work ran: 80 of 80 trials, and the chapter's glue went missing) is
     rejected instead of published."""
     import pandas as pd
+
     from perfbook.chapters.cpu_pinning.collect import too_disturbed
     from perfbook.data.dataset import list_runs
+
     run = min(list_runs("cpu_pinning"), key=lambda r: r.name)
     t = pd.read_csv(table_path(run, "trials"))
     assert too_disturbed(t) is None
-    busy = t.assign(busy_ticks=t["total_ticks"])       # every tick busy: others used the rest
+    busy = t.assign(busy_ticks=t["total_ticks"])  # every tick busy: others used the rest
     assert "the machine was busy" in too_disturbed(busy)
     assert too_disturbed(t.iloc[:0]) == "no trial completed"

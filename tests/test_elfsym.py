@@ -4,14 +4,15 @@ Two independent checks: the bytes at the computed file offset are the symbol's
 code (read from its section), and -- as root -- a uprobe defined at that offset
 fires exactly as often as the function is called.
 """
+
 import subprocess
 
 import pytest
 from elftools.elf.elffile import ELFFile
 
 from conftest import need_root, need_tool
-from perfbook.probes import elfsym
 from perfbook.core.errors import PerfbookError
+from perfbook.probes import elfsym
 
 SRC = r"""
 #include <stdlib.h>
@@ -54,19 +55,24 @@ def _bytes_from_section(path, vaddr, n):
             a = sec["sh_addr"]
             if a and a <= vaddr < a + sec["sh_size"] and sec["sh_type"] == "SHT_PROGBITS":
                 data = sec.data()
-                return data[vaddr - a: vaddr - a + n]
+                return data[vaddr - a : vaddr - a + n]
     raise AssertionError("no section holds the symbol")
 
 
-@pytest.mark.parametrize("name,sym,etype", [("pie", "target_fn", "ET_DYN"),
-                                            ("nopie", "target_fn", "ET_EXEC"),
-                                            ("libpb.so", "lib_fn", "ET_DYN")])
+@pytest.mark.parametrize(
+    "name,sym,etype",
+    [
+        ("pie", "target_fn", "ET_DYN"),
+        ("nopie", "target_fn", "ET_EXEC"),
+        ("libpb.so", "lib_fn", "ET_DYN"),
+    ],
+)
 def test_offset_points_at_the_symbols_code(binaries, name, sym, etype):
     path = binaries / name
     loc = elfsym.locate(path, sym)
     assert loc.elf_type == etype and loc.executable_segment
     assert loc.file_offset == loc.vaddr - loc.seg_vaddr + loc.seg_offset
-    raw = path.read_bytes()[loc.file_offset: loc.file_offset + loc.size]
+    raw = path.read_bytes()[loc.file_offset : loc.file_offset + loc.size]
     assert raw == _bytes_from_section(path, loc.vaddr, loc.size)
 
 
@@ -83,12 +89,18 @@ def test_missing_symbol_and_non_elf_are_clear_errors(binaries, tmp_path):
         elfsym.locate(tmp_path / "x.txt", "main")
 
 
-@pytest.mark.parametrize("name,run,sym", [("pie", ["pie", "137"], "target_fn"),
-                                          ("nopie", ["nopie", "137"], "target_fn"),
-                                          ("libpb.so", ["uselib", "137"], "lib_fn")])
+@pytest.mark.parametrize(
+    "name,run,sym",
+    [
+        ("pie", ["pie", "137"], "target_fn"),
+        ("nopie", ["nopie", "137"], "target_fn"),
+        ("libpb.so", ["uselib", "137"], "lib_fn"),
+    ],
+)
 def test_live_uprobe_fires_at_the_computed_offset(binaries, name, run, sym):
     need_root("placing a uprobe")
     from perfbook.hoststate.tracefs import TraceSession, preflight
+
     if preflight():
         pytest.skip(preflight()[0])
     with TraceSession("elftest") as s:
@@ -114,16 +126,23 @@ __asm__(".symver foo_new,foo@@V2");
 """
 VER_MAP = "V1 { global: foo; local: *; };\nV2 { global: foo; } V1;\n"
 DUP_A = "static __attribute__((noinline,used)) int dup(int x) { return x + 11; }\nint a_call(int x) { return dup(x); }\n"
-DUP_B = ("static __attribute__((noinline,used)) int dup(int x) { return x * 13 + 5; }\nint a_call(int);\n"
-         "int b_call(int x) { return dup(x); }\nint main(int c, char **v) { return a_call(c) + b_call(c); }\n")
+DUP_B = (
+    "static __attribute__((noinline,used)) int dup(int x) { return x * 13 + 5; }\nint a_call(int);\n"
+    "int b_call(int x) { return dup(x); }\nint main(int c, char **v) { return a_call(c) + b_call(c); }\n"
+)
 
 
 @pytest.fixture(scope="module")
 def special(tmp_path_factory):
     need_tool("cc", "gcc")
     d = tmp_path_factory.mktemp("elfspecial")
-    for name, text in [("ifunc.c", IFUNC_SRC), ("ver.c", VER_SRC), ("ver.map", VER_MAP),
-                       ("a.c", DUP_A), ("b.c", DUP_B)]:
+    for name, text in [
+        ("ifunc.c", IFUNC_SRC),
+        ("ver.c", VER_SRC),
+        ("ver.map", VER_MAP),
+        ("a.c", DUP_A),
+        ("b.c", DUP_B),
+    ]:
         (d / name).write_text(text)
     cc = lambda *a: subprocess.run(["cc", "-O2", *a], cwd=d, check=True, capture_output=True)
     cc("-shared", "-fPIC", "-o", "libifunc.so", "ifunc.c")
@@ -134,7 +153,9 @@ def special(tmp_path_factory):
 
 def _readelf_syms(path):
     """(value, size, type, bind, name) rows as binutils' readelf prints them."""
-    out = subprocess.run(["readelf", "-sW", str(path)], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["readelf", "-sW", str(path)], check=True, capture_output=True, text=True
+    ).stdout
     rows = []
     for line in out.splitlines():
         f = line.split()
@@ -146,7 +167,7 @@ def _readelf_syms(path):
 def test_ifunc_symbol_is_accepted_and_points_at_the_resolver(special):
     need_tool("readelf", "binutils")
     rows = _readelf_syms(special / "libifunc.so")
-    assert any(r[2] == "IFUNC" and r[4] == "pb_ifunc" for r in rows)   # really type 10
+    assert any(r[2] == "IFUNC" and r[4] == "pb_ifunc" for r in rows)  # really type 10
     resolver = {r[0] for r in rows if r[4] == "pb_resolver"}
     loc = elfsym.locate(special / "libifunc.so", "pb_ifunc")
     assert loc.ifunc and loc.executable_segment
@@ -156,19 +177,23 @@ def test_ifunc_symbol_is_accepted_and_points_at_the_resolver(special):
 def _loaded_address(lib, name):
     """Where the dynamic linker binds a plain reference to `name`, relative to the load base."""
     import ctypes
+
     h = ctypes.CDLL(str(lib))
     addr = ctypes.cast(getattr(h, name), ctypes.c_void_p).value
     real = str(lib.resolve())
     with open("/proc/self/maps") as f:
-        bases = [int(l.split("-")[0], 16) for l in f
-                 if l.rstrip().endswith(real) and int(l.split()[2], 16) == 0]
+        bases = [
+            int(l.split("-")[0], 16)
+            for l in f
+            if l.rstrip().endswith(real) and int(l.split()[2], 16) == 0
+        ]
     return h, addr - min(bases)
 
 
 def test_plain_name_resolves_to_the_default_version(special):
     lib = special / "libver.so"
     h, rel = _loaded_address(lib, "foo")
-    assert h.foo(2) == 17                    # the dynamic linker's foo is foo_new (x*7+3)
+    assert h.foo(2) == 17  # the dynamic linker's foo is foo_new (x*7+3)
     loc = elfsym.locate(lib, "foo")
     assert loc.vaddr == rel and loc.version == "V2"
     assert elfsym.locate(lib, "foo@@V2").vaddr == rel
@@ -182,7 +207,7 @@ def test_versioned_name_selects_the_compat_version(special):
     loc = elfsym.locate(lib, "foo@V1")
     assert {loc.vaddr} == old and loc.version == "V1"
     assert loc.vaddr != elfsym.locate(lib, "foo").vaddr
-    with pytest.raises(PerfbookError, match="foo@@V1"):   # V1 is not the default
+    with pytest.raises(PerfbookError, match="foo@@V1"):  # V1 is not the default
         elfsym.locate(lib, "foo@@V1")
     with pytest.raises(PerfbookError, match="not found"):
         elfsym.locate(lib, "foo@V9")
@@ -204,11 +229,12 @@ def test_duplicate_local_names_are_an_error_listing_them(special):
 @pytest.mark.parametrize("cut", ["header", "half", "last_byte", "shstrndx", "entsize"])
 def test_truncated_or_corrupt_elf_is_our_one_line_error(special, tmp_path, cut):
     import struct
+
     raw = bytearray((special / "libver.so").read_bytes())
     if cut == "header":
         raw = raw[:40]
     elif cut == "half":
-        raw = raw[:len(raw) // 2]
+        raw = raw[: len(raw) // 2]
     elif cut == "last_byte":
         raw = raw[:-1]
     else:
@@ -216,9 +242,9 @@ def test_truncated_or_corrupt_elf_is_our_one_line_error(special, tmp_path, cut):
             elf = ELFFile(f)
             shoff, shentsize = elf.header["e_shoff"], elf.header["e_shentsize"]
             dynsym = next(i for i, s in enumerate(elf.iter_sections()) if s.name == ".dynsym")
-        if cut == "shstrndx":   # e_shstrndx (offset 62 in an ELF64 header) beyond the table
-            struct.pack_into("<H", raw, 62, 0xfff0)
-        else:                   # .dynsym's sh_entsize (offset 56 in Elf64_Shdr) = 0
+        if cut == "shstrndx":  # e_shstrndx (offset 62 in an ELF64 header) beyond the table
+            struct.pack_into("<H", raw, 62, 0xFFF0)
+        else:  # .dynsym's sh_entsize (offset 56 in Elf64_Shdr) = 0
             struct.pack_into("<Q", raw, shoff + dynsym * shentsize + 56, 0)
     bad = tmp_path / f"bad-{cut}.so"
     bad.write_bytes(bytes(raw))

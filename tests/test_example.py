@@ -3,6 +3,7 @@ parts from a measured dataset to the prose's values, its key finding in both dir
 notebook (chapters/example.ipynb, not in the book) run on a dataset of this host.
 
 tests/test_contract.py drives the same chapter through the framework's failure paths."""
+
 from __future__ import annotations
 
 import ast
@@ -42,7 +43,12 @@ def test_the_example_chapter_from_measure_to_findings(scratch_data):
     fig, caption = figures.per_round(D)
     assert fig.axes[0].get_ylabel() and "1 dataset" in caption
     t = tables.per_call(D)
-    assert list(t.columns) == ["rounds", "ns_per_call", "ci_low", "ci_high"] and t.rounds.tolist() == [3]
+    assert list(t.columns) == [
+        "rounds",
+        "ns_per_call",
+        "ci_low",
+        "ci_high",
+    ] and t.rounds.tolist() == [3]
 
 
 def test_without_a_dataset_the_parts_say_so(scratch_data):
@@ -58,7 +64,12 @@ def test_without_a_dataset_the_parts_say_so(scratch_data):
 def test_the_key_finding_is_decided_on_the_interval(ci_high, holds):
     """The claim holds only where the whole interval of the median lies below 1000 ns; a median
     below it with an interval that reaches it does not make it hold."""
-    g = {"n_datasets": 1, "median_ns": "800.0", "ci": f"700.0–{ci_high} ns (96.09 %)", "ci_high_ns": ci_high}
+    g = {
+        "n_datasets": 1,
+        "median_ns": "800.0",
+        "ci": f"700.0–{ci_high} ns (96.09 %)",
+        "ci_high_ns": ci_high,
+    }
     out = PART(g)
     assert out.holds is holds and "800.0 ns" in out.evidence
 
@@ -79,12 +90,22 @@ def test_the_notebook_runs_on_a_dataset_and_glues_what_prose_gives(tmp_path, scr
     prose.values(D) and every glue name its text quotes exists."""
     _collect(scratch_data)
     out = tmp_path / "out.ipynb"
-    pm.execute_notebook(str(NB), str(out), parameters={"data_dir": str(scratch_data)},
-                        progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    pm.execute_notebook(
+        str(NB),
+        str(out),
+        parameters={"data_dir": str(scratch_data)},
+        progress_bar=False,
+        cwd=str(NB.parent),
+        kernel_name="python3",
+    )
     nb = nbformat.read(out, as_version=4)
-    glued = {o.metadata["scrapbook"]["name"]: o.data["application/papermill.record/text/plain"]
-             for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-             if "scrapbook" in o.get("metadata", {})}
+    glued = {
+        o.metadata["scrapbook"]["name"]: o.data["application/papermill.record/text/plain"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if "scrapbook" in o.get("metadata", {})
+    }
     want = prose.values(chapter.load(scratch_data))
     assert {k: glued[k] for k in want} == {k: repr(v) for k, v in want.items()}
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -96,9 +117,12 @@ def test_the_notebook_is_out_of_the_book_and_declares_every_parameter():
     """Not in _toc.yml (the book); its parameters cell names every parameter the chapter
     declares (`perfbook measure --param` reads it), each None: the profile's value."""
     import yaml
+
     assert "chapters/example" not in json.dumps(yaml.safe_load((ROOT / "_toc.yml").read_text()))
     nb = nbformat.read(NB, as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     given = {s.targets[0].id: s.value for s in ast.parse(cell.source).body}
     assert set(given) == {"mode", "profile", "data_dir", *chapter.params}
-    assert all(isinstance(given[k], ast.Constant) and given[k].value is None for k in chapter.params)
+    assert all(
+        isinstance(given[k], ast.Constant) and given[k].value is None for k in chapter.params
+    )

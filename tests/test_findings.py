@@ -5,6 +5,7 @@ The second half is what a contributor meets: a new host's data that contradicts 
 changes that host's verdict here, in the chapter's Key findings block and on the hosts page,
 instead of silently contradicting typed prose.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,11 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from perfbook.data import dataset
-from perfbook.data.buildfiles import store_dir
-from perfbook.data.dataset import Data
 from perfbook.analysis import findings as F
 from perfbook.chapters import CHAPTERS, by_name
-from perfbook.data.dataset import Manifest
+from perfbook.data import dataset
+from perfbook.data.buildfiles import store_dir
+from perfbook.data.dataset import Data, Manifest
 from perfbook.hoststate.statedir import UnsafePath
 
 
@@ -34,15 +34,24 @@ class _Data:
 
     def __init__(self, rows, profiles):
         self.chapter = _Chapter()
-        self.manifests = [Manifest({"run_id": r, "host": {"host_id": h}, "profile": profiles.get((h, r)),
-                                    "tables": ["t"]}) for h, r in dict.fromkeys((h, r) for h, r, _ in rows)]
+        self.manifests = [
+            Manifest(
+                {
+                    "run_id": r,
+                    "host": {"host_id": h},
+                    "profile": profiles.get((h, r)),
+                    "tables": ["t"],
+                }
+            )
+            for h, r in dict.fromkeys((h, r) for h, r, _ in rows)
+        ]
         self.table = pd.DataFrame(rows, columns=["host_id", "run_id", "x"])
         self._rows = {}
 
     def __getitem__(self, name):
         return self.table
 
-    rows_of = Data.rows_of    # what a finding's Run[name] reads
+    rows_of = Data.rows_of  # what a finding's Run[name] reads
 
     @property
     def hosts(self):
@@ -90,7 +99,10 @@ def test_a_run_that_did_not_measure_it_is_not_counted_and_none_at_all_is_not_mea
 def test_quick_runs_do_not_vote_when_a_real_run_exists():
     rows = [("h-a", "r1", 2.0), ("h-a", "r2", 0.5), ("h-a", "r3", 3.0)]
     v = _verdict(rows, profiles={("h-a", "r1"): "default", ("h-a", "r2"): "quick"})
-    assert v.verdict == F.HOLDS and [r for r, _ in v.runs] == ["r1", "r3"]   # r3: no profile recorded
+    assert v.verdict == F.HOLDS and [r for r, _ in v.runs] == [
+        "r1",
+        "r3",
+    ]  # r3: no profile recorded
     assert _verdict(rows[1:2], profiles={("h-a", "r2"): "quick"}).verdict == F.FAILS
 
 
@@ -115,10 +127,13 @@ def test_a_finding_that_crashes_names_itself_and_the_run():
 
 # -- every chapter's findings on every committed host ----------------------------------------
 
+
 @pytest.mark.parametrize("entry", CHAPTERS, ids=[c.name for c in CHAPTERS])
 def test_every_finding_evaluates_on_every_committed_host(entry, capsys, book_data):
     ch = entry.load()
-    assert 3 <= len(ch.key_findings) <= 5, f"{ch.name}: {len(ch.key_findings)} key findings, want 3-5"
+    assert 3 <= len(ch.key_findings) <= 5, (
+        f"{ch.name}: {len(ch.key_findings)} key findings, want 3-5"
+    )
     keys = [f.key for f in ch.key_findings]
     assert len(set(keys)) == len(keys), f"{ch.name}: duplicate finding keys {keys}"
     D = ch.load(book_data.data_dir)
@@ -129,24 +144,40 @@ def test_every_finding_evaluates_on_every_committed_host(entry, capsys, book_dat
             for run_id, out in v.runs:
                 if out is not None:
                     told += 1
-                    assert isinstance(out.holds, bool), f"{ch.name}/{v.finding.key}: holds must be a bool"
-                    assert out.evidence.strip(), f"{ch.name}/{v.finding.key} on {run_id}: no numbers"
+                    assert isinstance(out.holds, bool), (
+                        f"{ch.name}/{v.finding.key}: holds must be a bool"
+                    )
+                    assert out.evidence.strip(), (
+                        f"{ch.name}/{v.finding.key} on {run_id}: no numbers"
+                    )
     assert told, f"{ch.name}: no finding could be evaluated on any dataset of the {book_data} data"
     if book_data.scenario == "committed":
         with capsys.disabled():
-            print(f"\n{ch.name}:\n" + F.matrix(D).drop(columns=["chapter", "claim"]).to_string(index=False))
+            print(
+                f"\n{ch.name}:\n"
+                + F.matrix(D).drop(columns=["chapter", "claim"]).to_string(index=False)
+            )
 
 
 def _prose_values(name: str):
     """The chapter's function of every value its prose quotes (None: it has none by that name)."""
     from conftest import prose_function
+
     return prose_function(name)
 
 
-@pytest.mark.parametrize("entry", [c for c in CHAPTERS if _prose_values(c.name)
-                                   and any(hasattr(f.test, "compute") for f in c.load().key_findings)],
-                         ids=lambda c: c.name)
-def test_a_finding_read_from_a_few_sections_decides_as_from_every_value(entry, monkeypatch, book_data):
+@pytest.mark.parametrize(
+    "entry",
+    [
+        c
+        for c in CHAPTERS
+        if _prose_values(c.name) and any(hasattr(f.test, "compute") for f in c.load().key_findings)
+    ],
+    ids=lambda c: c.name,
+)
+def test_a_finding_read_from_a_few_sections_decides_as_from_every_value(
+    entry, monkeypatch, book_data
+):
     """A key finding computes only the sections of the prose values its test reads
     (findings.sections). On every committed dataset it decides as it would from all of them:
     a section the test needs and its compute lacks fails here, not as 'not measured'."""
@@ -162,25 +193,33 @@ def test_a_finding_read_from_a_few_sections_decides_as_from_every_value(entry, m
         except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
             full = None
         for f in tests:
-            try:                                   # as from_glue decides
+            try:  # as from_glue decides
                 want = f.test.decide(full) if full is not None else None
             except (KeyError, ValueError, IndexError, TypeError):
                 want = None
             got = f.test(run)
-            assert got == want, f"{entry.name}/{f.key} on {m.label}: {got} from its sections, {want} from all"
+            assert got == want, (
+                f"{entry.name}/{f.key} on {m.label}: {got} from its sections, {want} from all"
+            )
             compared += want is not None
     assert compared, f"{entry.name}: no dataset gave a verdict to compare"
 
 
 # -- the verdict store: each dataset's outcomes computed once --------------------------------
 
-STORED = "trace_overhead"      # the cheapest chapter with datasets on three committed hosts
+STORED = "trace_overhead"  # the cheapest chapter with datasets on three committed hosts
 
 
 def forget():
     """What a new process holds: nothing."""
-    for held in (F._MEMO, F._CODE, F._DIGESTS, F._GLUE_CACHE, dataset._manifest_cache,
-                 dataset._table_cache):
+    for held in (
+        F._MEMO,
+        F._CODE,
+        F._DIGESTS,
+        F._GLUE_CACHE,
+        dataset._manifest_cache,
+        dataset._table_cache,
+    ):
         held.clear()
 
 
@@ -206,6 +245,7 @@ def _all_verdicts(data):
 def _no_computing(monkeypatch):
     def refuse(D, finding, m, run=None):
         raise AssertionError(f"{finding.key} on {m.label} was computed, not read from the store")
+
     monkeypatch.setattr(F, "_test", refuse)
 
 
@@ -216,13 +256,13 @@ def test_the_store_gives_what_computing_gives_and_a_new_process_reads_it(store, 
     assert not top.exists()
     monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
     forget()
-    assert _all_verdicts(data) == computed                      # computed, and stored
+    assert _all_verdicts(data) == computed  # computed, and stored
     runs = sorted(p.name for p in (data / "runs").glob(f"*/{STORED}/*"))
     files = sorted(top.glob(f"{STORED}__*__outcomes.json"))
     assert len(files) == len(runs) == len({f.name.split("__")[2] for f in files})
     forget()
     _no_computing(monkeypatch)
-    assert _all_verdicts(data) == computed                      # read back, nothing computed
+    assert _all_verdicts(data) == computed  # read back, nothing computed
 
 
 def test_a_changed_dataset_is_computed_again(store, monkeypatch):
@@ -233,7 +273,9 @@ def test_a_changed_dataset_is_computed_again(store, monkeypatch):
     forget()
     asked = []
     real = F._test
-    monkeypatch.setattr(F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real(D, f, m, run))
+    monkeypatch.setattr(
+        F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real(D, f, m, run)
+    )
     assert _all_verdicts(data) == before
     label = f"{run.parent.parent.name}/{run.name}"
     assert set(asked) == {label}, "only the changed dataset is computed again"
@@ -244,11 +286,16 @@ def test_changed_code_is_computed_again(store, monkeypatch):
     _all_verdicts(data)
     forget()
     from perfbook.core import codedigest
+
     real = codedigest.closure
-    monkeypatch.setattr(codedigest, "closure", lambda mods: {**real(mods), "extra.py": ROOT / "Makefile"})
+    monkeypatch.setattr(
+        codedigest, "closure", lambda mods: {**real(mods), "extra.py": ROOT / "Makefile"}
+    )
     asked = []
     real_test = F._test
-    monkeypatch.setattr(F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real_test(D, f, m, run))
+    monkeypatch.setattr(
+        F, "_test", lambda D, f, m, run=None: asked.append(m.label) or real_test(D, f, m, run)
+    )
     _all_verdicts(data)
     assert len(set(asked)) == len(list((data / "runs").glob(f"*/{STORED}/*")))
 
@@ -319,6 +366,7 @@ def test_platform_notes_are_stored_per_dataset(store, monkeypatch):
     def compute(d):
         calls.append(d.manifests[0].label)
         return {"n": len(d.manifests)}
+
     want = {h: ["1 dataset"] for h in D.hosts}
     assert F.per_host_note(D, compute, lambda g: f"{g['n']} dataset") == want
     assert len(calls) == len(D.hosts) and len(list(top.glob("*__note-*.json"))) == len(D.hosts)
@@ -334,6 +382,7 @@ def test_glued_values_and_frames_are_stored_per_dataset_and_given_back_exactly(s
     summaries), each computed once and read back by a new process unchanged: same keys and
     values; same columns, dtypes and values, NaN and strings included."""
     import numpy as np
+
     data, top = store
     D = by_name(STORED).load().load(data)
     m = D.manifests[0]
@@ -342,11 +391,15 @@ def test_glued_values_and_frames_are_stored_per_dataset_and_given_back_exactly(s
     def compute(d):
         calls.append(1)
         return {"n": np.int64(len(d.manifests)), "x": 0.1 + 0.2, "s": "a"}
-    frame = pd.DataFrame({"host": ["h", None], "n": [1, 2], "v": [0.1 + 0.2, float("nan")], "ok": [True, False]})
+
+    frame = pd.DataFrame(
+        {"host": ["h", None], "n": [1, 2], "v": [0.1 + 0.2, float("nan")], "ok": [True, False]}
+    )
 
     def make():
         calls.append(2)
         return {"rows": frame, "none": frame.iloc[0:0]}
+
     first = (F.glued(F.Run(D, m), compute), F.stored_frames(D, m, "frames", make))
     forget()
     D = by_name(STORED).load().load(data)
@@ -359,23 +412,29 @@ def test_glued_values_and_frames_are_stored_per_dataset_and_given_back_exactly(s
     assert len(list(top.glob("*__glue-*.json"))) == 1 and len(list(top.glob("*__frames.json"))) == 1
 
 
-def test_iostat_host_summaries_stored_or_computed_give_the_same_views(monkeypatch, tmp_path, book_data):
+def test_iostat_host_summaries_stored_or_computed_give_the_same_views(
+    monkeypatch, tmp_path, book_data
+):
     """iostat_internals' cross-host views (overview, phase summaries, the rank comparison)
     are the same from the stored host summaries as computed with the store off."""
     monkeypatch.setenv("PERFBOOK_BUILD", str(tmp_path / "build"))
     ch = by_name("iostat_internals").load()
-    from perfbook.chapters.iostat_internals import analysis as IA, tables as IT
+    from perfbook.chapters.iostat_internals import analysis as IA
+    from perfbook.chapters.iostat_internals import tables as IT
 
     def views():
         forget()
         D = ch.load(book_data.data_dir)
         AH = D.host_analyses()
         return IT.host_overview(D), IA.phase_summary_hosts(AH), IA.compare_hosts(AH)
+
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
     off = views()
     monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
     views()
-    monkeypatch.setattr(IA, "host_summary", lambda D: (_ for _ in ()).throw(AssertionError("computed")))
+    monkeypatch.setattr(
+        IA, "host_summary", lambda D: (_ for _ in ()).throw(AssertionError("computed"))
+    )
     stored = views()
     assert len(off[0]) >= 2
     for a, b in zip(off, stored):
@@ -390,6 +449,7 @@ def test_a_value_several_findings_read_is_worked_out_once_per_run():
     def value(run):
         calls.append(run)
         return len(calls)
+
     D = _Data([("h-a", "r1", 2.0), ("h-a", "r2", 3.0)], {})
     a, b = F.Run(D, D.manifests[0]), F.Run(D, D.manifests[1])
     assert (value(a), value(a), value(b), value(a)) == (1, 1, 2, 1)

@@ -6,6 +6,7 @@ chapter is measured there with the quick profile, and the host's datasets come
 back into a scratch copy of data/runs. The real data/ must not change, and a
 second run must add a second dataset without touching the first.
 """
+
 import io
 import json
 import os
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need_root, fake_manifest
-from perfbook.data.dataset import table_path
+from conftest import ROOT, fake_manifest, need_root
 from perfbook.book import fleet
-from perfbook.data import hostinfo
 from perfbook.core.errors import DatasetError
+from perfbook.data import hostinfo
+from perfbook.data.dataset import table_path
 from perfbook.data.digest import dir_digest, file_sha256
 
 PLAYBOOK = ROOT / "ansible" / "measure.yml"
@@ -36,8 +37,14 @@ CHEAP = ("tsc_alignment", "trace_overhead", "qcow2_overlap")
 CHECKS = "round,mechanism,expected_hits,observed_hits\n"  # trace_overhead's checks table
 
 
-def _run(top: Path, host="h-aaaaaaaaaaaa", chapter="trace_overhead", run="20260101T000000Z",
-         rows="1", manifest=None) -> Path:
+def _run(
+    top: Path,
+    host="h-aaaaaaaaaaaa",
+    chapter="trace_overhead",
+    run="20260101T000000Z",
+    rows="1",
+    manifest=None,
+) -> Path:
     """A small dataset whose table matches the chapter's schema; `rows` marks its content."""
     d = top / host / chapter / run
     d.mkdir(parents=True)
@@ -57,9 +64,9 @@ def _archive(tmp_path: Path, src: Path) -> Path:
 
 def test_import_adopts_new_datasets_and_never_overwrites(tmp_path):
     src, dest = tmp_path / "src", tmp_path / "dest"
-    _run(src, run="20260101T000000Z")                 # identical at the destination
+    _run(src, run="20260101T000000Z")  # identical at the destination
     _run(src, run="20260102T000000Z", rows="2")  # different at the destination
-    _run(src, run="20260103T000000Z")                 # new
+    _run(src, run="20260103T000000Z")  # new
     (src / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260104T000000Z-abcd").mkdir()
     _run(dest, run="20260101T000000Z")
     theirs = _run(dest, run="20260102T000000Z", rows="9")
@@ -69,8 +76,12 @@ def test_import_adopts_new_datasets_and_never_overwrites(tmp_path):
     assert res.present == ["h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z"]
     assert res.conflicts == ["h-aaaaaaaaaaaa/trace_overhead/20260102T000000Z"]
     assert dir_digest(theirs) == before
-    assert (dest / "h-aaaaaaaaaaaa" / "trace_overhead" / "20260103T000000Z" / "checks.csv").read_text() == f"{CHECKS}0,marker,1,1\n"
-    assert sorted(p.name for p in dest.iterdir()) == ["h-aaaaaaaaaaaa"], "the staging directory was left behind"
+    assert (
+        dest / "h-aaaaaaaaaaaa" / "trace_overhead" / "20260103T000000Z" / "checks.csv"
+    ).read_text() == f"{CHECKS}0,marker,1,1\n"
+    assert sorted(p.name for p in dest.iterdir()) == ["h-aaaaaaaaaaaa"], (
+        "the staging directory was left behind"
+    )
     assert not (dest / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260104T000000Z-abcd").exists()
 
 
@@ -82,14 +93,29 @@ def test_import_cli_exit_status_says_conflict(tmp_path, capsys):
     assert "CONFLICT" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("manifest, why", [
-    (fake_manifest("h-bbbbbbbbbbbb", "20260101T000000Z", "trace_overhead", tables={"checks": 1}),
-     "host_id 'h-bbbbbbbbbbbb' does not match its directory"),
-    (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "trace_overhead", tables={"missing": 3}),
-     "missing.csv.xz is missing"),
-    (fake_manifest("h-aaaaaaaaaaaa", "20260101T000000Z", "cpu_pinning", tables={"checks": 1}),
-     "manifest says chapter 'cpu_pinning'"),
-])
+@pytest.mark.parametrize(
+    "manifest, why",
+    [
+        (
+            fake_manifest(
+                "h-bbbbbbbbbbbb", "20260101T000000Z", "trace_overhead", tables={"checks": 1}
+            ),
+            "host_id 'h-bbbbbbbbbbbb' does not match its directory",
+        ),
+        (
+            fake_manifest(
+                "h-aaaaaaaaaaaa", "20260101T000000Z", "trace_overhead", tables={"missing": 3}
+            ),
+            "missing.csv.xz is missing",
+        ),
+        (
+            fake_manifest(
+                "h-aaaaaaaaaaaa", "20260101T000000Z", "cpu_pinning", tables={"checks": 1}
+            ),
+            "manifest says chapter 'cpu_pinning'",
+        ),
+    ],
+)
 def test_import_refuses_a_dataset_filed_under_the_wrong_name(tmp_path, capsys, manifest, why):
     src, dest = tmp_path / "src", tmp_path / "dest"
     _run(src, run="20251231T000000Z")  # a good one in the same archive: all or nothing
@@ -133,9 +159,13 @@ def test_import_of_an_unreadable_archive_is_one_clear_error(tmp_path):
 
 # --- the playbook, against localhost ---------------------------------------------------
 
+
 def _datasets(runs: Path) -> set[str]:
-    return {m.parent.relative_to(runs).as_posix() for m in runs.glob("*/*/*/manifest.json")
-            if not any(p.startswith(".") for p in m.parent.relative_to(runs).parts)}
+    return {
+        m.parent.relative_to(runs).as_posix()
+        for m in runs.glob("*/*/*/manifest.json")
+        if not any(p.startswith(".") for p in m.parent.relative_to(runs).parts)
+    }
 
 
 def _snapshot(top: Path) -> dict[str, str]:
@@ -144,19 +174,29 @@ def _snapshot(top: Path) -> dict[str, str]:
 
 def _scratch_dirs() -> set[str]:
     """The playbook's scratch directories: on the host (temp dir) and the controller (build/)."""
-    return {str(p) for top in (Path(tempfile.gettempdir()), ROOT / "build")
-            for p in top.glob("*-perfbook-fleet")}
+    return {
+        str(p)
+        for top in (Path(tempfile.gettempdir()), ROOT / "build")
+        for p in top.glob("*-perfbook-fleet")
+    }
 
 
 def _playbook(tmp_path: Path, chapter: str, dest_runs: Path, log: str, ok=True, **over):
     exe = Path(sys.executable).with_name("ansible-playbook")
     if not exe.is_file():
-        pytest.skip("ansible-playbook is not installed: tools/setup.sh installs ansible-core from environment.yml")
-    env = dict(os.environ, LC_ALL="C.UTF-8", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_HOME=str(tmp_path / "ansible-home"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
-               ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-remote"),
-               ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"))
+        pytest.skip(
+            "ansible-playbook is not installed: tools/setup.sh installs ansible-core from environment.yml"
+        )
+    env = dict(
+        os.environ,
+        LC_ALL="C.UTF-8",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FORCE_COLOR="0",
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-remote"),
+        ANSIBLE_ASYNC_DIR=str(tmp_path / "ansible-async"),
+    )
     extra = {
         "ansible_python_interpreter": sys.executable,
         "perfbook_controller_repo": str(ROOT),
@@ -181,8 +221,14 @@ def _playbook(tmp_path: Path, chapter: str, dest_runs: Path, log: str, ok=True, 
 
 
 def test_playbook_rejects_a_bad_parameter_before_touching_a_host(tmp_path):
-    r = _playbook(tmp_path, "trace_overhead", tmp_path / "runs", "bad.log", ok=False,
-                  perfbook_profile="fastest")
+    r = _playbook(
+        tmp_path,
+        "trace_overhead",
+        tmp_path / "runs",
+        "bad.log",
+        ok=False,
+        perfbook_profile="fastest",
+    )
     assert r.returncode != 0
     assert "perfbook_profile must be quick, default or full, got fastest" in r.stdout + r.stderr
     assert not (tmp_path / "host-checkout").exists() and not (tmp_path / "runs").exists()
@@ -192,6 +238,7 @@ def test_playbook_rejects_a_bad_parameter_before_touching_a_host(tmp_path):
 def cheap_chapter():
     need_root("the fleet playbook (it measures with become)")
     from perfbook.chapters import by_name
+
     why = []
     for name in CHEAP:
         reasons = by_name(name).load().preflight()
@@ -204,8 +251,9 @@ def cheap_chapter():
 @pytest.mark.root
 @pytest.mark.slow
 def test_playbook_measures_localhost_and_brings_the_dataset_home(tmp_path, cheap_chapter):
-    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     if not head:
         pytest.skip("the playbook sends a git commit: this checkout is not a git repository")
     real = _snapshot(ROOT / "data")
@@ -224,7 +272,9 @@ def test_playbook_measures_localhost_and_brings_the_dataset_home(tmp_path, cheap
     m = json.loads((dest / rel / "manifest.json").read_text())
     assert (m["host"]["host_id"], m["chapter"], m["run_id"]) == (host, chapter, run_id)
     assert m["parameters"], "the manifest has no parameters"
-    assert m["git"] == {"commit": head, "dirty": False}, "the host should measure a clean checkout of HEAD"
+    assert m["git"] == {"commit": head, "dirty": False}, (
+        "the host should measure a clean checkout of HEAD"
+    )
     assert m["tables"] and all(table_path(dest / rel, t) is not None for t in m["tables"])
     assert "1 new" in out
     first_digest = dir_digest(dest / rel)
@@ -239,6 +289,8 @@ def test_playbook_measures_localhost_and_brings_the_dataset_home(tmp_path, cheap
     now = _snapshot(ROOT / "data")
     assert {k: now.get(k) for k in real} == real, "a file in the repository's data/ changed"
     for d in _datasets(dest) - have:
-        assert not (ROOT / "data" / "runs" / d).exists(), f"{d} was written into the repository's data/"
+        assert not (ROOT / "data" / "runs" / d).exists(), (
+            f"{d} was written into the repository's data/"
+        )
     assert _scratch_dirs() <= scratch_before, "the playbook left its scratch directories behind"
     print(f"two playbook runs in {time.monotonic() - t0:.0f} s")

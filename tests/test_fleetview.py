@@ -3,6 +3,7 @@ every chapter figure keeps a legend of at most 10 entries, draws this host and t
 in their styles, and names no more hosts in its caption than those two (tests/test_new_host.py
 draws every figure on each state of the book's own data). Plus the primitives on their own
 (roles, facets, legend, reference)."""
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,23 @@ import shutil
 
 import pytest
 
-from conftest import CROSS_HOST, FIGURES, HEATMAP, IOSTAT_FIGURES, ROOT, figure_colours, legend_texts, makers, rgb
+from conftest import (
+    CROSS_HOST,
+    FIGURES,
+    HEATMAP,
+    IOSTAT_FIGURES,
+    ROOT,
+    figure_colours,
+    legend_texts,
+    makers,
+    rgb,
+)
 from perfbook.analysis import fleetview as fv
 from perfbook.chapters import CHAPTERS
 from perfbook.core.errors import DatasetError
 
 MAX_LEGEND = 10
-NEWEST = "29991231T000000Z"   # a run id newer than any: makes one synthetic host "this host"
+NEWEST = "29991231T000000Z"  # a run id newer than any: makes one synthetic host "this host"
 
 
 ENTRIES = [e for e in CHAPTERS if e.name in FIGURES or e.name == "iostat_internals"]
@@ -27,10 +38,15 @@ def test_every_notebook_figure_is_covered():
     """A figure added to a chapter's notebook must be added to conftest.FIGURES too: this file draws
     it to scale, and tests/test_new_host.py on every state of the book's data."""
     for e in CHAPTERS:
-        code = "\n".join("".join(c["source"]) for c in json.loads(e.path.read_text())["cells"]
-                         if c["cell_type"] == "code")
+        code = "\n".join(
+            "".join(c["source"])
+            for c in json.loads(e.path.read_text())["cells"]
+            if c["cell_type"] == "code"
+        )
         keys = set(re.findall(r'nb\.figure\("(\w+)"', code))
-        covered = set(FIGURES.get(e.name, {})) | (set(IOSTAT_FIGURES) if e.name == "iostat_internals" else set())
+        covered = set(FIGURES.get(e.name, {})) | (
+            set(IOSTAT_FIGURES) if e.name == "iostat_internals" else set()
+        )
         assert keys <= covered, (e.name, keys - covered)
 
 
@@ -40,15 +56,16 @@ def fleet(tmp_path_factory):
     host's datasets get the newest run id, so that it is this host and the two roles differ."""
     from perfbook.dev import synthfleet
 
-    def plain(base, df):   # plain CSV, which every loader reads as well: 6x faster than xz here
+    def plain(base, df):  # plain CSV, which every loader reads as well: 6x faster than xz here
         p = f"{base}.csv"
         df.to_csv(p, index=False)
         return p
+
     dest = tmp_path_factory.mktemp("fleetview") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(synthfleet, "write_table", plain)
         ids = synthfleet.generate(25, dest, seed=11, say=lambda *_: None)
-    for real in (ROOT / "data" / "runs").iterdir():   # copies: a link in data/ is refused
+    for real in (ROOT / "data" / "runs").iterdir():  # copies: a link in data/ is refused
         if real.is_dir() and not real.name.startswith("."):
             shutil.copytree(real, dest / "runs" / real.name)
     this = ids[0]
@@ -64,14 +81,18 @@ def fleet(tmp_path_factory):
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(fleet, entry):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     dest, this, ref, synthetic = fleet
     D = entry.load().load(dest)
     F = fv.fleet(D)
     assert len(F.hosts) >= 25 and F.this == this and F.reference == ref
     assert fv.roles(D)[this] == fv.THIS and fv.roles(D)[ref] == fv.REFERENCE
-    own = None   # a figure of the quoted dataset only: its legend is the one the committed data gives
+    own = (
+        None  # a figure of the quoted dataset only: its legend is the one the committed data gives
+    )
     for key, make in makers(entry, D).items():
         fig, caption = make()
         try:
@@ -88,10 +109,19 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
             assert caption, (entry.name, key)
             if (entry.name, key) in CROSS_HOST:
                 colours = figure_colours(fig)
-                assert rgb(fv.STYLE[fv.THIS]["color"]) in colours, (entry.name, key, "this host not drawn")
-                assert rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours, (entry.name, key, "reference host not drawn")
-                assert all(w in legend_text for w in ("this host", "reference host", "other hosts (n = ")), \
-                    (entry.name, key, legend_text)
+                assert rgb(fv.STYLE[fv.THIS]["color"]) in colours, (
+                    entry.name,
+                    key,
+                    "this host not drawn",
+                )
+                assert rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours, (
+                    entry.name,
+                    key,
+                    "reference host not drawn",
+                )
+                assert all(
+                    w in legend_text for w in ("this host", "reference host", "other hosts (n = ")
+                ), (entry.name, key, legend_text)
             if (entry.name, key) in HEATMAP:
                 labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
                 assert any(x.startswith("this host") for x in labels), labels
@@ -105,30 +135,46 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
-def test_a_fleets_platform_banner_details_this_and_the_reference_host_and_counts_the_rest(fleet, entry):
+def test_a_fleets_platform_banner_details_this_and_the_reference_host_and_counts_the_rest(
+    fleet, entry
+):
     """The "Measured on" banner at the top of a chapter stays a few lines with a fleet; with the
     committed hosts it still details every one."""
     from perfbook.book import notebook
+
     dest, this, ref, synthetic = fleet
     D = entry.load().load(dest)
     html = notebook.platform(D).data
     detailed = re.findall(r"<li><code>(h-[0-9a-f]{12})</code> \(([a-z ]+)\)", html)
     assert detailed == [(this, fv.THIS), (ref, fv.REFERENCE)], (entry.name, detailed)
     rest = len(D.hosts) - 2
-    assert re.search(rf'<li>{rest} other hosts: \d+ [^<]*<a href="../hosts.html">hosts page</a>', html), \
-        (entry.name, html[-400:])
+    assert re.search(
+        rf'<li>{rest} other hosts: \d+ [^<]*<a href="../hosts.html">hosts page</a>', html
+    ), (entry.name, html[-400:])
     assert not {h for h in synthetic if h in html} - {this}, entry.name
     own = entry.load().load()
     if own.hosts:
-        assert notebook.platform(own).data.count("<li><code>h-") == len(own.hosts) <= notebook.BANNER_HOSTS
+        assert (
+            notebook.platform(own).data.count("<li><code>h-")
+            == len(own.hosts)
+            <= notebook.BANNER_HOSTS
+        )
 
 
 # -- the primitives -------------------------------------------------------------------------
 
+
 def _fleet(n, this="h-000000000000", ref="h-000000000001", kinds=("none", "kvm", "qemu")):
-    facts = {f"h-{i:012x}": {"host_id": f"h-{i:012x}", "virtualization": kinds[i % len(kinds)],
-                             "kernel_release": f"6.{i % 4}.0", "cpu_model": "AMD EPYC" if i % 2 else "Intel Xeon",
-                             "description": f"host {i}"} for i in range(n)}
+    facts = {
+        f"h-{i:012x}": {
+            "host_id": f"h-{i:012x}",
+            "virtualization": kinds[i % len(kinds)],
+            "kernel_release": f"6.{i % 4}.0",
+            "cpu_model": "AMD EPYC" if i % 2 else "Intel Xeon",
+            "description": f"host {i}",
+        }
+        for i in range(n)
+    }
     return fv.Fleet(facts, this, ref)
 
 
@@ -140,27 +186,38 @@ def test_roles_read_naturally_with_one_and_two_hosts():
     two = _fleet(2)
     assert [r for _, r in two.highlighted] == [fv.THIS, fv.REFERENCE] and two.others == []
     assert [lbl.split(":")[0] for _, lbl in fv.handles(two)] == ["this host", "reference host"]
-    gone = _fleet(3, ref="h-0000000000ff")      # the reference host has no data here
+    gone = _fleet(3, ref="h-0000000000ff")  # the reference host has no data here
     assert gone.reference is None and gone.label(fv.OTHER) == "other hosts (n = 2)"
 
 
 def test_a_legend_does_not_grow_with_the_fleet():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import pandas as pd
+
     counts = {}
     for n in (1, 3, 100):
         F = _fleet(n)
-        df = pd.DataFrame([{"host_id": h, "pos": k, "v": 1.0 + i + k, "lo": 0.5 + i, "hi": 2.0 + i + k}
-                           for i, h in enumerate(F.hosts) for k in range(3)])
+        df = pd.DataFrame(
+            [
+                {"host_id": h, "pos": k, "v": 1.0 + i + k, "lo": 0.5 + i, "hi": 2.0 + i + k}
+                for i, h in enumerate(F.hosts)
+                for k in range(3)
+            ]
+        )
         fig, ax = plt.subplots(layout="constrained")
         drawn = fv.points(ax, F, df, "pos", "v", "lo", "hi")
         fv.legend(fig, F, drawn, seed="seed")
         counts[n] = fv.legend_entries(fig)
-        assert drawn["summary"] == (n >= fv.SUMMARY_MIN) and drawn["other_bars"] == (0 < n - 2 <= fv.FEW_OTHERS)
+        assert drawn["summary"] == (n >= fv.SUMMARY_MIN) and drawn["other_bars"] == (
+            0 < n - 2 <= fv.FEW_OTHERS
+        )
         text = F.marks_text(drawn, "a median", seed="the seed's figure")
-        assert ("quartiles" in text) == (n >= fv.SUMMARY_MIN) and "Black star: the seed's figure." in text
+        assert ("quartiles" in text) == (
+            n >= fv.SUMMARY_MIN
+        ) and "Black star: the seed's figure." in text
         plt.close(fig)
     assert counts == {1: 2, 3: 4, 100: 5}
 
@@ -168,16 +225,21 @@ def test_a_legend_does_not_grow_with_the_fleet():
 def test_facets_follow_the_machine_kind_and_stay_bounded():
     F = _fleet(30, kinds=("none", "kvm", "qemu", "microsoft", "vmware", "xen"))
     panels = fv.facets(F, "kind", max_facets=4)
-    assert len(panels) == 4 and panels[0][0].startswith("bare metal")   # this host's kind first
+    assert len(panels) == 4 and panels[0][0].startswith("bare metal")  # this host's kind first
     assert panels[1][1].reference == "h-000000000001" and panels[-1][0].startswith("other kinds: ")
     assert sum(len(p.hosts) for _, p in panels) == 30
     assert [t.split(" (")[0] for t, _ in fv.facets(F, "vendor")][:2] == ["Intel", "AMD"]
     assert {t.split(" (")[0] for t, _ in fv.facets(F, "kernel", max_facets=9)} == {
-        "Linux 6.0", "Linux 6.1", "Linux 6.2", "Linux 6.3"}
+        "Linux 6.0",
+        "Linux 6.1",
+        "Linux 6.2",
+        "Linux 6.3",
+    }
 
 
 def test_captions_name_the_highlighted_hosts_and_count_the_rest():
     from perfbook.analysis.stats import caption, hosts_of
+
     F = _fleet(40)
     hosts = F.caption_hosts()
     assert [h for h, _ in hosts[:2]] == ["h-000000000000", "h-000000000001"]
@@ -193,7 +255,7 @@ def test_the_reference_host_is_declared_once_and_read_or_refused_in_one_line(tmp
     assert re.match(r"^h-[0-9a-f]{12}$", ref["host_id"]) and ref["why"]
     assert (ROOT / "data" / "runs" / ref["host_id"]).is_dir()
     (tmp_path / "reference").mkdir()
-    assert fv.reference_host(tmp_path) == ref                 # a scratch data dir: the committed one
+    assert fv.reference_host(tmp_path) == ref  # a scratch data dir: the committed one
     (tmp_path / "reference" / fv.REFERENCE_FILE).write_text('{"host_id": "nope"}')
     with pytest.raises(DatasetError, match=r"reference_host.json: must be a JSON object") as e:
         fv.reference_host(tmp_path)
@@ -207,10 +269,12 @@ def test_the_reference_host_is_declared_once_and_read_or_refused_in_one_line(tmp
 def test_a_strip_plot_jitters_the_same_way_every_time_and_leaves_numpys_generator_alone():
     """Stored notebooks' PNGs change only with their data: the strip plots' jitter is seeded."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
     import pandas as pd
+
     df = pd.DataFrame({"x": ["a", "b"] * 50, "y": np.arange(100.0)})
 
     def offsets():
@@ -223,5 +287,5 @@ def test_a_strip_plot_jitters_the_same_way_every_time_and_leaves_numpys_generato
     np.random.seed(7)
     before = np.random.get_state()[1].copy()
     first, second = offsets(), offsets()
-    assert np.array_equal(first, second) and np.ptp(first[:, 0] % 1) > 0   # jittered, identically
+    assert np.array_equal(first, second) and np.ptp(first[:, 0] % 1) > 0  # jittered, identically
     assert np.array_equal(np.random.get_state()[1], before)

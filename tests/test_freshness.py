@@ -4,6 +4,7 @@ perfbook.book.freshness digests exactly the files a notebook reads; `python -m p
 refresh` stores that digest in the notebook's metadata. The unit tests pin the
 digest's properties; the last tests compare every stored notebook with data/.
 """
+
 import json
 import os
 import shutil
@@ -23,8 +24,9 @@ def _dataset(data, host, chapter, run, rows="x\n1\n"):
     d = data / "runs" / host / chapter / run
     d.mkdir(parents=True)
     (d / "t.csv").write_text(rows)
-    (d / "manifest.json").write_text(json.dumps({"chapter": chapter, "run_id": run,
-                                                 "host": {"host_id": host}}))
+    (d / "manifest.json").write_text(
+        json.dumps({"chapter": chapter, "run_id": run, "host": {"host_id": host}})
+    )
     return d
 
 
@@ -42,14 +44,23 @@ def data(tmp_path):
 def test_digest_covers_the_chapters_runs_and_its_reference_only(data):
     files = digest.data_files("trace_overhead", data)
     from perfbook.core.paths import reference_dir
+
     # the chapter's other reference tables (published figures beside the seed's) come from the
     # committed data/reference when the scratch data dir has none, as load_reference does
-    committed = sorted(f"reference/{p.name}" for p in reference_dir().glob("trace_overhead*.csv")
-                       if p.name != "trace_overhead.csv")
-    assert sorted(files) == sorted(["reference/trace_overhead.csv",
-                                    "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/manifest.json",
-                                    "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/t.csv", *committed,
-                                    "reference/reference_host.json"])   # every figure marks it
+    committed = sorted(
+        f"reference/{p.name}"
+        for p in reference_dir().glob("trace_overhead*.csv")
+        if p.name != "trace_overhead.csv"
+    )
+    assert sorted(files) == sorted(
+        [
+            "reference/trace_overhead.csv",
+            "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/manifest.json",
+            "runs/h-aaaaaaaaaaaa/trace_overhead/20260101T000000Z/t.csv",
+            *committed,
+            "reference/reference_host.json",
+        ]
+    )  # every figure marks it
     assert not any("tsc_alignment" in f for f in files)
 
 
@@ -78,7 +89,9 @@ def test_content_reference_and_renames_count_but_mtimes_and_hidden_files_do_not(
     d0 = freshness.data_digest("trace_overhead", data)
     os.utime(run / "t.csv", (0, 0))
     (data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260103T000000Z-1234").mkdir()
-    (data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260103T000000Z-1234" / "t.csv").write_text("9")
+    (
+        data / "runs" / "h-aaaaaaaaaaaa" / "trace_overhead" / ".tmp-20260103T000000Z-1234" / "t.csv"
+    ).write_text("9")
     assert freshness.data_digest("trace_overhead", data) == d0
     (run / "t.csv").write_text("x\n2\n")
     d1 = freshness.data_digest("trace_overhead", data)
@@ -103,7 +116,9 @@ def test_missing_reference_in_a_scratch_dir_falls_back_to_the_committed_one(tmp_
     scratch = tmp_path / "data"
     _dataset(scratch, "h-aaaaaaaaaaaa", "trace_overhead", "20260101T000000Z")
     files = digest.data_files("trace_overhead", scratch)
-    assert files["reference/trace_overhead.csv"] == ROOT / "data" / "reference" / "trace_overhead.csv"
+    assert (
+        files["reference/trace_overhead.csv"] == ROOT / "data" / "reference" / "trace_overhead.csv"
+    )
 
 
 def test_record_then_stale_round_trip(data, tmp_path, monkeypatch):
@@ -126,7 +141,8 @@ def test_the_book_renders_the_stored_outputs_not_an_execution_cache():
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert str(cfg["execute"]["execute_notebooks"]).lower() in ("off", "false"), (
         "_config.yml must keep execute_notebooks off: an execution cache could keep a render "
-        "made from old data")
+        "made from old data"
+    )
 
 
 def _all_pages():
@@ -140,19 +156,26 @@ def test_stored_notebook_follows_the_data(page):
     have = freshness.stored_digest(nb)
     assert have is not None, (
         f"{page.notebook} carries no data digest; run `make notebooks` "
-        f"(or `python -m perfbook refresh --chapters {page.name}`) and commit the notebook")
+        f"(or `python -m perfbook refresh --chapters {page.name}`) and commit the notebook"
+    )
     assert have == want, (
         f"{page.notebook} is stale: its outputs were computed from other data than the {n} files "
         f"it reads in data/ now; run `make notebooks` (or `python -m perfbook refresh --chapters "
-        f"{page.name}`) and commit the notebook")
+        f"{page.name}`) and commit the notebook"
+    )
 
 
 def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, capsys):
     """`python -m perfbook refresh` stores the digest; the notebook then counts as fresh."""
     from perfbook.cli import main
+
     nb_path = tmp_path / "trace_overhead.ipynb"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, nb_path)
     fake = [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead", str(nb_path))]
     monkeypatch.setattr(chapters, "CHAPTERS", fake)
@@ -173,14 +196,18 @@ def test_a_notebook_is_re_executed_only_when_its_data_or_code_changed(data, monk
     assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
     freshness.record(nb, "trace_overhead", freshness.data_digest("trace_overhead", data))
     assert freshness.changed(nb, "trace_overhead", data) == "no code digest stored yet"
-    freshness.record(nb, "trace_overhead", freshness.data_digest("trace_overhead", data),
-                     freshness.code_digest("trace_overhead", nb))
+    freshness.record(
+        nb,
+        "trace_overhead",
+        freshness.data_digest("trace_overhead", data),
+        freshness.code_digest("trace_overhead", nb),
+    )
     assert freshness.changed(nb, "trace_overhead", data) is None
-    nb.cells[0].source = "x = 2"                              # its own cells
+    nb.cells[0].source = "x = 2"  # its own cells
     assert "code" in freshness.changed(nb, "trace_overhead", data)
     nb.cells[0].source = "x = 1"
     assert freshness.changed(nb, "trace_overhead", data) is None
-    _dataset(data, "h-bbbbbbbbbbbb", "trace_overhead", "20260102T000000Z")   # its data
+    _dataset(data, "h-bbbbbbbbbbbb", "trace_overhead", "20260102T000000Z")  # its data
     assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
 
 
@@ -190,12 +217,20 @@ def test_the_code_digest_follows_the_code_the_notebook_runs(tmp_path, monkeypatc
     chapter, a dev tool or the CLI does not (issue #39: 18 of 212 commits had re-executed
     every notebook for an edit none of them runs)."""
     from perfbook.core import codedigest
+
     root = tmp_path / "repo"
-    shutil.copytree(ROOT / "tools" / "perfbook", root / "tools" / "perfbook",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "tools" / "perfbook",
+        root / "tools" / "perfbook",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     shutil.copy(ROOT / "tools" / "requirements.lock", root / "tools" / "requirements.lock")
-    nbs = {n: nbformat.read(c.path, as_version=4) for c in [*chapters.CHAPTERS, *chapters.PAGES]
-           for n in [c.name] if n in ("trace_overhead", "tsc_alignment", "summary")}
+    nbs = {
+        n: nbformat.read(c.path, as_version=4)
+        for c in [*chapters.CHAPTERS, *chapters.PAGES]
+        for n in [c.name]
+        if n in ("trace_overhead", "tsc_alignment", "summary")
+    }
     monkeypatch.setenv("PERFBOOK_ROOT", str(root))
     monkeypatch.setattr(codedigest, "PACKAGE", root / "tools" / "perfbook")
     pkg = root / "tools" / "perfbook"
@@ -214,13 +249,13 @@ def test_the_code_digest_follows_the_code_the_notebook_runs(tmp_path, monkeypatc
     assert digests() == base, "a dev tool, the CLI or the example chapter made a notebook stale"
     edit("chapters/trace_overhead/analysis.py")
     now = digests()
-    assert now["trace_overhead"] != base["trace_overhead"]   # its own package
-    assert now["tsc_alignment"] == base["tsc_alignment"]     # another chapter's is not its code
-    assert now["summary"] != base["summary"]                 # a page reads every chapter
+    assert now["trace_overhead"] != base["trace_overhead"]  # its own package
+    assert now["tsc_alignment"] == base["tsc_alignment"]  # another chapter's is not its code
+    assert now["summary"] != base["summary"]  # a page reads every chapter
     edit("analysis/stats.py")
-    assert all(digests()[n] != now[n] for n in now)          # a shared module every one of them runs
+    assert all(digests()[n] != now[n] for n in now)  # a shared module every one of them runs
     (root / "tools" / "requirements.lock").write_text("numpy==0.0.0\n")
-    assert all(d != now[n] for n, d in digests().items())    # the pinned environment
+    assert all(d != now[n] for n, d in digests().items())  # the pinned environment
 
 
 # -- make notebooks runs notebooks side by side --------------------------------------------------
@@ -243,19 +278,32 @@ def _parallel(monkeypatch, tmp_path, secs=0.4, failing=(), pages=("summary",)):
     """_refresh_in_parallel over four chapters and the given pages, each a stand-in process
     that logs when it starts and ends; returns (the chapters and pages, the log)."""
     import perfbook.book.refresh as M
+
     log = tmp_path / "log"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     entries = [chapters.Entry(n, "x", f"{n}.ipynb") for n in ("a", "b", "c", "d", *pages)]
     monkeypatch.setattr(chapters, "PAGES", [e for e in entries if e.name in pages])
-    monkeypatch.setattr(M, "_refresh_child", lambda ch: [
-        sys.executable, str(script), str(log), ch.name, str(secs), str(dict(failing).get(ch.name, 0))])
+    monkeypatch.setattr(
+        M,
+        "_refresh_child",
+        lambda ch: [
+            sys.executable,
+            str(script),
+            str(log),
+            ch.name,
+            str(secs),
+            str(dict(failing).get(ch.name, 0)),
+        ],
+    )
     return M, entries, log
 
 
 def _events(log):
-    return [(kind, name, float(t), int(pid)) for kind, name, t, pid in
-            (line.split() for line in log.read_text().splitlines())]
+    return [
+        (kind, name, float(t), int(pid))
+        for kind, name, t, pid in (line.split() for line in log.read_text().splitlines())
+    ]
 
 
 def test_notebooks_run_side_by_side_and_the_pages_after_the_chapters(monkeypatch, tmp_path, capsys):
@@ -271,7 +319,7 @@ def test_notebooks_run_side_by_side_and_the_pages_after_the_chapters(monkeypatch
     assert all(t <= page_start for k, n, t, _ in ev if k == "end" and n != "summary")
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[refresh] 5 notebooks, 2 at a time"
-    for e in entries:   # every line of every child, whole
+    for e in entries:  # every line of every child, whole
         assert f"[refresh] {e.name}: re-executing" in out
         assert f"[refresh] {e.name}: re-executed in explain mode in 0 s" in out
 
@@ -301,6 +349,7 @@ def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
     import threading
 
     from perfbook.core.proc import pid_alive
+
     M, entries, log = _parallel(monkeypatch, tmp_path, secs=120)
     threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
     with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
@@ -310,27 +359,41 @@ def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
 
 
 def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_stored_version(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     """A refresh reads no table before its notebooks: the notebook reading a cut table fails
     with the one line that names it, and the stored notebook stays as it was."""
     from perfbook.cli import main
     from perfbook.data.dataset import list_runs, table_path
+
     src = list_runs("trace_overhead")[0]
     run = tmp_path / "data" / "runs" / src.parent.parent.name / "trace_overhead" / src.name
     shutil.copytree(src, run)
     cut = table_path(run, "samples")
     cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
     nb_path = tmp_path / "trace_overhead.ipynb"
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "from perfbook.book import notebook as nb\n"
-        "from perfbook.chapters import trace_overhead as T\n"
-        f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
-        "D['samples']")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "from perfbook.book import notebook as nb\n"
+                "from perfbook.chapters import trace_overhead as T\n"
+                f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
+                "D['samples']"
+            )
+        ]
+    )
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, nb_path)
     before = nb_path.read_bytes()
-    monkeypatch.setattr(chapters, "CHAPTERS", [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead",
-                                                               str(nb_path))])
+    monkeypatch.setattr(
+        chapters,
+        "CHAPTERS",
+        [chapters.Entry("trace_overhead", "perfbook.chapters.trace_overhead", str(nb_path))],
+    )
     monkeypatch.setattr(chapters, "PAGES", [], raising=False)
     assert main(["refresh", "--chapters", "trace_overhead"]) == 1
     failed = [ln for ln in capsys.readouterr().out.splitlines() if "FAILED" in ln]

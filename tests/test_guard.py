@@ -1,4 +1,5 @@
 """perfbook.core.guard: the one place that turns SIGINT/SIGTERM/SIGHUP into KeyboardInterrupt."""
+
 from __future__ import annotations
 
 import signal
@@ -17,7 +18,7 @@ def test_first_signal_raises_later_ones_let_cleanup_finish():
                 signal.raise_signal(signal.SIGTERM)
                 time.sleep(5)
             finally:
-                signal.raise_signal(signal.SIGINT)   # a second Ctrl-C during the cleanup
+                signal.raise_signal(signal.SIGINT)  # a second Ctrl-C during the cleanup
                 cleaned.append("restored")
         assert guard.received() == [signal.SIGTERM, signal.SIGINT]
         assert guard.interrupted_by() == "SIGTERM"
@@ -43,9 +44,9 @@ def test_a_signal_in_a_swallowing_hook_is_delivered_again():
     reached = False
     with guard.interruptible():
         with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
-            _releaseLock()           # the handler must not raise inside it
+            _releaseLock()  # the handler must not raise inside it
             reached = True
-            time.sleep(5)            # ... but shortly after, outside it
+            time.sleep(5)  # ... but shortly after, outside it
     assert reached
 
 
@@ -57,8 +58,10 @@ def test_no_signal_no_interrupt_and_received_is_empty_outside():
 
 def _after_fork():
     """Named like threading's at-fork hook; the signal lands in a function it calls."""
+
     def _reinit():
         signal.raise_signal(signal.SIGTERM)
+
     _reinit()
 
 
@@ -81,6 +84,7 @@ def test_a_child_between_fork_and_exec_dies_of_the_signal_quietly():
     import os
     import subprocess
     import sys
+
     code = (
         "import os, signal, subprocess, sys\n"
         "from perfbook.core import guard\n"
@@ -89,9 +93,15 @@ def test_a_child_between_fork_and_exec_dies_of_the_signal_quietly():
         "        p = subprocess.Popen(['true'], preexec_fn=lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
         "        print('child', p.wait())\n"
         "    except KeyboardInterrupt:\n"
-        "        print('parent interrupted')\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        "        print('parent interrupted')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     assert "Traceback" not in r.stderr and "ignored" not in r.stderr, r.stderr
     assert f"child {-signal.SIGTERM}" in r.stdout, r.stdout + r.stderr
 
@@ -102,10 +112,11 @@ def test_a_signal_inside_an_asyncio_task_is_raised_where_the_loop_waits():
     kernel's shutdown that follows, which then left the kernel's files behind. The signal is
     delivered again once the loop waits, and the task is not left holding it."""
     import asyncio
+
     loop = asyncio.new_event_loop()
 
     async def step():
-        signal.raise_signal(signal.SIGTERM)      # lands in the task's step
+        signal.raise_signal(signal.SIGTERM)  # lands in the task's step
         await asyncio.sleep(5)
 
     task = loop.create_task(step())

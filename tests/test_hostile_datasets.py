@@ -7,6 +7,7 @@ was read to the end before anything was refused. Only regular files are read, li
 digested or published, never through a link, and a table is read within limits that stop
 the reading as soon as one is crossed.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,11 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, fake_manifest
-from perfbook.book import validation
-from perfbook.data import dataset
-from perfbook.book import freshness, notebook
+from perfbook.book import freshness, notebook, validation
 from perfbook.book import sphinx_site as S
-from perfbook.data.dataset import table_path
 from perfbook.core.errors import DatasetError
+from perfbook.data import dataset
+from perfbook.data.dataset import table_path
 
 SECRET = "root:$y$j9T$not-for-the-web:19000:0:99999:7:::\n"
 
@@ -64,6 +64,7 @@ def data(tmp_path, monkeypatch):
 
 # ---- symlinks: never followed, one line naming the link ------------------------------------
 
+
 def test_a_symlinked_file_in_a_dataset_fails_validation(data, secret):
     run = _copy_committed(data)
     assert validation.validate_all(data, names={"trace_overhead"}) == 1
@@ -77,7 +78,7 @@ def test_a_symlinked_table_is_never_read(data, tmp_path):
     run = _copy_committed(data)
     p = table_path(run, "samples")
     elsewhere = tmp_path / "outside.csv.xz"
-    p.rename(elsewhere)                   # the same bytes, reached through a link
+    p.rename(elsewhere)  # the same bytes, reached through a link
     p.symlink_to(elsewhere)
     with pytest.raises(DatasetError) as e:
         dataset.read_table(run, "samples")
@@ -98,7 +99,7 @@ def test_a_symlinked_directory_of_the_datasets_is_refused(data, tmp_path, level)
         dataset.list_runs("trace_overhead", data)
     assert _one_line(e).startswith(f"{link}: a symlink")
     real = moved / run.relative_to(link)
-    with pytest.raises(DatasetError, match="a symlink"):   # a path through the link, given directly
+    with pytest.raises(DatasetError, match="a symlink"):  # a path through the link, given directly
         dataset.read_table(run, "samples", json.loads((real / "manifest.json").read_text()))
 
 
@@ -119,8 +120,12 @@ def test_the_site_never_publishes_a_linked_file(tmp_path, secret):
     with pytest.raises(DatasetError) as e:
         S.publish(tmp_path / "site", S.site_archives(d))
     assert _one_line(e).startswith(f"{d / 'reference' / 'demo.csv'}: a symlink")
-    published = [z.read(n) for f in (tmp_path / "site").rglob("*.zip")
-                 for z in [zipfile.ZipFile(f)] for n in z.namelist()]
+    published = [
+        z.read(n)
+        for f in (tmp_path / "site").rglob("*.zip")
+        for z in [zipfile.ZipFile(f)]
+        for n in z.namelist()
+    ]
     assert not any(SECRET.encode() in b for b in published)
 
 
@@ -130,8 +135,10 @@ def test_an_archive_is_written_from_regular_files_only(tmp_path, secret):
     run.mkdir(parents=True)
     (run / "manifest.json").symlink_to(secret)
     with pytest.raises(DatasetError, match="a symlink"):
-        S.write_archive(tmp_path / "a.zip", [(run / "manifest.json",
-                                              "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z/manifest.json")])
+        S.write_archive(
+            tmp_path / "a.zip",
+            [(run / "manifest.json", "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z/manifest.json")],
+        )
     assert not (tmp_path / "a.zip").exists()
 
 
@@ -168,6 +175,7 @@ def test_the_sweep_never_removes_through_a_linked_host_directory(tmp_path):
     """The sweep removes a killed run's .tmp-<pid>-* dataset; through a linked host directory
     it removed someone else's directory of that name."""
     from perfbook.hoststate import sweep
+
     dead = subprocess.Popen(["true"])
     dead.wait()
     theirs = tmp_path / "theirs" / "h-aaaaaaaaaaaa"
@@ -175,11 +183,12 @@ def test_the_sweep_never_removes_through_a_linked_host_directory(tmp_path):
     victim.mkdir(parents=True)
     (tmp_path / "data" / "runs").mkdir(parents=True)
     (tmp_path / "data" / "runs" / "h-aaaaaaaaaaaa").symlink_to(theirs)
-    assert sweep._dataset_tmp(tmp_path / "data") == []     # a linked directory is passed over
+    assert sweep._dataset_tmp(tmp_path / "data") == []  # a linked directory is passed over
     assert victim.is_dir()
 
 
 # ---- limits, checked while a table streams in -----------------------------------------------
+
 
 class _Spy:
     """Records the capped readers read_table opens: how far each got before it stopped."""
@@ -193,6 +202,7 @@ class _Spy:
             def __init__(self, *a, **k):
                 super().__init__(*a, **k)
                 spy.seen.append(self)
+
         monkeypatch.setattr(dataset, "_Capped", Capped)
 
 
@@ -243,7 +253,7 @@ def test_a_bomb_of_long_lines_stops_at_the_byte_limit(data, monkeypatch):
     p = table_path(run, "samples")
     p.unlink()
     block = lzma.compress(b"9" * (1 << 20))
-    p.write_bytes(lzma.compress(b"a\n") + block * 64 + lzma.compress(b"\n"))   # 64 MiB, one line
+    p.write_bytes(lzma.compress(b"a\n") + block * 64 + lzma.compress(b"\n"))  # 64 MiB, one line
     spy = _Spy(monkeypatch)
     with pytest.raises(DatasetError) as e:
         dataset.read_table(run, "samples")
@@ -282,9 +292,11 @@ def test_the_committed_tables_are_far_inside_the_limits():
     table reads with ten times less room than it has."""
     biggest = (0, 0)
     for p in sorted((ROOT / "data" / "runs").glob("*/*/*/*.csv*")) + sorted(
-            (ROOT / "data" / "reference").glob("*.csv")):
+        (ROOT / "data" / "reference").glob("*.csv")
+    ):
         text = lzma.decompress(p.read_bytes()) if p.suffix == ".xz" else p.read_bytes()
         biggest = max(biggest[0], len(text)), max(biggest[1], text.count(b"\n"))
     assert 10 * biggest[0] < dataset.MAX_FILE_BYTES and 10 * biggest[1] < dataset.MAX_TABLE_LINES
     assert len(pd.read_csv(ROOT / "data" / "reference" / "trace_overhead.csv")) == len(
-        dataset.load_reference("trace_overhead"))
+        dataset.load_reference("trace_overhead")
+    )

@@ -8,16 +8,29 @@ from perfbook.analysis import hosts
 
 def _runs(tmp_path, src_host="h-aaa", other="h-bbb"):
     """Two hosts' manifests for one chapter in a scratch data dir."""
-    base = {**fake_manifest(src_host, "20260101T000000Z"),
-            "host": {"host_id": src_host, "description": "box A", "kernel_release": "6.18",
-                     "cpu_model": "AMD EPYC", "cpus_online": 2, "virtualization": "kvm",
-                     "clocksource": {"current": "tsc"}, "mitigations": {"l1tf": "Not affected"},
-                     "virtio_devices": [{"device": "blk", "features": [9, 32]}]},
-             "tools": {"gcc": "gcc 12", "python_packages": {"numpy": "2.4"}}}
+    base = {
+        **fake_manifest(src_host, "20260101T000000Z"),
+        "host": {
+            "host_id": src_host,
+            "description": "box A",
+            "kernel_release": "6.18",
+            "cpu_model": "AMD EPYC",
+            "cpus_online": 2,
+            "virtualization": "kvm",
+            "clocksource": {"current": "tsc"},
+            "mitigations": {"l1tf": "Not affected"},
+            "virtio_devices": [{"device": "blk", "features": [9, 32]}],
+        },
+        "tools": {"gcc": "gcc 12", "python_packages": {"numpy": "2.4"}},
+    }
     b = copy.deepcopy(base)
     b["run_id"] = "20260102T000000Z"
-    b["host"].update(host_id=other, description="box B", kernel_release="6.1",
-                     clocksource={"current": "kvm-clock"})
+    b["host"].update(
+        host_id=other,
+        description="box B",
+        kernel_release="6.1",
+        clocksource={"current": "kvm-clock"},
+    )
     b["host"]["virtio_devices"] = [{"device": "blk", "features": [32]}]
     b["tools"]["qemu-system"] = "QEMU 7.2"
     for m in (base, b):
@@ -66,27 +79,45 @@ def _fleet(tmp_path, n, hostile=False):
     for i in range(n):
         hid = f"h-{i:012x}"
         kind = ("none", "kvm", "qemu")[i % 3]
-        for chapter, run in (("demo", f"202601{1 + i % 28:02d}T000000Z"), ("other", "20260201T000000Z")):
-            host = {"description": HOSTILE if hostile and i == 0 else f"box {i}",
-                    "label_opt_in": hostile and i == 0, "note": HOSTILE if hostile else None,
-                    "cpu_model": ("AMD EPYC 7B13", "Intel Xeon Gold 6338", "QEMU TCG CPU")[i % 3],
-                    "cpus_online": 2 + i, "mem_total_gib": 3.8, "kernel_release": f"6.{i % 20}.1-x",
-                    "virtualization": kind, "container": "none", "kvm_modules": ["kvm", "kvm_amd"]}
+        for chapter, run in (
+            ("demo", f"202601{1 + i % 28:02d}T000000Z"),
+            ("other", "20260201T000000Z"),
+        ):
+            host = {
+                "description": HOSTILE if hostile and i == 0 else f"box {i}",
+                "label_opt_in": hostile and i == 0,
+                "note": HOSTILE if hostile else None,
+                "cpu_model": ("AMD EPYC 7B13", "Intel Xeon Gold 6338", "QEMU TCG CPU")[i % 3],
+                "cpus_online": 2 + i,
+                "mem_total_gib": 3.8,
+                "kernel_release": f"6.{i % 20}.1-x",
+                "virtualization": kind,
+                "container": "none",
+                "kvm_modules": ["kvm", "kvm_amd"],
+            }
             d = tmp_path / "runs" / hid / chapter / run
             d.mkdir(parents=True)
-            (d / "manifest.json").write_text(json.dumps(fake_manifest(hid, run, chapter, host=host)))
+            (d / "manifest.json").write_text(
+                json.dumps(fake_manifest(hid, run, chapter, host=host))
+            )
     return tmp_path
 
 
 def _tables(block: str):
     """Each table in an HTML block as (headers, rows of cell texts, rows of <td> tags)."""
     from bs4 import BeautifulSoup
+
     out = []
     for t in BeautifulSoup(block, "html.parser").find_all("table"):
         head = [th.get_text(" ", strip=True) for th in t.thead.find_all("th")]
         trs = t.tbody.find_all("tr")
-        out.append((head, [[td.get_text(" ", strip=True) for td in tr.find_all("td")] for tr in trs],
-                    [tr.find_all("td") for tr in trs]))
+        out.append(
+            (
+                head,
+                [[td.get_text(" ", strip=True) for td in tr.find_all("td")] for tr in trs],
+                [tr.find_all("td") for tr in trs],
+            )
+        )
     return out
 
 
@@ -95,11 +126,21 @@ def test_host_records_have_the_key_facts(tmp_path):
     r = {x["host_id"]: x for x in hosts.host_records(tmp_path)}
     a, b, c = r["h-000000000000"], r["h-000000000001"], r["h-000000000002"]
     assert (a["kind"], b["kind"], c["kind"]) == ("bare metal", "KVM guest", "TCG guest")
-    assert (a["cpu_vendor"], b["cpu_vendor"], c["cpu_vendor"]) == ("AMD", "Intel", "QEMU (emulated CPU)")
-    assert b["kernel"] == "6.1.1-x" and b["kernel_series"] == "6.1" and a["accelerator"] == "KVM (SVM)"
-    assert a["datasets"] == 2 and a["runs"] == [("demo", "20260101T000000Z", None),
-                                               ("other", "20260201T000000Z", None)]
-    assert hosts.kernel_series("5.10.0-28-amd64") == "5.10" and hosts.kernel_series(None) == "unknown"
+    assert (a["cpu_vendor"], b["cpu_vendor"], c["cpu_vendor"]) == (
+        "AMD",
+        "Intel",
+        "QEMU (emulated CPU)",
+    )
+    assert (
+        b["kernel"] == "6.1.1-x" and b["kernel_series"] == "6.1" and a["accelerator"] == "KVM (SVM)"
+    )
+    assert a["datasets"] == 2 and a["runs"] == [
+        ("demo", "20260101T000000Z", None),
+        ("other", "20260201T000000Z", None),
+    ]
+    assert (
+        hosts.kernel_series("5.10.0-28-amd64") == "5.10" and hosts.kernel_series(None) == "unknown"
+    )
     assert hosts.accelerator({"kvm_modules": []}) == "none (TCG only)"
     assert hosts.accelerator({}) == "not recorded"
 
@@ -108,43 +149,70 @@ def test_hosts_page_escapes_what_hosts_provide(tmp_path):
     """Descriptions, opt-in labels (PERFBOOK_HOST_LABEL) and notes are user data: the page
     shows them as text, never as markup, and emits only what a stored output may hold."""
     from bs4 import BeautifulSoup
-    from test_published_outputs import _html_problems
+
     from perfbook.book import hostspage
+    from test_published_outputs import _html_problems
+
     _fleet(tmp_path, 3, hostile=True)
     recs = hosts.host_records(tmp_path)
-    blocks = [hostspage.hosts_table(records=recs).data, hostspage.coverage_table(records=recs).data,
-              hostspage.env_diff_table(tmp_path)[0].data]
+    blocks = [
+        hostspage.hosts_table(records=recs).data,
+        hostspage.coverage_table(records=recs).data,
+        hostspage.env_diff_table(tmp_path)[0].data,
+    ]
     for block in blocks:
         assert _html_problems(block) == [], _html_problems(block)
         soup = BeautifulSoup(block, "html.parser")
         assert not soup.find_all(["script", "img"]) and "<script>" not in block
     soup = BeautifulSoup(blocks[0], "html.parser")
-    assert HOSTILE in soup.get_text()                 # shown as the contributor wrote it
-    assert any(HOSTILE == s.get("title") for s in soup.find_all("span"))   # the note, as a tooltip
+    assert HOSTILE in soup.get_text()  # shown as the contributor wrote it
+    assert any(HOSTILE == s.get("title") for s in soup.find_all("span"))  # the note, as a tooltip
     assert "label set by its contributor" in soup.get_text()
     assert html.escape(HOSTILE) in blocks[0]
-    assert "h-000000000000" in blocks[2]              # the description differs between hosts
+    assert "h-000000000000" in blocks[2]  # the description differs between hosts
 
 
 def test_hosts_table_rows_links_and_facets(tmp_path):
     from perfbook.book import hostspage
     from perfbook.book.sphinx_site import dataset_url
+
     _fleet(tmp_path, 4)
     block = hostspage.hosts_table(tmp_path).data
-    (head, rows, tds), = _tables(block)
+    ((head, rows, tds),) = _tables(block)
     assert len(rows) == 4 and all(len(r) == len(head) for r in rows)
-    for col in ("machine kind", "CPU vendor", "CPU model", "CPUs", "memory GiB", "kernel",
-                "kernel series", "accelerator", "container", "TSC MHz", "datasets", "first run",
-                "last run", "identity"):
+    for col in (
+        "machine kind",
+        "CPU vendor",
+        "CPU model",
+        "CPUs",
+        "memory GiB",
+        "kernel",
+        "kernel series",
+        "accelerator",
+        "container",
+        "TSC MHz",
+        "datasets",
+        "first run",
+        "last run",
+        "identity",
+    ):
         assert col in head, col
     row = dict(zip(head, rows[1]))
-    assert row["machine kind"] == "KVM guest" and row["kernel series"] == "6.1" and row["CPUs"] == "3"
+    assert (
+        row["machine kind"] == "KVM guest" and row["kernel series"] == "6.1" and row["CPUs"] == "3"
+    )
     assert row["identity"] == hosts.SAME_MACHINE and row["datasets"].startswith("2 in 2 chapters")
     links = [a["href"] for a in tds[1][head.index("datasets")].find_all("a")]
-    assert links == [dataset_url("h-000000000001", "demo", "20260102T000000Z"),
-                     dataset_url("h-000000000001", "other", "20260201T000000Z")]
+    assert links == [
+        dataset_url("h-000000000001", "demo", "20260102T000000Z"),
+        dataset_url("h-000000000001", "other", "20260201T000000Z"),
+    ]
     from bs4 import BeautifulSoup
-    ths = {th.get_text(): th.get("class") or [] for th in BeautifulSoup(block, "html.parser").find_all("th")}
+
+    ths = {
+        th.get_text(): th.get("class") or []
+        for th in BeautifulSoup(block, "html.parser").find_all("th")
+    }
     assert "pb-facet" in ths["machine kind"] and "pb-facet" in ths["kernel series"]
     assert "pb-num" in ths["CPUs"] and "pb-num" in ths["TSC MHz"]
     cov = _tables(hostspage.coverage_table(tmp_path).data)[0]
@@ -152,27 +220,45 @@ def test_hosts_table_rows_links_and_facets(tmp_path):
     assert [r[2].split(":")[0].strip() for r in cov[1]] == ["1", "1", "1", "1"]
 
 
-def _matrix(n_hosts, findings=(("demo", "fast", "A `ret` is <fast>"), ("demo", "slow", "B is slow"))):
+def _matrix(
+    n_hosts, findings=(("demo", "fast", "A `ret` is <fast>"), ("demo", "slow", "B is slow"))
+):
     import pandas as pd
+
     rows = []
     for k, (chapter, key, claim) in enumerate(findings):
-        verdicts = {f"h-{i:012x}": ("holds", "does not hold", "mixed: holds in 1 of 2 runs",
-                                    "not measured", "no data")[(i + k) % 5] for i in range(n_hosts)}
+        verdicts = {
+            f"h-{i:012x}": (
+                "holds",
+                "does not hold",
+                "mixed: holds in 1 of 2 runs",
+                "not measured",
+                "no data",
+            )[(i + k) % 5]
+            for i in range(n_hosts)
+        }
         rows.append({"chapter": chapter, "finding": key, "claim": claim, **verdicts})
     return pd.DataFrame(rows)
 
 
 def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
     from perfbook.book import hostspage, summary
+
     _fleet(tmp_path, 5)
     monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(5))
     block = hostspage.findings_tables(tmp_path).data
     (h1, per_finding, _), (h2, per_host, cells) = _tables(block)
     first = dict(zip(h1, per_finding[0]))
-    assert first["#"] == "F1" and first["chapter"] == "demo" and "A ret is <fast>" in first["finding"]
-    assert [first[v] for v in ("holds", "does not hold", "mixed", "not measured", "no data")] == ["1"] * 5
-    assert "h-000000000001" in first["does not hold on"] and "(KVM guest)" in first["does not hold on"]
-    assert "<code>ret</code>" in block and "&lt;fast&gt;" in block   # markdown code, escaped text
+    assert (
+        first["#"] == "F1" and first["chapter"] == "demo" and "A ret is <fast>" in first["finding"]
+    )
+    assert [first[v] for v in ("holds", "does not hold", "mixed", "not measured", "no data")] == [
+        "1"
+    ] * 5
+    assert (
+        "h-000000000001" in first["does not hold on"] and "(KVM guest)" in first["does not hold on"]
+    )
+    assert "<code>ret</code>" in block and "&lt;fast&gt;" in block  # markdown code, escaped text
     assert h2[-2:] == ["F1", "F2"] and len(per_host) == 5
     row = dict(zip(h2, per_host[1]))
     assert (row["holds"], row["does not hold"], row["F1"], row["F2"]) == ("0", "1", "✗", "±")
@@ -183,14 +269,17 @@ def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
 def test_the_page_scales_to_a_hundred_hosts(tmp_path, monkeypatch):
     """100 hosts: one row each, and no table grows a column per host."""
     from perfbook.book import hostspage, summary
+
     _fleet(tmp_path, 100)
     monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(100))
     recs = hosts.host_records(tmp_path)
     assert len(recs) == 100
-    blocks = {"hosts": hostspage.hosts_table(records=recs).data,
-              "coverage": hostspage.coverage_table(records=recs).data,
-              "findings": hostspage.findings_tables(tmp_path, records=recs).data,
-              "env": hostspage.env_diff_table(tmp_path)[0].data}
+    blocks = {
+        "hosts": hostspage.hosts_table(records=recs).data,
+        "coverage": hostspage.coverage_table(records=recs).data,
+        "findings": hostspage.findings_tables(tmp_path, records=recs).data,
+        "env": hostspage.env_diff_table(tmp_path)[0].data,
+    }
     widths = {name: [len(h) for h, _, _ in _tables(b)] for name, b in blocks.items()}
     assert widths == {"hosts": [15], "coverage": [4], "findings": [9, 8], "env": [4]}, widths
     assert [len(rows) for _, rows, _ in _tables(blocks["findings"])] == [2, 100]

@@ -1,5 +1,6 @@
 """Host identity v2 (perfbook.data.identity): machines cloned from one image come apart, a reused or
 edited host id is refused, and the migration of the committed data loses nothing."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,25 +11,41 @@ import pytest
 
 from conftest import ROOT
 from perfbook.analysis import hosts
-from perfbook.data import identity
 from perfbook.book.validation import validate_all
 from perfbook.core.errors import DatasetError
+from perfbook.data import identity
 
 KEY = "h-1db0cee60199"  # one machine-id, as every clone of this project's image has
 
 
 def legacy_host(**over) -> dict:
-    h = {"host_id": KEY, "cpu_model": "AMD EPYC", "cpus_online": 2, "mem_total_gib": 23.5,
-         "arch": "x86_64", "kernel_release": "6.18.44-fc-v769",
-         "tsc_flags": ["constant_tsc", "tsc", "tsc_known_freq"]}
+    h = {
+        "host_id": KEY,
+        "cpu_model": "AMD EPYC",
+        "cpus_online": 2,
+        "mem_total_gib": 23.5,
+        "arch": "x86_64",
+        "kernel_release": "6.18.44-fc-v769",
+        "tsc_flags": ["constant_tsc", "tsc", "tsc_known_freq"],
+    }
     h.update(over)
     return h
 
 
 def manifest(host: dict, run: str, chapter: str = "tsc_alignment") -> dict:
-    return {"schema": 2, "chapter": chapter, "run_id": run, "host": host, "profile": "default",
-            "parameters": {}, "started": "2026-01-01T00:00:00+00:00",
-            "finished": "2026-01-01T00:01:00+00:00", "tables": {}, "skipped": {}, "notes": []}
+    return {
+        "schema": 2,
+        "chapter": chapter,
+        "run_id": run,
+        "host": host,
+        "profile": "default",
+        "parameters": {},
+        "started": "2026-01-01T00:00:00+00:00",
+        "finished": "2026-01-01T00:01:00+00:00",
+        "tables": {},
+        "skipped": {},
+        "notes": [],
+    }
 
 
 def v2(khz, **over) -> dict:
@@ -54,10 +71,16 @@ def test_one_machine_id_two_machines_give_two_hosts(tmp_path):
     assert set(t["tsc_mhz"]) == {2450, 2600}
 
 
-@pytest.mark.parametrize("khz,over", [(2496000, {}), (2445402, {"cpus_online": 4}),
-                                      (2445402, {"mem_total_gib": 63.8}),
-                                      (2445402, {"cpu_model": "Intel Xeon"}),
-                                      (2445402, {"arch": "aarch64"})])
+@pytest.mark.parametrize(
+    "khz,over",
+    [
+        (2496000, {}),
+        (2445402, {"cpus_online": 4}),
+        (2445402, {"mem_total_gib": 63.8}),
+        (2445402, {"cpu_model": "Intel Xeon"}),
+        (2445402, {"arch": "aarch64"}),
+    ],
+)
 def test_every_identity_fact_separates_machines(khz, over):
     assert v2(khz, **over)["host_id"] != v2(2445402)["host_id"]
 
@@ -72,8 +95,10 @@ def test_facts_that_vary_from_boot_to_boot_keep_the_id():
 
 
 def test_kernel_log_prefers_the_refined_calibration():
-    log = ("[    0.000000] tsc: Detected 2893.124 MHz processor\n"
-           "[    1.532112] tsc: Refined TSC clocksource calibration: 2893.202 MHz\n")
+    log = (
+        "[    0.000000] tsc: Detected 2893.124 MHz processor\n"
+        "[    1.532112] tsc: Refined TSC clocksource calibration: 2893.202 MHz\n"
+    )
     assert identity.tsc_from_kernel_log(log) == 2893202
     assert identity.tsc_from_kernel_log("[0.0] tsc: Detected 2596.138 MHz processor") == 2596138
     assert identity.tsc_from_kernel_log("clocksource: Switched to clocksource hpet") is None
@@ -121,8 +146,10 @@ def test_validate_refuses_a_dataset_whose_id_does_not_follow_from_its_facts(tmp_
 
 
 def _tables(root):
-    return {(p.parent.parent.name, p.parent.name, p.name): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in root.glob("*/*/*/*.csv*")}
+    return {
+        (p.parent.parent.name, p.parent.name, p.name): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.glob("*/*/*/*.csv*")
+    }
 
 
 def test_migration_of_the_committed_data_loses_nothing_and_lands_where_it_is(tmp_path):
@@ -131,9 +158,12 @@ def test_migration_of_the_committed_data_loses_nothing_and_lands_where_it_is(tmp
     committed = ROOT / "data" / "runs"
     legacy = tmp_path / "data" / "runs"
     evidence = {}
-    migrated = [mf for mf in sorted(committed.glob("*/*/*/manifest.json"))
-                if "migrated_from" in json.loads(mf.read_text())["host"]["machine"]]
-    assert migrated     # datasets measured since record their facts themselves: never had a v1 id
+    migrated = [
+        mf
+        for mf in sorted(committed.glob("*/*/*/manifest.json"))
+        if "migrated_from" in json.loads(mf.read_text())["host"]["machine"]
+    ]
+    assert migrated  # datasets measured since record their facts themselves: never had a v1 id
     for mf in migrated:
         man = json.loads(mf.read_text())
         host = man["host"]
@@ -142,7 +172,10 @@ def test_migration_of_the_committed_data_loses_nothing_and_lands_where_it_is(tmp
         host["host_id"] = key
         src = mach["tsc_source"]
         if not src.startswith("inferred from tsc_alignment") and not src.startswith("not recorded"):
-            evidence[(key, host["kernel_release"])] = (mach["tsc_khz"] or mach["tsc_mhz"] * 1000, src)
+            evidence[(key, host["kernel_release"])] = (
+                mach["tsc_khz"] or mach["tsc_mhz"] * 1000,
+                src,
+            )
         dest = legacy / key / mf.parent.parent.name / mf.parent.name
         shutil.copytree(mf.parent, dest)
         (dest / "manifest.json").write_text(json.dumps(man))

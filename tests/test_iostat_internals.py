@@ -4,6 +4,7 @@ Unit tests and the committed-fixture cross-check run everywhere; the live
 tests (a quick collect, SIGINT/SIGTERM cleanup) need root, fio and sysstat and
 skip with the reason otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,13 +18,17 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool, read_until
-from perfbook.probes import diskstats as ds
-from perfbook.framework import sequence as framework
 from perfbook.chapters import iostat_internals as I
-from perfbook.chapters.iostat_internals import analysis as A, collect as C, figures as F, parse as PA, prose as P
+from perfbook.chapters.iostat_internals import analysis as A
+from perfbook.chapters.iostat_internals import collect as C
+from perfbook.chapters.iostat_internals import figures as F
+from perfbook.chapters.iostat_internals import parse as PA
+from perfbook.chapters.iostat_internals import prose as P
 from perfbook.core.errors import ParameterError
-from perfbook.hoststate.scratch import live_dirs
 from perfbook.data.dataset import list_runs, load_manifest, read_table, table_path
+from perfbook.framework import sequence as framework
+from perfbook.hoststate.scratch import live_dirs
+from perfbook.probes import diskstats as ds
 
 FIX = ROOT / "tests" / "fixtures" / "iostat"
 RUN = FIX / "run"
@@ -31,12 +36,20 @@ RUN = FIX / "run"
 
 # ---- parsing ----------------------------------------------------------------------
 
+
 def test_parse_17_fields_live_format():
     st = ds.parse_diskstats((FIX / "diskstats_17fields.txt").read_text())
     vda = st["vda"]
     assert vda.fields_present == 17
     assert (vda.major, vda.minor) == (254, 0)
-    nums = [int(x) for x in (FIX / "diskstats_17fields.txt").read_text().split("vda", 1)[1].split("\n")[0].split()]
+    nums = [
+        int(x)
+        for x in (FIX / "diskstats_17fields.txt")
+        .read_text()
+        .split("vda", 1)[1]
+        .split("\n")[0]
+        .split()
+    ]
     assert [vda[k] for k in ds.FIELDS] == nums
 
 
@@ -54,7 +67,12 @@ def test_parse_old_4_field_partition():
     st = ds.parse_diskstats((FIX / "diskstats_old_partition.txt").read_text())
     p = st["sda1"]
     assert p.fields_present == 4
-    assert (p["rd_ios"], p["rd_sectors"], p["wr_ios"], p["wr_sectors"]) == (35713, 1122730, 106304, 850432)
+    assert (p["rd_ios"], p["rd_sectors"], p["wr_ios"], p["wr_sectors"]) == (
+        35713,
+        1122730,
+        106304,
+        850432,
+    )
     assert p["rd_merges"] == 0 and p["io_ticks"] == 0
     assert st["sda"]["in_flight"] == 2
 
@@ -69,8 +87,14 @@ def test_sys_block_stat_matches_diskstats_layout():
     assert 0 <= tiq - parts <= 3
 
 
-@pytest.mark.parametrize("text", ["   8 0 sda 1 2 3 4 5", "   8 0 sda 1 2 3 4 5 6 7 8 9 10 x",
-                                  "   8 0 sda " + " ".join(["1"] * 13)])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "   8 0 sda 1 2 3 4 5",
+        "   8 0 sda 1 2 3 4 5 6 7 8 9 10 x",
+        "   8 0 sda " + " ".join(["1"] * 13),
+    ],
+)
 def test_parse_rejects_bad_lines(text):
     with pytest.raises(ds.ParseError):
         ds.parse_diskstats(text)
@@ -79,7 +103,7 @@ def test_parse_rejects_bad_lines(text):
 def test_delta_wraps_32bit_millisecond_fields():
     prev = dict.fromkeys(ds.FIELDS, 0)
     curr = dict(prev)
-    prev["rd_ticks"], curr["rd_ticks"] = 2 ** 32 - 10, 5
+    prev["rd_ticks"], curr["rd_ticks"] = 2**32 - 10, 5
     prev["rd_ios"], curr["rd_ios"] = 100, 110
     d = ds.delta(prev, curr)
     assert d["rd_ticks"] == 15 and d["rd_ios"] == 10
@@ -87,9 +111,20 @@ def test_delta_wraps_32bit_millisecond_fields():
 
 def test_compute_columns_by_hand():
     prev = dict.fromkeys(ds.FIELDS, 0)
-    curr = dict(prev, rd_ios=100, rd_merges=25, rd_sectors=800, rd_ticks=50,
-                wr_ios=50, wr_sectors=1000, wr_ticks=200, fl_ios=10, fl_ticks=30,
-                io_ticks=1500, time_in_queue=280)
+    curr = dict(
+        prev,
+        rd_ios=100,
+        rd_merges=25,
+        rd_sectors=800,
+        rd_ticks=50,
+        wr_ios=50,
+        wr_sectors=1000,
+        wr_ticks=200,
+        fl_ios=10,
+        fl_ticks=30,
+        io_ticks=1500,
+        time_in_queue=280,
+    )
     c = ds.compute_columns(prev, curr, 2.0)
     assert c["r/s"] == 50 and c["rkB/s"] == 200 and c["rrqm/s"] == 12.5
     assert c["%rrqm"] == pytest.approx(20.0)
@@ -108,7 +143,7 @@ def test_compute_columns_by_hand():
 # sysfs stat lines (17 numbers, /sys/block/<dev>/stat layout) for the sysstat cross-check:
 # pbwrap's rd_ios wraps past 2**64 (-10 -> 10: 20 reads, 160 sectors); pbreset went from
 # 1000 reads / 8000 sectors to 30 / 240, sysstat's "removed then inserted again" case.
-WRAP_PREV = f"{2 ** 64 - 10} 0 800 5 0 0 0 0 0 100 5 0 0 0 0 0 0"
+WRAP_PREV = f"{2**64 - 10} 0 800 5 0 0 0 0 0 100 5 0 0 0 0 0 0"
 WRAP_CURR = "10 0 960 5 0 0 0 0 0 100 5 0 0 0 0 0 0"
 RESET_PREV = "1000 0 8000 900 0 0 0 0 0 400 900 0 0 0 0 0 0"
 RESET_CURR = "30 0 240 60 0 0 0 0 0 50 60 0 0 0 0 0 0"
@@ -149,11 +184,15 @@ def test_wrap_and_reset_match_real_iostat(tmp_path):
     for dev, (before, _) in cases.items():
         (tmp_path / "block" / dev).mkdir(parents=True)
         (tmp_path / "block" / dev / "stat").write_text(before + "\n")
-    p = subprocess.Popen(["stdbuf", "-oL", exe, "-x", "-k", "-f", str(tmp_path), *cases, "1", "2"],
-                         stdout=subprocess.PIPE, text=True, env=dict(os.environ, LC_ALL="C"))
+    p = subprocess.Popen(
+        ["stdbuf", "-oL", exe, "-x", "-k", "-f", str(tmp_path), *cases, "1", "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, LC_ALL="C"),
+    )
     out = []
     try:
-        for line in p.stdout:             # first report printed: the first read is done
+        for line in p.stdout:  # first report printed: the first read is done
             out.append(line)
             if line.startswith("pbreset"):
                 break
@@ -169,7 +208,9 @@ def test_wrap_and_reset_match_real_iostat(tmp_path):
         rows = ds.parse_iostat_text(text, dev)
         assert len(rows) == 2, text
         theirs = rows[1]
-        ours = ds.compute_columns(ds.parse_sys_stat(before).values, ds.parse_sys_stat(after).values, 1.0)
+        ours = ds.compute_columns(
+            ds.parse_sys_stat(before).values, ds.parse_sys_stat(after).values, 1.0
+        )
         # sysstat divides by its own /proc/uptime interval (1 s +- 1 cs), prints 2 decimals
         for col in ("r/s", "rkB/s", "r_await", "rareq-sz", "%util", "aqu-sz"):
             assert theirs[col] == pytest.approx(ours[col], rel=0.03, abs=0.006), (dev, col, text)
@@ -186,15 +227,32 @@ def test_parse_iostat_plain_text():
 
 # ---- parameters ---------------------------------------------------------------------
 
+
 def test_params_defaults_and_errors():
     p = I.chapter.parameters("quick")
     assert p["phases"] == PA.QUICK_PHASES and p["device"] == "auto"
-    assert I.chapter.parameters("default", phases="fsync_4k,discard")["phases"] == ["fsync_4k", "discard"]
-    for bad in ({"phases": "nope"}, {"phases": []}, {"phase_seconds": 1}, {"rounds": 2},
-                {"trace_window_s": 2.0}, {"device": "../x"}, {"trace": "yes"}, {"frobnicate": 1},
-                {"scratch_parent": "relative/dir"}, {"rep_target": 0}, {"rep_target": "5 %"},
-                {"rep_min_runs": 0}, {"rep_min_runs": 3, "rep_max_runs": 2}, {"rep_budget_s": -1},
-                {"rep_warmup": -1}, {"rep_max_runs": 2.5}):
+    assert I.chapter.parameters("default", phases="fsync_4k,discard")["phases"] == [
+        "fsync_4k",
+        "discard",
+    ]
+    for bad in (
+        {"phases": "nope"},
+        {"phases": []},
+        {"phase_seconds": 1},
+        {"rounds": 2},
+        {"trace_window_s": 2.0},
+        {"device": "../x"},
+        {"trace": "yes"},
+        {"frobnicate": 1},
+        {"scratch_parent": "relative/dir"},
+        {"rep_target": 0},
+        {"rep_target": "5 %"},
+        {"rep_min_runs": 0},
+        {"rep_min_runs": 3, "rep_max_runs": 2},
+        {"rep_budget_s": -1},
+        {"rep_warmup": -1},
+        {"rep_max_runs": 2.5},
+    ):
         with pytest.raises(ParameterError):
             I.chapter.parameters("quick", **bad)
     with pytest.raises(ParameterError):
@@ -228,7 +286,7 @@ def test_steady_iops_counts_reads_writes_and_discards():
     a = {"t_ns": 0, "rd_ios": 10, "wr_ios": 5, "dc_ios": 0, "fl_ios": 7}
     c = {"t_ns": 2_000_000_000, "rd_ios": 110, "wr_ios": 105, "dc_ios": 20, "fl_ios": 1000}
     assert A.steady_iops(a, c) == pytest.approx(110.0)
-    assert A.steady_iops(c, c) != A.steady_iops(c, c)     # no time: NaN, not a division error
+    assert A.steady_iops(c, c) != A.steady_iops(c, c)  # no time: NaN, not a division error
 
 
 # ---- tracepoint parsing and pairing ---------------------------------------------------
@@ -252,9 +310,15 @@ def test_parse_trace_with_record_tgid_and_irq_info_off():
     """The same events as TRACE in the layout of an instance with record-tgid on and
     irq-info off: same result, and a LOST marker is reported."""
     import re
+
     from perfbook.probes import ftrace
-    alt = re.sub(r"^(\s*\S+-(\d+)) \[(\d+)\] \S+ ([\d.]+): ",
-                 lambda g: f"{g[1]}    ({int(g[2]):7d}) [{g[3]}]  {g[4]:>12}: ", TRACE, flags=re.M)
+
+    alt = re.sub(
+        r"^(\s*\S+-(\d+)) \[(\d+)\] \S+ ([\d.]+): ",
+        lambda g: f"{g[1]}    ({int(g[2]):7d}) [{g[3]}]  {g[4]:>12}: ",
+        TRACE,
+        flags=re.M,
+    )
     assert alt != TRACE and "..." not in alt.split("\n", 2)[1]
     st = ftrace.new_stats()
     assert PA.parse_trace(alt + "CPU:0 [LOST 3 EVENTS]\n", st) == PA.parse_trace(TRACE)
@@ -262,8 +326,16 @@ def test_parse_trace_with_record_tgid_and_irq_info_off():
 
 
 def test_op_class():
-    assert [PA.op_class(x) for x in ("R", "RA", "WS", "FWS", "WFS", "FF", "DS", "N")] == \
-        ["read", "read", "write", "write", "write", "flush", "discard", "other"]
+    assert [PA.op_class(x) for x in ("R", "RA", "WS", "FWS", "WFS", "FF", "DS", "N")] == [
+        "read",
+        "read",
+        "write",
+        "write",
+        "write",
+        "flush",
+        "discard",
+        "other",
+    ]
 
 
 def test_parse_and_pair_trace():
@@ -274,11 +346,11 @@ def test_parse_and_pair_trace():
     reads = [r for r in recs if r["op"] == "read"]
     assert len(reads) == 1 and reads[0]["q2c_ns"] == 40_000 and reads[0]["d2c_ns"] == 30_000
     writes = [r for r in recs if r["op"] == "write"]
-    assert len(writes) == 1 and writes[0]["q2c_ns"] == 120_000     # FWS start -> WS done
-    assert un["flush_without_start"] == 1            # the FF request of the flush machinery
-    assert un["done_without_start"] == 1             # the W that started before tracing
-    assert (10_000_010_000, 10_000_200_000) in iv    # ... counted from the first event on
-    assert (10_000_070_000, 10_000_170_000) in dev_iv   # FF issue -> complete
+    assert len(writes) == 1 and writes[0]["q2c_ns"] == 120_000  # FWS start -> WS done
+    assert un["flush_without_start"] == 1  # the FF request of the flush machinery
+    assert un["done_without_start"] == 1  # the W that started before tracing
+    assert (10_000_010_000, 10_000_200_000) in iv  # ... counted from the first event on
+    assert (10_000_070_000, 10_000_170_000) in dev_iv  # FF issue -> complete
     # a window that ends before the write completes: the write is not one of its requests
     recs2, un2, _, _ = PA.pair_requests(ev, w0, 10_000_100_000)
     assert [r["op"] for r in recs2] == ["read"]
@@ -294,11 +366,12 @@ def test_occupancy_known_answer():
     # two overlapping requests in a 10-unit window: [0,4) and [2,6) -> 8 units of work, busy 6
     occ, busy = PA.occupancy([(0, 4), (2, 6)], 0, 10)
     assert occ == pytest.approx(0.8) and busy == pytest.approx(0.6)
-    occ, busy = PA.occupancy([(-5, 3)], 0, 10)      # clipped at the window start
+    occ, busy = PA.occupancy([(-5, 3)], 0, 10)  # clipped at the window start
     assert occ == pytest.approx(0.3) and busy == pytest.approx(0.3)
 
 
 # ---- the committed fixture: snapshots + sysstat's output from a real run ---------------
+
 
 def _fixture(name):
     p = RUN / f"{name}.csv"
@@ -311,18 +384,33 @@ def _check_against_sysstat(intervals, min_share=0.95, min_overall=0.99):
     """The chapter's agreement rule: every column within tolerance in >= 95 % of the
     intervals, and >= 99 % of all values within tolerance."""
     cmp = A.compare_with_sysstat(intervals)
-    assert len(cmp) == len(ds.COLUMNS) * (intervals.groupby("run_id").size().sum() - intervals["run_id"].nunique()
-                                          if "run_id" in intervals else len(intervals) - 1)
+    assert len(cmp) == len(ds.COLUMNS) * (
+        intervals.groupby("run_id").size().sum() - intervals["run_id"].nunique()
+        if "run_id" in intervals
+        else len(intervals) - 1
+    )
     # a value agrees when it is within tolerance of ours, or of ours over sysstat's nominal
     # 1 s divisor (sysstat's own /proc/uptime read can be skewed from its counter read)
     share = cmp.groupby("column")["agree"].mean()
     assert cmp["agree"].mean() >= min_overall, cmp[~cmp["agree"]]
     bad = share[share < min_share]
-    assert bad.empty, f"columns outside tolerance: {bad.to_dict()}; worst rows:\n" \
+    assert bad.empty, (
+        f"columns outside tolerance: {bad.to_dict()}; worst rows:\n"
         f"{cmp[~cmp['agree']].sort_values('abs_diff').tail(5)}"
+    )
     # the divisor rule only ever applies to interval-dependent columns
-    ratio = ["r_await", "w_await", "d_await", "f_await", "rareq-sz", "wareq-sz", "dareq-sz",
-             "%rrqm", "%wrqm", "%drqm"]
+    ratio = [
+        "r_await",
+        "w_await",
+        "d_await",
+        "f_await",
+        "rareq-sz",
+        "wareq-sz",
+        "dareq-sz",
+        "%rrqm",
+        "%wrqm",
+        "%drqm",
+    ]
     assert not cmp[cmp["column"].isin(ratio)]["divisor_explains"].any()
     return cmp
 
@@ -345,7 +433,7 @@ def _check_invariants(intervals, windows=None, trace_windows=None):
     busy = s[(s["r/s"] + s["w/s"] + s["d/s"]) > 0]
     assert len(busy) > 0, "no interval with I/O in sysstat's report"
     rate_await = sum(busy[f"{p}/s"] + busy[f"{p}_await"] for p in "rwdf")
-    tol = 0.005 + (0.005 * rate_await + 4 * 0.005 ** 2) / 1000 + 0.004 / 0.99
+    tol = 0.005 + (0.005 * rate_await + 4 * 0.005**2) / 1000 + 0.004 / 0.99
     sys_gap = (busy["aqu-sz"] - busy.apply(ds.little_prediction, axis=1)).abs()
     assert (sys_gap <= tol + 1e-9).all(), busy.assign(gap=sys_gap, tol=tol)[sys_gap > tol + 1e-9]
     # 5. %util can't exceed 100 % by more than one jiffy per interval
@@ -389,6 +477,7 @@ def test_fixture_uptime_clock_variant_also_agrees():
 
 # ---- live ------------------------------------------------------------------------------
 
+
 def _need_live():
     need_root("a collect run (block tracepoints, measure lock)")
     need_tool("fio")
@@ -401,14 +490,18 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     out = framework.collect(I.chapter, "quick", scratch_data)
     assert (out / "manifest.json").is_file()
     keep = os.environ.get("PERFBOOK_KEEP_LIVE")
-    if keep:                       # for a post-mortem of a failing live comparison
+    if keep:  # for a post-mortem of a failing live comparison
         import shutil
+
         shutil.copytree(out, Path(keep) / out.name, dirs_exist_ok=True)
     rep = pd.read_csv(table_path(out, "repetition"))
     assert set(rep["key"]) == set(PA.QUICK_PHASES) and set(rep["experiment"]) == {"phases"}
     assert rep["stopped_by"].iloc[0] in ("ci_target", "time_budget", "max_runs")
     ph = pd.read_csv(table_path(out, "phases"))
-    assert rep.set_index("key")["n"].to_dict() == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
+    assert (
+        rep.set_index("key")["n"].to_dict()
+        == ph[ph["round"] >= 0].groupby("phase").size().to_dict()
+    )
     assert (ph["steady_iops"] > 0).all() and (ph["steady_s"] > 0.5).all()
     iv = pd.read_csv(table_path(out, "intervals"))
     assert len(iv) >= 6
@@ -418,16 +511,24 @@ def test_live_quick_collect_matches_sysstat(scratch_data):
     # fails most rows of its column); exact agreement is _check_replay_exact, on our snapshots.
     _check_against_sysstat(iv, min_share=0.8, min_overall=0.9)
     w = pd.read_csv(table_path(out, "windows"))
-    tw = pd.read_csv(table_path(out, "trace_windows")) if (table_path(out, "trace_windows") is not None) else None
+    tw = (
+        pd.read_csv(table_path(out, "trace_windows"))
+        if (table_path(out, "trace_windows") is not None)
+        else None
+    )
     _check_invariants(iv, w, tw)
     if tw is not None and len(tw):
         man = __import__("json").loads((out / "manifest.json").read_text())
         assert man["facts"]["trace_vs_await"]["n_compared"] > 0, man["facts"].get("trace_vs_await")
         smp = pd.read_csv(table_path(out, "trace_sample")).dropna(subset=["d2c_us"])
-        assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()   # per request: a part <= the whole
+        assert (smp["d2c_us"] <= smp["q2c_us"] + 1e-6).all()  # per request: a part <= the whole
     _check_replay_exact(iv)
     _check_not_disturbed(load_manifest(out).disturbance)
-    assert not [d for d in live_dirs(I.chapter.name) if d.name.startswith(f"{I.chapter.name}-{os.getpid()}-")]
+    assert not [
+        d
+        for d in live_dirs(I.chapter.name)
+        if d.name.startswith(f"{I.chapter.name}-{os.getpid()}-")
+    ]
 
 
 def _check_not_disturbed(rec):
@@ -445,10 +546,27 @@ def _measure_and_stop(data, cue: str, seconds: float, timeout: float = 900):
     process group is stopped (SIGSTOP) for `seconds` and continued. Returns the process and
     what it printed so far."""
     import sys
-    p = subprocess.Popen([sys.executable, "-m", "perfbook", "measure", "--chapters", I.chapter.name,
-                          "--profile", "quick", "--param", f"data_dir={data}"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbook",
+            "measure",
+            "--chapters",
+            I.chapter.name,
+            "--profile",
+            "quick",
+            "--param",
+            f"data_dir={data}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     # the stop must follow the cue within a fraction of a second on a loaded machine too: read
     # the output as a real-time thread (root, as the live tests are) until the stop is sent
     saved = os.sched_getscheduler(0), os.sched_getparam(0)
@@ -484,17 +602,22 @@ def test_live_a_run_stopped_between_its_windows_is_published_marked_disturbed(sc
     rec = man.disturbance
     assert rec["recorded"] and rec["disturbed"] is True and rec["rejects"] == [], rec
     stops = [g for g in rec["gaps"] if g["kind"] == "stopped"]
-    assert len(stops) == 1 and 4.5 <= stops[0]["seconds"] <= 6.0 and stops[0]["windows"] == [], rec["gaps"]
+    assert len(stops) == 1 and 4.5 <= stops[0]["seconds"] <= 6.0 and stops[0]["windows"] == [], rec[
+        "gaps"
+    ]
     assert any(r.startswith(f"stopped for {stops[0]['seconds']:g} s") for r in rec["reasons"])
     assert "published, marked disturbed" in out
     iv = read_table(run, "intervals", man, I.chapter.tables["intervals"])
-    assert (iv["backlog"] > 0).sum() >= 3, iv[["seq", "backlog", "t_ns"]]   # printed while we were stopped
+    assert (iv["backlog"] > 0).sum() >= 3, iv[
+        ["seq", "backlog", "t_ns"]
+    ]  # printed while we were stopped
     ours = A.our_columns(iv)
     assert len(ours) and ((ours["interval_s"] - PA.IOSTAT_INTERVAL_S).abs() <= PA.SPAN_TOL_S).all()
     late = A.off_claim(iv)
     assert len(late) >= 4 and not set(late) & set(ours["seq"])
     assert any("do not span what sysstat's report claims" in n for n in man["notes"]), man["notes"]
     from perfbook.book import notebook as nb
+
     table = nb.runs_table(I.chapter.load(scratch_data))
     assert table["disturbed"].iloc[0].startswith("yes: stopped for"), table
 
@@ -507,8 +630,11 @@ def test_live_a_run_stopped_inside_a_window_is_not_published(scratch_data):
     p, seen = _measure_and_stop(scratch_data, r"workload running, iostat sampling", 2.5)
     out, _ = p.communicate(timeout=300)
     assert p.returncode == 1, "".join(seen) + out
-    assert re.search(r"FAILED: .*nothing was published: stopped for [\d.]+ s at [\d.]+ s into the run, "
-                     r"inside the measured window '\w+ round 0'", out), out
+    assert re.search(
+        r"FAILED: .*nothing was published: stopped for [\d.]+ s at [\d.]+ s into the run, "
+        r"inside the measured window '\w+ round 0'",
+        out,
+    ), out
     assert list_runs(I.chapter.name, scratch_data) == []
 
 
@@ -519,14 +645,22 @@ def _check_replay_exact(iv, n_pairs=5):
     need_tool("unshare", "util-linux")
     recs = iv.sort_values("seq").to_dict("records")
     pairs = list(zip(recs, recs[1:]))
-    busy = sorted(pairs, key=lambda pc: -(pc[1]["rd_ios"] + pc[1]["wr_ios"] - pc[0]["rd_ios"] - pc[0]["wr_ios"]))
+    busy = sorted(
+        pairs,
+        key=lambda pc: -(pc[1]["rd_ios"] + pc[1]["wr_ios"] - pc[0]["rd_ios"] - pc[0]["wr_ios"]),
+    )
     for prev, curr in busy[:n_pairs]:
         theirs = C.replay_sysstat(prev, curr)
         T = (curr["uptime_cs"] - prev["uptime_cs"]) / 100
         ours = ds.compute_columns(prev, curr, T)
-        for col in ds.COLUMNS:      # printed with 2 decimals: at most half a unit apart
-            assert abs(ours[col] - theirs[col]) <= 0.005 + 1e-9 * max(1.0, abs(ours[col])), \
-                (col, ours[col], theirs[col], prev["seq"], curr["seq"])
+        for col in ds.COLUMNS:  # printed with 2 decimals: at most half a unit apart
+            assert abs(ours[col] - theirs[col]) <= 0.005 + 1e-9 * max(1.0, abs(ours[col])), (
+                col,
+                ours[col],
+                theirs[col],
+                prev["seq"],
+                curr["seq"],
+            )
 
 
 def test_chapter_prose_keys_are_all_glued(book_data):
@@ -534,22 +668,37 @@ def test_chapter_prose_keys_are_all_glued(book_data):
     repetition section) always provides, as text or an integer."""
     import json
     import re
+
     from perfbook.book.notebook import REPETITION_GLUE
+
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
-    used = {k for c in nb["cells"] if c["cell_type"] == "markdown"
-            for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
+    used = {
+        k
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown"
+        for k in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))
+    }
     values = P.values(I.chapter.load(book_data.data_dir))
     assert all(isinstance(v, (str, int)) for v in values.values())
     from perfbook.book.notebook import frame_glue
-    provided = set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
+
+    provided = (
+        set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
+    )
     assert used and used <= provided, sorted(used - provided)
     # and with a dataset that has no trace tables, dataset_values() still fills them
     iv = _fixture("intervals")
     from perfbook.data.dataset import Manifest, migrate
+
     man = Manifest(migrate(__import__("json").loads((RUN / "manifest.json").read_text())))
-    D = {"intervals": iv.assign(host_id=man.host_id, run_id=man["run_id"]), "windows": pd.DataFrame(),
-         "trace_windows": pd.DataFrame(), "trace_sample": pd.DataFrame(),
-         "phases": pd.DataFrame(), "manifests": [man]}
+    D = {
+        "intervals": iv.assign(host_id=man.host_id, run_id=man["run_id"]),
+        "windows": pd.DataFrame(),
+        "trace_windows": pd.DataFrame(),
+        "trace_sample": pd.DataFrame(),
+        "phases": pd.DataFrame(),
+        "manifests": [man],
+    }
     f = P.dataset_values(A.analyse(D))
     assert set(P.PROSE_KEYS) <= set(f) and f["trace_med_diff_us"] == "n/a"
 
@@ -558,19 +707,32 @@ def test_live_without_sysstat_records_the_skip(scratch_data, monkeypatch):
     """A missing optional tool is a recorded skip, not a failure or a half dataset."""
     _need_live()
     real = C._optional
-    monkeypatch.setattr(C, "_optional", lambda: {**real(), "sysstat": "sysstat's iostat is not installed (test)"})
+    monkeypatch.setattr(
+        C, "_optional", lambda: {**real(), "sysstat": "sysstat's iostat is not installed (test)"}
+    )
     out = framework.collect(I.chapter, "quick", scratch_data, phases="randread_4k_qd1", trace=False)
     man = __import__("json").loads((out / "manifest.json").read_text())
     assert "sysstat" in man["skipped"] and "tracepoints" in man["skipped"]
-    assert not (table_path(out, "intervals") is not None) and (table_path(out, "windows") is not None)
+    assert not (table_path(out, "intervals") is not None) and (
+        table_path(out, "windows") is not None
+    )
 
 
 def test_saturation_axis_labels_state_the_real_coverage():
     import matplotlib
+
     matplotlib.use("Agg")
-    ps = pd.DataFrame([{"phase": ph, "n": n, **{c: 1.0 for c in ("IOPS", "aqu-sz", "%util")},
-                        **{f"{c} {e}": 1.0 for c in ("IOPS", "aqu-sz", "%util") for e in ("lo", "hi")}}
-                       for ph, n in (("a", 5), ("b", 8))])
+    ps = pd.DataFrame(
+        [
+            {
+                "phase": ph,
+                "n": n,
+                **{c: 1.0 for c in ("IOPS", "aqu-sz", "%util")},
+                **{f"{c} {e}": 1.0 for c in ("IOPS", "aqu-sz", "%util") for e in ("lo", "hi")},
+            }
+            for ph, n in (("a", 5), ("b", 8))
+        ]
+    )
     fig = F._draw_saturation({"phase_summary": ps})
     assert fig.axes[0].get_xlabel() == "IOPS (median per phase, 93.75–99.21 % CI)"
     assert fig.axes[1].get_xlabel() == "aqu-sz (median per phase, 93.75–99.21 % CI)"
@@ -585,10 +747,17 @@ def test_fs_facts_reads_the_journal_task(tmp_path):
     (tmp_path / "proc/fs/ext4/vda/options").write_text("rw\nbarrier\n")
     mount = {"fstype": "ext4", "source": "/dev/vda"}
     f = C.fs_facts(mount, "vda", root=str(tmp_path))
-    assert f["journal"] == "none" and f["ext4_options"] == "rw,barrier" and f["max_segment_size"] is None
+    assert (
+        f["journal"] == "none"
+        and f["ext4_options"] == "rw,barrier"
+        and f["max_segment_size"] is None
+    )
     (tmp_path / "sys/fs/ext4/vda/journal_task").write_text("jbd2/vda-8\n")
     assert C.fs_facts(mount, "vda", root=str(tmp_path))["journal"] == "jbd2/vda-8"
-    assert C.fs_facts({"fstype": "xfs", "source": "/dev/vda"}, "vda", root=str(tmp_path))["journal"] is None
+    assert (
+        C.fs_facts({"fstype": "xfs", "source": "/dev/vda"}, "vda", root=str(tmp_path))["journal"]
+        is None
+    )
     assert P._journal_said(None) == "not recorded in this dataset"
     assert P._journal_said({"journal": "none"}).startswith("none")
 
@@ -596,33 +765,89 @@ def test_fs_facts_reads_the_journal_task(tmp_path):
 def test_flush_origin_counts_empty_preflushes_and_flush_requests():
     """Accounted writes never issued are the empty preflushes; flush requests without a start
     are what the flush machinery issued; a journal commit would add flush requests of its own."""
-    tw = pd.DataFrame([
-        {"window": 1, "phase": "fsync_4k", "op": "all", "n": 30, "n_d2c": 16, "flush_without_start": 14.0},
-        {"window": 1, "phase": "fsync_4k", "op": "write", "n": 30, "n_d2c": 16, "flush_without_start": float("nan")},
-        {"window": 2, "phase": "discard", "op": "all", "n": 9, "n_d2c": 9, "flush_without_start": 3.0},
-        {"window": 2, "phase": "discard", "op": "write", "n": 9, "n_d2c": 9, "flush_without_start": float("nan")}])
-    assert A.flush_origin(tw) == {"windows": 1, "accounted_writes": 30, "issued_writes": 16,
-                                  "empty_preflush": 14, "flush_requests": 14}
+    tw = pd.DataFrame(
+        [
+            {
+                "window": 1,
+                "phase": "fsync_4k",
+                "op": "all",
+                "n": 30,
+                "n_d2c": 16,
+                "flush_without_start": 14.0,
+            },
+            {
+                "window": 1,
+                "phase": "fsync_4k",
+                "op": "write",
+                "n": 30,
+                "n_d2c": 16,
+                "flush_without_start": float("nan"),
+            },
+            {
+                "window": 2,
+                "phase": "discard",
+                "op": "all",
+                "n": 9,
+                "n_d2c": 9,
+                "flush_without_start": 3.0,
+            },
+            {
+                "window": 2,
+                "phase": "discard",
+                "op": "write",
+                "n": 9,
+                "n_d2c": 9,
+                "flush_without_start": float("nan"),
+            },
+        ]
+    )
+    assert A.flush_origin(tw) == {
+        "windows": 1,
+        "accounted_writes": 30,
+        "issued_writes": 16,
+        "empty_preflush": 14,
+        "flush_requests": 14,
+    }
     assert A.flush_origin(tw, "randread_4k_qd1") == {} and A.flush_origin(pd.DataFrame()) == {}
 
 
 def test_per_round_rates_little_on_both_sides():
     """Per round: device requests per fio I/O, and fio's in-flight count (IOPS x latency)."""
-    ours = pd.DataFrame([{"round": 0, "phase": "fsync_4k", "n_rd_ios": 0, "n_wr_ios": 200, "n_fl_ios": 100,
-                          "interval_s": 1.0, "await": 0.05, "aqu-sz": 1.0}] * 2)
-    phases = pd.DataFrame([{"round": 0, "phase": "fsync_4k", "fio_write_iops": 100.0,
-                            "fio_write_lat_mean_us": 200.0}])
+    ours = pd.DataFrame(
+        [
+            {
+                "round": 0,
+                "phase": "fsync_4k",
+                "n_rd_ios": 0,
+                "n_wr_ios": 200,
+                "n_fl_ios": 100,
+                "interval_s": 1.0,
+                "await": 0.05,
+                "aqu-sz": 1.0,
+            }
+        ]
+        * 2
+    )
+    phases = pd.DataFrame(
+        [{"round": 0, "phase": "fsync_4k", "fio_write_iops": 100.0, "fio_write_lat_mean_us": 200.0}]
+    )
     g = A.per_round_rates(ours, phases, "fsync_4k", "write")
     assert g.loc[0, "wr_per_op"] == pytest.approx(2) and g.loc[0, "fl_per_op"] == pytest.approx(1)
-    assert g.loc[0, "fio_in_flight"] == pytest.approx(0.02) and g.loc[0, "inside_share"] == pytest.approx(0.25)
+    assert g.loc[0, "fio_in_flight"] == pytest.approx(0.02) and g.loc[
+        0, "inside_share"
+    ] == pytest.approx(0.25)
     assert A.per_round_rates(ours, phases, "discard", "write").empty
 
 
 def test_phase_colours_are_not_the_non_phase_grey():
     """No phase is drawn in the grey of 'transition'/'idle' (issue #18: fsync_4k was tab10's grey)."""
     pal = F._phase_palette(list(PA.PHASES) + ["transition", "idle"])
-    assert all(pal[p] != F.NON_PHASE_COLOR and abs(pal[p][0] - pal[p][1]) + abs(pal[p][1] - pal[p][2]) > 0.05
-               or pal[p] == (0.0, 0.0, 0.0) for p in PA.PHASES)
+    assert all(
+        pal[p] != F.NON_PHASE_COLOR
+        and abs(pal[p][0] - pal[p][1]) + abs(pal[p][1] - pal[p][2]) > 0.05
+        or pal[p] == (0.0, 0.0, 0.0)
+        for p in PA.PHASES
+    )
     assert len({pal[p] for p in PA.PHASES}) == len(PA.PHASES)
     assert pal["transition"] == pal["idle"] == F.NON_PHASE_COLOR
 
@@ -632,6 +857,7 @@ def test_two_hosts_with_one_run_id_are_analysed_apart():
     (selecting by run id alone once made each host's analysis read every such host's rows)."""
     iv = _fixture("intervals")
     from perfbook.data.dataset import Manifest, migrate
+
     raw = __import__("json").loads((RUN / "manifest.json").read_text())
     mine = Manifest(migrate(raw))
     other = Manifest(migrate({**raw, "host": {**raw["host"], "host_id": "h-000000000000"}}))
@@ -640,7 +866,14 @@ def test_two_hosts_with_one_run_id_are_analysed_apart():
     empty = pd.DataFrame()
 
     def ours(intervals):
-        D = {"intervals": intervals, "windows": empty, "trace_windows": empty,
-             "trace_sample": empty, "phases": empty, "manifests": [mine]}
+        D = {
+            "intervals": intervals,
+            "windows": empty,
+            "trace_windows": empty,
+            "trace_sample": empty,
+            "phases": empty,
+            "manifests": [mine],
+        }
         return A.analyse(D)["ours"].reset_index(drop=True)
+
     pd.testing.assert_frame_equal(ours(pd.concat([alone, twin], ignore_index=True)), ours(alone))

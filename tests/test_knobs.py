@@ -1,6 +1,7 @@
 """perfbook.hoststate.knobs: kernel knobs put back on every exit path, and after a SIGKILL by the sweep.
 On a fake tree (this host's lockdown forbids writing the real debugfs knobs), through the
 cpu_pinning chapter's SchedKnobs, the one user today."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,9 @@ import sys
 import pytest
 
 from conftest import ROOT
-from perfbook.hoststate import knobs
 from perfbook.chapters.cpu_pinning.collect import SchedKnobs
 from perfbook.core.errors import PerfbookError
+from perfbook.hoststate import knobs
 
 
 def _fake_debugfs(tmp_path):
@@ -53,10 +54,17 @@ def test_knobs_are_restored_on_signals(tmp_path, sig):
     """The mechanism on a fake tree (this host's lockdown forbids writing the real knobs)."""
     root = _fake_debugfs(tmp_path)
     code = KNOB_RUN
-    if sig == signal.SIGTERM:  # the framework's collect turns SIGTERM into KeyboardInterrupt the same way
+    if (
+        sig == signal.SIGTERM
+    ):  # the framework's collect turns SIGTERM into KeyboardInterrupt the same way
         code = "from perfbook.core import guard; guard.enter()\n" + KNOB_RUN
-    p = subprocess.Popen([sys.executable, "-c", code, str(root)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.stdout.readline().strip() == "set"
     assert (root / "sched/base_slice_ns").read_text() == "10000000"
     p.send_signal(sig)
@@ -74,8 +82,13 @@ def test_unreadable_knob_is_never_written(tmp_path):
 
 def test_a_sigkilled_runs_knobs_are_restored_by_the_sweep(tmp_path):
     root = _fake_debugfs(tmp_path)
-    p = subprocess.Popen([sys.executable, "-c", KNOB_RUN, str(root)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    p = subprocess.Popen(
+        [sys.executable, "-c", KNOB_RUN, str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert p.stdout.readline().strip() == "set"
     rec = knobs._record_dir() / f"{p.pid}.json"
     assert json.loads(rec.read_text())["saved"] == {str(root / "sched/base_slice_ns"): "1400000"}
@@ -120,7 +133,7 @@ def test_a_mount_that_cannot_be_released_stays_recorded_for_the_sweep(tmp_path, 
     monkeypatch.setattr(knobs, "_umount", lambda root, log: False)
     s = knobs.KnobSession(root=root, mount=False, log=lambda m: None)
     with s:
-        s.mounted_by_us = True                 # as if it had mounted root
+        s.mounted_by_us = True  # as if it had mounted root
     rec = knobs._record_dir() / f"{os.getpid()}.json"
     try:
         assert rec.exists() and json.loads(rec.read_text())["mounted"] is True
@@ -141,9 +154,12 @@ def test_the_sweep_keeps_the_record_of_a_mount_it_could_not_release(tmp_path, mo
     dead.wait()
     rec = knobs._record_dir() / f"{dead.pid}.json"
     from perfbook.hoststate.statedir import write_file
-    write_file(rec, json.dumps({"root": str(root), "mounted": True, "fstype": "tmpfs", "saved": {}}))
+
+    write_file(
+        rec, json.dumps({"root": str(root), "mounted": True, "fstype": "tmpfs", "saved": {}})
+    )
     try:
-        monkeypatch.setattr(knobs, "_umount", lambda root, log: False)   # busy
+        monkeypatch.setattr(knobs, "_umount", lambda root, log: False)  # busy
         assert knobs.sweep_stale(log=lambda s: None) == []
         assert rec.exists() and knobs.mounted(root, "tmpfs")
         monkeypatch.undo()

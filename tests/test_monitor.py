@@ -3,6 +3,7 @@ starved), the figures over the run and its windows, the verdict, and what it cos
 
 The live tests watch a child of the test (a `sleep`), not the test itself, so that a SIGSTOP
 stops only the child; the cgroup freeze needs root and a cgroup2 hierarchy."""
+
 from __future__ import annotations
 
 import os
@@ -46,16 +47,22 @@ def test_a_stopped_process_is_a_gap_and_marks_the_run_disturbed():
         child.wait()
     assert rec["recorded"] and rec["disturbed"] is True, rec
     gaps = [g for g in rec["gaps"] if g["kind"] == "stopped"]
-    assert len(gaps) == 1 and 3.0 - 2 * M.PERIOD_S <= gaps[0]["seconds"] <= 3.0 + 2 * M.PERIOD_S + 0.3, gaps
+    assert (
+        len(gaps) == 1 and 3.0 - 2 * M.PERIOD_S <= gaps[0]["seconds"] <= 3.0 + 2 * M.PERIOD_S + 0.3
+    ), gaps
     assert 0.3 <= gaps[0]["at_s"] <= 1.5 and gaps[0]["windows"] == ["stopped part"]
-    assert any(r.startswith(f"stopped for {gaps[0]['seconds']:g} s at {gaps[0]['at_s']:g} s into the run")
-               for r in rec["reasons"]), rec["reasons"]
+    assert any(
+        r.startswith(f"stopped for {gaps[0]['seconds']:g} s at {gaps[0]['at_s']:g} s into the run")
+        for r in rec["reasons"]
+    ), rec["reasons"]
     assert len(rec["rejects"]) == 1 and "'stopped part'" in rec["rejects"][0]
     w = {x["name"]: x for x in rec["windows"]}
     assert w["stopped part"]["gaps"] == [0] and w["after"]["gaps"] == []
     assert w["after"]["seconds"] >= 0.5 and "steal_pct" in w["after"] and "ctxt_per_s" in w["after"]
-    print(f"monitor: {rec['samples']} samples over {rec['seconds']} s, {rec['monitor_cpu_s']} s of CPU "
-          f"({rec['monitor_start_cpu_s']} s to start)")
+    print(
+        f"monitor: {rec['samples']} samples over {rec['seconds']} s, {rec['monitor_cpu_s']} s of CPU "
+        f"({rec['monitor_start_cpu_s']} s to start)"
+    )
 
 
 def test_an_idle_process_is_no_gap():
@@ -72,13 +79,14 @@ def test_an_idle_process_is_no_gap():
     assert rec["recorded"] and rec["samples"] >= 10
     assert not [g for g in rec["gaps"] if g["seconds"] >= 3 or g["kind"] == "stopped"], rec["gaps"]
     assert rec["disturbed"] == bool(rec["reasons"]) and rec["rejects"] == []
-    assert rec["load1"]["max"] >= 0 and rec["runnable"]["max"] >= 1   # the monitor counts itself
+    assert rec["load1"]["max"] >= 0 and rec["runnable"]["max"] >= 1  # the monitor counts itself
 
 
 def test_a_frozen_cgroup_is_a_gap_the_monitor_sees_in_its_own_clock():
     """The run's cgroup frozen with the monitor in it: its own tick comes 2.5 s late."""
     need_root("freezing a cgroup")
     from perfbook.hoststate.cgroup import mount, remove
+
     root = mount()
     if root is None or not (root / "cgroup.procs").exists():
         pytest.skip("no cgroup2 hierarchy to freeze a group in")
@@ -109,6 +117,7 @@ def test_a_frozen_cgroup_is_a_gap_the_monitor_sees_in_its_own_clock():
 
 # ---- the record from samples (no process) -------------------------------------------------
 
+
 def _raw(states, period_s=0.1, run_step=None, late_at=None, steal=0, cpu=100):
     """A monitor output with one sample per state; run_step(i) -> ns run in tick i."""
     P = int(period_s * 1e9)
@@ -117,34 +126,53 @@ def _raw(states, period_s=0.1, run_step=None, late_at=None, steal=0, cpu=100):
         t += P + (int(5e9) if late_at == i else 0)
         run += run_step(i) if run_step else P // 2
         rows.append([t, 0, st, run, 0, 0.5, 2, cpu * i, steal * i, 1000 * i, None])
-    return {"pid": 1, "period_ns": P, "fields": M.FIELDS, "samples": rows, "cpu_s": 0.05,
-            "start_cpu_s": 0.03}
+    return {
+        "pid": 1,
+        "period_ns": P,
+        "fields": M.FIELDS,
+        "samples": rows,
+        "cpu_s": 0.05,
+        "start_cpu_s": 0.03,
+    }
 
 
 def test_starved_is_runnable_without_running_and_short_waits_are_not():
     """Runnable (R) for 2.5 s with no CPU time is a starved gap; 1.5 s of it (scheduling noise
     on a loaded machine reached 0.6 s), or 2.5 s in which it ran 5 % of each tick (a fair share
     among twenty), is not."""
-    starved = M.summarize(_raw(["S"] * 5 + ["R"] * 26 + ["S"] * 5, run_step=lambda i: 0 if 5 <= i < 31 else 10**6))
+    starved = M.summarize(
+        _raw(["S"] * 5 + ["R"] * 26 + ["S"] * 5, run_step=lambda i: 0 if 5 <= i < 31 else 10**6)
+    )
     assert [(g["kind"], g["seconds"]) for g in starved["gaps"]] == [("starved", 2.5)]
     assert starved["disturbed"] and "starved" in starved["reasons"][0]
     short = M.summarize(_raw(["S"] * 5 + ["R"] * 16 + ["S"] * 5, run_step=lambda i: 0))
     share = M.summarize(_raw(["R"] * 25, run_step=lambda i: 5 * 10**6))
-    assert short["gaps"] == [] and share["gaps"] == [] and not short["disturbed"] and not share["disturbed"]
+    assert (
+        short["gaps"] == []
+        and share["gaps"] == []
+        and not short["disturbed"]
+        and not share["disturbed"]
+    )
 
 
 def test_a_late_tick_is_not_running_and_a_window_after_it_is_not_hit():
-    rec = M.summarize(_raw(["S"] * 20, late_at=10),
-                      [{"name": "after", "start_ns": int(6.05e9), "end_ns": int(7e9), "gap_rejects": True}])
+    rec = M.summarize(
+        _raw(["S"] * 20, late_at=10),
+        [{"name": "after", "start_ns": int(6.05e9), "end_ns": int(7e9), "gap_rejects": True}],
+    )
     assert [(g["kind"], g["seconds"]) for g in rec["gaps"]] == [("not running", 5.0)]
-    assert rec["rejects"] == [] and rec["windows"][0]["gaps"] == []   # it began on the late tick
+    assert rec["rejects"] == [] and rec["windows"][0]["gaps"] == []  # it began on the late tick
 
 
 def test_steal_marks_a_run_disturbed_only_beyond_its_threshold():
     few = M.summarize(_raw(["S"] * 30, steal=4))
     many = M.summarize(_raw(["S"] * 30, steal=40))
     assert few["steal_pct"] == 4 and not few["disturbed"]
-    assert many["steal_pct"] == 40 and many["disturbed"] and "steal time was 40 %" in many["reasons"][0]
+    assert (
+        many["steal_pct"] == 40
+        and many["disturbed"]
+        and "steal time was 40 %" in many["reasons"][0]
+    )
 
 
 def test_no_record_is_no_verdict():
@@ -158,9 +186,13 @@ def test_the_monitor_ends_with_its_run():
     """Closing the pipe ends it (its record printed); so does our death (die_with_parent),
     which a subprocess that starts one and is SIGKILLed shows."""
     import sys
+
     from conftest import ROOT
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); from perfbook.hoststate.monitor import RunMonitor; "
-            "m = RunMonitor().start(); print(m.proc.pid, flush=True); time.sleep(60)")
+
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from perfbook.hoststate.monitor import RunMonitor; "
+        "m = RunMonitor().start(); print(m.proc.pid, flush=True); time.sleep(60)"
+    )
     p = subprocess.Popen([sys.executable, "-c", code, str(ROOT)], stdout=subprocess.PIPE, text=True)
     pid = int(p.stdout.readline())
     p.kill()
@@ -169,7 +201,7 @@ def test_the_monitor_ends_with_its_run():
     while time.monotonic() < deadline:
         try:
             with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":   # dead, not yet reaped by init
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # dead, not yet reaped by init
                     break
         except OSError:
             break
@@ -184,5 +216,7 @@ def test_a_short_stop_is_a_gap_and_a_single_sample_is_not():
     one sample in state T (a stop of under two ticks) does not."""
     half = M.summarize(_raw(["S"] * 5 + ["T"] * 5 + ["S"] * 5))
     one = M.summarize(_raw(["S"] * 5 + ["T"] + ["S"] * 5))
-    assert [(g["kind"], g["seconds"]) for g in half["gaps"]] == [("stopped", 0.5)] and half["disturbed"]
+    assert [(g["kind"], g["seconds"]) for g in half["gaps"]] == [("stopped", 0.5)] and half[
+        "disturbed"
+    ]
     assert one["gaps"] == [] and not one["disturbed"]

@@ -3,6 +3,7 @@
 Unit tests and fixture tests run everywhere; the live ones need root, netperf and
 iproute2 and say so when they skip. Signals during a run are tests/test_contract.py's matrix.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,19 +16,25 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfbook.framework import sequence as framework
+from conftest import (
+    NOBODY,
+    ROOT,
+    need_preflight,
+    need_root,
+    need_tool,
+    nobody_requests,
+    others_listen,
+)
 from perfbook.chapters import netperf_latency as X
 from perfbook.chapters.netperf_latency import analysis as A
 from perfbook.chapters.netperf_latency import collect as C
 from perfbook.chapters.netperf_latency import figures, prose, tables
 from perfbook.chapters.netperf_latency import parse as P
 from perfbook.chapters.netperf_latency.parse import CELL, LATENCY_KEYS
-from perfbook.core.errors import ParameterError
-from perfbook.hoststate.netns import NS_PREFIX, list_netns, sweep_stale_netns
-
-from conftest import (NOBODY, ROOT, need_preflight, need_root, need_tool, nobody_requests,
-                      others_listen)
+from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import table_path
+from perfbook.framework import sequence as framework
+from perfbook.hoststate.netns import NS_PREFIX, list_netns, sweep_stale_netns
 
 FIX = ROOT / "tests" / "fixtures" / "netperf"
 FIX_DATA = FIX / "data"
@@ -38,21 +45,40 @@ CH = X.chapter
 def test_params_defaults_and_overrides():
     p = CH.parameters("quick")
     assert p["paths"] == ["loopback", "veth"] and p["rep_min_runs"] == p["rep_max_runs"] == 1
-    p = CH.parameters("default", pins="none,same", reps=2, seconds=1)   # reps fixes the rounds
+    p = CH.parameters("default", pins="none,same", reps=2, seconds=1)  # reps fixes the rounds
     assert p["pins"] == ["none", "same"] and p["rep_min_runs"] == p["rep_max_runs"] == 2
     assert p["seconds"] == 1.0 and isinstance(p["seconds"], float)
     p = CH.parameters("default", rep_target=0.1, rep_budget_s=5)
     assert p["rep_target"] == 0.1 and p["rep_min_runs"] == CH.profiles["default"]["rep_min_runs"]
-    assert CH.profiles["default"]["pins"] == ["none", "split", "same"], "a validated copy, not the profile"
+    assert CH.profiles["default"]["pins"] == ["none", "split", "same"], (
+        "a validated copy, not the profile"
+    )
 
 
-@pytest.mark.parametrize("bad", [
-    {"profile": "huge"}, {"paths": "loopback,wifi"}, {"protos": []}, {"reps": 0},
-    {"reps": 1.5}, {"seconds": -1}, {"netperf_seconds": 0}, {"bogus": 1}, {"pins": "all"},
-    {"rep_target": 0}, {"rep_target": 2}, {"rep_budget_s": 0}, {"rep_warmup": -1},
-    {"rep_min_runs": 0}, {"rep_min_runs": 9, "rep_max_runs": 3}, {"rep_max_runs": "many"},
-    {"sched_seconds": 6}, {"ping_count": -1}, {"request_size": 70000},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"profile": "huge"},
+        {"paths": "loopback,wifi"},
+        {"protos": []},
+        {"reps": 0},
+        {"reps": 1.5},
+        {"seconds": -1},
+        {"netperf_seconds": 0},
+        {"bogus": 1},
+        {"pins": "all"},
+        {"rep_target": 0},
+        {"rep_target": 2},
+        {"rep_budget_s": 0},
+        {"rep_warmup": -1},
+        {"rep_min_runs": 0},
+        {"rep_min_runs": 9, "rep_max_runs": 3},
+        {"rep_max_runs": "many"},
+        {"sched_seconds": 6},
+        {"ping_count": -1},
+        {"request_size": 70000},
+    ],
+)
 def test_params_rejects_bad_input(bad):
     bad = dict(bad)
     profile = bad.pop("profile", "quick")
@@ -84,10 +110,10 @@ def test_bucket_widths_are_a_hundredth_of_the_decade():
 
 def test_hist_counts_place_values_in_netperf_buckets():
     counts, ridiculous = P.netperf_hist_counts([5, 13, 13, 150, 2500, 200_000_000, -1])
-    assert counts[50] == 1            # unit_usec: 5 us -> bucket 50 (0.1 us wide)
-    assert counts[100 + 13] == 2      # ten_usec: 13 us -> bucket 13 (1 us wide)
-    assert counts[200 + 15] == 1      # hundred_usec: 150 us -> bucket 15 (10 us wide)
-    assert counts[300 + 25] == 1      # unit_msec: 2.5 ms -> bucket 25 (100 us wide)
+    assert counts[50] == 1  # unit_usec: 5 us -> bucket 50 (0.1 us wide)
+    assert counts[100 + 13] == 2  # ten_usec: 13 us -> bucket 13 (1 us wide)
+    assert counts[200 + 15] == 1  # hundred_usec: 150 us -> bucket 15 (10 us wide)
+    assert counts[300 + 25] == 1  # unit_msec: 2.5 ms -> bucket 25 (100 us wide)
     assert ridiculous == 2 and counts.sum() == 5
 
 
@@ -116,10 +142,12 @@ def test_netperf_style_error_is_bounded_by_one_bucket_plus_one_us():
 
 def test_rank_rule_truncates_the_double_product():
     assert P.netperf_rank(200, 0.99) == 198 and P.netperf_rank(3, 0.5) == 1
-    assert P.netperf_rank(100, 0.29) == 28       # 0.29 * 100 = 28.999999999999996 in C too
+    assert P.netperf_rank(100, 0.29) == 28  # 0.29 * 100 = 28.999999999999996 in C too
     assert P.netperf_rank(1, 0.5) == 0
-    assert P.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5] != P.netperf_rank_samples(
-        np.array([20_000]), ps=(0.5,))[0.5]     # rank 0: NaN, netperf reports 0
+    assert (
+        P.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5]
+        != P.netperf_rank_samples(np.array([20_000]), ps=(0.5,))[0.5]
+    )  # rank 0: NaN, netperf reports 0
 
 
 def _sparse_tail():
@@ -149,14 +177,22 @@ def test_quantization_table_records_the_rank_check():
     st = P.sample_stats(lat)
     nq = P.netperf_style_percentiles(lat, phase)
     nr = P.netperf_rank_samples(lat, phase)
-    row = {"rep": 0, "host_id": "h-x", "path": "loopback", "proto": "udp", "pin": "none", "tool": "rrbench", **st,
-           **{f"nq_p{int(p * 100)}_us": v for p, v in nq.items()},
-           **{f"nr_p{int(p * 100)}_us": v for p, v in nr.items()}}
+    row = {
+        "rep": 0,
+        "host_id": "h-x",
+        "path": "loopback",
+        "proto": "udp",
+        "pin": "none",
+        "tool": "rrbench",
+        **st,
+        **{f"nq_p{int(p * 100)}_us": v for p, v in nq.items()},
+        **{f"nr_p{int(p * 100)}_us": v for p, v in nr.items()},
+    }
     q = A.quantization(pd.DataFrame([row])).set_index("percentile")
     assert q["in_rank_bucket"].all()
     assert q.loc["P99", "rank_us"] == 20 and q.loc["P99", "netperf_style_us"] == 21
     assert (q.loc["P99", "rank_bucket_lo_us"], q.loc["P99", "rank_bucket_hi_us"]) == (20, 21)
-    assert abs(q.loc["P99", "error_us"]) > 40      # the interpolated gap stays visible
+    assert abs(q.loc["P99", "error_us"]) > 40  # the interpolated gap stays visible
     # a dataset recorded before nr_* existed: no verdict rather than a false one
     old = A.quantization(pd.DataFrame([{k: v for k, v in row.items() if not k.startswith("nr_")}]))
     assert old["in_rank_bucket"].isna().all()
@@ -191,7 +227,7 @@ def test_parse_ping_and_rrbench():
     assert pg["sent"] == pg["received"] == 20000
     assert pg["min_us"] == pytest.approx(4.0) and pg["max_us"] == pytest.approx(2312.0)
     assert P.parse_rrbench("n=12 lost=0 elapsed_ns=99\n") == {"n": 12, "lost": 0, "elapsed_ns": 99}
-    with pytest.raises(Exception):
+    with pytest.raises(PerfbookError):
         P.parse_rrbench("garbage")
 
 
@@ -259,7 +295,9 @@ def _check_dataset(data_dir, crossval=True, rank_check=True):
         man = d.manifests[0].facts["netperf_rank_check"]
         assert man["in_rank_bucket"] == man["percentiles_checked"] == len(q)
     checked = q[q["in_rank_bucket"].notna()]
-    assert checked["in_rank_bucket"].all(), checked[~checked["in_rank_bucket"].astype(bool)].to_string()
+    assert checked["in_rank_bucket"].all(), checked[
+        ~checked["in_rank_bucket"].astype(bool)
+    ].to_string()
     # netperf's mean agrees with 1/transaction rate
     nps = runs[runs["tool"] == "netperf"]
     assert ((nps["mean_us"] / nps["rt_latency_us"] - 1).abs() < 0.05).all()
@@ -274,6 +312,7 @@ def test_fixture_dataset_cross_validates():
 
 def test_reference_table_has_provenance():
     from perfbook.data.dataset import load_reference
+
     ref = load_reference(CH.name)
     for col in ("seed_file", "article_title", "date", "environment", "note"):
         assert ref[col].notna().all()
@@ -288,6 +327,7 @@ def test_seed_conditions_come_from_the_reference_table():
     """The seed's run length is its -k all ELAPSED_TIME; its CPU count is a provenance'd row
     whose empty value means the article does not state it."""
     from perfbook.data.dataset import load_reference
+
     ref = load_reference(CH.name)
     c = prose.seed_conditions(ref)
     assert c["seed_seconds"] == "10"
@@ -304,11 +344,14 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
     an entry each (one when they are one host), every other host is pooled in one entry that
     counts them, and no other host is named, whichever host is this host (book_data)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     from conftest import legend_texts
     from perfbook.analysis import fleetview
     from perfbook.data.machine import short_kind
+
     D = CH.load(book_data.data_dir)
     fig, _ = figures.seed_histogram(D)
     ax = fig.axes[0]
@@ -319,11 +362,13 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
     legend = legend_texts(fig)
     F = fleetview.fleet(D)
     assert F.this == D.quoted.host_id
-    assert F.label(fleetview.THIS) in legend and short_kind(D.quoted.host) in F.label(fleetview.THIS)
-    if F.reference != F.this:          # drawn apart from this host, never pooled with the others
+    assert F.label(fleetview.THIS) in legend and short_kind(D.quoted.host) in F.label(
+        fleetview.THIS
+    )
+    if F.reference != F.this:  # drawn apart from this host, never pooled with the others
         assert F.label(fleetview.REFERENCE) in legend and F.reference not in F.others
     others = [h for h in D.hosts if h not in (F.this, F.reference)]
-    if others:                         # the other hosts are one entry, not one each
+    if others:  # the other hosts are one entry, not one each
         assert f"other hosts (n = {len(others)})" in legend
     named = {m.host_id for m in D.manifests if any(m.host_id in t for t in legend)}
     assert named == {F.this, F.reference} & set(D.hosts), (named, legend)
@@ -344,9 +389,14 @@ def test_data_dependent_words_are_computed(book_data):
 
 def _glue_names() -> set[str]:
     import nbformat
+
     nb = nbformat.read(ROOT / "chapters" / "netperf_latency.ipynb", as_version=4)
-    return {m for c in nb.cells if c.cell_type == "markdown"
-            for m in re.findall(r"\{glue:text\}`([^`]+)`", c.source)}
+    return {
+        m
+        for c in nb.cells
+        if c.cell_type == "markdown"
+        for m in re.findall(r"\{glue:text\}`([^`]+)`", c.source)
+    }
 
 
 def test_findings_give_every_value_the_prose_quotes(book_data):
@@ -355,15 +405,22 @@ def test_findings_give_every_value_the_prose_quotes(book_data):
     D = CH.load(book_data.data_dir)
     f = prose.values(D)
     import nbformat
+
     from perfbook.book.notebook import frame_glue
-    frame = frame_glue(CH, nbformat.read(str(ROOT / "chapters" / "netperf_latency.ipynb"), as_version=4))
+
+    frame = frame_glue(
+        CH, nbformat.read(str(ROOT / "chapters" / "netperf_latency.ipynb"), as_version=4)
+    )
     missing = {n for n in _glue_names() - set(f) - frame if not n.startswith("rep_")}
     assert not missing, missing
     assert all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in f.values())
     assert f["host"] == D.quoted.host_id and f["n_datasets"] == len(D)
     # the ladder the prose quotes is the quoted dataset's, and so is the table beside it
     lad = tables.ladder(D).set_index(["host_id", "path", "proto", "pin"])
-    assert f"{lad.loc[(D.quoted.host_id, 'loopback', 'udp', 'none'), 'P50']:,.1f}" == f["loopback_udp_none_P50"]
+    assert (
+        f"{lad.loc[(D.quoted.host_id, 'loopback', 'udp', 'none'), 'P50']:,.1f}"
+        == f["loopback_udp_none_P50"]
+    )
 
 
 def test_findings_do_not_depend_on_row_order(monkeypatch, book_data):
@@ -377,15 +434,34 @@ def test_rrbench_records_every_transaction(tmp_path):
     if not (shutil.which("cc") or shutil.which("gcc")):
         pytest.skip("no C compiler (apt-get install gcc)")
     from perfbook.probes import cbuild
+
     exe = cbuild.binary("rrbench")
     for proto in ("udp", "tcp"):
-        srv = subprocess.Popen([str(exe), "server", "-P", proto, "-p", "0"],
-                               stdout=subprocess.PIPE, text=True)
+        srv = subprocess.Popen(
+            [str(exe), "server", "-P", proto, "-p", "0"], stdout=subprocess.PIPE, text=True
+        )
         try:
             port = srv.stdout.readline().split()[1]
             out = tmp_path / f"{proto}.bin"
-            r = subprocess.run([str(exe), "client", "-P", proto, "-p", port, "-l", "0.2", "-w", "0.05",
-                                "-o", str(out)], capture_output=True, text=True, timeout=20)
+            r = subprocess.run(
+                [
+                    str(exe),
+                    "client",
+                    "-P",
+                    proto,
+                    "-p",
+                    port,
+                    "-l",
+                    "0.2",
+                    "-w",
+                    "0.05",
+                    "-o",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
         finally:
             srv.kill()
             srv.wait()
@@ -429,8 +505,13 @@ def test_sweep_removes_a_dead_owners_namespace():
 
 def _nobody_netperf(addr: str, port: int, p: dict) -> bool:
     """Did 100 netperf UDP transactions as uid 65534 get through to a netserver?"""
-    cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-           *C.netperf_cmd(addr, port, "udp", "none", p, transactions=100)]
+    cmd = [
+        "setpriv",
+        f"--reuid={NOBODY}",
+        f"--regid={NOBODY}",
+        "--clear-groups",
+        *C.netperf_cmd(addr, port, "udp", "none", p, transactions=100),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd="/")
     return r.returncode == 0 and "THROUGHPUT" in P.parse_kv(r.stdout)
 
@@ -439,10 +520,19 @@ def _root_ns_server(cmd: list[str], port: int) -> subprocess.Popen:
     """A server in the host's network namespace, as the loopback path had it before #43
     (the control: the attacker's probes must reach it)."""
     from perfbook.core.proc import die_with_parent
-    srv = subprocess.Popen(cmd, start_new_session=True, preexec_fn=die_with_parent,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    srv = subprocess.Popen(
+        cmd,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     for _ in range(100):
-        if subprocess.run(["ss", "-Htuln", f"sport = :{port}"], capture_output=True, text=True).stdout.strip():
+        if subprocess.run(
+            ["ss", "-Htuln", f"sport = :{port}"], capture_output=True, text=True
+        ).stdout.strip():
             return srv
         time.sleep(0.05)
     os.killpg(srv.pid, 9)
@@ -457,18 +547,38 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
     _live_ready()
     need_tool("setpriv", "util-linux")
     from perfbook.probes import cbuild
+
     binary = cbuild.binary("rrbench")
     p = CH.parameters("quick")
     control = []
     try:  # the control: the same servers in the host's network namespace
         port = C._free_port()
-        control.append(_root_ns_server(["netserver", "-D", "-4", "-L", "127.0.0.1", "-p", str(port)], port))
+        control.append(
+            _root_ns_server(["netserver", "-D", "-4", "-L", "127.0.0.1", "-p", str(port)], port)
+        )
         assert _nobody_netperf("127.0.0.1", port, p), "the netperf probe does not work"
         targets = []
         for proto in ("udp", "tcp"):
             port = C._free_port()
-            control.append(_root_ns_server([str(binary), "server", "-P", proto, "-b", "127.0.0.1",
-                                            "-p", str(port), "-q", "1", "-r", "1"], port))
+            control.append(
+                _root_ns_server(
+                    [
+                        str(binary),
+                        "server",
+                        "-P",
+                        proto,
+                        "-b",
+                        "127.0.0.1",
+                        "-p",
+                        str(port),
+                        "-q",
+                        "1",
+                        "-r",
+                        "1",
+                    ],
+                    port,
+                )
+            )
             targets.append((proto, "127.0.0.1", port))
         assert nobody_requests(targets) == ["served", "served"], "the request probe does not work"
     finally:
@@ -479,20 +589,40 @@ def test_another_user_cannot_reach_the_labs_servers(tmp_path):
         lab.make_veth()
         for path in ("loopback", "veth"):
             ns = C.Netserver(lab, path, tmp_path).start()
-            assert not _nobody_netperf(ns.addr, ns.port, p), f"nobody ran netperf against our netserver on {path}"
-            servers = [(proto, *C.rrbench_server(lab, binary, path, proto, p)) for proto in ("udp", "tcp")]
+            assert not _nobody_netperf(ns.addr, ns.port, p), (
+                f"nobody ran netperf against our netserver on {path}"
+            )
+            servers = [
+                (proto, *C.rrbench_server(lab, binary, path, proto, p)) for proto in ("udp", "tcp")
+            ]
             # rrbench takes any free port of its namespace: one that a server of the host's
             # namespace happens to use as well says nothing about ours
-            targets = [(proto, lab.addr(path), port) for proto, srv, port in servers
-                       if not others_listen(proto, port, srv.pid)]
+            targets = [
+                (proto, lab.addr(path), port)
+                for proto, srv, port in servers
+                if not others_listen(proto, port, srv.pid)
+            ]
             got = nobody_requests(targets)
-            assert not set(got) & {"served", "accepted"}, f"{path}: nobody reached our rrbench servers: {got}"
+            assert not set(got) & {"served", "accepted"}, (
+                f"{path}: nobody reached our rrbench servers: {got}"
+            )
             for _, srv, _ in servers:
                 lab.stop(srv)
             ns.stop()
         for name in lab.netns:  # and nobody can enter our namespaces to reach them from inside
-            r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                                "nsenter", f"--net=/run/netns/{name}", "true"], capture_output=True, text=True)
+            r = subprocess.run(
+                [
+                    "setpriv",
+                    f"--reuid={NOBODY}",
+                    f"--regid={NOBODY}",
+                    "--clear-groups",
+                    "nsenter",
+                    f"--net=/run/netns/{name}",
+                    "true",
+                ],
+                capture_output=True,
+                text=True,
+            )
             assert r.returncode != 0, f"nobody entered {name}"
     assert _our_leftovers(os.getpid()) == []
 
@@ -503,7 +633,7 @@ def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds(
     warm = C.netperf_cmd("10.0.0.1", 9, "udp", "none", p, transactions=2000)
     at = run.index("-l")
     assert run[at + 1] == "2" and warm[at + 1] == "-2000"
-    assert warm[:at + 1] + warm[at + 2:] == run[:at + 1] + run[at + 2:]   # nothing else differs
+    assert warm[: at + 1] + warm[at + 2 :] == run[: at + 1] + run[at + 2 :]  # nothing else differs
 
 
 def test_quick_counts_its_netperf_transactions_and_default_its_seconds():
@@ -552,8 +682,16 @@ def test_live_crossval(scratch_data):
     """netperf's P50/P90/P99 against our distribution on live data, within the stated
     tolerance (analysis.crossval): medians of three interleaved repetitions."""
     _live_ready()
-    framework.collect(CH, "quick", scratch_data, say=lambda s: None, reps=3, pins="split",
-                      sched_seconds=0, ping_count=0)
+    framework.collect(
+        CH,
+        "quick",
+        scratch_data,
+        say=lambda s: None,
+        reps=3,
+        pins="split",
+        sched_seconds=0,
+        ping_count=0,
+    )
     cv = A.crossval(CH.load(scratch_data)["runs"])
     assert len(cv) == 3 * 2 * 2
     # netperf and rrbench measure different (interleaved) runs, so their closeness is
@@ -570,6 +708,7 @@ def test_live_crossval(scratch_data):
 def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     """Two hosts (the fixture and a copy under another id): comparisons and captions."""
     import json
+
     data = tmp_path / "data"
     shutil.copytree(FIX_DATA, data)
     src = next((data / "runs").glob("*/netperf_latency/*"))
@@ -585,8 +724,10 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
     assert ref["run_id"] != dst.name, "a newer quick run does not become the prose's dataset"
     assert set(d.shown) == {ref.host_id, "h-00000000fa4e"}
     # the fixture has one run per cell; three slightly different copies make a comparison
-    runs = pd.concat([d["runs"].assign(rep=k, p50_us=d["runs"]["p50_us"] * (1 + 0.001 * k))
-                      for k in range(3)], ignore_index=True)
+    runs = pd.concat(
+        [d["runs"].assign(rep=k, p50_us=d["runs"]["p50_us"] * (1 + 0.001 * k)) for k in range(3)],
+        ignore_index=True,
+    )
     hc = A.host_comparison(runs, d.shown, ref.host_id)
     assert len(hc) == 2 * 2 * 2 and (hc["baseline"] == ref.host_id).all()
     assert not hc["significant"].any(), "identical data on both hosts: nothing differs"
@@ -604,8 +745,10 @@ def test_hosts_side_by_side_and_pin_comparison(tmp_path):
 def test_a_server_on_every_interface_is_refused():
     """netserver must listen on the lab's address only (#20: no server on all interfaces)."""
     ours = "LISTEN 0      4096       127.0.0.1:12865      0.0.0.0:*\n"
-    wide = ("LISTEN 0      4096         0.0.0.0:12865      0.0.0.0:*\n"
-            "LISTEN 0      4096            [::]:12866         [::]:*\n"
-            "LISTEN 0      4096               *:12867            *:*\n")
+    wide = (
+        "LISTEN 0      4096         0.0.0.0:12865      0.0.0.0:*\n"
+        "LISTEN 0      4096            [::]:12866         [::]:*\n"
+        "LISTEN 0      4096               *:12867            *:*\n"
+    )
     assert P.wildcard_listeners(ours) == []
     assert P.wildcard_listeners(wide) == ["0.0.0.0:12865", "[::]:12866", "*:12867"]

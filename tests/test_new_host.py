@@ -8,13 +8,23 @@ on every state of the book's data (conftest.book_data): the committed data, a ne
 added (one round of each adaptive repetition, what a slow machine's default run gives, so that
 the n = 1 paths run) and the reference host measured again on another kernel build.
 """
+
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from conftest import CROSS_HOST, HEATMAP, debris, figure_colours, legend_texts, makers, prose_values, rgb
+from conftest import (
+    CROSS_HOST,
+    HEATMAP,
+    debris,
+    figure_colours,
+    legend_texts,
+    makers,
+    prose_values,
+    rgb,
+)
 from perfbook.analysis import findings as F
 from perfbook.analysis import fleetview as fv
 from perfbook.chapters import CHAPTERS
@@ -47,8 +57,9 @@ def test_this_host_is_the_host_of_the_newest_dataset(book_data):
         mine = F.counted_runs([m for m in D.manifests if m.host_id == book_data.host])
         if book_data.scenario == "new_host":
             assert F_.this == book_data.host != F_.reference and len(mine) == 1, entry.name
-            assert D.quoted["host"]["kernel_release"] not in {m["host"]["kernel_release"] for m in D.manifests
-                                                               if m.host_id != book_data.host}
+            assert D.quoted["host"]["kernel_release"] not in {
+                m["host"]["kernel_release"] for m in D.manifests if m.host_id != book_data.host
+            }
         else:
             assert F_.this == F_.reference == book_data.host and len(mine) >= 2, entry.name
             builds = [m["host"]["kernel_release"] for m in mine]
@@ -62,15 +73,20 @@ def test_prose_values_and_key_findings_hold_whichever_host_is_this_host(chapter_
     if D.quoted is None:
         pytest.skip(f"no dataset of {entry.name} in the {bd} data")
     values = prose_values(entry, D)
-    wrong = {k: v for k, v in values.items() if not isinstance(v, (str, int)) or isinstance(v, bool)}
+    wrong = {
+        k: v for k, v in values.items() if not isinstance(v, (str, int)) or isinstance(v, bool)
+    }
     assert not wrong, f"{entry.name} [{bd}]: not text or an integer: {wrong}"
     bad = {k: debris(v) for k, v in values.items() if debris(v)}
     assert not bad, f"{entry.name} [{bd}]: prose values with debris: {bad}"
     from perfbook.book.notebook import host_kinds
+
     for per_host in F.verdicts(D):
         for v in per_host:
             assert v.verdict in F.VERDICTS
-            assert not debris(F.sentence(v)), f"{entry.name} [{bd}] {v.finding.key} on {v.host_id}: {F.sentence(v)}"
+            assert not debris(F.sentence(v)), (
+                f"{entry.name} [{bd}] {v.finding.key} on {v.host_id}: {F.sentence(v)}"
+            )
     block = F.html_block(D, host_kinds(D))
     assert not debris(block), f"{entry.name} [{bd}]: Key findings block: {debris(block)}"
 
@@ -82,8 +98,10 @@ def test_figures_mark_this_host_and_the_reference_host_apart(chapter_data):
     are two hosts, counts in "other hosts (n = K)" no more than the other hosts, and has no
     caption that describes the mark of a host it did not draw."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     entry, D, bd = chapter_data
     if D.quoted is None:
         pytest.skip(f"no dataset of {entry.name} in the {bd} data")
@@ -97,7 +115,9 @@ def test_figures_mark_this_host_and_the_reference_host_apart(chapter_data):
             assert not debris(caption), f"{what}: caption {debris(caption)}"
             legend = legend_texts(fig)
             named = set(HOST_ID.findall(" ".join(legend)))
-            assert named <= highlighted, f"{what}: the legend names {sorted(named - highlighted)}: {legend}"
+            assert named <= highlighted, (
+                f"{what}: the legend names {sorted(named - highlighted)}: {legend}"
+            )
             if (entry.name, key) in CROSS_HOST | HEATMAP:
                 assert fv.legend_entries(fig) <= MAX_LEGEND, what
             if (entry.name, key) not in CROSS_HOST:
@@ -108,16 +128,25 @@ def test_figures_mark_this_host_and_the_reference_host_apart(chapter_data):
             if rgb(fv.STYLE[fv.THIS]["color"]) in colours:
                 assert this_label == Fl.label(fv.THIS), f"{what}: this host drawn, legend {legend}"
             if Fl.reference != Fl.this and rgb(fv.STYLE[fv.REFERENCE]["color"]) in colours:
-                assert ref_label == Fl.label(fv.REFERENCE), f"{what}: the reference host drawn, legend {legend}"
+                assert ref_label == Fl.label(fv.REFERENCE), (
+                    f"{what}: the reference host drawn, legend {legend}"
+                )
             if Fl.reference != Fl.this:
-                assert not any(t.startswith("this host = reference host") for t in legend), (what, legend)
+                assert not any(t.startswith("this host = reference host") for t in legend), (
+                    what,
+                    legend,
+                )
             for t in legend:
                 m = re.match(r"other hosts \(n = (\d+)\)", t)
                 if m:
-                    assert 1 <= int(m.group(1)) <= len(Fl.others), f"{what}: {t}, other hosts {Fl.others}"
-            for role in (fv.THIS, fv.REFERENCE):     # a caption describes only the marks there are
+                    assert 1 <= int(m.group(1)) <= len(Fl.others), (
+                        f"{what}: {t}, other hosts {Fl.others}"
+                    )
+            for role in (fv.THIS, fv.REFERENCE):  # a caption describes only the marks there are
                 mark = fv.MARK_WORDS[role]
                 if re.search(rf"\b({mark}|{mark.split()[0]} line)\b", caption, re.I):
-                    assert rgb(fv.STYLE[role]["color"]) in colours, f"{what}: the caption says '{mark}': {caption}"
+                    assert rgb(fv.STYLE[role]["color"]) in colours, (
+                        f"{what}: the caption says '{mark}': {caption}"
+                    )
         finally:
             plt.close(fig)

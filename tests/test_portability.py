@@ -17,22 +17,23 @@ as unlike the one that stored them as this one allows:
 test_every_sort_is_stable is the static half: a sort that leaves ties to its algorithm is the
 defect class the CPU path finds, and it is cheaper to refuse it where it is written.
 """
+
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")   # Debian's libfaketime
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's libfaketime
 
 
 def numpy_baseline_env() -> dict[str, str]:
     """NPY_DISABLE_CPU_FEATURES naming every SIMD target numpy dispatches to on this CPU (its
     build's baseline stays: it cannot be turned off), or {} when it dispatches to none."""
     from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+
     on = [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
     return {"NPY_DISABLE_CPU_FEATURES": " ".join(on)} if on else {}
 
@@ -41,9 +42,15 @@ def openblas_core() -> str | None:
     """The kernel set numpy's OpenBLAS chose here (a DYNAMIC_ARCH build), None if unknown."""
     import ctypes
     import glob
+
     import numpy
+
     for lib in glob.glob(str(Path(numpy.__file__).parent.parent / "numpy.libs" / "*openblas*")):
-        for name in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename"):
+        for name in (
+            "scipy_openblas_get_corename64_",
+            "scipy_openblas_get_corename",
+            "openblas_get_corename",
+        ):
             fn = getattr(ctypes.CDLL(lib), name, None)
             if fn is not None:
                 fn.restype = ctypes.c_char_p
@@ -53,8 +60,14 @@ def openblas_core() -> str | None:
 
 def other_machine_env() -> tuple[dict[str, str], list[str]]:
     """The environment of the pass, and what it changed (for the failure message)."""
-    env = {"PERFBOOK_SHUFFLE_ROWS": "7", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PERFBOOK_HOST_ID": "h-0123456789ab", "TZ": "Pacific/Kiritimati"}
+    env = {
+        "PERFBOOK_SHUFFLE_ROWS": "7",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PERFBOOK_HOST_ID": "h-0123456789ab",
+        "TZ": "Pacific/Kiritimati",
+    }
     said = ["rows shuffled (seed 7)", "host id h-0123456789ab", "time zone UTC+14"]
     npy = numpy_baseline_env()
     if npy:
@@ -73,38 +86,71 @@ def other_machine_env() -> tuple[dict[str, str], list[str]]:
         env.update(LD_PRELOAD=str(FAKETIME), FAKETIME="+1096d")
         said.append("the wall clock 1096 days ahead")
     else:
-        warnings.warn(f"{FAKETIME} is missing (apt-get install faketime; tools/setup.sh installs "
-                      "it as root): the portability pass keeps this machine's clock")
+        warnings.warn(
+            f"{FAKETIME} is missing (apt-get install faketime; tools/setup.sh installs "
+            "it as root): the portability pass keeps this machine's clock",
+            stacklevel=2,
+        )
     return env, said
 
 
 def test_nbval_passes_on_another_machine():
     env, said = other_machine_env()
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "chapters", "summary.ipynb", "hosts.ipynb", "--nbval", "--nbval-current-env",
-         "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-q", "-p", "no:cacheprovider", "-p", "perfbook.book.jupyter.nbval_plugin"],
-        cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=1500)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "chapters",
+            "summary.ipynb",
+            "hosts.ipynb",
+            "--nbval",
+            "--nbval-current-env",
+            "--nbval-sanitize-with",
+            "tests/nbval_sanitize.cfg",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "perfbook.book.jupyter.nbval_plugin",
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-    assert r.returncode == 0, (f"nbval fails on another machine ({'; '.join(said)}):\n"
-                               + "\n".join(failed or [r.stdout[-4000:], r.stderr[-2000:]]))
+    assert r.returncode == 0, f"nbval fails on another machine ({'; '.join(said)}):\n" + "\n".join(
+        failed or [r.stdout[-4000:], r.stderr[-2000:]]
+    )
 
 
 def test_the_pass_changes_what_it_says(tmp_path):
     """The knobs take: numpy reports the SIMD targets off, OpenBLAS the other kernel set, the
     clock and the host id are the ones given (else the pass above could not fail on them)."""
     env, _ = other_machine_env()
-    probe = ("import json, time, numpy\n"
-             "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
-             "from perfbook.data import hostinfo\n"
-             "import tests.test_portability as t\n"
-             "print(json.dumps({'on': [k for k in (t.os.environ.get('NPY_DISABLE_CPU_FEATURES') or '').split() if f.get(k)],"
-             " 'core': t.openblas_core(), 'now': time.time(), 'host': hostinfo.host_id(),"
-             " 'tz': time.strftime('%z')}))\n")
-    r = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env={**os.environ, **env},
-                       capture_output=True, text=True, timeout=120)
+    probe = (
+        "import json, time, numpy\n"
+        "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+        "from perfbook.data import hostinfo\n"
+        "import tests.test_portability as t\n"
+        "print(json.dumps({'on': [k for k in (t.os.environ.get('NPY_DISABLE_CPU_FEATURES') or '').split() if f.get(k)],"
+        " 'core': t.openblas_core(), 'now': time.time(), 'host': hostinfo.host_id(),"
+        " 'tz': time.strftime('%z')}))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     import json
     import time
+
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["on"] == [], f"numpy still dispatches to {got['on']}"
     if "OPENBLAS_CORETYPE" in env:
@@ -116,8 +162,8 @@ def test_the_pass_changes_what_it_says(tmp_path):
 
 # -- the static half -----------------------------------------------------------------------------
 
-SORTS = {"sort_values", "sort_index", "argsort"}      # each must say kind="stable"
-TIE_PICKERS = {"nlargest", "nsmallest", "argpartition"}   # leave ties to the algorithm: refused
+SORTS = {"sort_values", "sort_index", "argsort"}  # each must say kind="stable"
+TIE_PICKERS = {"nlargest", "nsmallest", "argpartition"}  # leave ties to the algorithm: refused
 STABLE = ("stable", "mergesort")
 
 
@@ -133,12 +179,15 @@ def unstable_sorts(paths, root: Path = ROOT) -> list[str]:
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                 continue
             name, kw = node.func.attr, {k.arg: k.value for k in node.keywords}
-            if name in SORTS and not (isinstance(kw.get("kind"), ast.Constant) and kw["kind"].value in STABLE):
-                bad = f"{name}() without kind=\"stable\""
+            if name in SORTS and not (
+                isinstance(kw.get("kind"), ast.Constant) and kw["kind"].value in STABLE
+            ):
+                bad = f'{name}() without kind="stable"'
             elif name in TIE_PICKERS:
-                bad = f"{name}() (sort with kind=\"stable\" and take the rows instead)"
-            elif name == "value_counts" and not (isinstance(kw.get("sort"), ast.Constant)
-                                                  and kw["sort"].value is False):
+                bad = f'{name}() (sort with kind="stable" and take the rows instead)'
+            elif name == "value_counts" and not (
+                isinstance(kw.get("sort"), ast.Constant) and kw["sort"].value is False
+            ):
                 bad = "value_counts() without sort=False (its sort orders equal counts by the algorithm)"
             else:
                 continue
@@ -149,13 +198,17 @@ def unstable_sorts(paths, root: Path = ROOT) -> list[str]:
 
 def test_every_sort_is_stable():
     found = unstable_sorts(sorted((ROOT / "tools").rglob("*.py")))
-    assert not found, ("sorts whose order of ties depends on the CPU's sort code:\n" + "\n".join(found))
+    assert not found, "sorts whose order of ties depends on the CPU's sort code:\n" + "\n".join(
+        found
+    )
 
 
 def test_the_sort_check_finds_an_unstable_sort(tmp_path):
     p = tmp_path / "x.py"
-    p.write_text("df.sort_values('a')\ndf.sort_values('a', kind='stable')\ns.argsort()\n"
-                 "s.value_counts()\ns.value_counts(sort=False)\ns.nlargest(2)\n"
-                 "s.argsort()  # portability: the SIMD sort is what this checks\n")
+    p.write_text(
+        "df.sort_values('a')\ndf.sort_values('a', kind='stable')\ns.argsort()\n"
+        "s.value_counts()\ns.value_counts(sort=False)\ns.nlargest(2)\n"
+        "s.argsort()  # portability: the SIMD sort is what this checks\n"
+    )
     got = [int(ln.split(":")[1]) for ln in unstable_sorts([p], tmp_path)]
     assert got == [1, 3, 4, 6]

@@ -2,6 +2,7 @@
 code makes from the data in the repository. nbval (part of `make test`, and of the
 contribution check) re-executes every chapter and compares: a contribution that edits a
 stored output, say a number in a table, fails."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,27 @@ from pathlib import Path
 
 from conftest import ROOT
 
-NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-         str(ROOT / "tests" / "nbval_sanitize.cfg"), "-q", "-p", "no:cacheprovider", "-p", "perfbook.book.jupyter.nbval_plugin"]
+NBVAL = [
+    "--nbval",
+    "--nbval-current-env",
+    "--nbval-sanitize-with",
+    str(ROOT / "tests" / "nbval_sanitize.cfg"),
+    "-q",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "perfbook.book.jupyter.nbval_plugin",
+]
 
 
 def _nbval(path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", str(path), *NBVAL],
-                          capture_output=True, text=True, cwd=path.parent, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", str(path), *NBVAL],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        timeout=600,
+    )
 
 
 def _tamper(nb: dict) -> str:
@@ -33,7 +48,7 @@ def _tamper(nb: dict) -> str:
             m = re.search(r"\d", joined)
             if m:
                 digit = str((int(m.group()) + 1) % 10)
-                out["data"]["text/plain"] = joined[:m.start()] + digit + joined[m.end():]
+                out["data"]["text/plain"] = joined[: m.start()] + digit + joined[m.end() :]
                 return joined.strip()[:60]
     raise AssertionError("no stored number to tamper with")
 
@@ -56,14 +71,51 @@ def test_an_edited_stored_output_fails_the_suite(tmp_path):
 
 # What our code emits into stored outputs: pandas tables (Styler or to_html) and Markdown.
 ALLOWED_MIME = {"text/plain", "text/html", "text/markdown", "image/png", "image/svg+xml"}
-ALLOWED_TAGS = {"table", "thead", "tbody", "tr", "th", "td", "style", "div", "span", "p", "b", "i",
-                "em", "strong", "code", "br", "caption", "sup", "sub", "a", "ul", "ol", "li", "pre"}
-ALLOWED_ATTRS = {"class", "id", "scoped", "border", "style", "rowspan", "colspan", "valign",
-                 "halign", "type", "href", "title"}
+ALLOWED_TAGS = {
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "style",
+    "div",
+    "span",
+    "p",
+    "b",
+    "i",
+    "em",
+    "strong",
+    "code",
+    "br",
+    "caption",
+    "sup",
+    "sub",
+    "a",
+    "ul",
+    "ol",
+    "li",
+    "pre",
+}
+ALLOWED_ATTRS = {
+    "class",
+    "id",
+    "scoped",
+    "border",
+    "style",
+    "rowspan",
+    "colspan",
+    "valign",
+    "halign",
+    "type",
+    "href",
+    "title",
+}
 
 
 def _html_problems(text: str) -> list[str]:
     from html.parser import HTMLParser
+
     found = []
 
     class Scan(HTMLParser):
@@ -71,18 +123,22 @@ def _html_problems(text: str) -> list[str]:
             if tag not in ALLOWED_TAGS:
                 found.append(f"<{tag}>")
             for k, v in attrs:
-                if k not in ALLOWED_ATTRS or (v and re.search(r"javascript:|expression\(|url\(", v, re.I)):
+                if k not in ALLOWED_ATTRS or (
+                    v and re.search(r"javascript:|expression\(|url\(", v, re.I)
+                ):
                     found.append(f"<{tag} {k}={v!r}>")
 
         def handle_data(self, data):
             if self.lasttag == "style" and re.search(r"@import|url\(|expression\(", data, re.I):
                 found.append("style that loads something")
+
     Scan().feed(text)
     return found
 
 
 def test_stored_outputs_hold_only_what_our_code_emits():
     import glob
+
     problems = []
     for f in sorted(glob.glob(str(ROOT / "chapters" / "*.ipynb"))) + [str(ROOT / "hosts.ipynb")]:
         nb = json.loads(open(f).read())
@@ -91,7 +147,9 @@ def test_stored_outputs_hold_only_what_our_code_emits():
                 for mime, value in out.get("data", {}).items():
                     text = "".join(value) if isinstance(value, list) else value
                     where = f"{Path(f).name} cell {i} {mime}"
-                    if mime not in ALLOWED_MIME and not mime.startswith("application/papermill.record/"):
+                    if mime not in ALLOWED_MIME and not mime.startswith(
+                        "application/papermill.record/"
+                    ):
                         problems.append(f"{where}: output type not ours")
                     elif mime in ("text/html", "text/markdown"):
                         problems += [f"{where}: {p}" for p in _html_problems(text)]
@@ -100,7 +158,7 @@ def test_stored_outputs_hold_only_what_our_code_emits():
 
 def test_the_html_check_can_fail():
     assert _html_problems("<table><tr><td>1</td></tr></table>") == []
-    assert _html_problems('<script>alert(1)</script>') == ["<script>"]
+    assert _html_problems("<script>alert(1)</script>") == ["<script>"]
     assert _html_problems('<td onclick="x()">1</td>') == ["<td onclick='x()'>"]
     assert _html_problems('<a href="javascript:x()">y</a>') == ["<a href='javascript:x()'>"]
     assert _html_problems("/proc/<pid>/sched") == ["<pid>"]

@@ -1,5 +1,6 @@
 """Tests of the qcow2 reader (tools/perfbook/probes/qcow2.py) and the qcow2_overlap chapter
 (tools/perfbook/chapters/qcow2_overlap). Its behaviour under signals is tests/test_contract.py's."""
+
 from __future__ import annotations
 
 import json
@@ -9,16 +10,15 @@ import subprocess
 import pandas as pd
 import pytest
 
-from conftest import ROOT, need_tool, need_preflight
-from perfbook.framework import sequence as framework
+from conftest import ROOT, need_preflight, need_tool
 from perfbook.chapters import qcow2_overlap as qo
 from perfbook.chapters.qcow2_overlap import analysis, collect, figures, parse, prose, tables
 from perfbook.chapters.qcow2_overlap.parse import parse_perf_report
-from perfbook.data.dataset import Data
 from perfbook.core.errors import ParameterError, PerfbookError
-from perfbook.probes.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
+from perfbook.data.dataset import Data, table_path
+from perfbook.framework import sequence as framework
 from perfbook.hoststate.scratch import live_dirs
-from perfbook.data.dataset import table_path
+from perfbook.probes.qcow2 import Qcow2Image, formula_bytes, formula_clusters, parse_header
 
 CH = qo.chapter
 
@@ -34,8 +34,9 @@ def run(*cmd):
 
 
 def info(path) -> dict:
-    r = subprocess.run(["qemu-img", "info", "--output=json", str(path)], check=True,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["qemu-img", "info", "--output=json", str(path)], check=True, capture_output=True, text=True
+    )
     return json.loads(r.stdout)
 
 
@@ -52,12 +53,22 @@ def qemu_children() -> list[str]:
 
 # --- the reader -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("cs,size", [(512, 4 * MiB), (4096, 64 * MiB), (65536, 1024 * MiB)])
 def test_reader_header_and_l2_count(tmp_path, cs, size):
     qemu_img()
     img = tmp_path / "a.qcow2"
-    run("qemu-img", "create", "-q", "-f", "qcow2", "-o",
-        f"cluster_size={cs},preallocation=metadata", img, size)
+    run(
+        "qemu-img",
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        f"cluster_size={cs},preallocation=metadata",
+        img,
+        size,
+    )
     q = Qcow2Image(img)
     h, i = q.header, info(img)
     assert h.cluster_size == i["cluster-size"] == cs
@@ -89,8 +100,9 @@ def test_reader_guest_to_host_matches_qemu_img_map(tmp_path):
     for off in (0, 3 * MiB + 4096, 7 * MiB):
         run("qemu-io", "-c", f"write -P 0x5a {off} 4k", img)
     q = Qcow2Image(img)
-    r = subprocess.run(["qemu-img", "map", "--output=json", str(img)], check=True,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["qemu-img", "map", "--output=json", str(img)], check=True, capture_output=True, text=True
+    )
     extents = [e for e in json.loads(r.stdout) if e["data"]]
     assert len(extents) == 3
     for e in extents:
@@ -102,10 +114,10 @@ def test_reader_guest_to_host_matches_qemu_img_map(tmp_path):
     assert q.refcount(q.guest_to_host(0) // 4096) == 1
 
 
-
 def _map_extents(img) -> list[dict]:
-    r = subprocess.run(["qemu-img", "map", "--output=json", str(img)], check=True,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["qemu-img", "map", "--output=json", str(img)], check=True, capture_output=True, text=True
+    )
     return json.loads(r.stdout)
 
 
@@ -151,15 +163,31 @@ def test_reader_extended_l2_subclusters(tmp_path, cs):
     need_tool("qemu-io", "qemu-utils")
     img = tmp_path / "e.qcow2"
     sc = cs // 32
-    run("qemu-img", "create", "-q", "-f", "qcow2", "-o",
-        f"extended_l2=on,cluster_size={cs}", img, 4 * MiB)
-    run("qemu-io",
-        "-c", f"write -P 0x5a {sc} {sc}",           # subcluster 1 of cluster 0
-        "-c", f"write -z {4 * sc} {sc}",            # subcluster 4: reads as zero
-        "-c", f"write -P 0x33 {cs + 3 * sc} {2 * sc}",
-        "-c", f"write -z {2 * cs} {cs}",            # a whole zero cluster
-        "-c", f"write -P 0x77 {MiB + 31 * sc} {sc}",  # the last subcluster
-        img)
+    run(
+        "qemu-img",
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        f"extended_l2=on,cluster_size={cs}",
+        img,
+        4 * MiB,
+    )
+    run(
+        "qemu-io",
+        "-c",
+        f"write -P 0x5a {sc} {sc}",  # subcluster 1 of cluster 0
+        "-c",
+        f"write -z {4 * sc} {sc}",  # subcluster 4: reads as zero
+        "-c",
+        f"write -P 0x33 {cs + 3 * sc} {2 * sc}",
+        "-c",
+        f"write -z {2 * cs} {cs}",  # a whole zero cluster
+        "-c",
+        f"write -P 0x77 {MiB + 31 * sc} {sc}",  # the last subcluster
+        img,
+    )
     q = Qcow2Image(img)
     assert q.guest_to_host(0) is None  # host cluster allocated, subcluster 0 is not
     assert q.guest_to_host(4 * sc) is None  # reads as zero
@@ -169,13 +197,14 @@ def test_reader_extended_l2_subclusters(tmp_path, cs):
     kinds = _assert_reader_agrees_with_map(q, img, sc)
     assert kinds == {"data", "zero", "unallocated"}
     with open(img, "rb") as f:
-        for off, byte in ((sc, 0x5a), (cs + 4 * sc, 0x33), (MiB + 31 * sc, 0x77)):
+        for off, byte in ((sc, 0x5A), (cs + 4 * sc, 0x33), (MiB + 31 * sc, 0x77)):
             f.seek(q.guest_to_host(off))
             assert f.read(sc) == bytes([byte]) * sc, off
     # l2_table() gives the entries, not the interleaved bitmaps
     l2 = q.l2_table(q.l1_table()[0] & 0x00FFFFFFFFFFFE00)
     assert len(l2) == q.header.l2_entries
     assert l2[0] & 0x00FFFFFFFFFFFE00 == q.guest_to_host(sc) - sc
+
 
 def test_reader_snapshots_and_inactive_l2(tmp_path):
     qemu_img()
@@ -213,45 +242,54 @@ def test_reader_refuses_non_qcow2(tmp_path):
 def test_formula_matches_the_seed_arithmetic():
     # the seed: 266 MB disk size at 512-byte clusters -> about 42 kB of list
     assert round(formula_bytes(266 * MiB, 512) / 1024) == 42
-    assert formula_clusters(2 ** 40, 65536) == pytest.approx(2560.0)
-    assert formula_bytes(2 ** 40, 65536) == pytest.approx(10 * 1024)  # "10 kB for 1 TB"
+    assert formula_clusters(2**40, 65536) == pytest.approx(2560.0)
+    assert formula_bytes(2**40, 65536) == pytest.approx(10 * 1024)  # "10 kB for 1 TB"
 
 
 # --- parameters -------------------------------------------------------------------------
+
 
 def test_params_defaults_and_baseline():
     p = CH.parameters("quick")
     assert p["modes"] == list(parse.MODES)
     assert CH.parameters("quick", modes="cached")["modes"] == ["none", "cached"]
-    assert CH.parameters("quick", modes=["all", "cached", "all"])["modes"] == ["none", "cached", "all"]
+    assert CH.parameters("quick", modes=["all", "cached", "all"])["modes"] == [
+        "none",
+        "cached",
+        "all",
+    ]
     assert CH.parameters("quick", prealloc_sizes_512=8 * MiB)["prealloc_sizes_512"] == [8 * MiB]
-    assert CH.parameters("quick", prealloc_sizes_512=f"{16 * MiB},{8 * MiB}")["prealloc_sizes_512"] \
-        == [8 * MiB, 16 * MiB]
+    assert CH.parameters("quick", prealloc_sizes_512=f"{16 * MiB},{8 * MiB}")[
+        "prealloc_sizes_512"
+    ] == [8 * MiB, 16 * MiB]
     fixed = CH.parameters("default", repeats=3)  # a fixed number of rounds, as before
     assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
     assert CH.parameters("default")["rep_target"] == 0.05
 
 
-@pytest.mark.parametrize("over,match", [
-    ({"modes": "fast"}, "unknown modes fast"),
-    ({"modes": ""}, "modes: an empty list"),
-    ({"repeats": 0}, "repeats must be"),
-    ({"repeats": "3"}, "repeats must be"),
-    ({"rep_warmup": True}, "rep_warmup must be"),
-    ({"warmup": 1}, "unknown parameter 'warmup'"),
-    ({"rep_target": -0.1}, "rep_target must be a relative CI width"),
-    ({"rep_budget_s": float("nan")}, "rep_budget_s must be a number of seconds"),
-    ({"rep_min_runs": 0}, "rep_min_runs must be an integer"),
-    ({"rep_min_runs": 6, "rep_max_runs": 2}, "rep_max_runs .2. must be >= rep_min_runs .6."),
-    ({"bench_size": 1000}, "bench_size must be"),
-    ({"bench_size": 3 * MiB + 1}, "multiple of 1 MiB"),
-    ({"perf_prealloc_size": 0}, "perf_prealloc_size must be"),
-    ({"prealloc_sizes_512": []}, "prealloc_sizes_512 must be"),
-    ({"prealloc_sizes_512": [12345]}, "prealloc_sizes_512 must be"),
-    ({"prealloc_sizes_64k": [True]}, "prealloc_sizes_64k must be"),
-    ({"formula_sizes_512": [16 << 30]}, "take hours"),
-    ({"colour": 1}, "unknown parameter 'colour'"),
-])
+@pytest.mark.parametrize(
+    "over,match",
+    [
+        ({"modes": "fast"}, "unknown modes fast"),
+        ({"modes": ""}, "modes: an empty list"),
+        ({"repeats": 0}, "repeats must be"),
+        ({"repeats": "3"}, "repeats must be"),
+        ({"rep_warmup": True}, "rep_warmup must be"),
+        ({"warmup": 1}, "unknown parameter 'warmup'"),
+        ({"rep_target": -0.1}, "rep_target must be a relative CI width"),
+        ({"rep_budget_s": float("nan")}, "rep_budget_s must be a number of seconds"),
+        ({"rep_min_runs": 0}, "rep_min_runs must be an integer"),
+        ({"rep_min_runs": 6, "rep_max_runs": 2}, "rep_max_runs .2. must be >= rep_min_runs .6."),
+        ({"bench_size": 1000}, "bench_size must be"),
+        ({"bench_size": 3 * MiB + 1}, "multiple of 1 MiB"),
+        ({"perf_prealloc_size": 0}, "perf_prealloc_size must be"),
+        ({"prealloc_sizes_512": []}, "prealloc_sizes_512 must be"),
+        ({"prealloc_sizes_512": [12345]}, "prealloc_sizes_512 must be"),
+        ({"prealloc_sizes_64k": [True]}, "prealloc_sizes_64k must be"),
+        ({"formula_sizes_512": [16 << 30]}, "take hours"),
+        ({"colour": 1}, "unknown parameter 'colour'"),
+    ],
+)
 def test_params_rejects_bad_input(over, match):
     with pytest.raises(ParameterError, match=match) as e:
         CH.parameters("quick", **over)
@@ -282,8 +320,11 @@ def test_image_opts_syntax_is_accepted(tmp_path):
     run("qemu-img", "create", "-q", "-f", "qcow2", img, MiB)
     for mode in parse.MODES:
         run("qemu-img", "info", "--image-opts", collect.image_opts(img, mode))
-    r = subprocess.run(["qemu-img", "info", "--image-opts", collect.image_opts(img, "sometimes")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["qemu-img", "info", "--image-opts", collect.image_opts(img, "sometimes")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "overlap" in r.stderr.lower()
 
 
@@ -295,11 +336,14 @@ def test_perf_symbol_check_says_why():
 
 # --- cleanup --------------------------------------------------------------------------------
 
+
 def test_runner_error_is_one_line_and_undo_removes_everything(tmp_path):
     """A failing child is one PerfbookError line; the undo stack (as the framework unwinds
     it) kills a child still running and removes the scratch directory."""
     from contextlib import ExitStack
+
     from perfbook.hoststate.scratch import Scratch
+
     qemu_img()
     before = set(live_dirs(CH.name))
     with pytest.raises(PerfbookError, match="failed") as e:
@@ -319,6 +363,7 @@ def test_runner_error_is_one_line_and_undo_removes_everything(tmp_path):
 
 
 # --- a real (quick) collect run ----------------------------------------------------------------
+
 
 def test_quick_collect(scratch_data):
     qemu_img()
@@ -346,8 +391,9 @@ def test_quick_collect(scratch_data):
     pre = pre[pre.command == "resize_no_flush"]
     n_pre = rep[rep.experiment.str.startswith("prealloc")].groupby("experiment").n.first()
     assert len(pre) == int(n_pre.sum()) * len(parse.MODES), "warm-up rounds are not in the table"
-    assert pre.groupby(["cluster_size", "image_size"])["repeat"].nunique().sort_values().tolist() \
-        == sorted(n_pre.tolist())
+    assert pre.groupby(["cluster_size", "image_size"])[
+        "repeat"
+    ].nunique().sort_values().tolist() == sorted(n_pre.tolist())
     assert (pre.cpu_s > 0).all() and (pre.wall_s > 0).all()
     # every mode produced the same metadata layout
     meta = D["metadata"]
@@ -380,8 +426,9 @@ PERF_TEXT = """# Total Lost Samples: 0
 def test_parse_perf_report():
     shares, event, total = parse_perf_report(PERF_TEXT)
     assert event == "cpu-clock:ppp" and total == 1000  # no -n counts: the header's 1K
-    shares, _, total = parse_perf_report(PERF_TEXT.replace("22.15%", "22.15%    1107")
-                                         .replace("3.80%", "3.80%     190"))
+    shares, _, total = parse_perf_report(
+        PERF_TEXT.replace("22.15%", "22.15%    1107").replace("3.80%", "3.80%     190")
+    )
     assert total == 1297 and shares["qcow2_check_metadata_overlap"] == pytest.approx(3.80)
     assert shares["qcow2_pre_write_overlap_check"] == pytest.approx(0.20)
     assert shares["_top"] == "finish_task_switch.isra.0"
@@ -390,9 +437,13 @@ def test_parse_perf_report():
 
 def test_overhead_is_a_rank_comparison_against_none():
     import numpy as np
+
     rng = np.random.default_rng(3)
-    rows = [{"host_id": "h", "case": 1, "mode": m, "cpu_s": base * (1 + rng.normal(0, 0.01))}
-            for m, base in (("none", 1.0), ("constant", 1.0), ("cached", 1.3)) for _ in range(8)]
+    rows = [
+        {"host_id": "h", "case": 1, "mode": m, "cpu_s": base * (1 + rng.normal(0, 0.01))}
+        for m, base in (("none", 1.0), ("constant", 1.0), ("cached", 1.3))
+        for _ in range(8)
+    ]
     ov = analysis.overhead(pd.DataFrame(rows), ["host_id", "case", "mode"]).set_index("mode")
     assert ov.loc["cached", "extra"] == pytest.approx(0.3, abs=0.03)
     assert ov.loc["cached", "significant"] and ov.loc["cached", "extra_ci_low"] > 0
@@ -404,7 +455,9 @@ def _book(book_data):
     """The chapter's Data on the book's data (conftest.book_data: whichever host is this host)."""
     D = CH.load(book_data.data_dir)
     if not D.manifests:
-        pytest.skip("no committed qcow2_overlap dataset yet (python -m perfbook measure --chapters qcow2_overlap)")
+        pytest.skip(
+            "no committed qcow2_overlap dataset yet (python -m perfbook measure --chapters qcow2_overlap)"
+        )
     return D
 
 
@@ -417,6 +470,7 @@ def test_host_comparison_and_caption(tmp_path, book_data):
     """A second host (a copy of a dataset under another id) shows up side by side: the same runs
     under two ids differ nowhere, or, with one run per mode, are not compared (and say so)."""
     import shutil
+
     D0 = _book(book_data)
     m0 = D0.quoted
     dst = tmp_path / "runs" / "h-00000000fa4e" / CH.name / "20300101T000000Z"
@@ -424,7 +478,7 @@ def test_host_comparison_and_caption(tmp_path, book_data):
     man = json.loads((dst / "manifest.json").read_text())
     man["host"]["host_id"], man["run_id"] = "h-00000000fa4e", dst.name
     man["parameters"].pop("profile", None)  # the copy records no profile (schema 1 kept it here,
-    man["profile"] = None                   # schema 2 at the top): the original is quoted
+    man["profile"] = None  # schema 2 at the top): the original is quoted
     (dst / "manifest.json").write_text(json.dumps(man))
     shutil.copytree(m0.path, tmp_path / "runs" / m0.host_id / CH.name / m0.path.name)
     D = CH.load(tmp_path)
@@ -433,13 +487,18 @@ def test_host_comparison_and_caption(tmp_path, book_data):
     hc = analysis.host_comparison(D)
     if _compared(D):
         assert len(hc) and not hc["significant"].any(), "the same runs under two ids: no difference"
-        assert prose.host_sentence(D) == f"0 of {len(hc)} case-and-mode comparisons differ significantly between hosts."
-    else:             # one run per mode: the same cases, none compared, and the sentence says why
+        assert (
+            prose.host_sentence(D)
+            == f"0 of {len(hc)} case-and-mode comparisons differ significantly between hosts."
+        )
+    else:  # one run per mode: the same cases, none compared, and the sentence says why
         assert hc.empty and "fewer than 2 runs per case and mode" in prose.host_sentence(D)
     cap = analysis.caption_for(D["writes"], D.manifests, "CPU", by=["host_id", "workload", "mode"])
     assert "h-00000000fa4e" in cap and "runs per group" in cap
-    assert set(tables.parameters_table(D).columns) == {f"{m0.host_id} {m0.run_id}",
-                                                         f"h-00000000fa4e {dst.name}"}
+    assert set(tables.parameters_table(D).columns) == {
+        f"{m0.host_id} {m0.run_id}",
+        f"h-00000000fa4e {dst.name}",
+    }
 
 
 def test_committed_data_tells_a_consistent_story(book_data):
@@ -467,8 +526,12 @@ class _FirstRunOnly(Data):
         if name != "prealloc":
             return df
         q = self.quoted
-        rs = ((df.host_id == q.host_id) & (df.run_id == q.run_id) & (df.command == "resize_no_flush")
-              & (df.cluster_size == 512))
+        rs = (
+            (df.host_id == q.host_id)
+            & (df.run_id == q.run_id)
+            & (df.command == "resize_no_flush")
+            & (df.cluster_size == 512)
+        )
         big = rs & (df.image_size == df[rs].image_size.max())
         first = df[big].groupby("mode")["repeat"].transform("min")
         return df.drop(index=df[big].index[df.loc[big, "repeat"] != first])
@@ -490,24 +553,40 @@ def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
     largest size may already have stopped after one run."""
     D0 = _book(book_data)
     pre = D0.of_quoted(D0["prealloc"])
-    sizes = sorted(pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)].image_size.unique())
+    sizes = sorted(
+        pre[(pre.command == "resize_no_flush") & (pre.cluster_size == 512)].image_size.unique()
+    )
     assert len(sizes) >= 2
     if not _compared(D0):
-        pytest.skip(f"the quoted dataset of the {book_data} data has one run per mode at every size: "
-                    "test_one_run_per_mode_is_quoted_as_not_compared covers it")
+        pytest.skip(
+            f"the quoted dataset of the {book_data} data has one run per mode at every size: "
+            "test_one_run_per_mode_is_quoted_as_not_compared covers it"
+        )
     D = _FirstRunOnly(CH, book_data.data_dir)
     cut = D.of_quoted(D["prealloc"])
-    assert cut[(cut.image_size == sizes[-1]) & (cut.cluster_size == 512)
-               & (cut.command == "resize_no_flush")].groupby("mode").size().eq(1).all()
+    assert (
+        cut[
+            (cut.image_size == sizes[-1])
+            & (cut.cluster_size == 512)
+            & (cut.command == "resize_no_flush")
+        ]
+        .groupby("mode")
+        .size()
+        .eq(1)
+        .all()
+    )
     for data, rows in ((D, cut), (D0, pre)):
         h, big = prose.headline(data), _largest_compared(rows)
         if big is None:
             continue
         assert h["pre_max_mib"] == sizes[-1] // MiB and h["pre_big_mib"] == big // MiB
-        if big == sizes[-1]:                  # the largest size is the one quoted: nothing to explain
+        if big == sizes[-1]:  # the largest size is the one quoted: nothing to explain
             assert h["pre_big_note"] == ""
         else:
-            assert f"{sizes[-1] // MiB} MiB" in h["pre_big_note"] and f"{big // MiB} MiB" in h["pre_big_note"]
+            assert (
+                f"{sizes[-1] // MiB} MiB" in h["pre_big_note"]
+                and f"{big // MiB} MiB" in h["pre_big_note"]
+            )
         assert h["pre_n"] >= 2
     assert _largest_compared(cut) != sizes[-1], "the cut left two runs at the largest size"
 
@@ -517,6 +596,7 @@ def test_findings_are_what_the_prose_shows(book_data):
     as text formatted the way the prose shows it, or as an int: never a float, whose
     repr would carry digits the page does not show."""
     import re
+
     D = _book(book_data)
     f, h = prose.values(D), prose.headline(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
@@ -525,21 +605,28 @@ def test_findings_are_what_the_prose_shows(book_data):
         if c["cell_type"] == "markdown":
             refs |= set(re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"])))
     assert refs and all(re.fullmatch(r"\w+", r) for r in refs), "a format spec is left in the prose"
-    from perfbook.book.notebook import REPETITION_GLUE
-    from perfbook.book.notebook import frame_glue
-    missing = refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
+    from perfbook.book.notebook import REPETITION_GLUE, frame_glue
+
+    missing = (
+        refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
+    )
     assert not missing, missing
     assert not [k for k, v in f.items() if isinstance(v, float)]
-    for k, fmt in prose.FORMATS.items():       # a value the dataset does not define is not glued
+    for k, fmt in prose.FORMATS.items():  # a value the dataset does not define is not glued
         assert f[k] == format(h[k], fmt) if k in h and h[k] == h[k] else k not in f, k
     if _compared(D):
-        if h["pre_k"] == h["pre_k"]:       # a fit needs three sizes with a positive shift
+        if h["pre_k"] == h["pre_k"]:  # a fit needs three sizes with a positive shift
             assert f["pre_k"] == f"{h['pre_k']:.2f}" and "." in f["pre_k"]
         else:
             assert "pre_k" not in f and "too few for a fit" in f["pre_fit_sentence"]
-        assert f["pre_big_sentence"].startswith(f"At {h['pre_big_mib']} MiB the default mode `cached` needed ")
+        assert f["pre_big_sentence"].startswith(
+            f"At {h['pre_big_mib']} MiB the default mode `cached` needed "
+        )
     else:
-        assert "pre_k" not in f and "no shift of `cached` over `none` to quote" in f["pre_big_sentence"]
+        assert (
+            "pre_k" not in f
+            and "no shift of `cached` over `none` to quote" in f["pre_big_sentence"]
+        )
 
 
 def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
@@ -547,7 +634,9 @@ def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
     qemu_img()
     need_preflight(CH)
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))  # fails within a second
-    monkeypatch.setattr(collect, "prealloc_cmd", lambda path, size, mode: ["qemu-img", "resize", "--no-such-option"])
+    monkeypatch.setattr(
+        collect, "prealloc_cmd", lambda path, size, mode: ["qemu-img", "resize", "--no-such-option"]
+    )
     before = set(live_dirs(CH.name))
     data = tmp_path / "data"
     with pytest.raises(PerfbookError) as e:
@@ -562,24 +651,46 @@ def test_failing_qemu_img_leaves_no_dataset(tmp_path, monkeypatch):
 def test_shift_and_median_labels_state_the_real_coverage():
     """The caption's HL bars and plot_modes' axis say what the intervals really cover."""
     import matplotlib
+
     matplotlib.use("Agg")
-    rows = [{"cluster_size": 512, "image_size": 1 << 20, "mode": mode, "repeat": r,
-             "cpu_s": 1.0 + 0.1 * r + (0.5 if mode != "none" else 0.0)}
-            for mode in ("none", "cached", "all") for r in range(3)]
+    rows = [
+        {
+            "cluster_size": 512,
+            "image_size": 1 << 20,
+            "mode": mode,
+            "repeat": r,
+            "cpu_s": 1.0 + 0.1 * r + (0.5 if mode != "none" else 0.0),
+        }
+        for mode in ("none", "cached", "all")
+        for r in range(3)
+    ]
     ov = analysis.overhead(pd.DataFrame(rows), ["cluster_size", "image_size", "mode"])
     assert (ov["n"] == 3).all() and (ov["n_none"] == 3).all()
-    assert analysis.shift_ci_label(ov) == "90 % CI"            # 3 vs 3: [min, max] of the differences
+    assert analysis.shift_ci_label(ov) == "90 % CI"  # 3 vs 3: [min, max] of the differences
     text = analysis.prealloc_bars_text(ov)
     assert "90 % CI" in text and "95" not in text
     assert analysis.shift_ci_label(ov.drop(columns="n_none")) == "CI of unknown coverage"
-    summ = pd.DataFrame([{"metric": "cpu_s", "mode": m, "workload": "w", "median": 1.0, "ci_low": 0.9,
-                          "ci_high": 1.1, "n": n} for m, n in (("none", 3), ("cached", 6))])
+    summ = pd.DataFrame(
+        [
+            {
+                "metric": "cpu_s",
+                "mode": m,
+                "workload": "w",
+                "median": 1.0,
+                "ci_low": 0.9,
+                "ci_high": 1.1,
+                "n": n,
+            }
+            for m, n in (("none", 3), ("cached", 6))
+        ]
+    )
     g = figures.plot_modes(summ)
     assert g.axes.flat[0].get_ylabel() == "CPU s per run\n(median, 75–96.87 % CI)"
 
 
 def test_figures_have_captions_from_the_data(book_data):
     import matplotlib
+
     matplotlib.use("Agg")
     D = _book(book_data)
     for make in (figures.prealloc, figures.modes, figures.formula):
@@ -591,10 +702,18 @@ def test_power_law_fit_recovers_the_exponent_and_says_how_well():
     """fit_power_law: least squares in log-log space, exponent with its t interval, R² and the
     interval of the line at an extrapolated size; a shift <= 0 is left out and counted."""
     import numpy as np
+
     rng = np.random.default_rng(7)
     sizes = [64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB, 1024 * MiB]
-    rows = [{"cluster_size": 512, "image_size": z, "mode": "cached",
-             "extra": 3e-14 * z ** 1.4 * float(np.exp(rng.normal(0, 0.05)))} for z in sizes]
+    rows = [
+        {
+            "cluster_size": 512,
+            "image_size": z,
+            "mode": "cached",
+            "extra": 3e-14 * z**1.4 * float(np.exp(rng.normal(0, 0.05))),
+        }
+        for z in sizes
+    ]
     ov = pd.DataFrame(rows)
     f = analysis.fit_power_law(ov, at=4096 * MiB)
     assert f["n"] == 5 and f["dropped"] == 0
@@ -645,9 +764,11 @@ def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_m
     caption says that one has nothing to draw; every other host is pooled in "other hosts
     (n = K)", K their number (all of them measured preallocations); no other host is named."""
     import matplotlib
+
     matplotlib.use("Agg")
     from conftest import legend_texts
     from perfbook.analysis import fleetview
+
     D = _book(book_data)
     fig, cap = figures.prealloc(D)
     labels = legend_texts(fig)
@@ -663,14 +784,17 @@ def test_prealloc_figure_marks_this_host_pools_the_others_and_draws_the_fitted_m
         else:
             assert F.label(role) in labels, (role, labels)
     others = sorted(set(D.hosts) - {F.this, F.reference})
-    if others:   # every other host in one entry, whatever their number
-        assert F.label(fleetview.OTHER) in labels and F.label(fleetview.OTHER) == f"other hosts (n = {len(others)})"
+    if others:  # every other host in one entry, whatever their number
+        assert (
+            F.label(fleetview.OTHER) in labels
+            and F.label(fleetview.OTHER) == f"other hosts (n = {len(others)})"
+        )
     named = {h for h in D.hosts if any(h in x for x in labels)}
     assert named <= {F.this, F.reference}, labels
     if any(m["host"].get("virtualization") == "qemu" for m in D.manifests):
         assert "TCG guest" in cap
     h = prose.headline(D)
-    if h.get("pre_fit_n", 0) >= 3:      # the quoted run's power law: drawn, extrapolated, quoted
+    if h.get("pre_fit_n", 0) >= 3:  # the quoted run's power law: drawn, extrapolated, quoted
         assert any("exponent" in x for x in labels)
         assert any(x.startswith("for comparison: quadratic") for x in labels)
         assert f"exponent {h['pre_k']:.2f}" in cap
@@ -695,21 +819,41 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
     empty comparison), every value the prose quotes is there, and each sentence says that
     nothing was compared instead of quoting a shift, a 'nan' or an interval."""
     import re
+
     from conftest import debris
+
     D = _OneRunPerMode(CH)
     assert not _compared(D) and analysis.dataset_overhead(D, "writes", D.quoted.key).empty
     f = prose.values(D)
     nb = json.loads((ROOT / "chapters" / "qcow2_overlap.ipynb").read_text())
-    refs = {r for c in nb["cells"] if c["cell_type"] == "markdown"
-            for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))}
+    refs = {
+        r
+        for c in nb["cells"]
+        if c["cell_type"] == "markdown"
+        for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))
+    }
     from perfbook.book.notebook import REPETITION_GLUE, frame_glue
-    assert not refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
+
+    assert (
+        not refs
+        - set(f)
+        - {"rep_" + name for _, name in REPETITION_GLUE}
+        - frame_glue(qo.chapter, nb)
+    )
     assert not {k: debris(v) for k, v in f.items() if debris(v)}
-    for key in ("pre_big_sentence", "pre_sig_sentence", "pre_constant_sentence", "ow_cached_sentence",
-                "al_cached_sentence", "sn_sentence", "sn_all_share_sentence", "k64_sentence"):
+    for key in (
+        "pre_big_sentence",
+        "pre_sig_sentence",
+        "pre_constant_sentence",
+        "ow_cached_sentence",
+        "al_cached_sentence",
+        "sn_sentence",
+        "sn_all_share_sentence",
+        "k64_sentence",
+    ):
         assert "compare" in f[key] and not re.search(r"\d µs|\d s\b", f[key]), (key, f[key])
     assert "nothing to fit" in f["pre_fit_sentence"] and "no power law" in f["pre_extrap_sentence"]
     h = prose.headline(D)
     assert f["ow_n"] == h["al_n"] == h["sn_n"] == 1 and f["pre_max_mib"] == h["pre_max_mib"] > 0
-    fig, cap = figures.prealloc(D)       # this host has no shift to draw, and the caption says so
+    fig, cap = figures.prealloc(D)  # this host has no shift to draw, and the caption says so
     assert f"({D.quoted.host_id}): no mark, it has nothing to draw here" in cap

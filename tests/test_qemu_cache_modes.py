@@ -2,6 +2,7 @@
 the analysis helpers, page-cache residency, the host facts from perfbook.probes.blockdev, the findings of
 the committed data, and a quick collect run (live, skipped with a reason where QEMU or strace is
 missing). Cleanup on signals is tests/test_contract.py's matrix (LIVE)."""
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,17 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perfbook.framework import sequence as framework
-from perfbook.qemu import guest
+from conftest import ROOT, need_tool
 from perfbook.chapters import qemu_cache_modes as Q
 from perfbook.chapters.qemu_cache_modes import analysis as A
 from perfbook.chapters.qemu_cache_modes import collect as C
 from perfbook.chapters.qemu_cache_modes import parse as P
 from perfbook.chapters.qemu_cache_modes import prose
 from perfbook.core.errors import ParameterError
-from perfbook.hoststate.scratch import live_dirs
-
-from conftest import ROOT, need_tool
 from perfbook.data.dataset import table_path
+from perfbook.framework import sequence as framework
+from perfbook.hoststate.scratch import live_dirs
+from perfbook.qemu import guest
 
 FIX = ROOT / "tests" / "fixtures" / "qemu_cache_modes"
 params = Q.chapter.parameters
@@ -45,15 +45,35 @@ def test_params_validate():
     assert params("quick")["guest_modes"] == ["none", "writeback"]
     assert params("quick", modes="writeback,unsafe")["guest_modes"] == ["writeback"]
     assert params("quick", modes="directsync")["guest_modes"] == ["directsync"]
-    for bad in ({"modes": "fast"}, {"modes": ""}, {"parts": "semantics,nope"}, {"bench_depths": [0]},
-                {"bench_depths": "one"}, {"bench_size": 1000}, {"bench_size": True},
-                {"bench_flush_intervals": [-1]}, {"accel": "xen"}, {"sem_writes": 100},
-                {"dd_mib": 0}, {"dd_mib": 5000}, {"kvm_boot_timeout": "soon"}, {"boot_timeout": 0},
-                {"bench_aio": "posix"}, {"sem_aio": "io_uring"}, {"guest_modes": "safe"},
-                {"bench_warmup": 0}, {"colour": 1}, {"bench_repeats": 9}, {"bench_target": 0},
-                {"bench_min_runs": 0}, {"bench_min_runs": 9, "bench_max_runs": 3},
-                {"bench_budget_s": "long"}, {"host_dd_budget_s": 0}, {"host_dd_warmup": -1},
-                {"host_dd_max_runs": 1.5}):
+    for bad in (
+        {"modes": "fast"},
+        {"modes": ""},
+        {"parts": "semantics,nope"},
+        {"bench_depths": [0]},
+        {"bench_depths": "one"},
+        {"bench_size": 1000},
+        {"bench_size": True},
+        {"bench_flush_intervals": [-1]},
+        {"accel": "xen"},
+        {"sem_writes": 100},
+        {"dd_mib": 0},
+        {"dd_mib": 5000},
+        {"kvm_boot_timeout": "soon"},
+        {"boot_timeout": 0},
+        {"bench_aio": "posix"},
+        {"sem_aio": "io_uring"},
+        {"guest_modes": "safe"},
+        {"bench_warmup": 0},
+        {"colour": 1},
+        {"bench_repeats": 9},
+        {"bench_target": 0},
+        {"bench_min_runs": 0},
+        {"bench_min_runs": 9, "bench_max_runs": 3},
+        {"bench_budget_s": "long"},
+        {"host_dd_budget_s": 0},
+        {"host_dd_warmup": -1},
+        {"host_dd_max_runs": 1.5},
+    ):
         with pytest.raises(ParameterError):
             params("quick", **bad)
     with pytest.raises(ParameterError):
@@ -101,16 +121,28 @@ def test_parse_strace_joins_unfinished_calls():
         101 +++ exited with 0 +++
         """)
     ev = P.parse_strace(text)
-    assert [e["syscall"] for e in ev] == ["openat", "pwrite64", "io_uring_enter", "fdatasync",
-                                         "pread64", "pread64", "pread64"]
+    assert [e["syscall"] for e in ev] == [
+        "openat",
+        "pwrite64",
+        "io_uring_enter",
+        "fdatasync",
+        "pread64",
+        "pread64",
+        "pread64",
+    ]
     assert ev[1]["ret"] == 65536 and ev[3]["ret"] == 0  # joined across the interleaving
     assert ev[5]["ret"] == -1 and ev[5]["errno"] == "EINVAL"
     rows = P.classify(ev, "sem.raw")
     kinds = [(r["syscall"], r["kind"], r["bytes"], r["offset"]) for r in rows]
     # fd 7 is not the image: dropped; the io_uring_enter is kept as an opaque 'uring' row
-    assert kinds == [("openat", "open", None, None), ("pwrite64", "write", 65536, 0),
-                     ("io_uring_enter", "uring", None, None), ("fdatasync", "sync", None, None),
-                     ("pread64", "read", 12288, 6291456), ("pread64", "read", 1, 0)]
+    assert kinds == [
+        ("openat", "open", None, None),
+        ("pwrite64", "write", 65536, 0),
+        ("io_uring_enter", "uring", None, None),
+        ("fdatasync", "sync", None, None),
+        ("pread64", "read", 12288, 6291456),
+        ("pread64", "read", 1, 0),
+    ]
     ph = P.assign_phases(rows)
     assert [r["phase"] for r in ph] == ["open", "write", "write", "write", "flush", "flush"]
     assert ph[4]["marker"] == "flush_begin"
@@ -125,18 +157,25 @@ def test_parse_io_submit_and_preadv():
         """)
     rows = P.classify(P.parse_strace(text), "img")
     got = [(r["syscall"], r["kind"], r["bytes"], r["offset"]) for r in rows]
-    assert got == [("openat", "open", None, None), ("io_submit:PWRITEV", "write", 65536, 131072),
-                   ("preadv", "read", 20480, 7340032), ("pwritev2", "write", 4096, 8192)]
+    assert got == [
+        ("openat", "open", None, None),
+        ("io_submit:PWRITEV", "write", 65536, 131072),
+        ("preadv", "read", 20480, 7340032),
+        ("pwritev2", "write", 4096, 8192),
+    ]
     assert [r["dsync"] for r in rows] == [False, False, False, True]  # a FUA write via RWF_DSYNC
     # a writethrough trace whose writes carry RWF_DSYNC instead of a separate fdatasync is
     # still write-through (newer QEMUs can do FUA that way)
-    ev = pd.DataFrame([{"mode": "writethrough", "format": "raw", "aio": "threads", "phase": "write", **r}
-                       for r in rows])
+    ev = pd.DataFrame(
+        [
+            {"mode": "writethrough", "format": "raw", "aio": "threads", "phase": "write", **r}
+            for r in rows
+        ]
+    )
     ev.loc[ev.kind == "open", "phase"] = "open"
     ev = ev[ev.syscall.isin(["openat", "pwritev2"])]
     sem = A.semantics_table(ev).iloc[0]
     assert sem.writes == 1 and sem.dsync_writes == 1 and not sem.writeback and not sem.no_flush
-
 
 
 def test_parse_io_submit_fdsync_pwrite_and_exact_image():
@@ -144,12 +183,14 @@ def test_parse_io_submit_fdsync_pwrite_and_exact_image():
     iocbs (no aio_offset) sharing an io_submit with writes, non-vector IOCB_CMD_PWRITE
     (aio_nbytes), and a decoy xsem.raw next to sem.raw."""
     text = (FIX / "libaio-iocbs.txt").read_text()
-    want = [("openat", "open", 3, None, None),
-            ("io_submit:FDSYNC", "sync", 3, None, None),
-            ("io_submit:PWRITEV", "write", 3, 8192, 65536),
-            ("io_submit:PWRITE", "write", 3, 4096, 8192),
-            ("io_submit:FDSYNC", "sync", 3, None, None),
-            ("io_submit:FSYNC", "sync", 3, None, None)]
+    want = [
+        ("openat", "open", 3, None, None),
+        ("io_submit:FDSYNC", "sync", 3, None, None),
+        ("io_submit:PWRITEV", "write", 3, 8192, 65536),
+        ("io_submit:PWRITE", "write", 3, 4096, 8192),
+        ("io_submit:FDSYNC", "sync", 3, None, None),
+        ("io_submit:FSYNC", "sync", 3, None, None),
+    ]
     for name in ("sem.raw", "/var/tmp/qcm-fixture/sem.raw"):
         rows = P.classify(P.parse_strace(text), name)
         got = [(r["syscall"], r["kind"], r["fd"], r["bytes"], r["offset"]) for r in rows]
@@ -161,15 +202,20 @@ def test_parse_io_submit_fdsync_pwrite_and_exact_image():
         assert P.classify(P.parse_strace(text), name) == [], name
     # xsem.raw (fd 4) by its own name: its PWRITE only, not sem.raw's FSYNC
     rows = P.classify(P.parse_strace(text), "xsem.raw")
-    assert [(r["syscall"], r["fd"], r["bytes"]) for r in rows] == [("openat", 4, None),
-                                                                   ("io_submit:PWRITE", 4, 512)]
+    assert [(r["syscall"], r["fd"], r["bytes"]) for r in rows] == [
+        ("openat", 4, None),
+        ("io_submit:PWRITE", 4, 512),
+    ]
+
 
 def _fixture_events() -> pd.DataFrame:
     rows = []
     for f in sorted(FIX.glob("trace-*.txt")):
         mode, fmt, aio = f.stem.split("-")[1:]
-        rows += [{"mode": mode, "format": fmt, "aio": aio, **r}
-                 for r in P.trace_rows(f.read_text(), f"sem.{fmt}")]
+        rows += [
+            {"mode": mode, "format": fmt, "aio": aio, **r}
+            for r in P.trace_rows(f.read_text(), f"sem.{fmt}")
+        ]
     return pd.DataFrame(rows)
 
 
@@ -181,14 +227,14 @@ def _check_shape(sem: pd.DataFrame, n_writes: int | None = None):
         assert r.writes > 0, r
         if n_writes is not None:
             assert r.writes == n_writes, r
-        assert r.o_direct == direct, r                      # cache.direct <=> O_DIRECT
-        if not wb:                                          # writethrough / directsync
+        assert r.o_direct == direct, r  # cache.direct <=> O_DIRECT
+        if not wb:  # writethrough / directsync
             assert r.o_dsync or r.syncs_write >= r.writes or r.dsync_writes == r.writes, r
-        else:                                               # no sync per write
+        else:  # no sync per write
             assert r.syncs_write == 0 and not r.o_dsync and r.dsync_writes == 0, r
-        if nf:                                              # unsafe: nothing reaches the disk
+        if nf:  # unsafe: nothing reaches the disk
             assert r.syncs_write + r.syncs_flush + r.syncs_close + r.dsync_writes == 0, r
-        elif wb:                                            # the guest's flush reaches the host
+        elif wb:  # the guest's flush reaches the host
             assert r.syncs_flush >= 1, r
     chk = A.check_documented(sem)
     assert len(chk) == len(sem) and chk["agrees"].all(), chk[~chk["agrees"]]
@@ -214,7 +260,9 @@ def test_semantics_check_can_fail():
     ev2 = ev.copy()
     i = ev2[(ev2["mode"] == "writeback") & (ev2["kind"] == "sync")].index
     moved = ev2.loc[i].assign(mode="unsafe")
-    chk2 = A.check_documented(A.semantics_table(pd.concat([ev2, moved]).sort_values(["mode", "seq"])))
+    chk2 = A.check_documented(
+        A.semantics_table(pd.concat([ev2, moved]).sort_values(["mode", "seq"]))
+    )
     assert not chk2.set_index("mode").loc["unsafe", "agrees"]
 
 
@@ -237,7 +285,10 @@ def test_orderings():
     assert A.order_with_ties(v) == "a < b = c < d"
     # no overlap, but within the relative tolerance: equal; outside it: a step
     assert A.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}) == "a = b"
-    assert A.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}, rel_tol=0.01) == "a < b"
+    assert (
+        A.order_with_ties({"a": (100, 99.9, 100.1), "b": (103, 102.9, 103.1)}, rel_tol=0.01)
+        == "a < b"
+    )
     assert A.order_by_value({"x": 0.0, "y": 0.4, "z": 32.0}, 1.0) == "x = y < z"
     assert A.parse_order("a < b = c < d") == [["a"], ["b", "c"], ["d"]]
     assert A.pairwise_disagreements("a < b < c", "a < b < c") == []
@@ -252,15 +303,22 @@ def test_guest_script_and_parser():
     assert [r for r, _, _ in order].count(-1) == 3
     sc = C.guest_script(4, order)
     assert "bs=64k count=64 oflag=direct" in sc and sc.count("\none ") == 9
-    out = ("CACHE_TYPE write back\nWRITE_CACHE write back\nSIZE 8192\n"
-           "DD 0 0 normal 1000000 1080000 0 64+0_records_out\nDD 0 1 stamps 1090000 1100000 0 none\n"
-           "DD 0 2 direct 1100000 1140000 0 64+0_records_out\nGUEST_BUFFERS 4200\n")
+    out = (
+        "CACHE_TYPE write back\nWRITE_CACHE write back\nSIZE 8192\n"
+        "DD 0 0 normal 1000000 1080000 0 64+0_records_out\nDD 0 1 stamps 1090000 1100000 0 none\n"
+        "DD 0 2 direct 1100000 1140000 0 64+0_records_out\nGUEST_BUFFERS 4200\n"
+    )
     info, rows = P.parse_guest(out)
-    assert info == {"cache_type": "write back", "write_cache": "write back", "size": "8192",
-                    "guest_buffers": "4200"}
+    assert info == {
+        "cache_type": "write back",
+        "write_cache": "write back",
+        "size": "8192",
+        "guest_buffers": "4200",
+    }
     assert [r["variant"] for r in rows] == ["normal", "stamps", "direct"]
-    df = pd.DataFrame(rows).assign(host_id="h", run_id="r", boot=0, mode="none", accel="tcg",
-                                   bytes=[4 << 20, 0, 4 << 20])
+    df = pd.DataFrame(rows).assign(
+        host_id="h", run_id="r", boot=0, mode="none", accel="tcg", bytes=[4 << 20, 0, 4 << 20]
+    )
     t = A.guest_dd_table(df).set_index("variant")
     # 4 MiB in 80 ms minus the 10 ms the two stamps cost
     assert t.loc["normal", "mb_per_s"] == pytest.approx(4 * 1048576 / 0.070 / 1e6)
@@ -276,10 +334,15 @@ def test_reference_table_has_provenance():
     assert len(dd) == 12 and set(dd["mode"]) == set(P.MODES) | {"host"}
     # every cell has either a figure or a range
     assert (dd["mb_per_s"].notna() | (dd["low"].notna() & dd["high"].notna())).all()
-    sem = ref[ref.kind == "semantics"].pivot(index="mode", columns="item", values="value").astype(int)
+    sem = (
+        ref[ref.kind == "semantics"].pivot(index="mode", columns="item", values="value").astype(int)
+    )
     for m, (wb, direct, nf) in P.DOC_MAPPING.items():  # the seed's table says what the manual says
-        assert (sem.loc[m, "host_page_cache"], sem.loc[m, "disk_write_cache"], sem.loc[m, "no_flush"]) \
-            == (int(not direct), int(wb), int(nf)), m
+        assert (
+            sem.loc[m, "host_page_cache"],
+            sem.loc[m, "disk_write_cache"],
+            sem.loc[m, "no_flush"],
+        ) == (int(not direct), int(wb), int(nf)), m
     assert set(ref[ref.kind == "ranking"]["item"]) == {"memory", "performance", "safety"}
 
 
@@ -303,20 +366,28 @@ def test_host_disk_facts_from_blockdev(tmp_path):
     """The disk under a path and its queue facts (perfbook.probes.blockdev); none for a path that is not
     on a block device."""
     from perfbook.probes import blockdev
+
     assert C.host_disk(Path("/proc")) == {"device": None}
     got = C.host_disk(tmp_path)
     if got["device"] is None:
         pytest.skip(f"{tmp_path} is not on a block device here")
     assert set(blockdev.QUEUE_KEYS) <= set(got) and got["rotational"] in ("0", "1")
-    assert Path(f"/sys/block/{got['device']}").is_dir()   # a whole disk, not a partition
+    assert Path(f"/sys/block/{got['device']}").is_dir()  # a whole disk, not a partition
 
 
 def test_parse_bench_and_dd_output():
-    assert P.bench_seconds("Sending 256 write requests, 65536 bytes each, 1 in parallel\n"
-                           "Run completed in 0.051 seconds.\n") == 0.051
+    assert (
+        P.bench_seconds(
+            "Sending 256 write requests, 65536 bytes each, 1 in parallel\n"
+            "Run completed in 0.051 seconds.\n"
+        )
+        == 0.051
+    )
     assert P.bench_seconds("qemu-img: Could not open 'x'") is None
-    err = ("512+0 records in\n512+0 records out\n"
-           "33554432 bytes (34 MB, 32 MiB) copied, 0.00756422 s, 4.4 GB/s\n")
+    err = (
+        "512+0 records in\n512+0 records out\n"
+        "33554432 bytes (34 MB, 32 MiB) copied, 0.00756422 s, 4.4 GB/s\n"
+    )
     assert P.dd_summary(err) == (33554432, 0.00756422)
     assert P.dd_summary("dd: failed to open 'x': Permission denied") is None
 
@@ -351,8 +422,16 @@ def test_quick_collect_live(scratch_data):
     out = collect(scratch_data)
     man = json.loads((out / "manifest.json").read_text())
     assert man["chapter"] == Q.chapter.name and man["skipped"] == {}
-    assert set(man["tables"]) == {"trace", "bench", "host_dd", "guest_dd", "guest_boots",
-                                  "pagecache", "pagecache_samples", "repetition"}
+    assert set(man["tables"]) == {
+        "trace",
+        "bench",
+        "host_dd",
+        "guest_dd",
+        "guest_boots",
+        "pagecache",
+        "pagecache_samples",
+        "repetition",
+    }
     p = params("quick")
     bench = pd.read_csv(table_path(out, "bench"))
     rep = pd.read_csv(table_path(out, "repetition"))
@@ -360,8 +439,13 @@ def test_quick_collect_live(scratch_data):
     assert set(rep.experiment) == {C.bench_experiment(c) for c in configs} | {"host_dd"}
     assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
     bn = rep[rep.experiment != "host_dd"].set_index(["experiment", "key"])["n"]
-    assert len(bench) == bn.sum() and (rep[rep.experiment != "host_dd"].warmup == p["bench_warmup"]).all()
-    assert len(pd.read_csv(table_path(out, "host_dd"))) == rep[rep.experiment == "host_dd"]["n"].sum()
+    assert (
+        len(bench) == bn.sum()
+        and (rep[rep.experiment != "host_dd"].warmup == p["bench_warmup"]).all()
+    )
+    assert (
+        len(pd.read_csv(table_path(out, "host_dd"))) == rep[rep.experiment == "host_dd"]["n"].sum()
+    )
     assert (bench["mb_per_s"] > 0).all() and (bench["count"] >= p["bench_count"]).all()
     boots = pd.read_csv(table_path(out, "guest_boots")).set_index("mode")
     assert set(boots["accel"]) <= {"kvm", "tcg"} and boots["accel_note"].notna().all()
@@ -379,8 +463,10 @@ def test_quick_collect_live(scratch_data):
     # the host facts come from perfbook.probes.blockdev (findmnt and sysfs), under "facts"
     facts = man["facts"]
     assert facts["scratch_fs"]["fstype"] and facts["scratch_fs"]["mount"]
-    assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(P.MODES)
-    D = Q.chapter.load(scratch_data)        # the dataset loads through the declared schemas
+    assert "device" in facts["host_disk"] and set(facts["documented_mapping"]["modes"]) == set(
+        P.MODES
+    )
+    D = Q.chapter.load(scratch_data)  # the dataset loads through the declared schemas
     assert D.quoted.path == out and len(D.sem) == len(sem) and len(D.gs)
     assert not [d for d in live_dirs(Q.chapter.name) if _owner(d) == os.getpid()]
     assert not [d for d in live_dirs("guest") if _owner(d) == os.getpid()]
@@ -389,7 +475,9 @@ def test_quick_collect_live(scratch_data):
 def test_no_strace_skips_the_semantics(monkeypatch, scratch_data):
     need_tool("qemu-img", "qemu-utils")
     real = C.shutil.which
-    monkeypatch.setattr(C.shutil, "which", lambda n, *a, **k: None if n == "strace" else real(n, *a, **k))
+    monkeypatch.setattr(
+        C.shutil, "which", lambda n, *a, **k: None if n == "strace" else real(n, *a, **k)
+    )
     out = collect(scratch_data, parts="semantics,host_dd")
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"]["semantics"].startswith("strace is not installed")
@@ -422,13 +510,38 @@ def test_findings_of_the_committed_data(monkeypatch, book_data):
 
 def test_rankings_state_the_real_coverage_of_the_overlapping_cis():
     ref = pd.DataFrame([{"kind": "ranking", "item": "performance", "value": "none > writeback"}])
-    gs = pd.DataFrame([{"variant": "direct", "mode": m, "median": v, "ci_low": v - 1, "ci_high": v + 1,
-                        "accel": "kvm", "n": 3} for m, v in (("none", 10.0), ("writeback", 20.0))])
-    bs = pd.DataFrame([{"format": "raw", "op": "write", "depth": 1, "flush_interval": 0, "mode": m,
-                        "median": v, "ci_low": v - 1, "ci_high": v + 1, "n": 6}
-                       for m, v in (("none", 10.0), ("writeback", 20.0))])
+    gs = pd.DataFrame(
+        [
+            {
+                "variant": "direct",
+                "mode": m,
+                "median": v,
+                "ci_low": v - 1,
+                "ci_high": v + 1,
+                "accel": "kvm",
+                "n": 3,
+            }
+            for m, v in (("none", 10.0), ("writeback", 20.0))
+        ]
+    )
+    bs = pd.DataFrame(
+        [
+            {
+                "format": "raw",
+                "op": "write",
+                "depth": 1,
+                "flush_interval": 0,
+                "mode": m,
+                "median": v,
+                "ci_low": v - 1,
+                "ci_high": v + 1,
+                "n": 6,
+            }
+            for m, v in (("none", 10.0), ("writeback", 20.0))
+        ]
+    )
     rk = A.rankings(ref, guest_summary=gs, bench_summary=bs)
     ev = list(rk["evidence today"])
-    assert any("equal if the 75 % CIs overlap" in e for e in ev)      # n = 3: [min, max]
-    assert any("equal if the 96.87 % CIs overlap" in e for e in ev)   # n = 6
+    assert any("equal if the 75 % CIs overlap" in e for e in ev)  # n = 3: [min, max]
+    assert any("equal if the 96.87 % CIs overlap" in e for e in ev)  # n = 6
     assert not any("95 %" in e for e in ev)

@@ -12,6 +12,7 @@ The stored outputs are what the committed data gives (tests/test_freshness.py ch
 they are compared with nbval's sanitizers and without the cells nbval ignores, so a difference
 comes from the added datasets alone.
 """
+
 import ast
 import configparser
 import json
@@ -24,9 +25,8 @@ import pytest
 from conftest import ROOT, debris
 from perfbook import chapters
 from perfbook.book import freshness
+from perfbook.data.dataset import MANIFEST, list_runs, table_path, write_table
 from perfbook.dev import synthfleet
-from perfbook.data.dataset import MANIFEST, list_runs
-from perfbook.data.dataset import table_path, write_table
 
 PAGES = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
 TEXT = ("text/plain", "text/html", "text/markdown", "text/latex", "application/json")
@@ -91,49 +91,79 @@ def _told(cell):
 
 
 def _code_cells(nb):
-    return [c for c in nb.cells if c.cell_type == "code"
-            and "injected-parameters" not in c.metadata.get("tags", [])]
+    return [
+        c
+        for c in nb.cells
+        if c.cell_type == "code" and "injected-parameters" not in c.metadata.get("tags", [])
+    ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=lambda c: c.name)
 def test_a_second_hosts_dataset_changes_the_chapter(page, second_host, tmp_path):
     import papermill as pm
+
     data, added, new_host = second_host
     if page in chapters.CHAPTERS and page.name not in added:
         pytest.skip(f"{page.name} has no committed dataset to copy for a second host")
     stored = nbformat.read(page.path, as_version=4)
     have, (want, _) = freshness.stored_digest(stored), freshness.data_digest(page.name)
-    assert have == want, (f"{page.notebook}'s stored outputs are stale, so they can't serve as the "
-                          f"before picture: run `make notebooks` first")
-    assert freshness.data_digest(page.name, data) != want, "the fixture did not touch this page's data"
+    assert have == want, (
+        f"{page.notebook}'s stored outputs are stale, so they can't serve as the "
+        f"before picture: run `make notebooks` first"
+    )
+    assert freshness.data_digest(page.name, data) != want, (
+        "the fixture did not touch this page's data"
+    )
 
     out = tmp_path / f"{page.name}.ipynb"
-    pm.execute_notebook(str(page.path), str(out), parameters={"data_dir": str(data)},
-                        kernel_name="python3", progress_bar=False, cwd=str(page.path.parent))
+    pm.execute_notebook(
+        str(page.path),
+        str(out),
+        parameters={"data_dir": str(data)},
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(page.path.parent),
+    )
     fresh = nbformat.read(out, as_version=4)
 
     before, after = _code_cells(stored), _code_cells(fresh)
     assert [c.source for c in before] == [c.source for c in after]
     problems = []
-    changed = [i for i, (b, a) in enumerate(zip(before, after))
-               if not _ignored(b) and _cell_text(b) != _cell_text(a)]
+    changed = [
+        i
+        for i, (b, a) in enumerate(zip(before, after))
+        if not _ignored(b) and _cell_text(b) != _cell_text(a)
+    ]
     if not changed:
         problems.append(f"adding {new_host}'s dataset changed none of the checked outputs")
     if not any(new_host in _cell_text(c) for c in after):
         problems.append(f"no output names the new host {new_host}")
-    assert not problems, (f"{page.name}: " + "; ".join(problems) +
-                          ". A chapter should show every host's data, labelled with its host id.")
-    found = [f"cell {i} {what}: {bad}" for i, c in enumerate(after) for what, text in _told(c)
-             for bad in debris(text)]
+    assert not problems, (
+        f"{page.name}: "
+        + "; ".join(problems)
+        + ". A chapter should show every host's data, labelled with its host id."
+    )
+    found = [
+        f"cell {i} {what}: {bad}"
+        for i, c in enumerate(after)
+        for what, text in _told(c)
+        for bad in debris(text)
+    ]
     assert not found, f"{page.name} on a new host's data tells a reader: " + "; ".join(found[:10])
 
 
 def _contra_host(facts: dict) -> dict:
     """The host block of a second synthetic host, whose datasets contradict a finding."""
-    return synthfleet.synthetic_facts(facts, "synthetic-contra", "a host that contradicts a finding",
-                                      2900, cpu_model="Intel Xeon Platinum 8375C", cpu_vendor="Intel",
-                                      kernel_release="6.6.13-200.fc39")
+    return synthfleet.synthetic_facts(
+        facts,
+        "synthetic-contra",
+        "a host that contradicts a finding",
+        2900,
+        cpu_model="Intel Xeon Platinum 8375C",
+        cpu_vendor="Intel",
+        kernel_release="6.6.13-200.fc39",
+    )
 
 
 @pytest.mark.slow
@@ -144,8 +174,10 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     committed host it was copied from."""
     import pandas as pd
     import papermill as pm
+
+    from perfbook.analysis.findings import FAILS, HOLDS, evaluate
     from perfbook.chapters import trace_overhead as T
-    from perfbook.analysis.findings import HOLDS, FAILS, evaluate
+
     data = tmp_path / "data"
     shutil.copytree(ROOT / "data", data, ignore=shutil.ignore_patterns(".*"))
     src = max(list_runs("trace_overhead", data), key=lambda r: r.name)
@@ -159,7 +191,10 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
     s = pd.read_csv(table_path(dst, "samples"))
     marker = s["mechanism"] == "marker"
     # the marker made as slow as the uprobe: the ratio is 1, whatever the source run measured
-    k = s.loc[s["mechanism"] == "uprobe", "ns_per_call"].median() / s.loc[marker, "ns_per_call"].median()
+    k = (
+        s.loc[s["mechanism"] == "uprobe", "ns_per_call"].median()
+        / s.loc[marker, "ns_per_call"].median()
+    )
     s.loc[marker, "ns"] = (s.loc[marker, "ns"] * k).round()
     s.loc[marker, "ns_per_call"] = (s.loc[marker, "ns_per_call"] * k).round(3)
     write_table(dst / "samples", s)
@@ -171,31 +206,51 @@ def test_a_host_that_contradicts_a_finding_flips_its_verdict(second_host, tmp_pa
 
     def outputs(nb_path, name):
         out = tmp_path / f"{name}.ipynb"
-        pm.execute_notebook(str(nb_path), str(out), parameters={"data_dir": str(data)},
-                            kernel_name="python3", progress_bar=False, cwd=str(nb_path.parent))
+        pm.execute_notebook(
+            str(nb_path),
+            str(out),
+            parameters={"data_dir": str(data)},
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(nb_path.parent),
+        )
         nb = nbformat.read(out, as_version=4)
         return "\n".join(_cell_text(c) for c in _code_cells(nb))
 
     chapter_text = outputs(ROOT / "chapters" / "trace_overhead.ipynb", "trace_overhead")
-    block = chapter_text[chapter_text.index('class="key-findings'):]
-    item = block.split("<li><strong>")[1]          # the first finding: the headline
+    block = chapter_text[chapter_text.index('class="key-findings') :]
+    item = block.split("<li><strong>")[1]  # the first finding: the headline
     from perfbook.analysis.findings import _code
+
     assert item.startswith(_code(finding.claim)), item[:200]
     assert f'kf-does-not-hold">does not hold</span> on <code>{contra}</code>' in item, item[:2000]
     assert f'kf-holds">holds</span> on <code>{src.parts[-3]}</code>' in item
 
     out = tmp_path / "hosts.ipynb"
-    pm.execute_notebook(str(ROOT / "hosts.ipynb"), str(out), parameters={"data_dir": str(data)},
-                        kernel_name="python3", progress_bar=False, cwd=str(ROOT))
-    html = next(o["data"]["text/html"] for c in _code_cells(nbformat.read(out, as_version=4))
-                for o in c.get("outputs", []) if 'id="pb-findings"' in o.get("data", {}).get("text/html", ""))
+    pm.execute_notebook(
+        str(ROOT / "hosts.ipynb"),
+        str(out),
+        parameters={"data_dir": str(data)},
+        kernel_name="python3",
+        progress_bar=False,
+        cwd=str(ROOT),
+    )
+    html = next(
+        o["data"]["text/html"]
+        for c in _code_cells(nbformat.read(out, as_version=4))
+        for o in c.get("outputs", [])
+        if 'id="pb-findings"' in o.get("data", {}).get("text/html", "")
+    )
     from bs4 import BeautifulSoup
+
     soup = BeautifulSoup(html, "html.parser")
 
     def rows(table_id):
         table = soup.find(id=table_id).find("table")
         head = [th.get_text(strip=True) for th in table.find("thead").find_all("th")]
-        return [dict(zip(head, tr.find_all(["th", "td"]))) for tr in table.find("tbody").find_all("tr")]
+        return [
+            dict(zip(head, tr.find_all(["th", "td"]))) for tr in table.find("tbody").find_all("tr")
+        ]
 
     # per finding: its number, and the hosts it does not hold on
     row = next(r for r in rows("pb-findings") if "uprobe_vs_marker" in r["finding"].get_text())

@@ -1,13 +1,17 @@
 """sched_callers: parsers on hand-built output of each tracer, the caller analysis, parameters
 and the seed's reference table."""
+
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from perfbook.chapters.sched_callers import analysis as A, chapter, parse as P, prose as PR
-from perfbook.data.dataset import load_reference
+from perfbook.chapters.sched_callers import analysis as A
+from perfbook.chapters.sched_callers import chapter
+from perfbook.chapters.sched_callers import parse as P
+from perfbook.chapters.sched_callers import prose as PR
 from perfbook.core.errors import ParameterError
+from perfbook.data.dataset import load_reference
 
 TRIGGER = """# tracer: nop
           python-9832    [000] d..2.  1849.458884: <stack trace>
@@ -65,17 +69,25 @@ Totals:
 
 
 def test_each_tracer_parses_to_the_same_stacks():
-    assert P.ftrace_stacks(TRIGGER, 3) == {("__schedule", "schedule", "schedule_timeout"): 1,
-                                           ("__schedule", "schedule_idle", "cpu_startup_entry"): 1}
-    assert P.bpftrace_stacks(BPFTRACE, 3) == {("__schedule", "schedule", "schedule_timeout"): 7,
-                                              ("__schedule", "__cond_resched", "generic_perform_write"): 2}
-    assert P.perf_stacks(PERF, 3) == {("__schedule", "schedule", "schedule_timeout"): 1,
-                                      ("__schedule", "schedule", "smpboot_thread_fn"): 1}
+    assert P.ftrace_stacks(TRIGGER, 3) == {
+        ("__schedule", "schedule", "schedule_timeout"): 1,
+        ("__schedule", "schedule_idle", "cpu_startup_entry"): 1,
+    }
+    assert P.bpftrace_stacks(BPFTRACE, 3) == {
+        ("__schedule", "schedule", "schedule_timeout"): 7,
+        ("__schedule", "__cond_resched", "generic_perform_write"): 2,
+    }
+    assert P.perf_stacks(PERF, 3) == {
+        ("__schedule", "schedule", "schedule_timeout"): 1,
+        ("__schedule", "schedule", "smpboot_thread_fn"): 1,
+    }
     assert P.hist_stacks(HIST, 3) == {("__schedule", "schedule", "schedule_timeout"): 12}
 
 
 def test_function_tracer_stacks_start_at_schedule():
-    text = "  sleep-1 [000] ...1.  5.000001: <stack trace>\n => do_nanosleep\n => hrtimer_nanosleep\n"
+    text = (
+        "  sleep-1 [000] ...1.  5.000001: <stack trace>\n => do_nanosleep\n => hrtimer_nanosleep\n"
+    )
     assert P.function_stacks(text, 3) == {("schedule", "do_nanosleep", "hrtimer_nanosleep"): 1}
 
 
@@ -87,16 +99,25 @@ def test_hackbench_time():
 
 def test_classify_entries_and_callers():
     assert A.classify("__schedule;schedule;schedule_timeout;x") == ("schedule", "schedule_timeout")
-    assert A.classify("__schedule;schedule_idle;cpu_startup_entry") == ("schedule_idle", "cpu_startup_entry")
+    assert A.classify("__schedule;schedule_idle;cpu_startup_entry") == (
+        "schedule_idle",
+        "cpu_startup_entry",
+    )
     assert A.classify("schedule;do_nanosleep") == ("schedule", "do_nanosleep")
     assert A.label("schedule", "do_wait") == "do_wait"
     assert A.label("__cond_resched", "f") == "f → __cond_resched"
 
 
 def test_callers_are_shares_per_tracer_and_workload():
-    st = pd.DataFrame({"dataset": "h/r", "tracer": ["perf", "perf", "bpftrace"], "workload": "hackbench",
-                       "stack": ["__schedule;schedule;a", "__schedule;schedule;b", "__schedule;schedule;a"],
-                       "count": [3, 1, 10]})
+    st = pd.DataFrame(
+        {
+            "dataset": "h/r",
+            "tracer": ["perf", "perf", "bpftrace"],
+            "workload": "hackbench",
+            "stack": ["__schedule;schedule;a", "__schedule;schedule;b", "__schedule;schedule;a"],
+            "count": [3, 1, 10],
+        }
+    )
     c = A.callers(st).set_index(["tracer", "caller"])
     assert c.loc[("perf", "a"), "share"] == 0.75 and c.loc[("bpftrace", "a"), "share"] == 1.0
 
@@ -113,9 +134,14 @@ def test_parameters_always_run_hackbench_and_check_bounds():
 def test_the_seed_table_holds_the_published_counts():
     ref = load_reference("sched_callers")
     got = {(r.workload, r.caller): r.count for r in ref.itertuples(index=False) if r.rank <= 3}
-    assert got == {("sleep", "cpu_idle"): 332, ("sleep", "worker_thread"): 166,
-                   ("sleep", "schedule_hrtimeout_range_clock"): 116, ("hackbench", "schedule_timeout"): 1590,
-                   ("hackbench", "work_resched"): 735, ("hackbench", "cpu_idle"): 349}
+    assert got == {
+        ("sleep", "cpu_idle"): 332,
+        ("sleep", "worker_thread"): 166,
+        ("sleep", "schedule_hrtimeout_range_clock"): 116,
+        ("hackbench", "schedule_timeout"): 1590,
+        ("hackbench", "work_resched"): 735,
+        ("hackbench", "cpu_idle"): 349,
+    }
     assert len(ref) == 19 and ref.seed_file.eq("004_b02ec4e7a2b12836.txt").all()
     names = load_reference("sched_callers_names")
     assert set(ref.caller) <= set(names.name_3x)
@@ -171,8 +197,10 @@ FUNCTION_6_1 = """# tracer: function
 
 @pytest.mark.parametrize("text", [FUNCTION_6_13, FUNCTION_6_1], ids=["6.13", "6.1"])
 def test_function_tracer_drops_the_trampoline_frame(text):
-    assert P.function_stacks(text, 3) == {("schedule", "do_nanosleep", "hrtimer_nanosleep"): 1,
-                                          ("schedule", "worker_thread", "kthread"): 1}
+    assert P.function_stacks(text, 3) == {
+        ("schedule", "do_nanosleep", "hrtimer_nanosleep"): 1,
+        ("schedule", "worker_thread", "kthread"): 1,
+    }
 
 
 # A hist trigger keyed on the stack (trace_events_hist.c hist_trigger_print_key() and
@@ -238,8 +266,10 @@ kworker/u4:2 77 sched:sched_switch:
 \tffffffff821f8c03 schedule ([kernel.kallsyms])
 \tffffffffc0a01234 [unknown] ([unknown])
 """
-MODULE_STACKS = {("__schedule", "schedule", "nvme_poll_cq", "nvme_irq"): 7,
-                 ("__schedule", "schedule", "[unknown]"): 2}
+MODULE_STACKS = {
+    ("__schedule", "schedule", "nvme_poll_cq", "nvme_irq"): 7,
+    ("__schedule", "schedule", "[unknown]"): 2,
+}
 
 
 def test_hist_frames_with_modules_and_offsets_merge_by_function():
@@ -249,8 +279,10 @@ def test_hist_frames_with_modules_and_offsets_merge_by_function():
 def test_every_tracer_names_module_and_unresolved_frames_alike():
     perf = P.perf_stacks(PERF_MODULES, 4)
     assert P.bpftrace_stacks(BPFTRACE_MODULES, 4) == MODULE_STACKS
-    assert perf == {("__schedule", "schedule", "nvme_poll_cq", "nvme_irq"): 1,
-                    ("__schedule", "schedule", "[unknown]"): 1}
+    assert perf == {
+        ("__schedule", "schedule", "nvme_poll_cq", "nvme_irq"): 1,
+        ("__schedule", "schedule", "[unknown]"): 1,
+    }
 
 
 # perf script's callchain lines (tools/perf/util/evsel_fprintf.c sample__fprintf_callchain(), the
@@ -299,15 +331,18 @@ def test_perf_inlined_frames_are_not_callers(text):
     assert P.perf_stacks(text, 4) == want == P.bpftrace_stacks(NANOSLEEP, 4)
 
 
-
 def test_perf_srcline_lines_are_not_frames():
     """Real `perf script -F comm,pid,event,ip,sym,srcline` of perf 6.1 here (Linux 6.18, no
     kernel debug info: a kernel frame's srcline is "[kernel.kallsyms][<ip>]"), for a program
     sleeping in clock_nanosleep: tests/fixtures/sched_callers/perf_script_srcline.txt."""
     from pathlib import Path
-    text = (Path(__file__).parent / "fixtures" / "sched_callers" / "perf_script_srcline.txt").read_text()
-    assert P.perf_stacks(text, 5) == {("__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep",
-                                       "common_nsleep"): 2}
+
+    text = (
+        Path(__file__).parent / "fixtures" / "sched_callers" / "perf_script_srcline.txt"
+    ).read_text()
+    assert P.perf_stacks(text, 5) == {
+        ("__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep", "common_nsleep"): 2
+    }
 
 
 def _one_round_dataset(tmp_path):
@@ -315,8 +350,10 @@ def _one_round_dataset(tmp_path):
     (perfbook.analysis.repetition over each tracer's median hackbench time, one value each: no interval)."""
     import json
     import statistics
+
     from perfbook.analysis.repetition import repetition
     from perfbook.chapters.sched_callers.parse import EXPERIMENT
+
     D = chapter.load()
     if D.quoted is None:
         pytest.skip("no committed sched_callers dataset")
@@ -329,7 +366,9 @@ def _one_round_dataset(tmp_path):
         tables[t] = tables[t][tables[t]["round"] == 0]
     r = tables["runs"]
     keys = list(dict.fromkeys(r.tracer))
-    rep = repetition(EXPERIMENT, keys, {**m["parameters"], "rep_min_runs": 1, "rep_max_runs": 1}, "rep_")
+    rep = repetition(
+        EXPERIMENT, keys, {**m["parameters"], "rep_min_runs": 1, "rep_max_runs": 1}, "rep_"
+    )
     for _ in rep.rounds():
         for k in keys:
             rep.add(k, statistics.median(r[r.tracer == k].seconds))
@@ -354,8 +393,13 @@ def test_one_round_says_its_interval_is_not_estimable_whatever_the_row_order(tmp
 def test_interval_widths_name_their_tracers_whatever_the_row_order():
     """The narrowest and widest interval, ties broken by the tracer's name, and any tracer whose
     width could not be estimated said so instead of printed as nan."""
-    rep = pd.DataFrame({"key": ["perf", "none", "bpftrace", "ftrace_trigger"], "n": [4, 4, 4, 1],
-                        "rel_ci_width": [0.3, 0.2, 0.3, float("nan")]})
+    rep = pd.DataFrame(
+        {
+            "key": ["perf", "none", "bpftrace", "ftrace_trigger"],
+            "n": [4, 4, 4, 1],
+            "rel_ci_width": [0.3, 0.2, 0.3, float("nan")],
+        }
+    )
     want = "from 20 % (none) to 30 % (perf) of the median; not estimable for ftrace_trigger (one round: no interval)"
     for seed in range(4):
         assert PR.interval_widths(rep.sample(frac=1, random_state=seed)) == want

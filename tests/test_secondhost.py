@@ -1,5 +1,6 @@
 """perfbook.dev.secondhost: the plan, the guest's init and QEMU command, dataset import
 (unit), and cleanup after SIGINT/SIGTERM of a real boot (live, skipped with a reason)."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from perfbook.dev import secondhost as sh
-from perfbook.qemu import guest
-from perfbook.core.errors import ParameterError, PerfbookError
-from perfbook.hoststate.scratch import live_dirs
-
 from conftest import ROOT
+from perfbook.core.errors import ParameterError, PerfbookError
+from perfbook.dev import secondhost as sh
+from perfbook.hoststate.scratch import live_dirs
+from perfbook.qemu import guest
 
 
 # ---------------------------------------------------------------- the plan
@@ -28,6 +28,7 @@ def test_default_plan_leaves_out_nested_qemu_chapters():
     steps, left_out = sh.plan()
     names = [s.chapter for s in steps]
     from perfbook.chapters import CHAPTERS
+
     assert set(names) | set(left_out) == {c.name for c in CHAPTERS}  # every chapter, said which way
     assert set(sh.NOT_IN_GUEST) | set(sh.NOT_BY_DEFAULT) <= set(left_out)
     assert all(n in sh.PLAN for n in names)
@@ -38,14 +39,17 @@ def test_default_plan_leaves_out_nested_qemu_chapters():
     assert all(s.profile in sh.PROFILES and s.budget_s > 0 for s in steps)
     # named on purpose, a not-by-default chapter runs; a nested-QEMU one never does
     steps, left_out = sh.plan(["iostat_internals", "virtio_features"])
-    assert [s.chapter for s in steps] == ["iostat_internals"] and list(left_out) == ["virtio_features"]
+    assert [s.chapter for s in steps] == ["iostat_internals"] and list(left_out) == [
+        "virtio_features"
+    ]
 
 
 def test_plan_parameters_exist_in_the_notebooks():
     """Every parameter the TCG plan passes is declared in its chapter's first cell
     (the measure step would refuse the run otherwise)."""
-    from perfbook.cli import _notebook_parameters
     from perfbook.chapters import by_name
+    from perfbook.cli import _notebook_parameters
+
     for name, (profile, params, _budget) in sh.PLAN.items():
         declared = _notebook_parameters(by_name(name).path)
         assert {"mode", "profile", "data_dir"} <= declared
@@ -58,33 +62,55 @@ def test_plan_validation_and_sets():
         sh.plan(["no_such_chapter"])
     with pytest.raises(ParameterError, match="profile"):
         sh.plan(["trace_overhead"], "turbo")
-    steps, left = sh.plan(["trace_overhead", "virtio_features"], "default",
-                          ["trace_overhead.iterations=500", "trace_overhead.mechanisms=marker,uprobe"])
+    steps, left = sh.plan(
+        ["trace_overhead", "virtio_features"],
+        "default",
+        ["trace_overhead.iterations=500", "trace_overhead.mechanisms=marker,uprobe"],
+    )
     assert [s.chapter for s in steps] == ["trace_overhead"] and "virtio_features" in left
     assert steps[0].profile == "default"
     assert steps[0].params == {"iterations": 500, "mechanisms": "marker,uprobe"}
     argv = steps[0].measure_argv()
-    assert argv[0] == ".venv/bin/python" and "from perfbook.cli import main" in argv[2] and argv[3] == "measure"
+    assert (
+        argv[0] == ".venv/bin/python"
+        and "from perfbook.cli import main" in argv[2]
+        and argv[3] == "measure"
+    )
     assert "--strict" in argv and argv[argv.index("--profile") + 1] == "default"
     assert "iterations=500" in argv and "mechanisms=marker,uprobe" in argv
-    for bad in ("trace_overhead.iterations", "iterations=5", "cpu_pinning.rounds=2",
-                "trace_overhead.profile=full"):
+    for bad in (
+        "trace_overhead.iterations",
+        "iterations=5",
+        "cpu_pinning.rounds=2",
+        "trace_overhead.profile=full",
+    ):
         with pytest.raises(ParameterError):
             sh.plan(["trace_overhead"], "quick", [bad])
 
 
 def test_machine_spec_validation():
     sh.MachineSpec().validate()
-    for kw in ({"cpus": 0}, {"cpus": True}, {"memory_mib": 64}, {"scratch_gib": 0},
-               {"cpu_model": "max; rm -rf /"}, {"cpu_model": ""}):
+    for kw in (
+        {"cpus": 0},
+        {"cpus": True},
+        {"memory_mib": 64},
+        {"scratch_gib": 0},
+        {"cpu_model": "max; rm -rf /"},
+        {"cpu_model": ""},
+    ):
         with pytest.raises(ParameterError):
             sh.MachineSpec(**kw).validate()
 
 
 def test_measure_cli_param_parsing():
     from perfbook.cli import _measure_params, main
+
     assert _measure_params(["a=1", "b=x,y", "c=null", "d=[1, 2]"]) == {
-        "a": 1, "b": "x,y", "c": None, "d": [1, 2]}
+        "a": 1,
+        "b": "x,y",
+        "c": None,
+        "d": [1, 2],
+    }
     for bad in ("novalue", "=3", "mode=collect", "profile=full", "1x=2"):
         with pytest.raises(ParameterError):
             _measure_params([bad])
@@ -94,6 +120,7 @@ def test_measure_cli_param_parsing():
 
 def test_cpu_selfcheck_passes_here_and_catches_a_wrong_sort(monkeypatch):
     import numpy as np
+
     assert "passed" in sh.cpu_selfcheck(n=2000)
     real = np.sort
     monkeypatch.setattr(np, "sort", lambda a, *k, **kw: real(a, *k, **kw)[::-1])
@@ -114,7 +141,9 @@ def test_machine_id_is_made_once_and_kept(tmp_path):
 
 def test_label_and_note_say_what_the_machine_is():
     arte = {"kernel_package": "linux-image-6.1.0-99-amd64", "kernel_version": "6.1.1-1"}
-    label, note = sh.describe(sh.MachineSpec(cpus=2, memory_mib=2048), arte, "h-000000000001", "7.2.22")
+    label, note = sh.describe(
+        sh.MachineSpec(cpus=2, memory_mib=2048), arte, "h-000000000001", "7.2.22"
+    )
     assert "TCG" in label and "h-000000000001" in label and "6.1.1-1" in label
     kv = dict(item.split("=", 1) for item in note.split("; "))
     assert kv["kind"] == "qemu-tcg-guest" and kv["parent_host"] == "h-000000000001"
@@ -129,9 +158,15 @@ def _fake_artefacts(tmp_path) -> dict:
     d.mkdir()
     (d / "vmlinuz").write_bytes(b"kernel")
     (d / "config").write_text("CONFIG_HZ=250\n")
-    (d / "initramfs.cpio.gz").write_bytes(gzip.compress(guest.build_cpio([("init", guest.REG | 0o755, b"x")])))
-    return {"dir": str(d), "kernel_release": "6.1.0-99-amd64", "kernel_package": "linux-image-6.1.0-99-amd64",
-            "kernel_version": "6.1.1-1"}
+    (d / "initramfs.cpio.gz").write_bytes(
+        gzip.compress(guest.build_cpio([("init", guest.REG | 0o755, b"x")]))
+    )
+    return {
+        "dir": str(d),
+        "kernel_release": "6.1.0-99-amd64",
+        "kernel_package": "linux-image-6.1.0-99-amd64",
+        "kernel_version": "6.1.1-1",
+    }
 
 
 def _gunzip_members(data: bytes) -> list[bytes]:
@@ -147,7 +182,7 @@ def test_init_script_and_qemu_command(tmp_path):
     mid = "0123456789abcdef0123456789abcdef"
     init = sh.init_script(mid, "6.1.0-99-amd64")
     assert f"echo {mid} > /newroot/etc/machine-id" in init
-    assert f"-o ro,trans=virtio" in init and f" {sh.ROOT_TAG} /lower" in init
+    assert "-o ro,trans=virtio" in init and f" {sh.ROOT_TAG} /lower" in init
     assert "lowerdir=/lower,upperdir=/upper/u" in init and "rm -f /newroot/.dockerenv" in init
     assert "/boot/config-6.1.0-99-amd64" in init and "switch_root /newroot" in init
     assert "mount -t ext4 /dev/vda /newroot/var/tmp" in init
@@ -156,8 +191,12 @@ def test_init_script_and_qemu_command(tmp_path):
     with pytest.raises(ParameterError):
         sh.init_script(mid, "6.1; reboot")
     arte = _fake_artefacts(tmp_path)
-    cmd = sh.qemu_cmdline(sh.MachineSpec(cpus=2, memory_mib=2048, cpu_model="qemu64"), arte, tmp_path,
-                          tmp_path / "initrd.img")
+    cmd = sh.qemu_cmdline(
+        sh.MachineSpec(cpus=2, memory_mib=2048, cpu_model="qemu64"),
+        arte,
+        tmp_path,
+        tmp_path / "initrd.img",
+    )
     joined = " ".join(cmd)
     assert cmd[cmd.index("-accel") + 1].startswith("tcg") and "kvm" not in joined
     assert cmd[cmd.index("-cpu") + 1] == "qemu64" and cmd[cmd.index("-smp") + 1] == "2"
@@ -185,7 +224,9 @@ def test_scripts_are_valid_shell(tmp_path):
     r = subprocess.run(["bash", "-n"], input=run, text=True, capture_output=True)
     assert r.returncode == 0, r.stderr
     # the label survives quoting exactly
-    probe = run.split("export PERFBOOK_HOST_NOTE")[0].split("export PERFBOOK_HOST_LABEL=")[1].strip()
+    probe = (
+        run.split("export PERFBOOK_HOST_NOTE")[0].split("export PERFBOOK_HOST_LABEL=")[1].strip()
+    )
     r = subprocess.run(["bash", "-c", f"printf %s {probe}"], capture_output=True, text=True)
     assert r.stdout == "label 'q' \"d\" $(x)"
     assert "--chapters trace_overhead" in run and "--chapters cpu_pinning" in run
@@ -196,11 +237,13 @@ def test_scripts_are_valid_shell(tmp_path):
 
 
 # ---------------------------------------------------------------- bringing datasets back
-def _dataset(base: Path, host: str, chapter: str, run_id: str, note: str | None, rows: str = "1") -> Path:
+def _dataset(
+    base: Path, host: str, chapter: str, run_id: str, note: str | None, rows: str = "1"
+) -> Path:
     """A copy of a committed dataset of `chapter` (so that its tables match the chapter's
     schemas), filed as `host`/`run_id` with host.note `note`; `rows` marks its content."""
-    import shutil
     from perfbook.data.dataset import list_runs
+
     d = base / host / chapter / run_id
     shutil.copytree(list_runs(chapter)[0], d)
     m = json.loads((d / "manifest.json").read_text())
@@ -271,9 +314,23 @@ def _qemu_children(pid: int) -> list[str]:
 def test_signal_during_boot_stops_qemu_and_removes_scratch(tmp_path, sig):
     _need_secondhost()
     env = dict(os.environ, PERFBOOK_LOCK=str(tmp_path / "lock"))  # a boot, no measurement
-    p = subprocess.Popen([sys.executable, "-m", "perfbook", "secondhost", "--facts", "--data-dir", str(tmp_path / "d")],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbook",
+            "secondhost",
+            "--facts",
+            "--data-dir",
+            str(tmp_path / "d"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     qemu, lines = [], []
     try:
         deadline = time.monotonic() + 120
@@ -290,8 +347,11 @@ def test_signal_during_boot_stops_qemu_and_removes_scratch(tmp_path, sig):
                 break
             time.sleep(0.1)
         assert qemu, "QEMU did not start: " + "".join(lines)
-        scratch = [d for d in live_dirs("secondhost")
-                   if (d / "owner").is_file() and (d / "owner").read_text().split()[0] == str(p.pid)]
+        scratch = [
+            d
+            for d in live_dirs("secondhost")
+            if (d / "owner").is_file() and (d / "owner").read_text().split()[0] == str(p.pid)
+        ]
         assert len(scratch) == 1 and (scratch[0] / "disk.img").exists()
         time.sleep(2)
         p.send_signal(sig)
@@ -304,7 +364,10 @@ def test_signal_during_boot_stops_qemu_and_removes_scratch(tmp_path, sig):
     assert "interrupted" in rest
     assert not scratch[0].exists()
     for q in qemu:
-        assert not Path(f"/proc/{q}").exists() or "zombie" in Path(f"/proc/{q}/status").read_text().lower()
+        assert (
+            not Path(f"/proc/{q}").exists()
+            or "zombie" in Path(f"/proc/{q}/status").read_text().lower()
+        )
     assert not list(tmp_path.rglob("manifest.json"))
 
 
@@ -314,18 +377,34 @@ def test_outcome_and_terminal_filter(tmp_path):
     res = sh.BootResult(rc=0, output="", seconds=1.0, boot_seconds=0.5, out=out, console_tail="")
     step = sh.Step("trace_overhead", "quick")
     (out / "status.jsonl").write_text(
-        json.dumps({"chapter": "trace_overhead", "status": "measured", "detail": "/x"}) + "\n"
-        + json.dumps({"chapter": "trace_overhead", "status": "failed", "detail": "Kernel died"}) + "\n")
+        json.dumps({"chapter": "trace_overhead", "status": "measured", "detail": "/x"})
+        + "\n"
+        + json.dumps({"chapter": "trace_overhead", "status": "failed", "detail": "Kernel died"})
+        + "\n"
+    )
     assert sh._outcome(step, res, tmp_path) == {"status": "failed", "detail": "Kernel died"}
-    (out / "status.jsonl").write_text(json.dumps({"chapter": "trace_overhead", "status": "measured",
-                                                  "detail": "/x"}) + "\n")
+    (out / "status.jsonl").write_text(
+        json.dumps({"chapter": "trace_overhead", "status": "measured", "detail": "/x"}) + "\n"
+    )
     assert sh._outcome(step, res, tmp_path)["status"] == "measured"
     (out / "status.jsonl").unlink()
     res93 = sh.BootResult(rc=93, output="", seconds=1.0, boot_seconds=0.5, out=out, console_tail="")
     o = sh._outcome(step, res93, tmp_path)
     assert o["status"] == "failed" and "self-check" in o["detail"] and "rc=93" in o["detail"]
     assert sh._outcome(None, res, tmp_path)["status"] == "ok"
-    shown = [ln for ln in ("[trace_overhead] 3/12 (25%) uprobe", "   runs  mean_error_us",
-                           "KeyError: 'trace_await'", "Executing Cell 4------", "new dataset: /x")
-             if sh.SHOW_RE.search(ln)]
-    assert shown == ["[trace_overhead] 3/12 (25%) uprobe", "KeyError: 'trace_await'", "new dataset: /x"]
+    shown = [
+        ln
+        for ln in (
+            "[trace_overhead] 3/12 (25%) uprobe",
+            "   runs  mean_error_us",
+            "KeyError: 'trace_await'",
+            "Executing Cell 4------",
+            "new dataset: /x",
+        )
+        if sh.SHOW_RE.search(ln)
+    ]
+    assert shown == [
+        "[trace_overhead] 3/12 (25%) uprobe",
+        "KeyError: 'trace_await'",
+        "new dataset: /x",
+    ]

@@ -5,6 +5,7 @@ uses: the lock, the tracefs registry, the scratch parent, planted symlinks and c
 holder lines. Each must end in a one-line refusal or a safe wait, and no file outside
 our private directories may change. The attacker tests need root to become `nobody`.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,8 @@ from pathlib import Path
 import pytest
 
 from conftest import NOBODY, ROOT, as_nobody, need_root
-from perfbook.hoststate import lock, statedir
 from perfbook.core.errors import LockBusy
-
+from perfbook.hoststate import lock, statedir
 
 
 @pytest.fixture
@@ -39,6 +39,7 @@ def world():
     another user can reach it)."""
     import shutil
     import tempfile
+
     d = Path(tempfile.mkdtemp(prefix="perfbook-test-world-", dir="/tmp"))
     d.chmod(0o1777)
     yield d
@@ -46,6 +47,7 @@ def world():
 
 
 # ---- the private directory itself -------------------------------------------------------
+
 
 def test_state_dir_is_private_and_tightened(tmp_path, monkeypatch):
     d = tmp_path / "state"
@@ -76,6 +78,7 @@ def test_symlinked_lock_file_is_refused_and_target_untouched(tmp_path, monkeypat
 
 def test_flock_holders_reads_the_kernel_table(tmp_path):
     import fcntl
+
     f = tmp_path / "l"
     fd = os.open(f, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -83,10 +86,12 @@ def test_flock_holders_reads_the_kernel_table(tmp_path):
         assert lock.flock_holders(fd) == [os.getpid()]
         st = os.fstat(fd)
         key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        text = (f"1: FLOCK  ADVISORY  WRITE 4242 {key} 0 EOF\n"
-                f"1: -> FLOCK  ADVISORY  WRITE 4343 {key} 0 EOF\n"       # a waiter
-                f"2: POSIX  ADVISORY  WRITE 4444 {key} 0 EOF\n"          # not a flock
-                "3: FLOCK  ADVISORY  WRITE 4545 00:01:1 0 EOF\n")      # another file
+        text = (
+            f"1: FLOCK  ADVISORY  WRITE 4242 {key} 0 EOF\n"
+            f"1: -> FLOCK  ADVISORY  WRITE 4343 {key} 0 EOF\n"  # a waiter
+            f"2: POSIX  ADVISORY  WRITE 4444 {key} 0 EOF\n"  # not a flock
+            "3: FLOCK  ADVISORY  WRITE 4545 00:01:1 0 EOF\n"
+        )  # another file
         assert lock.flock_holders(fd, text) == [4242]
     finally:
         os.close(fd)
@@ -96,13 +101,22 @@ def test_crafted_holder_line_does_not_bypass_the_lock(tmp_path, monkeypatch):
     """The file's text once decided who held the lock ('pid 1' made pid 1 our ancestor and
     the run went on without the lock). Now the holder comes from /proc/locks."""
     monkeypatch.setenv("PERFBOOK_LOCK", str(tmp_path / "lock"))
-    hold = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    hold = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time; sys.path.insert(0, {str(ROOT)!r})
         from perfbook.hoststate.lock import measure_lock
         with measure_lock('holder', wait=0):
-            open({str(tmp_path / 'lock')!r}, 'w').write('pid 1 crafted\\n')
+            open({str(tmp_path / "lock")!r}, 'w').write('pid 1 crafted\\n')
             print('held', flush=True); time.sleep(60)
-        """)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")})
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PERFBOOK_LOCK": str(tmp_path / "lock")},
+    )
     try:
         assert hold.stdout.readline().strip() == "held"
         with pytest.raises(LockBusy, match=f"pid {hold.pid} "):
@@ -115,21 +129,22 @@ def test_crafted_holder_line_does_not_bypass_the_lock(tmp_path, monkeypatch):
 
 # ---- attacks by an unprivileged local user on a root run ----------------------------------
 
+
 def test_nobody_cannot_reach_the_private_directories():
     need_root("becoming another user")
     state, scratch = statedir.state_dir(), statedir.scratch_parent()
     r = as_nobody(f"""
         import fcntl, os
         out = []
-        for path in ({str(state / 'measure.lock')!r}, {str(state / 'tracefs' / 'mounted')!r},
-                     {str(scratch / 'x')!r}):
+        for path in ({str(state / "measure.lock")!r}, {str(state / "tracefs" / "mounted")!r},
+                     {str(scratch / "x")!r}):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 out.append('OPENED ' + path)
             except PermissionError:
                 out.append('denied')
-        for path in ({str(state / 'planted')!r}, {str(scratch / 'planted')!r}):
+        for path in ({str(state / "planted")!r}, {str(scratch / "planted")!r}):
             try:
                 os.symlink('/etc/shadow', path)
                 out.append('PLANTED ' + path)
@@ -147,9 +162,9 @@ def test_planted_paths_are_refused_with_one_line(world, monkeypatch, victim):
     need_root("becoming another user")
     r = as_nobody(f"""
         import os
-        os.symlink({str(victim)!r}, {str(world / 'state')!r})
-        os.mkdir({str(world / 'scratch')!r}, 0o777)
-        os.symlink({str(victim)!r}, {str(world / 'scratch' / 'measure.lock')!r})
+        os.symlink({str(victim)!r}, {str(world / "state")!r})
+        os.mkdir({str(world / "scratch")!r}, 0o777)
+        os.symlink({str(victim)!r}, {str(world / "scratch" / "measure.lock")!r})
         """)
     assert r.returncode == 0, r.stderr
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(world / "state"))
@@ -167,6 +182,7 @@ def test_root_run_ignores_the_old_world_writable_lock_path(victim, tmp_path, mon
     """The lock used to live in /run/lock; a symlink planted there is no longer opened."""
     need_root("becoming another user")
     from perfbook.hoststate.sweep import _legacy_state
+
     old = Path("/run/lock/perfbook-measure.lock")
     _legacy_state()  # an older version's own lock file goes
     if old.exists() or old.is_symlink():
@@ -188,10 +204,11 @@ def test_sweep_leaves_other_users_scratch_alone(monkeypatch, tmp_path):
     """Only our own directories of dead runs are swept, never another user's, never via a link."""
     need_root("becoming another user")
     from perfbook.hoststate import scratch, sweep
+
     parent = tmp_path / "scratch"
     monkeypatch.setenv("PERFBOOK_SCRATCH_DIR", str(parent))
     statedir.scratch_parent()
-    dead = 2 ** 22 + 12345  # above pid_max's default: never a live pid
+    dead = 2**22 + 12345  # above pid_max's default: never a live pid
     ours = parent / f"demo-{dead}-abc"
     ours.mkdir()
     theirs = parent / f"demo-{dead}-def"
@@ -206,7 +223,9 @@ def test_sweep_leaves_other_users_scratch_alone(monkeypatch, tmp_path):
     assert theirs.exists(), "another user's directory was swept"
     assert (target / "file").read_text() == "keep", "the sweep followed a symlink"
     legacy = Path("/var/tmp") / f"perfbook-demo-{dead}"
-    r = as_nobody(f"import os; os.mkdir({str(legacy)!r}); open({str(legacy / 'owner')!r}, 'w').write('{dead}')")
+    r = as_nobody(
+        f"import os; os.mkdir({str(legacy)!r}); open({str(legacy / 'owner')!r}, 'w').write('{dead}')"
+    )
     assert r.returncode == 0, r.stderr
     try:
         os.utime(legacy, (0, 0))
@@ -222,13 +241,17 @@ def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
     need_root("mounting tracefs")
     from perfbook.hoststate import tracefs
     from perfbook.hoststate.sweep import sweep_all
+
     if tracefs.find_tracefs() is not None:
         pytest.skip("tracefs is mounted by someone else here; not unmounting it")
     old = Path("/run/lock/perfbook-tracefs")
     if old.exists() or old.is_symlink():
         pytest.skip(f"{old} exists on this machine; not touching it")
-    r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(tracefs.DEFAULT_MOUNT)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tracefs", "nodev", str(tracefs.DEFAULT_MOUNT)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount tracefs here: {r.stderr.strip()}")
     old.mkdir()
@@ -245,13 +268,14 @@ def test_a_tracefs_mount_recorded_by_an_older_version_is_released():
 
 # ---- half-written datasets (issue #43) ----------------------------------------------------
 
-DEAD = 2 ** 22 + 4343   # above pid_max's default: never a live pid
+DEAD = 2**22 + 4343  # above pid_max's default: never a live pid
 
 
 def test_the_dataset_sweep_never_follows_a_symlink(tmp_path, monkeypatch):
     """A dead run's half-written dataset behind a symlink (a data dir's host directory, or a
     directory above a recorded one) is left alone, and so is one of another name."""
     from perfbook.hoststate import sweep
+
     monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     elsewhere = tmp_path / "elsewhere" / "h-x" / "demo" / f".tmp-{DEAD}-20260101T000000Z-abcd"
     elsewhere.mkdir(parents=True)
@@ -271,7 +295,11 @@ def test_the_dataset_sweep_never_follows_a_symlink(tmp_path, monkeypatch):
     statedir.write_file(rec, f"{elsewhere.parent / 'not-its-name'}\n")
     assert sweep._recorded_datasets([]) == [] and not rec.exists()
     statedir.write_file(rec, f"{elsewhere}\n")
-    assert sweep._recorded_datasets([]) == [str(elsewhere)] and not elsewhere.exists() and not rec.exists()
+    assert (
+        sweep._recorded_datasets([]) == [str(elsewhere)]
+        and not elsewhere.exists()
+        and not rec.exists()
+    )
 
 
 # ---- a planted private directory fails the run and is reported by the sweep (issue #43) ----
@@ -295,23 +323,46 @@ def test_a_planted_private_dir_fails_every_chapter_with_one_line(planted, tmp_pa
     instead, before measuring, with one line naming the path; the exit is 1 and the summary
     says which chapter failed and why."""
     from perfbook.chapters import CHAPTERS, EXAMPLE
+
     ready = [c.name for c in CHAPTERS + [EXAMPLE] if not c.load().preflight()]
     if not ready:
         pytest.skip("no chapter can collect here")
     link, target = _plant(tmp_path)
     env = {**os.environ, planted: str(link), "PERFBOOK_BUILD": str(tmp_path / "build")}
-    r = subprocess.run([PY, "-m", "perfbook", "measure", "--chapters", ",".join(ready), "--profile", "quick",
-                        "--param", f"data_dir={tmp_path / 'data'}"], capture_output=True, text=True,
-                       cwd=ROOT, env=env, timeout=900)
+    r = subprocess.run(
+        [
+            PY,
+            "-m",
+            "perfbook",
+            "measure",
+            "--chapters",
+            ",".join(ready),
+            "--profile",
+            "quick",
+            "--param",
+            f"data_dir={tmp_path / 'data'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     assert "SKIPPED" not in out and "Traceback" not in out, out
     for name in ready:
         failed = [ln for ln in out.splitlines() if f"] {name}: FAILED: " in ln]
         assert len(failed) == 1 and f"{link} is a symlink" in failed[0], (name, out)
-    s = subprocess.run([PY, "-m", "perfbook", "summary"], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=300).stdout
-    for name in set(ready) - {EXAMPLE.name}:   # the summary's chapters: the book's
+    s = subprocess.run(
+        [PY, "-m", "perfbook", "summary"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    ).stdout
+    for name in set(ready) - {EXAMPLE.name}:  # the summary's chapters: the book's
         assert re.search(rf"^{name}\s+failed\s+{re.escape(str(link))} is a symlink", s, re.M), s
     assert list(target.iterdir()) == [], "something was written through the planted link"
 
@@ -323,20 +374,29 @@ def test_the_sweep_sweeps_all_else_then_names_a_planted_dir_and_exits_1(planted,
     in one line at the end, and exits 1 (perfbook.cli.cmd_sweep says why 1)."""
     link, target = _plant(tmp_path)
     state, scratch_dir = tmp_path / "state", tmp_path / "scratch"
-    if planted == "state":              # a dead run's scratch, in the scratch parent that is fine
+    if planted == "state":  # a dead run's scratch, in the scratch parent that is fine
         scratch_dir.mkdir(mode=0o700)
         left = scratch_dir / f"demo-{DEAD}-abcdefgh"
         left.mkdir()
-    else:                               # a dead run's kernel connection file, recorded in the state dir
+    else:  # a dead run's kernel connection file, recorded in the state dir
         (state / "kernelfiles").mkdir(parents=True, mode=0o700)
         state.chmod(0o700)
         left = tmp_path / "kernel-dead.json"
         left.write_text("{}\n")
         (state / "kernelfiles" / str(DEAD)).write_text(f"{left}\n")
-    env = {**os.environ, "PERFBOOK_STATE_DIR": str(link if planted == "state" else state),
-           "PERFBOOK_SCRATCH_DIR": str(link if planted == "scratch" else scratch_dir)}
-    r = subprocess.run([PY, "-m", "perfbook", "sweep"], capture_output=True, text=True, cwd=ROOT,
-                       env=env, timeout=300)
+    env = {
+        **os.environ,
+        "PERFBOOK_STATE_DIR": str(link if planted == "state" else state),
+        "PERFBOOK_SCRATCH_DIR": str(link if planted == "scratch" else scratch_dir),
+    }
+    r = subprocess.run(
+        [PY, "-m", "perfbook", "sweep"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert r.returncode == 1, lines
     assert not left.exists(), f"the sweep stopped before it removed {left}"
@@ -377,11 +437,30 @@ def _kernel_clients(nb: Path, out: Path) -> dict:
             nbrun.execute(nb, {str(nb.parent)!r})
         zygote.close()
         """)
-    return {"papermill": [str(Path(sys.executable).with_name("papermill")), str(nb), str(out),
-                          "--no-progress-bar", "--log-level", "WARNING"],
-            "nbval": [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "-q",
-                      "-p", "no:cacheprovider", str(nb), "--nbval", "--nbval-current-env"],
-            "refresh": [sys.executable, "-c", refresh]}
+    return {
+        "papermill": [
+            str(Path(sys.executable).with_name("papermill")),
+            str(nb),
+            str(out),
+            "--no-progress-bar",
+            "--log-level",
+            "WARNING",
+        ],
+        "nbval": [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(ROOT / "pyproject.toml"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(nb),
+            "--nbval",
+            "--nbval-current-env",
+        ],
+        "refresh": [sys.executable, "-c", refresh],
+    }
 
 
 @pytest.mark.parametrize("client", ["papermill", "nbval", "refresh"])
@@ -391,23 +470,38 @@ def test_nobody_cannot_read_a_root_notebook_kernel(client, tmp_path):
     another user; root (the control) reads it with the same code."""
     need_root("becoming another user")
     from conftest import short_state_dir, ticker_notebook, wait_for_file
+
     state = short_state_dir()
     conn = tmp_path / "conn.json"
     nb = ticker_notebook(tmp_path / "ticker.ipynb")
-    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_DEFAULT_PROVISIONER_NAME"}  # as a shell has it
-    p = subprocess.Popen(_kernel_clients(nb, tmp_path / "out.ipynb")[client], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**env, "PERFBOOK_STATE_DIR": str(state), "PERFBOOK_TEST_CONN": str(conn)})
+    env = {
+        k: v for k, v in os.environ.items() if k != "JUPYTER_DEFAULT_PROVISIONER_NAME"
+    }  # as a shell has it
+    p = subprocess.Popen(
+        _kernel_clients(nb, tmp_path / "out.ipynb")[client],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**env, "PERFBOOK_STATE_DIR": str(state), "PERFBOOK_TEST_CONN": str(conn)},
+    )
     try:
         wait_for_file(conn, p)
         info = conn.read_text()
-        root = subprocess.run([sys.executable, "-c", textwrap.dedent(SUBSCRIBE), info],
-                              capture_output=True, text=True, timeout=60)
-        assert root.stdout.strip() == "READ", f"the control read nothing: {root.stdout}{root.stderr}"
+        root = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(SUBSCRIBE), info],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert root.stdout.strip() == "READ", (
+            f"the control read nothing: {root.stdout}{root.stderr}"
+        )
         attack = as_nobody(SUBSCRIBE, args=[info], site=True)
         assert attack.stdout.strip() == "NOTHING", (
             f"user nobody read the {client} kernel's output channel "
-            f"({json.loads(info)['transport']} {json.loads(info)['ip']}): {attack.stdout}{attack.stderr}")
+            f"({json.loads(info)['transport']} {json.loads(info)['ip']}): {attack.stdout}{attack.stderr}"
+        )
     finally:
         Path(f"{conn}.stop").touch()
         try:

@@ -14,6 +14,7 @@ box, no visible code cell longer than 10 lines, math rendered with the network c
 figures with real alt text. Screenshots of two chapters (top and first figure) are kept in
 build/artifacts/screenshots/.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,6 +47,7 @@ pytestmark = pytest.mark.slow
 def _chapters() -> dict[str, str]:
     """docname -> chapter name for the registered chapters (tools/chapters.py)."""
     from perfbook.book.sphinx_site import chapter_docnames
+
     return chapter_docnames()
 
 
@@ -60,10 +62,17 @@ def browser():
     driver_exe = need_tool("chromedriver", "chromium-driver")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
+
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
-    for arg in ("--headless=new", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,1400", "--hide-scrollbars", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1400",
+        "--hide-scrollbars",
+        "--no-first-run",
+    ):
         opts.add_argument(arg)
     if os.geteuid() == 0:
         opts.add_argument("--no-sandbox")  # chromium's sandbox refuses to run as root
@@ -75,7 +84,9 @@ def browser():
     # leaves behind) go to a directory of ours, removed with the browser
     tmp = tempfile.mkdtemp(prefix="perfbook-chromium-")
     try:
-        drv = webdriver.Chrome(service=Service(driver_exe, env={**os.environ, "TMPDIR": tmp}), options=opts)
+        drv = webdriver.Chrome(
+            service=Service(driver_exe, env={**os.environ, "TMPDIR": tmp}), options=opts
+        )
         drv.set_page_load_timeout(120)
         try:
             yield drv
@@ -104,7 +115,9 @@ def _serve(html: Path):
 def site(built_book):
     html = built_book.html
     if not (html / "index.html").is_file():
-        pytest.fail("the book did not build, so there is no site to open:\n" + built_book.log[-3000:])
+        pytest.fail(
+            "the book did not build, so there is no site to open:\n" + built_book.log[-3000:]
+        )
     with _serve(html) as url:
         yield SimpleNamespace(url=url, html=html, book=built_book)
 
@@ -122,12 +135,14 @@ def _open(browser, site, page: str) -> None:
     _fetch(url)  # the server has the page (a 404 would raise here)
     browser.get(url)
     browser.execute_script(  # lazy images below the fold would otherwise never load
-        "for (const i of document.images) { i.loading = 'eager'; }")
+        "for (const i of document.images) { i.loading = 'eager'; }"
+    )
     deadline = time.monotonic() + 60
     while True:
         pending = browser.execute_script(
             "return document.readyState !== 'complete' ? -1 : "
-            "Array.from(document.images).filter(i => !i.complete).length;")
+            "Array.from(document.images).filter(i => !i.complete).length;"
+        )
         if pending == 0:
             return
         assert time.monotonic() < deadline, f"{page}: images still loading after 60 s ({pending})"
@@ -151,22 +166,28 @@ def _glue_text_refs(page: str) -> int:
 
 def _glue_warnings(log: str, page: str) -> list[str]:
     plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
-    return [line.strip() for line in plain.splitlines()
-            if str(_source(page)) + ":" in line and "glue" in line and "WARNING" in line]
+    return [
+        line.strip()
+        for line in plain.splitlines()
+        if str(_source(page)) + ":" in line and "glue" in line and "WARNING" in line
+    ]
 
 
 def _images(browser) -> list[dict]:
     return browser.execute_script(
         "return Array.from(document.images).map(i => ({src: i.currentSrc || i.src, "
         "complete: i.complete, width: i.naturalWidth, "
-        "figure: !!i.closest('article.bd-article')}));")
+        "figure: !!i.closest('article.bd-article')}));"
+    )
 
 
 @pytest.mark.parametrize("page", PAGES)
 def test_page_renders_in_chromium(browser, site, page):
     _open(browser, site, page)
     title = browser.title
-    assert title and "404" not in title and "Error response" not in title, f"{page}: title {title!r}"
+    assert title and "404" not in title and "Error response" not in title, (
+        f"{page}: title {title!r}"
+    )
     assert browser.find_elements("css selector", "article.bd-article h1"), f"{page}: no heading"
 
     imgs = _images(browser)
@@ -181,7 +202,9 @@ def test_page_renders_in_chromium(browser, site, page):
     # warned about this page's glue; no raw role may be left in the text either.
     text = browser.execute_script("return document.body.innerText;")
     for marker in ("{glue", "glue:text", "glue:figure"):
-        assert marker not in text and marker not in browser.page_source, f"{page}: raw glue ({marker})"
+        assert marker not in text and marker not in browser.page_source, (
+            f"{page}: raw glue ({marker})"
+        )
     pasted = len(browser.find_elements("css selector", "article.bd-article .pasted-text"))
     refs = _glue_text_refs(page)
     assert pasted == refs, f"{page}: {refs - pasted} of {refs} glue references are unresolved"
@@ -191,9 +214,11 @@ def test_page_renders_in_chromium(browser, site, page):
     # Every resource must load with the network cut (the browser resolves only 127.0.0.1):
     # the site serves its own MathJax, so nothing may come from outside.
     origin = site.url.rstrip("/")
-    errors = [e["message"] for e in browser.get_log("browser")
-              if e["level"] == "SEVERE"
-              and not e["message"].startswith(f"{origin}/favicon.ico ")]  # chromium's own guess
+    errors = [
+        e["message"]
+        for e in browser.get_log("browser")
+        if e["level"] == "SEVERE" and not e["message"].startswith(f"{origin}/favicon.ico ")
+    ]  # chromium's own guess
     assert not errors, f"{page}: the browser reported errors: {errors}"
 
 
@@ -206,16 +231,23 @@ def _zip_members(url: str) -> dict[str, bytes]:
 @pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
 def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
     from perfbook.book.sphinx_site import SITE_DIR, chapter_data
+
     data = chapter_data(_chapters()[page])
     _open(browser, site, page)
 
     # one link per dataset (and one to the reference figures), each to its own archive; together
     # they hold every file the chapter reads, each file once
-    links = [a.get_attribute("href") for a in
-             browser.find_elements("css selector", "section#datasets a.perfbook-dataset-archive")]
+    links = [
+        a.get_attribute("href")
+        for a in browser.find_elements(
+            "css selector", "section#datasets a.perfbook-dataset-archive"
+        )
+    ]
     assert links, f"{page}: no dataset download link"
     names = [urlsplit(h).path.split(f"/{SITE_DIR}/", 1)[1] for h in links]
-    assert sorted(names) == sorted(a.name for a in data.archives()), f"{page}: linked archives differ"
+    assert sorted(names) == sorted(a.name for a in data.archives()), (
+        f"{page}: linked archives differ"
+    )
     want = {f"data/{rel}": src for src, rel in data.members()}
     got = []
     for href in links:
@@ -226,13 +258,18 @@ def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
     assert sorted(got) == sorted(want), f"{page}: the archives do not hold exactly data/"
     section = browser.find_element("css selector", "section#datasets").text
     for run in data.runs:
-        assert run.host in section and run.run_id in section, f"{page}: {run.host}/{run.run_id} missing"
+        assert run.host in section and run.run_id in section, (
+            f"{page}: {run.host}/{run.run_id} missing"
+        )
     hosts_link = browser.find_elements("css selector", "section#datasets a.perfbook-hosts-link")
     assert hosts_link and urlsplit(hosts_link[0].get_attribute("href")).path == "/hosts.html"
 
     # the Binder button opens this notebook in the configured repository
     org_repo = "/".join(site.book.repository_url.rsplit("/", 2)[-2:])
-    binder = [a.get_attribute("href") for a in browser.find_elements("css selector", "a[href*='mybinder.org']")]
+    binder = [
+        a.get_attribute("href")
+        for a in browser.find_elements("css selector", "a[href*='mybinder.org']")
+    ]
     want = f"https://mybinder.org/v2/gh/{org_repo}/{site.book.branch}?urlpath=lab/tree/{page}.ipynb"
     assert want in binder, f"{page}: Binder link {binder} is not {want}"
     assert (ROOT / f"{page}.ipynb").is_file()
@@ -240,12 +277,15 @@ def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
 
 # ---- the hosts page: search, facets, sorting, and every host's datasets ---------------------
 
+
 def _rows(browser, table: str) -> list[str]:
     """The visible rows of one of the page's tables, as the text of their cells (tab-separated)."""
     return browser.execute_script(
         "return Array.from(document.querySelectorAll(arguments[0] + ' tbody tr'))"
         ".filter(r => !r.hidden && r.offsetParent !== null)"
-        ".map(r => Array.from(r.cells).map(c => c.innerText.trim()).join('\\t'));", table)
+        ".map(r => Array.from(r.cells).map(c => c.innerText.trim()).join('\\t'));",
+        table,
+    )
 
 
 def _column(browser, table: str, header: str) -> list[str]:
@@ -255,12 +295,17 @@ def _column(browser, table: str, header: str) -> list[str]:
         "const i = Array.from(t.tHead.rows[0].cells).findIndex(th => th.innerText.trim() === arguments[1]);"
         "return Array.from(t.tBodies[0].rows).filter(r => !r.hidden).map(r => {"
         "  const k = r.cells[i].querySelector('.pb-key'); return (k || r.cells[i]).innerText.trim(); });",
-        table, header)
+        table,
+        header,
+    )
 
 
 def _sort_by(browser, table: str, header: str) -> None:
-    btn = [b for b in browser.find_elements("css selector", f"{table} th button.pb-sort")
-           if b.text.strip() == header]
+    btn = [
+        b
+        for b in browser.find_elements("css selector", f"{table} th button.pb-sort")
+        if b.text.strip() == header
+    ]
     assert btn, f"{table}: no sortable header {header!r}"
     btn[0].click()
 
@@ -270,11 +315,15 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
     facet, and every dataset linked once to an archive the site holds."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
+
     browser.get_log("browser")
     browser.get(url_base + "hosts.html")
     WebDriverWait(browser, 60).until(
-        lambda b: b.execute_script("return document.readyState") == "complete"
-        and b.find_elements(By.CSS_SELECTOR, "#pb-hosts input.pb-search"))
+        lambda b: (
+            b.execute_script("return document.readyState") == "complete"
+            and b.find_elements(By.CSS_SELECTOR, "#pb-hosts input.pb-search")
+        )
+    )
     rows = _rows(browser, "#pb-hosts")
     assert len(rows) == n_hosts, f"hosts page: {len(rows)} rows for {n_hosts} hosts"
     ids = [r.split()[0] for r in rows]
@@ -286,7 +335,7 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
     WebDriverWait(browser, 10).until(lambda b: len(_rows(b, "#pb-hosts")) == 1)  # typed: filtered
     assert _rows(browser, "#pb-hosts")[0].startswith(ids[-1])
     box.clear()
-    box.send_keys("TCG guest")   # rows holding both words, in any column (the page says so)
+    box.send_keys("TCG guest")  # rows holding both words, in any column (the page says so)
     tcg = _rows(browser, "#pb-hosts")
     assert tcg == [r for r in rows if "tcg" in r.lower() and "guest" in r.lower()], tcg[:3]
     assert 0 < len(tcg) < n_hosts and any("\tTCG guest\t" in r for r in tcg), tcg[:3]
@@ -298,8 +347,12 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
 
     # a facet: choosing a machine kind keeps exactly that kind's rows
     kinds = _column(browser, "#pb-hosts", "machine kind")
-    sel = Select(browser.find_element(By.XPATH, "//div[@id='pb-hosts']//label[starts-with(normalize-space(.), "
-                                                "'machine kind')]/select"))
+    sel = Select(
+        browser.find_element(
+            By.XPATH,
+            "//div[@id='pb-hosts']//label[starts-with(normalize-space(.), 'machine kind')]/select",
+        )
+    )
     sel.select_by_value(kinds[0])
     assert _column(browser, "#pb-hosts", "machine kind") == [k for k in kinds if k == kinds[0]]
     sel.select_by_value("")
@@ -312,25 +365,33 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
         _sort_by(browser, "#pb-hosts", header)
         vals = [float(v) for v in _column(browser, "#pb-hosts", header) if v not in ("", "—")]
         assert vals == sorted(vals, reverse=True), f"{header} descending: {vals[:10]}"
-    _sort_by(browser, "#pb-hosts", "first run")   # run ids: fixed-width UTC timestamps
-    assert _column(browser, "#pb-hosts", "first run") == sorted(_column(browser, "#pb-hosts", "first run"))
+    _sort_by(browser, "#pb-hosts", "first run")  # run ids: fixed-width UTC timestamps
+    assert _column(browser, "#pb-hosts", "first run") == sorted(
+        _column(browser, "#pb-hosts", "first run")
+    )
 
     # the findings: a row per finding, and a row per host with data in the per-host matrix
     assert _rows(browser, "#pb-findings"), "no findings table"
     assert len(_rows(browser, "#pb-findings-hosts")) == n_hosts
     # every dataset in data/ linked once from the hosts table, to an archive the site holds
     from perfbook.book.sphinx_site import SITE_DIR
+
     hrefs = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#pb-hosts a.pb-dataset')).map(a => a.getAttribute('href'));")
+        "return Array.from(document.querySelectorAll('#pb-hosts a.pb-dataset')).map(a => a.getAttribute('href'));"
+    )
     runs = sorted(p.relative_to(html).as_posix() for p in (html / SITE_DIR / "runs").rglob("*.zip"))
     assert sorted(hrefs) == runs, "the hosts page links other datasets than the site holds"
-    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"
-              and "favicon.ico" not in e["message"]]
+    errors = [
+        e["message"]
+        for e in browser.get_log("browser")
+        if e["level"] == "SEVERE" and "favicon.ico" not in e["message"]
+    ]
     assert not errors, f"hosts page: the browser reported errors: {errors}"
 
 
 def test_hosts_page_search_sort_and_links(browser, site):
     from perfbook.analysis.hosts import host_records
+
     recs = host_records()
     _hosts_page_checks(browser, site.url, site.html, len(recs))
     # a linked archive is the dataset it names, unzipping into a clone
@@ -356,7 +417,9 @@ def test_hosts_page_with_a_fleet(browser, fleet_book, capsys):
     with _serve(html) as url:
         _hosts_page_checks(browser, url, html, n)
     mb = sum(p.stat().st_size for p in html.rglob("*") if p.is_file()) / 1e6
-    data_mb = sum(p.stat().st_size for p in (fleet_book.repo / "data").rglob("*") if p.is_file()) / 1e6
+    data_mb = (
+        sum(p.stat().st_size for p in (fleet_book.repo / "data").rglob("*") if p.is_file()) / 1e6
+    )
     with capsys.disabled():
         print(f"\nfleet site ({n} hosts): {mb:.0f} MB in {html}, for {data_mb:.0f} MB of data/")
 
@@ -372,11 +435,14 @@ def test_chapter_reads_like_a_book(browser, site, page):
     q = browser.find_elements
     findings = q("css selector", "article.bd-article .key-findings")
     assert findings, f"{page}: no Key findings block"
-    assert findings[0].find_elements("css selector", ".kf-verdict"), f"{page}: findings without verdicts"
+    assert findings[0].find_elements("css selector", ".kf-verdict"), (
+        f"{page}: findings without verdicts"
+    )
     before_sections = browser.execute_script(
         "const k = document.querySelector('article.bd-article .key-findings');"
         "const h = document.querySelector('article.bd-article h2');"
-        "return !h || !!(k.compareDocumentPosition(h) & Node.DOCUMENT_POSITION_FOLLOWING);")
+        "return !h || !!(k.compareDocumentPosition(h) & Node.DOCUMENT_POSITION_FOLLOWING);"
+    )
     assert before_sections, f"{page}: the Key findings block is not before the first section"
     assert q("css selector", "article.bd-article .platform-banner"), f"{page}: no platform banner"
     assert q("css selector", "article.bd-article .rerun-box"), f"{page}: no rerun box"
@@ -386,7 +452,8 @@ def test_chapter_reads_like_a_book(browser, site, page):
         ".filter(c => !c.classList.contains('tag_teaching'))"
         ".map(c => c.querySelector('div.cell_input'))"
         ".filter(i => i && i.offsetParent !== null && i.getClientRects().length > 0)"
-        ".map(i => i.innerText.trim().split('\\n').length).filter(n => n > 10);")
+        ".map(i => i.innerText.trim().split('\\n').length).filter(n => n > 10);"
+    )
     assert not long_code, f"{page}: visible code cells longer than 10 lines: {long_code}"
 
     text = browser.execute_script("return document.querySelector('article.bd-article').innerText;")
@@ -399,16 +466,19 @@ def test_chapter_reads_like_a_book(browser, site, page):
     imgs = browser.execute_script(
         "return Array.from(document.querySelectorAll('article.bd-article img')).map(i => ({"
         "alt: i.getAttribute('alt') || '', src: i.getAttribute('src'),"
-        "numbered: !!(i.closest('figure') && i.closest('figure').querySelector('.caption-number'))}));")
+        "numbered: !!(i.closest('figure') && i.closest('figure').querySelector('.caption-number'))}));"
+    )
     assert imgs, f"{page}: no figure"
     for i in imgs:
         assert i["numbered"], f"{page}: figure {i['src']} has no number"
-        assert len(i["alt"]) >= 20 and not _HASHLIKE.match(i["alt"]), \
+        assert len(i["alt"]) >= 20 and not _HASHLIKE.match(i["alt"]), (
             f"{page}: figure {i['src']} has no real alt text ({i['alt']!r})"
+        )
 
 
 def _nonblank_png(path: Path) -> None:
     from PIL import Image
+
     with Image.open(path) as im:
         assert im.format == "PNG" and im.width >= 800 and im.height >= 600, (path, im.size)
         colors = im.convert("RGB").getcolors(maxcolors=1 << 20)
@@ -420,13 +490,18 @@ def test_screenshots(browser, site, capsys):
     two = [p for p in PAGES if p in _chapters()][:2]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     saved = []
-    shots = [(p, f"{p.rsplit('/', 1)[-1]}-{where}.png", where) for p in two for where in ("top", "figure")]
+    shots = [
+        (p, f"{p.rsplit('/', 1)[-1]}-{where}.png", where)
+        for p in two
+        for where in ("top", "figure")
+    ]
     for page, name, where in shots:
         _open(browser, site, page)
         if where == "figure":
             browser.execute_script(
                 "const i = document.querySelector('article.bd-article img');"
-                "if (i) { i.scrollIntoView({block: 'center'}); }")
+                "if (i) { i.scrollIntoView({block: 'center'}); }"
+            )
             time.sleep(0.5)
         out = SCREENSHOTS / name
         tmp = out.with_suffix(".tmp.png")

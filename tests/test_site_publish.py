@@ -1,5 +1,6 @@
 """Publishing the site: the Pages workflow, the Binder setup, and the dataset downloads
 (tools/perfbook/book/sphinx_site.py). The rendered result is checked in a browser by test_site_browser.py."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import fake_manifest, ROOT
+from conftest import ROOT, fake_manifest
 from perfbook.book import sphinx_site as S
 
 WORKFLOW = ROOT / ".github" / "workflows" / "pages.yml"
@@ -36,6 +37,7 @@ def _uses(job: dict, action: str) -> dict:
 
 # ---- the GitHub Pages workflow ---------------------------------------------------------
 
+
 def test_pages_workflow_triggers_and_permissions():
     wf = _workflow()
     assert "main" in wf["on"]["push"]["branches"]
@@ -55,8 +57,9 @@ def test_pages_workflow_builds_with_the_repository_tools():
     assert "bash tools/setup.sh" in commands and (ROOT / "tools" / "setup.sh").is_file()
     assert "make book" in commands
     book = subprocess.run(["make", "-n", "book"], cwd=ROOT, capture_output=True, text=True)
-    assert book.returncode == 0 and "-m perfbook book" in book.stdout, \
+    assert book.returncode == 0 and "-m perfbook book" in book.stdout, (
         f"Makefile's book target changed: {book.stdout}{book.stderr}"
+    )
     main = (ROOT / "tools" / "__main__.py").read_text()
     assert '"build", str(repo_root()), "--all", "-W", "-n"' in main, "the book is built without -W"
 
@@ -79,7 +82,9 @@ def test_pages_workflow_deploys_the_uploaded_site():
 
 # ---- Binder ----------------------------------------------------------------------------
 
-_CONDA_SPEC = re.compile(r"[A-Za-z0-9_.\-]+(?:[=<>!~]{1,2}[A-Za-z0-9_.*+!]+(?:,[<>=!~]{1,2}[A-Za-z0-9_.*]+)*)?")
+_CONDA_SPEC = re.compile(
+    r"[A-Za-z0-9_.\-]+(?:[=<>!~]{1,2}[A-Za-z0-9_.*+!]+(?:,[<>=!~]{1,2}[A-Za-z0-9_.*]+)*)?"
+)
 
 
 def test_environment_yml_is_a_conda_environment_for_binder():
@@ -109,22 +114,28 @@ def test_binder_installs_the_tools_package_the_chapters_import():
     assert cfg["sphinx"]["local_extensions"] == {"perfbook.book.sphinx_site": "."}
 
 
-@pytest.mark.parametrize("url, branch, want", [
-    ("https://github.com/o/r", "", ("https://github.com/o/r", "main")),
-    ("https://github.com/o/r.git", "dev", ("https://github.com/o/r", "dev")),
-    ("https://gitlab.com/o/r/", "main", ("https://gitlab.com/o/r", "main")),
-])
+@pytest.mark.parametrize(
+    "url, branch, want",
+    [
+        ("https://github.com/o/r", "", ("https://github.com/o/r", "main")),
+        ("https://github.com/o/r.git", "dev", ("https://github.com/o/r", "dev")),
+        ("https://gitlab.com/o/r/", "main", ("https://gitlab.com/o/r", "main")),
+    ],
+)
 def test_repository_options_from_the_environment(url, branch, want):
     got = S.repository_options({S.ENV_URL: url, S.ENV_BRANCH: branch})
     assert (got["repository_url"], got["repository_branch"]) == want
 
 
-@pytest.mark.parametrize("env, message", [
-    ({S.ENV_URL: "github.com/o/r"}, S.ENV_URL),
-    ({S.ENV_URL: "https://example.org/o/r"}, S.ENV_URL),
-    ({S.ENV_URL: "https://github.com/o"}, S.ENV_URL),
-    ({S.ENV_URL: "https://github.com/o/r", S.ENV_BRANCH: "a b"}, S.ENV_BRANCH),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({S.ENV_URL: "github.com/o/r"}, S.ENV_URL),
+        ({S.ENV_URL: "https://example.org/o/r"}, S.ENV_URL),
+        ({S.ENV_URL: "https://github.com/o"}, S.ENV_URL),
+        ({S.ENV_URL: "https://github.com/o/r", S.ENV_BRANCH: "a b"}, S.ENV_BRANCH),
+    ],
+)
 def test_a_bad_repository_setting_is_one_clear_error(env, message):
     with pytest.raises(ValueError, match=message):
         S.repository_options(env)
@@ -133,9 +144,13 @@ def test_a_bad_repository_setting_is_one_clear_error(env, message):
 def test_without_a_repository_there_is_no_launch_button(monkeypatch):
     """Jupyter Book's default repository url is its own; the button must not open it."""
     monkeypatch.delenv(S.ENV_URL, raising=False)
-    cfg = SimpleNamespace(html_context={}, html_theme_options={
-        "launch_buttons": {"binderhub_url": "https://mybinder.org"},
-        "repository_url": "https://github.com/executablebooks/jupyter-book"})
+    cfg = SimpleNamespace(
+        html_context={},
+        html_theme_options={
+            "launch_buttons": {"binderhub_url": "https://mybinder.org"},
+            "repository_url": "https://github.com/executablebooks/jupyter-book",
+        },
+    )
     S._on_config_inited(None, cfg)
     assert cfg.html_theme_options["launch_buttons"]["binderhub_url"] == ""
     assert cfg.html_theme_options["repository_url"] == ""
@@ -148,16 +163,28 @@ def test_without_a_repository_there_is_no_launch_button(monkeypatch):
 
 # ---- dataset downloads -----------------------------------------------------------------
 
+
 @pytest.fixture
 def two_hosts(tmp_path):
     d = tmp_path / "data"
-    for host, run in (("h-aaaaaaaaaaaa", "20260101T000000Z"), ("h-aaaaaaaaaaaa", "20260102T000000Z"),
-                      ("h-bbbbbbbbbbbb", "20260103T000000Z")):
+    for host, run in (
+        ("h-aaaaaaaaaaaa", "20260101T000000Z"),
+        ("h-aaaaaaaaaaaa", "20260102T000000Z"),
+        ("h-bbbbbbbbbbbb", "20260103T000000Z"),
+    ):
         r = d / "runs" / host / "demo" / run
         (r / "strace").mkdir(parents=True)
-        (r / "manifest.json").write_text(json.dumps(fake_manifest(
-            host, run, host={"description": f"{host} box"}, parameters={"profile": "quick"},
-            tables={"samples": 1})))
+        (r / "manifest.json").write_text(
+            json.dumps(
+                fake_manifest(
+                    host,
+                    run,
+                    host={"description": f"{host} box"},
+                    parameters={"profile": "quick"},
+                    tables={"samples": 1},
+                )
+            )
+        )
         (r / "samples.csv").write_text(f"x\n{run}\n")
         (r / "strace" / "t.txt").write_text("open\n")
         (r / ".hidden").write_text("not data")
@@ -170,15 +197,22 @@ def two_hosts(tmp_path):
 def test_chapter_data_lists_every_host_and_run(two_hosts):
     data = S.chapter_data("demo", two_hosts)
     assert data.hosts == ["h-aaaaaaaaaaaa", "h-bbbbbbbbbbbb"]
-    assert [r.run_id for r in data.runs] == ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z"]
+    assert [r.run_id for r in data.runs] == [
+        "20260101T000000Z",
+        "20260102T000000Z",
+        "20260103T000000Z",
+    ]
     assert data.runs[0].files == ["manifest.json", "samples.csv", "strace/t.txt"]
     assert data.runs[0].profile == "quick" and data.runs[0].description == "h-aaaaaaaaaaaa box"
     rels = [rel for _, rel in data.members()]
     assert rels == sorted(rels) and len(rels) == 3 * 3 + 1
     assert "reference/demo.csv" in rels and not any(".hidden" in r or ".tmp-" in r for r in rels)
     assert [a.name for a in data.archives()] == [
-        "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip", "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
-        "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip", "reference/demo.zip"]
+        "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip",
+        "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
+        "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip",
+        "reference/demo.zip",
+    ]
 
 
 def _site_members(site) -> list[str]:
@@ -222,26 +256,37 @@ def test_the_site_holds_each_dataset_once(two_hosts, tmp_path):
         (r / "manifest.json").write_text(json.dumps(fake_manifest("h-aaaaaaaaaaaa", run, "other")))
         (r / "t.csv").write_text("y\n1\n")
     (two_hosts / "reference" / "other.csv").write_text("a\n1\n")
-    (two_hosts / "reference" / "demo_extra.csv").write_text("a\n2\n")   # demo's own
+    (two_hosts / "reference" / "demo_extra.csv").write_text("a\n2\n")  # demo's own
     (two_hosts / "reference" / "notes.txt").write_text("not a reference table")
     stale = tmp_path / "site" / S.SITE_DIR / "demo.zip"
     stale.parent.mkdir(parents=True)
     stale.write_bytes(b"old")
     S.publish(tmp_path / "site", S.site_archives(two_hosts))
     members = _site_members(tmp_path / "site")
-    want = sorted(f"data/{p.relative_to(two_hosts).as_posix()}" for p in two_hosts.rglob("*")
-                  if p.is_file() and p.name != "notes.txt"
-                  and not any(part.startswith(".") for part in p.relative_to(two_hosts).parts))
+    want = sorted(
+        f"data/{p.relative_to(two_hosts).as_posix()}"
+        for p in two_hosts.rglob("*")
+        if p.is_file()
+        and p.name != "notes.txt"
+        and not any(part.startswith(".") for part in p.relative_to(two_hosts).parts)
+    )
     assert sorted(members) == want
     assert len(members) == len(set(members)), "a file is in two archives"
-    zips = sorted(p.relative_to(tmp_path / "site" / S.SITE_DIR).as_posix()
-                  for p in (tmp_path / "site" / S.SITE_DIR).rglob("*.zip"))
-    assert zips == sorted(["reference/demo.zip", "reference/other.zip",
-                           "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip",
-                           "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
-                           "runs/h-aaaaaaaaaaaa/other/20260101T000000Z.zip",
-                           "runs/h-aaaaaaaaaaaa/other/20260107T000000Z.zip",
-                           "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip"])
+    zips = sorted(
+        p.relative_to(tmp_path / "site" / S.SITE_DIR).as_posix()
+        for p in (tmp_path / "site" / S.SITE_DIR).rglob("*.zip")
+    )
+    assert zips == sorted(
+        [
+            "reference/demo.zip",
+            "reference/other.zip",
+            "runs/h-aaaaaaaaaaaa/demo/20260101T000000Z.zip",
+            "runs/h-aaaaaaaaaaaa/demo/20260102T000000Z.zip",
+            "runs/h-aaaaaaaaaaaa/other/20260101T000000Z.zip",
+            "runs/h-aaaaaaaaaaaa/other/20260107T000000Z.zip",
+            "runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip",
+        ]
+    )
 
 
 def test_a_reference_belongs_to_the_longest_chapter_name(tmp_path):
@@ -249,8 +294,14 @@ def test_a_reference_belongs_to_the_longest_chapter_name(tmp_path):
     for name in ("demo.csv", "demo_bare.csv", "demo_two.csv", "demo_two_b.csv"):
         (tmp_path / "reference" / name).write_text("a\n1\n")
     names = ("demo", "demo_two")
-    assert [p.name for p in S.reference_files("demo", tmp_path, names)] == ["demo.csv", "demo_bare.csv"]
-    assert [p.name for p in S.reference_files("demo_two", tmp_path, names)] == ["demo_two.csv", "demo_two_b.csv"]
+    assert [p.name for p in S.reference_files("demo", tmp_path, names)] == [
+        "demo.csv",
+        "demo_bare.csv",
+    ]
+    assert [p.name for p in S.reference_files("demo_two", tmp_path, names)] == [
+        "demo_two.csv",
+        "demo_two_b.csv",
+    ]
 
 
 def test_signature_follows_the_data(two_hosts):
@@ -258,13 +309,16 @@ def test_signature_follows_the_data(two_hosts):
     assert S.chapter_data("demo", two_hosts).signature() == before
     r = two_hosts / "runs" / "h-bbbbbbbbbbbb" / "demo" / "20260105T000000Z"
     r.mkdir()
-    (r / "manifest.json").write_text(json.dumps(fake_manifest("h-bbbbbbbbbbbb", "20260105T000000Z")))
+    (r / "manifest.json").write_text(
+        json.dumps(fake_manifest("h-bbbbbbbbbbbb", "20260105T000000Z"))
+    )
     assert S.chapter_data("demo", two_hosts).signature() != before
 
 
 def test_section_links_each_dataset_once(two_hosts):
     from docutils import nodes
     from docutils.utils import new_document
+
     data = S.chapter_data("demo", two_hosts)
     sec = S.datasets_section(data, new_document("x"))
     targets = [n["perfbook_target"] for n in sec.findall(nodes.reference)]
@@ -275,7 +329,9 @@ def test_section_links_each_dataset_once(two_hosts):
     assert all(h in text for h in data.hosts) and "3 runs from 2 hosts" in text
     assert "20260103T000000Z (profile quick, 3 files" in text
     no_hosts_page = S.datasets_section(data, new_document("y"), hosts_page=False)
-    assert "hosts.html" not in [n["perfbook_target"] for n in no_hosts_page.findall(nodes.reference)]
+    assert "hosts.html" not in [
+        n["perfbook_target"] for n in no_hosts_page.findall(nodes.reference)
+    ]
 
 
 def test_a_chapter_without_runs_still_offers_its_reference(tmp_path):
@@ -285,11 +341,16 @@ def test_a_chapter_without_runs_still_offers_its_reference(tmp_path):
     assert data.runs == [] and [rel for _, rel in data.members()] == ["reference/demo.csv"]
     assert [a.name for a in data.archives()] == ["reference/demo.zip"]
     from docutils.utils import new_document
-    assert "No host has measured this chapter yet" in S.datasets_section(data, new_document("x")).astext()
+
+    assert (
+        "No host has measured this chapter yet"
+        in S.datasets_section(data, new_document("x")).astext()
+    )
 
 
 def test_every_registered_chapter_gets_a_page_section():
     from perfbook.chapters import CHAPTERS
+
     names = S.chapter_docnames()
     assert sorted(names.values()) == sorted(c.name for c in CHAPTERS)
     for doc in names:

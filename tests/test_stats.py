@@ -3,7 +3,13 @@ import pytest
 from scipy import stats as st
 
 from perfbook.analysis import stats
-from perfbook.analysis.repetition import Repetition, STOP_BUDGET, STOP_MAX, STOP_TARGET, repetition_summary
+from perfbook.analysis.repetition import (
+    STOP_BUDGET,
+    STOP_MAX,
+    STOP_TARGET,
+    Repetition,
+    repetition_summary,
+)
 
 
 def test_median_ci_brackets_the_median_and_reports_coverage():
@@ -67,8 +73,10 @@ def test_compare_says_not_significant_for_the_same_distribution():
 
 def test_compare_false_positive_rate_is_near_alpha():
     rng = np.random.default_rng(3)
-    hits = sum(stats.compare(rng.exponential(size=25), rng.exponential(size=25)).significant
-               for _ in range(300))
+    hits = sum(
+        stats.compare(rng.exponential(size=25), rng.exponential(size=25)).significant
+        for _ in range(300)
+    )
     assert hits / 300 < 0.09
 
 
@@ -85,11 +93,17 @@ def test_hodges_lehmann_ci_coverage_by_simulation():
 
 def test_compare_frame_per_host():
     import pandas as pd
+
     rng = np.random.default_rng(5)
-    rows = [{"host_id": h, "variant": v, "x": rng.normal(10 + (v == "fast") * -3, 1)}
-            for h in ("h1", "h2") for v in ("base", "fast", "same") for _ in range(12)]
-    out = stats.compare_frame(pd.DataFrame(rows), by="variant", value="x", baseline="base",
-                              within="host_id")
+    rows = [
+        {"host_id": h, "variant": v, "x": rng.normal(10 + (v == "fast") * -3, 1)}
+        for h in ("h1", "h2")
+        for v in ("base", "fast", "same")
+        for _ in range(12)
+    ]
+    out = stats.compare_frame(
+        pd.DataFrame(rows), by="variant", value="x", baseline="base", within="host_id"
+    )
     assert len(out) == 4
     fast = out[out.variant == "fast"]
     assert fast["significant"].all() and (fast["shift"] < 0).all()
@@ -112,8 +126,16 @@ class FakeClock:
 def test_repetition_stops_at_the_ci_target_and_drops_warmup():
     rng = np.random.default_rng(6)
     clock = FakeClock()
-    rep = Repetition("tight", keys=["a", "b"], target=0.05, min_runs=5,
-                           max_runs=500, budget_s=1000, warmup=2, clock=clock)
+    rep = Repetition(
+        "tight",
+        keys=["a", "b"],
+        target=0.05,
+        min_runs=5,
+        max_runs=500,
+        budget_s=1000,
+        warmup=2,
+        clock=clock,
+    )
     for r in rep.rounds():
         clock.t += 1
         rep.add("a", 1000.0 if r.warmup else rng.normal(100, 2))
@@ -121,7 +143,7 @@ def test_repetition_stops_at_the_ci_target_and_drops_warmup():
     assert rep.stopped_by == STOP_TARGET
     recs = {r["key"]: r for r in rep.records()}
     assert recs["a"]["warmup"] == 2 and recs["b"]["warmup"] == 2
-    assert max(rep.values["a"]) < 200          # the warm-up outlier was dropped
+    assert max(rep.values["a"]) < 200  # the warm-up outlier was dropped
     assert all(r["met_target"] and r["rel_ci_width"] <= 0.05 for r in recs.values())
     assert recs["a"]["n"] == rep.n >= 5
 
@@ -129,21 +151,24 @@ def test_repetition_stops_at_the_ci_target_and_drops_warmup():
 def test_repetition_stops_at_the_time_budget_when_noise_is_high():
     rng = np.random.default_rng(7)
     clock = FakeClock()
-    rep = Repetition("noisy", target=0.01, min_runs=3, max_runs=10_000,
-                           budget_s=30, warmup=1, clock=clock)
+    rep = Repetition(
+        "noisy", target=0.01, min_runs=3, max_runs=10_000, budget_s=30, warmup=1, clock=clock
+    )
     for _ in rep.rounds():
         clock.t += 2
         rep.add("value", rng.lognormal(0, 1))
     assert rep.stopped_by == STOP_BUDGET
-    assert rep.elapsed_s >= 30 and rep.n == 14     # 15 rounds of 2 s, one warm-up
+    assert rep.elapsed_s >= 30 and rep.n == 14  # 15 rounds of 2 s, one warm-up
     assert not rep.records()[0]["met_target"]
 
 
 def test_repetition_max_runs_and_summary():
     import pandas as pd
+
     clock = FakeClock()
-    rep = Repetition("capped", target=0.0001, min_runs=2, max_runs=4,
-                           budget_s=100, warmup=0, clock=clock)
+    rep = Repetition(
+        "capped", target=0.0001, min_runs=2, max_runs=4, budget_s=100, warmup=0, clock=clock
+    )
     for i in rep.rounds():
         rep.add("value", 1 + i.index)
     assert rep.stopped_by == STOP_MAX and rep.n == 4
@@ -160,8 +185,13 @@ def test_repetition_rejects_bad_settings():
 
 # ---------------------------------------------------------------- captions
 def test_caption_states_n_ci_warmup_and_host():
-    cap = stats.caption("Per-call cost by mechanism", n=[70, 70, 68], unit="batches",
-                        warmup=5, hosts=[("h-abc", "AMD EPYC, 2 CPUs, kvm guest")])
+    cap = stats.caption(
+        "Per-call cost by mechanism",
+        n=[70, 70, 68],
+        unit="batches",
+        warmup=5,
+        hosts=[("h-abc", "AMD EPYC, 2 CPUs, kvm guest")],
+    )
     assert "n = 68–70 batches" in cap
     assert "after 5 warm-up batches (excluded)" in cap
     # real coverages, from the exact binomial sums (see _exact_coverage): n = 68 -> k = 25,
@@ -175,16 +205,20 @@ def test_caption_states_n_ci_warmup_and_host():
 
 
 def test_hosts_of_manifests():
-    ms = [{"host": {"host_id": "h-1", "description": "d1"}},
-          {"host": {"host_id": "h-1", "description": "d1"}},
-          {"host": {"host_id": "h-2", "description": "d2"}}]
+    ms = [
+        {"host": {"host_id": "h-1", "description": "d1"}},
+        {"host": {"host_id": "h-1", "description": "d1"}},
+        {"host": {"host_id": "h-2", "description": "d2"}},
+    ]
     assert stats.hosts_of(ms) == [("h-1", "d1"), ("h-2", "d2")]
 
 
 def test_caption_singular_warmup():
     cap = stats.caption("x", n=6, unit="batches", warmup=1, hosts=["h-a"])
     assert "after 1 warm-up batch (excluded)" in cap
-    assert "after 1 warm-up round (excluded)" in stats.caption("x", n=6, unit="rounds", warmup=1, hosts=["h"])
+    assert "after 1 warm-up round (excluded)" in stats.caption(
+        "x", n=6, unit="rounds", warmup=1, hosts=["h"]
+    )
 
 
 # ------------------------------------------------- real coverage of small-n intervals
@@ -192,7 +226,8 @@ def _exact_coverage(n, confidence=0.95):
     """Largest-k order-statistic interval [x(k), x(n-k+1)] with coverage >= confidence,
     from exact integer binomial sums; [min, max] (k = 1) when none reaches it."""
     from math import comb
-    cov = lambda k: 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+
+    cov = lambda k: 1 - 2 * sum(comb(n, i) for i in range(k)) / 2**n
     k = 1
     while k + 1 <= n // 2 and cov(k + 1) >= confidence:
         k += 1
@@ -201,6 +236,7 @@ def _exact_coverage(n, confidence=0.95):
 
 def _pct_down(c):
     import math
+
     return f"{math.floor(c * 10000) / 100:.2f}".rstrip("0").rstrip(".")
 
 
@@ -210,13 +246,13 @@ def test_min_max_interval_coverage_is_stated_for_small_n():
     assert stats.median_ci_coverage(4) == pytest.approx(0.875)
     assert stats.median_ci_coverage(3) == pytest.approx(0.75)
     assert stats.median_ci_coverage(2) == pytest.approx(0.5)
-    assert stats.median_ci_coverage(6) == pytest.approx(1 - 2 / 64)   # first n with >= 95 %
+    assert stats.median_ci_coverage(6) == pytest.approx(1 - 2 / 64)  # first n with >= 95 %
     assert stats.median_ci_coverage(1) == 0.0
     for n in range(2, 120):
         assert stats.median_ci_coverage(n) == pytest.approx(_exact_coverage(n), abs=1e-12)
     assert stats.ci_label(5) == "93.75 % CI"
     assert stats.ci_label([3, 4, 5]) == "75–93.75 % CI"
-    assert stats.ci_label(6) == "96.87 % CI"          # 96.875 %, rounded down
+    assert stats.ci_label(6) == "96.87 % CI"  # 96.875 %, rounded down
 
 
 def test_caption_states_the_real_coverage_below_n6():
@@ -229,8 +265,9 @@ def test_caption_states_the_real_coverage_below_n6():
 
 
 def test_repetition_records_carry_the_real_coverage():
-    rep = Repetition("x", ["a"], target=0.001, min_runs=3, max_runs=3, budget_s=100,
-                           warmup=0, clock=lambda: 0.0)
+    rep = Repetition(
+        "x", ["a"], target=0.001, min_runs=3, max_runs=3, budget_s=100, warmup=0, clock=lambda: 0.0
+    )
     for rnd in rep.rounds():
         rep.add("a", 1.0 + rnd.index)
     (rec,) = rep.records()
@@ -244,19 +281,28 @@ def test_hodges_lehmann_coverage_is_exact_for_small_samples():
     assert stats.hodges_lehmann_coverage(3, 3)[0] == pytest.approx(0.9)
     # with k > 0: 1 - 2 P(U <= k), against U counted over every order of the n + m values
     from itertools import combinations
+
     for n, m in ((5, 5), (6, 6), (4, 9)):
         k = stats._hl_rank(n, m, 0.95)
         assert k >= 0
-        us = [sum(sum(1 for j in range(n + m) if j not in pos and j < i) for i in pos)
-              for pos in combinations(range(n + m), n)]
+        us = [
+            sum(sum(1 for j in range(n + m) if j not in pos and j < i) for i in pos)
+            for pos in combinations(range(n + m), n)
+        ]
         got, exact = stats.hodges_lehmann_coverage(n, m)
         assert exact and 0.95 <= got < 0.99
         assert got == pytest.approx(1 - 2 * np.mean(np.array(us) <= k))
     # symmetric in n and m, and a simulation agrees (continuous data, true shift 0)
-    assert stats.hodges_lehmann_coverage(4, 9)[0] == pytest.approx(stats.hodges_lehmann_coverage(9, 4)[0])
+    assert stats.hodges_lehmann_coverage(4, 9)[0] == pytest.approx(
+        stats.hodges_lehmann_coverage(9, 4)[0]
+    )
     rng = np.random.default_rng(3)
-    hits = [lo <= 0 <= hi for lo, hi in
-            (stats.hodges_lehmann(rng.normal(size=3), rng.normal(size=3))[1:] for _ in range(4000))]
+    hits = [
+        lo <= 0 <= hi
+        for lo, hi in (
+            stats.hodges_lehmann(rng.normal(size=3), rng.normal(size=3))[1:] for _ in range(4000)
+        )
+    ]
     assert np.mean(hits) == pytest.approx(0.9, abs=0.02)
     # large samples: the normal approximation's nominal value, flagged as not exact
     cov, exact = stats.hodges_lehmann_coverage(300, 300)
@@ -273,12 +319,20 @@ def test_a_pair_that_is_not_comparable_is_shown_but_not_tested():
     """A TCG guest against a real CPU (perfbook.data.machine.comparable): the row keeps both medians
     and says why, with no p-value; the prose's count leaves it out."""
     import pandas as pd
-    from perfbook.data.machine import host_pairs
+
     from perfbook.analysis.stats import compare_frame, significance_text
-    df = pd.DataFrame({"host_id": ["kvm"] * 5 + ["tcg"] * 5, "x": [1, 2, 3, 4, 5, 11, 12, 13, 14, 15]})
-    manifests = [{"host": {"host_id": "kvm", "virtualization": "kvm"}},
-                 {"host": {"host_id": "tcg", "virtualization": "qemu"}}]
-    out = compare_frame(df, by="host_id", value="x", baseline="kvm", pair_check=host_pairs(manifests))
+    from perfbook.data.machine import host_pairs
+
+    df = pd.DataFrame(
+        {"host_id": ["kvm"] * 5 + ["tcg"] * 5, "x": [1, 2, 3, 4, 5, 11, 12, 13, 14, 15]}
+    )
+    manifests = [
+        {"host": {"host_id": "kvm", "virtualization": "kvm"}},
+        {"host": {"host_id": "tcg", "virtualization": "qemu"}},
+    ]
+    out = compare_frame(
+        df, by="host_id", value="x", baseline="kvm", pair_check=host_pairs(manifests)
+    )
     row = out.iloc[0]
     assert not row["compared"] and row["verdict"].startswith("not compared: tcg is a TCG guest")
     assert row["median_a"] == 13 and row["median_b"] == 3 and row["p_value"] != row["p_value"]

@@ -1,6 +1,7 @@
 """What a profile costs: the measure plan (each chapter's plan_s, printed by `python -m perfbook
 measure`) and the summary's line per dataset on how its repetition stopped and how wide its
 intervals are (perfbook.book.summary.repetition_cost / cost_text / cost_lines)."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,12 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, fake_manifest
-
-from test_stats import FakeClock as Clock
 from perfbook.analysis import stats
-from perfbook.book import summary
-from perfbook.framework.contract import REPETITION, Chapter, Table
-from perfbook.chapters import CHAPTERS
 from perfbook.analysis.repetition import Repetition
+from perfbook.book import summary
+from perfbook.chapters import CHAPTERS
+from perfbook.framework.contract import REPETITION, Chapter, Table
+from test_stats import FakeClock as Clock
 
 
 class Demo(Chapter):
@@ -31,8 +31,16 @@ class NoRounds(Chapter):
 
 def _records(name, keys, durations, budget, min_runs, max_runs, values):
     clk = Clock()
-    rep = Repetition(name, keys, target=0.05, min_runs=min_runs, max_runs=max_runs,
-                           budget_s=budget, warmup=0, clock=clk)
+    rep = Repetition(
+        name,
+        keys,
+        target=0.05,
+        min_runs=min_runs,
+        max_runs=max_runs,
+        budget_s=budget,
+        warmup=0,
+        clock=clk,
+    )
     for rnd in rep.rounds():
         clk.t += durations
         for k in keys:
@@ -43,8 +51,15 @@ def _records(name, keys, durations, budget, min_runs, max_runs, values):
 def _dataset(root, run, rows=None, parameters=None, profile="default"):
     d = root / "runs" / "h-demo" / "demo" / run
     d.mkdir(parents=True)
-    man = fake_manifest("h-demo", run, schema=2, profile=profile, parameters=parameters or {},
-                        started="2026-01-01T00:00:00+00:00", finished="2026-01-01T00:00:42+00:00")
+    man = fake_manifest(
+        "h-demo",
+        run,
+        schema=2,
+        profile=profile,
+        parameters=parameters or {},
+        started="2026-01-01T00:00:00+00:00",
+        finished="2026-01-01T00:00:42+00:00",
+    )
     (d / "manifest.json").write_text(json.dumps(man))
     if rows is not None:
         pd.DataFrame(rows).to_csv(d / "repetition.csv", index=False)
@@ -56,7 +71,7 @@ def test_every_chapter_has_a_plan_and_the_plans_keep_the_issue_19_targets():
         for prof in ("quick", "default"):
             s = summary.plan_seconds(ch.name, prof)
             assert isinstance(s, int) and s > 0, (ch.name, prof)
-        assert summary.plan_seconds(ch.name, "full") is None   # full takes as long as it needs
+        assert summary.plan_seconds(ch.name, "full") is None  # full takes as long as it needs
     # `make all` within 10 minutes on 2 CPUs: about 6 minutes of measuring (notebooks and the
     # book take about 3), the reservations of chapters being written included
     plans = [ch.load().plan_s for ch in CHAPTERS]
@@ -80,7 +95,9 @@ def test_cost_of_a_budget_stopped_and_a_fixed_rounds_experiment(tmp_path):
     fixed = _records("fixed", ["c"], 1, 100, 3, 3, lambda k, i: 5.0)
     run = _dataset(tmp_path, "20260101T000000Z", noisy + fixed)
     cost = summary.repetition_cost(run, Demo())
-    assert cost["rules"]["time_budget"]["experiments"] == 1 and cost["rules"]["time_budget"]["budget_s"] == [10.0]
+    assert cost["rules"]["time_budget"]["experiments"] == 1 and cost["rules"]["time_budget"][
+        "budget_s"
+    ] == [10.0]
     assert cost["rules"]["fixed_rounds"]["max_runs"] == [3]
     # by hand: noisy ran 2 rounds (a third would have ended at 12 s > 10 s): a = 10, 14 and
     # b = 10, 14, so the widest interval is [10, 14] around 12 (33.3 %), coverage 1 - 2/4 = 50 %
@@ -89,46 +106,71 @@ def test_cost_of_a_budget_stopped_and_a_fixed_rounds_experiment(tmp_path):
     assert w["experiment"] == "noisy" and w["n"] == 2 and w["rel"] == pytest.approx(4 / 12)
     assert w["coverage"] == pytest.approx(0.5)
     text = summary.cost_text(cost)
-    assert text.startswith("repetition stopped by: fixed rounds (3) in 1 of 2 experiments; "
-                           "time budget (10 s each) in 1 of 2 experiments; n = 2–3")
-    assert "widest median CI 33.3 % of the median (noisy, a; n = 2, coverage 50 %); target 5 %" in text
+    assert text.startswith(
+        "repetition stopped by: fixed rounds (3) in 1 of 2 experiments; "
+        "time budget (10 s each) in 1 of 2 experiments; n = 2–3"
+    )
+    assert (
+        "widest median CI 33.3 % of the median (noisy, a; n = 2, coverage 50 %); target 5 %" in text
+    )
 
 
 def test_cost_without_an_interval_and_without_a_table(tmp_path):
     one = _records("once", ["a"], 30, 20, 6, 12, lambda k, i: 1.0)
     run = _dataset(tmp_path, "20260101T000000Z", one)
     text = summary.cost_text(summary.repetition_cost(run, Demo()))
-    assert text == "repetition stopped by: time budget (20 s); n = 1; no interval (a single value per median)"
+    assert (
+        text
+        == "repetition stopped by: time budget (20 s); n = 1; no interval (a single value per median)"
+    )
     # a chapter that repeats nothing in rounds
-    assert summary.cost_text(summary.repetition_cost(run, NoRounds())).startswith("repetition: none")
+    assert summary.cost_text(summary.repetition_cost(run, NoRounds())).startswith(
+        "repetition: none"
+    )
     # no table: older than adaptive repetition (no budget parameter), or the part was not measured
     old = _dataset(tmp_path, "20260102T000000Z", parameters={"rounds": 3})
-    assert "older than adaptive repetition" in summary.cost_text(summary.repetition_cost(old, Demo()))
+    assert "older than adaptive repetition" in summary.cost_text(
+        summary.repetition_cost(old, Demo())
+    )
     skipped = _dataset(tmp_path, "20260103T000000Z", parameters={"rep_budget_s": 5.0})
-    assert "not measured on this host" in summary.cost_text(summary.repetition_cost(skipped, Demo()))
+    assert "not measured on this host" in summary.cost_text(
+        summary.repetition_cost(skipped, Demo())
+    )
 
 
 def test_cost_of_a_table_without_the_coverage_column_uses_n(tmp_path):
     rows = _records("e", ["a"], 1, 100, 5, 5, lambda k, i: 1.0 + i)
-    run = _dataset(tmp_path, "20260101T000000Z", [{k: v for k, v in r.items() if k != "ci_coverage"}
-                                                   for r in rows])
+    run = _dataset(
+        tmp_path,
+        "20260101T000000Z",
+        [{k: v for k, v in r.items() if k != "ci_coverage"} for r in rows],
+    )
     w = summary.repetition_cost(run, Demo())["widest"]
     assert w["n"] == 5 and w["coverage"] == pytest.approx(stats.median_ci_coverage(5))
 
 
 def test_cost_lines_name_the_profile_the_time_and_the_plan(tmp_path, monkeypatch):
-    run = _dataset(tmp_path, "20260101T000000Z", _records("e", ["a"], 1, 100, 2, 2, lambda k, i: 1.0),
-                   profile="quick")
+    run = _dataset(
+        tmp_path,
+        "20260101T000000Z",
+        _records("e", ["a"], 1, 100, 2, 2, lambda k, i: 1.0),
+        profile="quick",
+    )
     monkeypatch.setattr(Demo, "plan_s", {"quick": 7, "default": 30}, raising=False)
     head, cost = summary.cost_lines(Demo(), run)
-    assert head == "newest from this host: 20260101T000000Z, profile quick, 42 s (today's plan for quick: 7 s)"
+    assert (
+        head
+        == "newest from this host: 20260101T000000Z, profile quick, 42 s (today's plan for quick: 7 s)"
+    )
     assert cost.startswith("repetition stopped by: fixed rounds (2); n = 2")
 
 
 def test_plan_report_puts_the_time_taken_beside_the_plan():
     from perfbook.cli import plan_report
-    lines = plan_report([("a", 10, 12.4, "measured"), ("b", 20, 0.6, "skipped"),
-                         ("c", 5, 3.0, "failed")], "default")
+
+    lines = plan_report(
+        [("a", 10, 12.4, "measured"), ("b", 20, 0.6, "skipped"), ("c", 5, 3.0, "failed")], "default"
+    )
     assert lines[0] == "[measure] time per chapter against the plan (profile default):"
     assert lines[1].split() == ["[measure]", "a", "plan", "10", "s", "took", "12", "s", "(+2", "s)"]
     assert lines[2].split()[-1] == "skipped" and lines[3].split()[-1] == "failed"
@@ -141,14 +183,16 @@ def test_summary_command_prints_each_datasets_stop_rule(capsys, monkeypatch, boo
     """On the book's data, as the host that measured its newest datasets (the reference host, or
     the reader's new host after their make all): every chapter with a dataset from that host
     gets its profile/time line and its repetition line."""
-    from perfbook.data import dataset, hostinfo
     from perfbook.analysis import fleetview
     from perfbook.cli import main
+    from perfbook.data import dataset, hostinfo
+
     host = book_data.host or fleetview.reference_host()["host_id"]
     real = dataset.list_runs
 
-    def list_runs(chapter, data_dir=None):     # the summary reads the checkout's data/: this state's
+    def list_runs(chapter, data_dir=None):  # the summary reads the checkout's data/: this state's
         return real(chapter, data_dir or book_data.data_dir)
+
     monkeypatch.setattr(dataset, "list_runs", list_runs)
     mine = [c.name for c in CHAPTERS if any(r.parts[-3] == host for r in list_runs(c.name))]
     if not mine:

@@ -1,4 +1,5 @@
 """The synthetic fleet (perfbook.dev.synthfleet): valid, visibly synthetic, varied, never in data/."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,11 @@ import pytest
 
 from conftest import ROOT
 from perfbook.analysis import hosts
-from perfbook.data import identity
-from perfbook.dev import synthfleet
-from perfbook.data.dataset import load_manifest, read_table
 from perfbook.book.validation import validate_all
 from perfbook.core.errors import PerfbookError
-from perfbook.data.dataset import table_path
+from perfbook.data import identity
+from perfbook.data.dataset import load_manifest, read_table, table_path
+from perfbook.dev import synthfleet
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,15 @@ def test_every_synthetic_host_is_marked_and_varied(fleet):
     assert t.description.str.startswith("synthetic: ").all()
     ms = hosts.all_manifests(dest)
     assert all(m["host"]["synthetic"] and m["host"]["machine"]["synthetic"] for m in ms)
-    assert len({(m["host"]["cpu_model"], m["host"]["kernel_release"], m["host"]["virtualization"])
-                for m in ms}) > 1
+    assert (
+        len(
+            {
+                (m["host"]["cpu_model"], m["host"]["kernel_release"], m["host"]["virtualization"])
+                for m in ms
+            }
+        )
+        > 1
+    )
 
 
 def test_values_are_scaled_per_host_and_counts_kept(fleet):
@@ -66,10 +73,12 @@ def test_the_book_data_is_refused(tmp_path):
         synthfleet.generate(1, ROOT / "data" / "runs" / "x", say=lambda *_: None)
     assert not list((ROOT / "data" / "runs").glob("*/*/*/manifest.json")) or all(
         not json.loads(p.read_text())["host"].get("synthetic")
-        for p in (ROOT / "data" / "runs").glob("*/*/*/manifest.json"))
+        for p in (ROOT / "data" / "runs").glob("*/*/*/manifest.json")
+    )
 
 
 # -- a reader's new host and a kernel update (conftest.book_data) ------------------------------
+
 
 def test_a_readers_new_host_and_a_kernel_update_validate_like_any_contribution(book_datasets):
     """The new host: its id follows from its facts (another CPU model, another kernel build),
@@ -77,25 +86,38 @@ def test_a_readers_new_host_and_a_kernel_update_validate_like_any_contribution(b
     measured round where the chapter repeats adaptively. The kernel update: the same host id on
     another build, newer than every dataset, one round fewer. Both copies validate."""
     from perfbook.analysis import fleetview
+
     committed = {p.name for p in (ROOT / "data" / "runs").glob("*/*/*")}
     for scenario in ("new_host", "spanning_builds"):
         bd = book_datasets(scenario)
-        assert validate_all(bd.data_dir) == sum(1 for _ in (bd.data_dir / "runs").glob("*/*/*/manifest.json"))
+        assert validate_all(bd.data_dir) == sum(
+            1 for _ in (bd.data_dir / "runs").glob("*/*/*/manifest.json")
+        )
         assert set(bd.added) == {p.name for p in (ROOT / "data" / "runs").glob("*/*")}
         for chapter, run in bd.added.items():
             man = load_manifest(run)
             assert identity.check(man) is None and man.host_id == bd.host
             assert man.profile == "default" and run.name > max(committed)
-            src = max((ROOT / "data" / "runs").glob(f"{fleetview.reference_host()['host_id']}/{chapter}/*")
-                      if scenario == "spanning_builds" else (ROOT / "data" / "runs").glob(f"*/{chapter}/*"),
-                      key=lambda p: p.name)
+            src = max(
+                (ROOT / "data" / "runs").glob(
+                    f"{fleetview.reference_host()['host_id']}/{chapter}/*"
+                )
+                if scenario == "spanning_builds"
+                else (ROOT / "data" / "runs").glob(f"*/{chapter}/*"),
+                key=lambda p: p.name,
+            )
             old = load_manifest(src)
             if scenario == "new_host":
-                assert man["host"]["synthetic"] and man["host"]["cpu_model"] == synthfleet.READER["cpu_model"]
+                assert (
+                    man["host"]["synthetic"]
+                    and man["host"]["cpu_model"] == synthfleet.READER["cpu_model"]
+                )
                 assert man["host"]["kernel_release"] == synthfleet.READER["kernel_release"]
                 assert man["host"]["cpu_model"] != old["host"]["cpu_model"]
             else:
-                assert man.host_id == old.host_id and man["host"]["machine"] == old["host"]["machine"]
+                assert (
+                    man.host_id == old.host_id and man["host"]["machine"] == old["host"]["machine"]
+                )
                 assert man["host"]["kernel_release"] != old["host"]["kernel_release"]
             for col, _, tables in synthfleet.ROUNDS.get(chapter, ()):
                 for t in tables:
@@ -105,7 +127,11 @@ def test_a_readers_new_host_and_a_kernel_update_validate_like_any_contribution(b
                     warm, was_warm = synthfleet._warm(mine, col), synthfleet._warm(theirs, col)
                     want = 1 if scenario == "new_host" else theirs[col][~was_warm].nunique() - 1
                     assert mine[col][~warm].nunique() == want, (scenario, chapter, t)
-                    assert mine[col][~warm].min() == theirs[col][~was_warm].min(), (scenario, chapter, t)
+                    assert mine[col][~warm].min() == theirs[col][~was_warm].min(), (
+                        scenario,
+                        chapter,
+                        t,
+                    )
                     assert warm.sum() == was_warm.sum(), "the warm-up rounds are kept"
             if chapter in synthfleet.ROUNDS and "repetition" in man["tables"]:
                 rep, was = read_table(run, "repetition", man), read_table(src, "repetition", old)
@@ -119,6 +145,7 @@ def test_every_chapter_that_repeats_adaptively_has_its_rounds_listed():
     tables and the column that number its rounds: a chapter added or changed shows up here."""
     from perfbook.chapters import CHAPTERS
     from perfbook.data.dataset import list_runs
+
     for ch in CHAPTERS:
         tables = ch.load().tables
         for col, which, names in synthfleet.ROUNDS.get(ch.name, ()):
@@ -141,7 +168,9 @@ def test_another_build_of_a_kernel_release():
 
 
 def test_a_new_host_or_build_never_goes_into_the_book_data():
-    for make in (lambda: synthfleet.add_host(ROOT / "data"),
-                 lambda: synthfleet.add_build(ROOT / "data", "h-5ab5c186a54f")):
+    for make in (
+        lambda: synthfleet.add_host(ROOT / "data"),
+        lambda: synthfleet.add_build(ROOT / "data", "h-5ab5c186a54f"),
+    ):
         with pytest.raises(PerfbookError, match="never goes into the book's data/"):
             make()

@@ -1,8 +1,7 @@
 """The trace-overhead chapter: parameters, harness, a quick live run, and cleanup."""
-import json
+
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -11,33 +10,41 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT, need_preflight, need_tool
-from perfbook.probes import cbuild
-from perfbook.hoststate import tracefs
 from perfbook.chapters import trace_overhead as T
-from perfbook.chapters.trace_overhead.analysis import caption_for, decompose, host_comparison, overhead_table
+from perfbook.chapters.trace_overhead.analysis import (
+    caption_for,
+    decompose,
+    host_comparison,
+    overhead_table,
+)
 from perfbook.chapters.trace_overhead.parse import EXPERIMENT, MECHANISMS, parse_harness
-from perfbook.data.dataset import quoted
 from perfbook.core.errors import ParameterError
+from perfbook.data.dataset import quoted
+from perfbook.hoststate import tracefs
+from perfbook.probes import cbuild
 
 NB = ROOT / "chapters" / "trace_overhead.ipynb"
 
 
-@pytest.mark.parametrize("bad,match", [
-    ({"iterations": -5}, "iterations must be an integer >= 1"),
-    ({"iterations": 0}, "iterations must be an integer >= 1"),
-    ({"rep_min_runs": 1.5}, "rep_min_runs must be an integer"),
-    ({"rep_warmup": -1}, "rep_warmup must be an integer"),
-    ({"rep_target": 0}, "rep_target must be a relative CI width"),
-    ({"rep_target": "5%"}, "rep_target must be a relative CI width"),
-    ({"rep_budget_s": -3}, "rep_budget_s must be a number of seconds"),
-    ({"rep_min_runs": 8, "rep_max_runs": 4}, "rep_max_runs .4. must be >= rep_min_runs .8."),
-    ({"rounds": 0}, "rounds must be an integer >= 1"),
-    ({"warmup": True}, "warmup must be an integer"),
-    ({"mechanisms": "marker,kprobe"}, "unknown mechanisms kprobe"),
-    ({"mechanisms": ""}, "mechanisms: an empty list; choose from none, syscall"),
-    ({"pin_cpu": 4096}, "pin_cpu must be"),
-    ({"colour": "red"}, "unknown parameter 'colour'"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"iterations": -5}, "iterations must be an integer >= 1"),
+        ({"iterations": 0}, "iterations must be an integer >= 1"),
+        ({"rep_min_runs": 1.5}, "rep_min_runs must be an integer"),
+        ({"rep_warmup": -1}, "rep_warmup must be an integer"),
+        ({"rep_target": 0}, "rep_target must be a relative CI width"),
+        ({"rep_target": "5%"}, "rep_target must be a relative CI width"),
+        ({"rep_budget_s": -3}, "rep_budget_s must be a number of seconds"),
+        ({"rep_min_runs": 8, "rep_max_runs": 4}, "rep_max_runs .4. must be >= rep_min_runs .8."),
+        ({"rounds": 0}, "rounds must be an integer >= 1"),
+        ({"warmup": True}, "warmup must be an integer"),
+        ({"mechanisms": "marker,kprobe"}, "unknown mechanisms kprobe"),
+        ({"mechanisms": ""}, "mechanisms: an empty list; choose from none, syscall"),
+        ({"pin_cpu": 4096}, "pin_cpu must be"),
+        ({"colour": "red"}, "unknown parameter 'colour'"),
+    ],
+)
 def test_bad_parameters_are_one_clear_error(bad, match):
     with pytest.raises(ParameterError, match=match):
         T.chapter.parameters("quick", **bad)
@@ -46,42 +53,70 @@ def test_bad_parameters_are_one_clear_error(bad, match):
 def test_parameters_merge_and_keep_the_baseline():
     p = T.chapter.parameters("default", mechanisms="uprobe,marker", iterations=10)
     assert p["mechanisms"] == ["none", "uprobe", "marker"]
-    assert p["iterations"] == 10 and p["rep_min_runs"] == T.chapter.profiles["default"]["rep_min_runs"]
+    assert (
+        p["iterations"] == 10 and p["rep_min_runs"] == T.chapter.profiles["default"]["rep_min_runs"]
+    )
     with pytest.raises(ParameterError, match="profile"):
         T.chapter.parameters("huge")
-    fixed = T.chapter.parameters("quick", rounds=3)  # a fixed number of rounds, as before adaptive repetition
+    fixed = T.chapter.parameters(
+        "quick", rounds=3
+    )  # a fixed number of rounds, as before adaptive repetition
     assert fixed["rep_min_runs"] == fixed["rep_max_runs"] == 3
 
 
 def test_harness_output_and_errors():
     need_tool("gcc")
     b = str(cbuild.binary("probench"))
-    r = subprocess.run([b, "--target", "none", "--iters", "1000", "--batches", "4", "--warmup", "1"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        [b, "--target", "none", "--iters", "1000", "--batches", "4", "--warmup", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     df, timer = parse_harness(r.stdout)
     assert list(df.columns) == ["batch", "iters", "ns"] and len(df) == 4 and timer > 0
     assert (df.ns > 0).all()
-    for args, msg in ((["--target", "bogus"], "unknown target"),
-                      (["--target", "none", "--iters", "-5"], "--iters must be an integer >= 1"),
-                      (["--target", "marker"], "needs --marker")):
+    for args, msg in (
+        (["--target", "bogus"], "unknown target"),
+        (["--target", "none", "--iters", "-5"], "--iters must be an integer >= 1"),
+        (["--target", "marker"], "needs --marker"),
+    ):
         r = subprocess.run([b, *args], capture_output=True, text=True)
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and msg in r.stderr
 
 
-def _fake_samples(medians: dict, n: int = 12, spread: float = 0.002, seed: int = 0, dataset="h-a/r1"):
+def _fake_samples(
+    medians: dict, n: int = 12, spread: float = 0.002, seed: int = 0, dataset="h-a/r1"
+):
     import numpy as np
+
     rng = np.random.default_rng(seed)
-    rows = [{"dataset": dataset, "host_id": dataset.split("/")[0], "run_id": dataset.split("/")[1],
-             "mechanism": m, "round": i,
-             "ns_per_call": v * (1 + rng.normal(0, spread))}
-            for m, v in medians.items() for i in range(n)]
+    rows = [
+        {
+            "dataset": dataset,
+            "host_id": dataset.split("/")[0],
+            "run_id": dataset.split("/")[1],
+            "mechanism": m,
+            "round": i,
+            "ns_per_call": v * (1 + rng.normal(0, spread)),
+        }
+        for m, v in medians.items()
+        for i in range(n)
+    ]
     return pd.DataFrame(rows)
 
 
 def test_decompose_isolates_steps_and_says_not_significant():
-    med = {"none": 2.0, "syscall": 200.0, "marker": 600.0, "uprobe": 4000.0,
-           "uprobe_push": 1000.0, "uprobe_nop5": 800.0, "uretprobe": 5000.0,
-           "perf_stat": 4000.0}
+    med = {
+        "none": 2.0,
+        "syscall": 200.0,
+        "marker": 600.0,
+        "uprobe": 4000.0,
+        "uprobe_push": 1000.0,
+        "uprobe_nop5": 800.0,
+        "uretprobe": 5000.0,
+        "perf_stat": 4000.0,
+    }
     steps = decompose(_fake_samples(med)).set_index("key")
     assert steps.ns["marker_buffer"] == pytest.approx(400, rel=0.02)
     assert steps.ns["sstep"] == pytest.approx(3000, rel=0.02)
@@ -100,8 +135,10 @@ def test_overhead_and_host_comparison():
     over = overhead_table(pd.concat([a, b])).set_index(["dataset", "mechanism"])
     assert over.loc[("h-b/r2", "uprobe"), "overhead_ns"] == pytest.approx(4398, rel=0.01)
     assert "none" not in over.index.get_level_values("mechanism")
-    ms = [{"host": {"host_id": "h-a"}, "run_id": "r1", "profile": "default", "tables": {}},
-          {"host": {"host_id": "h-b"}, "run_id": "r2", "profile": "quick", "tables": {}}]
+    ms = [
+        {"host": {"host_id": "h-a"}, "run_id": "r1", "profile": "default", "tables": {}},
+        {"host": {"host_id": "h-b"}, "run_id": "r2", "profile": "quick", "tables": {}},
+    ]
     assert quoted(ms)["run_id"] == "r1", "a newer quick run does not become the prose's dataset"
     hc = host_comparison(pd.concat([a, b]), ms).set_index("mechanism")
     assert (hc.baseline == "h-a").all() and (hc.host_id == "h-b").all()
@@ -112,8 +149,11 @@ def test_overhead_and_host_comparison():
 
 def test_caption_counts_warmup_batches():
     s = _fake_samples({"none": 2.0, "marker": 600.0}, n=3)
-    old = {"host": {"host_id": "h-a", "description": "box"}, "run_id": "r1",
-           "parameters": {"warmup": 2, "batches": 10}}
+    old = {
+        "host": {"host_id": "h-a", "description": "box"},
+        "run_id": "r1",
+        "parameters": {"warmup": 2, "batches": 10},
+    }
     cap = caption_for(s, [old], "Cost")
     assert "n = 3 batches" in cap and "after 6 warm-up batches" in cap and "h-a (box)" in cap
     new = {**old, "parameters": {"warmup": 2, "batches": 10, "rep_warmup": 1}}
@@ -131,7 +171,7 @@ def test_committed_data_is_consistent(book_data):
     for m in d.manifests:
         assert m.host_id and m.facts["kernel_features"] is not None
     rep = d["repetition"]
-    for ds, g in (rep.groupby("dataset") if len(rep) else []):
+    for ds, g in rep.groupby("dataset") if len(rep) else []:
         rounds = d["samples"][d["samples"].dataset == ds]["round"].nunique()
         assert (g.n == rounds).all(), "the repetition table counts the rounds in the samples"
 
@@ -139,16 +179,25 @@ def test_committed_data_is_consistent(book_data):
 def _papermill_error(tmp_path, **params):
     out = tmp_path / "out.ipynb"
     with pytest.raises(pm.PapermillExecutionError) as ei:
-        pm.execute_notebook(str(NB), str(out), parameters={"mode": "collect", **params},
-                            progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+        pm.execute_notebook(
+            str(NB),
+            str(out),
+            parameters={"mode": "collect", **params},
+            progress_bar=False,
+            cwd=str(NB.parent),
+            kernel_name="python3",
+        )
     return ei.value
 
 
-@pytest.mark.parametrize("params,ename,text", [
-    ({"iterations": -5}, "ParameterError", "iterations must be an integer >= 1, got -5"),
-    ({"mechanisms": "marker,bogus"}, "ParameterError", "unknown mechanisms bogus"),
-    ({"mode": "measure"}, "ParameterError", "mode must be one of"),
-])
+@pytest.mark.parametrize(
+    "params,ename,text",
+    [
+        ({"iterations": -5}, "ParameterError", "iterations must be an integer >= 1, got -5"),
+        ({"mechanisms": "marker,bogus"}, "ParameterError", "unknown mechanisms bogus"),
+        ({"mode": "measure"}, "ParameterError", "mode must be one of"),
+    ],
+)
 def test_papermill_bad_parameters(tmp_path, scratch_data, params, ename, text):
     err = _papermill_error(tmp_path, data_dir=str(scratch_data), **params)
     assert err.ename == ename and text in err.evalue
@@ -168,10 +217,19 @@ def test_papermill_unwritable_data_dir(tmp_path):
 def test_quick_collect_through_papermill(tmp_path, scratch_data):
     need_preflight(T.chapter)
     before = tracefs.snapshot()
-    pm.execute_notebook(str(NB), str(tmp_path / "out.ipynb"),
-                        parameters={"mode": "collect", "profile": "quick", "data_dir": str(scratch_data),
-                                    "rep_warmup": 1},
-                        progress_bar=False, cwd=str(NB.parent), kernel_name="python3")
+    pm.execute_notebook(
+        str(NB),
+        str(tmp_path / "out.ipynb"),
+        parameters={
+            "mode": "collect",
+            "profile": "quick",
+            "data_dir": str(scratch_data),
+            "rep_warmup": 1,
+        },
+        progress_bar=False,
+        cwd=str(NB.parent),
+        kernel_name="python3",
+    )
     assert tracefs.snapshot() == before
     runs = T.chapter.load(scratch_data)
     assert len(runs.manifests) == 1
@@ -211,6 +269,7 @@ class _Writer:
 
 def _table(rows):
     import pandas as pd
+
     return pd.DataFrame(rows, columns=["mechanism", "ns_per_call"])
 
 
@@ -219,25 +278,41 @@ def test_sanity_rejects_a_baseline_far_above_a_function_call():
     orphaned bpftrace on the harness); about 1.5 ns is normal here."""
     from perfbook.chapters.trace_overhead.collect import _sanity
     from perfbook.chapters.trace_overhead.parse import BASELINE_MAX_NS
+
     p = {"mechanisms": ["none", "marker"]}
     ok, bad = _Writer(), _Writer()
     _sanity(ok, p, _table([("none", 1.5), ("none", 1.6), ("marker", 600.0)]), [], {})
     _sanity(bad, p, _table([("none", 12901.0), ("none", 12890.0), ("marker", 13500.0)]), [], {})
     assert ok.rejected == []
-    assert len(bad.rejected) == 1 and "baseline" in bad.rejected[0] and str(BASELINE_MAX_NS) in bad.rejected[0]
+    assert (
+        len(bad.rejected) == 1
+        and "baseline" in bad.rejected[0]
+        and str(BASELINE_MAX_NS) in bad.rejected[0]
+    )
 
 
 def test_sanity_rejects_a_hit_count_mismatch_and_a_missing_mechanism():
     from perfbook.chapters.trace_overhead.collect import _sanity
+
     w = _Writer()
     checks = [{"mechanism": "uprobe", "expected_hits": 2000, "observed_hits": 1999}]
-    _sanity(w, {"mechanisms": ["none", "uprobe", "marker"]}, _table([("none", 1.5), ("uprobe", 4400.0)]),
-            checks, {})
+    _sanity(
+        w,
+        {"mechanisms": ["none", "uprobe", "marker"]},
+        _table([("none", 1.5), ("uprobe", 4400.0)]),
+        checks,
+        {},
+    )
     assert any("different number of hits" in r for r in w.rejected)
     assert any("marker was planned but has no samples" in r for r in w.rejected)
     w2 = _Writer()  # a mechanism skipped for a missing tool is not "missing samples"
-    _sanity(w2, {"mechanisms": ["none", "bpf_uprobe"]}, _table([("none", 1.5)]), [],
-            {"bpf_uprobe": "bpftrace is not installed"})
+    _sanity(
+        w2,
+        {"mechanisms": ["none", "bpf_uprobe"]},
+        _table([("none", 1.5)]),
+        [],
+        {"bpf_uprobe": "bpftrace is not installed"},
+    )
     assert w2.rejected == []
 
 
@@ -245,17 +320,19 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
     """A process whose command line names our harness (bpftrace left from a killed run),
     and a uprobe on it outside our group, are both reported; our own group is not."""
     import subprocess
+
     from perfbook.chapters.trace_overhead.collect import foreign_attachments
+
     harness = tmp_path / "probench"
     harness.write_text("")
     root = tmp_path / "tracefs"
     root.mkdir()
     (root / "uprobe_events").write_text(
-        f"p:perfbook_{os.getpid()}/uprobe {harness}:0x1860\n"
-        f"p:other/stray {harness}:0x1860\n")
+        f"p:perfbook_{os.getpid()}/uprobe {harness}:0x1860\np:other/stray {harness}:0x1860\n"
+    )
     # a shell that names the harness on its command line ($0) and stays alive
     p = subprocess.Popen(["sh", "-c", "sleep 30; :", str(harness)])
-    deadline = time.monotonic() + 10   # right after exec, /proc/<pid>/cmdline can still be empty
+    deadline = time.monotonic() + 10  # right after exec, /proc/<pid>/cmdline can still be empty
     while not Path(f"/proc/{p.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
@@ -269,8 +346,10 @@ def test_another_tracer_on_the_harness_is_found(tmp_path):
 
 # -- the run-to-run spread and the published bare-metal figures (#18 items 1 and 9) ---------------
 
+
 def test_spread_names_the_runs_at_its_ends_and_a_single_run():
     from perfbook.chapters.trace_overhead.prose import spread
+
     two = spread({"r1": 616.0, "r2": 400.0, "r3": 618.4})
     assert two == "400–618 ns across 3 runs (lowest in run r2, highest in run r3)"
     assert spread({"r1": 616.0}) == "616 ns (one run, r1)"
@@ -281,16 +360,29 @@ def test_published_figures_keep_their_provenance_and_convert_rates_to_ns():
     """Every published figure names its source, author, list, date, URL and CPU; ns per hit is
     1000 / (M/s); the comparison uses the kernel state with the patch applied."""
     from perfbook.chapters.trace_overhead.analysis import BAREMETAL, published, published_current
+
     d = T.chapter.load()
     raw = d.reference(BAREMETAL)
-    for col in ("bench_mechanism", "value", "unit", "title", "author", "venue", "date", "url", "cpu"):
+    for col in (
+        "bench_mechanism",
+        "value",
+        "unit",
+        "title",
+        "author",
+        "venue",
+        "date",
+        "url",
+        "cpu",
+    ):
         assert raw[col].notna().all(), col
     assert set(raw.unit) == {"M/s"} and raw.url.str.startswith("https://lore.kernel.org/").all()
     pub = published(d)
     assert (pub.ns_per_hit * pub.rate).round(9).eq(1000).all()
     cur = published_current(d).set_index("machine")
     amd = cur.loc["AMD Ryzen 7 5700U (2024)"]
-    assert amd["uprobe-ret"] == pytest.approx(1000 / 0.826) and amd["uprobe-push"] == pytest.approx(1000 / 1.384)
+    assert amd["uprobe-ret"] == pytest.approx(1000 / 0.826) and amd["uprobe-push"] == pytest.approx(
+        1000 / 1.384
+    )
     assert amd["sstep"] == pytest.approx(1000 / 0.826 - 1000 / 1.384)
     assert cur.loc["Intel (2025)", "uprobe-nop5"] == pytest.approx(1000 / 7.286)
 
@@ -311,7 +403,11 @@ def test_the_single_step_finding_follows_the_data():
 
     base = {"none": 2.0, "marker": 600.0, "uprobe_push": 1000.0}
     dear = sstep_dearer(_Run(_fake_samples({**base, "uprobe": 4000.0})))
-    assert dear.holds and "single step 3,0" in dear.evidence and "published at most 582 ns" in dear.evidence
+    assert (
+        dear.holds
+        and "single step 3,0" in dear.evidence
+        and "published at most 582 ns" in dear.evidence
+    )
     cheap = sstep_dearer(_Run(_fake_samples({**base, "uprobe": 1400.0})))
     assert not cheap.holds
     assert sstep_dearer(_Run(_fake_samples(base))) is None

@@ -1,16 +1,16 @@
 """Tracing state is restored on success, on exceptions, on SIGINT/SIGTERM, and
 swept after SIGKILL. These tests change real kernel state, so they need root."""
+
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from conftest import need_root
-from perfbook.probes import cbuild, elfsym
 from perfbook.hoststate import tracefs
+from perfbook.probes import cbuild, elfsym
 
 
 @pytest.fixture
@@ -20,6 +20,7 @@ def root_tracefs():
     if reasons:
         pytest.skip(reasons[0])
     from perfbook.hoststate.lock import measure_lock
+
     with measure_lock("tests/test_tracefs.py"):
         before = tracefs.snapshot()
         yield before
@@ -44,8 +45,12 @@ def test_session_restores_everything(root_tracefs):
         # disturb the global settings the way a careless tool would
         root = s.root
         tracefs._write(root / "tracing_on", "0" if s.saved.tracing_on == "1" else "1")
-        tracefs._write(root / "trace_clock", "global" if s.saved.trace_clock != "global" else "local")
-        assert any(ev.split("/")[1] in line for line in (root / "uprobe_events").read_text().splitlines())
+        tracefs._write(
+            root / "trace_clock", "global" if s.saved.trace_clock != "global" else "local"
+        )
+        assert any(
+            ev.split("/")[1] in line for line in (root / "uprobe_events").read_text().splitlines()
+        )
     assert not inst.exists()
 
 
@@ -54,11 +59,10 @@ def test_session_restores_on_exception(root_tracefs):
     with pytest.raises(ZeroDivisionError):
         with tracefs.TraceSession("unit") as s:
             s.enable(s.add_uprobe("u1", b, elfsym.file_offset(b, "pb_push")))
-            1 / 0
+            raise ZeroDivisionError("a failure inside the session")
 
 
 def test_kernel_rejection_is_a_clear_error(root_tracefs):
-    b = _probench()
     with tracefs.TraceSession("unit") as s:
         with pytest.raises(tracefs.TraceError, match="refused uprobe"):
             s.add_uprobe("bad", "/nonexistent/perfbook-binary", 0x10)
@@ -128,9 +132,11 @@ def test_concurrent_sessions_mount_once_and_the_last_one_out_unmounts():
     need_root("mounting tracefs")
     if tracefs.find_tracefs() is not None:
         pytest.skip("tracefs is mounted by someone else here; not unmounting it")
-    for attempt in range(3):   # a race: several rounds of eight sessions starting together
-        procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, f"conc{i}", str(0.2 * (i % 3))])
-                 for i in range(8)]
+    for attempt in range(3):  # a race: several rounds of eight sessions starting together
+        procs = [
+            subprocess.Popen([sys.executable, "-c", CONCURRENT, f"conc{i}", str(0.2 * (i % 3))])
+            for i in range(8)
+        ]
         assert all(p.wait(60) == 0 for p in procs)
         mounted = [m for m, t in tracefs.mounts() if t == "tracefs"]
         assert mounted == [], f"round {attempt + 1}: left mounted: {mounted}"
@@ -153,15 +159,25 @@ def test_our_instance_prints_lines_the_parser_reads_whatever_the_top_level_says(
     or raw/hex/bin on, perfbook.probes.ftrace could read none of its lines (they went to 'unparsed'
     and were silently dropped). The session writes the kernel's defaults on its own instance."""
     from perfbook.hoststate.tracefs import READABLE_FORMAT, readable_format
+
     opts = tmp_path / "options"
     opts.mkdir()
-    inherited = {"context-info": "0", "raw": "1", "hex": "0", "bin": "1", "record-tgid": "1", "irq-info": "0"}
+    inherited = {
+        "context-info": "0",
+        "raw": "1",
+        "hex": "0",
+        "bin": "1",
+        "record-tgid": "1",
+        "irq-info": "0",
+    }
     for k, v in inherited.items():
         (opts / k).write_text(v + "\n")
     changed = readable_format(tmp_path)
     assert changed == {"context-info": "1", "raw": "0", "bin": "0"}
     assert {k: (opts / k).read_text().strip() for k in READABLE_FORMAT} == READABLE_FORMAT
-    assert (opts / "record-tgid").read_text().strip() == "1", "layouts the parser reads are left alone"
+    assert (opts / "record-tgid").read_text().strip() == "1", (
+        "layouts the parser reads are left alone"
+    )
     assert readable_format(tmp_path) == {}
 
 
@@ -171,13 +187,16 @@ def test_a_busy_unmount_keeps_the_flag_for_the_next_sweep(tmp_path, monkeypatch)
     anyway, so no later sweep would ever unmount it. The flag now stays until umount works."""
     from pathlib import Path
     from types import SimpleNamespace
+
     mount_dir = tmp_path / "state"
     mount_dir.mkdir(mode=0o700)
     monkeypatch.setattr(tracefs, "_mount_dir", lambda: mount_dir)
     monkeypatch.setattr(tracefs.time, "sleep", lambda s: None)
     root = Path("/sys/kernel/tracing")
     state = {"mounted": True, "busy": True, "calls": 0}
-    monkeypatch.setattr(tracefs, "mounts", lambda: [(str(root), "tracefs")] if state["mounted"] else [])
+    monkeypatch.setattr(
+        tracefs, "mounts", lambda: [(str(root), "tracefs")] if state["mounted"] else []
+    )
 
     def umount(cmd, capture_output=True):
         state["calls"] += 1
@@ -185,6 +204,7 @@ def test_a_busy_unmount_keeps_the_flag_for_the_next_sweep(tmp_path, monkeypatch)
             return SimpleNamespace(returncode=32, stdout=b"", stderr=b"target is busy")
         state["mounted"] = False
         return SimpleNamespace(returncode=0, stdout=b"", stderr=b"")
+
     monkeypatch.setattr(tracefs.subprocess, "run", umount)
     (mount_dir / "mounted").write_text("1\n")
     assert tracefs.release_mount(root) is False and state["calls"] > 1, "retried"
@@ -198,13 +218,20 @@ def test_a_snapshot_of_a_tracefs_unmounted_while_it_looks_says_unmounted(tmp_pat
     """A noisy make test: the contract test's leftovers() read tracefs while the run under
     test unmounted it (its restore), and crashed on the vanished instances/ directory."""
     from perfbook.hoststate import tracefs
+
     root = tmp_path / "tracing"
     (root / "instances").mkdir(parents=True)
-    for name, text in (("tracing_on", "0"), ("trace_clock", "[local] global"), ("current_tracer", "nop"),
-                       ("set_event", ""), ("uprobe_events", "")):
+    for name, text in (
+        ("tracing_on", "0"),
+        ("trace_clock", "[local] global"),
+        ("current_tracer", "nop"),
+        ("set_event", ""),
+        ("uprobe_events", ""),
+    ):
         (root / name).write_text(text + "\n")
 
     def gone(self):
         raise FileNotFoundError(2, "No such file or directory", str(self))
+
     monkeypatch.setattr(type(root), "iterdir", gone)
     assert tracefs.snapshot(root) == {"mounted": False}

@@ -1,6 +1,7 @@
 """tsc_alignment: parameters, parsers and analysis on fixtures, the committed data, live KVM runs.
 
 Ctrl-C/SIGTERM/SIGKILL during a collect are tests/test_contract.py's signal matrix (LIVE)."""
+
 from __future__ import annotations
 
 import json
@@ -14,12 +15,15 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_root
-from perfbook.framework import sequence as framework
 from perfbook.chapters import tsc_alignment as X
-from perfbook.chapters.tsc_alignment import analysis as A, collect as C, parse as P, prose
+from perfbook.chapters.tsc_alignment import analysis as A
+from perfbook.chapters.tsc_alignment import collect as C
+from perfbook.chapters.tsc_alignment import parse as P
+from perfbook.chapters.tsc_alignment import prose
 from perfbook.chapters.tsc_alignment.parse import U64, fact_rank, signed
 from perfbook.core.errors import ParameterError
 from perfbook.data.dataset import table_path
+from perfbook.framework import sequence as framework
 
 FIX = Path(__file__).parent / "fixtures" / "tsc_alignment"
 HELPER_OUT = (FIX / "helper_run.txt").read_text()
@@ -31,7 +35,7 @@ def test_params_defaults_and_errors():
     ch = X.chapter
     p = ch.parameters("quick")
     assert p["rep_min_runs"] == ch.profiles["quick"]["rep_min_runs"]
-    assert p["cpus"] == sorted(os.sched_getaffinity(0))[:2]           # None: the first two usable
+    assert p["cpus"] == sorted(os.sched_getaffinity(0))[:2]  # None: the first two usable
     assert ch.parameters("quick", cpus="0")["cpus"] == [0]
     with pytest.raises(ParameterError, match="profile"):
         ch.parameters("huge")
@@ -45,11 +49,13 @@ def test_params_defaults_and_errors():
         ch.parameters("quick", cpus="0,9999")
     with pytest.raises(ParameterError, match="cpus"):
         ch.parameters("quick", cpus="zero")
-    for bad, msg in (({"rep_target": 0}, "rep_target must be a relative CI width"),
-                     ({"rep_budget_s": "long"}, "rep_budget_s must be a number of seconds"),
-                     ({"rep_warmup": -1}, "rep_warmup must be an integer"),
-                     ({"rep_min_runs": 10, "rep_max_runs": 5}, "rep_max_runs .5. must be >= rep_min_runs"),
-                     ({"rounds": 8}, "unknown parameter 'rounds'")):
+    for bad, msg in (
+        ({"rep_target": 0}, "rep_target must be a relative CI width"),
+        ({"rep_budget_s": "long"}, "rep_budget_s must be a number of seconds"),
+        ({"rep_warmup": -1}, "rep_warmup must be an integer"),
+        ({"rep_min_runs": 10, "rep_max_runs": 5}, "rep_max_runs .5. must be >= rep_min_runs"),
+        ({"rounds": 8}, "unknown parameter 'rounds'"),
+    ):
         with pytest.raises(ParameterError, match=msg):
             ch.parameters("quick", **bad)
 
@@ -58,7 +64,7 @@ def test_signed():
     assert signed(0) == 0
     assert signed(U64 - 5) == -5
     assert signed(12345) == 12345
-    assert signed(str(U64 - 5)) == -5          # as the tables store u64 offsets
+    assert signed(str(U64 - 5)) == -5  # as the tables store u64 offsets
 
 
 # --------------------------------------------------------------- parsers --
@@ -69,17 +75,19 @@ def test_parse_helper_and_trace():
     assert r["samples"]["guest"].tolist() == [4500, 6600, 9400]
     assert len(r["ops"]) == 2 and len(r["pingpong"]) == 2 and len(r["freq"]) == 1
     tr = P.parse_trace(TRACE, pid=42)
-    assert len(tr) == 3 and set(tr["pid"]) == {42}          # the other pid is dropped
+    assert len(tr) == 3 and set(tr["pid"]) == {42}  # the other pid is dropped
     ev = P.tsc_offset_events(tr)
     assert ev["next"].tolist() == [U64 - 2000, 0]
 
 
 def test_parse_trace_with_record_tgid_and_irq_info_off():
     """The old parser required the irq-info column and no tgid column: it returned nothing."""
-    alt = TRACE.replace("      [000] d..1. 2500:", " (     42) [000]         2500:") \
-               .replace("      [001] d..1. 8050:", " (     42) [001]         8050:") \
-               .replace("        [001] d..1. 8060:", " (      7) [001]         8060:") \
-               .replace("      [001] ..... 9300:", " (     42) [001]         9300:")
+    alt = (
+        TRACE.replace("      [000] d..1. 2500:", " (     42) [000]         2500:")
+        .replace("      [001] d..1. 8050:", " (     42) [001]         8050:")
+        .replace("        [001] d..1. 8060:", " (      7) [001]         8060:")
+        .replace("      [001] ..... 9300:", " (     42) [001]         9300:")
+    )
     assert alt.count("(") >= 4
     tr = P.parse_trace(alt + "CPU:1 [LOST 2 EVENTS]\n", pid=42)
     assert len(tr) == 3 and tr["ts"].tolist() == [2500, 8050, 9300] and tr.attrs["lost"] == 2
@@ -104,7 +112,7 @@ def test_offset_check_and_brackets(as_text):
     create = oc[oc["kind"] == "create_vcpu"].iloc[0]
     assert create["trace_next"] == -2000 and create["kernel_tsc"] == 2000
     assert bool(create["kernel_tsc_in_ioctl"]) and bool(create["event_in_ioctl"])
-    assert not bool(create["match"])          # API said 0, the tracepoint -2000
+    assert not bool(create["match"])  # API said 0, the tracepoint -2000
     assert bool(oc[oc["kind"] == "set_attr"].iloc[0]["match"])
     b = A.bracket_frame(r["samples"])
     assert b["inside"].all()
@@ -127,10 +135,15 @@ def test_offset_check_reports_a_missing_event():
 def test_timeline_puts_host_events_and_guest_stamps_on_one_axis():
     r = P.parse_helper(HELPER_OUT)
     tr = P.parse_trace(TRACE, pid=42)
-    tl = A.timeline_frame(tr, r["samples"], window=1)   # the first non-warm-up reading: 6000..7000
+    tl = A.timeline_frame(tr, r["samples"], window=1)  # the first non-warm-up reading: 6000..7000
     assert tl["what"].tolist() == ["before KVM_RUN", "guest RDTSC", "after KVM_RUN"]
     tl = A.timeline_frame(tr, r["samples"][r["samples"]["variant"] == "attr"], window=1)
-    assert tl["what"].tolist() == ["before KVM_RUN", "emulate 0f 31", "guest RDTSC", "after KVM_RUN"]
+    assert tl["what"].tolist() == [
+        "before KVM_RUN",
+        "emulate 0f 31",
+        "guest RDTSC",
+        "after KVM_RUN",
+    ]
     assert tl["t_cycles"].tolist() == [0, 300, 400, 900]
 
 
@@ -148,15 +161,28 @@ def test_skew_bounds_contain_a_known_skew():
     sb = A.skew_bounds(_tagged(pp))
     allrow = sb[sb["round"] == "all"].iloc[0]
     assert allrow["lo"] <= 300 <= allrow["hi"]
-    assert not allrow["consistent"]            # 0 is excluded: the skew is proven
+    assert not allrow["consistent"]  # 0 is excluded: the skew is proven
 
 
 def test_fact_rank_restores_the_written_order():
-    keys = ["measured_tsc_khz_median", "dmesg_tsc_10", "dmesg_tsc_2", "kvm_get_tsc_khz",
-            "some_new_cpuid_fact", "cpu_flag_tsc", "cpu_model"]
-    assert sorted(keys, key=fact_rank) == ["cpu_model", "cpu_flag_tsc", "some_new_cpuid_fact",
-                                           "kvm_get_tsc_khz", "dmesg_tsc_2", "dmesg_tsc_10",
-                                           "measured_tsc_khz_median"]
+    keys = [
+        "measured_tsc_khz_median",
+        "dmesg_tsc_10",
+        "dmesg_tsc_2",
+        "kvm_get_tsc_khz",
+        "some_new_cpuid_fact",
+        "cpu_flag_tsc",
+        "cpu_model",
+    ]
+    assert sorted(keys, key=fact_rank) == [
+        "cpu_model",
+        "cpu_flag_tsc",
+        "some_new_cpuid_fact",
+        "kvm_get_tsc_khz",
+        "dmesg_tsc_2",
+        "dmesg_tsc_10",
+        "measured_tsc_khz_median",
+    ]
 
 
 def test_params_reject_before_touching_anything(tmp_path):
@@ -171,19 +197,24 @@ def test_without_kvm_the_kvm_parts_are_skipped(scratch_data, monkeypatch):
         pytest.skip(X.chapter.preflight()[0])
     reason = "no /dev/kvm: KVM is not available (test)"
     monkeypatch.setattr(C, "kvm_problem", lambda: reason)
-    out = framework.collect(X.chapter, "quick", scratch_data, say=lambda s: None,
-                            skew_iters=100, skew_rounds=1)
+    out = framework.collect(
+        X.chapter, "quick", scratch_data, say=lambda s: None, skew_iters=100, skew_rounds=1
+    )
     man = json.loads((out / "manifest.json").read_text())
     assert man["skipped"] == {"kvm": reason, "tracepoint": reason, "timeline": reason}
     assert man["profile"] == "quick" and "tsc_alignment" in man["facts"]
-    assert (table_path(out, "tsc_facts") is not None) and not (table_path(out, "bracket") is not None)
+    assert (table_path(out, "tsc_facts") is not None) and not (
+        table_path(out, "bracket") is not None
+    )
 
 
 # ------------------------------------------------------- committed data --
 def _committed(book_data):
     D = X.chapter.load(book_data.data_dir)
     if D["bracket"].empty:
-        pytest.skip("no committed tsc_alignment dataset yet (run python -m perfbook measure --chapters tsc_alignment)")
+        pytest.skip(
+            "no committed tsc_alignment dataset yet (run python -m perfbook measure --chapters tsc_alignment)"
+        )
     return D
 
 
@@ -192,7 +223,9 @@ def test_committed_dataset_is_consistent(book_data):
     b = A.bracket_frame(D["bracket"])
     assert (b["width"] > 0).all()
     att = b[(b["variant"] == "attr") & (b["warmup"] == 0)]
-    assert len(att) and att["inside"].all(), "after KVM_VCPU_TSC_OFFSET=0 every guest reading is bracketed"
+    assert len(att) and att["inside"].all(), (
+        "after KVM_VCPU_TSC_OFFSET=0 every guest reading is bracketed"
+    )
     oc = A.offset_check(D["kvm_ops"], D["tsc_offset_events"])
     assert (oc["kind"] != "count_mismatch").all(), "one kvm_write_tsc_offset per offset ioctl"
     assert oc["event_in_ioctl"].all()
@@ -216,7 +249,7 @@ def test_u64_offsets_load_exactly(book_data):
     """Offsets near 2^64 must not wrap: the tables keep them as exact decimal text."""
     D = _committed(book_data)
     nxt = D["tsc_offset_events"]["next"].map(int)
-    assert (nxt >= 0).all() and (nxt >= 1 << 63).any()     # creation offsets: 2^64 - host TSC
+    assert (nxt >= 0).all() and (nxt >= 1 << 63).any()  # creation offsets: 2^64 - host TSC
     ops = D["kvm_ops"]
     assert (ops["readback"].map(signed) == ops["readback_signed"]).all()
 
@@ -246,6 +279,7 @@ def _need_kvm():
 def _snap():
     """Tracing state that matters here; other chapters' live instances are ignored."""
     from perfbook.hoststate.tracefs import snapshot
+
     s = snapshot()
     s["our_instances"] = [i for i in s.get("our_instances", []) if "_tsc_" in i]
     return s
@@ -280,11 +314,27 @@ def test_live_alignment_inside_bracket_after_not_before():
     """On this machine: readings bracketed after alignment; before, it depends on the vendor."""
     _need_kvm()
     from perfbook.hoststate.tracefs import TraceSession
+
     with TraceSession(tag="tsc_test") as ts:
         ts.set_option("trace_clock", "x86-tsc")
         ts.enable("kvm/kvm_write_tsc_offset")
-        out = C.run_helper(["run", "--cpus", "0", "--rounds", "1", "--samples", "50",
-                            "--warmup", "5", "--pristine", "50", "--variants", "attr"])
+        out = C.run_helper(
+            [
+                "run",
+                "--cpus",
+                "0",
+                "--rounds",
+                "1",
+                "--samples",
+                "50",
+                "--warmup",
+                "5",
+                "--pristine",
+                "50",
+                "--variants",
+                "attr",
+            ]
+        )
         r = P.parse_helper(out)
         ev = P.tsc_offset_events(P.parse_trace(ts.file("trace").read_text(), int(r["meta"]["pid"])))
     b = A.bracket_frame(r["samples"])
@@ -313,7 +363,7 @@ def test_quick_collect(scratch_data):
     assert (out / "manifest.json").is_file() and (table_path(out, "tsc_facts") is not None)
     if not C.kvm_problem():
         for t in ("bracket", "kvm_ops", "tsc_offset_events", "timeline_events", "repetition"):
-            assert (table_path(out, f"{t}") is not None), t
+            assert table_path(out, f"{t}") is not None, t
         rep = pd.read_csv(table_path(out, "repetition")).set_index("key")
         assert set(rep.index) == set(P.VARIANTS) and set(rep.experiment) == {P.EXPERIMENT}
         assert (rep.warmup == 1).all()
@@ -339,10 +389,27 @@ def test_quick_collect(scratch_data):
 def test_helper_exits_cleanly_on_sigint():
     _need_kvm()
     from perfbook.probes.cbuild import binary
+
     exe = binary("kvmtsc")
-    proc = subprocess.Popen([str(exe), "run", "--cpus", "0", "--rounds", "200", "--samples",
-                             "100000", "--warmup", "0", "--variants", "attr"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "run",
+            "--cpus",
+            "0",
+            "--rounds",
+            "200",
+            "--samples",
+            "100000",
+            "--warmup",
+            "0",
+            "--variants",
+            "attr",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.5)
     kvm_open = _kvm_fds(proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -356,8 +423,23 @@ def test_interactive_helper_stops_when_told():
     """--interactive 1: one round per 'next'; 'stop' or end of input ends the run cleanly."""
     _need_kvm()
     from perfbook.probes.cbuild import binary
-    args = [str(binary("kvmtsc")), "run", "--cpus", "0", "--rounds", "50", "--samples", "5",
-            "--warmup", "1", "--variants", "attr", "--interactive", "1"]
+
+    args = [
+        str(binary("kvmtsc")),
+        "run",
+        "--cpus",
+        "0",
+        "--rounds",
+        "50",
+        "--samples",
+        "5",
+        "--warmup",
+        "1",
+        "--variants",
+        "attr",
+        "--interactive",
+        "1",
+    ]
     for stdin, rounds in (("next\nnext\nstop\n", 3), ("", 1)):
         r = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr

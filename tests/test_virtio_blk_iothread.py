@@ -1,5 +1,6 @@
 """virtio_blk_iothread: parsers on real fio and bonnie++ output, the guest script's markers,
 parameters, the seed's table, and the analysis and key findings on synthetic datasets."""
+
 from __future__ import annotations
 
 import math
@@ -9,12 +10,15 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from perfbook.chapters.virtio_blk_iothread import analysis as A, chapter, collect as C, parse as P, prose
+from perfbook.analysis.findings import FAILS, HOLDS, evaluate, num
+from perfbook.chapters.virtio_blk_iothread import analysis as A
+from perfbook.chapters.virtio_blk_iothread import chapter, prose
+from perfbook.chapters.virtio_blk_iothread import collect as C
+from perfbook.chapters.virtio_blk_iothread import parse as P
 from perfbook.chapters.virtio_blk_iothread import tables as T
+from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import load_reference
 from perfbook.data.writer import DatasetWriter
-from perfbook.core.errors import ParameterError, PerfbookError
-from perfbook.analysis.findings import HOLDS, FAILS, evaluate, num
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_blk_iothread"
 
@@ -22,9 +26,20 @@ FIX = ROOT / "tests" / "fixtures" / "virtio_blk_iothread"
 def test_fio_json_rows():
     r = P.fio_rows((FIX / "fio_randread_qd1.json").read_text())["randread_qd1"]
     assert r["iops"] == pytest.approx(682666.666667) and r["ios"] > 0
-    assert (r["clat_p50_us"], r["clat_p90_us"], r["clat_p99_us"], r["clat_p999_us"]) == (1.048, 1.32, 6.112, 8.512)
-    w = P.fio_rows("fio: a warning first\n" + (FIX / "fio_randwrite_qd32.json").read_text())["randwrite_qd32"]
-    assert w["iops"] > 0 and w["clat_p99_us"] >= w["clat_p50_us"] and w["bw_kib_s"] == pytest.approx(w["iops"] * 4, rel=0.01)
+    assert (r["clat_p50_us"], r["clat_p90_us"], r["clat_p99_us"], r["clat_p999_us"]) == (
+        1.048,
+        1.32,
+        6.112,
+        8.512,
+    )
+    w = P.fio_rows("fio: a warning first\n" + (FIX / "fio_randwrite_qd32.json").read_text())[
+        "randwrite_qd32"
+    ]
+    assert (
+        w["iops"] > 0
+        and w["clat_p99_us"] >= w["clat_p50_us"]
+        and w["bw_kib_s"] == pytest.approx(w["iops"] * 4, rel=0.01)
+    )
     with pytest.raises(PerfbookError, match="does not parse"):
         P.fio_rows('{"jobs": [')
     with pytest.raises(PerfbookError, match="failed with error 5"):
@@ -33,7 +48,12 @@ def test_fio_json_rows():
 
 def test_bonnie_csv_rows():
     rows = {r["item"]: r for r in P.bonnie_rows((FIX / "bonnie_direct.csv").read_text())}
-    assert set(rows) == {"block_output", "rewrite", "block_input", "seeks"}   # -f: no per-character tests
+    assert set(rows) == {
+        "block_output",
+        "rewrite",
+        "block_input",
+        "seeks",
+    }  # -f: no per-character tests
     assert rows["block_output"]["value"] == 58754 and rows["block_output"]["cpu_pct"] == 17
     assert rows["block_output"]["latency_us"] == 35255 and rows["seeks"]["unit"] == "/s"
     assert math.isnan(rows["block_input"]["value"]) and rows["block_input"]["latency_us"] == 4036
@@ -54,9 +74,22 @@ def test_guest_output_splits_into_tools():
     assert "-s 32 -r 16 -n 0 -f -D" in script and "mount -t ext4 /dev/vdb /mnt" in script
     assert "bonnie++" not in C.guest_script(p, plan, False)
     js = (FIX / "fio_randread_qd1.json").read_text()
-    text = "\n".join(["INFO queues 1", "INFO scheduler [none] mq-deadline", "@@JOB-IO j0@@", "@@JOB-IODONE j0@@",
-                      "@@JOB-END fio rc=0@@", "@@OUT-BEGIN fio@@", js, "@@OUT-END fio@@", "@@JOB-END bonnie rc=1@@",
-                      "@@OUT-BEGIN bonnie@@", "@@OUT-END bonnie@@", "@@ERR bonnie Can't open file@@"])
+    text = "\n".join(
+        [
+            "INFO queues 1",
+            "INFO scheduler [none] mq-deadline",
+            "@@JOB-IO j0@@",
+            "@@JOB-IODONE j0@@",
+            "@@JOB-END fio rc=0@@",
+            "@@OUT-BEGIN fio@@",
+            js,
+            "@@OUT-END fio@@",
+            "@@JOB-END bonnie rc=1@@",
+            "@@OUT-BEGIN bonnie@@",
+            "@@OUT-END bonnie@@",
+            "@@ERR bonnie Can't open file@@",
+        ]
+    )
     info, out = P.split_output(text)
     assert info == {"queues": "1", "scheduler": "[none] mq-deadline"}
     assert out["fio"]["rc"] == 0 and P.fio_rows(out["fio"]["out"])["randread_qd1"]["ios"] > 0
@@ -80,22 +113,28 @@ def test_bonnie_image_is_ext4_with_extents(tmp_path):
     """ext4 with extents: direct writes into new blocks stay direct (ext2's would not)."""
     import shutil
     import struct
+
     if not shutil.which("mkfs.ext4"):
         pytest.skip("mkfs.ext4 is not installed (apt-get install e2fsprogs)")
     img = tmp_path / "b.img"
     C.bonnie_image(img, 8)
     sb = img.read_bytes()[1024:2048]
     magic, incompat = struct.unpack_from("<H", sb, 56)[0], struct.unpack_from("<I", sb, 96)[0]
-    assert magic == 0xEF53 and incompat & 0x40 and img.stat().st_blocks * 512 >= 8 << 20   # extents, allocated
+    assert (
+        magic == 0xEF53 and incompat & 0x40 and img.stat().st_blocks * 512 >= 8 << 20
+    )  # extents, allocated
 
 
 def test_parameters():
     p = chapter.parameters("quick", depths="32,1,1", variants="on")
     assert p["depths"] == [1, 32] and p["variants"] == ["on"]
     assert chapter.parameters("quick", storm=[])["storm"] == []
-    for bad, words in (({"storm": "randwrite_qd1"}, "not among"), ({"depths": "0"}, "1..256"),
-                       ({"cache": "writeback"}, "aio=native"),
-                       ({"variants": "maybe"}, "unknown variants")):
+    for bad, words in (
+        ({"storm": "randwrite_qd1"}, "not among"),
+        ({"depths": "0"}, "1..256"),
+        ({"cache": "writeback"}, "aio=native"),
+        ({"variants": "maybe"}, "unknown variants"),
+    ):
         with pytest.raises(ParameterError, match=words):
             chapter.parameters("quick", **bad)
 
@@ -103,7 +142,10 @@ def test_parameters():
 def test_the_seed_table():
     ref = load_reference("virtio_blk_iothread")
     io = ref[ref.kind == "bonnie_io"].pivot_table(index="item", columns="variant", values="value")
-    assert io.loc["block_output"].tolist() == [74157, 61252] and io.loc["block_input"].tolist() == [50335, 91454]
+    assert io.loc["block_output"].tolist() == [74157, 61252] and io.loc["block_input"].tolist() == [
+        50335,
+        91454,
+    ]
     assert io.loc["seeks"].tolist() == [263.5, 242.6]
     rep = ref[ref.kind == "report"].set_index("variant").value
     assert (rep["off"], rep["on"]) == (140000, 600000)
@@ -111,6 +153,7 @@ def test_the_seed_table():
 
 
 # ---- analysis, prose values and key findings on synthetic datasets --------------------------
+
 
 def _dataset(data_dir, effect: float, storm_cost_off: float, seed: int = 1, vcpu: float = 0.97):
     """A dataset like a collect's: `effect` is on/off - 1 of QD1 randread IOPS; the storm costs
@@ -121,42 +164,150 @@ def _dataset(data_dir, effect: float, storm_cost_off: float, seed: int = 1, vcpu
     boot = 0
     for rnd in range(3):
         for v in ("off", "on"):
-            boots.append({"round": rnd, "boot": boot, "variant": v, "accel": "tcg", "accel_note": "TCG fallback",
-                          "boot_seconds": 9.0, "total_seconds": 60.0, "queues": 1, "scheduler": "[none]",
-                          "guest_cpus": 1, "qemu_version": "7.2.22", "guest_kernel": "k", "qemu_cmdline": "x"})
-            for pos, (job, st) in enumerate([("randread_qd1", False), ("randread_qd1", True), ("randread_qd32", False)]):
+            boots.append(
+                {
+                    "round": rnd,
+                    "boot": boot,
+                    "variant": v,
+                    "accel": "tcg",
+                    "accel_note": "TCG fallback",
+                    "boot_seconds": 9.0,
+                    "total_seconds": 60.0,
+                    "queues": 1,
+                    "scheduler": "[none]",
+                    "guest_cpus": 1,
+                    "qemu_version": "7.2.22",
+                    "guest_kernel": "k",
+                    "qemu_cmdline": "x",
+                }
+            )
+            for pos, (job, st) in enumerate(
+                [("randread_qd1", False), ("randread_qd1", True), ("randread_qd32", False)]
+            ):
                 for rep in range(2):
                     base = 1000.0 if job.endswith("qd1") else 3000.0
-                    iops = base * (1 + effect if v == "on" else 1) * (1 - storm_cost_off if st and v == "off" else 1)
+                    iops = (
+                        base
+                        * (1 + effect if v == "on" else 1)
+                        * (1 - storm_cost_off if st and v == "off" else 1)
+                    )
                     iops *= 1 + rng.uniform(-0.01, 0.01)
-                    fio.append({"round": rnd, "boot": boot, "variant": v, "position": pos, "job": job,
-                                "rw": "randread", "depth": 1 if job.endswith("qd1") else 32, "storm": st, "rep": rep,
-                                "iops": iops, "bw_kib_s": 4 * iops, "lat_mean_us": 1e6 / iops, "clat_p50_us": 900.0,
-                                "clat_p90_us": 1000.0, "clat_p99_us": 1500.0, "clat_p999_us": 3000.0,
-                                "guest_usr_pct": 5.0, "guest_sys_pct": 40.0, "ios": int(iops * 2)})
-                    rates = {"main": 0.30 if v == "off" else 0.05, "vcpu": vcpu, "iothread": 0.0 if v == "off" else 0.25,
-                             "monitor": 0.0, "worker": 0.0, "other": 0.0, "exited": 0.0}
-                    threads += [{"round": rnd, "boot": boot, "variant": v, "job": job, "storm": st, "rep": rep,
-                                 "cls": c, "threads": 1, "user_s": 2 * x * 0.7, "sys_s": 2 * x * 0.3, "wall_s": 2.0}
-                                for c, x in rates.items()]
+                    fio.append(
+                        {
+                            "round": rnd,
+                            "boot": boot,
+                            "variant": v,
+                            "position": pos,
+                            "job": job,
+                            "rw": "randread",
+                            "depth": 1 if job.endswith("qd1") else 32,
+                            "storm": st,
+                            "rep": rep,
+                            "iops": iops,
+                            "bw_kib_s": 4 * iops,
+                            "lat_mean_us": 1e6 / iops,
+                            "clat_p50_us": 900.0,
+                            "clat_p90_us": 1000.0,
+                            "clat_p99_us": 1500.0,
+                            "clat_p999_us": 3000.0,
+                            "guest_usr_pct": 5.0,
+                            "guest_sys_pct": 40.0,
+                            "ios": int(iops * 2),
+                        }
+                    )
+                    rates = {
+                        "main": 0.30 if v == "off" else 0.05,
+                        "vcpu": vcpu,
+                        "iothread": 0.0 if v == "off" else 0.25,
+                        "monitor": 0.0,
+                        "worker": 0.0,
+                        "other": 0.0,
+                        "exited": 0.0,
+                    }
+                    threads += [
+                        {
+                            "round": rnd,
+                            "boot": boot,
+                            "variant": v,
+                            "job": job,
+                            "storm": st,
+                            "rep": rep,
+                            "cls": c,
+                            "threads": 1,
+                            "user_s": 2 * x * 0.7,
+                            "sys_s": 2 * x * 0.3,
+                            "wall_s": 2.0,
+                        }
+                        for c, x in rates.items()
+                    ]
                     if st:
-                        storm.append({"round": rnd, "boot": boot, "variant": v, "job": job, "rep": rep,
-                                      "command": "query-block", "commands": 4000, "seconds": 2.0, "client_cpu_s": 1.2})
+                        storm.append(
+                            {
+                                "round": rnd,
+                                "boot": boot,
+                                "variant": v,
+                                "job": job,
+                                "rep": rep,
+                                "command": "query-block",
+                                "commands": 4000,
+                                "seconds": 2.0,
+                                "client_cpu_s": 1.2,
+                            }
+                        )
             if rnd == 0:
-                for item, val in (("block_output", 40000.0), ("rewrite", 20000.0), ("block_input", 45000.0),
-                                  ("seeks", 900.0)):
-                    bonnie.append({"round": rnd, "boot": boot, "variant": v, "item": item,
-                                   "value": val * (1.1 if v == "on" else 1.0), "unit": "KiB/s", "cpu_pct": 10.0,
-                                   "latency_us": 1000.0})
+                for item, val in (
+                    ("block_output", 40000.0),
+                    ("rewrite", 20000.0),
+                    ("block_input", 45000.0),
+                    ("seeks", 900.0),
+                ):
+                    bonnie.append(
+                        {
+                            "round": rnd,
+                            "boot": boot,
+                            "variant": v,
+                            "item": item,
+                            "value": val * (1.1 if v == "on" else 1.0),
+                            "unit": "KiB/s",
+                            "cpu_pct": 10.0,
+                            "latency_us": 1000.0,
+                        }
+                    )
             boot += 1
     with DatasetWriter(chapter.name, data_dir, p, profile="default", schemas=chapter.tables) as w:
-        for name, rows in (("fio", fio), ("threads", threads), ("storm", storm), ("bonnie", bonnie), ("boots", boots)):
+        for name, rows in (
+            ("fio", fio),
+            ("threads", threads),
+            ("storm", storm),
+            ("bonnie", bonnie),
+            ("boots", boots),
+        ):
             w.add_table(name, pd.DataFrame(rows))
-        w.add_table("repetition", pd.DataFrame([{"experiment": "randread_qd1 IOPS", "key": "off", "n": 6, "warmup": 0,
-                                                "median": 1000.0, "ci_low": 990.0, "ci_high": 1010.0, "ci_coverage": 0.97,
-                                                "rel_ci_width": 0.02, "target": 0.05, "min_runs": 2, "max_runs": 4,
-                                                "budget_s": 240.0, "elapsed_s": 100.0, "met_target": True,
-                                                "stopped_by": "ci_target"}]))
+        w.add_table(
+            "repetition",
+            pd.DataFrame(
+                [
+                    {
+                        "experiment": "randread_qd1 IOPS",
+                        "key": "off",
+                        "n": 6,
+                        "warmup": 0,
+                        "median": 1000.0,
+                        "ci_low": 990.0,
+                        "ci_high": 1010.0,
+                        "ci_coverage": 0.97,
+                        "rel_ci_width": 0.02,
+                        "target": 0.05,
+                        "min_runs": 2,
+                        "max_runs": 4,
+                        "budget_s": 240.0,
+                        "elapsed_s": 100.0,
+                        "met_target": True,
+                        "stopped_by": "ci_target",
+                    }
+                ]
+            ),
+        )
     return chapter.load(data_dir)
 
 
@@ -169,25 +320,44 @@ def test_prose_values_and_key_findings_hold_on_a_clear_effect(scratch_data):
     assert f["seed_block_input_ratio"] == "1.82" and f["ours_block_input_ratio"] == "1.10"
     assert f["seed_iops_before"] == "140,000" and f["storm_rate"] == "2,000"
     v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
-    assert v == {"io_leaves_main_loop": HOLDS, "qd1_randread": HOLDS, "storm_hurts_off_more": HOLDS,
-                 "bonnie_close": HOLDS, "none_saturated": FAILS}   # the vCPU at 0.97 s/s
+    assert v == {
+        "io_leaves_main_loop": HOLDS,
+        "qd1_randread": HOLDS,
+        "storm_hurts_off_more": HOLDS,
+        "bonnie_close": HOLDS,
+        "none_saturated": FAILS,
+    }  # the vCPU at 0.97 s/s
     e = T.effects_table(D)
     assert set(e.job) == {"randread_qd1", "randread_qd32"} and (e.n_on == 6).all()
-    assert list(T.cpu_table(D).columns) == ["main", "vcpu", "iothread", "monitor", "worker", "other", "exited"]
+    assert list(T.cpu_table(D).columns) == [
+        "main",
+        "vcpu",
+        "iothread",
+        "monitor",
+        "worker",
+        "other",
+        "exited",
+    ]
     assert A.bonnie_beside_seed(D).set_index("test").loc["block_output", "2013 on/off"] == 0.83
 
 
 def test_key_findings_fail_where_nothing_differs(scratch_data):
     D = _dataset(scratch_data, effect=0.0, storm_cost_off=0.0, vcpu=0.2)
     v = {k.key: evaluate(D, k, D.hosts[0]).verdict for k in chapter.key_findings}
-    assert v["qd1_randread"] == FAILS and v["storm_hurts_off_more"] == FAILS and v["none_saturated"] == HOLDS
-    assert v["io_leaves_main_loop"] == HOLDS   # the thread split does not depend on IOPS
+    assert (
+        v["qd1_randread"] == FAILS
+        and v["storm_hurts_off_more"] == FAILS
+        and v["none_saturated"] == HOLDS
+    )
+    assert v["io_leaves_main_loop"] == HOLDS  # the thread split does not depend on IOPS
 
 
 def test_figures_draw(scratch_data):
     import matplotlib
+
     matplotlib.use("Agg")
     from perfbook.chapters.virtio_blk_iothread import figures
+
     D = _dataset(scratch_data, effect=0.1, storm_cost_off=0.2)
     for fn in (figures.iops, figures.cpu, figures.hosts):
         fig, cap = fn(D)
@@ -202,6 +372,7 @@ class FakeQMP:
         import json
         import socket
         import threading
+
         self.path, self.commands, self.json = path, [], json
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(str(path))
@@ -215,10 +386,12 @@ class FakeQMP:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            conn.sendall(b'{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, '
-                         b'"capabilities": []}}\r\n')
+            conn.sendall(
+                b'{"QMP": {"version": {"qemu": {"micro": 0, "minor": 2, "major": 7}, "package": ""}, '
+                b'"capabilities": []}}\r\n'
+            )
             buf, dec = "", self.json.JSONDecoder()
-            while data := conn.recv(65536):      # a stream of JSON objects, not lines
+            while data := conn.recv(65536):  # a stream of JSON objects, not lines
                 buf += data.decode()
                 while buf.strip():
                     try:
@@ -227,7 +400,9 @@ class FakeQMP:
                         break
                     buf = buf.lstrip()[end:]
                     self.commands.append(msg["execute"])
-                    conn.sendall(self.json.dumps({"return": {}, "id": msg.get("id")}).encode() + b"\r\n")
+                    conn.sendall(
+                        self.json.dumps({"return": {}, "id": msg.get("id")}).encode() + b"\r\n"
+                    )
             conn.close()
 
     def close(self):
@@ -239,16 +414,27 @@ def test_sampler_brackets_jobs_and_runs_the_storm(tmp_path):
     storm job, floods a QMP server with the command until the job ends."""
     import os
     import time
+
     from perfbook.qemu import guest
+
     pytest.importorskip("qemu.qmp")
     srv = FakeQMP(tmp_path / "qmp.sock")
     try:
         p = chapter.parameters("quick")
-        plan = [{"id": "j0", "job": "randread_qd1", "storm": True}, {"id": "j1", "job": "randread_qd1", "storm": False}]
+        plan = [
+            {"id": "j0", "job": "randread_qd1", "storm": True},
+            {"id": "j1", "job": "randread_qd1", "storm": False},
+        ]
         s = C.Sampler(p, plan)
         live = guest.LiveGuest(os.getpid(), tmp_path / "qmp.sock")
-        for line in ("@@JOB-IO j0@@", "sleep", "@@JOB-IODONE j0@@", "@@JOB-IO j1@@", "{ not a marker",
-                     "@@JOB-IODONE j1@@"):
+        for line in (
+            "@@JOB-IO j0@@",
+            "sleep",
+            "@@JOB-IODONE j0@@",
+            "@@JOB-IO j1@@",
+            "{ not a marker",
+            "@@JOB-IODONE j1@@",
+        ):
             time.sleep(0.3) if line == "sleep" else s.on_line(line, live)
     finally:
         srv.close()
@@ -257,14 +443,18 @@ def test_sampler_brackets_jobs_and_runs_the_storm(tmp_path):
     assert srv.commands[0] == "qmp_capabilities" and st.seconds >= 0.25 and st.cpu > 0
     assert set(s.deltas) == {"j0", "j1"} and s.storm is None and "j1" not in s.storms
     delta, wall = s.deltas["j0"]
-    assert wall >= 0.25 and delta["main"]["threads"] == 1 and set(delta) == set(guest.THREAD_CLASSES)
+    assert (
+        wall >= 0.25 and delta["main"]["threads"] == 1 and set(delta) == set(guest.THREAD_CLASSES)
+    )
 
 
 def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
     """collect.boot_until_done: a GuestStalled boot keeps no rows and is recorded; the same boot
     runs again; one stall more than stall_reboots fails the run with the last one's words."""
     from types import SimpleNamespace
+
     from perfbook.qemu import guest
+
     p = chapter.parameters("default")
     assert p["stall_seconds"] == 30 and p["stall_reboots"] == 2
     calls = []
@@ -273,8 +463,11 @@ def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
         calls.append(boot)
         tables["fio"].append({"half": "written"})
         if len(calls) <= stalls_first:
-            raise guest.GuestStalled(f"TCG guest printed nothing for 30 s (the script's last line: '@@JOB-IO j{len(calls)}@@')")
+            raise guest.GuestStalled(
+                f"TCG guest printed nothing for 30 s (the script's last line: '@@JOB-IO j{len(calls)}@@')"
+            )
         return {"randread_qd1 IOPS": [1.0]}
+
     monkeypatch.setattr(C, "boot_once", fake)
     notes = []
     prog = SimpleNamespace(note=notes.append)
@@ -283,21 +476,31 @@ def test_a_stalled_guest_is_booted_again_and_recorded(monkeypatch):
         w = SimpleNamespace(extra={"stalled_boots": []})
         t = {"fio": [], "boots": []}
         if ok:
-            assert C.boot_until_done(None, p, "off", [], False, [], {}, t, 0, 7, w, prog) == {"randread_qd1 IOPS": [1.0]}
+            assert C.boot_until_done(None, p, "off", [], False, [], {}, t, 0, 7, w, prog) == {
+                "randread_qd1 IOPS": [1.0]
+            }
             assert t["fio"] == [{"half": "written"}] and calls == [7] * (stalls_first + 1)
         else:
-            with pytest.raises(PerfbookError, match=r"3 guests stalled, more than stall_reboots \(2\).*JOB-IO j3"):
+            with pytest.raises(
+                PerfbookError, match=r"3 guests stalled, more than stall_reboots \(2\).*JOB-IO j3"
+            ):
                 C.boot_until_done(None, p, "off", [], False, [], {}, t, 0, 7, w, prog)
         got = w.extra["stalled_boots"]
-        assert len(got) == min(stalls_first, 3) and all(x["boot"] == 7 and x["variant"] == "off" for x in got)
+        assert len(got) == min(stalls_first, 3) and all(
+            x["boot"] == 7 and x["variant"] == "off" for x in got
+        )
         assert all("printed nothing for 30 s" in x["why"] for x in got)
     assert notes and "booting it again" in notes[0]
 
 
 def test_the_stall_sentence_reads_the_manifest():
     from perfbook.data.dataset import Manifest
+
     m = Manifest({"facts": {"stalled_boots": [{"boot": 1}]}, "parameters": {"stall_seconds": 30.0}})
-    assert prose.stall_text(m) == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
+    assert (
+        prose.stall_text(m)
+        == "In the quoted dataset's run (stall_seconds 30), 1 guest stalled and was booted again"
+    )
     m["facts"]["stalled_boots"] = []
     assert prose.stall_text(m).endswith("no guest stalled")
     assert "predates" in prose.stall_text(Manifest({"facts": {}, "parameters": {}}))
@@ -306,8 +509,9 @@ def test_the_stall_sentence_reads_the_manifest():
 def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
     """auto: a TCG guest's devices get event_idx=off (the stall), a KVM guest's keep QEMU's default;
     the prose says what the quoted dataset's boots had."""
-    from perfbook.qemu import guest
     from perfbook.data.dataset import Manifest
+    from perfbook.qemu import guest
+
     assert chapter.parameters("default")["event_idx"] == "auto"
     seen = []
 
@@ -315,17 +519,29 @@ def test_event_idx_is_off_under_tcg_only_when_auto(tmp_path):
         def run(self, script, cfg):
             seen.append(cfg.disks)
             raise guest.GuestStalled("stop here")
+
     for ev in ("auto", "on", "off"):
         p = chapter.parameters("quick", event_idx=ev)
         with pytest.raises(guest.GuestStalled):
             C.boot_once(R(), p, "off", [], False, [tmp_path / "a"], {}, {}, 0, 0)
     r = guest.Runner(accel="tcg")
     r.artefacts = {"dir": str(tmp_path)}
-    dev = {(ev, a): [x for x in r.cmdline(guest.GuestConfig(disks=d), a, tmp_path, tmp_path / "i")
-                     if x.startswith("virtio-blk-pci")][0]
-           for ev, d in zip(("auto", "on", "off"), seen) for a in ("tcg", "kvm")}
+    dev = {
+        (ev, a): [
+            x
+            for x in r.cmdline(guest.GuestConfig(disks=d), a, tmp_path, tmp_path / "i")
+            if x.startswith("virtio-blk-pci")
+        ][0]
+        for ev, d in zip(("auto", "on", "off"), seen)
+        for a in ("tcg", "kvm")
+    }
     assert "event_idx=off" in dev["auto", "tcg"] and "event_idx" not in dev["auto", "kvm"]
     assert "event_idx=on" in dev["on", "tcg"] and "event_idx=off" in dev["off", "kvm"]
-    assert prose.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"tcg"}) == "off (auto, under TCG)"
-    assert prose.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"kvm"}).startswith("on (auto")
+    assert (
+        prose.event_idx_text(Manifest({"parameters": {"event_idx": "auto"}}), {"tcg"})
+        == "off (auto, under TCG)"
+    )
+    assert prose.event_idx_text(
+        Manifest({"parameters": {"event_idx": "auto"}}), {"kvm"}
+    ).startswith("on (auto")
     assert "predates" in prose.event_idx_text(Manifest({"parameters": {}}), {"tcg"})

@@ -3,6 +3,7 @@ small boot (tests/fixtures/virtio_blk_latency), the alignment math (the guest->h
 the QEMU clock fit and its check), the seed's table derivation, the benchmark binary, the committed
 dataset's prose values, and a quick collect run (live, root) that must leave no QEMU, no trace instance
 and no scratch file behind. Signals during a traced boot: tests/test_contract.py (LIVE)."""
+
 from __future__ import annotations
 
 import json
@@ -16,22 +17,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perfbook.framework import sequence as framework
-from perfbook.qemu import guest
-from perfbook.hoststate import tracefs
+from conftest import ROOT, need_root
+from conftest import scratch_owner as _owner
 from perfbook.analysis import stats as tools_stats
-from perfbook.chapters.virtio_blk_latency import chapter, prose
 from perfbook.chapters.virtio_blk_latency import analysis as A
+from perfbook.chapters.virtio_blk_latency import chapter, prose
 from perfbook.chapters.virtio_blk_latency import collect as C
 from perfbook.chapters.virtio_blk_latency import parse as P
 from perfbook.chapters.virtio_blk_latency.timeline import align as AL
 from perfbook.chapters.virtio_blk_latency.timeline import match as M
-from perfbook.data.dataset import load_reference
 from perfbook.core.errors import MissingPrerequisite, ParameterError, PerfbookError
+from perfbook.data.dataset import load_reference, table_path
+from perfbook.framework import sequence as framework
+from perfbook.hoststate import tracefs
 from perfbook.hoststate.scratch import live_dirs
-
-from conftest import ROOT, need_root, scratch_owner as _owner
-from perfbook.data.dataset import table_path
+from perfbook.qemu import guest
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_blk_latency"
 
@@ -41,13 +41,28 @@ def test_params_validate():
     d = chapter.parameters("default")
     assert d["aio"] == list(P.AIO) and d["patterns"] == list(P.PATTERNS)
     assert d["layer_runs"] == ["threads"] and d["variants"] == ["plain", "all"]
-    assert chapter.parameters("quick", aio="io_uring,threads")["aio"] == ["threads", "io_uring"]  # book order
+    assert chapter.parameters("quick", aio="io_uring,threads")["aio"] == [
+        "threads",
+        "io_uring",
+    ]  # book order
     assert chapter.parameters("quick", layer_runs="none")["layer_runs"] == []
-    for bad in ({"aio": "posix"}, {"aio": ""}, {"patterns": "zigzag"}, {"variants": "all,most"},
-                {"requests": 5}, {"requests": "many"}, {"requests": True}, {"warmup": -1},
-                {"image_mib": 2}, {"accel": "xen"}, {"boot_timeout": 0},
-                {"kvm_boot_timeout": "soon"}, {"layer_runs": "threads,posix"}, {"colour": 1},
-                {"requests": 10 ** 6}):
+    for bad in (
+        {"aio": "posix"},
+        {"aio": ""},
+        {"patterns": "zigzag"},
+        {"variants": "all,most"},
+        {"requests": 5},
+        {"requests": "many"},
+        {"requests": True},
+        {"warmup": -1},
+        {"image_mib": 2},
+        {"accel": "xen"},
+        {"boot_timeout": 0},
+        {"kvm_boot_timeout": "soon"},
+        {"layer_runs": "threads,posix"},
+        {"colour": 1},
+        {"requests": 10**6},
+    ):
         with pytest.raises(ParameterError):
             chapter.parameters("quick", **bad)
     with pytest.raises(ParameterError):
@@ -63,26 +78,38 @@ def test_bad_parameter_writes_no_dataset(scratch_data):
 
 def test_plan_round_interleaves_and_counts():
     import random
+
     p = chapter.parameters("default")
     rng = random.Random(3)
     rounds = [C.plan_round(p, rng, k) for k in range(2)]
     for k, r in enumerate(rounds):
         kinds = [(j["kind"], j["aio"], j["variant"]) for j in r]
         assert kinds.count(("host", "", "host_bench")) == 1
-        assert {(a, v) for _k, a, v in kinds if _k == "guest"} == \
-            {(a, v) for a in p["aio"] for v in p["variants"]} | {("threads", v) for v in P.SINGLE}
+        assert {(a, v) for _k, a, v in kinds if _k == "guest"} == {
+            (a, v) for a in p["aio"] for v in p["variants"]
+        } | {("threads", v) for v in P.SINGLE}
         assert [j["position"] for j in r] == list(range(len(r))) and {j["round"] for j in r} == {k}
         assert all(sorted(j["patterns"]) == sorted(p["patterns"]) for j in r)
     # shuffled: the two rounds do not run in the same order
-    assert [(j["aio"], j["variant"]) for j in rounds[0]] != [(j["aio"], j["variant"]) for j in rounds[1]]
-    assert C.rep_variant(p) == "plain" and C.rep_variant(chapter.parameters("quick", variants="all")) == "all"
+    assert [(j["aio"], j["variant"]) for j in rounds[0]] != [
+        (j["aio"], j["variant"]) for j in rounds[1]
+    ]
+    assert (
+        C.rep_variant(p) == "plain"
+        and C.rep_variant(chapter.parameters("quick", variants="all")) == "all"
+    )
 
 
 def test_rounds_fix_the_repetition():
     p = chapter.parameters("default", rounds=3)
     assert p["rep_min_runs"] == p["rep_max_runs"] == 3
-    for bad in ({"rounds": 0}, {"rounds": 51}, {"rep_target": 0}, {"rep_budget_s": -1},
-                {"rep_min_runs": 5, "rep_max_runs": 2}):
+    for bad in (
+        {"rounds": 0},
+        {"rounds": 51},
+        {"rep_target": 0},
+        {"rep_budget_s": -1},
+        {"rep_min_runs": 5, "rep_max_runs": 2},
+    ):
         with pytest.raises(ParameterError):
             chapter.parameters("default", **bad)
 
@@ -91,7 +118,9 @@ def test_guest_script_traced_and_plain():
     p = chapter.parameters("quick")
     job = {"patterns": ["rand", "seq"], "seeds": {"rand": 7, "seq": 9}}
     s = C.guest_script(p, job, traced=True)
-    assert "p:perfbook/vp_notify vp_notify" in s and "p:perfbook/vring_interrupt vring_interrupt" in s
+    assert (
+        "p:perfbook/vp_notify vp_notify" in s and "p:perfbook/vring_interrupt vring_interrupt" in s
+    )
     assert "echo x86-tsc > $T/trace_clock" in s and "cat /tmp/out.txt > /dev/vdb" in s
     assert s.index("-m rand") < s.index("-m seq")  # the job's order
     assert "-S 7" in s and "-S 9" in s and f"-p {P.REGION_START}" in s
@@ -109,9 +138,15 @@ def test_guest_runner_attaches_our_image(tmp_path):
         guest.DiskSpec(label="gone", path=tmp_path / "missing.img").validate()
     r = guest.Runner(accel="tcg")
     r.artefacts = {"dir": str(tmp_path)}
-    cmd = r.cmdline(guest.GuestConfig(disks=[d, guest.DiskSpec(label="out")]), "tcg", tmp_path, tmp_path / "i")
+    cmd = r.cmdline(
+        guest.GuestConfig(disks=[d, guest.DiskSpec(label="out")]), "tcg", tmp_path, tmp_path / "i"
+    )
     drives = [a for a in cmd if a.startswith("file=")]
-    assert drives[0].startswith(f"file={img},") and "aio=native" in drives[0] and "readonly=on" in drives[0]
+    assert (
+        drives[0].startswith(f"file={img},")
+        and "aio=native" in drives[0]
+        and "readonly=on" in drives[0]
+    )
     assert drives[1].startswith(f"file={tmp_path / 'disk1.img'},")
 
 
@@ -150,11 +185,17 @@ def test_parse_ftrace_syscalls_events_and_blocks():
     f = P.parse_ftrace(text)
     assert list(f.kind) == ["enter", "exit", "enter", "event", "event"]
     assert f.comm.iloc[0] == "CPU 0/TCG" and f.tid.iloc[0] == 24283 and f.ret.iloc[1] == 8
-    assert P.syscall_args(f.detail.iloc[0]) == {"fd": 13, "buf": 0x5618103674e8, "count": 8}
+    assert P.syscall_args(f.detail.iloc[0]) == {"fd": 13, "buf": 0x5618103674E8, "count": 8}
     assert P.syscall_args(f.detail.iloc[2])["pos"] == 0x100000
     assert P.block_fields(f.detail.iloc[3])["sector"] == 349448192
     b = P.block_fields(f.detail.iloc[4])
-    assert (b["major"], b["minor"], b["rwbs"], b["sector"], b["nr_sector"]) == (254, 0, "RS", 2048, 8)
+    assert (b["major"], b["minor"], b["rwbs"], b["sector"], b["nr_sector"]) == (
+        254,
+        0,
+        "RS",
+        2048,
+        8,
+    )
 
 
 def test_parse_ftrace_record_tgid_irq_info_off_and_ns_clock():
@@ -167,14 +208,20 @@ def test_parse_ftrace_record_tgid_irq_info_off_and_ns_clock():
         CPU:0 [LOST 5 EVENTS]
         """)
     f = P.parse_ftrace(text)
-    assert list(f.kind) == ["enter", "exit", "event"] and f.name.tolist() == ["write", "write", "vp_notify"]
+    assert list(f.kind) == ["enter", "exit", "event"] and f.name.tolist() == [
+        "write",
+        "write",
+        "vp_notify",
+    ]
     assert f.ts.tolist() == [27057.850803, 27057.850821, 12.00025] and f.tid.iloc[2] == 80
     assert f.comm.iloc[0] == "CPU 0/TCG" and f.attrs["lost"] == 5
 
 
 def test_parse_qemu_log():
-    q = P.parse_qemu_log("24281@1795324725.564124:virtio_queue_notify vdev 0x5 n 0 vq 0x7\n"
-                         "not a trace line\n24282@1795324725.000001:apic_deliver_irq dest 1 vector 38\n")
+    q = P.parse_qemu_log(
+        "24281@1795324725.564124:virtio_queue_notify vdev 0x5 n 0 vq 0x7\n"
+        "not a trace line\n24282@1795324725.000001:apic_deliver_irq dest 1 vector 38\n"
+    )
     assert list(q.us) == [1795324725564124, 1795324725000001] and list(q.tid) == [24281, 24282]
     assert P.qemu_fields(q.detail.iloc[0]) == {"vdev": "0x5", "n": "0", "vq": "0x7"}
 
@@ -192,8 +239,13 @@ def test_guest_stamps_on_the_fixture():
     g = M.guest_stamps(bench, P.parse_ftrace(sect["TRACE"]))
     assert g.notna().all().all(), "every request has all four guest stamps"
     t0, t1 = bench.t0, bench.t1
-    assert ((t0 <= g.g_issue) & (g.g_issue <= g.g_notify) & (g.g_notify <= g.g_irq)
-            & (g.g_irq <= g.g_complete) & (g.g_complete <= t1)).all()
+    assert (
+        (t0 <= g.g_issue)
+        & (g.g_issue <= g.g_notify)
+        & (g.g_notify <= g.g_irq)
+        & (g.g_irq <= g.g_complete)
+        & (g.g_complete <= t1)
+    ).all()
 
 
 def test_qemu_segments_on_the_fixture():
@@ -202,17 +254,32 @@ def test_qemu_segments_on_the_fixture():
     m = M.match_in_order(bench.offset.to_numpy(), seg.offset.to_numpy())
     assert (m >= 0).all()
     s = seg.iloc[m]
-    order = ["q_notify", "q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req", "q_flush", "q_irq", "q_apic"]
+    order = [
+        "q_notify",
+        "q_pop",
+        "q_read",
+        "q_submit",
+        "q_cb",
+        "q_rw",
+        "q_req",
+        "q_flush",
+        "q_irq",
+        "q_apic",
+    ]
     vals = s[order].astype("float64").to_numpy()
     assert np.isfinite(vals).all() and (np.diff(vals, axis=1) >= 0).all()
-    assert (s.notify_tid == meta["qemu_pid"]).all(), "under TCG the main loop handles the notify (ioeventfd)"
+    assert (s.notify_tid == meta["qemu_pid"]).all(), (
+        "under TCG the main loop handles the notify (ioeventfd)"
+    )
 
 
 def test_host_issues_on_the_fixture():
     meta, sect, bench, _ = _fixture()
     qe = P.parse_ftrace((FIX / "host_qemu_trace.txt").read_text())
     be = P.parse_ftrace((FIX / "host_disk_trace.txt").read_text())
-    hi = M.host_issues(qe, be, meta["qemu_pid"], [tuple(e) for e in meta["extents"]], meta["part_start"])
+    hi = M.host_issues(
+        qe, be, meta["qemu_pid"], [tuple(e) for e in meta["extents"]], meta["part_start"]
+    )
     m = M.match_in_order(bench.offset.to_numpy(), hi.offset.to_numpy())
     assert (m >= 0).all()
     h = hi.iloc[m]
@@ -224,8 +291,12 @@ def test_host_issues_on_the_fixture():
 
 
 def test_busiest_own_fd():
-    w = pd.DataFrame({"fd": [7, 7, 12, 12, 12, 6, 8, 8], "who": ["vcpu", "worker", "vcpu", "vcpu", "vcpu",
-                                                                 "vcpu", "main", "main"]})
+    w = pd.DataFrame(
+        {
+            "fd": [7, 7, 12, 12, 12, 6, 8, 8],
+            "who": ["vcpu", "worker", "vcpu", "vcpu", "vcpu", "vcpu", "main", "main"],
+        }
+    )
     assert M.busiest_own_fd(w, "vcpu") == 12 and M.busiest_own_fd(w, "main") == 8
     assert M.busiest_own_fd(w, "io_uring") is None
     assert M.busiest_own_fd(w.iloc[:0], "vcpu") is None
@@ -233,7 +304,7 @@ def test_busiest_own_fd():
 
 def test_sector_to_offset():
     ext = [(0, 10 * 4096, 8192), (8192, 100 * 4096, 4096)]
-    sec = [80, 88, 800, 0, 808]   # bytes 40960, 45056, 409600, 0 (not ours), 413696 (past the end)
+    sec = [80, 88, 800, 0, 808]  # bytes 40960, 45056, 409600, 0 (not ours), 413696 (past the end)
     off = M.sector_to_offset(sec, ext, part_start=0)
     assert list(off[:3]) == [0, 4096, 8192] and np.isnan(off[3]) and np.isnan(off[4])
     assert M.sector_to_offset([80 + 2048], ext, part_start=2048)[0] == 0
@@ -254,16 +325,24 @@ def test_offset_bracket_contains_the_true_offset():
     rng = np.random.default_rng(1)
     off = 123_456_789
     g_notify = np.cumsum(rng.integers(10_000, 20_000, 500)).astype(float)
-    kick = g_notify + off + rng.integers(2_000, 30_000, 500)        # host sees the notify later
+    kick = g_notify + off + rng.integers(2_000, 30_000, 500)  # host sees the notify later
     g_irq = g_notify + 50_000
-    before = g_irq + off - rng.integers(5_000, 40_000, 500)          # host event before the irq
+    before = g_irq + off - rng.integers(5_000, 40_000, 500)  # host event before the irq
     b = AL.offset_bracket(g_notify, kick, g_irq, before)
     assert b["consistent"] and b["lo"] <= off <= b["hi"]
-    assert b["hi"] - off == (kick - g_notify - off).min() and off - b["lo"] == (g_irq + off - before).min()
+    assert (
+        b["hi"] - off == (kick - g_notify - off).min()
+        and off - b["lo"] == (g_irq + off - before).min()
+    )
     assert b["width"] == b["hi"] - b["lo"] and b["n_lo"] == b["n_hi"] == 500
     # NaN pairs are ignored; contradicting pairs make an empty bracket
     g2 = np.append(g_notify, np.nan)
-    assert AL.offset_bracket(g2, np.append(kick, 1.0), np.append(g_irq, 1.0), np.append(before, np.nan))["n_hi"] == 500
+    assert (
+        AL.offset_bracket(
+            g2, np.append(kick, 1.0), np.append(g_irq, 1.0), np.append(before, np.nan)
+        )["n_hi"]
+        == 500
+    )
     bad = AL.offset_bracket([0.0], [10.0], [0.0], [20.0])
     assert bad["consistent"] is False and bad["width"] < 0
 
@@ -274,8 +353,14 @@ def test_fit_clock_recovers_a_line():
     for i in range(40):
         real = real0 + i * 1_000_000 + (0 if i < 20 else 5_000_000_000)
         tsc = 27_000_000_000_000 + (real - real0) * 2.4454  # 2.4454 GHz
-        rows.append({"tsc0": int(tsc) - 40, "tsc1": int(tsc) + 40 + (500 if i % 7 == 0 else 0),
-                     "real_ns": real, "raw_ns": 9_000_000_000 + (real - real0)})
+        rows.append(
+            {
+                "tsc0": int(tsc) - 40,
+                "tsc1": int(tsc) + 40 + (500 if i % 7 == 0 else 0),
+                "real_ns": real,
+                "raw_ns": 9_000_000_000 + (real - real0),
+            }
+        )
     fit = AL.fit_clock(pd.DataFrame(rows))
     assert abs(fit["slope"] - 2.4454) < 1e-9 and abs(fit["tsc_hz"] - 2.4454e9) < 1
     t = AL.real_to_tsc([(real0 + 2_500_000_000) / 1000], fit)[0]
@@ -292,10 +377,14 @@ def test_fit_clock_on_real_calibration_samples():
 
 def test_qemu_bracket_and_correction():
     # QEMU stamps that are exactly right: a bracket containing 0, correction 0
-    b = AL.qemu_bracket(q_after=[100.0], h_before=[50.0], q_before=[100.0], h_after=[180.0], res_cyc=10)
+    b = AL.qemu_bracket(
+        q_after=[100.0], h_before=[50.0], q_before=[100.0], h_after=[180.0], res_cyc=10
+    )
     assert b["lo"] == -60 and b["hi"] == 80 and AL.qemu_correction(b) == 0.0
     # QEMU's clock runs 100 cycles early: the bracket excludes 0 and the correction moves to its edge
-    b = AL.qemu_bracket(q_after=[0.0], h_before=[150.0], q_before=[0.0], h_after=[300.0], res_cyc=10)
+    b = AL.qemu_bracket(
+        q_after=[0.0], h_before=[150.0], q_before=[0.0], h_after=[300.0], res_cyc=10
+    )
     assert b["lo"] == 140 and AL.qemu_correction(b) == 140
     assert AL.qemu_correction({"lo": 5.0, "hi": 1.0}) == 0.0  # inconsistent: keep the calibration
 
@@ -310,10 +399,20 @@ def test_alignment_on_the_fixture_is_causal():
         req[c] = g[c] - req.t0
     qe = P.parse_ftrace((FIX / "host_qemu_trace.txt").read_text())
     be = P.parse_ftrace((FIX / "host_disk_trace.txt").read_text())
-    hi = M.host_issues(qe, be, meta["qemu_pid"], [tuple(e) for e in meta["extents"]], meta["part_start"])
+    hi = M.host_issues(
+        qe, be, meta["qemu_pid"], [tuple(e) for e in meta["extents"]], meta["part_start"]
+    )
     m = M.match_in_order(bench.offset.to_numpy(), hi.offset.to_numpy())
     req["h_anchor"] = hi.h_issue.to_numpy(dtype=float)[m]
-    for c in ("h_complete", "h_sub", "h_sub_exit", "h_kick", "h_kvm_notify", "h_notifier", "h_kvm_irq"):
+    for c in (
+        "h_complete",
+        "h_sub",
+        "h_sub_exit",
+        "h_kick",
+        "h_kvm_notify",
+        "h_notifier",
+        "h_kvm_irq",
+    ):
         req[c] = hi[c].to_numpy(dtype=float)[m] - req.h_anchor
     seg = M.qemu_segments(P.parse_qemu_log((FIX / "qemu_trace.log").read_text()))
     mq = M.match_in_order(bench.offset.to_numpy(), seg.offset.to_numpy())
@@ -321,7 +420,11 @@ def test_alignment_on_the_fixture_is_causal():
     for c in ("q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req", "q_flush", "q_irq", "q_apic"):
         req[c] = seg[c].to_numpy(dtype=float)[mq] - req.q_anchor
     fit = AL.fit_clock(pd.read_csv(table_path(FIX, "calib")))
-    jrow = {"q_tsc_ref": fit["tsc_ref"], "q_real_ref_us": fit["real_ref_us"], "q_slope": fit["slope"]}
+    jrow = {
+        "q_tsc_ref": fit["tsc_ref"],
+        "q_real_ref_us": fit["real_ref_us"],
+        "q_slope": fit["slope"],
+    }
     al = AL.alignment_summary(req, jrow)
     assert al["off_consistent"] and al["off_lo"] <= al["off_hi"]
     width_us = (al["off_hi"] - al["off_lo"]) / fit["tsc_hz"] * 1e6
@@ -332,7 +435,9 @@ def test_alignment_on_the_fixture_is_causal():
     assert ((req.t0 + req.g_notify + al["off_lo"]) <= req.h_anchor + req.h_kick).all()
     assert ((req.t0 + req.g_irq + al["off_hi"]) >= req.h_anchor + req.h_notifier).all()
     # the whole host request lies inside the guest's pread() on the common axis
-    assert ((req.t0 + off) < req.h_anchor).all() and ((req.t0 + req.g_irq + off) > req.h_anchor + req.h_complete).all()
+    assert ((req.t0 + off) < req.h_anchor).all() and (
+        (req.t0 + req.g_irq + off) > req.h_anchor + req.h_complete
+    ).all()
 
 
 # ---------------------------------------------------------------- the seed's tables
@@ -353,51 +458,149 @@ def test_delta_table_reproduces_the_seed():
 
 
 def test_delta_table_merges_an_unmeasured_layer():
-    d = A.delta_table(_cum({"guest_benchmark": 300.0, "guest_virtio_pci": 200.0, "host_kvm": math.nan,
-                            "qemu_virtio": 150.0, "qemu_aio": 100.0}))
-    assert list(d.layer) == ["Guest", "Host/guest switching + Host/QEMU switching", "QEMU", "Host I/O"]
+    d = A.delta_table(
+        _cum(
+            {
+                "guest_benchmark": 300.0,
+                "guest_virtio_pci": 200.0,
+                "host_kvm": math.nan,
+                "qemu_virtio": 150.0,
+                "qemu_aio": 100.0,
+            }
+        )
+    )
+    assert list(d.layer) == [
+        "Guest",
+        "Host/guest switching + Host/QEMU switching",
+        "QEMU",
+        "Host I/O",
+    ]
     assert list(d.delta_ns) == [100.0, 50.0, 50.0, 100.0]
     assert abs(d.delta_pct.sum() - 100) < 1e-9
-    d = A.delta_table(_cum({"guest_benchmark": 300.0, "guest_virtio_pci": 200.0, "qemu_aio": math.nan,
-                            "host_kvm": math.nan, "qemu_virtio": math.nan}))
-    assert list(d.layer) == ["Guest", "Host/guest switching + Host/QEMU switching + QEMU + Host I/O"]
+    d = A.delta_table(
+        _cum(
+            {
+                "guest_benchmark": 300.0,
+                "guest_virtio_pci": 200.0,
+                "qemu_aio": math.nan,
+                "host_kvm": math.nan,
+                "qemu_virtio": math.nan,
+            }
+        )
+    )
+    assert list(d.layer) == [
+        "Guest",
+        "Host/guest switching + Host/QEMU switching + QEMU + Host I/O",
+    ]
 
 
 def _synthetic_requests():
     """Two boots with known layer times: 'all' (every layer) and 'plain', plus a host bench."""
-    hz = 2e9   # 2 cycles per ns
+    hz = 2e9  # 2 cycles per ns
     rows, jobs = [], []
     for job, variant in ((0, "all"), (1, "plain")):
-        jobs.append({"host_id": "h", "run_id": "r", "job": job, "kind": "guest", "round": 0, "aio": "threads",
-                     "variant": variant, "accel": "tcg", "tsc_hz": hz, "off_lo": 1000.0, "off_hi": 3000.0,
-                     "qc": 0.0, "q_tsc_ref": 0.0, "q_real_ref_us": 0, "q_slope": 2.0,
-                     "t0_base": 0, "h_base": 0, "q_base": 0})
+        jobs.append(
+            {
+                "host_id": "h",
+                "run_id": "r",
+                "job": job,
+                "kind": "guest",
+                "round": 0,
+                "aio": "threads",
+                "variant": variant,
+                "accel": "tcg",
+                "tsc_hz": hz,
+                "off_lo": 1000.0,
+                "off_hi": 3000.0,
+                "qc": 0.0,
+                "q_tsc_ref": 0.0,
+                "q_real_ref_us": 0,
+                "q_slope": 2.0,
+                "t0_base": 0,
+                "h_base": 0,
+                "q_base": 0,
+            }
+        )
         for i in range(10):
-            r = {"host_id": "h", "run_id": "r", "job": job, "pattern": "seq", "idx": i, "warm": 0,
-                 "offset": 4096 * i, "bench_cyc": 2 * (300_000 + 1000 * i), "t0": 10_000_000 * i}
+            r = {
+                "host_id": "h",
+                "run_id": "r",
+                "job": job,
+                "pattern": "seq",
+                "idx": i,
+                "warm": 0,
+                "offset": 4096 * i,
+                "bench_cyc": 2 * (300_000 + 1000 * i),
+                "t0": 10_000_000 * i,
+            }
             if variant == "all":
                 # guest: notify at 40 us, irq at 240 us after t0 (cycles = 2 x ns)
-                r.update({"g_issue": 2 * 30_000, "g_notify": 2 * 40_000, "g_irq": 2 * 240_000,
-                          "g_complete": 2 * 250_000})
+                r.update(
+                    {
+                        "g_issue": 2 * 30_000,
+                        "g_notify": 2 * 40_000,
+                        "g_irq": 2 * 240_000,
+                        "g_complete": 2 * 250_000,
+                    }
+                )
                 # host, relative to the host block issue at t0 + 100 us (+ offset 2000 cycles)
                 r["h_anchor"] = r["t0"] + 2000 + 2 * 100_000
-                r.update({"h_kick": -2 * 55_000, "h_sub": -2 * 5_000, "h_sub_exit": 2 * 60_000,
-                          "h_complete": 2 * 50_000, "h_notifier": 2 * 90_000})
+                r.update(
+                    {
+                        "h_kick": -2 * 55_000,
+                        "h_sub": -2 * 5_000,
+                        "h_sub_exit": 2 * 60_000,
+                        "h_complete": 2 * 50_000,
+                        "h_notifier": 2 * 90_000,
+                    }
+                )
                 # QEMU (us), relative to virtio_queue_notify at t0 + 50 us on the host axis
                 q_notify_cyc = r["t0"] + 2000 + 2 * 50_000
                 r["q_anchor"] = q_notify_cyc / 2 / 1000
-                r.update({"q_read": 10, "q_rw": 130, "q_irq": 150, "q_apic": 170,
-                          "q_submit": 12, "q_cb": 125})
+                r.update(
+                    {
+                        "q_read": 10,
+                        "q_rw": 130,
+                        "q_irq": 150,
+                        "q_apic": 170,
+                        "q_submit": 12,
+                        "q_cb": 125,
+                    }
+                )
             rows.append(r)
     for i in range(10):
-        rows.append({"host_id": "h", "run_id": "r", "job": 2, "pattern": "seq", "idx": i, "warm": 0,
-                     "offset": 4096 * i, "bench_cyc": 2 * 40_000, "t0": 0})
-    jobs.append({"host_id": "h", "run_id": "r", "job": 2, "kind": "host", "round": 0, "aio": "",
-                 "variant": "host_bench", "accel": "", "t0_base": 0})
+        rows.append(
+            {
+                "host_id": "h",
+                "run_id": "r",
+                "job": 2,
+                "pattern": "seq",
+                "idx": i,
+                "warm": 0,
+                "offset": 4096 * i,
+                "bench_cyc": 2 * 40_000,
+                "t0": 0,
+            }
+        )
+    jobs.append(
+        {
+            "host_id": "h",
+            "run_id": "r",
+            "job": 2,
+            "kind": "host",
+            "round": 0,
+            "aio": "",
+            "variant": "host_bench",
+            "accel": "",
+            "t0_base": 0,
+        }
+    )
     req = pd.DataFrame(rows)
     jb = pd.DataFrame(jobs)
-    req = req.merge(jb[["host_id", "run_id", "job", "kind", "round", "aio", "variant", "accel"]],
-                    on=["host_id", "run_id", "job"])
+    req = req.merge(
+        jb[["host_id", "run_id", "job", "kind", "round", "aio", "variant", "accel"]],
+        on=["host_id", "run_id", "job"],
+    )
     return req, jb
 
 
@@ -412,12 +615,17 @@ def test_layer_intervals_and_cumulative_table():
     assert np.allclose(a.host_kvm, 175_000) and set(a.host_kvm_source) == {"TCG stand-in"}
     # kvm.ko events in a TCG boot (another VM on the host) are never taken for ours
     stray = req.assign(h_kvm_notify=-1e9, h_kvm_irq=1e9)
-    assert set(A.layer_intervals(stray, jobs).query("variant == 'all'").host_kvm_source) == {"TCG stand-in"}
+    assert set(A.layer_intervals(stray, jobs).query("variant == 'all'").host_kvm_source) == {
+        "TCG stand-in"
+    }
     assert A.aligned(stray, jobs).h_kvm_notify_ns.isna().all()
     # ... but in a KVM boot they are kvm.ko's own row
     kj = jobs.assign(accel=np.where(jobs.kind == "guest", "kvm", ""))
-    kr = stray.assign(accel=np.where(stray.kind == "guest", "kvm", ""), h_kvm_notify=-2 * 50_000.0,
-                      h_kvm_irq=2 * 60_000.0)
+    kr = stray.assign(
+        accel=np.where(stray.kind == "guest", "kvm", ""),
+        h_kvm_notify=-2 * 50_000.0,
+        h_kvm_irq=2 * 60_000.0,
+    )
     k = A.layer_intervals(kr, kj).query("variant == 'all'")
     assert set(k.host_kvm_source) == {"kvm.ko"} and np.allclose(k.host_kvm, 110_000)
     cum = A.cumulative_table(iv, "one_run", aio="threads", pattern="seq").set_index("key")
@@ -425,7 +633,9 @@ def test_layer_intervals_and_cumulative_table():
     assert cum.loc["host_benchmark", "mean_ns"] == pytest.approx(40_000)
     assert cum.loc["guest_virtio_pci", "control_mean_ns"] == pytest.approx(304_500)
     seedm = A.cumulative_table(iv, "seed", aio="threads", pattern="seq").set_index("key")
-    assert seedm.loc["guest_benchmark", "from"] == "plain" and seedm.loc["guest_virtio_pci", "n"] == 0
+    assert (
+        seedm.loc["guest_benchmark", "from"] == "plain" and seedm.loc["guest_virtio_pci", "n"] == 0
+    )
     d = A.delta_table(cum.reset_index())
     assert list(d.layer) == [n for n, _u, _l in A.DELTA_ROWS]
     assert d.delta_ns.sum() == pytest.approx(304_500)
@@ -442,7 +652,9 @@ def test_aligned_stamps_and_lifecycle():
     lc = A.lifecycle(a, job=0, n=1)
     assert lc.t_ns.is_monotonic_increasing and lc.event.iloc[0] == "pread() called"
     assert lc.event.iloc[-1] == "pread() returned" and (lc.since_prev_ns >= 0).all()
-    assert {"vp_notify", "virtio_queue_notify", "block_rq_issue", "vring_interrupt"} <= set(lc.event)
+    assert {"vp_notify", "virtio_queue_notify", "block_rq_issue", "vring_interrupt"} <= set(
+        lc.event
+    )
 
 
 def test_reference_table_has_provenance():
@@ -451,13 +663,22 @@ def test_reference_table_has_provenance():
         assert ref[col].notna().all(), col
     assert set(ref.seed_file) == {P.SEED} and set(ref.also_in) == {P.SEED_TEXT}
     sc = A.seed_cumulative(ref)
-    assert list(sc.layer) == ["Guest benchmark", "Guest virtio-pci", "Host kvm.ko", "QEMU virtio",
-                              "QEMU paio", "Host benchmark"]
+    assert list(sc.layer) == [
+        "Guest benchmark",
+        "Guest virtio-pci",
+        "Host kvm.ko",
+        "QEMU virtio",
+        "QEMU paio",
+        "Host benchmark",
+    ]
     assert sc.mean_ns.is_monotonic_decreasing
     assert A.seed_delta(ref).delta_pct.sum() == pytest.approx(100, abs=0.02)
-    assert len(ref[ref.kind == "lifecycle"]) == 19 and set(ref[ref.kind == "lifecycle"].thread) == {"iothread", "vcpu"}
+    assert len(ref[ref.kind == "lifecycle"]) == 19 and set(ref[ref.kind == "lifecycle"].thread) == {
+        "iothread",
+        "vcpu",
+    }
     # every figure of the seed file is in the seed's text
-    text = (Path("/work/shared/seeds") / P.SEED_TEXT)
+    text = Path("/work/shared/seeds") / P.SEED_TEXT
     if text.is_file():
         body = text.read_text()
         for v in ref[ref.kind.isin(["cumulative", "control", "delta"])].value:
@@ -467,11 +688,30 @@ def test_reference_table_has_provenance():
 # ---------------------------------------------------------------- the benchmark binary
 def test_seqread_binary(tmp_path):
     from perfbook.probes.cbuild import binary
+
     exe = binary(P.BENCH)
     img = tmp_path / "img"
     C.fill_image(img, 2, seed=2)
-    r = subprocess.run([str(exe), "read", "-f", str(img), "-n", "8", "-w", "2", "-m", "seq",
-                        "-p", str(1 << 20), "-s", str((1 << 20) + 4 * 4096)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            str(exe),
+            "read",
+            "-f",
+            str(img),
+            "-n",
+            "8",
+            "-w",
+            "2",
+            "-m",
+            "seq",
+            "-p",
+            str(1 << 20),
+            "-s",
+            str((1 << 20) + 4 * 4096),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode == 3 and "O_DIRECT" in r.stderr:
         pytest.skip(f"no O_DIRECT on {tmp_path}: {r.stderr.strip()}")
     assert r.returncode == 0, r.stderr
@@ -479,13 +719,20 @@ def test_seqread_binary(tmp_path):
     assert len(b) == 10 and list(b.warm) == [1, 1] + [0] * 8 and list(b.idx) == list(range(-2, 8))
     assert set(b.offset) == {(1 << 20) + k * 4096 for k in range(4)}  # wraps inside the region
     assert (b.t1 > b.t0).all() and loops.n.iloc[0] == 10
-    r = subprocess.run([str(exe), "read", "-f", str(img), "-n", "50", "-m", "rand", "-S", "3",
-                        "-p", str(1 << 20)], capture_output=True, text=True)
+    r = subprocess.run(
+        [str(exe), "read", "-f", str(img), "-n", "50", "-m", "rand", "-S", "3", "-p", str(1 << 20)],
+        capture_output=True,
+        text=True,
+    )
     b, _ = P.parse_bench(r.stdout)
     assert b.offset.min() >= 1 << 20 and b.offset.max() < 2 << 20 and (b.offset % 4096 == 0).all()
-    bad = subprocess.run([str(exe), "read", "-f", str(img), "-m", "zigzag"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [str(exe), "read", "-f", str(img), "-m", "zigzag"], capture_output=True, text=True
+    )
     assert bad.returncode == 2
-    c = P.parse_calib(subprocess.run([str(exe), "calib", "-n", "5"], capture_output=True, text=True).stdout)
+    c = P.parse_calib(
+        subprocess.run([str(exe), "calib", "-n", "5"], capture_output=True, text=True).stdout
+    )
     assert len(c) == 5 and (c.tsc1 >= c.tsc0).all()
 
 
@@ -545,15 +792,29 @@ def test_quick_collect_live(scratch_data):
     per_boot = len(p["patterns"]) * (p["requests"] + p["warmup"])
     g = jobs[jobs.kind == "guest"].set_index("variant")
     allj = g.loc["all"]
-    for layer in ("guest", "qemu", "host"):   # nearly every request is found in every layer
+    for layer in ("guest", "qemu", "host"):  # nearly every request is found in every layer
         assert allj[f"matched_{layer}"] >= 0.95 * per_boot, layer
-    assert allj.off_consistent and allj.qc_consistent and allj.guest_overrun == 0 and allj.host_lost == 0
+    assert (
+        allj.off_consistent
+        and allj.qc_consistent
+        and allj.guest_overrun == 0
+        and allj.host_lost == 0
+    )
     assert (allj.off_hi - allj.off_lo) / allj.tsc_hz < 500e-6
     iv = A.layer_intervals(req, jobs)
     cum = A.cumulative_table(iv, "one_run", aio="threads", pattern="seq").set_index("key")
-    chain = ["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio", "host_block"]
+    chain = [
+        "guest_benchmark",
+        "guest_virtio_pci",
+        "host_kvm",
+        "qemu_virtio",
+        "qemu_aio",
+        "host_block",
+    ]
     med = cum.loc[chain, "median_ns"]
-    assert med.notna().all() and med.is_monotonic_decreasing, med   # each layer nests in the one above
+    assert med.notna().all() and med.is_monotonic_decreasing, (
+        med
+    )  # each layer nests in the one above
     assert cum.loc["host_benchmark", "n"] == p["host_requests"]
 
 
@@ -568,10 +829,18 @@ def test_committed_datasets_are_consistent(book_data):
     iv = A.layer_intervals(D["requests"], j)
     for aio in sorted(set(iv.aio) - {""}):
         cum = A.cumulative_table(iv, "one_run", aio=aio, pattern="seq").set_index("key")
-        chain = cum.loc[["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio",
-                         "host_block"], "mean_ns"].dropna()
+        chain = cum.loc[
+            [
+                "guest_benchmark",
+                "guest_virtio_pci",
+                "host_kvm",
+                "qemu_virtio",
+                "qemu_aio",
+                "host_block",
+            ],
+            "mean_ns",
+        ].dropna()
         assert chain.is_monotonic_decreasing, (aio, chain)
-
 
 
 def test_prose_values_of_the_committed_data_do_not_depend_on_row_order(monkeypatch, book_data):
@@ -581,18 +850,29 @@ def test_prose_values_of_the_committed_data_do_not_depend_on_row_order(monkeypat
     if not len(D):
         pytest.skip("no committed virtio_blk_latency dataset yet")
     f = prose.values(D)
-    assert f and all(isinstance(v, (str, int)) and not isinstance(v, (bool, float)) for v in f.values())
+    assert f and all(
+        isinstance(v, (str, int)) and not isinstance(v, (bool, float)) for v in f.values()
+    )
     req = D["requests"]
-    assert {"kind", "round", "aio", "variant", "accel"} <= set(req.columns) and req.kind.notna().all()
+    assert {"kind", "round", "aio", "variant", "accel"} <= set(
+        req.columns
+    ) and req.kind.notna().all()
     monkeypatch.setenv("PERFBOOK_SHUFFLE_ROWS", "7")
     assert prose.values(chapter.load(book_data.data_dir)) == f
 
+
 def test_ci_columns_state_the_real_coverage():
-    iv = pd.DataFrame([{"warm": 0, "aio": a, "host_sub_call": "io_submit", "host_syscall": 1000.0 * (i + 1)}
-                       for a, n in (("native", 3), ("threads", 7)) for i in range(n)])
+    iv = pd.DataFrame(
+        [
+            {"warm": 0, "aio": a, "host_sub_call": "io_submit", "host_syscall": 1000.0 * (i + 1)}
+            for a, n in (("native", 3), ("threads", 7))
+            for i in range(n)
+        ]
+    )
     s = A.syscall_summary(iv)
     assert "75–98.43 % CI" in s.columns and "95 % CI" not in s.columns
     from perfbook.data.dataset import load_reference
+
     req, jobs = _synthetic_requests()
     cum = A.cumulative_table(A.layer_intervals(req, jobs), "one_run", aio="threads", pattern="seq")
     side = A.side_by_side_cumulative(cum, load_reference(chapter.name))

@@ -1,6 +1,7 @@
 """virtio_features: the decoder (unit), this machine's snapshot (fixture), the chapter's
 parameters, the guest runner of perfbook.qemu.guest (unit + live), and a quick collect (live,
 skipped with a reason). The collect's signal handling is in tests/test_contract.py (LIVE)."""
+
 from __future__ import annotations
 
 import json
@@ -11,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from perfbook.framework import sequence as framework
-from perfbook.qemu import guest
+from conftest import ROOT, need_guest, owned_by, qemu_children
 from perfbook.chapters import virtio_features as V
 from perfbook.chapters.virtio_features import analysis, collect, parse, prose, tables
 from perfbook.chapters.virtio_features.featurebits import decode as vf
-from perfbook.data.dataset import load_manifest, shown_datasets
 from perfbook.core.errors import ParameterError
-
-from conftest import ROOT, need_guest, owned_by, qemu_children
-from perfbook.data.dataset import table_path
+from perfbook.data.dataset import load_manifest, shown_datasets, table_path
+from perfbook.framework import sequence as framework
+from perfbook.qemu import guest
 
 FIX = ROOT / "tests" / "fixtures" / "virtio_features" / "host_sysfs.json"
 # the seed's two strings (000_7b0d737d6588117b.txt, 2013-03-09)
@@ -30,8 +29,17 @@ SEED_VPS = "0010101001100000000000000000110000000000000000000000000000000000"
 
 # ---------------------------------------------------------------- decoder
 def test_seed_local_kvm_string():
-    assert vf.names(SEED_LOCAL, 2) == ["SEG_MAX", "GEOMETRY", "BLK_SIZE", "SCSI", "FLUSH",
-                                       "TOPOLOGY", "CONFIG_WCE", "INDIRECT_DESC", "EVENT_IDX"]
+    assert vf.names(SEED_LOCAL, 2) == [
+        "SEG_MAX",
+        "GEOMETRY",
+        "BLK_SIZE",
+        "SCSI",
+        "FLUSH",
+        "TOPOLOGY",
+        "CONFIG_WCE",
+        "INDIRECT_DESC",
+        "EVENT_IDX",
+    ]
     # the seed's "10th from the left" is bit 9, today's FLUSH, the 3.x WCE
     b9 = [b for b in vf.decode(SEED_LOCAL, "block") if b.bit == 9][0]
     assert (b9.name, b9.old_name, b9.kind) == ("FLUSH", "WCE", "device")
@@ -40,14 +48,25 @@ def test_seed_local_kvm_string():
 
 
 def test_seed_vps_string_and_difference():
-    assert vf.names(SEED_VPS, "0x0002") == ["SEG_MAX", "GEOMETRY", "BLK_SIZE", "FLUSH",
-                                            "TOPOLOGY", "INDIRECT_DESC", "EVENT_IDX"]
+    assert vf.names(SEED_VPS, "0x0002") == [
+        "SEG_MAX",
+        "GEOMETRY",
+        "BLK_SIZE",
+        "FLUSH",
+        "TOPOLOGY",
+        "INDIRECT_DESC",
+        "EVENT_IDX",
+    ]
     assert vf.cache_type_from_features(SEED_VPS) == "write back"
-    assert vf.diff(SEED_LOCAL, SEED_VPS, "block") == {"added": [], "removed": ["SCSI", "CONFIG_WCE"]}
+    assert vf.diff(SEED_LOCAL, SEED_VPS, "block") == {
+        "added": [],
+        "removed": ["SCSI", "CONFIG_WCE"],
+    }
 
 
 def test_reference_csv_holds_the_seed_strings():
     import pandas as pd
+
     ref = pd.read_csv(ROOT / "data" / "reference" / "virtio_features.csv", dtype=str)
     assert set(ref["features"]) == {SEED_LOCAL, SEED_VPS}
     for col in ("seed_file", "article_title", "date", "environment", "note"):
@@ -60,7 +79,9 @@ def test_this_machine_fixture_decodes():
     devs = {d["device"]: d for d in parse.devices_from_dump(dump)}
     assert {d["type"] for d in devs.values()} == {"balloon", "block", "net", "vsock", "rng"}
     assert all(d["n_chars"] == 128 for d in devs.values())
-    assert all(d["status_flags"] == "ACKNOWLEDGE|DRIVER|DRIVER_OK|FEATURES_OK" for d in devs.values())
+    assert all(
+        d["status_flags"] == "ACKNOWLEDGE|DRIVER|DRIVER_OK|FEATURES_OK" for d in devs.values()
+    )
     blk = devs["virtio1"]
     assert blk["driver"] == "virtio_blk"
     assert "FLUSH" in blk["names"].split() and "CONFIG_WCE" not in blk["names"].split()
@@ -89,7 +110,7 @@ def test_unknown_bits_are_reported_not_dropped():
     assert [b.bit for b in got] == [3, 8, 45, 100, 140]
     assert all(not b.known for b in got)
     assert [b.kind for b in got] == ["device", "device", "reserved", "device", "reserved"]
-    assert got[1].old_name == "IDENTIFY"          # an old name, still flagged unknown today
+    assert got[1].old_name == "IDENTIFY"  # an old name, still flagged unknown today
     # an unknown device type: transport bits still named, the rest UNKNOWN_n
     names = vf.names(vf.to_string([0, 28, 32], 64), 99)
     assert names == ["UNKNOWN_0", "INDIRECT_DESC", "VERSION_1"]
@@ -114,8 +135,14 @@ def test_bad_input_is_one_clear_error():
         vf.device_type("not-a-device")
     assert vf.parse_bits("") == [] and vf.parse_bits(" 0101\n") == [1, 3]
     # a device whose string is garbage doesn't stop the others from being decoded
-    rows = parse.devices_from_dump({"virtio0/device": "0x0002", "virtio0/features": "01x",
-                                 "virtio1/device": "0x0004", "virtio1/features": "0" * 32 + "1"})
+    rows = parse.devices_from_dump(
+        {
+            "virtio0/device": "0x0002",
+            "virtio0/features": "01x",
+            "virtio1/device": "0x0004",
+            "virtio1/features": "0" * 32 + "1",
+        }
+    )
     assert rows[0]["decode_error"] and rows[1]["names"] == "VERSION_1"
 
 
@@ -123,8 +150,18 @@ def test_status_and_device_names():
     assert vf.decode_status("0x0000000f") == ["ACKNOWLEDGE", "DRIVER", "DRIVER_OK", "FEATURES_OK"]
     assert vf.decode_status(0x83) == ["ACKNOWLEDGE", "DRIVER", "FAILED"]
     assert vf.decode_status(0x110) == ["0x110"]
-    for i, n in {1: "net", 2: "block", 3: "console", 4: "rng", 5: "balloon", 8: "scsi", 9: "9p",
-                 16: "gpu", 19: "vsock", 26: "fs"}.items():
+    for i, n in {
+        1: "net",
+        2: "block",
+        3: "console",
+        4: "rng",
+        5: "balloon",
+        8: "scsi",
+        9: "9p",
+        16: "gpu",
+        19: "vsock",
+        26: "fs",
+    }.items():
         assert vf.device_type(i) == n
 
 
@@ -134,15 +171,19 @@ HEADERS = Path("/usr/include/linux")
 def _header_defines():
     out = {}
     for h in HEADERS.glob("virtio_*.h"):
-        for m in re.finditer(r"#define\s+(VIRTIO_[A-Z0-9_]*F_[A-Z0-9_]+|VIRTIO_9P_MOUNT_TAG)\s+(\d+)\b",
-                             h.read_text()):
+        for m in re.finditer(
+            r"#define\s+(VIRTIO_[A-Z0-9_]*F_[A-Z0-9_]+|VIRTIO_9P_MOUNT_TAG)\s+(\d+)\b",
+            h.read_text(),
+        ):
             out[m.group(1)] = int(m.group(2))
     return out
 
 
 def test_table_matches_installed_uapi_headers():
     if not (HEADERS / "virtio_config.h").is_file():
-        pytest.skip("no /usr/include/linux/virtio_*.h (apt-get install linux-libc-dev) to check the table against")
+        pytest.skip(
+            "no /usr/include/linux/virtio_*.h (apt-get install linux-libc-dev) to check the table against"
+        )
     defs = _header_defines()
     rows = vf.table_rows()
     checked = 0
@@ -164,11 +205,21 @@ def test_table_matches_installed_uapi_headers():
 def test_params_validate():
     p = V.chapter.parameters("quick")
     assert parse.config_list(p["configs"])[0] == "default"
-    assert parse.config_list(V.chapter.parameters("default")["configs"]) == list(parse.GUEST_CONFIGS)
+    assert parse.config_list(V.chapter.parameters("default")["configs"]) == list(
+        parse.GUEST_CONFIGS
+    )
     assert V.chapter.parameters("quick", kvm_boot_timeout=5)["kvm_boot_timeout"] == 5.0
-    for bad in ({"configs": "nope"}, {"configs": " , "}, {"accel": "xen"}, {"kvm_boot_timeout": -1},
-                {"boot_timeout": 901}, {"boot_timeout": "soon"}, {"guest": "yes"},
-                {"separate_boots": 1}, {"colour": 1}):
+    for bad in (
+        {"configs": "nope"},
+        {"configs": " , "},
+        {"accel": "xen"},
+        {"kvm_boot_timeout": -1},
+        {"boot_timeout": 901},
+        {"boot_timeout": "soon"},
+        {"guest": "yes"},
+        {"separate_boots": 1},
+        {"colour": 1},
+    ):
         with pytest.raises(ParameterError) as e:
             V.chapter.parameters("quick", **bad)
         assert "\n" not in str(e.value)
@@ -178,7 +229,9 @@ def test_params_validate():
 
 def test_bad_config_writes_no_dataset(scratch_data):
     with pytest.raises(ParameterError, match="bogus"):
-        framework.collect(V.chapter, "quick", scratch_data, say=lambda s: None, configs="default,bogus")
+        framework.collect(
+            V.chapter, "quick", scratch_data, say=lambda s: None, configs="default,bogus"
+        )
     assert not any((scratch_data / "runs").iterdir())
 
 
@@ -198,7 +251,9 @@ def test_boot_plan_and_disk_labels_unique():
 def test_dump_script_matches_python_dump_on_this_host():
     if not _host_has_virtio():
         pytest.skip("this host has no virtio devices in /sys/bus/virtio/devices")
-    r = subprocess.run(["sh", "-c", collect.dump_script()], capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        ["sh", "-c", collect.dump_script()], capture_output=True, text=True, timeout=30
+    )
     assert r.returncode == 0, r.stderr
     sh, py = parse.parse_dump(r.stdout), collect.dump_sysfs()
     assert sh == py and py
@@ -218,10 +273,15 @@ def test_quick_collect_live(scratch_data):
     out = _collect(scratch_data)
     man = load_manifest(out)
     assert man["chapter"] == "virtio_features" and "guests" not in man["skipped"]
-    assert man.profile == "quick" and man.parameters["configs"] == V.chapter.profiles["quick"]["configs"]
+    assert (
+        man.profile == "quick"
+        and man.parameters["configs"] == V.chapter.profiles["quick"]["configs"]
+    )
     assert set(man.facts["decoder_sources"]) == {"uapi-6.1", "upstream", "spec-1.2"}
-    assert man.facts["guest_artefacts"]["kernel_release"] and "dir" not in man.facts["guest_artefacts"]
-    D = V.chapter.load(scratch_data)          # read back through the declared schemas
+    assert (
+        man.facts["guest_artefacts"]["kernel_release"] and "dir" not in man.facts["guest_artefacts"]
+    )
+    D = V.chapter.load(scratch_data)  # read back through the declared schemas
     boots, bits, blocks = D["boots"], D.bits, D.blocks
     assert set(boots["accel"]) <= {"kvm", "tcg"} and boots["accel_note"].notna().all()
     assert not boots["qemu_cmdline"].str.contains(str(guest.guest_root())).any()
@@ -236,7 +296,9 @@ def test_quick_collect_live(scratch_data):
     assert "RING_PACKED" in set(gb[gb["config"] == "packed=on"]["name"])
     assert "RING_PACKED" not in set(gb[gb["config"] == "default"]["name"])
     legacy = set(gb[gb["config"] == "legacy+scsi=on"]["name"])
-    assert "VERSION_1" not in legacy and "SCSI" not in legacy  # offered, but 6.x drivers never take it
+    assert (
+        "VERSION_1" not in legacy and "SCSI" not in legacy
+    )  # offered, but 6.x drivers never take it
     # a one-shot readout: nothing is repeated until tight, so there is no repetition table
     assert "repetition" not in man["tables"]
     assert not qemu_children(os.getpid())
@@ -253,8 +315,12 @@ def test_no_qemu_skips_the_guest_part(monkeypatch, scratch_data):
     assert man["skipped"] == {"guests": why}
     assert set(man["tables"]) == {"sysfs"}
     import pandas as pd
+
     s = pd.read_csv(table_path(out, "sysfs"))
-    assert set(s["source"]) == {"host"} and (s[s.path.str.endswith("/serial")]["value"] == "(redacted)").all()
+    assert (
+        set(s["source"]) == {"host"}
+        and (s[s.path.str.endswith("/serial")]["value"] == "(redacted)").all()
+    )
 
 
 def test_unfetchable_guest_kernel_skips_the_guest_part(monkeypatch, scratch_data):
@@ -264,6 +330,7 @@ def test_unfetchable_guest_kernel_skips_the_guest_part(monkeypatch, scratch_data
 
     def no_kernel(*a, **k):
         raise guest.MissingPrerequisite(why)
+
     monkeypatch.setattr(guest, "preflight", lambda: [])
     monkeypatch.setattr(guest, "ensure_artefacts", no_kernel)
     out = _collect(scratch_data)
@@ -275,20 +342,35 @@ def test_unfetchable_guest_kernel_skips_the_guest_part(monkeypatch, scratch_data
 def test_host_bit_diff_is_a_set_difference_per_device_type():
     """Two hosts are compared bit by bit (exact readouts), from each host's newest dataset."""
     import pandas as pd
-    ms = [{"host": {"host_id": h}, "run_id": r} for h, r in
-          (("h-a", "20260101T000000Z"), ("h-b", "20260101T000000Z"), ("h-b", "20260202T000000Z"))]
-    rows = [("h-a", "20260101T000000Z", "block", "FLUSH"), ("h-a", "20260101T000000Z", "block", "VERSION_1"),
-            ("h-a", "20260101T000000Z", "net", "CSUM"),
-            ("h-b", "20260101T000000Z", "block", "SCSI"),                      # older run: ignored
-            ("h-b", "20260202T000000Z", "block", "VERSION_1"), ("h-b", "20260202T000000Z", "block", "MQ")]
-    bits = pd.DataFrame([{"host_id": h, "run_id": r, "source": "host", "type": t, "name": n}
-                         for h, r, t, n in rows])
+
+    ms = [
+        {"host": {"host_id": h}, "run_id": r}
+        for h, r in (
+            ("h-a", "20260101T000000Z"),
+            ("h-b", "20260101T000000Z"),
+            ("h-b", "20260202T000000Z"),
+        )
+    ]
+    rows = [
+        ("h-a", "20260101T000000Z", "block", "FLUSH"),
+        ("h-a", "20260101T000000Z", "block", "VERSION_1"),
+        ("h-a", "20260101T000000Z", "net", "CSUM"),
+        ("h-b", "20260101T000000Z", "block", "SCSI"),  # older run: ignored
+        ("h-b", "20260202T000000Z", "block", "VERSION_1"),
+        ("h-b", "20260202T000000Z", "block", "MQ"),
+    ]
+    bits = pd.DataFrame(
+        [{"host_id": h, "run_id": r, "source": "host", "type": t, "name": n} for h, r, t, n in rows]
+    )
     for m in ms:
         m.update(profile="default", tables={"sysfs": 1})
     shown = shown_datasets(ms)
     assert shown == {"h-a": "20260101T000000Z", "h-b": "20260202T000000Z"}
     d = analysis.host_bit_diff(bits, shown).set_index("type")
-    assert d.loc["block", "only on this host"] == "MQ" and d.loc["block", "only on the baseline"] == "FLUSH"
+    assert (
+        d.loc["block", "only on this host"] == "MQ"
+        and d.loc["block", "only on the baseline"] == "FLUSH"
+    )
     assert d.loc["net", "only on this host"] == "(no such device)"
     assert (d["baseline"] == "h-a").all() and (d["host_id"] == "h-b").all()
     assert analysis.host_bit_diff(bits[bits.host_id == "h-a"], shown_datasets(ms[:1])).empty
@@ -302,11 +384,13 @@ def test_committed_data_decodes_every_guest_config(book_data):
     assert D.quoted.profile == "default"
     summary, changed = tables.guest_summary(D), tables.changes_table(D)
     assert list(summary["config"]) == list(parse.GUEST_CONFIGS)
-    assert list(changed["config"]) == [c for c in parse.GUEST_CONFIGS if c not in ("default", "smp2:default")]
+    assert list(changed["config"]) == [
+        c for c in parse.GUEST_CONFIGS if c not in ("default", "smp2:default")
+    ]
     g = summary.set_index("config")
     assert g.loc["default", "CONFIG_WCE"] == 1 and g.loc["config-wce=off", "CONFIG_WCE"] == 0
     assert g.loc["packed=on", "RING_PACKED"] == 1 and g.loc["legacy", "VERSION_1"] == 0
-    assert D.seed["features"].tolist() == [SEED_LOCAL, SEED_VPS]   # read as text: leading zeros kept
+    assert D.seed["features"].tolist() == [SEED_LOCAL, SEED_VPS]  # read as text: leading zeros kept
     f = prose.values(D)
     assert not [k for k, v in f.items() if isinstance(v, float)]
     assert f["seed_removed"] == "SCSI and CONFIG_WCE" and f["n_configs"] == len(parse.GUEST_CONFIGS)
@@ -315,18 +399,37 @@ def test_committed_data_decodes_every_guest_config(book_data):
 def test_accel_findings_compare_only_configs_measured_under_both():
     """The accelerator sentence says 'not measured' with one accelerator, and with two compares
     each configuration's negotiated block bits across them."""
-    import pandas as pd
     from types import SimpleNamespace
 
+    import pandas as pd
+
     def rows(accel, run, config, names):
-        return [{"host_id": "h", "run_id": run, "source": "guest", "boot": 0, "device": "virtio1",
-                 "type": "block", "accel": accel, "config": config, "name": n} for n in names]
+        return [
+            {
+                "host_id": "h",
+                "run_id": run,
+                "source": "guest",
+                "boot": 0,
+                "device": "virtio1",
+                "type": "block",
+                "accel": accel,
+                "config": config,
+                "name": n,
+            }
+            for n in names
+        ]
+
     one = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"]))
-    assert "whether KVM negotiates the same bits was not measured" in \
-        prose.accel_findings(SimpleNamespace(bits=one))["accel_compare"]
-    two = pd.DataFrame(rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"])
-                       + rows("kvm", "r2", "default", ["FLUSH", "VERSION_1"])
-                       + rows("kvm", "r2", "packed=on", ["RING_PACKED"])
-                       + rows("tcg", "r1", "legacy", ["FLUSH"]) + rows("kvm", "r2", "legacy", ["SCSI"]))
+    assert (
+        "whether KVM negotiates the same bits was not measured"
+        in prose.accel_findings(SimpleNamespace(bits=one))["accel_compare"]
+    )
+    two = pd.DataFrame(
+        rows("tcg", "r1", "default", ["FLUSH", "VERSION_1"])
+        + rows("kvm", "r2", "default", ["FLUSH", "VERSION_1"])
+        + rows("kvm", "r2", "packed=on", ["RING_PACKED"])
+        + rows("tcg", "r1", "legacy", ["FLUSH"])
+        + rows("kvm", "r2", "legacy", ["SCSI"])
+    )
     s = prose.accel_findings(SimpleNamespace(bits=two))["accel_compare"]
     assert s.startswith("1 of the 2 disk configurations measured under both"), s

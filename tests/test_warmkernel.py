@@ -1,6 +1,7 @@
 """Kernels forked from the refresh's zygote (perfbook.book.jupyter.zygote) behave as kernels jupyter_client
 starts itself: the same outputs (figures included), directory, environment and import path;
 interrupts reach them; and none outlives the zygote or the process that asked for it."""
+
 import os
 import shutil
 import signal
@@ -15,7 +16,8 @@ import pytest
 from jupyter_client import KernelManager
 
 from conftest import processes_with_env, short_state_dir, stop_with
-from perfbook.book.jupyter import execute as nbrun, zygote as warmkernel
+from perfbook.book.jupyter import execute as nbrun
+from perfbook.book.jupyter import zygote as warmkernel
 from perfbook.core.proc import pid_alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,12 +59,16 @@ def test_a_forked_kernel_gives_the_outputs_a_started_one_gives(zygote, tmp_path,
     warm = _run(_notebook(PROBE), zygote, tmp_path)
     cold = _run(_notebook(PROBE), None, tmp_path)
     for w, c in zip(warm.cells, cold.cells):
-        assert [o.get("output_type") for o in w.outputs] == [o.get("output_type") for o in c.outputs]
-        assert [sorted(o.get("data", {})) for o in w.outputs] == [sorted(o.get("data", {})) for o in c.outputs]
+        assert [o.get("output_type") for o in w.outputs] == [
+            o.get("output_type") for o in c.outputs
+        ]
+        assert [sorted(o.get("data", {})) for o in w.outputs] == [
+            sorted(o.get("data", {})) for o in c.outputs
+        ]
     text = warm.cells[0].outputs[0]["text"]
     assert text == cold.cells[0].outputs[0]["text"]
     assert text.split()[:3] == [str(tmp_path), str(tmp_path), "probe-1"]
-    assert "image/png" in warm.cells[1].outputs[0]["data"]     # matplotlib's inline display works
+    assert "image/png" in warm.cells[1].outputs[0]["data"]  # matplotlib's inline display works
 
 
 def test_the_zygote_forks_the_kernel_not_popen(zygote, tmp_path):
@@ -73,6 +79,7 @@ def test_the_zygote_forks_the_kernel_not_popen(zygote, tmp_path):
         proc = real(self, *a)
         seen.append(proc)
         return proc
+
     warmkernel.Zygote.fork = fork
     try:
         _run(_notebook(["1 + 1"]), zygote, tmp_path)
@@ -90,14 +97,17 @@ def test_an_interrupt_reaches_a_forked_kernel(zygote, tmp_path):
         kc.wait_for_ready(timeout=60)
         assert isinstance(km.provisioner.process, warmkernel._Forked)
         msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
-        while True:              # interrupt once the cell runs, however busy the machine is
+        while True:  # interrupt once the cell runs, however busy the machine is
             m = kc.get_iopub_msg(timeout=60)
             if m["msg_type"] == "stream" and "sleeping" in m["content"]["text"]:
                 break
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=20)
         assert reply["parent_header"]["msg_id"] == msg_id
-        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert (
+            reply["content"]["status"] == "error"
+            and reply["content"]["ename"] == "KeyboardInterrupt"
+        )
         assert km.is_alive()
     finally:
         kc.stop_channels()
@@ -120,9 +130,13 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
         print(km.provisioner.pid, flush=True)
         time.sleep(600)
     """)
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                             pass_fds=(conn.fileno(),),
-                             env={**os.environ, warmkernel.ZYGOTE_FD: str(conn.fileno())})
+    child = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=(conn.fileno(),),
+        env={**os.environ, warmkernel.ZYGOTE_FD: str(conn.fileno())},
+    )
     conn.close()
     try:
         kernel = int(child.stdout.readline())
@@ -134,7 +148,8 @@ def test_a_kernel_ends_with_the_process_that_asked_for_it(zygote, tmp_path):
     while pid_alive(kernel) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not pid_alive(kernel)
-    from perfbook.hoststate.sweep import kernel_files    # what the killed child's KernelManager left
+    from perfbook.hoststate.sweep import kernel_files  # what the killed child's KernelManager left
+
     kernel_files()
 
 
@@ -152,7 +167,10 @@ def test_kernels_end_with_the_zygote(tmp_path):
             time.sleep(0.1)
         assert not pid_alive(kernel)
         # a dead zygote: the next kernel starts the usual way
-        assert z.fork([sys.executable, "-m", "perfbook", "kernel"], dict(os.environ), str(tmp_path)) is None
+        assert (
+            z.fork([sys.executable, "-m", "perfbook", "kernel"], dict(os.environ), str(tmp_path))
+            is None
+        )
     finally:
         km.cleanup_resources()
         z.close()
@@ -172,30 +190,57 @@ def test_warm_kernels_can_be_turned_off(monkeypatch):
 
 # ---- an interrupted refresh, and what a killed one leaves --------------------------------
 
-@pytest.mark.parametrize("jobs,how", [(2, "sigint-group"), (1, "sigterm-parent"), (2, "sighup-parent")])
+
+@pytest.mark.parametrize(
+    "jobs,how", [(2, "sigint-group"), (1, "sigterm-parent"), (2, "sighup-parent")]
+)
 def test_an_interrupted_refresh_is_one_line_and_leaves_no_kernel_file(jobs, how, tmp_path):
     """Ctrl-C during make all's refresh printed the zygote's ProcessLookupError traceback and
     left two kernel connection files, with their keys, in the state directory."""
-    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}[how.split("-")[0]]
+    sig = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sighup": signal.SIGHUP}[
+        how.split("-")[0]
+    ]
     target = how.split("-")[1]
     state = short_state_dir()
     chapters = ["tsc_alignment", "trace_overhead"]
     stored = {c: (ROOT / "chapters" / f"{c}.ipynb").read_bytes() for c in chapters}
     marker = f"PERFBOOK_TEST_TAG=refresh-{os.getpid()}-{time.time_ns()}"
-    p = subprocess.Popen([sys.executable, "-m", "perfbook", "refresh", "--chapters", ",".join(chapters),
-                          "--jobs", str(jobs)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-                         env={**os.environ, "PERFBOOK_STATE_DIR": str(state),
-                              marker.split("=")[0]: marker.split("=", 1)[1]})
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbook",
+            "refresh",
+            "--chapters",
+            ",".join(chapters),
+            "--jobs",
+            str(jobs),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={
+            **os.environ,
+            "PERFBOOK_STATE_DIR": str(state),
+            marker.split("=")[0]: marker.split("=", 1)[1],
+        },
+    )
     try:
         deadline = time.monotonic() + 120
-        while len(list((state / "kernels").glob("*.json")) if (state / "kernels").is_dir() else []) < jobs:
+        while (
+            len(list((state / "kernels").glob("*.json")) if (state / "kernels").is_dir() else [])
+            < jobs
+        ):
             assert p.poll() is None and time.monotonic() < deadline, p.communicate()
             time.sleep(0.05)
         out, _ = stop_with(p, sig, target)
         assert "Traceback" not in out, out
-        assert list((state / "kernels").iterdir()) == [], "a kernel's connection file or socket was left"
+        assert list((state / "kernels").iterdir()) == [], (
+            "a kernel's connection file or socket was left"
+        )
         deadline = time.monotonic() + 10
         while (left := processes_with_env(marker)) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -213,21 +258,34 @@ def test_a_kernel_whose_connection_file_is_gone_ends(tmp_path):
     """A client stopped while its kernel started removes the connection file; ipykernel then
     wrote one of its own and listened on TCP, for nobody. Our kernel ends instead."""
     gone = tmp_path / "k1-1.json"
-    r = subprocess.run([sys.executable, "-m", "perfbook", "kernel", "-f", str(gone)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "perfbook", "kernel", "-f", str(gone)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1 and not gone.exists(), r.stdout + r.stderr
 
 
 def test_a_kernelspec_without_our_provisioner_is_refused_in_one_line(tmp_path, monkeypatch):
     """Reinstalling ipykernel puts back its own python3 kernelspec, whose kernels listen on TCP."""
     import json
-    from perfbook.core.errors import PerfbookError
+
     from perfbook.book.jupyter.provisioner import check_kernelspec
+    from perfbook.core.errors import PerfbookError
+
     spec = tmp_path / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({"argv": ["python", "-m", "ipykernel_launcher", "-f",
-                                                           "{connection_file}"], "display_name": "P",
-                                                  "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "P",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     with pytest.raises(PerfbookError, match="would listen on TCP") as e:
         check_kernelspec("python3")

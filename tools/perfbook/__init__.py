@@ -18,7 +18,8 @@ Layers, from the top down; a module imports only from its own layer or the ones 
               cgroups, knobs, network namespaces, tracefs, bpftrace, the run monitor
   core        errors, paths, signals (guard), child processes, progress lines
 """
-if __name__ != "perfbook":     # e.g. `import tools.perfbook` from a checkout's top directory
+
+if __name__ != "perfbook":  # e.g. `import tools.perfbook` from a checkout's top directory
     raise ImportError(f"import perfbook, not {__name__}: one module, one name")
 
 __version__ = "0.2.0"

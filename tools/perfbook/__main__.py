@@ -1,4 +1,5 @@
 """`python -m perfbook`: the same as the `perfbook` command (perfbook.cli)."""
+
 import sys
 
 from perfbook.cli import main

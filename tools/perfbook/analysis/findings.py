@@ -16,13 +16,28 @@ same host id can be different machines cloned from one image, or a noisy rerun),
 "not measured" when none could say. Every run's evidence is kept with its run id, so a number
 is never shown without the dataset it comes from, and the spread between runs is visible.
 """
+
 from __future__ import annotations
 
+import functools
+import hashlib
 import html
+import json
+import math
+import os
+import re
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from perfbook.data.dataset import REAL_PROFILES
+import pandas as pd
+
+from perfbook.core import codedigest
+from perfbook.core.paths import repo_root, runs_dir
+from perfbook.data.buildfiles import read_private, store_dir, write_private
+from perfbook.data.dataset import REAL_PROFILES, data_depth, visible_files
+from perfbook.data.digest import dir_digest, reference_files, tree_digest
+from perfbook.framework.contract import explain_modules
 
 HOLDS, FAILS, MIXED, NOT_MEASURED = "holds", "does not hold", "mixed", "not measured"
 VERDICTS = (HOLDS, FAILS, MIXED, NOT_MEASURED)
@@ -31,15 +46,15 @@ VERDICTS = (HOLDS, FAILS, MIXED, NOT_MEASURED)
 @dataclass(frozen=True)
 class Outcome:
     holds: bool
-    evidence: str          # the numbers behind the verdict, as the book shows them
+    evidence: str  # the numbers behind the verdict, as the book shows them
 
 
 @dataclass(frozen=True)
 class Finding:
-    key: str               # glue name suffix: kf_<key>
-    claim: str             # the statement, in the chapter's words, without numbers
-    test: Callable         # (Run) -> Outcome | None
-    contrary: str = ""     # what the prose says where it does not hold (default: "Not so: claim")
+    key: str  # glue name suffix: kf_<key>
+    claim: str  # the statement, in the chapter's words, without numbers
+    test: Callable  # (Run) -> Outcome | None
+    contrary: str = ""  # what the prose says where it does not hold (default: "Not so: claim")
 
 
 class Run:
@@ -72,8 +87,6 @@ class Run:
 def once_each(fn):
     """fn(run) worked out once for each Run while it lives: a value several of a dataset's key
     findings read (outcomes() hands them all one Run). A Data's own: Data.once."""
-    import functools
-    import weakref
     memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @functools.wraps(fn)
@@ -81,6 +94,7 @@ def once_each(fn):
         if x not in memo:
             memo[x] = fn(x)
         return memo[x]
+
     return once
 
 
@@ -102,18 +116,32 @@ def glued(run, compute) -> dict | None:
     dataset can't give them (an older dataset without a table). The values are plain data
     (numbers, strings, lists, dicts), as glue and JSON hold them. A page or chapter that
     quotes every host's values (tsc_alignment's caveats) then computes each host's once."""
-    import hashlib
     key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
     if key not in _GLUE_CACHE:
+
         def make():
             try:
                 return {"g": plain(compute(run.data))}
             except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
                 return {"g": None}
-        slot = "glue-" + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[:12]
-        _GLUE_CACHE[key] = stored(run.D, run.manifest, slot, make,
-                                  lambda v: isinstance(v, dict) and set(v) == {"g"}
-                                  and (v["g"] is None or isinstance(v["g"], dict)))["g"]
+
+        slot = (
+            "glue-"
+            + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[
+                :12
+            ]
+        )
+        _GLUE_CACHE[key] = stored(
+            run.D,
+            run.manifest,
+            slot,
+            make,
+            lambda v: (
+                isinstance(v, dict)
+                and set(v) == {"g"}
+                and (v["g"] is None or isinstance(v["g"], dict))
+            ),
+        )["g"]
     return _GLUE_CACHE[key]
 
 
@@ -123,11 +151,13 @@ def sections(*parts):
     findings() is every section; its key findings need a few, and at fleet scale each dataset's
     values are computed once, so a verdict computes only the sections its test reads. The
     function is named by its sections, which keeps one verdict-store slot per choice."""
+
     def compute(D) -> dict:
         out = {}
         for part in parts:
             out.update(part(D))
         return out
+
     compute.__module__ = parts[0].__module__
     compute.__qualname__ = "sections(" + ", ".join(p.__qualname__ for p in parts) + ")"
     compute.__name__ = "sections"
@@ -137,8 +167,10 @@ def sections(*parts):
 def per_host_note(D, compute, say) -> dict[str, list[str]]:
     """host_id -> [say(g)] from the newest counted dataset of each host (for a chapter's
     platform_notes), where glued(run, compute) gives values and say() does not fail."""
-    import hashlib
-    slot = "note-" + hashlib.sha256(f"{compute.__qualname__} {say.__qualname__}".encode()).hexdigest()[:12]
+    slot = (
+        "note-"
+        + hashlib.sha256(f"{compute.__qualname__} {say.__qualname__}".encode()).hexdigest()[:12]
+    )
 
     def note(m):
         g = glued(Run(D, m), compute)
@@ -146,11 +178,17 @@ def per_host_note(D, compute, say) -> dict[str, list[str]]:
             return [str(say(g))] if g else []
         except (KeyError, TypeError, ValueError):
             return []
+
     out = {}
     for h in D.hosts:
         m = counted_runs([m for m in D.manifests if m.host_id == h])[-1]
-        out[h] = stored(D, m, slot, lambda: note(m),
-                        lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+        out[h] = stored(
+            D,
+            m,
+            slot,
+            lambda m=m: note(m),
+            lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        )
     return out
 
 
@@ -163,6 +201,7 @@ def num(text) -> float:
 def from_glue(compute, decide):
     """A finding test from the chapter's prose values: decide(g) -> Outcome, where g is
     glued(run, compute); a missing value means this dataset did not measure it."""
+
     def test(run):
         g = glued(run, compute)
         if g is None:
@@ -171,6 +210,7 @@ def from_glue(compute, decide):
             return decide(g)
         except (KeyError, ValueError, IndexError, TypeError):
             return None
+
     test.__name__ = getattr(decide, "__name__", "test")
     test.compute, test.decide = compute, decide
     return test
@@ -181,7 +221,7 @@ class HostVerdict:
     finding: Finding
     host_id: str
     verdict: str
-    runs: tuple            # ((run_id, Outcome | None), ...) in run order
+    runs: tuple  # ((run_id, Outcome | None), ...) in run order
 
     @property
     def evidence(self) -> str:
@@ -189,7 +229,9 @@ class HostVerdict:
         told = [(r, o) for r, o in self.runs if o is not None]
         if len(told) == 1:
             return f"{told[0][1].evidence} (run {told[0][0]})"
-        return "; ".join(f"run {r}: {o.evidence}{'' if o.holds else ' (does not hold)'}" for r, o in told)
+        return "; ".join(
+            f"run {r}: {o.evidence}{'' if o.holds else ' (does not hold)'}" for r, o in told
+        )
 
     @property
     def label(self) -> str:
@@ -203,7 +245,9 @@ def counted_runs(manifests) -> list:
     """The datasets a host's verdict rests on: those measured with a real profile or with
     none recorded (older datasets, measured before the profile was recorded); quick runs are
     tests and count only where a host has nothing else."""
-    counted = [m for m in manifests if m.get("profile") in REAL_PROFILES or m.get("profile") is None]
+    counted = [
+        m for m in manifests if m.get("profile") in REAL_PROFILES or m.get("profile") is None
+    ]
     return sorted(counted or list(manifests), key=lambda m: m["run_id"])
 
 
@@ -211,8 +255,9 @@ def _test(D, finding: Finding, m, run: Run | None = None) -> Outcome | None:
     try:
         return finding.test(run or Run(D, m))
     except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
-        raise RuntimeError(f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: "
-                           f"{type(e).__name__}: {e}") from e
+        raise RuntimeError(
+            f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: {type(e).__name__}: {e}"
+        ) from e
 
 
 def _once(D, key, make):
@@ -224,11 +269,13 @@ def _once(D, key, make):
 def _manifests_of(D, host_id: str) -> list:
     """D's manifests of host_id; the manifests are split by host once per Data (every finding's
     verdict on every host asks: at a hundred hosts a scan per question was quadratic)."""
+
     def split():
         out: dict = {}
         for m in D.manifests:
             out.setdefault(m.host_id, []).append(m)
         return out
+
     return _once(D, "findings:manifests-by-host", split).get(host_id, [])
 
 
@@ -236,8 +283,11 @@ def _host_outcomes(D, host_id: str) -> list:
     """(run_id, outcomes(D, m)) of each counted dataset of host_id, once per Data: every
     declared finding's verdict on that host reads the same outcomes (one verdict-store lookup
     per dataset, not one per finding)."""
-    return _once(D, ("findings:outcomes", host_id),
-                 lambda: [(m["run_id"], outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))])
+    return _once(
+        D,
+        ("findings:outcomes", host_id),
+        lambda: [(m["run_id"], outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))],
+    )
 
 
 def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
@@ -245,7 +295,9 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
     if declared:
         runs = [(rid, got[finding.key]) for rid, got in _host_outcomes(D, host_id)]
     else:
-        runs = [(m["run_id"], _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))]
+        runs = [
+            (m["run_id"], _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))
+        ]
     told = [o for _, o in runs if o is not None]
     if not told:
         verdict = NOT_MEASURED
@@ -276,29 +328,28 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
 
 STORE_VERSION = 1
-_MEMO: dict = {}          # store file -> (key, value)
-_CODE: dict = {}          # (chapter, data dir) -> digest of its code and reference files
-_DIGESTS: dict = {}       # dataset directory -> (its files' stats, their digest)
+_MEMO: dict = {}  # store file -> (key, value)
+_CODE: dict = {}  # (chapter, data dir) -> digest of its code and reference files
+_DIGESTS: dict = {}  # dataset directory -> (its files' stats, their digest)
 
 
 def store_enabled() -> bool:
-    import os
     return os.environ.get("PERFBOOK_VERDICT_STORE", "").lower() not in ("0", "off", "no", "false")
 
 
 def _safe(name: str) -> bool:
-    import re
     return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,80}", name or ""))
 
 
 def _store_file(D, m, slot: str):
     """(path, runs dir) of one stored value of a dataset; None where nothing is stored: a
     Data of no registered chapter (a test's fake) or a manifest without its directory."""
-    from perfbook.data.buildfiles import store_dir
-    from perfbook.core.paths import runs_dir
     name = D.chapter.name
-    if (getattr(m, "path", None) is None or not _is_chapter(D.chapter)
-            or not all(_safe(x) for x in (name, m.host_id, m["run_id"], slot))):
+    if (
+        getattr(m, "path", None) is None
+        or not _is_chapter(D.chapter)
+        or not all(_safe(x) for x in (name, m.host_id, m["run_id"], slot))
+    ):
         return None
     data = getattr(D, "data_dir", None)
     top = store_dir("verdicts", data)
@@ -313,11 +364,14 @@ def _is_chapter(chapter) -> bool:
 def _dataset_digest(path) -> str:
     """perfbook.data.digest.dir_digest of a dataset, hashed again only when a file's stat
     changed (each finding and each note asks)."""
-    from perfbook.data.dataset import visible_files
-    from perfbook.data.digest import dir_digest
     try:
-        sig = tuple(sorted((str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                           for p in visible_files(path) for st in [p.lstat()]))
+        sig = tuple(
+            sorted(
+                (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                for p in visible_files(path)
+                for st in [p.lstat()]
+            )
+        )
     except OSError:
         sig = None
     held = _DIGESTS.get(str(path))
@@ -329,16 +383,13 @@ def _dataset_digest(path) -> str:
 
 
 def _store_key(D, m, slot: str) -> str:
-    import hashlib
 
-    from perfbook.core import codedigest
-    from perfbook.framework.contract import explain_modules
-    from perfbook.core.paths import repo_root
-    from perfbook.data.dataset import data_depth
-    from perfbook.data.digest import reference_files, tree_digest
     name, data = D.chapter.name, getattr(D, "data_dir", None)
     if (name, str(data)) not in _CODE:
-        code = {f"tools/{rel}": p for rel, p in codedigest.closure(explain_modules(f"perfbook.chapters.{name}")).items()}
+        code = {
+            f"tools/{rel}": p
+            for rel, p in codedigest.closure(explain_modules(f"perfbook.chapters.{name}")).items()
+        }
         lock = repo_root() / "tools" / "requirements.lock"
         if lock.is_file():
             code["tools/requirements.lock"] = lock
@@ -353,7 +404,6 @@ def stored(D, m, slot: str, make, check):
     `slot` (a file name part) while its key holds. make() returns plain JSON data; check(value)
     is True when a stored value has the expected shape (else it is computed again). What is
     returned has been through JSON either way, so a first and a later call give the same."""
-    import json
     spot = _store_file(D, m, slot) if store_enabled() else None
     if spot is None:
         return json.loads(json.dumps(make()))
@@ -361,24 +411,33 @@ def stored(D, m, slot: str, make, check):
     key = _store_key(D, m, slot)
     if str(path) in _MEMO and _MEMO[str(path)][0] == key:
         return _MEMO[str(path)][1]
-    from perfbook.data.buildfiles import read_private, write_private
     value, raw = None, read_private(path, runs)
     try:
         doc = json.loads(raw) if raw else None
-        if isinstance(doc, dict) and doc.get("version") == STORE_VERSION and doc.get("key") == key \
-                and check(doc.get("value")):
+        if (
+            isinstance(doc, dict)
+            and doc.get("version") == STORE_VERSION
+            and doc.get("key") == key
+            and check(doc.get("value"))
+        ):
             value = doc["value"]
     except (ValueError, TypeError, KeyError, AttributeError):
         value = None
     if value is None:
-        doc = {"version": STORE_VERSION, "key": key, "chapter": D.chapter.name,
-               "dataset": f"{m.host_id}/{m['run_id']}", "slot": slot, "value": make()}
+        doc = {
+            "version": STORE_VERSION,
+            "key": key,
+            "chapter": D.chapter.name,
+            "dataset": f"{m.host_id}/{m['run_id']}",
+            "slot": slot,
+            "value": make(),
+        }
         text = json.dumps(doc, sort_keys=True)
         try:
-            path.parents[2].mkdir(parents=True, exist_ok=True)     # build/
+            path.parents[2].mkdir(parents=True, exist_ok=True)  # build/
             write_private(path, text.encode(), runs)
         except OSError:
-            pass              # a read-only checkout: computed again next time
+            pass  # a read-only checkout: computed again next time
         value = json.loads(text)["value"]
     _MEMO[str(path)] = (key, value)
     return value
@@ -387,16 +446,21 @@ def stored(D, m, slot: str, make, check):
 def _frame_doc(df) -> dict:
     """A DataFrame as plain JSON data that gives it back exactly (columns in order, their
     dtypes, every value; float64 survives JSON unchanged). Its index is a RangeIndex."""
-    import math
-    return {"columns": [str(c) for c in df.columns], "dtypes": [str(t) for t in df.dtypes],
-            "data": [[None if isinstance(v, float) and math.isnan(v) else v for v in plain(list(col))]
-                     for _, col in df.items()]}
+    return {
+        "columns": [str(c) for c in df.columns],
+        "dtypes": [str(t) for t in df.dtypes],
+        "data": [
+            [None if isinstance(v, float) and math.isnan(v) else v for v in plain(list(col))]
+            for _, col in df.items()
+        ],
+    }
 
 
 def _doc_frame(doc: dict):
-    import pandas as pd
-    df = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in zip(doc["columns"], doc["data"])},
-                      columns=doc["columns"])
+    df = pd.DataFrame(
+        {c: pd.Series(v, dtype=object) for c, v in zip(doc["columns"], doc["data"])},
+        columns=doc["columns"],
+    )
     for c, t in zip(doc["columns"], doc["dtypes"]):
         df[c] = df[c].astype(t)
     return df
@@ -404,23 +468,42 @@ def _doc_frame(doc: dict):
 
 def _is_frames(v) -> bool:
     return isinstance(v, dict) and all(
-        isinstance(d, dict) and set(d) == {"columns", "dtypes", "data"} and len(d["columns"]) == len(d["dtypes"])
-        == len(d["data"]) for d in v.values())
+        isinstance(d, dict)
+        and set(d) == {"columns", "dtypes", "data"}
+        and len(d["columns"]) == len(d["dtypes"]) == len(d["data"])
+        for d in v.values()
+    )
 
 
 def stored_frames(D, m, slot: str, make) -> dict:
     """stored() for make() -> {name: DataFrame with a RangeIndex}: a chapter's per-dataset
     reduction (one host's summary rows) kept in the verdict store, given back with the same
     columns, dtypes and values (tests/test_findings.py compares both ways)."""
-    got = stored(D, m, slot, lambda: {k: _frame_doc(df.reset_index(drop=True)) for k, df in make().items()},
-                 _is_frames)
+    got = stored(
+        D,
+        m,
+        slot,
+        lambda: {k: _frame_doc(df.reset_index(drop=True)) for k, df in make().items()},
+        _is_frames,
+    )
     return {k: _doc_frame(d) for k, d in got.items()}
 
 
 def _is_outcomes(v, keys) -> bool:
-    return isinstance(v, dict) and set(v) == set(keys) and all(
-        o is None or (isinstance(o, list) and len(o) == 2 and isinstance(o[0], bool)
-                      and isinstance(o[1], str)) for o in v.values())
+    return (
+        isinstance(v, dict)
+        and set(v) == set(keys)
+        and all(
+            o is None
+            or (
+                isinstance(o, list)
+                and len(o) == 2
+                and isinstance(o[0], bool)
+                and isinstance(o[1], str)
+            )
+            for o in v.values()
+        )
+    )
 
 
 def outcomes(D, m) -> dict:
@@ -430,9 +513,10 @@ def outcomes(D, m) -> dict:
     keys = [f.key for f in findings]
 
     def make():
-        run = Run(D, m)     # one view of the dataset for all of them (what they derive is shared)
+        run = Run(D, m)  # one view of the dataset for all of them (what they derive is shared)
         out = {f.key: _test(D, f, m, run) for f in findings}
         return {k: None if o is None else [bool(o.holds), str(o.evidence)] for k, o in out.items()}
+
     got = stored(D, m, "outcomes", make, lambda v: _is_outcomes(v, keys))
     return {k: None if o is None else Outcome(o[0], o[1]) for k, o in got.items()}
 
@@ -444,11 +528,16 @@ def verdicts(D) -> list[list[HostVerdict]]:
 
 def matrix(D):
     """Hosts x findings as a DataFrame (one row per finding; a column per host, the verdict)."""
-    import pandas as pd
     rows = []
     for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
-        rows.append({"chapter": D.chapter.name, "finding": f.key, "claim": f.claim,
-                     **{v.host_id: v.label for v in per_host}})
+        rows.append(
+            {
+                "chapter": D.chapter.name,
+                "finding": f.key,
+                "claim": f.claim,
+                **{v.host_id: v.label for v in per_host},
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -457,7 +546,11 @@ def sentence(v: HostVerdict) -> str:
     f = v.finding
     if v.verdict == NOT_MEASURED:
         return f"{f.claim}: not measured on {v.host_id}"
-    said = f.claim if v.verdict == HOLDS else (f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}")
+    said = (
+        f.claim
+        if v.verdict == HOLDS
+        else (f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}")
+    )
     if v.verdict == MIXED:
         said = f"{f.claim}? It depends on the run ({v.label})"
     return f"{said} ({v.evidence})"
@@ -465,7 +558,6 @@ def sentence(v: HostVerdict) -> str:
 
 def _code(text: str) -> str:
     """Escaped text with `code` spans as <code> (claims are written in the prose's markdown)."""
-    import re
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
@@ -476,13 +568,17 @@ def html_block(D, kinds: dict[str, str]) -> str:
     for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
         hosts = "".join(
             f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> '
-            f'on <code>{esc(v.host_id)}</code> ({esc(kinds.get(v.host_id, "?"))})'
-            + (f": {esc(v.evidence)}" if v.verdict != NOT_MEASURED else "") + "</li>"
-            for v in per_host)
+            f"on <code>{esc(v.host_id)}</code> ({esc(kinds.get(v.host_id, '?'))})"
+            + (f": {esc(v.evidence)}" if v.verdict != NOT_MEASURED else "")
+            + "</li>"
+            for v in per_host
+        )
         items.append(f"<li><strong>{esc(f.claim)}</strong><ul>{hosts}</ul></li>")
     if not items:
         return ""
-    return ('<div class="key-findings admonition"><p class="admonition-title">Key findings</p>'
-            f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is computed from the data '
-            'for every host: its verdict counts the host\'s datasets measured with a real '
-            'profile, and each number names the run it comes from.</p></div>')
+    return (
+        '<div class="key-findings admonition"><p class="admonition-title">Key findings</p>'
+        f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is computed from the data '
+        "for every host: its verdict counts the host's datasets measured with a real "
+        "profile, and each number names the run it comes from.</p></div>"
+    )

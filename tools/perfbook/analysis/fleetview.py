@@ -23,8 +23,18 @@ vendor (perfbook.data.machine).
     fleetview.legend(fig, F, drawn, seed="seed, 2013")
     caption = stats.caption(..., hosts=F.caption_hosts(), extra=F.marks_text(drawn, ...))
 """
+
 from __future__ import annotations
 
+from collections import Counter
+
+import numpy as np
+import seaborn as sns
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from perfbook.analysis.findings import counted_runs
+from perfbook.analysis.stats import host_text, hosts_of
 from perfbook.data import machine
 from perfbook.data.dataset import HOST_ID, REFERENCE_FILE, reference_host  # noqa: F401  (the roles' source)
 
@@ -33,16 +43,29 @@ THIS, REFERENCE, OTHER, SEED = "this host", "reference host", "other hosts", "se
 # One look per role across the book (matplotlib keyword arguments of Axes.plot/errorbar).
 STYLE = {
     THIS: {"color": "#d62728", "marker": "o", "ms": 7.5, "mec": "white", "mew": 0.6, "zorder": 6},
-    REFERENCE: {"color": "#1f77b4", "marker": "D", "ms": 6.0, "mec": "white", "mew": 0.6, "zorder": 5},
+    REFERENCE: {
+        "color": "#1f77b4",
+        "marker": "D",
+        "ms": 6.0,
+        "mec": "white",
+        "mew": 0.6,
+        "zorder": 5,
+    },
     OTHER: {"color": "0.55", "marker": "o", "ms": 3.5, "alpha": 0.6, "mew": 0, "zorder": 3},
     SEED: {"color": "black", "marker": "*", "ms": 13, "mec": "black", "mew": 0.5, "zorder": 7},
 }
-MARK_WORDS = {THIS: "red circle", REFERENCE: "blue diamond", OTHER: "small grey dots", SEED: "black star"}
-FEW_OTHERS = 3      # up to this many other hosts keep their intervals (thin grey bars)
-SUMMARY_MIN = 5     # from this many hosts on, a box and a line give the quartiles and the median
+MARK_WORDS = {
+    THIS: "red circle",
+    REFERENCE: "blue diamond",
+    OTHER: "small grey dots",
+    SEED: "black star",
+}
+FEW_OTHERS = 3  # up to this many other hosts keep their intervals (thin grey bars)
+SUMMARY_MIN = 5  # from this many hosts on, a box and a line give the quartiles and the median
 
 
 # -- roles ------------------------------------------------------------------------------------
+
 
 class Fleet:
     """The hosts of one cross-host figure and the role of each (this host, reference host,
@@ -76,7 +99,7 @@ class Fleet:
             out.append((self.reference, REFERENCE))
         return out
 
-    def within(self, hosts) -> "Fleet":
+    def within(self, hosts) -> Fleet:
         """The same roles over a subset of the hosts (a facet, the hosts that have a table)."""
         keep = set(hosts)
         return Fleet({h: f for h, f in self.facts.items() if h in keep}, self.this, self.reference)
@@ -96,45 +119,80 @@ class Fleet:
 
     def kinds_text(self, hosts=None) -> str:
         """'52 KVM guests, 30 bare metal, 16 TCG guests': the machine kinds of some hosts."""
-        return count_text(machine.short_kind(self.facts[h]) for h in (self.others if hosts is None else hosts))
+        return count_text(
+            machine.short_kind(self.facts[h]) for h in (self.others if hosts is None else hosts)
+        )
 
     def caption_hosts(self) -> list[tuple[str, str]]:
         """`hosts` for perfbook.analysis.stats.caption: the highlighted hosts with their descriptions, then the
         other hosts as one item with their kinds (a caption does not grow with the fleet either)."""
         out = []
         for h, role in self.highlighted:
-            what = "this host and the reference host" if (role == THIS and h == self.reference) else role
-            out.append((h, f"{what}: {self.facts[h].get('description') or machine.short_kind(self.facts[h])}"))
+            what = (
+                "this host and the reference host"
+                if (role == THIS and h == self.reference)
+                else role
+            )
+            out.append(
+                (
+                    h,
+                    f"{what}: {self.facts[h].get('description') or machine.short_kind(self.facts[h])}",
+                )
+            )
         if self.others:
             k = len(self.others)
-            out.append((f"{'and ' if out else ''}{k} other host{'s' if k != 1 else ''}", self.kinds_text()))
+            out.append(
+                (f"{'and ' if out else ''}{k} other host{'s' if k != 1 else ''}", self.kinds_text())
+            )
         return out
 
-    def runs_text(self, what: str, drawn: str = "one point per counted run, side by side, so that "
-                                                "their spread is the run-to-run spread", *,
-                  roles=None) -> str:
+    def runs_text(
+        self,
+        what: str,
+        drawn: str = "one point per counted run, side by side, so that "
+        "their spread is the run-to-run spread",
+        *,
+        roles=None,
+    ) -> str:
         """What a point is where the highlighted hosts show every counted run (runs()): `what`,
         then who has a point per run and who one point (only the roles there are; with `roles`,
         a figure's drawn["roles"], only those it drew)."""
         hl = [(h, r) for h, r in self.highlighted if roles is None or r in roles]
-        who = ("this host and the reference host have" if len(hl) == 2 else
-               "this host has" if hl and hl[0][1] == THIS else "the reference host has" if hl else "")
+        who = (
+            "this host and the reference host have"
+            if len(hl) == 2
+            else "this host has"
+            if hl and hl[0][1] == THIS
+            else "the reference host has"
+            if hl
+            else ""
+        )
         text = what + (f"; {who} {drawn}" if who else "")
         if self.others:
             text += "; every other host has one point, its shown dataset's"
         return text
 
-    def marks_text(self, drawn: dict | None = None, points: str = "its median",
-                   intervals: str | None = None, seed: str | None = None, panels: bool = False) -> str:
+    def marks_text(
+        self,
+        drawn: dict | None = None,
+        points: str = "its median",
+        intervals: str | None = None,
+        seed: str | None = None,
+        panels: bool = False,
+    ) -> str:
         """What the marks of a points() or ecdf() figure mean, for its caption: which mark is which
         host, what a point and a bar are, and the box of the quartiles where it is drawn."""
         drawn = drawn or {}
-        roles = drawn.get("roles")       # what the figure drew; without it, every role
+        roles = drawn.get("roles")  # what the figure drew; without it, every role
         parts, absent = [], []
         for h, role in self.highlighted:
-            who = ("this host and the reference host" if (role == THIS and h == self.reference) else
-                   "this host, the host of the dataset the prose quotes" if role == THIS else
-                   "the reference host, the host the prose was written from")
+            who = (
+                "this host and the reference host"
+                if (role == THIS and h == self.reference)
+                else "this host, the host of the dataset the prose quotes"
+                if role == THIS
+                else "the reference host, the host the prose was written from"
+            )
             if roles is not None and role not in roles:
                 absent.append(f"{who} ({h})")
                 continue
@@ -143,22 +201,37 @@ class Fleet:
         k = len(self.others) if roles is None or OTHER in roles else 0
         if k:
             if drawn.get("lines"):
-                parts.append(f"thin grey lines: the {k} other host{'s' if k != 1 else ''} ({self.kinds_text()}), "
-                             "one line per host")
+                parts.append(
+                    f"thin grey lines: the {k} other host{'s' if k != 1 else ''} ({self.kinds_text()}), "
+                    "one line per host"
+                )
             elif drawn.get("ecdf"):
-                parts.append(f"grey curve: the share of all {len(self.hosts)} hosts at or below x (ECDF over "
-                             f"hosts, one step per host; the other {k}: {self.kinds_text()})")
+                parts.append(
+                    f"grey curve: the share of all {len(self.hosts)} hosts at or below x (ECDF over "
+                    f"hosts, one step per host; the other {k}: {self.kinds_text()})"
+                )
             else:
-                bars = (" with its interval (thin grey bar)" if drawn.get("other_bars") and not drawn.get("ranked")
-                        else " with its bar" if drawn.get("other_bars") else
-                        ", without its interval" if drawn.get("bars") else "")
-                parts.append(f"{MARK_WORDS[OTHER]}: the {k} other hosts ({self.kinds_text()}), one dot per "
-                             f"host{bars}" if k > 1 else
-                             f"small grey dot: the other host, {self.others[0]} "
-                             f"({machine.short_kind(self.facts[self.others[0]])}){bars}")
-        if absent:      # a highlighted host with nothing to draw here is said so, not given a mark
-            parts.append(f"{' and '.join(absent)}: no mark, {'it has' if len(absent) == 1 else 'they have'} "
-                         "nothing to draw here")
+                bars = (
+                    " with its interval (thin grey bar)"
+                    if drawn.get("other_bars") and not drawn.get("ranked")
+                    else " with its bar"
+                    if drawn.get("other_bars")
+                    else ", without its interval"
+                    if drawn.get("bars")
+                    else ""
+                )
+                parts.append(
+                    f"{MARK_WORDS[OTHER]}: the {k} other hosts ({self.kinds_text()}), one dot per "
+                    f"host{bars}"
+                    if k > 1
+                    else f"small grey dot: the other host, {self.others[0]} "
+                    f"({machine.short_kind(self.facts[self.others[0]])}){bars}"
+                )
+        if absent:  # a highlighted host with nothing to draw here is said so, not given a mark
+            parts.append(
+                f"{' and '.join(absent)}: no mark, {'it has' if len(absent) == 1 else 'they have'} "
+                "nothing to draw here"
+            )
         text = "; ".join(parts)
         text = text[:1].upper() + text[1:] + "." if text else ""
         if points and not drawn.get("ecdf"):
@@ -166,8 +239,11 @@ class Fleet:
         if intervals and drawn.get("bars"):
             text += f" Bars: {intervals}."
         if drawn.get("summary"):
-            text += (" Grey box and black line: the quartiles and the median over the hosts "
-                     + ("of the panel" if panels else f"(all {len(self.hosts)})") + ", one value per host.")
+            text += (
+                " Grey box and black line: the quartiles and the median over the hosts "
+                + ("of the panel" if panels else f"(all {len(self.hosts)})")
+                + ", one value per host."
+            )
         if seed:
             text += f" {MARK_WORDS[SEED][:1].upper() + MARK_WORDS[SEED][1:]}: {seed}."
         return text.strip()
@@ -189,11 +265,12 @@ def runs(D, F: Fleet, every_run: bool = True) -> set[tuple[str, str]]:
     """(host_id, run_id) of the datasets a fleet figure draws: each other host's shown dataset
     (one point per host), and every counted run of this host and of the reference host
     (perfbook.analysis.findings.counted_runs), so that their run-to-run spread stays visible (every_run)."""
-    from perfbook.analysis.findings import counted_runs
     out = {(h, r) for h, r in D.shown.items() if h in F.facts}
     if every_run:
         for h, _ in F.highlighted:
-            out |= {(h, m["run_id"]) for m in counted_runs([m for m in D.manifests if m.host_id == h])}
+            out |= {
+                (h, m["run_id"]) for m in counted_runs([m for m in D.manifests if m.host_id == h])
+            }
     return out
 
 
@@ -211,9 +288,10 @@ def roles(D) -> dict[str, str]:
 
 def count_text(items) -> str:
     """'52 KVM guests, 30 bare metal, 1 TCG guest': counts of labels, most common first."""
-    from collections import Counter
     c = Counter(items)
-    return ", ".join(f"{n} {_plural(k, n)}" for k, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ", ".join(
+        f"{n} {_plural(k, n)}" for k, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def plural(n: int, word: str) -> str:
@@ -229,7 +307,11 @@ def _plural(word: str, n: int) -> str:
 
 # -- facets -----------------------------------------------------------------------------------
 
-FACET_KEYS = {"kind": machine.short_kind, "kernel": machine.kernel_series, "vendor": machine.cpu_vendor}
+FACET_KEYS = {
+    "kind": machine.short_kind,
+    "kernel": machine.kernel_series,
+    "vendor": machine.cpu_vendor,
+}
 
 
 def facets(F: Fleet, by: str = "kind", max_facets: int = 4) -> list[tuple[str, Fleet]]:
@@ -244,16 +326,23 @@ def facets(F: Fleet, by: str = "kind", max_facets: int = 4) -> list[tuple[str, F
     def rank(item):
         name, hs = item
         return (F.this not in hs, F.reference not in hs, -len(hs), name)
+
     ordered = sorted(groups.items(), key=rank)
     if len(ordered) > max_facets:
-        head, tail = ordered[:max_facets - 1], ordered[max_facets - 1:]
+        head, tail = ordered[: max_facets - 1], ordered[max_facets - 1 :]
         rest = [h for _, hs in tail for h in hs]
-        ordered = head + [(f"other {'kinds' if by == 'kind' else 'kernels' if by == 'kernel' else 'vendors'}: "
-                           + ", ".join(n for n, _ in tail), rest)]
+        ordered = head + [
+            (
+                f"other {'kinds' if by == 'kind' else 'kernels' if by == 'kernel' else 'vendors'}: "
+                + ", ".join(n for n, _ in tail),
+                rest,
+            )
+        ]
     return [(f"{name} (n = {len(hs)})", F.within(hs)) for name, hs in ordered]
 
 
 # -- drawing ----------------------------------------------------------------------------------
+
 
 def _offsets(k: int, width: float) -> list[float]:
     """k positions evenly spread over a band of `width` around 0 (the other hosts of a strip)."""
@@ -262,9 +351,21 @@ def _offsets(k: int, width: float) -> list[float]:
     return [width * (i / (k - 1) - 0.5) for i in range(k)]
 
 
-def points(ax, F: Fleet, df, pos: str, value: str, lo: str | None = None, hi: str | None = None, *,
-           orient: str = "v", width: float = 0.7, summary: bool | None = None, spread: float = 0.05,
-           tick: str | None = None) -> dict:
+def points(
+    ax,
+    F: Fleet,
+    df,
+    pos: str,
+    value: str,
+    lo: str | None = None,
+    hi: str | None = None,
+    *,
+    orient: str = "v",
+    width: float = 0.7,
+    summary: bool | None = None,
+    spread: float = 0.05,
+    tick: str | None = None,
+) -> dict:
     """A strip per category: one grey dot per other host, this host and the reference host
     in their styles with their intervals, and from SUMMARY_MIN hosts on the quartiles and median.
 
@@ -273,9 +374,14 @@ def points(ax, F: Fleet, df, pos: str, value: str, lo: str | None = None, hi: st
     several rows (its runs), drawn side by side. orient "v": categories along x, values on y;
     "h": categories along y. `tick`: a column drawn as a grey tick beside each highlighted
     point (a p95). Returns what was drawn, for legend() and marks_text()."""
-    import numpy as np
-    drawn = {"others": False, "other_bars": False, "bars": False, "summary": False, "tick": False,
-             "roles": set()}
+    drawn = {
+        "others": False,
+        "other_bars": False,
+        "bars": False,
+        "summary": False,
+        "tick": False,
+        "roles": set(),
+    }
     if df is None or len(df) == 0:
         return drawn
     d = df[df["host_id"].isin(F.hosts)]
@@ -284,8 +390,14 @@ def points(ax, F: Fleet, df, pos: str, value: str, lo: str | None = None, hi: st
     few = len(others) <= FEW_OTHERS
     # a few other hosts stand beside the highlighted ones (with their bars); many are a cloud
     # over the whole band, under them
-    off = dict(zip(others, [width * 0.32 + o for o in _offsets(len(others), width * 0.22)] if few else
-                   _offsets(len(others), width * 0.9)))
+    off = dict(
+        zip(
+            others,
+            [width * 0.32 + o for o in _offsets(len(others), width * 0.22)]
+            if few
+            else _offsets(len(others), width * 0.9),
+        )
+    )
 
     def put(x, y, xerr=None, **kw):
         if orient == "v":
@@ -303,8 +415,16 @@ def points(ax, F: Fleet, df, pos: str, value: str, lo: str | None = None, hi: st
     if len(od):
         x = od[pos].to_numpy(float) + od["host_id"].map(off).to_numpy(float)
         e = err(od) if few else None
-        put(x, od[value].to_numpy(float), e, ls="none", elinewidth=0.8, ecolor="0.7", capsize=0,
-            **STYLE[OTHER])
+        put(
+            x,
+            od[value].to_numpy(float),
+            e,
+            ls="none",
+            elinewidth=0.8,
+            ecolor="0.7",
+            capsize=0,
+            **STYLE[OTHER],
+        )
         drawn["others"], drawn["other_bars"] = True, e is not None
         drawn["roles"].add(OTHER)
     use_summary = (len(F.hosts) >= SUMMARY_MIN) if summary is None else summary
@@ -334,8 +454,16 @@ def points(ax, F: Fleet, df, pos: str, value: str, lo: str | None = None, hi: st
         e = err(g)
         put(x, g[value].to_numpy(float), e, ls="none", capsize=2.5, elinewidth=1.1, **STYLE[role])
         if tick is not None:
-            put(x, g[tick].to_numpy(float), None, ls="none", marker="|" if orient == "h" else "_",
-                ms=8, color="0.45", zorder=4)
+            put(
+                x,
+                g[tick].to_numpy(float),
+                None,
+                ls="none",
+                marker="|" if orient == "h" else "_",
+                ms=8,
+                color="0.45",
+                zorder=4,
+            )
             drawn["tick"] = True
         drawn["bars"] = drawn["bars"] or e is not None
         drawn["roles"].add(role)
@@ -347,14 +475,15 @@ def highlight_offsets(F: Fleet, width: float = 0.7) -> dict[str, float]:
     offset from the category's position), for a chapter that draws more at the same place."""
     hl = F.highlighted
     shift = -width * 0.08 if 0 < len(F.others) <= FEW_OTHERS else 0.0
-    return {h: shift + (0.0 if len(hl) == 1 else (-0.12 if role == THIS else 0.12) * width / 0.7)
-            for h, role in hl}
+    return {
+        h: shift + (0.0 if len(hl) == 1 else (-0.12 if role == THIS else 0.12) * width / 0.7)
+        for h, role in hl
+    }
 
 
 def ecdf(ax, F: Fleet, values, *, orient: str = "v", color: str = "0.35") -> dict:
     """The share of hosts at or below x (ECDF over hosts, one value per host: `values` indexed
     by host_id), with this host and the reference host marked on the curve."""
-    import numpy as np
     v = values[values.index.isin(F.hosts)].astype(float)
     v = v[np.isfinite(v)]
     drawn = {"ecdf": False, "roles": set(), "others": False, "summary": False, "bars": False}
@@ -379,10 +508,19 @@ def ranked(ax, F: Fleet, df, value: str, lo: str | None = None, hi: str | None =
     """One mark per host (one row per host in `df`), the hosts ranked by `value` along x: its
     value as a point and lo..hi as a bar, the other hosts grey, this host and the reference host
     in their styles. For an interval per host (a bound, a range) where a strip would overlap."""
-    import numpy as np
-    d = df[df["host_id"].isin(F.hosts)].sort_values([value, "host_id"], kind="stable").reset_index(drop=True)
-    drawn = {"ranked": True, "roles": set(), "others": False, "bars": lo is not None, "summary": False,
-             "other_bars": lo is not None}
+    d = (
+        df[df["host_id"].isin(F.hosts)]
+        .sort_values([value, "host_id"], kind="stable")
+        .reset_index(drop=True)
+    )
+    drawn = {
+        "ranked": True,
+        "roles": set(),
+        "others": False,
+        "bars": lo is not None,
+        "summary": False,
+        "other_bars": lo is not None,
+    }
     x = np.arange(1, len(d) + 1)
     for role in (OTHER, REFERENCE, THIS):
         sel = (d["host_id"].map(F.role) == role).to_numpy()
@@ -392,11 +530,21 @@ def ranked(ax, F: Fleet, df, value: str, lo: str | None = None, hi: str | None =
         e = None
         if lo is not None and hi is not None:
             v = g[value].to_numpy(float)
-            e = [np.clip(v - g[lo].to_numpy(float), 0, None), np.clip(g[hi].to_numpy(float) - v, 0, None)]
+            e = [
+                np.clip(v - g[lo].to_numpy(float), 0, None),
+                np.clip(g[hi].to_numpy(float) - v, 0, None),
+            ]
         kw = dict(STYLE[role])
-        ax.errorbar(x[sel], g[value].to_numpy(float), yerr=e, ls="none", capsize=0,
-                    elinewidth=1.6 if role != OTHER else 1.0,
-                    ecolor=kw["color"] if role != OTHER else "0.6", **kw)
+        ax.errorbar(
+            x[sel],
+            g[value].to_numpy(float),
+            yerr=e,
+            ls="none",
+            capsize=0,
+            elinewidth=1.6 if role != OTHER else 1.0,
+            ecolor=kw["color"] if role != OTHER else "0.6",
+            **kw,
+        )
         drawn["roles"].add(role)
         drawn["others"] = drawn["others"] or role == OTHER
     ax.set_xlim(0.3, len(d) + 0.7)
@@ -415,8 +563,11 @@ def curves(ax, F: Fleet, df, x: str, y: str, *, step: str | None = "post") -> di
     for role in (OTHER, REFERENCE, THIS):
         for h, g in d[d["host_id"].map(F.role) == role].groupby("host_id"):
             g = g.sort_values(x, kind="stable")
-            kw = ({"color": "0.45", "lw": 0.7, "alpha": alpha, "zorder": 2} if role == OTHER else
-                  {"color": STYLE[role]["color"], "lw": 1.8, "zorder": STYLE[role]["zorder"]})
+            kw = (
+                {"color": "0.45", "lw": 0.7, "alpha": alpha, "zorder": 2}
+                if role == OTHER
+                else {"color": STYLE[role]["color"], "lw": 1.8, "zorder": STYLE[role]["zorder"]}
+            )
             if step:
                 ax.step(g[x], g[y], where=step, **kw)
             else:
@@ -430,8 +581,6 @@ def strip(seed: int = 0, **kw):
     """seaborn.stripplot(**kw) with its jitter drawn from a fixed seed: the same data draws the
     same figure, so a stored notebook's PNG changes only when its data does. seaborn draws the
     jitter from numpy's global generator, whose state is restored afterwards."""
-    import numpy as np
-    import seaborn as sns
     state = np.random.get_state()
     np.random.seed(seed)
     try:
@@ -457,21 +606,27 @@ def merge(*drawn: dict) -> dict:
 def handles(F: Fleet, drawn: dict | None = None, seed: str | None = None, extra=()) -> list:
     """The legend's (handle, label) pairs: this host, the reference host, other hosts (n = K),
     all hosts' quartiles and median, the seed, then a chapter's own fixed entries."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
     drawn = drawn or {}
     roles = drawn.get("roles", {THIS, REFERENCE, OTHER})
     out = []
     lines = drawn.get("lines")
     for h, role in F.highlighted:
         if role in roles:
-            out.append((Line2D([], [], color=STYLE[role]["color"], lw=1.8) if lines else
-                        Line2D([], [], ls="none", **STYLE[role]), F.label(role)))
+            out.append(
+                (
+                    Line2D([], [], color=STYLE[role]["color"], lw=1.8)
+                    if lines
+                    else Line2D([], [], ls="none", **STYLE[role]),
+                    F.label(role),
+                )
+            )
     if F.others and OTHER in roles:
         if lines:
             out.append((Line2D([], [], color="0.45", lw=0.9), F.label(OTHER)))
         elif drawn.get("ecdf"):
-            out.append((Line2D([], [], color="0.35", lw=1.4), f"all hosts, ECDF (n = {len(F.hosts)})"))
+            out.append(
+                (Line2D([], [], color="0.35", lw=1.4), f"all hosts, ECDF (n = {len(F.hosts)})")
+            )
         else:
             out.append((Line2D([], [], ls="none", **STYLE[OTHER]), F.label(OTHER)))
     if drawn.get("summary"):
@@ -481,8 +636,15 @@ def handles(F: Fleet, drawn: dict | None = None, seed: str | None = None, extra=
     return out + list(extra)
 
 
-def legend(target, F: Fleet, drawn: dict | None = None, seed: str | None = None, extra=(),
-           ncol: int | None = None, **kw):
+def legend(
+    target,
+    F: Fleet,
+    drawn: dict | None = None,
+    seed: str | None = None,
+    extra=(),
+    ncol: int | None = None,
+    **kw,
+):
     """One legend with fixed entries (handles()), below the panels of a figure (a Figure with a
     constrained layout), or inside an Axes. It never has an entry per host."""
     pairs = handles(F, drawn, seed, extra)
@@ -509,7 +671,6 @@ def legend_entries(fig) -> int:
 def recaption(caption: str, manifests, F: Fleet) -> str:
     """A caption made by perfbook.analysis.stats.caption from hosts_of(manifests), with its sentence that
     lists every host replaced by the fleet's (the highlighted hosts and "K other hosts")."""
-    from perfbook.analysis.stats import host_text, hosts_of
     ours = host_text(F.caption_hosts())
     for ms in (manifests, [m for m in manifests if m["host"]["host_id"] in F.facts]):
         old = host_text(hosts_of(ms))
@@ -519,6 +680,30 @@ def recaption(caption: str, manifests, F: Fleet) -> str:
     return caption
 
 
-__all__ = ["THIS", "REFERENCE", "OTHER", "SEED", "STYLE", "Fleet", "fleet", "roles", "reference_host",
-           "facets", "points", "ecdf", "seed_mark", "merge", "handles", "legend", "legend_entries",
-           "recaption", "count_text", "plural", "runs", "of_runs", "ranked", "curves", "highlight_offsets"]
+__all__ = [
+    "THIS",
+    "REFERENCE",
+    "OTHER",
+    "SEED",
+    "STYLE",
+    "Fleet",
+    "fleet",
+    "roles",
+    "reference_host",
+    "facets",
+    "points",
+    "ecdf",
+    "seed_mark",
+    "merge",
+    "handles",
+    "legend",
+    "legend_entries",
+    "recaption",
+    "count_text",
+    "plural",
+    "runs",
+    "of_runs",
+    "ranked",
+    "curves",
+    "highlight_offsets",
+]

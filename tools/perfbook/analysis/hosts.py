@@ -10,21 +10,33 @@
   column per host. A chapter shows it wherever two hosts disagree.
   ``env_diff_groups`` is the same grouped by value, for a page with many hosts.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from perfbook.data.dataset import list_runs, load_manifest, load_manifests, subdirs
+import pandas as pd
+
 from perfbook.core.paths import resolve_data_dir
+from perfbook.data.dataset import list_runs, load_manifest, load_manifests, subdirs
+from perfbook.data.identity import conflicts
+from perfbook.data.machine import short_kind
 
 # (section, label) in display order; facts outside this list still diff, after them
 KEY_FACTS = (
-    ("kernel", "kernel_release"), ("kernel", "preempt"), ("kernel", "os_release"),
-    ("cpu", "cpu_model"), ("cpu", "cpus_online"), ("cpu", "mem_total_gib"),
-    ("cpu", "tsc_flags"), ("virtualization", "virtualization"),
-    ("virtualization", "container"), ("virtualization", "kvm_modules"),
-    ("clock", "clocksource"), ("cpu", "governor"),
+    ("kernel", "kernel_release"),
+    ("kernel", "preempt"),
+    ("kernel", "os_release"),
+    ("cpu", "cpu_model"),
+    ("cpu", "cpus_online"),
+    ("cpu", "mem_total_gib"),
+    ("cpu", "tsc_flags"),
+    ("virtualization", "virtualization"),
+    ("virtualization", "container"),
+    ("virtualization", "kvm_modules"),
+    ("clock", "clocksource"),
+    ("cpu", "governor"),
 )
 
 
@@ -76,7 +88,6 @@ def env_diff(manifests: list[dict], only_different: bool = True):
 
     A fact a host does not report at all shows as "(not recorded)".
     """
-    import pandas as pd
     per_host = {hid: env_facts(m) for hid, m in latest_per_host(manifests).items()}
     if not per_host:
         return pd.DataFrame(columns=["fact"])
@@ -99,8 +110,10 @@ def chapter_env_diff(chapter: str, data_dir: Path | None = None):
 def all_manifests(data_dir: Path | None = None) -> list[dict]:
     """Every dataset's manifest, chapter by chapter (each chapter's runs listed once)."""
     root = resolve_data_dir(data_dir) / "runs"
-    chapters = sorted({c for h in subdirs(root) for c in subdirs(root / h)})   # a link is refused
-    return [load_manifest(run) for c in chapters for run in list_runs(c, resolve_data_dir(data_dir))]
+    chapters = sorted({c for h in subdirs(root) for c in subdirs(root / h)})  # a link is refused
+    return [
+        load_manifest(run) for c in chapters for run in list_runs(c, resolve_data_dir(data_dir))
+    ]
 
 
 SAME_MACHINE = "one machine as far as its facts show"
@@ -112,8 +125,14 @@ def cpu_vendor(host: dict) -> str:
     if host.get("cpu_vendor"):
         return str(host["cpu_vendor"])
     model = str(host.get("cpu_model") or "")
-    for word, vendor in (("AMD", "AMD"), ("Intel", "Intel"), ("QEMU", "QEMU (emulated CPU)"),
-                         ("Neoverse", "ARM"), ("Cortex", "ARM"), ("Ampere", "Ampere")):
+    for word, vendor in (
+        ("AMD", "AMD"),
+        ("Intel", "Intel"),
+        ("QEMU", "QEMU (emulated CPU)"),
+        ("Neoverse", "ARM"),
+        ("Cortex", "ARM"),
+        ("Ampere", "Ampere"),
+    ):
         if word.lower() in model.lower():
             return vendor
     if str(host.get("arch") or "").startswith(("aarch64", "arm")):
@@ -140,49 +159,55 @@ def accelerator(host: dict) -> str:
 def host_records(data_dir: Path | None = None, manifests: list[dict] | None = None) -> list[dict]:
     """One record per host: its key facts from its newest manifest, its datasets (chapter,
     run id, profile), first and last run, and whether its datasets look like one machine."""
-    from perfbook.data.identity import conflicts
-    from perfbook.data.machine import short_kind
     ms = all_manifests(data_dir) if manifests is None else manifests
     differ = conflicts(ms)
     out = []
     for hid, m in latest_per_host(ms).items():
-        mine = sorted((x for x in ms if x.get("host", {}).get("host_id") == hid),
-                      key=lambda x: (str(x.get("chapter")), str(x.get("run_id"))))
+        mine = sorted(
+            (x for x in ms if x.get("host", {}).get("host_id") == hid),
+            key=lambda x: (str(x.get("chapter")), str(x.get("run_id"))),
+        )
         h = m.get("host", {})
         cs = h.get("clocksource")
-        out.append({
-            "host_id": hid,
-            "description": h.get("description"),
-            "label_opt_in": bool(h.get("label_opt_in")),
-            "note": h.get("note") or "",
-            "kind": short_kind(h),
-            "cpu_vendor": cpu_vendor(h),
-            "kernel": h.get("kernel_release"),
-            "kernel_series": kernel_series(h.get("kernel_release")),
-            "os": h.get("os_release"),
-            "cpu": h.get("cpu_model"),
-            "cpus": h.get("cpus_online"),
-            "mem_gib": h.get("mem_total_gib"),
-            "tsc_mhz": (h.get("machine") or {}).get("tsc_mhz"),
-            "virtualization": h.get("virtualization"),
-            "container": h.get("container"),
-            "accelerator": accelerator(h),
-            "clocksource": cs.get("current") if isinstance(cs, dict) else cs,
-            "chapters": len({x.get("chapter") for x in mine}),
-            "datasets": len(mine),
-            "first_run": min(str(x.get("run_id")) for x in mine),
-            "last_run": max(str(x.get("run_id")) for x in mine),
-            "machine": (f"{DIFFERENT_MACHINE}: " + "; ".join(differ[hid])) if hid in differ
-                       else SAME_MACHINE,
-            "runs": [(str(x.get("chapter")), str(x.get("run_id")), x.get("profile")) for x in mine],
-        })
+        out.append(
+            {
+                "host_id": hid,
+                "description": h.get("description"),
+                "label_opt_in": bool(h.get("label_opt_in")),
+                "note": h.get("note") or "",
+                "kind": short_kind(h),
+                "cpu_vendor": cpu_vendor(h),
+                "kernel": h.get("kernel_release"),
+                "kernel_series": kernel_series(h.get("kernel_release")),
+                "os": h.get("os_release"),
+                "cpu": h.get("cpu_model"),
+                "cpus": h.get("cpus_online"),
+                "mem_gib": h.get("mem_total_gib"),
+                "tsc_mhz": (h.get("machine") or {}).get("tsc_mhz"),
+                "virtualization": h.get("virtualization"),
+                "container": h.get("container"),
+                "accelerator": accelerator(h),
+                "clocksource": cs.get("current") if isinstance(cs, dict) else cs,
+                "chapters": len({x.get("chapter") for x in mine}),
+                "datasets": len(mine),
+                "first_run": min(str(x.get("run_id")) for x in mine),
+                "last_run": max(str(x.get("run_id")) for x in mine),
+                "machine": (f"{DIFFERENT_MACHINE}: " + "; ".join(differ[hid]))
+                if hid in differ
+                else SAME_MACHINE,
+                "runs": [
+                    (str(x.get("chapter")), str(x.get("run_id")), x.get("profile")) for x in mine
+                ],
+            }
+        )
     return out
 
 
 def host_table(data_dir: Path | None = None):
     """One row per host: key facts, datasets per chapter, first and last run."""
-    import pandas as pd
-    return pd.DataFrame([{k: v for k, v in r.items() if k != "runs"} for r in host_records(data_dir)])
+    return pd.DataFrame(
+        [{k: v for k, v in r.items() if k != "runs"} for r in host_records(data_dir)]
+    )
 
 
 def env_diff_groups(manifests: list[dict]) -> list[dict]:
@@ -202,7 +227,6 @@ def env_diff_groups(manifests: list[dict]) -> list[dict]:
 
 def datasets_per_chapter(data_dir: Path | None = None):
     """host x chapter counts of datasets."""
-    import pandas as pd
     ms = all_manifests(data_dir)
     rows = [{"host_id": m.get("host", {}).get("host_id"), "chapter": m.get("chapter")} for m in ms]
     if not rows:

@@ -1,13 +1,16 @@
 """Adaptive repetition: run rounds until every key's median is tight enough, or the time
 budget or the round limit is reached (perfbook.analysis.stats re-exports these names)."""
+
 from __future__ import annotations
 
 import math
+import time as _time
 from dataclasses import dataclass
 
 import numpy as np
 
 from perfbook.analysis.stats import median_ci, summarize
+from perfbook.core.errors import ParameterError
 
 STOP_TARGET = "ci_target"
 STOP_BUDGET = "time_budget"
@@ -16,8 +19,14 @@ STOP_MAX = "max_runs"
 # dataset whose repetition table lacks the reason (stop_rule)
 STOP_FIXED = "fixed_rounds"
 NOT_RECORDED = "not_recorded"
-STOP_TEXT = {STOP_TARGET: "CI target reached", STOP_MAX: "max runs", STOP_BUDGET: "time budget",
-             STOP_FIXED: "fixed rounds", "not run": "not run", NOT_RECORDED: "not recorded"}
+STOP_TEXT = {
+    STOP_TARGET: "CI target reached",
+    STOP_MAX: "max runs",
+    STOP_BUDGET: "time budget",
+    STOP_FIXED: "fixed rounds",
+    "not run": "not run",
+    NOT_RECORDED: "not recorded",
+}
 
 
 class Repetition:
@@ -45,10 +54,19 @@ class Repetition:
     `rounds` / `reps` parameters): stop_rule() reports that as "fixed_rounds".
     """
 
-    def __init__(self, experiment: str, keys=("value",), *, target: float = 0.05,
-                 min_runs: int = 5, max_runs: int = 200, budget_s: float = 60.0,
-                 warmup: int = 1, confidence: float = 0.95, clock=None):
-        import time as _time
+    def __init__(
+        self,
+        experiment: str,
+        keys=("value",),
+        *,
+        target: float = 0.05,
+        min_runs: int = 5,
+        max_runs: int = 200,
+        budget_s: float = 60.0,
+        warmup: int = 1,
+        confidence: float = 0.95,
+        clock=None,
+    ):
         if not (0 < target < 10):
             raise ValueError("target is a relative CI width, e.g. 0.05 for 5 %")
         if min_runs < 1 or max_runs < min_runs:
@@ -99,7 +117,7 @@ class Repetition:
         if self.n >= self.max_runs:
             return STOP_MAX
         if self.elapsed_s + self.last_round_s > self.budget_s or self.elapsed_s >= self.budget_s:
-            return STOP_BUDGET      # spent, or the next round (as long as the last) would overrun it
+            return STOP_BUDGET  # spent, or the next round (as long as the last) would overrun it
         return None
 
     def rounds(self):
@@ -134,17 +152,27 @@ class Repetition:
             x = self.values[k]
             s = summarize(x, self.confidence)
             rel = self.rel_ci(k)
-            rows.append({
-                "experiment": self.experiment, "key": str(k), "n": len(x),
-                "warmup": self.warmup_values[k], "median": s.median,
-                "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_coverage": s.ci_coverage,
-                "rel_ci_width": rel if math.isfinite(rel) else math.nan,
-                "target": self.target, "min_runs": self.min_runs, "max_runs": self.max_runs,
-                "budget_s": self.budget_s, "elapsed_s": round(self.elapsed_s, 3),
-                "met_target": self.met(k),
-                # the experiment's reason, and per key whether the target was reached
-                "stopped_by": self.stopped_by or "not run",
-            })
+            rows.append(
+                {
+                    "experiment": self.experiment,
+                    "key": str(k),
+                    "n": len(x),
+                    "warmup": self.warmup_values[k],
+                    "median": s.median,
+                    "ci_low": s.ci_low,
+                    "ci_high": s.ci_high,
+                    "ci_coverage": s.ci_coverage,
+                    "rel_ci_width": rel if math.isfinite(rel) else math.nan,
+                    "target": self.target,
+                    "min_runs": self.min_runs,
+                    "max_runs": self.max_runs,
+                    "budget_s": self.budget_s,
+                    "elapsed_s": round(self.elapsed_s, 3),
+                    "met_target": self.met(k),
+                    # the experiment's reason, and per key whether the target was reached
+                    "stopped_by": self.stopped_by or "not run",
+                }
+            )
         return rows
 
 
@@ -157,8 +185,14 @@ class Round:
 def repetition_summary(df) -> dict:
     """Counts over a `repetition` table: experiments by stop reason, keys meeting target."""
     if df is None or len(df) == 0:
-        return {"experiments": 0, STOP_TARGET: 0, STOP_BUDGET: 0, STOP_MAX: 0,
-                "keys": 0, "keys_met": 0}
+        return {
+            "experiments": 0,
+            STOP_TARGET: 0,
+            STOP_BUDGET: 0,
+            STOP_MAX: 0,
+            "keys": 0,
+            "keys_met": 0,
+        }
     cols = [c for c in ("host_id", "run_id", "experiment") if c in df.columns]
     exp = df.drop_duplicates(cols)
     out = {"experiments": len(exp), "keys": len(df), "keys_met": int(df["met_target"].sum())}
@@ -194,14 +228,13 @@ def repetition_settings(p: dict, prefix: str = "") -> dict:
 
     Bad values raise one ParameterError line that names the parameter, before anything runs.
     """
-    from perfbook.core.errors import ParameterError
     out = {}
     for name in REPETITION_SETTINGS:
         key = prefix + name
         v = p.get(key)
         if name in ("target", "budget_s"):
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-            lo, hi = ((0.001, 1.0) if name == "target" else (0.1, 86400.0))
+            lo, hi = (0.001, 1.0) if name == "target" else (0.1, 86400.0)
             if not ok or not lo <= v <= hi:
                 what = "a relative CI width" if name == "target" else "a number of seconds"
                 raise ParameterError(f"{key} must be {what} in {lo:g}..{hi:g}, got {v!r}")
@@ -212,15 +245,15 @@ def repetition_settings(p: dict, prefix: str = "") -> dict:
                 raise ParameterError(f"{key} must be an integer in {lo}..100000, got {v!r}")
             out[name] = v
     if out["max_runs"] < out["min_runs"]:
-        raise ParameterError(f"{prefix}max_runs ({out['max_runs']}) must be >= "
-                             f"{prefix}min_runs ({out['min_runs']})")
+        raise ParameterError(
+            f"{prefix}max_runs ({out['max_runs']}) must be >= {prefix}min_runs ({out['min_runs']})"
+        )
     return out
 
 
-def repetition(experiment: str, keys, p: dict, prefix: str = "", clock=None) -> "Repetition":
+def repetition(experiment: str, keys, p: dict, prefix: str = "", clock=None) -> Repetition:
     """A Repetition configured from validated chapter parameters (see repetition_settings)."""
     return Repetition(experiment, keys, clock=clock, **repetition_settings(p, prefix))
-
 
 
 def interleave(reps):

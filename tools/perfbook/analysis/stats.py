@@ -12,14 +12,15 @@
   target or a time budget runs out (the reason is recorded); warm-up excluded.
 * caption: figure captions stating n, CI method, warm-up and host, from data.
 """
+
 from __future__ import annotations
 
 import functools
-
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import pandas as pd
 from scipy import stats as _st
 
 CI_METHOD = "distribution-free order-statistic CI of the median (binomial ranks)"
@@ -44,7 +45,7 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     return (float(x[best_k - 1]), float(x[n - best_k]), float(best_cov))
 
 
-@functools.lru_cache(maxsize=None)   # a pure function of (n, confidence), asked for thousands of times a page
+@functools.cache  # a pure function of (n, confidence), asked for thousands of times a page
 def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
     # the coverage of [x(k), x(n-k+1)] for every k = 1 .. n//2 in one call (it falls as k grows):
     # the largest k that still covers `confidence`, else k = 1 ([min, max]) with what it covers
@@ -70,11 +71,16 @@ def median_ci_coverage(n: int, confidence: float = 0.95) -> float:
 
 def coverage_text(coverages) -> str:
     """'96.87 %' or '75–96.87 %': coverages as percentages, rounded down (never overstated)."""
-    vals = sorted({math.floor(float(c) * 10000 + 1e-6) / 100 for c in np.atleast_1d(coverages)
-                   if not math.isnan(float(c))})
+    vals = sorted(
+        {
+            math.floor(float(c) * 10000 + 1e-6) / 100
+            for c in np.atleast_1d(coverages)
+            if not math.isnan(float(c))
+        }
+    )
     if not vals:
         return "n/a"
-    f = (lambda v: f"{v:.2f}".rstrip("0").rstrip("."))
+    f = lambda v: f"{v:.2f}".rstrip("0").rstrip(".")
     return f"{f(vals[0])} %" if len(vals) == 1 else f"{f(vals[0])}–{f(vals[-1])} %"
 
 
@@ -117,14 +123,23 @@ def summarize(values, confidence: float = 0.95) -> Summary:
     mean = float(np.mean(x))
     std = float(np.std(x, ddof=1)) if len(x) > 1 else 0.0
     q = np.percentile(x, [5, 25, 75, 95, 99])
-    return Summary(len(x), float(np.median(x)), lo, hi, cov, mean, std,
-                   std / mean if mean else math.nan, *map(float, q),
-                   float(x.min()), float(x.max()))
+    return Summary(
+        len(x),
+        float(np.median(x)),
+        lo,
+        hi,
+        cov,
+        mean,
+        std,
+        std / mean if mean else math.nan,
+        *map(float, q),
+        float(x.min()),
+        float(x.max()),
+    )
 
 
 def summarize_frame(df, by, value: str, confidence: float = 0.95):
     """Summary rows per group of a tidy frame, as a DataFrame."""
-    import pandas as pd
     rows = []
     by_l = [by] if isinstance(by, str) else list(by)
     # the value column's groups alone (a sub-frame per group cost as much as its summary)
@@ -153,8 +168,10 @@ def cv(values) -> float:
 # --------------------------------------------------------------------------
 # comparisons: a rank test, an effect size, a shift estimate with its CI
 # --------------------------------------------------------------------------
-COMPARE_METHOD = ("two-sided Mann-Whitney U test; effect size Cliff's delta; "
-                  "Hodges-Lehmann shift with its distribution-free CI")
+COMPARE_METHOD = (
+    "two-sided Mann-Whitney U test; effect size Cliff's delta; "
+    "Hodges-Lehmann shift with its distribution-free CI"
+)
 # Romano et al. (2006) thresholds for |Cliff's delta|
 _DELTA_LABELS = ((0.147, "negligible"), (0.33, "small"), (0.474, "medium"), (math.inf, "large"))
 _MAX_PAIRS = 4_000_000  # pairwise differences kept exactly up to this many
@@ -166,18 +183,18 @@ class Comparison:
     n_b: int
     median_a: float
     median_b: float
-    shift: float            # Hodges-Lehmann estimate of a - b
+    shift: float  # Hodges-Lehmann estimate of a - b
     shift_low: float
     shift_high: float
-    rel_shift: float        # shift / median_b
+    rel_shift: float  # shift / median_b
     rel_low: float
     rel_high: float
     p_value: float
-    cliffs_delta: float     # P(a > b) - P(a < b), in [-1, 1]
-    magnitude: str          # negligible / small / medium / large
+    cliffs_delta: float  # P(a > b) - P(a < b), in [-1, 1]
+    magnitude: str  # negligible / small / medium / large
     significant: bool
     alpha: float
-    verdict: str            # one line, e.g. "a is 4.1 % higher (p = 0.002, large)"
+    verdict: str  # one line, e.g. "a is 4.1 % higher (p = 0.002, large)"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -227,7 +244,7 @@ def _hl_rank(n: int, m: int, confidence: float) -> int:
     return int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _z(confidence: float) -> float:
     """The normal quantile of a two-sided `confidence` (worked out once: compare() asks for it
     at each of a fleet's thousands of comparisons, and scipy's ppf costs more than the test)."""
@@ -243,17 +260,17 @@ def _mwu_cdf(n: int, m: int, k: int) -> float:
     if k < 0:
         return 0.0
     n, m = max(n, m), min(n, m)  # U's null distribution is symmetric in n and m
-    width = k + 1                # only counts up to k are needed
+    width = k + 1  # only counts up to k are needed
     row = [np.zeros(width) for _ in range(m + 1)]
     row[0][0] = 1.0
-    for j in range(1, m + 1):    # i = 0: every order has U = 0
+    for j in range(1, m + 1):  # i = 0: every order has U = 0
         row[j][0] = 1.0
     for _ in range(1, n + 1):
         new = [row[0].copy()]
         for j in range(1, m + 1):
             f = new[j - 1].copy()
             if j < width:
-                f[j:] += row[j][:width - j]
+                f[j:] += row[j][: width - j]
             new.append(f)
         row = new
     return float(row[m].sum() / math.comb(n + m, n))
@@ -290,8 +307,9 @@ def hl_ci_label(pairs, confidence: float = 0.95) -> str:
     return f"{coverage_text([c for c, _ in covs])} CI"
 
 
-def compare(a, b, alpha: float = 0.05, confidence: float = 0.95,
-            names: tuple[str, str] = ("a", "b")) -> Comparison:
+def compare(
+    a, b, alpha: float = 0.05, confidence: float = 0.95, names: tuple[str, str] = ("a", "b")
+) -> Comparison:
     """Compare sample `a` against baseline `b` without assuming normality.
 
     Significance comes from the two-sided Mann-Whitney U test; the size of the
@@ -308,25 +326,44 @@ def compare(a, b, alpha: float = 0.05, confidence: float = 0.95,
     res = _st.mannwhitneyu(a, b, alternative="two-sided")
     u = float(res.statistic)
     p = float(res.pvalue)
-    delta = 2.0 * u / (n * m) - 1.0   # U counts (a > b) + 0.5 ties
+    delta = 2.0 * u / (n * m) - 1.0  # U counts (a > b) + 0.5 ties
     mag = next(lbl for thr, lbl in _DELTA_LABELS if abs(delta) < thr)
     est, lo, hi = hodges_lehmann(a, b, confidence)
     med_b = float(np.median(b))
-    rel = (lambda v: v / med_b if med_b else math.nan)
+    rel = lambda v: v / med_b if med_b else math.nan
     sig = p < alpha
     na, nb = names
     if sig:
         word = "higher" if est > 0 else "lower"
-        verdict = (f"{na} is {abs(rel(est)) * 100:.1f} % {word} than {nb} "
-                   f"(p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})")
+        verdict = (
+            f"{na} is {abs(rel(est)) * 100:.1f} % {word} than {nb} "
+            f"(p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})"
+        )
     else:
-        verdict = (f"{na} vs {nb}: not significant (p = {p:.2g}, "
-                   f"Cliff's delta {delta:+.2f}, {mag})")
-    return Comparison(n, m, float(np.median(a)), med_b, est, lo, hi,
-                      rel(est), rel(lo), rel(hi), p, delta, mag, sig, alpha, verdict)
+        verdict = f"{na} vs {nb}: not significant (p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})"
+    return Comparison(
+        n,
+        m,
+        float(np.median(a)),
+        med_b,
+        est,
+        lo,
+        hi,
+        rel(est),
+        rel(lo),
+        rel(hi),
+        p,
+        delta,
+        mag,
+        sig,
+        alpha,
+        verdict,
+    )
 
 
-def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float = 0.05, pair_check=None):
+def compare_frame(
+    df, by: str, value: str, baseline, within=None, alpha: float = 0.05, pair_check=None
+):
     """One Comparison row per group of `by` against its `baseline` group.
 
     `within` (a column or list) repeats the comparison inside each of its
@@ -335,7 +372,6 @@ def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float =
     guest against a real CPU); its row keeps the medians and says why in `verdict`.
     Returns a DataFrame.
     """
-    import pandas as pd
     within_l = [] if within is None else ([within] if isinstance(within, str) else list(within))
     groups = df.groupby(within_l, sort=True) if within_l else [((), df)]
     rows = []
@@ -348,14 +384,43 @@ def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float =
             ok, why = pair_check(variant, baseline) if pair_check else (True, "")
             if not ok:
                 nan = float("nan")
-                rows.append({**dict(zip(within_l, key)), by: variant, "baseline": baseline,
-                             **Comparison(len(gv), len(base), float(gv[value].median()), float(base.median()),
-                                          nan, nan, nan, nan, nan, nan, nan, nan, "not compared", False,
-                                          alpha, why).as_dict(), "compared": False})
+                rows.append(
+                    {
+                        **dict(zip(within_l, key)),
+                        by: variant,
+                        "baseline": baseline,
+                        **Comparison(
+                            len(gv),
+                            len(base),
+                            float(gv[value].median()),
+                            float(base.median()),
+                            nan,
+                            nan,
+                            nan,
+                            nan,
+                            nan,
+                            nan,
+                            nan,
+                            nan,
+                            "not compared",
+                            False,
+                            alpha,
+                            why,
+                        ).as_dict(),
+                        "compared": False,
+                    }
+                )
                 continue
             c = compare(gv[value], base, alpha=alpha, names=(str(variant), str(baseline)))
-            rows.append({**dict(zip(within_l, key)), by: variant, "baseline": baseline,
-                         **c.as_dict(), "compared": True})
+            rows.append(
+                {
+                    **dict(zip(within_l, key)),
+                    by: variant,
+                    "baseline": baseline,
+                    **c.as_dict(),
+                    "compared": True,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -363,7 +428,9 @@ def compare_frame(df, by: str, value: str, baseline, within=None, alpha: float =
 # adaptive repetition
 # --------------------------------------------------------------------------
 def _n_text(n) -> str:
-    vals = sorted({int(v) for v in np.atleast_1d(n) if not (isinstance(v, float) and math.isnan(v))})
+    vals = sorted(
+        {int(v) for v in np.atleast_1d(n) if not (isinstance(v, float) and math.isnan(v))}
+    )
     if not vals:
         return "n = 0"
     return f"n = {vals[0]}" if len(vals) == 1 else f"n = {vals[0]}–{vals[-1]}"
@@ -391,8 +458,17 @@ def host_text(hosts) -> str:
     return f"{word} " + "; ".join(items) if items else "no host"
 
 
-def caption(what: str, *, n, unit: str, warmup, hosts, confidence: float = 0.95,
-            ci: bool = True, extra: str = "") -> str:
+def caption(
+    what: str,
+    *,
+    n,
+    unit: str,
+    warmup,
+    hosts,
+    confidence: float = 0.95,
+    ci: bool = True,
+    extra: str = "",
+) -> str:
     """A figure caption stating n, the CI method, warm-up and host, from data.
 
     `n` and `warmup` may be scalars or sequences (per group); ranges are shown
@@ -409,8 +485,10 @@ def caption(what: str, *, n, unit: str, warmup, hosts, confidence: float = 0.95,
         covs = [median_ci_coverage(k, confidence) for k in ns]
         text = f"Bars/bands: {CI_METHOD}, coverage {coverage_text(covs)}"
         if any(c < confidence for c in covs if not math.isnan(c)):
-            text += (f" (below {confidence * 100:.0f} % where n is too small for it: "
-                     "the interval is then [min, max])")
+            text += (
+                f" (below {confidence * 100:.0f} % where n is too small for it: "
+                "the interval is then [min, max])"
+            )
         parts.append(text + ".")
     parts.append(host_text(hosts)[0].upper() + host_text(hosts)[1:] + ".")
     if extra:
@@ -439,18 +517,23 @@ def n_rows(df) -> int:
 def significance_text(comparisons, alpha: float = 0.05) -> str:
     """'3 of 8 comparisons are significant at p < 0.05; the other 5 are not significant' for a
     compare_frame() result (also the all and none cases), for a chapter's prose."""
-    skipped = int((~comparisons["compared"]).sum()) if n_rows(comparisons) and "compared" in comparisons else 0
+    skipped = (
+        int((~comparisons["compared"]).sum())
+        if n_rows(comparisons) and "compared" in comparisons
+        else 0
+    )
     if skipped:
         comparisons = comparisons[comparisons["compared"]]
     n = len(comparisons)
     k = int(comparisons["significant"].sum()) if n else 0
     if n == 0:
-        return (f"no comparison was made ({skipped} pair(s) not comparable: a TCG guest against a real CPU)"
-                if skipped else "no comparison could be made")
+        return (
+            f"no comparison was made ({skipped} pair(s) not comparable: a TCG guest against a real CPU)"
+            if skipped
+            else "no comparison could be made"
+        )
     if k == n:
         return f"all {n} comparison(s) are significant at p < {alpha:g}"
     if k == 0:
         return f"none of the {n} comparison(s) is significant at p < {alpha:g}"
     return f"{k} of {n} comparisons are significant at p < {alpha:g}; the other {n - k} are not significant"
-
-

@@ -7,13 +7,18 @@ hosts share that verdict. Then the hosts nearest to this one (the most identity 
 environment facts in common) and the facts in which they differ, since those are what a
 different verdict is most likely to come from. `make all` ends with it.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 from collections import Counter
 
+from perfbook.analysis.findings import evaluate
+from perfbook.analysis.hosts import all_manifests, env_facts, latest_per_host
+from perfbook.book.summary import _chapters
 from perfbook.core.errors import PerfbookError, one_line
+from perfbook.data import hostinfo
 
 
 def _nearest(me: dict, others: dict[str, dict], k: int = 2) -> list[tuple[str, int, list[str]]]:
@@ -22,22 +27,23 @@ def _nearest(me: dict, others: dict[str, dict], k: int = 2) -> list[tuple[str, i
     for hid, facts in others.items():
         keys = set(me) | set(facts)
         same = sum(me.get(x) == facts.get(x) for x in keys)
-        diff = [f"{x}: {me.get(x, '(not recorded)')} here, {facts.get(x, '(not recorded)')} there"
-                for x in sorted(keys) if me.get(x) != facts.get(x)]
+        diff = [
+            f"{x}: {me.get(x, '(not recorded)')} here, {facts.get(x, '(not recorded)')} there"
+            for x in sorted(keys)
+            if me.get(x) != facts.get(x)
+        ]
         out.append((hid, same, diff))
     return sorted(out, key=lambda t: (-t[1], t[0]))[:k]
 
 
 def report(host: str | None = None, data_dir=None, say=print) -> int:
-    from perfbook.data import hostinfo
-    from perfbook.analysis.findings import evaluate
-    from perfbook.analysis.hosts import all_manifests, env_facts, latest_per_host
-    from perfbook.book.summary import _chapters
     host = host or hostinfo.host_id()
     latest = latest_per_host(all_manifests(data_dir))
     if host not in latest:
-        raise PerfbookError(f"host {host} has no dataset under data/runs; measure first "
-                            "(sudo make all) or pass --host with an id from the hosts page")
+        raise PerfbookError(
+            f"host {host} has no dataset under data/runs; measure first "
+            "(sudo make all) or pass --host with an id from the hosts page"
+        )
     say(f"where {host} sits among {len(latest)} host(s), per key finding")
     for entry, ch, D in _chapters(data_dir):
         if not ch.key_findings or host not in D.hosts:
@@ -50,14 +56,21 @@ def report(host: str | None = None, data_dir=None, say=print) -> int:
             others = len(D.hosts) - 1
             told = f"; {mine.evidence}" if mine.evidence else ""
             say(f"  {f.key}: {mine.label} here{told}")
-            say(f"    {shared} of {others} other host(s) agree" if others else "    no other host yet")
+            say(
+                f"    {shared} of {others} other host(s) agree"
+                if others
+                else "    no other host yet"
+            )
     facts = {h: env_facts(m) for h, m in latest.items()}
     me = facts.pop(host)
     if facts:
         say("nearest hosts, and what differs from this one:")
         for hid, same, diff in _nearest(me, facts):
-            say(f"  {hid} ({same} facts in common): " + ("; ".join(diff[:8]) or "nothing recorded differs")
-                + (f"; and {len(diff) - 8} more" if len(diff) > 8 else ""))
+            say(
+                f"  {hid} ({same} facts in common): "
+                + ("; ".join(diff[:8]) or "nothing recorded differs")
+                + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
+            )
     return 0
 
 

@@ -19,12 +19,14 @@ fails, with one line per problem and exit status 1, when the change since BASE
 
 The CI workflow .github/workflows/contributions.yml runs it, beside the unprivileged tests.
 """
+
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
 
+from perfbook.book.validation import validate_all
 from perfbook.core.errors import PerfbookError, one_line
 from perfbook.core.paths import repo_root
 
@@ -52,7 +54,7 @@ def _not_regular(base: str) -> list[str]:
     data/ that is not a regular file (git's modes, so that nothing is checked out first)."""
     found = {}
     raw = _git("diff", "--raw", "--no-renames", "-z", f"{base}...HEAD").split("\0")
-    for meta, path in zip(raw[0::2], raw[1::2]):   # ":old new sha sha status", then the path
+    for meta, path in zip(raw[0::2], raw[1::2]):  # ":old new sha sha status", then the path
         mode = meta.split()[1] if meta.startswith(":") else ""
         if mode == LINK:
             found[path] = mode
@@ -61,27 +63,35 @@ def _not_regular(base: str) -> list[str]:
             meta, path = entry.split("\t", 1)
             if meta.split()[0] not in REGULAR:
                 found[path] = meta.split()[0]
-    return [f"{path}: a symlink; a contribution adds no links (read by the book's build, as root "
-            "or on the Pages runner, one would reveal what it points to there)" if mode == LINK else
-            f"{path}: git mode {mode}, not a regular file; data/ holds regular files only"
-            for path, mode in sorted(found.items())]
+    return [
+        f"{path}: a symlink; a contribution adds no links (read by the book's build, as root "
+        "or on the Pages runner, one would reveal what it points to there)"
+        if mode == LINK
+        else f"{path}: git mode {mode}, not a regular file; data/ holds regular files only"
+        for path, mode in sorted(found.items())
+    ]
 
 
 def problems(base: str) -> list[str]:
     """Every reason the change since `base` is not a valid contribution ([] when it is)."""
     out = _not_regular(base)
-    base_sets = {_dataset_of(p) for p in _git("ls-tree", "-r", "--name-only", base, "data/runs").split()}
-    for line in _git("diff", "--name-status", "--no-renames", f"{base}...HEAD", "--", "data/runs").splitlines():
+    base_sets = {
+        _dataset_of(p) for p in _git("ls-tree", "-r", "--name-only", base, "data/runs").split()
+    }
+    for line in _git(
+        "diff", "--name-status", "--no-renames", f"{base}...HEAD", "--", "data/runs"
+    ).splitlines():
         status, path = line.split("\t", 1)
         ds = _dataset_of(path)
         if ds is None:
             continue
         if status != "A":
-            out.append(f"{path}: {'deleted' if status == 'D' else 'modified'}, but datasets are "
-                       "immutable; add a new dataset instead")
+            out.append(
+                f"{path}: {'deleted' if status == 'D' else 'modified'}, but datasets are "
+                "immutable; add a new dataset instead"
+            )
         elif ds in base_sets:
             out.append(f"{path}: added to the existing dataset {ds}; datasets are immutable")
-    from perfbook.book.validation import validate_all
     try:
         validate_all()
     except PerfbookError as e:

@@ -11,6 +11,7 @@ and renamed into place. A dataset the destination already holds is left alone:
 identical content is reported as already there, different content as a
 conflict (exit status 1). Datasets are immutable; nothing is ever replaced.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,21 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfbook.data import identity
-from perfbook.data.dataset import MANIFEST, MAX_MANIFEST_BYTES, RUN_DEPTH, read_data
+from perfbook.chapters import by_name
 from perfbook.core.errors import DatasetError, PerfbookError, one_line
-from perfbook.data.digest import dir_digest
 from perfbook.core.paths import runs_dir
+from perfbook.data import identity
+from perfbook.data.dataset import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    RUN_DEPTH,
+    load_manifest,
+    read_data,
+    read_table,
+    table_path,
+    visible_files,
+)
+from perfbook.data.digest import dir_digest
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
@@ -46,7 +57,9 @@ def _check_members(tar: tarfile.TarFile) -> None:
         if m.name.startswith("/") or ".." in parts:
             raise DatasetError(f"archive member {m.name!r} points outside the archive; refusing it")
         if not (m.isdir() or m.isfile()):
-            raise DatasetError(f"archive member {m.name!r} is not a plain file or directory; refusing it")
+            raise DatasetError(
+                f"archive member {m.name!r} is not a plain file or directory; refusing it"
+            )
 
 
 def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
@@ -54,23 +67,25 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
     for name in (host, chapter, run_id):
         if not NAME.fullmatch(name):
             raise DatasetError(f"{rel}: {name!r} is not a valid dataset path component")
-    from perfbook.chapters import by_name
-    from perfbook.data.dataset import load_manifest, read_table, table_path, visible_files
-    visible_files(run)      # regular files only: a link or a FIFO in it is refused
+    visible_files(run)  # regular files only: a link or a FIFO in it is refused
     m = load_manifest(run)  # JSON, required fields, schema, run and host ids vs the directories
     why = identity.check(m)  # the host id must follow from the machine facts it carries
     if why:
         raise DatasetError(f"{rel}: {why}")
     if m["chapter"] != chapter:
-        raise DatasetError(f"{rel}: its manifest says chapter {m['chapter']!r}; "
-                           "refusing a dataset filed under another name")
+        raise DatasetError(
+            f"{rel}: its manifest says chapter {m['chapter']!r}; "
+            "refusing a dataset filed under another name"
+        )
     try:
         schemas = by_name(chapter).load().tables
     except PerfbookError:
         raise DatasetError(f"{rel}: {chapter!r} is not a chapter of this book") from None
     for table in m["tables"]:
         if table_path(run, table) is None:
-            raise DatasetError(f"{rel}: the manifest lists table {table!r} but {table}.csv.xz is missing")
+            raise DatasetError(
+                f"{rel}: the manifest lists table {table!r} but {table}.csv.xz is missing"
+            )
         if table not in schemas:
             raise DatasetError(f"{rel}: table {table!r} is not one the {chapter} chapter declares")
         read_table(run, table, m, schemas[table])  # row count, columns and types
@@ -79,14 +94,18 @@ def _validate(run: Path, host: str, chapter: str, run_id: str) -> None:
 def _check_identity(found, dest: Path) -> None:
     """A host id already in `dest` must come with the same machine facts: a contribution
     never hides under another machine's id."""
-    from perfbook.data.dataset import load_manifest
     hosts = {host for host, *_ in found}
     mans = [load_manifest(run) for *_, run in found]
-    mans += [load_manifest(mf.parent) for h in sorted(hosts)
-             for mf in sorted((dest / h).glob(f"*/*/{MANIFEST}"))]
+    mans += [
+        load_manifest(mf.parent)
+        for h in sorted(hosts)
+        for mf in sorted((dest / h).glob(f"*/*/{MANIFEST}"))
+    ]
     for hid, what in identity.clashes(mans).items():
-        raise DatasetError(f"{hid}: the archive's datasets and those already here disagree on "
-                           f"{'; '.join(what)}: a host id reused by another machine; refusing them")
+        raise DatasetError(
+            f"{hid}: the archive's datasets and those already here disagree on "
+            f"{'; '.join(what)}: a host id reused by another machine; refusing them"
+        )
 
 
 def _datasets(top: Path):
@@ -158,10 +177,10 @@ def main(argv=None) -> int:
         print(f"[fleet] already here, identical: {rel}")
     for rel in res.conflicts:
         print(f"[fleet] CONFLICT: {rel} exists with other content; left it as it was")
-    print(f"[fleet] {len(res.new)} new, {len(res.present)} already here, {len(res.conflicts)} conflicting")
+    print(
+        f"[fleet] {len(res.new)} new, {len(res.present)} already here, {len(res.conflicts)} conflicting"
+    )
     return 1 if res.conflicts else 0
-
-
 
 
 def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
@@ -182,12 +201,16 @@ def import_datasets(src_runs: Path, dest_runs: Path, host_id: str, note: str):
         except ValueError as e:
             raise PerfbookError(f"{run}: unreadable manifest.json ({e})") from None
         if host.get("note") != note:
-            raise PerfbookError(f"{run.parent.name}/{run.name}: its manifest's host.note is not this "
-                                "second host's; not importing it")
+            raise PerfbookError(
+                f"{run.parent.name}/{run.name}: its manifest's host.note is not this "
+                "second host's; not importing it"
+            )
     dest_runs.mkdir(parents=True, exist_ok=True)
-    stage = dest_runs / f".tmp-secondhost-import-{uuid.uuid4().hex[:8]}"  # same file system: renames
+    stage = (
+        dest_runs / f".tmp-secondhost-import-{uuid.uuid4().hex[:8]}"
+    )  # same file system: renames
     try:
-        shutil.copytree(base, stage / host_id, symlinks=True)   # a link stays one, and is refused
+        shutil.copytree(base, stage / host_id, symlinks=True)  # a link stays one, and is refused
         return adopt_tree(stage, dest_runs)
     finally:
         shutil.rmtree(stage, ignore_errors=True)

@@ -17,13 +17,21 @@ ignores hidden entries (a dataset still being written, .tmp-*), which no
 reader loads. A link among the files is refused, never read through (perfbook.data.dataset).
 `stale()` compares the stored digests with the current data.
 """
+
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from perfbook.data.digest import ALGO, data_digest as _data_digest, tree_digest
+import nbformat
+
+from perfbook import chapters
+from perfbook.chapters import CHAPTERS, EXAMPLE
+from perfbook.core import codedigest
+from perfbook.core.paths import repo_root
+from perfbook.data.digest import ALGO, tree_digest
+from perfbook.data.digest import data_digest as _data_digest
+from perfbook.framework.contract import explain_modules
 
 METADATA_KEY = "perfbook"
 DIGEST_KEY = "data_digest"
@@ -34,7 +42,6 @@ CODE_KEY = "code_digest"
 def _is_chapter(name: str) -> bool:
     """A chapter's notebook (the book's, or the example's) reads its own package and data; a
     page's reads every chapter's."""
-    from perfbook.chapters import CHAPTERS, EXAMPLE
     return any(c.name == name for c in [*CHAPTERS, EXAMPLE])
 
 
@@ -43,7 +50,7 @@ def data_digest(name: str, data_dir: str | Path | None = None) -> tuple[str, int
     return _data_digest(name, data_dir, _is_chapter(name))
 
 
-LOCK = "tools/requirements.lock"      # the pinned environment: a new version may change an output
+LOCK = "tools/requirements.lock"  # the pinned environment: a new version may change an output
 
 
 def code_files(name: str, nb=None) -> dict[str, Path]:
@@ -52,13 +59,15 @@ def code_files(name: str, nb=None) -> dict[str, Path]:
     chapter's package for a page that reads them all (through the registry, by name), and the
     pinned environment. A dev tool, the CLI, a test or another chapter is not among them; nor
     are the C harnesses and a chapter's collect, which run only in collect mode."""
-    from perfbook.chapters import CHAPTERS
-    from perfbook.core import codedigest
-    from perfbook.framework.contract import explain_modules
-    from perfbook.core.paths import repo_root
-    modules = codedigest.cell_imports(c.source for c in nb.cells if c.cell_type == "code") if nb else set()
+    modules = (
+        codedigest.cell_imports(c.source for c in nb.cells if c.cell_type == "code")
+        if nb
+        else set()
+    )
     names = [name] if _is_chapter(name) else [c.name for c in CHAPTERS]
-    modules |= {m for n in names for m in explain_modules(f"perfbook.chapters.{n}")} | {"perfbook.chapters"}
+    modules |= {m for n in names for m in explain_modules(f"perfbook.chapters.{n}")} | {
+        "perfbook.chapters"
+    }
     files = {f"tools/{rel}": p for rel, p in codedigest.closure(modules).items()}
     lock = repo_root() / LOCK
     if lock.is_file():
@@ -91,7 +100,9 @@ def changed(nb, name: str, data_dir: str | Path | None = None) -> str | None:
     if meta.get(CODE_KEY) is None:
         return "no code digest stored yet"
     if meta[CODE_KEY] != code_digest(name, nb):
-        return "its code (the perfbook modules it runs, its cells or the pinned environment) changed"
+        return (
+            "its code (the perfbook modules it runs, its cells or the pinned environment) changed"
+        )
     return None
 
 
@@ -99,10 +110,10 @@ def stored_digest(nb) -> str | None:
     return (nb.metadata.get(METADATA_KEY) or {}).get(DIGEST_KEY)
 
 
-def stale(names: list[str] | None = None, data_dir: str | Path | None = None) -> list[tuple[str, str]]:
+def stale(
+    names: list[str] | None = None, data_dir: str | Path | None = None
+) -> list[tuple[str, str]]:
     """[(name, why)] of every notebook whose stored outputs don't follow the data."""
-    import nbformat
-    from perfbook import chapters
     pages = list(chapters.CHAPTERS) + list(getattr(chapters, "PAGES", []))
     out = []
     for ch in pages:
@@ -112,9 +123,19 @@ def stale(names: list[str] | None = None, data_dir: str | Path | None = None) ->
         have = stored_digest(nb)
         want, n = data_digest(ch.name, data_dir)
         if have is None:
-            out.append((ch.name, f"{ch.notebook} has no data digest: it was not re-executed by "
-                                  "`python -m perfbook refresh`"))
+            out.append(
+                (
+                    ch.name,
+                    f"{ch.notebook} has no data digest: it was not re-executed by "
+                    "`python -m perfbook refresh`",
+                )
+            )
         elif have != want:
-            out.append((ch.name, f"{ch.notebook} was executed on other data than the {n} files "
-                                  f"it reads now in data/"))
+            out.append(
+                (
+                    ch.name,
+                    f"{ch.notebook} was executed on other data than the {n} files "
+                    f"it reads now in data/",
+                )
+            )
     return out

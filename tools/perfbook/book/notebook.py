@@ -10,21 +10,70 @@
 start() measures only in collect mode (run_mode) and otherwise just says that it reads the
 committed data; either way it returns the chapter's datasets (perfbook.data.dataset.Data).
 """
+
 from __future__ import annotations
 
+import html
+import inspect
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+from datetime import datetime
 from pathlib import Path
 
-from perfbook.core.errors import ParameterError, install_notebook_handler
-from perfbook.core.paths import resolve_data_dir
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+from IPython.display import HTML, Markdown, display
+from myst_nb import glue
+
+from perfbook.analysis.findings import (
+    Run,
+    counted_runs,
+    evaluate,
+    html_block,
+    plain,
+    sentence,
+    stored,
+)
+from perfbook.analysis.fleetview import count_text, fleet
+from perfbook.analysis.hosts import env_diff
+from perfbook.analysis.repetition import (
+    FIXED_REPETITION,  # noqa: E402  (a dataset older than adaptive repetition)
+    repetition_summary,
+)
+from perfbook.core.errors import ParameterError, PerfbookError, install_notebook_handler
+from perfbook.core.paths import repo_root, resolve_data_dir
+from perfbook.core.proc import term_with_parent
+from perfbook.data.dataset import (
+    check_writable,
+    list_runs,
+    load_manifest,
+    load_manifests,
+    read_csv,
+    skipped_table,
+    table_path,
+)
+from perfbook.data.machine import NOT_RECORDED, facts, short_kind
+from perfbook.framework.contract import Chapter
+from perfbook.hoststate.monitor import verdict_text
 
 MODES = ("explain", "collect")
 
 
 def setup_plots():
-    import matplotlib
-    import seaborn as sns
-    matplotlib.rcParams.update({"figure.dpi": 96, "savefig.dpi": 96,
-                                "figure.figsize": (8, 4.2), "svg.hashsalt": "perfbook"})
+    matplotlib.rcParams.update(
+        {
+            "figure.dpi": 96,
+            "savefig.dpi": 96,
+            "figure.figsize": (8, 4.2),
+            "svg.hashsalt": "perfbook",
+        }
+    )
     sns.set_theme(style="whitegrid", context="notebook")
 
 
@@ -32,7 +81,6 @@ def init():
     """Call first in every chapter: one-line errors and the plot style."""
     install_notebook_handler()
     setup_plots()
-    import pandas as pd
     pd.set_option("display.width", 120)
     pd.set_option("display.max_columns", 30)
 
@@ -47,13 +95,6 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
     ordinary SIGTERM, restores what it changed and publishes nothing. The kernel asks for
     SIGTERM when papermill dies as well, so the chain papermill -> kernel -> helper is
     immediate."""
-    import json
-    import signal
-    import subprocess
-    import sys
-    from perfbook.core.errors import PerfbookError
-    from perfbook.core.paths import repo_root
-    from perfbook.core.proc import term_with_parent
     if mode not in MODES:
         raise ParameterError(f"mode must be one of {MODES}, got {mode!r}")
     chapter.parameters(profile, **overrides)  # validates the profile and overrides in every mode
@@ -61,16 +102,33 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
     if mode == "explain":
         print("explain mode: reading the committed datasets; nothing is measured.")
         return None
-    from perfbook.data.dataset import check_writable
     check_writable(data)  # DatasetError here, in the notebook, before anything starts
-    term_with_parent()    # this kernel, too, gets SIGTERM the moment papermill dies (and
+    term_with_parent()  # this kernel, too, gets SIGTERM the moment papermill dies (and
     # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish
     # and publish in the second ipykernel's parent poller takes to notice
     given = {k: v for k, v in overrides.items() if v is not None}
-    p = subprocess.Popen([sys.executable, "-m", "perfbook", "collect", chapter.name, "--profile", profile,
-                          "--data-dir", str(data), "--params", json.dumps(given)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                         cwd=repo_root(), start_new_session=True, preexec_fn=term_with_parent)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbook",
+            "collect",
+            chapter.name,
+            "--profile",
+            profile,
+            "--data-dir",
+            str(data),
+            "--params",
+            json.dumps(given),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        cwd=repo_root(),
+        start_new_session=True,
+        preexec_fn=term_with_parent,
+    )
     last = ""
     try:
         for line in p.stdout:
@@ -90,16 +148,12 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
 
 def show_figure(fig, caption: str) -> None:
     """Display a figure followed by its caption (generated from data, see stats.caption)."""
-    import matplotlib.pyplot as plt
-    from IPython.display import Markdown, display
     display(fig)
     plt.close(fig)
-    text = caption.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # text, not HTML:
+    text = (
+        caption.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    )  # text, not HTML:
     display(Markdown(f"**Figure.** {text}"))  # "/proc/<pid>/sched" must not become a tag
-
-
-from perfbook.analysis.repetition import FIXED_REPETITION  # noqa: E402  (a dataset older than adaptive repetition)
-from perfbook.analysis.repetition import repetition_summary
 
 
 def repetition_overview(chapter: str, data_dir=None):
@@ -111,10 +165,6 @@ def repetition_overview(chapter: str, data_dir=None):
     repetition) gets one row whose stop rule says so. `counts` has repetition_summary's
     numbers plus `datasets` and `fixed` (datasets with fixed repetition).
     """
-    import pandas as pd
-    from perfbook.analysis import stats
-    from perfbook.data.dataset import list_runs, load_manifest, read_csv, table_path
-    from perfbook.core.paths import resolve_data_dir
     rows, tables = [], []
     for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
         man = load_manifest(run)
@@ -127,16 +177,35 @@ def repetition_overview(chapter: str, data_dir=None):
         tables.append(t.assign(**base))
         for exp, g in t.groupby("experiment", sort=False):
             n_lo, n_hi = int(g["n"].min()), int(g["n"].max())
-            rows.append({**base, "experiment": exp, "keys": len(g),
-                         "n": str(n_lo) if n_lo == n_hi else f"{n_lo}–{n_hi}",
-                         "warm-up": int(g["warmup"].max()),
-                         "widest CI %": round(100 * g["rel_ci_width"].max(), 2),
-                         "target %": round(100 * g["target"].max(), 2),
-                         "budget s": g["budget_s"].max(), "elapsed s": round(g["elapsed_s"].max(), 1),
-                         "keys met": f"{int(g['met_target'].sum())}/{len(g)}",
-                         "stopped_by": g["stopped_by"].iloc[0]})
-    cols = ["host_id", "run_id", "experiment", "keys", "n", "warm-up", "widest CI %", "target %",
-            "budget s", "elapsed s", "keys met", "stopped_by"]
+            rows.append(
+                {
+                    **base,
+                    "experiment": exp,
+                    "keys": len(g),
+                    "n": str(n_lo) if n_lo == n_hi else f"{n_lo}–{n_hi}",
+                    "warm-up": int(g["warmup"].max()),
+                    "widest CI %": round(100 * g["rel_ci_width"].max(), 2),
+                    "target %": round(100 * g["target"].max(), 2),
+                    "budget s": g["budget_s"].max(),
+                    "elapsed s": round(g["elapsed_s"].max(), 1),
+                    "keys met": f"{int(g['met_target'].sum())}/{len(g)}",
+                    "stopped_by": g["stopped_by"].iloc[0],
+                }
+            )
+    cols = [
+        "host_id",
+        "run_id",
+        "experiment",
+        "keys",
+        "n",
+        "warm-up",
+        "widest CI %",
+        "target %",
+        "budget s",
+        "elapsed s",
+        "keys met",
+        "stopped_by",
+    ]
     table = pd.DataFrame(rows, columns=cols)
     counts = repetition_summary(pd.concat(tables, ignore_index=True) if tables else None)
     counts["datasets"] = int(table[["host_id", "run_id"]].drop_duplicates().shape[0])
@@ -147,31 +216,37 @@ def repetition_overview(chapter: str, data_dir=None):
 def env_diff_view(chapter: str, data_dir=None):
     """What differs between the hosts of a chapter (hosts.chapter_env_diff), or a sentence
     saying that there is only one host, ready to display."""
-    from IPython.display import Markdown
-    from perfbook.data.dataset import load_manifests
-    from perfbook.analysis.hosts import env_diff
-    from perfbook.core.paths import resolve_data_dir
     ms = load_manifests(chapter, resolve_data_dir(data_dir) if data_dir else None)
     hosts = sorted({m["host"]["host_id"] for m in ms})
     if len(hosts) < 2:
-        return Markdown(f"Only one host ({', '.join(hosts) or 'none'}) has data for this chapter: "
-                        "there is no environment to compare.")
+        return Markdown(
+            f"Only one host ({', '.join(hosts) or 'none'}) has data for this chapter: "
+            "there is no environment to compare."
+        )
     d = env_diff(ms)
-    return d.set_index("fact") if len(d) else Markdown(
-        f"The {len(hosts)} hosts' manifests record no differing facts.")
+    return (
+        d.set_index("fact")
+        if len(d)
+        else Markdown(f"The {len(hosts)} hosts' manifests record no differing facts.")
+    )
 
 
 # repetition_overview() counts -> glue names (after a prefix, "rep_" by default)
-REPETITION_GLUE = (("experiments", "experiments"), ("ci_target", "target_hit"),
-                   ("time_budget", "budget_hit"), ("max_runs", "max_hit"), ("keys", "keys"),
-                   ("keys_met", "keys_met"), ("fixed", "fixed"))
+REPETITION_GLUE = (
+    ("experiments", "experiments"),
+    ("ci_target", "target_hit"),
+    ("time_budget", "budget_hit"),
+    ("max_runs", "max_hit"),
+    ("keys", "keys"),
+    ("keys_met", "keys_met"),
+    ("fixed", "fixed"),
+)
 
 
 def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
     """repetition_overview()'s table, with its counts glued for the prose as
     <prefix>experiments, <prefix>target_hit, <prefix>budget_hit, <prefix>max_hit,
     <prefix>keys, <prefix>keys_met and <prefix>fixed."""
-    from myst_nb import glue
     table, counts = repetition_overview(chapter, data_dir)
     for key, name in REPETITION_GLUE:
         glue(prefix + name, counts[key], display=False)
@@ -179,6 +254,7 @@ def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
 
 
 # -- the thin-notebook API ---------------------------------------------------------------
+
 
 def start(chapter, mode: str, profile: str, data_dir: str = "", **overrides):
     """init(), then run_mode(), then every dataset of the chapter (perfbook.data.dataset.Data)."""
@@ -191,7 +267,6 @@ def glue_all(findings: dict) -> None:
     """Glue every finding for the prose ({glue:text}`name`). Values must be what the prose
     shows: strings or integers. A float is refused, because its stored repr would carry
     digits the text does not show and that another machine would not reproduce."""
-    from myst_nb import glue
     for name, value in findings.items():
         if isinstance(value, float):
             raise TypeError(f"finding {name!r} is the float {value!r}: format it (stats.fmt) first")
@@ -209,8 +284,6 @@ def figure(key: str, item) -> None:
         {glue:text}`cap_<key>`
         ```
     """
-    import matplotlib.pyplot as plt
-    from myst_nb import glue
     fig, caption = item
     glue(f"fig_{key}", fig, display=False)
     plt.close(fig)
@@ -220,7 +293,6 @@ def figure(key: str, item) -> None:
 def frame_glue(chapter, nb) -> set[str]:
     """The glue names the book's frame provides in a chapter notebook (a dict or nbformat node):
     kf_<key> for each declared key finding (key_findings), cap_<key> for each nb.figure call."""
-    import re
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     figs = set(re.findall(r'nb\.figure\("(\w+)"', code))
     return {f"kf_{f.key}" for f in chapter.key_findings} | {f"cap_{k}" for k in figs}
@@ -239,11 +311,7 @@ def runs_table(D):
     was disturbed (once a dataset has the run monitor's record), plus what the chapter adds (its run_columns(manifest[, D]) method, when it has one). A run_columns that
     reads tables gets that dataset alone (perfbook.analysis.findings.Run), and its columns are kept in the
     verdict store: a fleet's runs table reads no table that has not changed."""
-    import inspect
-    import pandas as pd
-    from perfbook.analysis.findings import Run, plain, stored
-    from perfbook.framework.contract import Chapter
-    own = type(D.chapter).run_columns is not Chapter.run_columns       # a method of the chapter's class
+    own = type(D.chapter).run_columns is not Chapter.run_columns  # a method of the chapter's class
     extra = D.chapter.run_columns if own or D.chapter._hook("tables", "run_columns") else None
     with_data = extra is not None and len(inspect.signature(extra).parameters) >= 2
 
@@ -252,18 +320,31 @@ def runs_table(D):
             return {}
         if not with_data:
             return extra(m)
-        pairs = stored(D, m, "run-columns", lambda: [[k, plain(v)] for k, v in extra(m, Run(D, m).data).items()],
-                       lambda v: isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v))
-        return dict(pairs)           # pairs, not a JSON object: the columns keep their order
-    from perfbook.hoststate.monitor import verdict_text
+        pairs = stored(
+            D,
+            m,
+            "run-columns",
+            lambda: [[k, plain(v)] for k, v in extra(m, Run(D, m).data).items()],
+            lambda v: isinstance(v, list) and all(isinstance(x, list) and len(x) == 2 for x in v),
+        )
+        return dict(pairs)  # pairs, not a JSON object: the columns keep their order
+
     # whether the run monitor saw the run stopped, starved or stolen from (perfbook.hoststate.monitor): a
     # column once any dataset has its record (older ones say "not recorded")
     marked = any(m.get("disturbance") is not None for m in D.manifests)
-    rows = [{"host": m.host_id, "run": m["run_id"], "kernel": m["host"].get("kernel_release"),
-             "cpu": m["host"].get("cpu_model"), "virtualization": m["host"].get("virtualization"),
-             "profile": m.get("profile") or "not recorded",
-             **({"disturbed": verdict_text(m.get("disturbance"))} if marked else {}), **columns(m)}
-            for m in D.manifests]
+    rows = [
+        {
+            "host": m.host_id,
+            "run": m["run_id"],
+            "kernel": m["host"].get("kernel_release"),
+            "cpu": m["host"].get("cpu_model"),
+            "virtualization": m["host"].get("virtualization"),
+            "profile": m.get("profile") or "not recorded",
+            **({"disturbed": verdict_text(m.get("disturbance"))} if marked else {}),
+            **columns(m),
+        }
+        for m in D.manifests
+    ]
     return pd.DataFrame(rows)
 
 
@@ -279,20 +360,18 @@ def hosts(D):
 
 def not_measured(D):
     """What each dataset did not measure, and why (its manifest's skips and notes)."""
-    from perfbook.data.dataset import skipped_table
     return skipped_table(D.manifests)
 
 
 # -- the book's frame around a chapter: banner, key findings, rerun box ----------------------
 
+
 def _html(text: str):
-    from IPython.display import HTML
     return HTML(text)
 
 
 def _host_facts(D) -> dict[str, dict]:
     """host_id -> the host facts of its newest counted dataset."""
-    from perfbook.analysis.findings import counted_runs
     out = {}
     for h in D.hosts:
         ms = counted_runs([m for m in D.manifests if m.host_id == h])
@@ -301,11 +380,12 @@ def _host_facts(D) -> dict[str, dict]:
 
 
 def host_kinds(D) -> dict[str, str]:
-    from perfbook.data.machine import short_kind
     return {h: short_kind(f) for h, f in _host_facts(D).items()}
 
 
-BANNER_HOSTS = 5   # with more hosts, the banner details this and the reference host and counts the rest
+BANNER_HOSTS = (
+    5  # with more hosts, the banner details this and the reference host and counts the rest
+)
 
 
 def platform(D):
@@ -313,14 +393,10 @@ def platform(D):
     with what differs between a host's runs (one host id can be several cloned machines).
     Beyond BANNER_HOSTS hosts, this host and the reference host are detailed and the others
     counted by machine kind: the hosts page lists every one."""
-    import html
-    from perfbook.analysis.findings import counted_runs
-    from perfbook.data.machine import NOT_RECORDED, facts
     esc = html.escape
     notes = D.chapter.platform_notes(D) if len(D) else {}
     rows, detailed, rest, role = [], D.hosts, [], {}
     if len(D.hosts) > BANNER_HOSTS:
-        from perfbook.analysis.fleetview import count_text, fleet
         role = dict(fleet(D).highlighted)
         detailed = list(role)
         rest = [h for h in D.hosts if h not in role]
@@ -331,29 +407,39 @@ def platform(D):
         for what, _ in facts(ms[-1]["host"]):
             told = [r[what] for r in per_run if not r[what].startswith(NOT_RECORDED)]
             seen = list(dict.fromkeys(told)) or [per_run[-1][what]]
-            val = seen[0] if len(seen) == 1 else " / ".join(seen) + f" (differs between its {len(ms)} runs)"
+            val = (
+                seen[0]
+                if len(seen) == 1
+                else " / ".join(seen) + f" (differs between its {len(ms)} runs)"
+            )
             if told and len(told) < len(per_run):
                 val += f" (recorded by {len(told)} of its {len(per_run)} runs)"
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
         items += [esc(n) for n in notes.get(h, [])]
         said = f" ({esc(role[h])})" if h in role else ""
-        rows.append(f"<li><code>{esc(h)}</code>{said}, {len(ms)} dataset(s): " + "; ".join(items) + "</li>")
+        rows.append(
+            f"<li><code>{esc(h)}</code>{said}, {len(ms)} dataset(s): " + "; ".join(items) + "</li>"
+        )
     if rest:
         kinds = host_kinds(D)
-        rows.append(f"<li>{len(rest)} other hosts: {esc(count_text(kinds[h] for h in rest))}; the "
-                    '<a href="../hosts.html">hosts page</a> lists each one\'s machine</li>')
+        rows.append(
+            f"<li>{len(rest)} other hosts: {esc(count_text(kinds[h] for h in rest))}; the "
+            '<a href="../hosts.html">hosts page</a> lists each one\'s machine</li>'
+        )
     if not rows:
-        return _html('<div class="platform-banner admonition note"><p class="admonition-title">'
-                     'Measured on</p><p>No dataset yet.</p></div>')
-    return _html('<div class="platform-banner admonition note"><p class="admonition-title">Measured on</p>'
-                 f'<ul>{"".join(rows)}</ul></div>')
+        return _html(
+            '<div class="platform-banner admonition note"><p class="admonition-title">'
+            "Measured on</p><p>No dataset yet.</p></div>"
+        )
+    return _html(
+        '<div class="platform-banner admonition note"><p class="admonition-title">Measured on</p>'
+        f"<ul>{''.join(rows)}</ul></div>"
+    )
 
 
 def key_findings(D):
     """The Key findings block (perfbook.analysis.findings) with each finding's sentence for the quoted
     host glued as kf_<key> for the prose."""
-    from myst_nb import glue
-    from perfbook.analysis.findings import evaluate, html_block, sentence
     q = D.quoted
     if q is not None:
         for f in D.chapter.key_findings:
@@ -361,22 +447,21 @@ def key_findings(D):
     return _html(html_block(D, host_kinds(D)))
 
 
-LISTED_DURATIONS = 5   # up to this many datasets of a profile, the rerun box lists each one's time
+LISTED_DURATIONS = 5  # up to this many datasets of a profile, the rerun box lists each one's time
 
 
 def _durations(D) -> dict[str, str]:
     """profile -> how long its collects took: each dataset's time and machine kind, or with
     more datasets than LISTED_DURATIONS, per machine kind the median and range (a fleet's
     hundred hosts make a few lines, not a hundred entries)."""
-    from datetime import datetime
-    import statistics
-    from perfbook.data.machine import short_kind
     out: dict[str, list] = {}
     for m in D.manifests:
         prof = m.get("profile")
         if prof is None:
             continue
-        s = (datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])).total_seconds()
+        s = (
+            datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])
+        ).total_seconds()
         out.setdefault(prof, []).append((s, short_kind(m["host"])))
     told = {}
     for p, v in out.items():
@@ -388,34 +473,42 @@ def _durations(D) -> dict[str, str]:
             kinds.setdefault(k, []).append(s)
         told[p] = ", ".join(
             f"median {round(statistics.median(x))} s ({round(min(x))} to {round(max(x))} s) over {len(x)} "
-            f"{k} datasets" if len(x) > 1 else f"{round(x[0])} s ({k})"
-            for k, x in sorted(kinds.items(), key=lambda kv: -len(kv[1])))
+            f"{k} datasets"
+            if len(x) > 1
+            else f"{round(x[0])} s ({k})"
+            for k, x in sorted(kinds.items(), key=lambda kv: -len(kv[1]))
+        )
     return told
 
 
 def rerun(D):
     """The "Rerun this chapter" box: the exact commands, what the collect needs, how long each
     profile took on the hosts in data/, and where the dataset lands."""
-    import html
     esc = html.escape
     ch = D.chapter
     tools = ", ".join(f"{t} (Debian {p})" for t, p in ch.needs_tools.items()) or "none beyond setup"
     took = _durations(D)
-    times = "; ".join(f"{p}: {took[p]}" for p in ("quick", "default", "full") if p in took) or \
-        "no dataset in data/ recorded its profile yet"
+    times = (
+        "; ".join(f"{p}: {took[p]}" for p in ("quick", "default", "full") if p in took)
+        or "no dataset in data/ recorded its profile yet"
+    )
     su = "sudo " if ch.needs_root else ""
-    cmd = (f"sudo make setup\n"
-           f"{su}.venv/bin/python -m perfbook measure --chapters {ch.name} --profile quick   # a smoke test\n"
-           f"{su}.venv/bin/python -m perfbook measure --chapters {ch.name}                   # the default profile\n"
-           f"make notebooks book")
+    cmd = (
+        f"sudo make setup\n"
+        f"{su}.venv/bin/python -m perfbook measure --chapters {ch.name} --profile quick   # a smoke test\n"
+        f"{su}.venv/bin/python -m perfbook measure --chapters {ch.name}                   # the default profile\n"
+        f"make notebooks book"
+    )
     tables = ", ".join(f"{t}.csv.xz" for t in ch.tables)
     return _html(
         '<div class="rerun-box admonition tip"><p class="admonition-title">Rerun this chapter</p>'
-        f'<pre>{esc(cmd)}</pre><ul>'
-        f'<li><b>needs</b>: {"root" if ch.needs_root else "no root"}; tools: {esc(tools)}'
-        + (f"; {esc(ch.needs_text)}" if ch.needs_text else "") + '</li>'
-        f'<li><b>took</b>, per profile, on the hosts in data/: {esc(times)}</li>'
-        f'<li><b>lands in</b> <code>data/runs/&lt;your host id&gt;/{esc(ch.name)}/&lt;run id&gt;/</code>: '
-        f'manifest.json and {esc(tables)}. A failed or interrupted run writes nothing.</li>'
-        f'<li>The same from the notebook: <code>papermill chapters/{esc(ch.name)}.ipynb /tmp/out.ipynb -p mode collect</code></li>'
-        '</ul></div>')
+        f"<pre>{esc(cmd)}</pre><ul>"
+        f"<li><b>needs</b>: {'root' if ch.needs_root else 'no root'}; tools: {esc(tools)}"
+        + (f"; {esc(ch.needs_text)}" if ch.needs_text else "")
+        + "</li>"
+        f"<li><b>took</b>, per profile, on the hosts in data/: {esc(times)}</li>"
+        f"<li><b>lands in</b> <code>data/runs/&lt;your host id&gt;/{esc(ch.name)}/&lt;run id&gt;/</code>: "
+        f"manifest.json and {esc(tables)}. A failed or interrupted run writes nothing.</li>"
+        f"<li>The same from the notebook: <code>papermill chapters/{esc(ch.name)}.ipynb /tmp/out.ipynb -p mode collect</code></li>"
+        "</ul></div>"
+    )

@@ -21,6 +21,7 @@ Two things the published site needs that no chapter notebook should have to carr
 It also keeps the browser console clean (tests/test_site_browser.py fails on errors there): a
 default colour mode for the theme, and no inline script twice on a page.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,6 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from docutils import nodes
+from sphinx.errors import ConfigError
+from sphinx.util.display import status_iterator
+from sphinx.util.osutil import relative_uri
+
+from perfbook.chapters import CHAPTERS
+from perfbook.core.errors import DatasetError
+from perfbook.core.paths import reference_dir, runs_dir
+from perfbook.data.dataset import (
+    data_depth,
+    is_regular,
+    list_runs,
+    load_manifest,
+    read_data,
+    subdirs,
+    visible_files,
+)
 
 SITE_DIR = "datasets"
 ENV_URL = "PERFBOOK_REPOSITORY_URL"
@@ -44,6 +61,7 @@ _BRANCH_RE = re.compile(r"[A-Za-z0-9._/-]+")
 
 
 # ---- repository / launch buttons ---------------------------------------------------------
+
 
 def repository_options(environ=os.environ) -> dict:
     """Theme options for the launch buttons from the environment ({} when no URL is set).
@@ -64,7 +82,6 @@ def repository_options(environ=os.environ) -> dict:
 
 
 def _on_config_inited(app, config) -> None:
-    from sphinx.errors import ConfigError
     try:
         repo = repository_options()
     except ValueError as e:
@@ -104,6 +121,7 @@ def _on_html_page_context(app, pagename, templatename, context, doctree) -> None
 
 # ---- datasets ------------------------------------------------------------------------------
 
+
 def run_archive(host: str, chapter: str, run_id: str) -> str:
     """Where one dataset's archive is, under datasets/ (the hosts page links the same path)."""
     return f"runs/{host}/{chapter}/{run_id}.zip"
@@ -122,11 +140,11 @@ def reference_archive(chapter: str) -> str:
 class Run:
     host: str
     run_id: str
-    path: Path                      # data/runs/<host>/<chapter>/<run>
+    path: Path  # data/runs/<host>/<chapter>/<run>
     chapter: str = ""
     description: str = ""
     profile: str = ""
-    files: list[str] = field(default_factory=list)   # relative to path, sorted
+    files: list[str] = field(default_factory=list)  # relative to path, sorted
 
     @property
     def archive(self) -> str:
@@ -134,8 +152,13 @@ class Run:
 
     def members(self) -> list[tuple[Path, str]]:
         """(source file, path inside the archive below data/), sorted by the latter."""
-        return sorted(((self.path / f, f"runs/{self.host}/{self.chapter}/{self.run_id}/{f}")
-                       for f in self.files), key=lambda m: m[1])
+        return sorted(
+            (
+                (self.path / f, f"runs/{self.host}/{self.chapter}/{self.run_id}/{f}")
+                for f in self.files
+            ),
+            key=lambda m: m[1],
+        )
 
     def size(self) -> int:
         return sum(os.lstat(src).st_size for src, _ in self.members())
@@ -143,7 +166,7 @@ class Run:
 
 @dataclass
 class Archive:
-    name: str                       # its path under datasets/
+    name: str  # its path under datasets/
     members: list[tuple[Path, str]]
 
 
@@ -151,7 +174,7 @@ class Archive:
 class ChapterData:
     chapter: str
     runs: list[Run]
-    references: list[Path]          # data/reference/<chapter>*.csv (the seed's, published ones)
+    references: list[Path]  # data/reference/<chapter>*.csv (the seed's, published ones)
 
     @property
     def hosts(self) -> list[str]:
@@ -162,8 +185,12 @@ class ChapterData:
         two of them."""
         out = [Archive(r.archive, r.members()) for r in self.runs]
         if self.references:
-            out.append(Archive(reference_archive(self.chapter),
-                               [(ref, f"reference/{ref.name}") for ref in self.references]))
+            out.append(
+                Archive(
+                    reference_archive(self.chapter),
+                    [(ref, f"reference/{ref.name}") for ref in self.references],
+                )
+            )
         return out
 
     def members(self) -> list[tuple[Path, str]]:
@@ -181,14 +208,12 @@ class ChapterData:
 
 def chapter_docnames() -> dict[str, str]:
     """Sphinx docname -> chapter name, for every registered chapter."""
-    from perfbook.chapters import CHAPTERS
     return {c.notebook.removesuffix(".ipynb"): c.name for c in CHAPTERS}
 
 
 def _visible_files(run: Path) -> list[str]:
     """A run's files, relative to it, the manifest first; hidden files are left out, and a link
     is refused (perfbook.data.dataset.visible_files): the site publishes regular files only."""
-    from perfbook.data.dataset import visible_files
     rel = [p.relative_to(run).as_posix() for p in visible_files(run)]
     return sorted(rel, key=lambda f: (f != "manifest.json", f))
 
@@ -196,34 +221,38 @@ def _visible_files(run: Path) -> list[str]:
 def reference_files(chapter: str, data_dir: Path | None = None, chapters=()) -> list[Path]:
     """data/reference/<chapter>*.csv, less the files a longer chapter name among `chapters`
     claims (so that each reference file belongs to exactly one chapter)."""
-    from perfbook.data.dataset import is_regular
-    from perfbook.core.paths import reference_dir
     longer = [c for c in chapters if c != chapter and c.startswith(chapter)]
-    return sorted(p for p in reference_dir(data_dir).glob(f"{chapter}*.csv")
-                  if not any(p.name.startswith(c) for c in longer) and is_regular(p))
+    return sorted(
+        p
+        for p in reference_dir(data_dir).glob(f"{chapter}*.csv")
+        if not any(p.name.startswith(c) for c in longer) and is_regular(p)
+    )
 
 
 def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
-    from perfbook.data.dataset import list_runs, load_manifest
-    from perfbook.core.errors import DatasetError
     runs = []
     for path in list_runs(chapter, data_dir):
         try:
             man = load_manifest(path)
         except (OSError, ValueError) as e:
             raise DatasetError(f"unreadable manifest in {path}: {e}") from None
-        runs.append(Run(host=path.parent.parent.name, run_id=path.name, path=path, chapter=chapter,
-                        description=str((man.get("host") or {}).get("description") or ""),
-                        profile=str(man.get("profile") or ""),
-                        files=_visible_files(path)))
+        runs.append(
+            Run(
+                host=path.parent.parent.name,
+                run_id=path.name,
+                path=path,
+                chapter=chapter,
+                description=str((man.get("host") or {}).get("description") or ""),
+                profile=str(man.get("profile") or ""),
+                files=_visible_files(path),
+            )
+        )
     known = set(chapter_docnames().values()) | set(run_chapters(data_dir))
     return ChapterData(chapter, runs, reference_files(chapter, data_dir, known))
 
 
 def run_chapters(data_dir: Path | None = None) -> list[str]:
     """Every chapter name with a directory under data/runs/<host>/ (registered or not)."""
-    from perfbook.data.dataset import subdirs
-    from perfbook.core.paths import runs_dir
     base = runs_dir(data_dir)
     return sorted({c for h in subdirs(base) for c in subdirs(base / h)})
 
@@ -232,8 +261,9 @@ def site_archives(data_dir: Path | None = None) -> list[Archive]:
     """Every archive the site carries: one per dataset of any chapter in data/runs (so the
     hosts page can link each one), and the reference figures of each registered chapter."""
     chapters = sorted(set(chapter_docnames().values()) | set(run_chapters(data_dir)))
-    return sorted((a for c in chapters for a in chapter_data(c, data_dir).archives()),
-                  key=lambda a: a.name)
+    return sorted(
+        (a for c in chapters for a in chapter_data(c, data_dir).archives()), key=lambda a: a.name
+    )
 
 
 # members compressed already (a dataset's tables): stored as they are, since deflating them
@@ -246,14 +276,15 @@ def write_archive(dest: Path, members: list[tuple[Path, str]], prefix: str = "da
     its path below the data directory (runs/<host>/... or reference/...), and `src` ends with
     it: each is read as a regular file, none of its directories below runs/ or reference/
     followed through a link (perfbook.data.dataset.read_data)."""
-    from perfbook.data.dataset import data_depth, read_data
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
         with zipfile.ZipFile(tmp, "w") as z:
             for src, rel in sorted(members, key=lambda m: m[1]):
                 info = zipfile.ZipInfo(prefix + rel, date_time=_ZIP_TIME)
-                info.compress_type = zipfile.ZIP_STORED if rel.endswith(_PACKED) else zipfile.ZIP_DEFLATED
+                info.compress_type = (
+                    zipfile.ZIP_STORED if rel.endswith(_PACKED) else zipfile.ZIP_DEFLATED
+                )
                 info.external_attr = 0o644 << 16
                 info.create_system = 3
                 z.writestr(info, read_data(src, data_depth(rel))[1])
@@ -278,12 +309,18 @@ def _human(nbytes: int) -> str:
     return f"{nbytes / 1024:.0f} kB" if nbytes < 1024 * 1024 else f"{nbytes / 1024 / 1024:.1f} MB"
 
 
-def _link(text: str, target: str, cls: str = "perfbook-dataset-archive",
-          code: bool = True) -> nodes.reference:
+def _link(
+    text: str, target: str, cls: str = "perfbook-dataset-archive", code: bool = True
+) -> nodes.reference:
     """A link to `target` (a path from the site's top, e.g. datasets/<archive>); its URI is
     made relative for each builder later."""
-    ref = nodes.reference("", "", nodes.literal(text, text) if code else nodes.Text(text),
-                          internal=False, refuri=target)
+    ref = nodes.reference(
+        "",
+        "",
+        nodes.literal(text, text) if code else nodes.Text(text),
+        internal=False,
+        refuri=target,
+    )
     ref["perfbook_target"] = target
     ref["classes"].append(cls)
     return ref
@@ -306,8 +343,9 @@ def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> no
     size = sum(r.size() for r in data.runs)
     p = nodes.paragraph()
     p += nodes.Text("Each dataset is one archive, named after its run: ")
-    p += nodes.literal(f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip",
-                       f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip")
+    p += nodes.literal(
+        f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip", f"{SITE_DIR}/runs/<host>/<chapter>/<run>.zip"
+    )
     p += nodes.Text(". Its paths start with ")
     p += nodes.literal("data/", "data/")
     p += nodes.Text(", so unzipping it at the top of a clone of the repository puts the run where ")
@@ -320,13 +358,18 @@ def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> no
     p += nodes.Text(".")
     sec += p
     p = nodes.paragraph()
-    p += nodes.Text(f"This chapter has {nruns} run{'s' * (nruns != 1)} from {nhosts} "
-                    f"host{'s' * (nhosts != 1)} ({_human(size)} uncompressed)" if nruns else
-                    "No host has measured this chapter yet; run it in collect mode to add the "
-                    "first dataset")
+    p += nodes.Text(
+        f"This chapter has {nruns} run{'s' * (nruns != 1)} from {nhosts} "
+        f"host{'s' * (nhosts != 1)} ({_human(size)} uncompressed)"
+        if nruns
+        else "No host has measured this chapter yet; run it in collect mode to add the "
+        "first dataset"
+    )
     if data.references:
-        p += nodes.Text(". The reference figures (the seed articles' and other published ones, "
-                        "with their provenance columns: ")
+        p += nodes.Text(
+            ". The reference figures (the seed articles' and other published ones, "
+            "with their provenance columns: "
+        )
         p += nodes.Text(", ".join(ref.name for ref in data.references))
         p += nodes.Text(") are one archive: ")
         ref = reference_archive(data.chapter)
@@ -367,11 +410,11 @@ def _on_doctree_read(app, doctree) -> None:
     app.env.perfbook_dataset_sigs = sigs
     top = next(iter(doctree.findall(nodes.section)), None)
     (top if top is not None else doctree).append(
-        datasets_section(data, doctree, hosts_page=HOSTS_DOC in app.env.found_docs))
+        datasets_section(data, doctree, hosts_page=HOSTS_DOC in app.env.found_docs)
+    )
 
 
 def _on_doctree_resolved(app, doctree, docname) -> None:
-    from sphinx.util.osutil import relative_uri
     html = getattr(app.builder, "format", "") == "html"
     for ref in list(doctree.findall(nodes.reference)):
         target = ref.get("perfbook_target")
@@ -389,7 +432,11 @@ def _on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     sigs = getattr(env, "perfbook_dataset_sigs", {})
     stale = []
     for docname, chapter in chapter_docnames().items():
-        if docname in env.found_docs and docname in sigs and sigs[docname] != chapter_data(chapter).signature():
+        if (
+            docname in env.found_docs
+            and docname in sigs
+            and sigs[docname] != chapter_data(chapter).signature()
+        ):
             stale.append(docname)
     return stale
 
@@ -400,18 +447,28 @@ def _on_env_purge_doc(app, env, docname) -> None:
 
 def _on_env_merge_info(app, env, docnames, other) -> None:
     sigs = getattr(env, "perfbook_dataset_sigs", {})
-    sigs.update({d: s for d, s in getattr(other, "perfbook_dataset_sigs", {}).items() if d in docnames})
+    sigs.update(
+        {d: s for d, s in getattr(other, "perfbook_dataset_sigs", {}).items() if d in docnames}
+    )
     env.perfbook_dataset_sigs = sigs
 
 
 def _on_build_finished(app, exception) -> None:
     if exception is not None or getattr(app.builder, "format", "") != "html":
         return
-    from sphinx.util.display import status_iterator
     archives = site_archives()
-    publish(Path(app.outdir), archives, progress=lambda items: status_iterator(
-        items, "writing dataset archives... ", "darkgreen", len(items), app.verbosity,
-        stringify_func=lambda a: a.name))
+    publish(
+        Path(app.outdir),
+        archives,
+        progress=lambda items: status_iterator(
+            items,
+            "writing dataset archives... ",
+            "darkgreen",
+            len(items),
+            app.verbosity,
+            stringify_func=lambda a: a.name,
+        ),
+    )
 
 
 def setup(app):
@@ -423,5 +480,9 @@ def setup(app):
     app.connect("env-merge-info", _on_env_merge_info)
     app.connect("build-finished", _on_build_finished)
     app.connect("html-page-context", _on_html_page_context, priority=900)
-    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True,
-            "env_version": 1}
+    return {
+        "version": "1",
+        "parallel_read_safe": True,
+        "parallel_write_safe": True,
+        "env_version": 1,
+    }

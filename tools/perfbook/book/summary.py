@@ -6,13 +6,34 @@ is planned to take (its `plan_s`) (`python -m perfbook measure` prints it beside
 `python -m perfbook summary` prints per dataset: which rule stopped its repetition and how wide its
 intervals are (repetition_cost, cost_text, cost_lines).
 """
+
 from __future__ import annotations
 
-import html
+import datetime as dt
+import math
+
+import pandas as pd
+from IPython.display import HTML
+
+from perfbook.analysis import stats
+from perfbook.analysis.findings import _code as esc
+from perfbook.analysis.findings import evaluate, matrix
+from perfbook.analysis.repetition import (
+    NOT_RECORDED,
+    STOP_BUDGET,
+    STOP_FIXED,
+    STOP_MAX,
+    STOP_TEXT,
+    stop_rule,
+)
+from perfbook.analysis.stats import coverage_text
+from perfbook.book.notebook import host_kinds
+from perfbook.chapters import CHAPTERS, by_name
+from perfbook.data.dataset import load_manifest, read_csv, table_path
+from perfbook.data.machine import facts
 
 
 def _chapters(data_dir=None):
-    from perfbook.chapters import CHAPTERS
     for entry in CHAPTERS:
         ch = entry.load()
         yield entry, ch, ch.load(data_dir or None)
@@ -20,8 +41,6 @@ def _chapters(data_dir=None):
 
 def findings_matrix(data_dir=None):
     """One row per (chapter, finding), one column per host: its verdict."""
-    import pandas as pd
-    from perfbook.analysis.findings import matrix
     frames = [matrix(D) for _, ch, D in _chapters(data_dir) if ch.key_findings and len(D)]
     if not frames:
         return pd.DataFrame(columns=["chapter", "finding", "claim"])
@@ -33,10 +52,6 @@ def findings_matrix(data_dir=None):
 def headlines(data_dir=None):
     """Each chapter's first key finding (its headline, which sets our figure beside the
     seed's), with every host's verdict and numbers and what kind of machine each host is."""
-    from IPython.display import HTML
-    from perfbook.analysis.findings import _code as esc
-    from perfbook.analysis.findings import evaluate
-    from perfbook.book.notebook import host_kinds
     rows = []
     for entry, ch, D in _chapters(data_dir):
         if not ch.key_findings or not len(D):
@@ -45,20 +60,25 @@ def headlines(data_dir=None):
         kinds = host_kinds(D)
         cells = "".join(
             f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> on '
-            f'<code>{esc(h)}</code> ({esc(kinds[h])})'
-            + (f": {esc(v.evidence)}" if v.evidence else "") + "</li>"
-            for h in D.hosts for v in [evaluate(D, f, h)])
-        rows.append(f'<tr><td><a href="{esc(entry.notebook[:-6])}.html">{esc(ch.title)}</a></td>'
-                    f'<td>{esc(f.claim)}</td><td><ul>{cells}</ul></td></tr>')
-    return HTML('<table class="headline-table"><thead><tr><th>chapter</th><th>headline finding</th>'
-                '<th>verdict per host, with the numbers (ours and the seed\'s)</th></tr></thead>'
-                f'<tbody>{"".join(rows)}</tbody></table>')
+            f"<code>{esc(h)}</code> ({esc(kinds[h])})"
+            + (f": {esc(v.evidence)}" if v.evidence else "")
+            + "</li>"
+            for h in D.hosts
+            for v in [evaluate(D, f, h)]
+        )
+        rows.append(
+            f'<tr><td><a href="{esc(entry.notebook[:-6])}.html">{esc(ch.title)}</a></td>'
+            f"<td>{esc(f.claim)}</td><td><ul>{cells}</ul></td></tr>"
+        )
+    return HTML(
+        '<table class="headline-table"><thead><tr><th>chapter</th><th>headline finding</th>'
+        "<th>verdict per host, with the numbers (ours and the seed's)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def platforms(data_dir=None):
     """Every host in data/ with what kind of machine it is (perfbook.data.machine)."""
-    import pandas as pd
-    from perfbook.data.machine import facts
     seen = {}
     for entry, ch, D in _chapters(data_dir):
         for m in D.manifests:
@@ -70,11 +90,11 @@ def platforms(data_dir=None):
 
 # -- what a profile costs: the measure plan, and how each dataset's repetition stopped ------------
 
+
 def plan_seconds(chapter, profile: str) -> int | None:
     """The seconds `chapter` (a Chapter or its name) is planned to take under `profile`: its
     `plan_s` (perfbook.framework.contract.Chapter); None for "full", which takes as long as its targets need."""
     if isinstance(chapter, str):
-        from perfbook.chapters import by_name
         chapter = by_name(chapter).load()
     return (getattr(chapter, "plan_s", None) or {}).get(profile)
 
@@ -89,37 +109,44 @@ def repetition_cost(run, chapter) -> dict:
     and their round limit or time budget, the range of n, and the widest relative CI of a median
     with its real coverage and where it is. `rule` is "none" for a chapter that declares no
     repetition table, NOT_RECORDED for a dataset older than adaptive repetition."""
-    import math
 
-    from perfbook.analysis import stats
-    from perfbook.data.dataset import read_csv, table_path
-    from perfbook.analysis.repetition import NOT_RECORDED, stop_rule
     if "repetition" not in getattr(chapter, "tables", {}):
         return {"rule": "none"}
     path = table_path(run, "repetition")
     t = read_csv(path) if path is not None else None
     if t is None or t.empty:
-        from perfbook.data.dataset import load_manifest
         adaptive = any(k.endswith("budget_s") for k in load_manifest(run).get("parameters", {}))
         return {"rule": NOT_RECORDED, "why": "not measured" if adaptive else "older"}
     t["rule"] = [stop_rule(r) for r in t.to_dict("records")]
-    if "ci_coverage" not in t or t["ci_coverage"].isna().any():   # an older table: from n
+    if "ci_coverage" not in t or t["ci_coverage"].isna().any():  # an older table: from n
         t["ci_coverage"] = [stats.median_ci_coverage(n) for n in t["n"]]
     exp = t.drop_duplicates("experiment")
     rules = {}
     for r, g in exp.groupby("rule"):
-        rules[r] = {"experiments": len(g), "max_runs": sorted(set(g["max_runs"].astype(int))),
-                    "budget_s": sorted(set(g["budget_s"].astype(float)))}
-    out = {"rule": max(rules, key=lambda r: (rules[r]["experiments"], r)), "rules": rules,
-           "experiments": len(exp), "n_min": int(t["n"].min()), "n_max": int(t["n"].max()),
-           "target": float(t["target"].max())}
+        rules[r] = {
+            "experiments": len(g),
+            "max_runs": sorted(set(g["max_runs"].astype(int))),
+            "budget_s": sorted(set(g["budget_s"].astype(float))),
+        }
+    out = {
+        "rule": max(rules, key=lambda r: (rules[r]["experiments"], r)),
+        "rules": rules,
+        "experiments": len(exp),
+        "n_min": int(t["n"].min()),
+        "n_max": int(t["n"].max()),
+        "target": float(t["target"].max()),
+    }
     w = t.dropna(subset=["rel_ci_width"])
     w = w[w["rel_ci_width"].map(math.isfinite)]
     if len(w):
         top = w.loc[w["rel_ci_width"].idxmax()]
-        out["widest"] = {"rel": float(top["rel_ci_width"]), "coverage": float(top["ci_coverage"]),
-                         "experiment": str(top["experiment"]), "key": str(top["key"]),
-                         "n": int(top["n"])}
+        out["widest"] = {
+            "rel": float(top["rel_ci_width"]),
+            "coverage": float(top["ci_coverage"]),
+            "experiment": str(top["experiment"]),
+            "key": str(top["key"]),
+            "n": int(top["n"]),
+        }
     return out
 
 
@@ -129,51 +156,59 @@ def _values(xs, unit="") -> str:
 
 def cost_text(cost: dict) -> str:
     """repetition_cost() in one line for the summary: the stop rules, n, the widest interval."""
-    from perfbook.analysis.repetition import NOT_RECORDED, STOP_BUDGET, STOP_FIXED, STOP_MAX, STOP_TEXT
     rule = cost["rule"]
     if rule == "none":
         return "repetition: none (this chapter repeats nothing in rounds)"
     if rule == NOT_RECORDED and cost.get("why") == "not measured":
         return "repetition: none recorded (the repeated part was not measured on this host; see its skips)"
     if rule == NOT_RECORDED:
-        return ("repetition: stop rule not recorded (a dataset older than adaptive repetition, "
-                "which ran a fixed number of rounds)")
+        return (
+            "repetition: stop rule not recorded (a dataset older than adaptive repetition, "
+            "which ran a fixed number of rounds)"
+        )
     parts = []
     for r, d in sorted(cost["rules"].items(), key=lambda x: (-x[1]["experiments"], x[0])):
         label = STOP_TEXT.get(r, r.replace("_", " "))
         if r in (STOP_FIXED, STOP_MAX):
             label += f" ({_values(d['max_runs'])})"
         elif r == STOP_BUDGET:
-            label += f" ({_values(d['budget_s'], ' s')}{' each' if cost['experiments'] > 1 else ''})"
+            label += (
+                f" ({_values(d['budget_s'], ' s')}{' each' if cost['experiments'] > 1 else ''})"
+            )
         if cost["experiments"] > 1:
             label += f" in {d['experiments']} of {cost['experiments']} experiments"
         parts.append(label)
-    n = (f"n = {cost['n_min']}" if cost["n_min"] == cost["n_max"]
-         else f"n = {cost['n_min']}–{cost['n_max']}")
+    n = (
+        f"n = {cost['n_min']}"
+        if cost["n_min"] == cost["n_max"]
+        else f"n = {cost['n_min']}–{cost['n_max']}"
+    )
     text = f"repetition stopped by: {'; '.join(parts)}; {n}"
     w = cost.get("widest")
     if w is None:
         return text + "; no interval (a single value per median)"
-    from perfbook.analysis.stats import coverage_text   # rounded down: a coverage is never overstated
     where = w["key"] if cost["experiments"] == 1 else f"{w['experiment']}, {w['key']}"
-    return (text + f"; widest median CI {_pct(w['rel'])} of the median ({where}; n = {w['n']}, "
-            f"coverage {coverage_text([w['coverage']])}); target {_pct(cost['target'])}")
+    return (
+        text + f"; widest median CI {_pct(w['rel'])} of the median ({where}; n = {w['n']}, "
+        f"coverage {coverage_text([w['coverage']])}); target {_pct(cost['target'])}"
+    )
 
 
 def cost_lines(chapter, run) -> list[str]:
     """The summary's lines on one dataset (`run`, a dataset directory) of `chapter` (a
     perfbook.framework.contract.Chapter): its profile and time beside today's plan, and repetition_cost()."""
-    import datetime as dt
 
-    from perfbook.data.dataset import load_manifest
     m = load_manifest(run)
     prof = m.get("profile") or "not recorded"
     try:
-        took = (dt.datetime.fromisoformat(m["finished"]) - dt.datetime.fromisoformat(m["started"])).total_seconds()
+        took = (
+            dt.datetime.fromisoformat(m["finished"]) - dt.datetime.fromisoformat(m["started"])
+        ).total_seconds()
         took_text = f"{took:.0f} s"
     except (KeyError, TypeError, ValueError):
         took_text = "time not recorded"
     plan = plan_seconds(chapter, prof)
-    head = (f"newest from this host: {m['run_id']}, profile {prof}, {took_text}"
-            + (f" (today's plan for {prof}: {plan} s)" if plan is not None else ""))
+    head = f"newest from this host: {m['run_id']}, profile {prof}, {took_text}" + (
+        f" (today's plan for {prof}: {plan} s)" if plan is not None else ""
+    )
     return [head, cost_text(repetition_cost(run, chapter))]

@@ -1,15 +1,27 @@
 """validate_all: every dataset of the book checked against its manifest and its chapter's
 schemas (one line naming the file on the first problem): `python -m perfbook validate`, the
 contribution check, and (manifests alone) a refresh before its notebooks run."""
+
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
 
-from perfbook.data import identity
-from perfbook.data.dataset import MANIFEST, list_runs, load_manifest, read_table, table_name, table_path, visible_files
+from perfbook.analysis.findings import stored
+from perfbook.chapters import CHAPTERS, by_name
 from perfbook.core.errors import DatasetError
 from perfbook.core.paths import runs_dir
+from perfbook.core.proc import fork_pool
+from perfbook.data import identity
+from perfbook.data.dataset import (
+    MANIFEST,
+    list_runs,
+    load_manifest,
+    read_table,
+    table_name,
+    table_path,
+    visible_files,
+)
 
 
 def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) -> int:
@@ -30,8 +42,6 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
     declared, no host id given to two machines, no link) and reads no table: what a refresh does before
     its notebooks, which check every table they read as they read it (perfbook.data.dataset.read_table:
     row count, columns, types), so a fleet's tables are not read twice."""
-    from perfbook.chapters import CHAPTERS
-    from perfbook.analysis.findings import stored
     n, seen, unread = 0, [], []
     for ch in CHAPTERS:
         if names is not None and ch.name not in names:
@@ -41,16 +51,24 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
         for run in list_runs(ch.name, data_dir):
             man = load_manifest(run)
             if man["chapter"] != ch.name:
-                raise DatasetError(f"{run / MANIFEST}: chapter {man['chapter']!r} in the directory of {ch.name}")
+                raise DatasetError(
+                    f"{run / MANIFEST}: chapter {man['chapter']!r} in the directory of {ch.name}"
+                )
             why = identity.check(man)
             if why:
                 raise DatasetError(f"{run / MANIFEST}: {why}")
-            visible_files(run)     # a link or a FIFO anywhere in it is refused (the site publishes it all)
+            visible_files(
+                run
+            )  # a link or a FIFO anywhere in it is refused (the site publishes it all)
             for table in man["tables"]:
                 if table_path(run, table) is None:
-                    raise DatasetError(f"{table_name(run, table)}: listed in its manifest but missing")
+                    raise DatasetError(
+                        f"{table_name(run, table)}: listed in its manifest but missing"
+                    )
                 if schemas and table not in schemas:
-                    raise DatasetError(f"{table_name(run, table)}: not a table the {ch.name} chapter declares")
+                    raise DatasetError(
+                        f"{table_name(run, table)}: not a table the {ch.name} chapter declares"
+                    )
             if tables:
                 try:
                     stored(_checked(mod, data_dir), man, "valid", _unread, lambda v: v is True)
@@ -60,8 +78,10 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
             n += 1
     _read_unread(unread, data_dir)
     for hid, what in identity.clashes(seen).items():
-        raise DatasetError(f"{runs_dir(data_dir) / hid}: its datasets disagree on {'; '.join(what)}: "
-                           "one host id given to two machines (PERFBOOK_HOST_ID?); give each its own")
+        raise DatasetError(
+            f"{runs_dir(data_dir) / hid}: its datasets disagree on {'; '.join(what)}: "
+            "one host id given to two machines (PERFBOOK_HOST_ID?); give each its own"
+        )
     return n
 
 
@@ -81,8 +101,6 @@ def _checked(chapter, data_dir):
 def _check_tables(chapter: str, run: Path, data_dir) -> str | None:
     """Read every table of one dataset against its schema and store its pass; the problem's
     one line, or None."""
-    from perfbook.chapters import by_name
-    from perfbook.analysis.findings import stored
     mod = by_name(chapter).load()
     schemas = getattr(mod, "tables", {})
     man = load_manifest(run)
@@ -91,6 +109,7 @@ def _check_tables(chapter: str, run: Path, data_dir) -> str | None:
         for table in man["tables"]:
             read_table(run, table, man, schemas.get(table))
         return True
+
     try:
         stored(_checked(mod, data_dir), man, "valid", read_every_table, lambda v: v is True)
     except DatasetError as e:
@@ -104,10 +123,16 @@ def _read_unread(unread: list, data_dir) -> None:
     if len(unread) < 8:
         problems = [_check_tables(c, r, data_dir) for c, r in unread]
     else:
-        from perfbook.core.proc import fork_pool
         with fork_pool() as pool:
-            problems = list(pool.map(_check_tables, [c for c, _ in unread], [r for _, r in unread],
-                                     [data_dir] * len(unread), chunksize=4))
+            problems = list(
+                pool.map(
+                    _check_tables,
+                    [c for c, _ in unread],
+                    [r for _, r in unread],
+                    [data_dir] * len(unread),
+                    chunksize=4,
+                )
+            )
     for problem in problems:
         if problem:
             raise DatasetError(problem)

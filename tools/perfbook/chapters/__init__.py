@@ -5,11 +5,13 @@ contract: declared parameters and tables, preflight(), measure(ctx), load()). Th
 CLI, the tests and the site walk CHAPTERS. No chapter imports another: what two chapters
 need lives in tools/ (the shared layer).
 """
+
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
 
+from perfbook.core.errors import ParameterError
 from perfbook.core.paths import repo_root
 
 
@@ -34,11 +36,23 @@ class Entry:
 
 CHAPTERS: list[Entry] = [
     Entry("trace_overhead", "perfbook.chapters.trace_overhead", "chapters/trace_overhead.ipynb"),
-    Entry("iostat_internals", "perfbook.chapters.iostat_internals", "chapters/iostat_internals.ipynb"),
-    Entry("qemu_cache_modes", "perfbook.chapters.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"),
+    Entry(
+        "iostat_internals", "perfbook.chapters.iostat_internals", "chapters/iostat_internals.ipynb"
+    ),
+    Entry(
+        "qemu_cache_modes", "perfbook.chapters.qemu_cache_modes", "chapters/qemu_cache_modes.ipynb"
+    ),
     Entry("qcow2_overlap", "perfbook.chapters.qcow2_overlap", "chapters/qcow2_overlap.ipynb"),
-    Entry("virtio_blk_latency", "perfbook.chapters.virtio_blk_latency", "chapters/virtio_blk_latency.ipynb"),
-    Entry("virtio_blk_iothread", "perfbook.chapters.virtio_blk_iothread", "chapters/virtio_blk_iothread.ipynb"),
+    Entry(
+        "virtio_blk_latency",
+        "perfbook.chapters.virtio_blk_latency",
+        "chapters/virtio_blk_latency.ipynb",
+    ),
+    Entry(
+        "virtio_blk_iothread",
+        "perfbook.chapters.virtio_blk_iothread",
+        "chapters/virtio_blk_iothread.ipynb",
+    ),
     Entry("virtio_features", "perfbook.chapters.virtio_features", "chapters/virtio_features.ipynb"),
     Entry("tsc_alignment", "perfbook.chapters.tsc_alignment", "chapters/tsc_alignment.ipynb"),
     Entry("netperf_latency", "perfbook.chapters.netperf_latency", "chapters/netperf_latency.ipynb"),
@@ -64,5 +78,4 @@ def by_name(name: str) -> Entry:
     for c in CHAPTERS + PAGES + [EXAMPLE]:
         if c.name == name:
             return c
-    from perfbook.core.errors import ParameterError
     raise ParameterError(f"unknown chapter {name!r}; known: {', '.join(c.name for c in CHAPTERS)}")

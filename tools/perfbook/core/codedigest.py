@@ -10,13 +10,14 @@ runs it first). Modules loaded by name (importlib) are not seen: the one such pl
 matters to a notebook, a page reading every chapter through the registry, names its chapter
 packages itself (perfbook.book.freshness.code_files).
 """
+
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1]      # tools/perfbook
+PACKAGE = Path(__file__).resolve().parents[1]  # tools/perfbook
 ROOT_NAME = "perfbook"
 
 
@@ -31,7 +32,7 @@ def module_file(name: str) -> Path | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _imports(path: Path, name: str) -> frozenset[str]:
     """The perfbook modules module `name` (file `path`) imports, by absolute name."""
     is_pkg = path.name == "__init__.py"
@@ -42,12 +43,12 @@ def _imports(path: Path, name: str) -> frozenset[str]:
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
             out.add(target)
-            out.update(f"{target}.{a.name}" for a in node.names)   # `from pkg import module`
+            out.update(f"{target}.{a.name}" for a in node.names)  # `from pkg import module`
     return frozenset(m for m in out if module_file(m) is not None)
 
 
@@ -61,7 +62,7 @@ def closure(modules) -> dict[str, Path]:
             continue
         seen.add(name)
         parts = name.split(".")
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]      # the packages above it
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages above it
         todo += sorted(_imports(module_file(name), name))
     files = {module_file(m) for m in seen}
     return {p.relative_to(PACKAGE.parent).as_posix(): p for p in sorted(files)}

@@ -3,6 +3,7 @@
 Each one carries a message that says what to fix. The CLI and the notebooks show
 only that message (one line), never a traceback wall.
 """
+
 from __future__ import annotations
 
 
@@ -52,6 +53,7 @@ def install_notebook_handler() -> None:
     output is only 'ParameterError: ...' for PerfbookError subclasses.
     """
     try:
+        # lazy: the bottom layer; the run monitor (python -S) has no IPython
         from IPython import get_ipython
     except ImportError:  # pragma: no cover
         return

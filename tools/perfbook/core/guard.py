@@ -26,6 +26,7 @@ managers. This module makes sure those run, whatever stops the run:
 A SIGKILLed run cannot clean up; `python -m perfbook sweep` (and the next run) removes what
 it left, see tools/perfbook/hoststate/sweep.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,9 +45,17 @@ _received: list[int] = []
 # at-fork hooks (logging's lock hooks run in every fork, e.g. Popen with a preexec_fn),
 # finalizers and weakref callbacks. A signal that lands there, or in anything they call,
 # is delivered again, shortly.
-_SWALLOWING = {"_releaseLock", "_acquireLock", "_after_at_fork_child_reinit_locks", "__del__",
-               "_remove_dead_weakref", "_cleanup", "_after_fork", "_at_fork_reinit",
-               "_reset_internal_locks"}
+_SWALLOWING = {
+    "_releaseLock",
+    "_acquireLock",
+    "_after_at_fork_child_reinit_locks",
+    "__del__",
+    "_remove_dead_weakref",
+    "_cleanup",
+    "_after_fork",
+    "_at_fork_reinit",
+    "_reset_internal_locks",
+}
 _raised = False
 _owner = 0  # the pid that installed the handlers
 
@@ -57,7 +66,9 @@ _owner = 0  # the pid that installed the handlers
 # follows included. Delivered again, it lands where the loop waits (its selector), and leaves
 # it, once.
 def _in_asyncio_callback(code) -> bool:
-    return code.co_name == "_run" and code.co_filename.endswith(os.path.join("asyncio", "events.py"))
+    return code.co_name == "_run" and code.co_filename.endswith(
+        os.path.join("asyncio", "events.py")
+    )
 
 
 def _swallowed(frame) -> bool:
@@ -84,7 +95,9 @@ def _handler(signum, frame):
         return
     _received.append(signum)
     _raised = True
-    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: stopping, restoring what this run changed")
+    raise KeyboardInterrupt(
+        f"{signal.Signals(signum).name}: stopping, restoring what this run changed"
+    )
 
 
 def sigint_default() -> None:

@@ -1,4 +1,5 @@
 """Locations inside the repository, independent of the current directory."""
+
 from __future__ import annotations
 
 import os

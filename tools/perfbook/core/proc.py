@@ -1,9 +1,13 @@
 """Child processes that never outlive an exception or a signal in this process."""
+
 from __future__ import annotations
 
+import ctypes
+import multiprocessing
 import os
 import signal
 import subprocess
+from concurrent.futures import ProcessPoolExecutor
 
 from perfbook.core.guard import sigint_default
 
@@ -27,10 +31,12 @@ def fork_pool(initializer=None, initargs: tuple = ()):
     """A ProcessPoolExecutor of usable_cpus() forked workers (they inherit what the parent has
     loaded, and start in milliseconds), each killed by the kernel if we die (die_with_parent),
     then set up by initializer(*initargs)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    return ProcessPoolExecutor(usable_cpus(), mp_context=multiprocessing.get_context("fork"),
-                               initializer=_worker_start, initargs=(initializer, initargs))
+    return ProcessPoolExecutor(
+        usable_cpus(),
+        mp_context=multiprocessing.get_context("fork"),
+        initializer=_worker_start,
+        initargs=(initializer, initargs),
+    )
 
 
 def _worker_start(initializer, initargs) -> None:
@@ -43,7 +49,6 @@ def die_with_parent() -> None:
     """preexec_fn for subprocess.Popen: in the child, before exec, ask the kernel to SIGKILL
     it when the thread that started it dies (prctl PR_SET_PDEATHSIG), even if that process
     is itself SIGKILLed and no cleanup code runs. Survives exec (not a set-uid one)."""
-    import ctypes
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
@@ -63,7 +68,6 @@ def term_with_parent() -> None:
     """preexec_fn for a child that must clean up when we die: it gets SIGTERM (which it
     handles, perfbook.core.guard) instead of SIGKILL. The notebook's collect helper uses it; called
     directly, it asks the same for the calling process."""
-    import ctypes
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -97,12 +101,11 @@ def kill_group(p: subprocess.Popen) -> None:
 def run_group(cmd: list[str], timeout: float | None = None, **kw) -> subprocess.CompletedProcess:
     """subprocess.run in its own process group; the whole group is killed if this
     process is interrupted (SIGINT/SIGTERM -> exception) or the timeout expires."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, **kw)
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     finally:
         kill_group(p)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
-
-

@@ -1,8 +1,11 @@
 """Progress lines for long steps: '[chapter] 3/12 (25%) uprobe round 2, eta 40 s'."""
+
 from __future__ import annotations
 
 import sys
 import time
+
+from perfbook.core import guard
 
 
 class Progress:
@@ -15,7 +18,6 @@ class Progress:
         self._last = 0.0
 
     def step(self, what: str = "", n: int = 1) -> None:
-        from perfbook.core import guard
         guard.check_interrupted()  # a signal whose KeyboardInterrupt got lost stops the run here
         self.done += n
         now = time.monotonic()
@@ -25,8 +27,12 @@ class Progress:
         el = now - self.t0
         eta = el / self.done * (self.total - self.done) if self.done else 0.0
         pct = 100 * self.done // self.total
-        print(f"[{self.label}] {self.done}/{self.total} ({pct}%) {what} "
-              f"elapsed {el:.0f} s, eta {eta:.0f} s", file=self.stream, flush=True)
+        print(
+            f"[{self.label}] {self.done}/{self.total} ({pct}%) {what} "
+            f"elapsed {el:.0f} s, eta {eta:.0f} s",
+            file=self.stream,
+            flush=True,
+        )
 
     def note(self, text: str) -> None:
         print(f"[{self.label}] {text}", file=self.stream, flush=True)

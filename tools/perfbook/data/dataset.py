@@ -18,6 +18,10 @@ from pathlib import Path
 from perfbook.core.errors import DatasetError
 from perfbook.data.manifest import FIELDS, REQUIRED, SCHEMA, Manifest, migrate  # noqa: F401  (the schema: tools/perfbook/data/manifest.py)
 from perfbook.core.paths import reference_dir, runs_dir
+from perfbook.hoststate.statedir import UnsafePath, open_file
+import lzma
+import pandas as pd
+import numpy as np
 
 MANIFEST = "manifest.json"
 
@@ -150,7 +154,6 @@ def open_data(path: Path, depth: int) -> int:
     """A read-only fd of regular file `path` of a data directory, whose last `depth` components
     (the file and the directories above it, up to runs/ or reference/) are each opened without
     following a link; refused before it is read when larger than MAX_FILE_BYTES on disk."""
-    from perfbook.hoststate.statedir import UnsafePath, open_file
     path = Path(path)
     try:
         fd = open_file(path, os.O_RDONLY, below=path.parents[depth - 1], ours=False)
@@ -215,9 +218,7 @@ class _Capped(io.RawIOBase):
 def read_csv(path: Path, depth: int = RUN_DEPTH, **kw):
     """pd.read_csv(**kw) of a table of a data directory, plain or .csv.xz: opened by open_data
     and read within the limits as it streams. A malformed one is a DatasetError naming it."""
-    import lzma
 
-    import pandas as pd
     fd = open_data(path, depth)
     with os.fdopen(fd, "rb") as raw:
         try:
@@ -256,7 +257,6 @@ def table_name(run: Path, table: str) -> Path:
 
 def write_table(base: Path, df) -> Path:
     """Write `df` as base + '.csv.xz' (deterministic bytes for the same frame)."""
-    import lzma
     p = Path(f"{base}{TABLE_EXT}")
     p.write_bytes(lzma.compress(df.to_csv(index=False).encode()))
     return p
@@ -374,7 +374,6 @@ def read_table(run: Path, table: str, manifest: dict | None = None, schema=None)
 
 def load_table(chapter: str, table: str, data_dir: Path | None = None, schema=None):
     """Concatenate table `table` of every run of `chapter`, with host_id/run_id columns."""
-    import pandas as pd
     frame, _ = _table_rows(chapter, table, data_dir, schema)
     return frame.copy(deep=False) if len(frame.columns) else pd.DataFrame()
 
@@ -392,7 +391,6 @@ def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=No
     """(frame of table `table` of every dataset of `chapter` (or of the datasets whose keys
     are in `only`), {(host, run): (first row, end)}): what load_table returns, and where each
     dataset's rows are in it."""
-    import pandas as pd
     parts = []
     for run, man in _listed(chapter, data_dir):
         if only is not None and man.key not in only:
@@ -432,7 +430,6 @@ def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
 
 def load_reference(name: str, data_dir: Path | None = None, dtype=None):
     """A seed's historical figures: data/reference/<name>.csv (provenance in columns)."""
-    from perfbook.core.paths import reference_dir
     p = reference_dir(data_dir) / f"{name}.csv"
     if not is_regular(p):  # a scratch data_dir (tests) has runs only: use the committed ones
         p = reference_dir() / f"{name}.csv"
@@ -463,7 +460,6 @@ def reference_host(data_dir=None) -> dict:
 
 def skipped_table(manifests: list[dict]):
     """What each dataset did not measure, and why (its skips and notes)."""
-    import pandas as pd
     rows = []
     for m in sorted(manifests, key=lambda m: m["run_id"]):
         for part, why in m.get("skipped", {}).items():
@@ -511,8 +507,6 @@ def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple 
     `chosen`, its result where the caller has it)."""
     if df is None or len(df) == 0:
         return df
-    import numpy as np
-    import pandas as pd
     chosen = shown_datasets(manifests, ref, needs) if chosen is None else chosen
     # vectorized (a row-by-row zip was most of a notebook's time for a large table)
     want = pd.Series(df["host_id"].astype(str).to_numpy()).map(chosen).to_numpy()
@@ -564,7 +558,6 @@ class Data:
         if name not in self._tables:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
-            import pandas as pd
             schema = self.chapter.tables.get(name)
             if self._only is not None and self._own_files and not self._whole_loaded(name, schema):
                 full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema, self._only)

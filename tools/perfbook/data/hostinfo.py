@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 
 from perfbook.hoststate.mounts import mounts  # noqa: F401  (hostinfo.mounts, as before)
+from perfbook.core.errors import ParameterError
+from perfbook.data import identity
+from perfbook.core.paths import repo_root
+from importlib import metadata
 
 TSC_FLAGS = ("tsc", "constant_tsc", "nonstop_tsc", "tsc_known_freq", "tsc_adjust",
              "rdtscp", "tsc_reliable", "tsc_deadline_timer")
@@ -134,7 +138,6 @@ def tool_version(cmd: list[str]) -> str | None:
 
 def python_packages(names=("pandas", "numpy", "seaborn", "papermill", "pyelftools",
                            "jupyter-book", "scipy")) -> dict:
-    from importlib import metadata
     vers = {}
     for n in names:
         try:
@@ -165,7 +168,6 @@ def machine_key() -> str:
 def _id_override() -> str | None:
     env = os.environ.get("PERFBOOK_HOST_ID")
     if env and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", env):
-        from perfbook.core.errors import ParameterError
         raise ParameterError(
             f"PERFBOOK_HOST_ID={env!r} is not a valid id; use letters, digits, '.', '_' or '-'")
     return env or None
@@ -173,7 +175,6 @@ def _id_override() -> str | None:
 
 def machine() -> dict:
     """This machine's identity facts (perfbook.data.identity): the machine key plus stable hardware."""
-    from perfbook.data import identity
     ci = cpuinfo()
     base = {"machine_key": machine_key(), "cpu_model": ci["model"], "cpus_online": os.cpu_count(),
             "mem_total_gib": mem_total_gib(), "arch": platform.machine(),
@@ -190,7 +191,6 @@ def host_id() -> str:
 
     PERFBOOK_HOST_ID overrides it (useful for labelling a second machine).
     """
-    from perfbook.data import identity
     return _id_override() or identity.derive(machine())
 
 
@@ -220,7 +220,6 @@ def host_facts() -> dict:
     ci = cpuinfo()
     label = os.environ.get("PERFBOOK_HOST_LABEL")  # opt-in, may identify the host
     mach = machine()
-    from perfbook.data import identity
     return {
         "host_id": _id_override() or identity.derive(mach),
         "machine_key": mach["machine_key"],
@@ -307,7 +306,6 @@ def tool_versions(extra: dict[str, list[str]] | None = None) -> dict:
 
 
 def git_commit() -> dict:
-    from perfbook.core.paths import repo_root
     root = repo_root()
     if not shutil.which("git"):
         return {"commit": None, "dirty": None}

@@ -39,6 +39,8 @@ import os
 import re
 import sys
 from pathlib import Path
+from perfbook.data.dataset import RUN_DEPTH, read_csv, read_data, table_path
+import shutil
 
 VERSION = 2
 ID_FACTS = ("cpu_model", "cpus", "mem_gib", "arch", "tsc_mhz")
@@ -195,7 +197,6 @@ def _tsc_evidence(runs_root: Path) -> dict[tuple[str, str], tuple[int, str]]:
     """(old host id, kernel release) -> (kHz, source) from tsc_alignment datasets:
     the same machine key and kernel build means the same boot image series on one machine."""
     ev = {}
-    from perfbook.data.dataset import RUN_DEPTH, read_csv, read_data, table_path
     for mf in sorted(runs_root.glob("*/tsc_alignment/*/manifest.json")):
         run, facts = mf.parent, table_path(mf.parent, "tsc_facts")
         if facts is None:
@@ -225,12 +226,10 @@ def migrate(data_dir: Path, extra_evidence: dict | None = None, say=print) -> li
     """Give every dataset under data_dir/runs written before identity v2 its machine facts and
     its v2 host id, moving it to data/runs/<new id>/. Tables are not touched. Returns
     (old path, new path) pairs. extra_evidence: {(old id, kernel release): (kHz, source)}."""
-    import shutil
     root = Path(data_dir) / "runs"
     ev = _tsc_evidence(root)
     ev.update(extra_evidence or {})
     moved = []
-    from perfbook.data.dataset import RUN_DEPTH, read_data
     for mpath in sorted(root.glob("*/*/*/manifest.json")):
         run = mpath.parent
         man = json.loads(read_data(mpath, RUN_DEPTH)[1])

@@ -24,6 +24,10 @@ from perfbook.data.dataset import MANIFEST, PLAIN_EXT, RUN_DEPTH, TABLE_EXT, che
 from perfbook.core.errors import DatasetError
 from perfbook.data.manifest import SCHEMA
 from perfbook.core.paths import runs_dir
+from perfbook.hoststate.sweep import remember_dataset
+from perfbook.core import guard
+from perfbook.hoststate.sweep import forget_dataset
+import lzma
 
 _CAUSES = {errno.ENOSPC: "no space left on device (the disk is full)",
            errno.EDQUOT: "disk quota exceeded (the disk is full for this user)",
@@ -65,7 +69,6 @@ class DatasetWriter:
         self.published: Path | None = None
 
     def __enter__(self):
-        from perfbook.hoststate.sweep import remember_dataset
         check_writable(self.data_dir)
         if self.dest.exists():
             raise DatasetError(f"dataset {self.dest} exists already; refusing to overwrite it")
@@ -82,7 +85,6 @@ class DatasetWriter:
         return self
 
     def __exit__(self, etype, exc, tb):
-        from perfbook.core import guard
         if etype is None and guard.received():
             # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
             # a finalizer): the run was asked to stop, so it is not published either
@@ -101,8 +103,6 @@ class DatasetWriter:
     def _discard(self):
         """Remove the temporary directory (and the empty directories above it), then its
         record; a directory that could not be removed keeps its record for the sweep."""
-        from perfbook.core import guard
-        from perfbook.hoststate.sweep import forget_dataset
         with guard.restoring():
             shutil.rmtree(self.tmp, ignore_errors=True)
             self._prune_empty()
@@ -166,7 +166,6 @@ class DatasetWriter:
     def _publish(self):
         """Write the manifest and rename the directory into place; the caller (__exit__)
         discards the temporary directory when this raises."""
-        from perfbook.hoststate.sweep import forget_dataset
         if self.rejected:
             raise DatasetError("the run failed its sanity checks, so nothing was published: "
                                + "; ".join(self.rejected))
@@ -192,7 +191,6 @@ def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:
     """Compress every plain table of every dataset under data_dir/runs in place (atomic per
     file; the decompressed bytes are checked against the original before it is removed).
     Returns (tables, bytes before, bytes after)."""
-    import lzma
     n = before = after = 0
     for mf in sorted(runs_dir(data_dir).glob(f"*/*/*/{MANIFEST}")):
         run = mf.parent

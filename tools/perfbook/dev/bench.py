@@ -1,25 +1,26 @@
 """Benchmarks that print figures (speed and stability are reported, never asserted).
 
-  python -m perfbook bench trace-cv [--runs 5] [--profile default]
-      Repeats the trace_overhead collection N times (marker and baseline only,
-      into a scratch data directory), prints each run's marker median and the
-      coefficient of variation across runs, plus the harness's own cost.
+python -m perfbook bench trace-cv [--runs 5] [--profile default]
+    Repeats the trace_overhead collection N times (marker and baseline only,
+    into a scratch data directory), prints each run's marker median and the
+    coefficient of variation across runs, plus the harness's own cost.
 
-  python -m perfbook bench fleet [--sizes 1,10,100] [--seed 1] [--dry-run]
-      How the book scales with the number of hosts. For each N it makes a scratch copy
-      of this checkout (its files as git lists them, tracked and untracked but not
-      ignored, plus a symlink to .venv), adds N synthetic hosts (perfbook.dev.synthfleet; N
-      counts them *beside* the committed hosts, so N=0 is the committed data alone) to the
-      copy's data/runs, and times there: loading one chapter's manifests, `make notebooks`
-      (`python -m perfbook refresh`, every notebook), `make book` (`python -m perfbook book`),
-      with the sizes of data/ and of the site, the seconds of each notebook, and the most
-      legend entries a figure of each notebook had (counted by a hook on matplotlib's
-      Legend in the notebook kernels), and a speed probe (PROBE: a fixed workload timed before
-      and after the first refresh of each size, which shows a machine that slowed between
-      rows). --dry-run skips the notebooks and the book.
-      Everything happens in a scratch directory (perfbook.hoststate.scratch) that is removed at the
-      end, on Ctrl-C, SIGTERM or SIGHUP as well; the checkout is only read.
+python -m perfbook bench fleet [--sizes 1,10,100] [--seed 1] [--dry-run]
+    How the book scales with the number of hosts. For each N it makes a scratch copy
+    of this checkout (its files as git lists them, tracked and untracked but not
+    ignored, plus a symlink to .venv), adds N synthetic hosts (perfbook.dev.synthfleet; N
+    counts them *beside* the committed hosts, so N=0 is the committed data alone) to the
+    copy's data/runs, and times there: loading one chapter's manifests, `make notebooks`
+    (`python -m perfbook refresh`, every notebook), `make book` (`python -m perfbook book`),
+    with the sizes of data/ and of the site, the seconds of each notebook, and the most
+    legend entries a figure of each notebook had (counted by a hook on matplotlib's
+    Legend in the notebook kernels), and a speed probe (PROBE: a fixed workload timed before
+    and after the first refresh of each size, which shows a machine that slowed between
+    rows). --dry-run skips the notebooks and the book.
+    Everything happens in a scratch directory (perfbook.hoststate.scratch) that is removed at the
+    end, on Ctrl-C, SIGTERM or SIGHUP as well; the checkout is only read.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from perfbook.analysis import stats
+from perfbook.chapters.trace_overhead import chapter as T
+from perfbook.core import guard
 from perfbook.core.errors import PerfbookError, one_line
+from perfbook.core.paths import repo_root
+from perfbook.core.proc import kill_group
+from perfbook.dev import synthfleet
+from perfbook.framework.sequence import collect
+from perfbook.hoststate.scratch import Scratch
 
 
 def trace_cv(runs: int, profile: str, mechanisms: str) -> int:
-    from perfbook.analysis import stats
-    from perfbook.chapters.trace_overhead import chapter as T
-    from perfbook.framework.sequence import collect
     scratch = tempfile.mkdtemp(prefix="perfbook-bench-")
     try:
         meds, nones = [], []
@@ -53,12 +59,17 @@ def trace_cv(runs: int, profile: str, mechanisms: str) -> int:
             meds.append(float(m.median()))
             nones.append(float(s[s.mechanism == "none"].ns_per_call.median()))
             lo, hi, cov = stats.median_ci(m)
-            print(f"run {i + 1}/{runs}: marker median {meds[-1]:.1f} ns "
-                  f"({stats.coverage_text(cov)} CI {lo:.1f}-{hi:.1f}), "
-                  f"harness {nones[-1]:.2f} ns/call, {time.monotonic() - t:.0f} s", flush=True)
-        print(f"marker median across {runs} runs: {stats.summarize(meds).median:.1f} ns, "
-              f"CV {stats.cv(meds):.4f}; harness cost {stats.summarize(nones).median:.2f} ns/call; "
-              f"wall {time.monotonic() - t0:.0f} s")
+            print(
+                f"run {i + 1}/{runs}: marker median {meds[-1]:.1f} ns "
+                f"({stats.coverage_text(cov)} CI {lo:.1f}-{hi:.1f}), "
+                f"harness {nones[-1]:.2f} ns/call, {time.monotonic() - t:.0f} s",
+                flush=True,
+            )
+        print(
+            f"marker median across {runs} runs: {stats.summarize(meds).median:.1f} ns, "
+            f"CV {stats.cv(meds):.4f}; harness cost {stats.summarize(nones).median:.2f} ns/call; "
+            f"wall {time.monotonic() - t0:.0f} s"
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0
@@ -66,7 +77,7 @@ def trace_cv(runs: int, profile: str, mechanisms: str) -> int:
 
 # -- fleet: how the book scales with the number of hosts ----------------------------------------
 
-FLEET_CHAPTER = "trace_overhead"   # the chapter whose manifests are timed
+FLEET_CHAPTER = "trace_overhead"  # the chapter whose manifests are timed
 
 # Loaded by every Python of a notebook kernel (PYTHONPATH): counts the entries of each
 # matplotlib legend, one line "pid time entries" per legend, into $PERFBOOK_BENCH_LEGENDS.
@@ -106,7 +117,15 @@ if _out:
 
 
 # Not part of a checkout's content: what git ignores at the top (and the copies' own .venv link).
-_NOT_COPIED = {".git", ".venv", "build", "_build", "__pycache__", ".pytest_cache", ".ipynb_checkpoints"}
+_NOT_COPIED = {
+    ".git",
+    ".venv",
+    "build",
+    "_build",
+    "__pycache__",
+    ".pytest_cache",
+    ".ipynb_checkpoints",
+}
 
 
 def checkout_files(src: Path) -> list[str]:
@@ -119,12 +138,20 @@ def checkout_files(src: Path) -> list[str]:
         for dirpath, dirnames, filenames in os.walk(src):
             dirnames[:] = [d for d in dirnames if d not in _NOT_COPIED]
             rel = os.path.relpath(dirpath, src)
-            out += [os.path.normpath(os.path.join(rel, f)) for f in filenames if f not in _NOT_COPIED]
-            out += [os.path.normpath(os.path.join(rel, d)) for d in dirnames
-                    if os.path.islink(os.path.join(dirpath, d))]
+            out += [
+                os.path.normpath(os.path.join(rel, f)) for f in filenames if f not in _NOT_COPIED
+            ]
+            out += [
+                os.path.normpath(os.path.join(rel, d))
+                for d in dirnames
+                if os.path.islink(os.path.join(dirpath, d))
+            ]
         return sorted(out)
-    out = subprocess.run(["git", "-C", str(src), "ls-files", "-z", "--cached", "--others",
-                          "--exclude-standard"], capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
     return sorted({f for f in out.decode().split("\0") if f and f.split("/")[0] != ".venv"})
 
 
@@ -132,14 +159,13 @@ def scratch_checkout(dest: Path, src: Path | None = None) -> Path:
     """A copy of the checkout `src` (default: this one) in `dest`: its files (checkout_files;
     a deleted one is skipped, a symlink stays a symlink) and a symlink to its .venv. build/,
     _build/ and .git are not copied, so nothing run in the copy reaches the checkout."""
-    from perfbook.core.paths import repo_root
     src = Path(src or repo_root())
     dest = Path(dest)
     dest.mkdir(parents=True)
     for rel in checkout_files(src):
         s, d = src / rel, dest / rel
         if not os.path.lexists(s):
-            continue                  # deleted in the work tree
+            continue  # deleted in the work tree
         d.parent.mkdir(parents=True, exist_ok=True)
         if os.path.islink(s):
             os.symlink(os.readlink(s), d)
@@ -157,8 +183,12 @@ def copy_env(copy: Path, extra_path: Path | None = None) -> dict:
     path = [str(copy / "tools")] + ([str(extra_path)] if extra_path else [])
     if env.get("PYTHONPATH"):
         path.append(env["PYTHONPATH"])
-    env.update(PYTHONPATH=os.pathsep.join(path), PERFBOOK_ROOT=str(copy),
-               PERFBOOK_BUILD=str(copy / "build"), PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        PYTHONPATH=os.pathsep.join(path),
+        PERFBOOK_ROOT=str(copy),
+        PERFBOOK_BUILD=str(copy / "build"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     env.pop("PERFBOOK_BENCH_LEGENDS", None)
     return env
 
@@ -169,14 +199,27 @@ def _python(copy: Path) -> str:
 
 def check_copy(copy: Path, env: dict) -> None:
     """Refuse to run anything in a copy whose Python would import the checkout's perfbook."""
-    out = subprocess.run([_python(copy), "-c", "import perfbook, perfbook.core.paths as p; "
-                          "print(perfbook.__file__); print(p.repo_root()); print(p.build_dir())"],
-                         cwd=copy, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            _python(copy),
+            "-c",
+            "import perfbook, perfbook.core.paths as p; "
+            "print(perfbook.__file__); print(p.repo_root()); print(p.build_dir())",
+        ],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     lines = out.stdout.split()
     want = [str(copy / "tools" / "perfbook" / "__init__.py"), str(copy), str(copy / "build")]
-    if out.returncode != 0 or [str(Path(x).resolve()) for x in lines] != [str(Path(x).resolve()) for x in want]:
-        raise PerfbookError(f"the scratch copy {copy} would not run its own tools "
-                            f"(got {lines or out.stderr.strip()[-200:]}); nothing was run in it")
+    if out.returncode != 0 or [str(Path(x).resolve()) for x in lines] != [
+        str(Path(x).resolve()) for x in want
+    ]:
+        raise PerfbookError(
+            f"the scratch copy {copy} would not run its own tools "
+            f"(got {lines or out.stderr.strip()[-200:]}); nothing was run in it"
+        )
 
 
 def du_mb(path: Path) -> float | None:
@@ -199,7 +242,6 @@ def _stop(p: subprocess.Popen, top: Path) -> None:
             pass
         except subprocess.TimeoutExpired:
             pass
-    from perfbook.core.proc import kill_group
     kill_group(p)
     kill_inside(top)
 
@@ -226,13 +268,22 @@ def kill_inside(top: Path) -> list[int]:
     return killed
 
 
-def run_step(cmd: list[str], copy: Path, env: dict, top: Path, tag: str, say=print,
-             on_line=None) -> tuple[float, int]:
+def run_step(
+    cmd: list[str], copy: Path, env: dict, top: Path, tag: str, say=print, on_line=None
+) -> tuple[float, int]:
     """Run `cmd` in the copy, in a session of its own, its output as progress lines;
     (seconds, exit status). Interrupted: the child and its kernels are stopped first."""
     t0 = time.monotonic()
-    p = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, errors="replace", start_new_session=True)
+    p = subprocess.Popen(
+        cmd,
+        cwd=copy,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
         for line in p.stdout:
             line = line.rstrip()
@@ -249,12 +300,15 @@ def run_step(cmd: list[str], copy: Path, env: dict, top: Path, tag: str, say=pri
 
 def time_manifests(copy: Path, env: dict, chapter: str, reps: int = 5) -> float | None:
     """Seconds of load_manifests(chapter) in a new process (the best of `reps` runs)."""
-    code = ("import sys, time\nfrom perfbook.data import dataset\nt = time.perf_counter()\n"
-            "n = len(dataset.load_manifests(sys.argv[1]))\nprint(n, time.perf_counter() - t)\n")
+    code = (
+        "import sys, time\nfrom perfbook.data import dataset\nt = time.perf_counter()\n"
+        "n = len(dataset.load_manifests(sys.argv[1]))\nprint(n, time.perf_counter() - t)\n"
+    )
     best = None
     for _ in range(reps):
-        out = subprocess.run([_python(copy), "-c", code, chapter], cwd=copy, capture_output=True,
-                             text=True, env=env)
+        out = subprocess.run(
+            [_python(copy), "-c", code, chapter], cwd=copy, capture_output=True, text=True, env=env
+        )
         if out.returncode == 0 and out.stdout.split():
             s = float(out.stdout.split()[1])
             best = s if best is None else min(best, s)
@@ -284,32 +338,50 @@ print(statistics.median(times))
 def speed_probe(copy: Path, env: dict) -> float | None:
     """Seconds of PROBE's workload (the median of 5 passes, its imports not counted), or None
     if it failed."""
-    out = subprocess.run([_python(copy), "-c", PROBE], cwd=copy, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [_python(copy), "-c", PROBE], cwd=copy, env=env, capture_output=True, text=True
+    )
     try:
         return float(out.stdout.split()[-1]) if out.returncode == 0 else None
     except (IndexError, ValueError):
         return None
 
 
-REFRESH_LINE = re.compile(r"^\[refresh\] (?P<name>[\w-]+): (?P<what>re-executed.* in (?P<s>\d+) s|FAILED.*)")
+REFRESH_LINE = re.compile(
+    r"^\[refresh\] (?P<name>[\w-]+): (?P<what>re-executed.* in (?P<s>\d+) s|FAILED.*)"
+)
 
 
-def measure_size(n: int, copy: Path, fleet_runs: Path | None, ids: list[str], top: Path,
-                 dry_run: bool = False, say=print) -> dict:
+def measure_size(
+    n: int,
+    copy: Path,
+    fleet_runs: Path | None,
+    ids: list[str],
+    top: Path,
+    dry_run: bool = False,
+    say=print,
+) -> dict:
     """One row of the fleet benchmark: the copy gets the first n synthetic hosts, then each
     step is timed in it."""
     tag = f"[bench fleet N={n}]"
     for hid in ids[:n]:
         shutil.copytree(fleet_runs / hid, copy / "data" / "runs" / hid, symlinks=True)
     runs = copy / "data" / "runs"
-    row: dict = {"n": n, "hosts": sum(1 for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                 "datasets": sum(1 for _ in runs.glob("*/*/*/manifest.json")),
-                 "data_mb": du_mb(copy / "data"), "notebooks": {}, "legends": {}}
+    row: dict = {
+        "n": n,
+        "hosts": sum(1 for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        "datasets": sum(1 for _ in runs.glob("*/*/*/manifest.json")),
+        "data_mb": du_mb(copy / "data"),
+        "notebooks": {},
+        "legends": {},
+    }
     env = copy_env(copy)
     check_copy(copy, env)
     py = _python(copy)
-    say(f"{tag} {row['hosts']} hosts, {row['datasets']} datasets, data/ {row['data_mb']:.0f} MB; "
-        f"timing {FLEET_CHAPTER}'s manifests ...")
+    say(
+        f"{tag} {row['hosts']} hosts, {row['datasets']} datasets, data/ {row['data_mb']:.0f} MB; "
+        f"timing {FLEET_CHAPTER}'s manifests ..."
+    )
     row["manifests_s"] = time_manifests(copy, env, FLEET_CHAPTER)
     if dry_run:
         say(f"{tag} --dry-run: the notebooks and the book are not run")
@@ -324,11 +396,14 @@ def measure_size(n: int, copy: Path, fleet_runs: Path | None, ids: list[str], to
         if m:
             row["notebooks"][m["name"]] = int(m["s"]) if m["s"] else "FAILED"
 
-    say(f"{tag} make notebooks (python -m perfbook refresh, every notebook; nothing stored yet) ...")
+    say(
+        f"{tag} make notebooks (python -m perfbook refresh, every notebook; nothing stored yet) ..."
+    )
     renv = dict(copy_env(copy, hook), PERFBOOK_BENCH_LEGENDS=str(legends))
     row["probe"] = [speed_probe(copy, env)]
-    row["refresh_s"], row["refresh_rc"] = run_step([py, "-m", "perfbook", "refresh"], copy, renv, top,
-                                                   tag, say=say, on_line=notebook_done)
+    row["refresh_s"], row["refresh_rc"] = run_step(
+        [py, "-m", "perfbook", "refresh"], copy, renv, top, tag, say=say, on_line=notebook_done
+    )
     row["probe"].append(speed_probe(copy, env))
     if legends.is_file():
         for line in legends.read_text().splitlines():
@@ -337,11 +412,17 @@ def measure_size(n: int, copy: Path, fleet_runs: Path | None, ids: list[str], to
             except ValueError:
                 continue
             row["legends"][name] = max(row["legends"].get(name, 0), int(count))
-    say(f"{tag} make notebooks again (every notebook; each dataset's findings now stored, "
-        "as when one host is added to a fleet) ...")
-    row["again_s"], row["again_rc"] = run_step([py, "-m", "perfbook", "refresh"], copy, env, top, tag, say=say)
+    say(
+        f"{tag} make notebooks again (every notebook; each dataset's findings now stored, "
+        "as when one host is added to a fleet) ..."
+    )
+    row["again_s"], row["again_rc"] = run_step(
+        [py, "-m", "perfbook", "refresh"], copy, env, top, tag, say=say
+    )
     say(f"{tag} make book (python -m perfbook book) ...")
-    row["book_s"], row["book_rc"] = run_step([py, "-m", "perfbook", "book"], copy, env, top, tag, say=say)
+    row["book_s"], row["book_rc"] = run_step(
+        [py, "-m", "perfbook", "book"], copy, env, top, tag, say=say
+    )
     row["site_mb"] = du_mb(copy / "_build" / "html")
     return row
 
@@ -356,38 +437,50 @@ def _probe_cell(probe) -> str:
 
 def fleet_table(rows: list[dict], committed: int) -> list[str]:
     """The benchmark's tables: one row per N, then seconds and legend entries per notebook."""
-    out = [f"fleet benchmark: N synthetic hosts beside the {committed} committed ones "
-           "(N=0: the committed data alone); times are wall seconds in a scratch copy"]
-    head = (f"{'N':>4} {'hosts':>5} {'datasets':>8} {'data MB':>8} "
-            f"{'manifests ms':>12} {'refresh s':>9} {'again s':>7} {'book s':>7} {'site MB':>8} "
-            f"{'legend max':>10} {'probe s':>9}")
+    out = [
+        f"fleet benchmark: N synthetic hosts beside the {committed} committed ones "
+        "(N=0: the committed data alone); times are wall seconds in a scratch copy"
+    ]
+    head = (
+        f"{'N':>4} {'hosts':>5} {'datasets':>8} {'data MB':>8} "
+        f"{'manifests ms':>12} {'refresh s':>9} {'again s':>7} {'book s':>7} {'site MB':>8} "
+        f"{'legend max':>10} {'probe s':>9}"
+    )
     out += [head, "-" * len(head)]
     for r in rows:
         man = r.get("manifests_s")
         mans = "-" if man is None else f"{man * 1e3:.0f}"
-        fail = lambda k: "!" if r.get(k) not in (None, 0) else ""
-        out.append(f"{r['n']:>4} {r['hosts']:>5} {r['datasets']:>8} {_cell(r['data_mb']):>8} {mans:>12} "
-                   f"{_cell(r.get('refresh_s')) + fail('refresh_rc'):>9} "
-                   f"{_cell(r.get('again_s')) + fail('again_rc'):>7} "
-                   f"{_cell(r.get('book_s')) + fail('book_rc'):>7} {_cell(r.get('site_mb')):>8} "
-                   f"{_cell(max(r['legends'].values()) if r['legends'] else None):>10} "
-                   f"{_probe_cell(r.get('probe')):>9}")
+        fail = lambda k, r=r: "!" if r.get(k) not in (None, 0) else ""
+        out.append(
+            f"{r['n']:>4} {r['hosts']:>5} {r['datasets']:>8} {_cell(r['data_mb']):>8} {mans:>12} "
+            f"{_cell(r.get('refresh_s')) + fail('refresh_rc'):>9} "
+            f"{_cell(r.get('again_s')) + fail('again_rc'):>7} "
+            f"{_cell(r.get('book_s')) + fail('book_rc'):>7} {_cell(r.get('site_mb')):>8} "
+            f"{_cell(max(r['legends'].values()) if r['legends'] else None):>10} "
+            f"{_probe_cell(r.get('probe')):>9}"
+        )
     timed = [r for r in rows if r.get("refresh_s") is not None and r.get("book_s") is not None]
     if len(timed) > 1:
         lo, hi = timed[0], timed[-1]
         for key, what in (("refresh_s", "nothing stored yet"), ("again_s", "findings stored")):
             if lo.get(key) and hi.get(key) is not None:
-                out.append(f"notebooks + book ({what}): N={hi['n']} takes "
-                           f"{(hi[key] + hi['book_s']) / (lo[key] + lo['book_s']):.1f}x the time of N={lo['n']}")
+                out.append(
+                    f"notebooks + book ({what}): N={hi['n']} takes "
+                    f"{(hi[key] + hi['book_s']) / (lo[key] + lo['book_s']):.1f}x the time of N={lo['n']}"
+                )
         if lo.get("probe") and hi.get("probe"):
-            out.append(f"speed probe before/after the first refresh (the same work each time; a larger "
-                       f"figure is a slower machine): N={lo['n']} {_probe_cell(lo['probe'])} s, "
-                       f"N={hi['n']} {_probe_cell(hi['probe'])} s")
+            out.append(
+                f"speed probe before/after the first refresh (the same work each time; a larger "
+                f"figure is a slower machine): N={lo['n']} {_probe_cell(lo['probe'])} s, "
+                f"N={hi['n']} {_probe_cell(hi['probe'])} s"
+            )
     names = sorted({nb for r in rows for nb in r["notebooks"]})
     if names:
         out.append("")
-        out.append("per notebook: refresh seconds (notebooks run side by side, python -m perfbook refresh "
-                   "--jobs) / most legend entries in one figure")
+        out.append(
+            "per notebook: refresh seconds (notebooks run side by side, python -m perfbook refresh "
+            "--jobs) / most legend entries in one figure"
+        )
         out.append(f"{'notebook':<22}" + "".join(f"{'N=' + str(r['n']):>14}" for r in rows))
         for nb in names:
             cells = []
@@ -402,29 +495,39 @@ def fleet_table(rows: list[dict], committed: int) -> list[str]:
 
 def fleet(sizes: list[int], seed: int = 1, dry_run: bool = False, say=print) -> list[dict]:
     """Run the fleet benchmark (see the module doc); returns its rows, prints its tables."""
-    from perfbook.core import guard
-    from perfbook.dev import synthfleet
-    from perfbook.hoststate.scratch import Scratch
     sizes = sorted(set(sizes))
     if not sizes or sizes[0] < 0:
         raise PerfbookError(f"--sizes wants numbers of hosts >= 0, got {sizes}")
     t0 = time.monotonic()
     rows = []
-    with guard.interruptible(), Scratch("bench_fleet", say=lambda m: say(f"[bench fleet] {m}")) as s:
+    with (
+        guard.interruptible(),
+        Scratch("bench_fleet", say=lambda m: say(f"[bench fleet] {m}")) as s,
+    ):
         top = s.dir
         saved = os.environ.get("PERFBOOK_BUILD")
-        os.environ["PERFBOOK_BUILD"] = str(top / "build")   # our own verdict store stays in scratch
+        os.environ["PERFBOOK_BUILD"] = str(top / "build")  # our own verdict store stays in scratch
         try:
             say("[bench fleet] copying the checkout ...")
             base = scratch_checkout(top / "base")
-            committed = sum(1 for p in (base / "data" / "runs").iterdir()
-                            if p.is_dir() and not p.name.startswith("."))
+            committed = sum(
+                1
+                for p in (base / "data" / "runs").iterdir()
+                if p.is_dir() and not p.name.startswith(".")
+            )
             ids, fleet_runs = [], None
             if sizes[-1] > 0:
-                say(f"[bench fleet] generating {sizes[-1]} synthetic hosts (perfbook.dev.synthfleet, seed {seed}) ...")
+                say(
+                    f"[bench fleet] generating {sizes[-1]} synthetic hosts (perfbook.dev.synthfleet, seed {seed}) ..."
+                )
                 t = time.monotonic()
-                ids = synthfleet.generate(sizes[-1], top / "fleet" / "data", seed, source=base / "data",
-                                          say=lambda m: say(f"[bench fleet] {m}"))
+                ids = synthfleet.generate(
+                    sizes[-1],
+                    top / "fleet" / "data",
+                    seed,
+                    source=base / "data",
+                    say=lambda m: say(f"[bench fleet] {m}"),
+                )
                 fleet_runs = top / "fleet" / "data" / "runs"
                 say(f"[bench fleet] {len(ids)} synthetic hosts in {time.monotonic() - t:.0f} s")
             for n in sizes:
@@ -453,7 +556,9 @@ def main(argv=None) -> int:
     t.add_argument("--profile", default="default")
     t.add_argument("--mechanisms", default="marker")
     f = sub.add_parser("fleet", help="how the book scales with the number of hosts")
-    f.add_argument("--sizes", default="1,10,100", help="numbers of synthetic hosts, comma-separated")
+    f.add_argument(
+        "--sizes", default="1,10,100", help="numbers of synthetic hosts, comma-separated"
+    )
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--dry-run", action="store_true", help="skip the notebooks and the book")
     args = ap.parse_args(argv)
@@ -462,7 +567,9 @@ def main(argv=None) -> int:
             try:
                 sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
             except ValueError:
-                raise PerfbookError(f"--sizes wants numbers like 1,10,100, got {args.sizes!r}") from None
+                raise PerfbookError(
+                    f"--sizes wants numbers like 1,10,100, got {args.sizes!r}"
+                ) from None
             fleet(sizes, args.seed, args.dry_run, say=lambda m: print(m, flush=True))
             return 0
         return trace_cv(args.runs, args.profile, args.mechanisms)
@@ -470,7 +577,6 @@ def main(argv=None) -> int:
         print(one_line(e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        from perfbook.core import guard
         sig = guard.interrupted_by() or "SIGINT"
         print(f"[bench] interrupted by {sig}; the scratch copies are removed", file=sys.stderr)
         return 128 + int(getattr(signal, sig))

@@ -11,26 +11,68 @@ writes the bytecode of what they import, about 2,900 files with WHOLE, and nothi
 here is compiled in memory when it is imported, as before: slower, never wrong. Nothing is
 written outside the environment and this checkout's own __pycache__ directories (ignored by git).
 """
+
 from __future__ import annotations
 
+import compileall
 import importlib
+import importlib.util
+import os
 import pkgutil
 import sys
+
+import perfbook
+from perfbook.core.proc import die_with_parent
 
 # What each group's processes import first; each pulls in most of what they use.
 GROUPS = {
     # `python -m perfbook measure` and the notebook kernels (perfbook.book.jupyter.kernel, papermill, nbclient)
-    "notebooks": ["perfbook.cli", "numpy", "pandas", "scipy.stats", "scipy.optimize",
-                  "matplotlib.pyplot", "matplotlib_inline.backend_inline", "seaborn", "PIL.Image",
-                  "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "nbclient", "nbformat",
-                  "jupyter_client", "papermill", "elftools.elf.elffile", "yaml"],
+    "notebooks": [
+        "perfbook.cli",
+        "numpy",
+        "pandas",
+        "scipy.stats",
+        "scipy.optimize",
+        "matplotlib.pyplot",
+        "matplotlib_inline.backend_inline",
+        "seaborn",
+        "PIL.Image",
+        "IPython",
+        "ipykernel.kernelapp",
+        "ipykernel.ipkernel",
+        "nbclient",
+        "nbformat",
+        "jupyter_client",
+        "papermill",
+        "elftools.elf.elffile",
+        "yaml",
+    ],
     # `python -m perfbook book` (Jupyter Book's Sphinx build and its extensions) and `make test`
-    "book": ["jupyter_book.cli.main", "jupyter_book.config", "sphinx.application",
-             "sphinx.builders.html", "sphinx.cmd.build", "myst_nb.sphinx_ext", "myst_parser.sphinx_ext",
-             "sphinx_book_theme", "pydata_sphinx_theme", "sphinxcontrib.bibtex", "sphinx_design",
-             "sphinx_togglebutton", "sphinx_copybutton", "sphinx_comments", "sphinx_external_toc",
-             "sphinx_multitoc_numbering", "sphinx_jupyterbook_latex", "sphinx_thebe",
-             "jupyter_cache.cache.main", "pytest", "_pytest.python", "nbval.plugin", "bs4"],
+    "book": [
+        "jupyter_book.cli.main",
+        "jupyter_book.config",
+        "sphinx.application",
+        "sphinx.builders.html",
+        "sphinx.cmd.build",
+        "myst_nb.sphinx_ext",
+        "myst_parser.sphinx_ext",
+        "sphinx_book_theme",
+        "pydata_sphinx_theme",
+        "sphinxcontrib.bibtex",
+        "sphinx_design",
+        "sphinx_togglebutton",
+        "sphinx_copybutton",
+        "sphinx_comments",
+        "sphinx_external_toc",
+        "sphinx_multitoc_numbering",
+        "sphinx_jupyterbook_latex",
+        "sphinx_thebe",
+        "jupyter_cache.cache.main",
+        "pytest",
+        "_pytest.python",
+        "nbval.plugin",
+        "bs4",
+    ],
 }
 # Small packages that load more of themselves than the imports above reach (Sphinx's builders
 # and domains, pytest's plugins, the kernel's debugger): compiled whole, without importing. The
@@ -38,8 +80,18 @@ GROUPS = {
 # (about 9 s against 6 s here), and the two run side by side.
 WHOLE = {
     "notebooks": ["IPython", "PIL"],
-    "book": ["sphinx", "docutils", "_pytest", "a11y_pygments", "sphinx_design", "sphinxcontrib",
-             "pybtex", "myst_nb", "myst_parser", "debugpy"],
+    "book": [
+        "sphinx",
+        "docutils",
+        "_pytest",
+        "a11y_pygments",
+        "sphinx_design",
+        "sphinxcontrib",
+        "pybtex",
+        "myst_nb",
+        "myst_parser",
+        "debugpy",
+    ],
 }
 
 
@@ -47,17 +99,14 @@ def warm(group: str) -> list[str]:
     """Import every module of `group` (and, for the notebooks, every module of perfbook), and
     compile its WHOLE packages; returns the names that could not be imported or found (an
     optional package that is not installed, a module an upgrade renamed)."""
-    import compileall
-    import importlib.util
     names = list(GROUPS[group])
     if group == "notebooks":
-        import perfbook
         names += [m.name for m in pkgutil.walk_packages(perfbook.__path__, "perfbook.")]
     missed = []
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception:   # noqa: BLE001 - compiling ahead is an optimisation only
+        except Exception:  # noqa: BLE001 - compiling ahead is an optimisation only
             missed.append(name)
     for name in WHOLE[group]:
         spec = importlib.util.find_spec(name)
@@ -71,16 +120,16 @@ def warm(group: str) -> list[str]:
 def main(argv: list[str]) -> int:
     """Dies with the setup that started it (PR_SET_PDEATHSIG: a stopped setup leaves no
     compiler behind; each bytecode file is written whole, by rename, so none is cut short)."""
-    import os
-    from perfbook.core.proc import die_with_parent
     if len(argv) != 1 or argv[0] not in GROUPS:
         print(f"usage: python -m perfbook bytecode {'|'.join(GROUPS)}", file=sys.stderr)
         return 2
     parent = os.getppid()
     die_with_parent()
-    if os.getppid() != parent:          # the setup was gone before the request took effect
+    if os.getppid() != parent:  # the setup was gone before the request took effect
         return 1
     missed = warm(argv[0])
     # setup sends this to build/bytecode.log: a module an upgrade renamed shows there
-    print(f"[bytecode] {argv[0]}: compiled; not found or not importable: {', '.join(missed) or 'none'}")
+    print(
+        f"[bytecode] {argv[0]}: compiled; not found or not importable: {', '.join(missed) or 'none'}"
+    )
     return 0

@@ -29,6 +29,7 @@ conftest.py, book_data), each in a copy of data/:
   another build of its kernel (one round fewer where it repeats adaptively, its values scaled
   elsewhere), so that the host's runs span two builds and the newest is on the new one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,20 +40,45 @@ import random
 import re
 import shutil
 import sys
+from concurrent.futures import FIRST_EXCEPTION, wait
 from pathlib import Path
 
-from perfbook.data import identity
-from perfbook.data.dataset import MANIFEST, list_runs, load_manifest, read_csv, shown_datasets, table_path, write_table
+from perfbook.analysis.repetition import STOP_BUDGET
+from perfbook.chapters import CHAPTERS
 from perfbook.core.errors import PerfbookError, one_line
 from perfbook.core.paths import data_dir as book_data_dir
 from perfbook.core.paths import runs_dir
+from perfbook.core.proc import die_with_parent, fork_pool
+from perfbook.data import identity
+from perfbook.data.dataset import (
+    MANIFEST,
+    list_runs,
+    load_manifest,
+    read_csv,
+    shown_datasets,
+    table_path,
+    write_table,
+)
 
-CPUS = (("AMD", "AMD EPYC 7B13", 2450), ("AMD", "AMD EPYC 9B14", 2600),
-        ("AMD", "AMD Ryzen 9 7950X", 4500), ("Intel", "Intel Xeon Platinum 8375C", 2900),
-        ("Intel", "Intel Xeon Gold 6338", 2000), ("Intel", "Intel Core i7-1185G7", 3000),
-        ("Intel", "Intel Core i9-13900K", 3000), ("ARM", "Neoverse-N1", None))
-KERNELS = ("5.10.0-28-amd64", "5.15.0-91-generic", "6.1.0-18-amd64", "6.6.13-200.fc39",
-           "6.8.0-31-generic", "6.12.9-arch1-1", "6.18.44")
+CPUS = (
+    ("AMD", "AMD EPYC 7B13", 2450),
+    ("AMD", "AMD EPYC 9B14", 2600),
+    ("AMD", "AMD Ryzen 9 7950X", 4500),
+    ("Intel", "Intel Xeon Platinum 8375C", 2900),
+    ("Intel", "Intel Xeon Gold 6338", 2000),
+    ("Intel", "Intel Core i7-1185G7", 3000),
+    ("Intel", "Intel Core i9-13900K", 3000),
+    ("ARM", "Neoverse-N1", None),
+)
+KERNELS = (
+    "5.10.0-28-amd64",
+    "5.15.0-91-generic",
+    "6.1.0-18-amd64",
+    "6.6.13-200.fc39",
+    "6.8.0-31-generic",
+    "6.12.9-arch1-1",
+    "6.18.44",
+)
 KINDS = (("none", "none"), ("kvm", "none"), ("kvm", "docker"), ("qemu", "none"))
 
 
@@ -60,8 +86,10 @@ def _refuse_book_data(dest: Path) -> None:
     book = book_data_dir().resolve()
     d = dest.resolve()
     if d == book or book in d.parents or d in book.parents:
-        raise PerfbookError(f"{dest}: the synthetic fleet never goes into the book's data/ "
-                            "(or a directory holding it); give a scratch directory")
+        raise PerfbookError(
+            f"{dest}: the synthetic fleet never goes into the book's data/ "
+            "(or a directory holding it); give a scratch directory"
+        )
 
 
 def synthetic_facts(base: dict, key: str, note: str, tsc_mhz: int | None, **facts) -> dict:
@@ -71,8 +99,9 @@ def synthetic_facts(base: dict, key: str, note: str, tsc_mhz: int | None, **fact
     h = dict(base)
     h.update(facts)
     h.update({"synthetic": True, "label_opt_in": False, "note": note, "machine_key": key})
-    h["machine"] = identity.machine_facts(h, tsc_mhz * 1000 if tsc_mhz else None, "synthetic",
-                                          {"synthetic": True})
+    h["machine"] = identity.machine_facts(
+        h, tsc_mhz * 1000 if tsc_mhz else None, "synthetic", {"synthetic": True}
+    )
     h["host_id"] = identity.derive(h["machine"])
     virt = h.get("virtualization")
     where = "bare metal" if virt == "none" else f"{virt} guest"
@@ -85,10 +114,19 @@ def _host(rng: random.Random, i: int, seed: int, base: dict) -> dict:
     virt, cont = rng.choice(KINDS)
     cpus = rng.choice((2, 4, 8, 16, 64))
     return synthetic_facts(
-        base, f"synthetic-{seed}-{i}", f"synthetic host {i} of seed {seed}", tsc,
-        cpu_model=model, cpus_online=cpus, mem_total_gib=round(cpus * rng.choice((1.9, 3.8, 7.7)), 1),
-        arch="aarch64" if vendor == "ARM" else "x86_64", kernel_release=rng.choice(KERNELS),
-        virtualization=virt, container=cont, cpu_vendor=vendor)
+        base,
+        f"synthetic-{seed}-{i}",
+        f"synthetic host {i} of seed {seed}",
+        tsc,
+        cpu_model=model,
+        cpus_online=cpus,
+        mem_total_gib=round(cpus * rng.choice((1.9, 3.8, 7.7)), 1),
+        arch="aarch64" if vendor == "ARM" else "x86_64",
+        kernel_release=rng.choice(KERNELS),
+        virtualization=virt,
+        container=cont,
+        cpu_vendor=vendor,
+    )
 
 
 # The repetition table's settings and ratios (perfbook.framework.contract.REPETITION) are not measured
@@ -101,14 +139,26 @@ def _scaled(df, factor: float, table: str, schema):
     source shows (a portable output); a column of 0s and 1s is a flag, not a measure, and is
     left as it is."""
     keep = NOT_SCALED.get(table, ())
-    for c, kind in (schema.columns.items() if schema else ()):
-        if kind == "float" and c in df.columns and c not in keep and not df[c].dropna().isin((0, 1)).all():
+    for c, kind in schema.columns.items() if schema else ():
+        if (
+            kind == "float"
+            and c in df.columns
+            and c not in keep
+            and not df[c].dropna().isin((0, 1)).all()
+        ):
             df[c] = (df[c] * factor).map(lambda v: float(f"{v:.6g}") if v == v else v)
     return df
 
 
-def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict, chapter: str | None = None,
-                 one: bool = True) -> dict:
+def _copy_scaled(
+    src: Path,
+    dest: Path,
+    factor: float,
+    tables,
+    schemas: dict,
+    chapter: str | None = None,
+    one: bool = True,
+) -> dict:
     """Copy a dataset's tables. Where `chapter` repeats adaptively (ROUNDS) its rounds are
     kept whole, one of them (`one`) or all but the first (keep_rounds); elsewhere the columns
     its chapter declares as float are scaled by `factor`. Returns {table: rows written}."""
@@ -136,8 +186,9 @@ def _copy_scaled(src: Path, dest: Path, factor: float, tables, schemas: dict, ch
 # adaptively is listed.
 ROUNDS = {
     "cpu_pinning": (("round", "last", ("trials", "tasks", "cores", "latency_hist", "migrations")),),
-    "iostat_internals": (("round", "last", ("phases", "intervals", "windows", "trace_windows",
-                                            "trace_sample")),),
+    "iostat_internals": (
+        ("round", "last", ("phases", "intervals", "windows", "trace_windows", "trace_sample")),
+    ),
     "netperf_latency": (("rep", "last", ("runs", "hist", "netperf_all")),),
     "qcow2_overlap": (("repeat", "first", ("prealloc", "writes", "cycles")),),
     "qemu_cache_modes": (("round", "last", ("bench",)), ("round", "last", ("host_dd",))),
@@ -165,7 +216,6 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
     a default run writes where its time budget was spent after one round: n = 1, stopped by
     the time budget, perfbook.analysis.repetition.STOP_BUDGET); otherwise every round but the first (a run
     that had one round fewer). The repetition table's n follows."""
-    from perfbook.analysis.repetition import STOP_BUDGET
     out = dict(frames)
     kept_n = None
     for col, which, tables in ROUNDS.get(chapter, ()):
@@ -180,7 +230,7 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
             kept = measured[-1:] if which == "last" else measured[:1]
         else:
             kept = measured[1:] or measured
-        number = {r: measured[0] + i for i, r in enumerate(kept)}     # where measured rounds start
+        number = {r: measured[0] + i for i, r in enumerate(kept)}  # where measured rounds start
         for t in tables:
             df = out[t]
             df = df[df[col].isin(kept) | _warm(df, col)].copy()
@@ -211,7 +261,6 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
 def _worker_start(schemas: dict) -> None:
     """A worker of generate's pool: it dies with its parent and knows every chapter's table
     schemas (given once, not with each host)."""
-    from perfbook.core.proc import die_with_parent
     die_with_parent()
     global _schemas
     _schemas = schemas
@@ -230,10 +279,7 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
     `source` (default: the book's data/); returns their host ids. The hosts are drawn in
     order from one seeded generator, then written side by side, one process per CPU (xz
     compression is most of the time), so the same seed gives the same fleet."""
-    from concurrent.futures import FIRST_EXCEPTION, wait
 
-    from perfbook.chapters import CHAPTERS
-    from perfbook.core.proc import fork_pool
     dest = Path(dest)
     _refuse_book_data(dest)
     rng = random.Random(seed)
@@ -256,8 +302,19 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
             man["host"] = host
             run = dest / "runs" / host["host_id"] / chapter / src.name
             if run.exists():
-                raise PerfbookError(f"{run}: exists already; use an empty directory or another seed")
-            jobs.append((src, run, factor, man["tables"], chapter, json.dumps(man, indent=1, sort_keys=True) + "\n"))
+                raise PerfbookError(
+                    f"{run}: exists already; use an empty directory or another seed"
+                )
+            jobs.append(
+                (
+                    src,
+                    run,
+                    factor,
+                    man["tables"],
+                    chapter,
+                    json.dumps(man, indent=1, sort_keys=True) + "\n",
+                )
+            )
         ids.append(host["host_id"])
         hosts.append(jobs)
     with fork_pool(_worker_start, (schemas,)) as pool:
@@ -267,7 +324,7 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                 for f in done:
-                    f.result()                     # a worker's error, here
+                    f.result()  # a worker's error, here
                     done_n += 1
                     if done_n % 10 == 0 or done_n == n:
                         say(f"[synthfleet] {done_n}/{n} hosts")
@@ -284,14 +341,20 @@ def generate(n: int, dest: Path, seed: int = 1, source: Path | None = None, say=
 # -- one more host, or one more kernel build, in a copy of the book's data ----------------------
 
 # A reader's machine: another CPU model and another kernel build than any committed host.
-READER = {"cpu_model": "Intel Xeon Gold 6338", "cpu_vendor": "Intel", "kernel_release": "6.8.0-31-generic"}
+READER = {
+    "cpu_model": "Intel Xeon Gold 6338",
+    "cpu_vendor": "Intel",
+    "kernel_release": "6.8.0-31-generic",
+}
 READER_TSC_MHZ = 2000
 
 
 def after_every_run(data_dir: Path) -> str:
     """A run id one day after the newest dataset's under data_dir/runs: the newest, whenever
     the copy is made (new_run_id() follows the clock, and committed runs may be newer)."""
-    ids = [p.name for p in runs_dir(data_dir).glob("*/*/*") if re.fullmatch(r"\d{8}T\d{6}Z", p.name)]
+    ids = [
+        p.name for p in runs_dir(data_dir).glob("*/*/*") if re.fullmatch(r"\d{8}T\d{6}Z", p.name)
+    ]
     if not ids:
         raise PerfbookError(f"{runs_dir(data_dir)}: no dataset to start from")
     t = _dt.datetime.strptime(max(ids), "%Y%m%dT%H%M%SZ") + _dt.timedelta(days=1)
@@ -310,8 +373,9 @@ def _newest(chapter: str, data_dir: Path, host_id: str | None = None):
     return max(mans, key=lambda m: m["run_id"], default=None)
 
 
-def _derive(src, host: dict, run_id: str, factor: float, data_dir: Path, schemas: dict,
-            one: bool) -> Path:
+def _derive(
+    src, host: dict, run_id: str, factor: float, data_dir: Path, schemas: dict, one: bool
+) -> Path:
     """Write a dataset of `host` with run id `run_id` from dataset `src` (a Manifest): where
     its chapter repeats adaptively, one of its rounds (`one`) or all but the first
     (keep_rounds), elsewhere its values scaled by `factor`; its manifest the source's with the
@@ -322,18 +386,22 @@ def _derive(src, host: dict, run_id: str, factor: float, data_dir: Path, schemas
     if run.exists():
         raise PerfbookError(f"{run}: exists already")
     rows = _copy_scaled(src.path, run, factor, man["tables"], schemas, chapter, one)
-    started = _dt.datetime.strptime(run_id, "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.timezone.utc)
-    took = (_dt.datetime.fromisoformat(man["finished"]) - _dt.datetime.fromisoformat(man["started"]))
-    man.update(host=host, run_id=run_id, profile="default", tables=rows,
-               started=started.isoformat(timespec="seconds"),
-               finished=(started + took).isoformat(timespec="seconds"))
+    started = _dt.datetime.strptime(run_id, "%Y%m%dT%H%M%SZ").replace(tzinfo=_dt.UTC)
+    took = _dt.datetime.fromisoformat(man["finished"]) - _dt.datetime.fromisoformat(man["started"])
+    man.update(
+        host=host,
+        run_id=run_id,
+        profile="default",
+        tables=rows,
+        started=started.isoformat(timespec="seconds"),
+        finished=(started + took).isoformat(timespec="seconds"),
+    )
     (run / MANIFEST).write_text(json.dumps(man, indent=2, sort_keys=True) + "\n")
     return run
 
 
 def _all_schemas() -> dict:
     """{chapter: {table: perfbook.framework.contract.Table}} of every chapter."""
-    from perfbook.chapters import CHAPTERS
     return {ch.name: getattr(ch.load(), "tables", {}) for ch in CHAPTERS}
 
 
@@ -344,17 +412,23 @@ def add_host(data_dir: Path, seed: int = 2) -> tuple[str, dict[str, Path]]:
     there, each derived from its chapter's newest dataset: one round of each adaptive
     repetition (keep_rounds), so that the n = 1 paths run, and elsewhere its values scaled by one
     seeded factor. Returns (host id, {chapter: dataset directory})."""
-    from perfbook.chapters import CHAPTERS
     data_dir = Path(data_dir)
     _refuse_book_data(data_dir)
     rng = random.Random(seed)
     factor, run_id, schemas = _factor(rng), after_every_run(data_dir), _all_schemas()
     sources = {ch.name: m for ch in CHAPTERS if (m := _newest(ch.name, data_dir)) is not None}
     base = max(sources.values(), key=lambda m: m["run_id"])["host"]
-    host = synthetic_facts(base, f"synthetic-reader-{seed}", f"a reader's machine (seed {seed})",
-                           READER_TSC_MHZ, **READER)
-    return host["host_id"], {name: _derive(m, host, run_id, factor, data_dir, schemas[name], True)
-                             for name, m in sources.items()}
+    host = synthetic_facts(
+        base,
+        f"synthetic-reader-{seed}",
+        f"a reader's machine (seed {seed})",
+        READER_TSC_MHZ,
+        **READER,
+    )
+    return host["host_id"], {
+        name: _derive(m, host, run_id, factor, data_dir, schemas[name], True)
+        for name, m in sources.items()
+    }
 
 
 def other_build(release: str, taken=()) -> str:
@@ -364,7 +438,7 @@ def other_build(release: str, taken=()) -> str:
     base, _, local = release.partition("-")
     m = re.search(r"\d+", local)
     if m:
-        head, n, tail = f"{base}-{local[:m.start()]}", int(m.group()), local[m.end():]
+        head, n, tail = f"{base}-{local[: m.start()]}", int(m.group()), local[m.end() :]
     else:
         head, n, tail = f"{release}-rebuild", 0, ""
     while True:
@@ -381,7 +455,6 @@ def add_build(data_dir: Path, host_id: str, seed: int = 3) -> dict[str, Path]:
     adaptively, keep_rounds; elsewhere its values scaled by one seeded factor), on another build
     of that dataset's kernel (other_build). Its runs then span two kernel builds and the newest
     is on the other one. Returns {chapter: new dataset directory}."""
-    from perfbook.chapters import CHAPTERS
     data_dir = Path(data_dir)
     _refuse_book_data(data_dir)
     rng = random.Random(seed)
@@ -391,7 +464,10 @@ def add_build(data_dir: Path, host_id: str, seed: int = 3) -> dict[str, Path]:
         src = _newest(ch.name, data_dir, host_id)
         if src is None:
             continue
-        taken = {m["host"].get("kernel_release") for m in (load_manifest(r) for r in list_runs(ch.name, data_dir))}
+        taken = {
+            m["host"].get("kernel_release")
+            for m in (load_manifest(r) for r in list_runs(ch.name, data_dir))
+        }
         host = dict(src["host"], kernel_release=other_build(src["host"]["kernel_release"], taken))
         out[ch.name] = _derive(src, host, run_id, factor, data_dir, schemas[ch.name], False)
     if not out:

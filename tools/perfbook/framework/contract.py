@@ -20,16 +20,32 @@ dict for the prose) and `figures.py` (frames -> figures). `perfbook.framework.se
 sequence around `measure`: parameters -> preflight -> lock -> dataset writer -> kernel-state
 guard -> progress -> publish.
 """
+
 from __future__ import annotations
 
-from contextlib import ExitStack
+import importlib.util
+import shutil
+from collections.abc import Callable
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-from perfbook.core.errors import ParameterError
+import numpy as np
+import pandas as pd
 
-_KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
-          object: "a value (checked by the chapter)"}
+from perfbook.core.errors import DatasetError, ParameterError
+from perfbook.core.progress import Progress
+from perfbook.data.dataset import Data
+from perfbook.hoststate.scratch import Scratch
+
+_KINDS = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    list: "a list",
+    object: "a value (checked by the chapter)",
+}
 
 
 @dataclass(frozen=True)
@@ -39,12 +55,13 @@ class Param:
     `None` always means "the profile's value". A `list` parameter also accepts a
     comma-separated string; its items must come from `choices`. `min_of`/`max_of` name another
     parameter that bounds this one (checked after all values are known)."""
+
     kind: type = int
     min: float | None = None
     max: float | None = None
     choices: tuple | None = None
     help: str = ""
-    nullable: bool = False      # None is a meaningful value even after the profile merge
+    nullable: bool = False  # None is a meaningful value even after the profile merge
 
     def check(self, name: str, v):
         if v is None:
@@ -58,21 +75,28 @@ class Param:
             if isinstance(v, str):
                 v = [x.strip() for x in v.split(",") if x.strip()]
             if not isinstance(v, (list, tuple)):
-                raise ParameterError(f"{name} must be a list (or a comma-separated string), got {v!r}")
+                raise ParameterError(
+                    f"{name} must be a list (or a comma-separated string), got {v!r}"
+                )
             if not v:
-                raise ParameterError(f"{name}: an empty list; choose from "
-                                     f"{', '.join(map(str, self.choices or ()))}")
+                raise ParameterError(
+                    f"{name}: an empty list; choose from {', '.join(map(str, self.choices or ()))}"
+                )
             v = list(dict.fromkeys(v))
             bad = [x for x in v if self.choices is not None and x not in self.choices]
             if bad:
-                raise ParameterError(f"unknown {name} {', '.join(map(str, bad))}; "
-                                     f"choose from {', '.join(map(str, self.choices))}")
+                raise ParameterError(
+                    f"unknown {name} {', '.join(map(str, bad))}; "
+                    f"choose from {', '.join(map(str, self.choices))}"
+                )
             return v
         ok = isinstance(v, k) and not (k in (int, float) and isinstance(v, bool))
         if not ok:
             raise ParameterError(f"{name} must be {_KINDS[k]}, got {v!r}")
         if self.choices is not None and v not in self.choices:
-            raise ParameterError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {v!r}")
+            raise ParameterError(
+                f"{name} must be one of {', '.join(map(str, self.choices))}, got {v!r}"
+            )
         if self.min is not None and v < self.min:
             raise ParameterError(f"{name} must be {_KINDS[k]} >= {_num(self.min)}, got {v!r}")
         if self.max is not None and v > self.max:
@@ -90,19 +114,27 @@ def choose_list(value, allowed, what: str, default=None) -> list[str]:
     value = list(value)
     unknown = [x for x in value if x not in allowed]
     if unknown or not value:
-        raise ParameterError(f"unknown {what} {', '.join(map(str, unknown)) or '(empty list)'}; "
-                             f"choose from {', '.join(allowed)}")
+        raise ParameterError(
+            f"unknown {what} {', '.join(map(str, unknown)) or '(empty list)'}; "
+            f"choose from {', '.join(allowed)}"
+        )
     return list(dict.fromkeys(value))
 
 
 def repetition_params(prefix: str = "rep_") -> dict[str, Param]:
     """The parameters of adaptive repetition (perfbook.analysis.repetition.Repetition). Their bounds are
     checked by perfbook.analysis.repetition.repetition_settings, which a chapter's check() calls."""
-    return {prefix + "target": Param(object, help="stop when every median's 95 % CI is this narrow (relative)"),
-            prefix + "min_runs": Param(object, help="measured rounds at least"),
-            prefix + "max_runs": Param(object, help="measured rounds at most"),
-            prefix + "budget_s": Param(object, help="seconds for all rounds (checked after each round)"),
-            prefix + "warmup": Param(object, help="whole rounds run first and dropped")}
+    return {
+        prefix + "target": Param(
+            object, help="stop when every median's 95 % CI is this narrow (relative)"
+        ),
+        prefix + "min_runs": Param(object, help="measured rounds at least"),
+        prefix + "max_runs": Param(object, help="measured rounds at most"),
+        prefix + "budget_s": Param(
+            object, help="seconds for all rounds (checked after each round)"
+        ),
+        prefix + "warmup": Param(object, help="whole rounds run first and dropped"),
+    }
 
 
 def _num(x) -> str:
@@ -129,35 +161,38 @@ class Table:
         A column already in its type (what read_csv gives a well-formed table: int64, float64,
         bool, str) is kept as it is: converting it again would give the same values, and cost
         a fleet's thousands of small tables more than parsing them."""
-        import numpy as np
-        import pandas as pd
-        from perfbook.core.errors import DatasetError
         missing = [c for c in self.columns if c not in df.columns and c not in self.optional]
         if missing:
             raise DatasetError(f"{where}: missing column(s) {', '.join(missing)}")
-        unknown = [c for c in df.columns if c not in self.columns and c not in ("host_id", "run_id")]
+        unknown = [
+            c for c in df.columns if c not in self.columns and c not in ("host_id", "run_id")
+        ]
         if unknown and not self.extra:
             raise DatasetError(f"{where}: undeclared column(s) {', '.join(map(str, unknown))}")
         done = {"int": np.dtype("int64"), "float": np.dtype("float64"), "bool": np.dtype(bool)}
         changed = {}
         for c, t in self.columns.items():
             if c not in df.columns:
-                changed[c] = pd.Series([None] * len(df), index=df.index,
-                                       dtype={"int": "Int64", "float": "float64", "bool": "boolean"}.get(t, "object"))
+                changed[c] = pd.Series(
+                    [None] * len(df),
+                    index=df.index,
+                    dtype={"int": "Int64", "float": "float64", "bool": "boolean"}.get(t, "object"),
+                )
                 continue
             col = df[c]
-            if (isinstance(col.dtype, pd.StringDtype) if t == "str" else col.dtype == done[t]):
+            if isinstance(col.dtype, pd.StringDtype) if t == "str" else col.dtype == done[t]:
                 continue
             try:
                 changed[c] = _as_declared(col, t)
             except (ValueError, TypeError) as e:
-                raise DatasetError(f"{where}: column {c!r} is not {t} ({str(e).splitlines()[0]})") from None
+                raise DatasetError(
+                    f"{where}: column {c!r} is not {t} ({str(e).splitlines()[0]})"
+                ) from None
         return df.assign(**changed) if changed else df.copy(deep=False)
 
 
 def _as_declared(col, t: str):
     """Table.check: one column converted to its declared type t (ValueError if it is not)."""
-    import pandas as pd
     if t == "int":
         num = pd.to_numeric(col)
         if (num.dropna() % 1 != 0).any():
@@ -168,12 +203,13 @@ def _as_declared(col, t: str):
     if t == "float":
         return pd.to_numeric(col).astype("float64")
     if t == "bool":
-        m = col.map({True: True, False: False, "True": True, "False": False,
-                     "true": True, "false": False, 1: True, 0: False})
+        m = col.map(
+            {True: True, False: False, "True": True, "False": False, "true": True, "false": False}
+        )  # 1 and 0 are True and False
         if (m.isna() & col.notna()).any():
             raise ValueError("not true/false")
         return m.astype("boolean") if col.isna().any() else m.astype(bool)
-    col = col.astype("object").where(col.notna(), None)       # str: each value as its text
+    col = col.astype("object").where(col.notna(), None)  # str: each value as its text
     return col.map(lambda x: x if x is None or isinstance(x, str) else str(x))
 
 
@@ -191,7 +227,8 @@ class Context:
     say      print a line of progress
     monitor  the run monitor (perfbook.hoststate.monitor.RunMonitor), or None; chapters use window()
     """
-    chapter: "Chapter"
+
+    chapter: Chapter
     p: dict
     profile: str
     writer: Any
@@ -207,19 +244,16 @@ class Context:
         perfbook.hoststate.monitor.GAP_S allows for its kind) means its numbers are wrong, and the run is
         not published."""
         if self.monitor is None:
-            from contextlib import nullcontext
             return nullcontext()
         return self.monitor.window(name, gap_rejects)
 
     def progress(self, total: int, **kw):
         """A Progress line printer for a loop of `total` steps (perfbook.core.progress)."""
-        from perfbook.core.progress import Progress
         return Progress(self.chapter.name, total, **kw)
 
     def scratch(self):
         """A private scratch directory for this run, removed when the run ends
         (perfbook.hoststate.scratch.Scratch, registered on the undo stack)."""
-        from perfbook.hoststate.scratch import Scratch
         return self.undo.enter_context(Scratch(self.chapter.name, say=self.say))
 
 
@@ -233,19 +267,22 @@ class Context:
 #   prose         D -> the values the prose glues (and platform_notes(D): the banner's notes)
 #   key_findings  FINDINGS: the chapter's conclusions, each decided per host (perfbook.analysis.findings)
 PARTS = ("collect", "parse", "analysis", "figures", "tables", "prose", "key_findings")
-EXPLAIN_PARTS = PARTS[1:]    # what a notebook runs in explain mode: every part but collect
+EXPLAIN_PARTS = PARTS[1:]  # what a notebook runs in explain mode: every part but collect
 
 
 def explain_modules(package: str) -> list[str]:
     """The modules a chapter notebook runs in explain mode: the package and its EXPLAIN_PARTS
     that exist (perfbook.core.codedigest follows their imports from there)."""
-    import importlib.util
-    return [package] + [f"{package}.{p}" for p in EXPLAIN_PARTS
-                        if importlib.util.find_spec(f"{package}.{p}") is not None]
+    return [package] + [
+        f"{package}.{p}"
+        for p in EXPLAIN_PARTS
+        if importlib.util.find_spec(f"{package}.{p}") is not None
+    ]
 
 
 class Chapter:
     """Base class of every chapter (see the module doc)."""
+
     name: str = ""
     title: str = ""
     profiles: dict[str, dict] = {}
@@ -255,21 +292,19 @@ class Chapter:
     plan_s: dict[str, int] = {}
     params: dict[str, Param] = {}
     tables: dict[str, Table] = {}
-    reference: tuple[str, ...] = ()   # data/reference/<name>.csv tables this chapter shows
+    reference: tuple[str, ...] = ()  # data/reference/<name>.csv tables this chapter shows
     quote_needs: tuple[str, ...] = ()  # tables the quoted dataset must have (see dataset.quoted)
     # the rerun box: what a collect needs beyond root and needs_tools, in a reader's words
     needs_text: str = ""
-    needs_root: bool = True            # the rerun box: does a collect need root
+    needs_root: bool = True  # the rerun box: does a collect need root
 
     def part(self, name: str):
         """The module <this chapter's package>.<name> (one of PARTS), imported on first use:
         the declaration in __init__ stays light (measure imports every chapter's)."""
-        import importlib
         return importlib.import_module(f"{type(self).__module__}.{name}")
 
     def _hook(self, part: str, name: str):
         """Function `name` of part `part`, None when the chapter has no such part or function."""
-        import importlib.util
         if importlib.util.find_spec(f"{type(self).__module__}.{part}") is None:
             return None
         return getattr(self.part(part), name, None)
@@ -302,7 +337,9 @@ class Chapter:
         p = dict(self.profiles[profile])
         for k, v in overrides.items():
             if k not in self.params:
-                raise ParameterError(f"unknown parameter {k!r}; known: {', '.join(sorted(self.params))}")
+                raise ParameterError(
+                    f"unknown parameter {k!r}; known: {', '.join(sorted(self.params))}"
+                )
             if v is not None:
                 p[k] = v
         for k, spec in self.params.items():
@@ -323,9 +360,11 @@ class Chapter:
         that is refused (perfbook.hoststate.statedir: the scratch parent or the state dir planted) is no
         such reason: it is an attack or a mistake to mend, and the collect fails on it (its
         lock or its sweep refuses the directory, perfbook.framework.sequence.collect)."""
-        import shutil
-        return [f"{tool} is not installed (apt-get install {pkg})"
-                for tool, pkg in self.needs_tools.items() if not shutil.which(tool)]
+        return [
+            f"{tool} is not installed (apt-get install {pkg})"
+            for tool, pkg in self.needs_tools.items()
+            if not shutil.which(tool)
+        ]
 
     def measure(self, ctx: Context) -> None:
         """The measurement: `measure(ctx)` of the chapter package's collect module."""
@@ -333,7 +372,6 @@ class Chapter:
 
     def load(self, data_dir=None):
         """Every dataset of this chapter, checked and typed (perfbook.data.dataset.Data)."""
-        from perfbook.data.dataset import Data
         return Data.load(self, data_dir)
 
     def __repr__(self):
@@ -341,8 +379,22 @@ class Chapter:
 
 
 # The table perfbook.analysis.repetition.Repetition.records() writes, in every chapter that repeats adaptively.
-REPETITION = Table(experiment="str", key="str", n="int", warmup="int", median="float",
-                   ci_low="float", ci_high="float", ci_coverage="float", rel_ci_width="float",
-                   target="float", min_runs="int", max_runs="int", budget_s="float",
-                   elapsed_s="float", met_target="bool", stopped_by="str",
-                   optional=("ci_coverage",))
+REPETITION = Table(
+    experiment="str",
+    key="str",
+    n="int",
+    warmup="int",
+    median="float",
+    ci_low="float",
+    ci_high="float",
+    ci_coverage="float",
+    rel_ci_width="float",
+    target="float",
+    min_runs="int",
+    max_runs="int",
+    budget_s="float",
+    elapsed_s="float",
+    met_target="bool",
+    stopped_by="str",
+    optional=("ci_coverage",),
+)

@@ -19,19 +19,27 @@ that was stopped, frozen or starved (a gap, perfbook.hoststate.monitor), or lost
 steal, is published marked disturbed; a gap inside a window the chapter marked gap_rejects is a
 failed sanity check, and nothing is published.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from perfbook.core import guard
-from perfbook.hoststate import knobs, statedir
-from perfbook.data.dataset import check_writable
 from perfbook.core.errors import MissingPrerequisite
-from perfbook.hoststate.lock import measure_lock
 from perfbook.core.paths import resolve_data_dir
+from perfbook.data.dataset import check_writable
+from perfbook.data.writer import DatasetWriter
+from perfbook.framework.contract import Context
+from perfbook.hoststate import knobs, statedir
+from perfbook.hoststate.cgroup import RunGroup
+from perfbook.hoststate.lock import measure_lock
+from perfbook.hoststate.monitor import RunMonitor
+from perfbook.hoststate.sweep import sweep_all
+from perfbook.hoststate.tracefs import find_tracefs, release_mount
 
 
 def status(chapter: str, state: str, detail: str, **extra) -> None:
@@ -39,7 +47,9 @@ def status(chapter: str, state: str, detail: str, **extra) -> None:
     path = os.environ.get("PERFBOOK_STATUS_FILE")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n")
+            f.write(
+                json.dumps({"chapter": chapter, "status": state, "detail": detail, **extra}) + "\n"
+            )
 
 
 def _record_disturbance(w, rec: dict, say) -> None:
@@ -58,7 +68,6 @@ def _release_mounts(debugfs_before: bool, say) -> None:
     during the run (perfbook.hoststate.knobs.release_debugfs_if_new)."""
     if os.geteuid() != 0:
         return
-    from perfbook.hoststate.tracefs import find_tracefs, release_mount
     with guard.restoring():
         root = find_tracefs()
         if root is not None:
@@ -66,33 +75,32 @@ def _release_mounts(debugfs_before: bool, say) -> None:
         knobs.release_debugfs_if_new(debugfs_before, say)
 
 
-def collect(chapter, profile: str = "default", data_dir=None, say=print, **overrides) -> Path | None:
+def collect(
+    chapter, profile: str = "default", data_dir=None, say=print, **overrides
+) -> Path | None:
     """Measure one chapter (a perfbook.framework.contract.Chapter) on this host. Returns the new dataset,
     or None when skipped."""
-    from contextlib import ExitStack
-    from perfbook.hoststate.cgroup import RunGroup
-    from perfbook.framework.contract import Context
-    from perfbook.data.writer import DatasetWriter
-    from perfbook.hoststate.monitor import RunMonitor
-    from perfbook.hoststate.sweep import sweep_all
-    p = chapter.parameters(profile, **overrides)   # bad input stops here, before anything
+    p = chapter.parameters(profile, **overrides)  # bad input stops here, before anything
     reasons = chapter.preflight()
     if reasons:
         say(f"SKIPPED: {reasons[0]}")
         status(chapter.name, "skipped", "; ".join(reasons))
         return None
     data = resolve_data_dir(data_dir)
-    check_writable(data)                          # an unwritable data dir stops here too,
-    statedir.state_dir()                          # and so does a refused private directory
-    statedir.scratch_parent()                     # (UnsafePath), before waiting for the lock
+    check_writable(data)  # an unwritable data dir stops here too,
+    statedir.state_dir()  # and so does a refused private directory
+    statedir.scratch_parent()  # (UnsafePath), before waiting for the lock
     t0 = time.monotonic()
     with guard.interruptible(), measure_lock(f"{chapter.name} collect"):
-        sweep_all(log=say)      # UnsafePath, once all else is swept, if it refused something
+        sweep_all(log=say)  # UnsafePath, once all else is swept, if it refused something
         debugfs_before = knobs.mounted()  # the mount table this run must leave as it found it
         try:
             with DatasetWriter(chapter.name, data, p, profile=profile, schemas=chapter.tables) as w:
                 try:
-                    with RunGroup() as group, ExitStack() as undo:   # every descendant is gone before publishing
+                    with (
+                        RunGroup() as group,
+                        ExitStack() as undo,
+                    ):  # every descendant is gone before publishing
                         # in the run's cgroup (a freeze of the group stops it too), in a session
                         # of its own (a SIGSTOP of the run's process group does not)
                         monitor = RunMonitor().start()
@@ -100,7 +108,7 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
                             chapter.measure(Context(chapter, p, profile, w, undo, say, monitor))
                             _record_disturbance(w, monitor.stop(), say)
                         finally:
-                            with guard.restoring():   # a second signal cannot cut the restore short
+                            with guard.restoring():  # a second signal cannot cut the restore short
                                 monitor.close()
                                 group.end_children()  # first: no child may hold what is undone
                                 undo.close()
@@ -111,7 +119,12 @@ def collect(chapter, profile: str = "default", data_dir=None, say=print, **overr
             status(chapter.name, "skipped", str(e))
             return None
     out = w.published
-    status(chapter.name, "measured", str(out), seconds=round(time.monotonic() - t0),
-           disturbed=(w.disturbance or {}).get("disturbed"))
+    status(
+        chapter.name,
+        "measured",
+        str(out),
+        seconds=round(time.monotonic() - t0),
+        disturbed=(w.disturbance or {}).get("disturbed"),
+    )
     say(f"new dataset: {out}")
     return out

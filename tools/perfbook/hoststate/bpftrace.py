@@ -11,6 +11,7 @@ bpftrace runs in its own session, with SIGINT at its default action (a run start
 dies with the measuring process even on SIGKILL (and the run's cgroup catches anything else,
 perfbook.hoststate.cgroup).
 """
+
 from __future__ import annotations
 
 import selectors
@@ -22,14 +23,20 @@ from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import interruptible_child, kill_group
 
 ATTACH_TIMEOUT_S = 60.0
-STOP_TRIES, STOP_WAIT_S = 12, 5.0     # now and then a SIGINT is lost: send it again
+STOP_TRIES, STOP_WAIT_S = 12, 5.0  # now and then a SIGINT is lost: send it again
 
 
 def start(prog: str, log=lambda s: None, timeout: float = ATTACH_TIMEOUT_S) -> subprocess.Popen:
     """bpftrace -e prog, returned once its probes are attached. If it exits first or does not
     attach within `timeout` seconds, it is killed and PerfbookError says what it printed."""
-    bt = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, start_new_session=True, preexec_fn=interruptible_child)
+    bt = subprocess.Popen(
+        ["bpftrace", "-e", prog],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interruptible_child,
+    )
     out: list[str] = []
     try:
         sel = selectors.DefaultSelector()
@@ -38,8 +45,9 @@ def start(prog: str, log=lambda s: None, timeout: float = ATTACH_TIMEOUT_S) -> s
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(left):
-                raise PerfbookError(f"bpftrace did not attach within {timeout:.0f} s: "
-                                    + " ".join(out)[-300:])
+                raise PerfbookError(
+                    f"bpftrace did not attach within {timeout:.0f} s: " + " ".join(out)[-300:]
+                )
             line = bt.stdout.readline()
             if not line:
                 raise PerfbookError("bpftrace exited before attaching: " + " ".join(out)[-300:])
@@ -63,11 +71,14 @@ def stop(bt: subprocess.Popen, log=lambda s: None) -> str:
                 rest, _ = bt.communicate(timeout=STOP_WAIT_S)
                 break
             except subprocess.TimeoutExpired:
-                log(f"bpftrace has not exited {STOP_WAIT_S * (attempt + 1):.0f} s after SIGINT; "
-                    "sending it again")
+                log(
+                    f"bpftrace has not exited {STOP_WAIT_S * (attempt + 1):.0f} s after SIGINT; "
+                    "sending it again"
+                )
     finally:
         kill_group(bt)
     if rest is None:
-        raise PerfbookError(f"bpftrace did not print its maps within "
-                            f"{STOP_TRIES * STOP_WAIT_S:.0f} s of SIGINT")
+        raise PerfbookError(
+            f"bpftrace did not print its maps within {STOP_TRIES * STOP_WAIT_S:.0f} s of SIGINT"
+        )
     return rest

@@ -21,6 +21,7 @@ Only root can create a group under the cgroup2 mount's top; a host without a wri
 cgroup2 hierarchy runs without one (PDEATHSIG and process groups still apply), and
 `RunGroup.path` is None.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,6 +31,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from perfbook.core import guard
+from perfbook.core.paths import repo_root
+from perfbook.core.proc import pid_alive
 
 PREFIX = "perfbook-run-"
 _NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)$")
@@ -119,6 +124,7 @@ class RunGroup:
     """`with RunGroup():` the calling process, and everything it starts inside the block,
     run in a fresh cgroup that is emptied and removed when the block ends (see module doc).
     Nested uses share the outermost group."""
+
     _depth = 0
 
     def __init__(self):
@@ -138,17 +144,20 @@ class RunGroup:
             return self
         group = root / f"{PREFIX}{os.getpid()}"
         try:
-            if group.exists():     # a dead run of ours with our pid: empty it first
+            if group.exists():  # a dead run of ours with our pid: empty it first
                 kill_all(group)
                 remove(group)
             os.mkdir(group, 0o755)
         except OSError:
-            return self            # a read-only or foreign hierarchy: run without a group
-        from perfbook.core.paths import repo_root
+            return self  # a read-only or foreign hierarchy: run without a group
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(group)], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            cwd=repo_root())
+            [sys.executable, "-c", _WATCHDOG, str(group)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=repo_root(),
+        )
         try:
             (group / "cgroup.procs").write_text(str(os.getpid()))
         except OSError:
@@ -180,7 +189,6 @@ class RunGroup:
         RunGroup._depth -= 1
         if self._nested or self.path is None:
             return False
-        from perfbook.core import guard
         with guard.restoring():
             for home in (self._home, mount()):  # where we came from, else the hierarchy's top
                 try:
@@ -203,7 +211,6 @@ class RunGroup:
 
 def sweep_stale(log=print) -> list[str]:
     """Groups of runs whose owner is dead: kill what is left in them and remove them."""
-    from perfbook.core.proc import pid_alive
     root = mount()
     if root is None or os.geteuid() != 0:
         return []
@@ -215,5 +222,7 @@ def sweep_stale(log=print) -> list[str]:
         left = procs(g)
         kill_all(g)
         if remove(g):
-            removed.append(f"cgroup {g.name}" + (f" ({len(left)} process(es) killed)" if left else ""))
+            removed.append(
+                f"cgroup {g.name}" + (f" ({len(left)} process(es) killed)" if left else "")
+            )
     return removed

@@ -9,6 +9,7 @@ Before any change the session records it in the private state directory
 that after a SIGKILL `sweep_stale()` (every run's first step, `make sweep`) restores the
 knobs and unmounts debugfs for the dead run.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from pathlib import Path
 from perfbook.core import guard
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import pid_alive
+from perfbook.hoststate.mounts import mounts
 from perfbook.hoststate.statedir import subdir, write_file
 from perfbook.hoststate.tracefs import write_knob
 
@@ -27,7 +29,6 @@ DEBUGFS = Path("/sys/kernel/debug")
 
 def mounted(root: Path = DEBUGFS, fstype: str = "debugfs") -> bool:
     """Whether `fstype` is mounted exactly at `root` (/proc/mounts, exact mount point)."""
-    from perfbook.hoststate.mounts import mounts
     return any(m == str(root) and t == fstype for m, t in mounts())
 
 
@@ -38,7 +39,9 @@ def _record_dir() -> Path:
 class KnobSession:
     """Knob writes under `root` (debugfs by default), each undone when the session closes."""
 
-    def __init__(self, root: Path = DEBUGFS, mount: bool = True, log=print, fstype: str = "debugfs"):
+    def __init__(
+        self, root: Path = DEBUGFS, mount: bool = True, log=print, fstype: str = "debugfs"
+    ):
         self.root, self.mount, self.log, self.fstype = Path(root), mount, log, fstype
         self.mounted_by_us = False
         self.saved: dict[str, str] = {}
@@ -46,20 +49,33 @@ class KnobSession:
         self._record = _record_dir() / f"{os.getpid()}.json"
 
     def _save_record(self) -> None:
-        write_file(self._record, json.dumps({"root": str(self.root), "mounted": self.mounted_by_us,
-                                             "fstype": self.fstype, "saved": self.saved}) + "\n")
+        write_file(
+            self._record,
+            json.dumps(
+                {
+                    "root": str(self.root),
+                    "mounted": self.mounted_by_us,
+                    "fstype": self.fstype,
+                    "saved": self.saved,
+                }
+            )
+            + "\n",
+        )
 
     def __enter__(self):
         self._closed = False
         if self.mount and not mounted(self.root, self.fstype):
-            self.mounted_by_us = True          # recorded before mounting: a SIGKILL in between
-            self._save_record()                # leaves a record the sweep can act on
-            r = subprocess.run(["mount", "-t", self.fstype, "none", str(self.root)],
-                               capture_output=True, text=True)
+            self.mounted_by_us = True  # recorded before mounting: a SIGKILL in between
+            self._save_record()  # leaves a record the sweep can act on
+            r = subprocess.run(
+                ["mount", "-t", self.fstype, "none", str(self.root)], capture_output=True, text=True
+            )
             if r.returncode != 0:
                 self.mounted_by_us = False
                 self._record.unlink(missing_ok=True)
-                self.log(f"note: {self.fstype} is not mounted and mounting it failed: {r.stderr.strip()}")
+                self.log(
+                    f"note: {self.fstype} is not mounted and mounting it failed: {r.stderr.strip()}"
+                )
         return self
 
     def set(self, path: str | Path, value: str) -> None:
@@ -70,8 +86,10 @@ class KnobSession:
             try:
                 self.saved[key] = full.read_text().strip()
             except OSError as e:
-                raise PerfbookError(f"can't read {full} before changing it ({e.strerror}); "
-                                    "refusing to write a knob we could not restore") from None
+                raise PerfbookError(
+                    f"can't read {full} before changing it ({e.strerror}); "
+                    "refusing to write a knob we could not restore"
+                ) from None
             self._save_record()
         write_knob(full, value)
 
@@ -100,7 +118,7 @@ class KnobSession:
                     else:
                         left = True
             finally:
-                if left:   # keep the record: the next run's sweep retries what failed here
+                if left:  # keep the record: the next run's sweep retries what failed here
                     self._save_record()
                 else:
                     self._record.unlink(missing_ok=True)
@@ -136,8 +154,9 @@ def _umount(root: Path, log) -> bool:
     return r.returncode == 0
 
 
-def release_debugfs_if_new(was_mounted: bool, log=print, root: Path | None = None,
-                           fstype: str = "debugfs") -> bool:
+def release_debugfs_if_new(
+    was_mounted: bool, log=print, root: Path | None = None, fstype: str = "debugfs"
+) -> bool:
     """After a run (every child gone, every session closed): unmount debugfs if it was not
     mounted when the run began and is now. perf and libtraceevent mount debugfs, or read the
     tracefs automounted below it, on their own when they look for tracing; a run's children
@@ -171,14 +190,17 @@ def sweep_stale(log=print) -> list[str]:
             except OSError as e:
                 log(f"warning: could not restore {key} to {value!r}: {e.strerror}")
         root = Path(state.get("root", DEBUGFS))
-        live = [r for r in _record_dir().glob("*.json") if r != rec and r.stem.isdigit()
-                and pid_alive(int(r.stem))]
+        live = [
+            r
+            for r in _record_dir().glob("*.json")
+            if r != rec and r.stem.isdigit() and pid_alive(int(r.stem))
+        ]
         if state.get("mounted") and not live and mounted(root, state.get("fstype", "debugfs")):
             if _umount(root, log):
                 done.append(f"{root} unmounted")
             else:  # busy (a process still reads the tracefs below it): the next sweep retries;
                 write_file(rec, json.dumps({**state, "saved": {}}) + "\n")  # dropping the
-                continue                                          # record would orphan the mount
+                continue  # record would orphan the mount
         rec.unlink(missing_ok=True)
     return done
 

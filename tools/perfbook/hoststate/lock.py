@@ -8,6 +8,7 @@ text in a file: a run started by the holder (`python -m perfbook measure` -> a n
 kernel) proceeds under its ancestor's lock; anyone else waits. The lock is released when
 the holder exits, even on SIGKILL.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -16,8 +17,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from perfbook.hoststate import statedir
 from perfbook.core.errors import LockBusy
+from perfbook.hoststate import statedir
 
 
 def lock_path() -> Path:
@@ -72,7 +73,9 @@ def ancestors(pid: int | None = None) -> list[int]:
 
 def _describe(pid: int) -> str:
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        cmd = (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         cmd = "?"
     return f"pid {pid} ({cmd.strip()[:80]})"
@@ -113,8 +116,10 @@ def measure_lock(what: str = "measure", wait: float | None = None):
                     return
                 who = ", ".join(_describe(h) for h in holders) or "a process that just left"
                 if time.monotonic() >= deadline:
-                    raise LockBusy(f"another measure run holds {path} ({who}); "
-                                   "wait for it to finish, or set PERFBOOK_LOCK_WAIT") from None
+                    raise LockBusy(
+                        f"another measure run holds {path} ({who}); "
+                        "wait for it to finish, or set PERFBOOK_LOCK_WAIT"
+                    ) from None
                 if not told:
                     print(f"waiting for the measure lock {path}, held by {who} ...", flush=True)
                     told = True

@@ -35,18 +35,37 @@ one wakeup of the monitor.
 The thresholds (GAP_S per kind of gap, STARVED_RAN, STEAL_PCT) are explained where they are
 defined.
 """
+
 from __future__ import annotations
 
 import json
 import os
+import resource
+import select
+import subprocess
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
-PERIOD_S = 0.1      # a tick every 100 ms: a gap's start and end are known to +-0.1 s
-SLOW_EVERY = 10     # /proc/stat and cpufreq every 10th tick (1 s): /proc/stat is the costly read
+from perfbook.core.proc import die_with_parent
+
+PERIOD_S = 0.1  # a tick every 100 ms: a gap's start and end are known to +-0.1 s
+SLOW_EVERY = 10  # /proc/stat and cpufreq every 10th tick (1 s): /proc/stat is the costly read
 # one sample, as a list in this order (a long run holds tens of thousands)
-FIELDS = ("t_ns", "edge", "state", "run_ns", "wait_ns", "load1", "runnable",
-          "cpu_ticks", "steal_ticks", "ctxt", "cpu_khz")
+FIELDS = (
+    "t_ns",
+    "edge",
+    "state",
+    "run_ns",
+    "wait_ns",
+    "load1",
+    "runnable",
+    "cpu_ticks",
+    "steal_ticks",
+    "ctxt",
+    "cpu_khz",
+)
 
 # A gap is a stretch in which the run made no progress, at least GAP_S[kind] long: each well
 # above what the book's 2-CPU VM does on its own. Measured there with monitors watching a
@@ -71,6 +90,7 @@ STEAL_PCT = 25.0
 
 
 # -- the monitor process (python -S -m perfbook monitor PID PERIOD_S) ---------------------------
+
 
 def _proc_stat() -> tuple[int | None, int | None, int | None]:
     """(all CPU time, steal time, context switches) from /proc/stat, in USER_HZ ticks."""
@@ -133,8 +153,6 @@ def _pread(fd: int | None) -> bytes | None:
 def _child(pid: int, period_s: float) -> None:
     """Sample until stdin reaches EOF (the run closed it, or died); a byte on stdin asks for a
     full sample now (a window edge). Then print the samples as one JSON object."""
-    import resource
-    import select
     stat_fd, sched_fd = _open(f"/proc/{pid}/stat"), _open(f"/proc/{pid}/schedstat")
     load_fd = _open("/proc/loadavg")
     freqs = _freq_files()
@@ -150,8 +168,19 @@ def _child(pid: int, period_s: float) -> None:
         state = st.rsplit(b")", 1)[1].split()[0].decode() if st else None
         run_ns, wait_ns = (int(x) for x in sc.split()[:2]) if sc else (None, None)
         lf = la.split() if la else None
-        row = [t, edge, state, run_ns, wait_ns, float(lf[0]) if lf else None,
-               int(lf[3].split(b"/")[0]) if lf else None, None, None, None, None]
+        row = [
+            t,
+            edge,
+            state,
+            run_ns,
+            wait_ns,
+            float(lf[0]) if lf else None,
+            int(lf[3].split(b"/")[0]) if lf else None,
+            None,
+            None,
+            None,
+            None,
+        ]
         if edge or done or tick % SLOW_EVERY == 0:
             row[7:10] = _proc_stat()
             row[10] = _cpu_khz(freqs)
@@ -164,21 +193,31 @@ def _child(pid: int, period_s: float) -> None:
         tick, edge = tick + 1, 0
         nxt += period
         now = time.monotonic_ns()
-        if nxt <= now:                  # late (a gap): the next tick a period from now
+        if nxt <= now:  # late (a gap): the next tick a period from now
             nxt = now + period
         for _fd, _ev in poll.poll(max(0, (nxt - now) // 1_000_000)):
             data = os.read(0, 4096)
             if data:
                 edge = 1
             else:
-                done = True             # one last full sample, then the record
+                done = True  # one last full sample, then the record
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    json.dump({"pid": pid, "period_ns": period, "fields": FIELDS, "samples": samples,
-               "cpu_s": ru.ru_utime + ru.ru_stime, "start_cpu_s": start_cpu}, sys.stdout)
+    json.dump(
+        {
+            "pid": pid,
+            "period_ns": period,
+            "fields": FIELDS,
+            "samples": samples,
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "start_cpu_s": start_cpu,
+        },
+        sys.stdout,
+    )
     sys.stdout.flush()
 
 
 # -- in the measuring process ----------------------------------------------------------------
+
 
 class RunMonitor:
     """The monitor process of one run (see the module doc): start(), window(name) around the
@@ -190,20 +229,29 @@ class RunMonitor:
         self.windows: list[dict] = []
         self.proc = None
 
-    def start(self) -> "RunMonitor":
+    def start(self) -> RunMonitor:
         """Start the monitor process; if it can't start, the record will say it recorded
         nothing (a run is not failed for lack of a witness)."""
-        import subprocess
-        from pathlib import Path
-        from perfbook.core.proc import die_with_parent
         # -S: the standard library is all it needs (the venv's site hooks cost 20 ms of CPU);
         # run from the directory that holds this package, whatever PERFBOOK_ROOT says
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-S", "-m", "perfbook", "monitor", str(self.pid), repr(self.period_s)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                cwd=Path(__file__).resolve().parents[2], start_new_session=True,
-                preexec_fn=die_with_parent)
+                [
+                    sys.executable,
+                    "-S",
+                    "-m",
+                    "perfbook",
+                    "monitor",
+                    str(self.pid),
+                    repr(self.period_s),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=Path(__file__).resolve().parents[2],
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         except OSError:
             self.proc = None
         return self
@@ -219,30 +267,33 @@ class RunMonitor:
 
     def window(self, name: str, gap_rejects: bool = False):
         """A context manager around a measured window (see perfbook.framework.contract.Context.window)."""
-        from contextlib import contextmanager
 
         @contextmanager
         def cm():
             self.mark()
-            w = {"name": str(name), "start_ns": time.monotonic_ns(), "end_ns": None,
-                 "gap_rejects": bool(gap_rejects)}
+            w = {
+                "name": str(name),
+                "start_ns": time.monotonic_ns(),
+                "end_ns": None,
+                "gap_rejects": bool(gap_rejects),
+            }
             self.windows.append(w)
             try:
                 yield w
             finally:
                 w["end_ns"] = time.monotonic_ns()
                 self.mark()
+
         return cm()
 
     def stop(self, timeout: float = 10.0) -> dict:
         """End the monitor and return the run's record (summarize()). A monitor that died or
         printed nothing gives a record that says so (and no verdict): a run is not failed for
         lack of a witness."""
-        import subprocess
         raw = None
         if self.proc is not None:
             try:
-                out, _ = self.proc.communicate(timeout=timeout)   # closes stdin: the monitor ends
+                out, _ = self.proc.communicate(timeout=timeout)  # closes stdin: the monitor ends
                 raw = json.loads(out) if out else None
             except (ValueError, OSError, subprocess.TimeoutExpired):
                 raw = None
@@ -264,6 +315,7 @@ class RunMonitor:
 
 
 # -- the record: raw samples -> figures, gaps, verdict ---------------------------------------
+
 
 def _stats(vals: list) -> dict | None:
     v = [x for x in vals if x is not None]
@@ -290,8 +342,12 @@ def _over(rows: list[dict]) -> dict:
     out["cpu_khz"] = _stats([r["cpu_khz"] for r in rows])
     waits = [r for r in rows if r["wait_ns"] is not None]
     if len(waits) >= 2 and waits[-1]["t_ns"] > waits[0]["t_ns"]:
-        out["wait_pct"] = round(100 * (waits[-1]["wait_ns"] - waits[0]["wait_ns"])
-                                / (waits[-1]["t_ns"] - waits[0]["t_ns"]), 2)
+        out["wait_pct"] = round(
+            100
+            * (waits[-1]["wait_ns"] - waits[0]["wait_ns"])
+            / (waits[-1]["t_ns"] - waits[0]["t_ns"]),
+            2,
+        )
     return out
 
 
@@ -326,16 +382,27 @@ def find_gaps(rows: list[dict], period_ns: int, min_s: float | None = None) -> l
     pairs = list(zip(rows, rows[1:]))
     # stopped: from the first sample that saw state T to the first that did not
     stretches("stopped", [a["state"] in ("T", "t") for a, _ in pairs])
-    stretches("starved", [a["state"] == "R" and b["state"] == "R" and a["run_ns"] is not None
-                          and b["run_ns"] - a["run_ns"] <= STARVED_RAN * (b["t_ns"] - a["t_ns"])
-                          for a, b in pairs])
-    for a, b in pairs:                               # not running: the tick itself was late
+    stretches(
+        "starved",
+        [
+            a["state"] == "R"
+            and b["state"] == "R"
+            and a["run_ns"] is not None
+            and b["run_ns"] - a["run_ns"] <= STARVED_RAN * (b["t_ns"] - a["t_ns"])
+            for a, b in pairs
+        ],
+    )
+    for a, b in pairs:  # not running: the tick itself was late
         if b["t_ns"] - a["t_ns"] > period_ns:
-            gaps.append({"kind": "not running", "start_ns": a["t_ns"] + period_ns, "end_ns": b["t_ns"]})
+            gaps.append(
+                {"kind": "not running", "start_ns": a["t_ns"] + period_ns, "end_ns": b["t_ns"]}
+            )
     for g in gaps:
         g["seconds"] = round((g["end_ns"] - g["start_ns"]) / 1e9, 2)
-    return sorted((g for g in gaps if g["seconds"] >= (GAP_S[g["kind"]] if min_s is None else min_s)),
-                  key=lambda g: g["start_ns"])
+    return sorted(
+        (g for g in gaps if g["seconds"] >= (GAP_S[g["kind"]] if min_s is None else min_s)),
+        key=lambda g: g["start_ns"],
+    )
 
 
 def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
@@ -344,8 +411,13 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
     (`disturbed`, `reasons`; `rejects`: gaps inside windows marked gap_rejects)."""
     base = {"thresholds": {"gap_s": GAP_S, "starved_ran": STARVED_RAN, "steal_pct": STEAL_PCT}}
     if not raw or not raw.get("samples"):
-        return {**base, "recorded": False, "disturbed": None,
-                "reasons": ["the run monitor recorded nothing"], "rejects": []}
+        return {
+            **base,
+            "recorded": False,
+            "disturbed": None,
+            "reasons": ["the run monitor recorded nothing"],
+            "rejects": [],
+        }
     rows = [dict(zip(raw["fields"], s)) for s in raw["samples"]]
     t0 = rows[0]["t_ns"]
     span = (rows[-1]["t_ns"] - t0) / 1e9
@@ -363,34 +435,71 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
         after = [r for r in rows if r["t_ns"] >= end and r["cpu_ticks"] is not None][:1]
         # a gap hits the window if they overlap once the gap's last tick is left out (the run
         # may have gone on, and entered the window, just before the monitor's next sample)
-        hit = [i for i, g in enumerate(gaps)
-               if g["start_ns"] < end and w["start_ns"] < g["end_ns"] - raw["period_ns"]]
-        wins.append({"name": w["name"], "at_s": at(w["start_ns"]), "seconds": round((end - w["start_ns"]) / 1e9, 3),
-                     **_over(before + inside + after), "gaps": hit, "gap_rejects": w["gap_rejects"]})
+        hit = [
+            i
+            for i, g in enumerate(gaps)
+            if g["start_ns"] < end and w["start_ns"] < g["end_ns"] - raw["period_ns"]
+        ]
+        wins.append(
+            {
+                "name": w["name"],
+                "at_s": at(w["start_ns"]),
+                "seconds": round((end - w["start_ns"]) / 1e9, 3),
+                **_over(before + inside + after),
+                "gaps": hit,
+                "gap_rejects": w["gap_rejects"],
+            }
+        )
     for i, g in enumerate(gaps):
         g["windows"] = [w["name"] for w in wins if i in w["gaps"]]
     reasons = [_gap_text(g, at(g["start_ns"])) for g in gaps]
     run = _over(rows)
     if run.get("steal_pct") is not None and run["steal_pct"] >= STEAL_PCT:
-        reasons.append(f"steal time was {run['steal_pct']:g} % of all CPU time over the run "
-                       f"(a disturbance from {STEAL_PCT:g} %)")
-    rejects = [f"{_gap_text(gaps[i], at(gaps[i]['start_ns']))}, inside the measured window "
-               f"{w['name']!r}, whose numbers assume the run went on throughout"
-               for w in wins if w["gap_rejects"] for i in w["gaps"]]
-    return {**base, "recorded": True, "disturbed": bool(reasons), "reasons": reasons, "rejects": rejects,
-            "clock": "CLOCK_MONOTONIC", "t0_ns": t0, "seconds": round(span, 2),
-            "period_s": raw["period_ns"] / 1e9, "samples": len(rows),
-            "monitor_cpu_s": round(raw.get("cpu_s", 0.0), 3),
-            "monitor_start_cpu_s": round(raw.get("start_cpu_s") or 0.0, 3),
-            "monitor_cpu_pct": round(100 * raw.get("cpu_s", 0.0) / span, 3) if span > 0 else None,
-            **run, "gaps": [{"kind": g["kind"], "at_s": at(g["start_ns"]), "seconds": g["seconds"],
-                             "windows": g["windows"]} for g in gaps],
-            "windows": wins}
+        reasons.append(
+            f"steal time was {run['steal_pct']:g} % of all CPU time over the run "
+            f"(a disturbance from {STEAL_PCT:g} %)"
+        )
+    rejects = [
+        f"{_gap_text(gaps[i], at(gaps[i]['start_ns']))}, inside the measured window "
+        f"{w['name']!r}, whose numbers assume the run went on throughout"
+        for w in wins
+        if w["gap_rejects"]
+        for i in w["gaps"]
+    ]
+    return {
+        **base,
+        "recorded": True,
+        "disturbed": bool(reasons),
+        "reasons": reasons,
+        "rejects": rejects,
+        "clock": "CLOCK_MONOTONIC",
+        "t0_ns": t0,
+        "seconds": round(span, 2),
+        "period_s": raw["period_ns"] / 1e9,
+        "samples": len(rows),
+        "monitor_cpu_s": round(raw.get("cpu_s", 0.0), 3),
+        "monitor_start_cpu_s": round(raw.get("start_cpu_s") or 0.0, 3),
+        "monitor_cpu_pct": round(100 * raw.get("cpu_s", 0.0) / span, 3) if span > 0 else None,
+        **run,
+        "gaps": [
+            {
+                "kind": g["kind"],
+                "at_s": at(g["start_ns"]),
+                "seconds": g["seconds"],
+                "windows": g["windows"],
+            }
+            for g in gaps
+        ],
+        "windows": wins,
+    }
 
 
 def _gap_text(g: dict, at_s: float) -> str:
-    what = {"stopped": "stopped", "starved": "starved (runnable, waiting for a CPU)",
-            "not running": "not running, nor was the monitor (a frozen cgroup, a paused VM?)"}[g["kind"]]
+    what = {
+        "stopped": "stopped",
+        "starved": "starved (runnable, waiting for a CPU)",
+        "not running": "not running, nor was the monitor (a frozen cgroup, a paused VM?)",
+    }[g["kind"]]
     return f"{what} for {g['seconds']:g} s at {at_s:g} s into the run"
 
 

@@ -1,4 +1,5 @@
 """The mount table, as the kernel has it now."""
+
 from __future__ import annotations
 
 from pathlib import Path

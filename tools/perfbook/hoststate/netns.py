@@ -1,6 +1,7 @@
 """Network namespaces of ours: perfbook_<pid>_<role>, listed, removed, and swept when their
 owner died (a SIGKILLed run). Shared because tools/perfbook/hoststate/sweep.py sweeps them for every run; the
 netperf_latency chapter creates them (perfbook.chapters.netperf_latency.collect)."""
+
 from __future__ import annotations
 
 import contextlib

@@ -7,6 +7,7 @@ The owner's pid is in the name (and in an `owner` file for people). The sweep lo
 inside the private parent, at directories of ours (lstat: no symlink is followed), whose
 pid is dead.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,11 @@ class Scratch:
 def live_dirs(chapter: str | None = None, parent: Path | None = None) -> list[Path]:
     """Scratch directories that exist now (of one chapter, or all); tests use it."""
     parent = parent or scratch_parent()
-    return sorted(d for d in parent.iterdir()
-                  if (m := _NAME.match(d.name)) and (chapter is None or m["chapter"] == chapter))
+    return sorted(
+        d
+        for d in parent.iterdir()
+        if (m := _NAME.match(d.name)) and (chapter is None or m["chapter"] == chapter)
+    )
 
 
 def sweep(parent: Path | None = None, log=None) -> list[Path]:

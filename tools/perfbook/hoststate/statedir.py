@@ -20,6 +20,7 @@ open_file also serves the data directory (perfbook.data.dataset.open_data), whos
 have contributed: any owner's regular file, with every directory below runs/ or reference/
 opened without following a link as well (`below`).
 """
+
 from __future__ import annotations
 
 import errno
@@ -57,20 +58,29 @@ def _default_scratch() -> Path:
 def check_kind(path: Path, st: os.stat_result, kind: str = "directory") -> None:
     """Refuse what is not a `kind` ("directory" or "file": a regular one); st from lstat/fstat."""
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePath(f"{path} is a symlink; perfbook refuses to follow it "
-                         "(remove it: perfbook never makes one)", path, "a symlink")
+        raise UnsafePath(
+            f"{path} is a symlink; perfbook refuses to follow it "
+            "(remove it: perfbook never makes one)",
+            path,
+            "a symlink",
+        )
     want = stat.S_ISDIR if kind == "directory" else stat.S_ISREG
     if not want(st.st_mode):
-        raise UnsafePath(f"{path} is not a {kind}; perfbook refuses to use it (remove it)",
-                         path, f"not a {'regular file' if kind == 'file' else kind}")
+        raise UnsafePath(
+            f"{path} is not a {kind}; perfbook refuses to use it (remove it)",
+            path,
+            f"not a {'regular file' if kind == 'file' else kind}",
+        )
 
 
 def check_ours(path: Path, st: os.stat_result, kind: str = "directory") -> None:
     """Refuse what is not a `kind` owned by the effective user (st from lstat/fstat)."""
     check_kind(path, st, kind)
     if st.st_uid != os.geteuid():
-        raise UnsafePath(f"{path} belongs to uid {st.st_uid}, not to us (uid {os.geteuid()}); "
-                         "perfbook refuses to use it (remove it, it was not made by perfbook)")
+        raise UnsafePath(
+            f"{path} belongs to uid {st.st_uid}, not to us (uid {os.geteuid()}); "
+            "perfbook refuses to use it (remove it, it was not made by perfbook)"
+        )
 
 
 def private_dir(path: Path) -> Path:
@@ -84,13 +94,17 @@ def private_dir(path: Path) -> Path:
     except FileNotFoundError:
         raise UnsafePath(f"cannot create {path}: its parent directory is missing") from None
     except PermissionError:
-        raise UnsafePath(f"cannot create {path}: permission denied (run as root, or set "
-                         "PERFBOOK_STATE_DIR to a directory of yours)") from None
+        raise UnsafePath(
+            f"cannot create {path}: permission denied (run as root, or set "
+            "PERFBOOK_STATE_DIR to a directory of yours)"
+        ) from None
     check_ours(path, os.lstat(path))  # a symlink or someone else's: refuse before opening
     try:  # O_NOFOLLOW: a swap to a symlink after the lstat fails here (ELOOP/ENOTDIR)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        raise UnsafePath(f"{path} changed while perfbook checked it ({e.strerror}); refusing") from None
+        raise UnsafePath(
+            f"{path} changed while perfbook checked it ({e.strerror}); refusing"
+        ) from None
     try:
         st = os.fstat(fd)
         check_ours(path, st)
@@ -116,8 +130,9 @@ def scratch_parent() -> Path:
     return private_dir(Path(os.environ.get("PERFBOOK_SCRATCH_DIR") or _default_scratch()))
 
 
-def open_file(path: Path, flags: int, mode: int = 0o600, *, below: Path | None = None,
-              ours: bool = True) -> int:
+def open_file(
+    path: Path, flags: int, mode: int = 0o600, *, below: Path | None = None, ours: bool = True
+) -> int:
     """os.open without following a symlink; the file must be a regular file of ours (any
     owner's with ours=False: the files of a data directory).
 
@@ -130,15 +145,16 @@ def open_file(path: Path, flags: int, mode: int = 0o600, *, below: Path | None =
         fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=at)
     except OSError as e:
         if e.errno == errno.ELOOP:  # the last component is a symlink
-            raise UnsafePath(f"{path} is a symlink; perfbook refuses to follow it",
-                             path, "a symlink") from None
+            raise UnsafePath(
+                f"{path} is a symlink; perfbook refuses to follow it", path, "a symlink"
+            ) from None
         raise
     finally:
         if at is not None:
             os.close(at)
     try:
         (check_ours if ours else check_kind)(path, os.fstat(fd), kind="file")
-        os.set_blocking(fd, True)   # O_NONBLOCK was for the open of a FIFO only
+        os.set_blocking(fd, True)  # O_NONBLOCK was for the open of a FIFO only
     except BaseException:
         os.close(fd)
         raise
@@ -157,10 +173,11 @@ def _walk_to(path: Path, below: Path) -> tuple[int, str]:
         for part in rel[:-1]:
             at = at / part
             try:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              dir_fd=fd)
+                nxt = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                )
             except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):   # which of the two, named
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):  # which of the two, named
                     check_kind(at, os.stat(part, dir_fd=fd, follow_symlinks=False))
                 raise
             os.close(fd)
@@ -178,4 +195,3 @@ def write_file(path: Path, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
-

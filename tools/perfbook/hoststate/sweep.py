@@ -24,6 +24,7 @@ that is refused (perfbook.hoststate.statedir.UnsafePath: the state dir or the sc
 symlink or as another user's directory) stops only the kinds of state kept in it: every
 other kind is swept first, and the refusals are reported at the end, in one line.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,12 @@ import stat
 import time
 from pathlib import Path
 
+from perfbook.core.paths import runs_dir
 from perfbook.core.proc import pid_alive
+from perfbook.hoststate import cgroup, knobs, scratch
+from perfbook.hoststate.netns import sweep_stale_netns
+from perfbook.hoststate.statedir import UnsafePath, state_dir, subdir, write_file
+from perfbook.hoststate.tracefs import find_tracefs, sweep_stale
 
 _TMP = re.compile(r"^\.tmp-(\d+)-")
 
@@ -51,8 +57,11 @@ def _legacy_scratch(log) -> list[str]:
         owner = d / "owner"
         try:
             ost = os.lstat(owner)
-            pid = int(owner.read_text().split()[0]) if stat.S_ISREG(ost.st_mode) \
-                and ost.st_uid == os.geteuid() else -1
+            pid = (
+                int(owner.read_text().split()[0])
+                if stat.S_ISREG(ost.st_mode) and ost.st_uid == os.geteuid()
+                else -1
+            )
         except (OSError, ValueError, IndexError):
             pid = -1
         if pid > 0 and pid_alive(pid):
@@ -79,7 +88,6 @@ def _legacy_state() -> list[str]:
             flag = p / "mounted"
             try:  # an older version mounted tracefs: hand that over, so the mount is released
                 if stat.S_ISREG(os.lstat(flag).st_mode):
-                    from perfbook.hoststate.statedir import subdir, write_file
                     write_file(subdir("tracefs") / "mounted", "legacy\n")
             except FileNotFoundError:
                 pass
@@ -127,7 +135,7 @@ def _remove_dataset_tmp(path: Path) -> str:
         shutil.rmtree(path.name, dir_fd=fd, ignore_errors=True)
         try:
             os.lstat(path.name, dir_fd=fd)
-            return "refused"              # it could not be removed (EIO, EROFS ...)
+            return "refused"  # it could not be removed (EIO, EROFS ...)
         except FileNotFoundError:
             return "removed"
     finally:
@@ -137,7 +145,6 @@ def _remove_dataset_tmp(path: Path) -> str:
 def _dataset_tmp(data_dir=None) -> list[str]:
     """Half-written datasets of dead runs in the checkout's data/ (or `data_dir`), recorded or
     not (runs older than the records), ours only, no symlink followed on the way."""
-    from perfbook.core.paths import runs_dir
     base = Path(os.path.realpath(runs_dir(data_dir)))
     removed = []
     for host in _subdirs(base):
@@ -164,7 +171,6 @@ _REC = re.compile(r"^tmp-(\d+)-")
 def remember_dataset(tmp: Path) -> None:
     """Record, before it is made, the temporary directory `tmp` (.tmp-<our pid>-...) a dataset
     writer is about to fill, wherever its data dir is: after a SIGKILL the sweep removes it."""
-    from perfbook.hoststate.statedir import subdir, write_file
     real = os.path.realpath(tmp)
     write_file(subdir("datasets") / Path(real).name.lstrip("."), f"{real}\n")
 
@@ -172,7 +178,6 @@ def remember_dataset(tmp: Path) -> None:
 def forget_dataset(tmp: Path) -> None:
     """The writer published or removed `tmp`: its record goes. A record that can't go (the
     state dir was refused meanwhile) is harmless: the sweep drops it once its run is dead."""
-    from perfbook.hoststate.statedir import UnsafePath, subdir
     try:
         (subdir("datasets") / Path(tmp).name.lstrip(".")).unlink(missing_ok=True)
     except (OSError, UnsafePath):
@@ -183,7 +188,6 @@ def _recorded_datasets(refused: list[str]) -> list[str]:
     """The recorded half-written datasets of dead runs (remember_dataset), in any data dir.
     A record names one .tmp-<its pid>-* directory and nothing else; one that is there but
     refused keeps its record and is reported in `refused`."""
-    from perfbook.hoststate.statedir import subdir
     removed = []
     for rec in subdir("datasets").iterdir():
         m = _REC.match(rec.name)
@@ -194,7 +198,7 @@ def _recorded_datasets(refused: list[str]) -> list[str]:
         except (OSError, ValueError):
             path = Path()
         if not path.is_absolute() or path.name != f".{rec.name}":
-            rec.unlink(missing_ok=True)        # not a record we write: nothing to act on
+            rec.unlink(missing_ok=True)  # not a record we write: nothing to act on
             continue
         outcome = _remove_dataset_tmp(path)
         if outcome == "refused":
@@ -215,7 +219,6 @@ _KERNEL = re.compile(r"^(?:k(\d+)(?:-\d+){1,2}(?:\.json)?|kernel-(\d+)\.json)$")
 def kernel_files() -> list[str]:
     """The connection files and sockets, in <state dir>/kernels, of notebook kernels whose
     owner is dead: regular files and sockets of ours only, never through a link."""
-    from perfbook.hoststate.statedir import subdir
     removed = []
     for f in subdir("kernels").iterdir():
         m = _KERNEL.match(f.name)
@@ -226,7 +229,7 @@ def kernel_files() -> list[str]:
         except FileNotFoundError:
             continue
         if st.st_uid == os.geteuid() and (stat.S_ISREG(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
-            f.unlink(missing_ok=True)     # the name itself: unlink never follows a link
+            f.unlink(missing_ok=True)  # the name itself: unlink never follows a link
             removed.append(str(f))
     return removed
 
@@ -240,7 +243,6 @@ def _legacy_kernel_records() -> list[str]:
     """Older versions recorded a papermill kernel's connection file in <state
     dir>/kernelfiles/<kernel pid>: once that kernel is dead, the file goes if it is still a
     regular file of ours with jupyter's name (never through a link), then the record."""
-    from perfbook.hoststate.statedir import state_dir
     d = state_dir() / "kernelfiles"
     try:
         st = os.lstat(d)
@@ -257,13 +259,17 @@ def _legacy_kernel_records() -> list[str]:
             fst = os.lstat(path)
         except (OSError, ValueError):
             fst = None
-        if fst is not None and stat.S_ISREG(fst.st_mode) and fst.st_uid == os.geteuid() \
-                and _KFILE.match(path.name):
+        if (
+            fst is not None
+            and stat.S_ISREG(fst.st_mode)
+            and fst.st_uid == os.geteuid()
+            and _KFILE.match(path.name)
+        ):
             path.unlink(missing_ok=True)
             removed.append(str(path))
         rec.unlink(missing_ok=True)
     try:
-        d.rmdir()                         # empty once every recorded kernel is dead
+        d.rmdir()  # empty once every recorded kernel is dead
     except OSError:
         pass
     return removed
@@ -275,8 +281,6 @@ def sweep_all(log=print, data_dir=None, refused: list[str] | None = None) -> lis
     A kind kept in a private directory that is refused (UnsafePath) is left alone, the others
     are swept all the same, and the reasons (each naming its path) go into `refused`; without
     that list they are raised, as one UnsafePath, once everything else is swept."""
-    from perfbook.hoststate import scratch
-    from perfbook.hoststate.statedir import UnsafePath
     removed: list[str] = []
     unsafe: list[str] = []
 
@@ -289,27 +293,25 @@ def sweep_all(log=print, data_dir=None, refused: list[str] | None = None) -> lis
 
     kind(_legacy_state)  # first: it may hand over a tracefs mount to release below
     if os.geteuid() == 0:
-        from perfbook.hoststate import cgroup    # first: a leftover bpftrace or perf still holds probes
         kind(cgroup.sweep_stale, log)
-        from perfbook.hoststate.tracefs import find_tracefs, sweep_stale
         root = find_tracefs()
         if root is not None:
             kind(sweep_stale, root, lambda s: None)
-        from perfbook.hoststate import knobs
         kind(knobs.sweep_stale, log)
         if shutil.which("ip"):
-            from perfbook.hoststate.netns import sweep_stale_netns
             kind(sweep_stale_netns, lambda s: None)
     kind(kernel_files)
     kind(_legacy_kernel_records)
     kind(lambda: [str(p) for p in scratch.sweep()])
     kind(_legacy_scratch, log)
     kind(_dataset_tmp, data_dir)
-    left: list[str] = []             # datasets refused one by one: said, not raised
+    left: list[str] = []  # datasets refused one by one: said, not raised
     kind(_recorded_datasets, left)
     if left:
-        log("left alone, not a half-written dataset of ours (behind a symlink, another user's) "
-            "or not removable: " + ", ".join(left) + "; remove it by hand")
+        log(
+            "left alone, not a half-written dataset of ours (behind a symlink, another user's) "
+            "or not removable: " + ", ".join(left) + "; remove it by hand"
+        )
     if removed:
         log("swept state left by a killed run: " + ", ".join(removed))
     if refused is not None:

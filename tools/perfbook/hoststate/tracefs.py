@@ -16,10 +16,12 @@ A TraceSession:
     an instance), removes the instance and restores the snapshot.
 SIGKILL can't be caught: the next session's sweep removes what it left.
 """
+
 from __future__ import annotations
 
 import atexit
 import errno
+import fcntl
 import os
 import re
 import subprocess
@@ -30,9 +32,9 @@ from pathlib import Path
 
 from perfbook.core import guard
 from perfbook.core.errors import MissingPrerequisite, PerfbookError
-from perfbook.hoststate.mounts import mounts
 from perfbook.core.proc import pid_alive
-from perfbook.hoststate.statedir import write_file
+from perfbook.hoststate.mounts import mounts
+from perfbook.hoststate.statedir import open_file, subdir, write_file
 
 PREFIX = "perfbook_"
 _GROUP_RE = re.compile(r"^[pr]:(" + PREFIX + r"(\d+))/(\S+)\s")
@@ -55,21 +57,29 @@ def preflight(need_uprobes: bool = True) -> list[str]:
     """Reasons this host can't run a trace session (empty list = fine)."""
     reasons = []
     if os.geteuid() != 0:
-        reasons.append("not root: tracefs, uprobes and trace_marker need root (run the measure step with sudo)")
+        reasons.append(
+            "not root: tracefs, uprobes and trace_marker need root (run the measure step with sudo)"
+        )
         return reasons
     root = find_tracefs()
     if root is None:
         if not DEFAULT_MOUNT.is_dir():
-            reasons.append("no tracefs: /sys/kernel/tracing is missing (kernel built without CONFIG_FTRACE?)")
+            reasons.append(
+                "no tracefs: /sys/kernel/tracing is missing (kernel built without CONFIG_FTRACE?)"
+            )
             return reasons
-        fstypes = Path("/proc/filesystems").read_text() if Path("/proc/filesystems").exists() else ""
+        fstypes = (
+            Path("/proc/filesystems").read_text() if Path("/proc/filesystems").exists() else ""
+        )
         if "tracefs" not in fstypes:
             reasons.append("no tracefs: the kernel does not offer the tracefs filesystem")
             return reasons
         root = DEFAULT_MOUNT  # mountable; the session mounts it
         return reasons
     if not (root / "instances").is_dir():
-        reasons.append(f"tracefs at {root} has no instances directory (kernel too old for private instances)")
+        reasons.append(
+            f"tracefs at {root} has no instances directory (kernel too old for private instances)"
+        )
     if need_uprobes and not (root / "uprobe_events").exists():
         reasons.append(f"no uprobe_events in {root} (kernel built without CONFIG_UPROBE_EVENTS)")
     return reasons
@@ -99,7 +109,7 @@ class GlobalState:
     our_probes: list[str] = field(default_factory=list)
 
     @classmethod
-    def read(cls, root: Path) -> "GlobalState":
+    def read(cls, root: Path) -> GlobalState:
         clock = (root / "trace_clock").read_text()
         m = re.search(r"\[(\S+)\]", clock)
         return cls(
@@ -107,8 +117,11 @@ class GlobalState:
             trace_clock=m.group(1) if m else clock.strip(),
             current_tracer=(root / "current_tracer").read_text().strip(),
             set_event=sorted((root / "set_event").read_text().split()),
-            our_probes=[line for line in _read_lines(root / "uprobe_events")
-                        if line.startswith(("p:" + PREFIX, "r:" + PREFIX))],
+            our_probes=[
+                line
+                for line in _read_lines(root / "uprobe_events")
+                if line.startswith(("p:" + PREFIX, "r:" + PREFIX))
+            ],
         )
 
 
@@ -122,7 +135,6 @@ def _read_lines(p: Path) -> list[str]:
 def _mount_dir() -> Path:
     """Where sessions record that they use tracefs, and whether we mounted it: a private
     directory of ours (perfbook.hoststate.statedir), so no other user can plant or redirect an entry."""
-    from perfbook.hoststate.statedir import subdir
     return subdir("tracefs")
 
 
@@ -143,8 +155,6 @@ def _mount_decision():
     """Whether to mount, and whether to unmount, is decided by one perfbook process at a time
     (an flock in the private state directory): two sessions that both found tracefs unmounted
     would otherwise stack two mounts, and only one would be released."""
-    import fcntl
-    from perfbook.hoststate.statedir import open_file
     fd = open_file(_mount_dir() / "mount.lock", os.O_RDWR | os.O_CREAT)
     try:
         with guard.restoring():
@@ -163,8 +173,10 @@ def release_mount(root: Path, exclude: str | None = None) -> bool:
         flag = _mount_dir() / "mounted"
         if not flag.exists() or _live_users(exclude):
             return False
+
         def still_mounted() -> bool:
             return any(t == "tracefs" and Path(m) == Path(root) for m, t in mounts())
+
         if not still_mounted():
             flag.unlink(missing_ok=True)
             return False
@@ -233,7 +245,11 @@ def _holders(path: Path) -> str:
 
 
 def _disable_everywhere(root: Path, group: str, event: str) -> None:
-    places = [root] + [d for d in (root / "instances").iterdir()] if (root / "instances").is_dir() else [root]
+    places = (
+        [root] + [d for d in (root / "instances").iterdir()]
+        if (root / "instances").is_dir()
+        else [root]
+    )
     for base in places:
         en = base / "events" / group / event / "enable"
         try:
@@ -281,8 +297,8 @@ class TraceSession:
         self.group = f"{PREFIX}{os.getpid()}"
         self.root: Path | None = None
         self.instance: Path | None = None
-        self.probes: list[str] = []          # "group/event"
-        self.enabled: list[Path] = []        # enable files we wrote 1 to
+        self.probes: list[str] = []  # "group/event"
+        self.enabled: list[Path] = []  # enable files we wrote 1 to
         self.saved: GlobalState | None = None
         self._guarded = False
         self._closed = True
@@ -304,17 +320,22 @@ class TraceSession:
         return self
 
     def _open(self):
-        with _mount_decision():   # mount and register as one step: no release in between
+        with _mount_decision():  # mount and register as one step: no release in between
             root = find_tracefs()
             if root is None:
                 # the flag first: a signal or SIGKILL right after the mount leaves a record
                 write_file(_mount_dir() / "mounted", f"{os.getpid()}\n")
                 with guard.restoring():
-                    r = subprocess.run(["mount", "-t", "tracefs", "nodev", str(DEFAULT_MOUNT)],
-                                       capture_output=True, text=True)
+                    r = subprocess.run(
+                        ["mount", "-t", "tracefs", "nodev", str(DEFAULT_MOUNT)],
+                        capture_output=True,
+                        text=True,
+                    )
                 if r.returncode != 0:
                     (_mount_dir() / "mounted").unlink(missing_ok=True)
-                    raise MissingPrerequisite(f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}")
+                    raise MissingPrerequisite(
+                        f"tracefs is not mounted and mounting it failed: {r.stderr.strip()}"
+                    )
                 root = DEFAULT_MOUNT
             self.root = root
             self._user = _mount_dir() / f"user.{os.getpid()}.{id(self)}"
@@ -339,8 +360,9 @@ class TraceSession:
         return self.buffer / name
 
     # -- probes ----------------------------------------------------------------
-    def add_uprobe(self, event: str, path: str | Path, offset: int, ret: bool = False,
-                   args: str = "") -> str:
+    def add_uprobe(
+        self, event: str, path: str | Path, offset: int, ret: bool = False, args: str = ""
+    ) -> str:
         """Define a uprobe (or uretprobe) at a *file offset* of `path`."""
         assert self.root is not None
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", event):
@@ -352,8 +374,9 @@ class TraceSession:
         try:
             _write(self.root / "uprobe_events", line + "\n", append=True)
         except OSError as e:
-            raise TraceError(f"the kernel refused uprobe '{line}': {e.strerror}; "
-                             f"{self._error_log_tail()}") from None
+            raise TraceError(
+                f"the kernel refused uprobe '{line}': {e.strerror}; {self._error_log_tail()}"
+            ) from None
         name = f"{self.group}/{event}"
         self.probes.append(name)
         return name
@@ -399,8 +422,9 @@ class TraceSession:
         top level; perfbook.probes.ftrace parses every layout they give, so set one only where a
         chapter needs it."""
         if self.instance is None:
-            raise TraceError(f"refusing to change global trace options {sorted(opts)} "
-                             "without a private instance")
+            raise TraceError(
+                f"refusing to change global trace options {sorted(opts)} without a private instance"
+            )
         for name, value in opts.items():
             path = self.buffer / "options" / name
             if not path.exists():
@@ -467,10 +491,11 @@ class TraceSession:
                                     break
                                 except OSError as e:
                                     if e.errno != errno.EBUSY or attempt == 249:
-                                        errors.append(f"rmdir {self.instance}: {e.strerror} "
-                                                      f"({_holders(self.instance)})")
+                                        errors.append(
+                                            f"rmdir {self.instance}: {e.strerror} "
+                                            f"({_holders(self.instance)})"
+                                        )
                                         break
-                                    import time
                                     time.sleep(0.02)
                         self._restore_globals(errors)
                         user = getattr(self, "_user", None)
@@ -522,8 +547,11 @@ def snapshot(root: Path | None = None) -> dict:
             "current_tracer": st.current_tracer,
             "set_event": st.set_event,
             "our_probes": [l for l in _read_lines(root / "uprobe_events") if PREFIX in l],
-            "our_instances": sorted(d.name for d in (root / "instances").iterdir()
-                                    if d.name.startswith(PREFIX)) if (root / "instances").is_dir() else [],
+            "our_instances": sorted(
+                d.name for d in (root / "instances").iterdir() if d.name.startswith(PREFIX)
+            )
+            if (root / "instances").is_dir()
+            else [],
         }
     except FileNotFoundError:  # unmounted while we looked (a run restoring meanwhile)
         return {"mounted": False}

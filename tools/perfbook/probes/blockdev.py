@@ -5,6 +5,7 @@ resolves the mount the kernel actually uses (no prefix matching of /proc/mounts,
 would put /var/tmpX under /var/tmp). The whole disk under a path, its dev_t, and its queue
 settings come from sysfs.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,23 @@ def mount_of(path: str | os.PathLike) -> dict:
     if not shutil.which("findmnt"):
         return empty
     try:
-        r = subprocess.run(["findmnt", "-J", "-o", "TARGET,FSTYPE,SOURCE,OPTIONS", "--target", str(path)],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            ["findmnt", "-J", "-o", "TARGET,FSTYPE,SOURCE,OPTIONS", "--target", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         fs = json.loads(r.stdout)["filesystems"][0] if r.returncode == 0 else None
     except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired):
         fs = None
     if not fs:
         return empty
-    return {"mount": fs.get("target"), "fstype": fs.get("fstype"), "source": fs.get("source"),
-            "options": fs.get("options")}
+    return {
+        "mount": fs.get("target"),
+        "fstype": fs.get("fstype"),
+        "source": fs.get("source"),
+        "options": fs.get("options"),
+    }
 
 
 def fstype(path: str | os.PathLike) -> str | None:
@@ -45,8 +54,10 @@ def device_of(path: str | os.PathLike) -> tuple[str, int, int]:
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
     sysdev = Path(f"/sys/dev/block/{major}:{minor}")
     if not sysdev.exists():
-        raise MissingPrerequisite(f"{path} is not on a block device (device {major}:{minor}: "
-                                  "tmpfs, overlay or network filesystem?); pass scratch_parent on a disk")
+        raise MissingPrerequisite(
+            f"{path} is not on a block device (device {major}:{minor}: "
+            "tmpfs, overlay or network filesystem?); pass scratch_parent on a disk"
+        )
     real = sysdev.resolve()
     if (real / "partition").exists():
         real = real.parent
@@ -67,8 +78,16 @@ def _read(path: Path) -> str | None:
         return None
 
 
-QUEUE_KEYS = ("scheduler", "nr_requests", "rotational", "write_cache", "max_sectors_kb",
-              "max_segments", "discard_max_bytes", "nomerges")
+QUEUE_KEYS = (
+    "scheduler",
+    "nr_requests",
+    "rotational",
+    "write_cache",
+    "max_sectors_kb",
+    "max_segments",
+    "discard_max_bytes",
+    "nomerges",
+)
 
 
 def queue_facts(disk: str) -> dict:

@@ -4,6 +4,7 @@ binary("probench") returns the path of build/bin/probench, compiling it first
 if it is missing or older than its source. A missing compiler is a
 MissingPrerequisite with the package to install.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -41,6 +42,8 @@ def binary(name: str) -> Path:
     cmd = [cc, *CFLAGS, *EXTRA.get(name, []), "-o", str(tmp), str(src), *LIBS.get(name, [])]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise PerfbookError(f"compiling {src.name} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+        raise PerfbookError(
+            f"compiling {src.name} failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}"
+        )
     tmp.replace(out)
     return out

@@ -15,35 +15,70 @@ Older kernels print 11 numbers (or, before 2.6.25, only 4 for partitions:
 rd_ios rd_sectors wr_ios wr_sectors). Fields they lack parse as 0, and
 `fields_present` says how many the kernel printed.
 """
+
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field
 
-FIELDS = ("rd_ios", "rd_merges", "rd_sectors", "rd_ticks",
-          "wr_ios", "wr_merges", "wr_sectors", "wr_ticks",
-          "in_flight", "io_ticks", "time_in_queue",
-          "dc_ios", "dc_merges", "dc_sectors", "dc_ticks",
-          "fl_ios", "fl_ticks")
+FIELDS = (
+    "rd_ios",
+    "rd_merges",
+    "rd_sectors",
+    "rd_ticks",
+    "wr_ios",
+    "wr_merges",
+    "wr_sectors",
+    "wr_ticks",
+    "in_flight",
+    "io_ticks",
+    "time_in_queue",
+    "dc_ios",
+    "dc_merges",
+    "dc_sectors",
+    "dc_ticks",
+    "fl_ios",
+    "fl_ticks",
+)
 # The kernel prints these as 32-bit "%u" (milliseconds): deltas wrap modulo 2**32.
 U32_FIELDS = ("rd_ticks", "wr_ticks", "io_ticks", "time_in_queue", "dc_ticks", "fl_ticks")
 # sysstat keeps the other counters in `unsigned long` (64 bits on the 64-bit hosts we
 # run on) and subtracts them in that type: a counter that went backwards is a wrap,
 # and the difference is taken modulo 2**64 (iostat.c: "Counters overflows are
 # possible, but don't need to be handled in a special way").
-U64_WRAP = 2 ** 64
-U32_WRAP = 2 ** 32
+U64_WRAP = 2**64
+U32_WRAP = 2**32
 # sysstat's interval is whole centiseconds of /proc/uptime, and get_interval()
 # (common.c) turns a zero interval into 1 cs "paranoia checking".
 MIN_INTERVAL_S = 0.01
 OLD_PARTITION_FIELDS = ("rd_ios", "rd_sectors", "wr_ios", "wr_sectors")
 
 # sysstat 12.x `iostat -x` column order (plain text, one device per line).
-COLUMNS = ("r/s", "rkB/s", "rrqm/s", "%rrqm", "r_await", "rareq-sz",
-           "w/s", "wkB/s", "wrqm/s", "%wrqm", "w_await", "wareq-sz",
-           "d/s", "dkB/s", "drqm/s", "%drqm", "d_await", "dareq-sz",
-           "f/s", "f_await", "aqu-sz", "%util")
+COLUMNS = (
+    "r/s",
+    "rkB/s",
+    "rrqm/s",
+    "%rrqm",
+    "r_await",
+    "rareq-sz",
+    "w/s",
+    "wkB/s",
+    "wrqm/s",
+    "%wrqm",
+    "w_await",
+    "wareq-sz",
+    "d/s",
+    "dkB/s",
+    "drqm/s",
+    "%drqm",
+    "d_await",
+    "dareq-sz",
+    "f/s",
+    "f_await",
+    "aqu-sz",
+    "%util",
+)
 
 
 class ParseError(ValueError):
@@ -93,8 +128,9 @@ def parse_diskstats(text: str) -> dict[str, DiskStat]:
         if len(tok) < 7:
             raise ParseError(f"diskstats line {lineno}: too few fields: {line.strip()!r}")
         major, minor = _numbers(tok[:2], f"diskstats line {lineno}")
-        vals, n = parse_fields(_numbers(tok[3:], f"diskstats line {lineno}"),
-                               f"diskstats line {lineno} ({tok[2]})")
+        vals, n = parse_fields(
+            _numbers(tok[3:], f"diskstats line {lineno}"), f"diskstats line {lineno} ({tok[2]})"
+        )
         out[tok[2]] = DiskStat(major, minor, tok[2], n, vals)
     return out
 
@@ -113,8 +149,9 @@ def _device_was_reset(prev: dict, curr: dict) -> bool:
     backwards or was 0 before: sysstat then computes from zero (``iozero``).
     """
     ios = ("rd_ios", "wr_ios", "dc_ios", "fl_ios")
-    return (sum(curr[k] for k in ios) < sum(prev[k] for k in ios)
-            and all(not prev[k] or curr[k] < prev[k] for k in ("rd_sectors", "wr_sectors", "dc_sectors")))
+    return sum(curr[k] for k in ios) < sum(prev[k] for k in ios) and all(
+        not prev[k] or curr[k] < prev[k] for k in ("rd_sectors", "wr_sectors", "dc_sectors")
+    )
 
 
 def delta(prev: dict, curr: dict) -> dict:
@@ -152,9 +189,11 @@ def compute_columns(prev: dict, curr: dict, interval_s: float) -> dict:
     d = delta(prev, curr)
     T = float(interval_s) or MIN_INTERVAL_S
     c = {}
-    for p, ios, merges, sectors, ticks in (("r", "rd_ios", "rd_merges", "rd_sectors", "rd_ticks"),
-                                           ("w", "wr_ios", "wr_merges", "wr_sectors", "wr_ticks"),
-                                           ("d", "dc_ios", "dc_merges", "dc_sectors", "dc_ticks")):
+    for p, ios, merges, sectors, ticks in (
+        ("r", "rd_ios", "rd_merges", "rd_sectors", "rd_ticks"),
+        ("w", "wr_ios", "wr_merges", "wr_sectors", "wr_ticks"),
+        ("d", "dc_ios", "dc_merges", "dc_sectors", "dc_ticks"),
+    ):
         c[f"{p}/s"] = d[ios] / T
         c[f"{p}kB/s"] = d[sectors] / T / 2
         c[f"{p}rqm/s"] = d[merges] / T
@@ -215,6 +254,7 @@ def is_header(line: str) -> bool:
 
 # ---- invariants ----------------------------------------------------------------------
 
+
 def await_mix(c: dict) -> float:
     """await as the request-weighted mix of r_await, w_await and d_await."""
     n = c["r/s"] + c["w/s"] + c["d/s"]
@@ -227,8 +267,12 @@ def little_prediction(c: dict) -> float:
     time_in_queue sums the latency of completed reads, writes, discards and
     flushes, so the flush term is part of the prediction.
     """
-    return ((c["r/s"] * c["r_await"] + c["w/s"] * c["w_await"] + c["d/s"] * c["d_await"]
-             + c["f/s"] * c["f_await"]) / 1000.0)
+    return (
+        c["r/s"] * c["r_await"]
+        + c["w/s"] * c["w_await"]
+        + c["d/s"] * c["d_await"]
+        + c["f/s"] * c["f_await"]
+    ) / 1000.0
 
 
 def tiq_residual_ms(prev: dict, curr: dict) -> int:

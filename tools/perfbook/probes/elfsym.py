@@ -30,6 +30,7 @@ Which symbol a name means:
   picking one.
 * A truncated or corrupt file raises a one-line PerfbookError naming it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,10 +52,10 @@ class SymbolLocation:
     file_offset: int
     seg_vaddr: int
     seg_offset: int
-    elf_type: str        # ET_EXEC (non-PIE) or ET_DYN (PIE or shared library)
+    elf_type: str  # ET_EXEC (non-PIE) or ET_DYN (PIE or shared library)
     executable_segment: bool
-    version: str | None = None   # symbol version (None: unversioned)
-    ifunc: bool = False          # STT_GNU_IFUNC: the offset is the resolver's
+    version: str | None = None  # symbol version (None: unversioned)
+    ifunc: bool = False  # STT_GNU_IFUNC: the offset is the resolver's
 
 
 # st_info type 10 is STT_GNU_IFUNC on GNU systems; pyelftools calls it STT_LOOS.
@@ -66,7 +67,7 @@ _IFUNC_TYPES = ("STT_GNU_IFUNC", "STT_LOOS", 10)
 class _Candidate:
     name: str
     version: str | None
-    default: bool        # unversioned or the default (@@) version
+    default: bool  # unversioned or the default (@@) version
     sym: object
     table: str
 
@@ -97,7 +98,7 @@ def _candidates(elf: ELFFile):
             if s["st_shndx"] == "SHN_UNDEF" or s["st_info"]["type"] not in _FUNC_TYPES:
                 continue
             name, version, default = s.name, None, True
-            if "@" in name:                 # .symtab spelling: foo@V1, foo@@V2
+            if "@" in name:  # .symtab spelling: foo@V1, foo@@V2
                 name, sep, version = name.partition("@")
                 default = version.startswith("@")
                 version = version.lstrip("@")
@@ -108,15 +109,17 @@ def _candidates(elf: ELFFile):
                         verdefs = _verdef_names(elf)
                     version = verdefs.get(ndx & 0x7FFF)
                     default = not ndx & 0x8000
-                    if version is None:     # not ours (verneed): not a definition here
+                    if version is None:  # not ours (verneed): not a definition here
                         continue
             yield _Candidate(name, version, default, s, secname)
 
 
 def _describe(c: _Candidate) -> str:
     v = "" if c.version is None else ("@@" if c.default else "@") + c.version
-    return (f"{c.name}{v} at {c.sym['st_value']:#x} size {c.sym['st_size']} "
-            f"({c.sym['st_info']['bind']}, {c.table})")
+    return (
+        f"{c.name}{v} at {c.sym['st_value']:#x} size {c.sym['st_size']} "
+        f"({c.sym['st_info']['bind']}, {c.table})"
+    )
 
 
 def _pick(elf: ELFFile, path: Path, symbol: str) -> _Candidate:
@@ -134,14 +137,19 @@ def _pick(elf: ELFFile, path: Path, symbol: str) -> _Candidate:
         if same_name:
             have = ", ".join(sorted({_describe(c) for c in same_name}))
             raise PerfbookError(f"symbol {symbol!r} not found in {path}; it has only: {have}")
-        raise PerfbookError(f"symbol {symbol!r} not found in {path} (stripped, or not defined there)")
+        raise PerfbookError(
+            f"symbol {symbol!r} not found in {path} (stripped, or not defined there)"
+        )
     by_addr: dict[int, _Candidate] = {}
-    for c in found:                       # .symtab and .dynsym repeat the same symbol
+    for c in found:  # .symtab and .dynsym repeat the same symbol
         by_addr.setdefault(c.sym["st_value"], c)
     if len(by_addr) > 1:
-        listing = "; ".join(_describe(c) for c in sorted(by_addr.values(), key=lambda c: c.sym["st_value"]))
-        raise PerfbookError(f"symbol {symbol!r} is ambiguous in {path}, {len(by_addr)} definitions: "
-                            f"{listing}")
+        listing = "; ".join(
+            _describe(c) for c in sorted(by_addr.values(), key=lambda c: c.sym["st_value"])
+        )
+        raise PerfbookError(
+            f"symbol {symbol!r} is ambiguous in {path}, {len(by_addr)} definitions: {listing}"
+        )
     return next(iter(by_addr.values()))
 
 
@@ -167,8 +175,9 @@ def locate(path: str | Path, symbol: str) -> SymbolLocation:
             raise
         except Exception as e:  # elftools' ELFError/ELFParseError, struct/construct errors, ...
             detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise PerfbookError(f"{path} is a truncated or corrupt ELF file "
-                                f"({type(e).__name__}: {detail})") from None
+            raise PerfbookError(
+                f"{path} is a truncated or corrupt ELF file ({type(e).__name__}: {detail})"
+            ) from None
 
 
 def _locate(elf: ELFFile, path: Path, symbol: str) -> SymbolLocation:
@@ -181,11 +190,21 @@ def _locate(elf: ELFFile, path: Path, symbol: str) -> SymbolLocation:
         lo, hi = seg["p_vaddr"], seg["p_vaddr"] + seg["p_filesz"]
         if lo <= v < hi:
             return SymbolLocation(
-                str(path), symbol, v, sym["st_size"], v - seg["p_vaddr"] + seg["p_offset"],
-                seg["p_vaddr"], seg["p_offset"], elf.header["e_type"],
-                bool(seg["p_flags"] & P_FLAGS.PF_X), c.version,
-                sym["st_info"]["type"] in _IFUNC_TYPES)
-    raise PerfbookError(f"symbol {symbol!r} at {v:#x} lies in no file-backed PT_LOAD segment of {path}")
+                str(path),
+                symbol,
+                v,
+                sym["st_size"],
+                v - seg["p_vaddr"] + seg["p_offset"],
+                seg["p_vaddr"],
+                seg["p_offset"],
+                elf.header["e_type"],
+                bool(seg["p_flags"] & P_FLAGS.PF_X),
+                c.version,
+                sym["st_info"]["type"] in _IFUNC_TYPES,
+            )
+    raise PerfbookError(
+        f"symbol {symbol!r} at {v:#x} lies in no file-backed PT_LOAD segment of {path}"
+    )
 
 
 def file_offset(path: str | Path, symbol: str) -> int:

@@ -41,22 +41,28 @@ body is "<stack trace>", followed by one " => frame" line per frame, innermost f
 (trace_stack_print); stack_traces() returns each with its frames, as printed. Our own instances never print the first three
 layouts, whatever the top level inherits to them: perfbook.hoststate.tracefs.readable_format sets their defaults.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import pandas as pd
 
 COLUMNS = ["task", "pid", "tgid", "cpu", "flags", "ts", "event", "body"]
 
 _CTX = re.compile(
     r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+"
-    r"(?:\((?:\s*(?P<tgid>\d+)|-+)\)\s+)?"           # record-tgid
+    r"(?:\((?:\s*(?P<tgid>\d+)|-+)\)\s+)?"  # record-tgid
     r"\[(?P<cpu>\d+)\]\s+"
-    r"(?:(?P<flags>[^\d\s]\S*)\s+)?"                  # irq-info
-    r"(?P<ts>\d+(?:\.\d+)?): (?P<text>.*)$")
+    r"(?:(?P<flags>[^\d\s]\S*)\s+)?"  # irq-info
+    r"(?P<ts>\d+(?:\.\d+)?): (?P<text>.*)$"
+)
 _LAT = re.compile(
     r"^\s*(?P<task>.{0,8}?)-(?P<pid>\d+)\s+(?P<cpu>\d+)(?P<flags>[^\d\s]\S*)\s+"
-    r"(?P<ts>\d+)(?P<us>us[ $@*#!+])?: (?P<text>.*)$")
+    r"(?P<ts>\d+)(?P<us>us[ $@*#!+])?: (?P<text>.*)$"
+)
 _LOST = re.compile(r"^CPU:(\d+) \[LOST (?:(\d+) )?EVENTS\]\s*$")
 _EVENT = re.compile(r"^(\w+):(?: (.*))?$")
 _KEY = re.compile(r"(?<!\S)(\w+)=")
@@ -115,14 +121,24 @@ def records(text_or_lines, stats: dict | None = None) -> Iterator[Record]:
         em = _EVENT.match(text)
         event, body = (em.group(1), em.group(2) or "") if em else (None, text)
         tgid = m.groupdict().get("tgid")
-        yield Record(m.group("task").strip(), int(m.group("pid")), int(tgid) if tgid else None,
-                     int(m.group("cpu")), m.group("flags"), ts, event, body)
+        yield Record(
+            m.group("task").strip(),
+            int(m.group("pid")),
+            int(tgid) if tgid else None,
+            int(m.group("cpu")),
+            m.group("flags"),
+            ts,
+            event,
+            body,
+        )
 
 
 # _CTX for the sec.usec clocks, for one pass over a whole text (fields()): the same layout,
 # with blanks that cannot run into the next line
-_CTX_ABS = (r"^[ \t]*.*?-\d+[ \t]+(?:\((?:[ \t]*\d+|-+)\)[ \t]+)?\[\d+\][ \t]+"
-            r"(?:[^\d\s]\S*[ \t]+)?(\d+\.\d+): ")
+_CTX_ABS = (
+    r"^[ \t]*.*?-\d+[ \t]+(?:\((?:[ \t]*\d+|-+)\)[ \t]+)?\[\d+\][ \t]+"
+    r"(?:[^\d\s]\S*[ \t]+)?(\d+\.\d+): "
+)
 _LOST_M = re.compile(r"^CPU:(\d+) \[LOST (?:(\d+) )?EVENTS\][ \t]*$", re.M)
 
 
@@ -135,7 +151,7 @@ def fields(text: str, events: str, body: str, stats: dict | None = None) -> list
     printed str, e.g. "12.000345", exact); any other line (counter clocks, the latency
     format's relative times) is skipped, and not counted as unparsed. `stats` gets lost
     events as in records()."""
-    rx = re.compile(_CTX_ABS + f"({events}): {body}", re.M)     # re keeps it compiled
+    rx = re.compile(_CTX_ABS + f"({events}): {body}", re.M)  # re keeps it compiled
     if stats is not None:
         for m in _LOST_M.finditer(text):
             stats["lost_lines"] += 1
@@ -181,7 +197,6 @@ def stack_traces(text_or_lines, stats: dict | None = None) -> Iterator[tuple[Rec
 def frame(recs: Iterable[Record], stats: dict | None = None):
     """Records -> DataFrame with COLUMNS; tgid is nullable (Int64), ts float64 for sec.usec
     clocks, int64 for counters (object holding Python ints past 2**63). attrs = stats."""
-    import pandas as pd
     recs = list(recs)
     df = pd.DataFrame(recs, columns=COLUMNS)
     df["pid"] = df["pid"].astype("int64")
@@ -193,7 +208,7 @@ def frame(recs: Iterable[Record], stats: dict | None = None):
         df["ts"] = pd.Series([r.ts for r in recs], dtype=object if big else "int64")
     elif kinds == {float} or not kinds:
         df["ts"] = df["ts"].astype("float64")
-    else:                                             # a clock change inside one text
+    else:  # a clock change inside one text
         df["ts"] = pd.Series([r.ts for r in recs], dtype=object)
     df.attrs.update(stats if stats is not None else new_stats())
     return df
@@ -213,11 +228,11 @@ def parse_kv(body: str) -> dict[str, str]:
     body = body.replace(" ==> ", " ")
     keys = list(_KEY.finditer(body))
     out: dict[str, str] = {}
-    lead = body[:keys[0].start()] if keys else body
+    lead = body[: keys[0].start()] if keys else body
     if lead.strip():
         out["_text"] = lead.strip()
     for k, nxt in zip(keys, keys[1:] + [None]):
-        out[k.group(1)] = body[k.end():nxt.start() if nxt else len(body)].strip()
+        out[k.group(1)] = body[k.end() : nxt.start() if nxt else len(body)].strip()
     return out
 
 

@@ -12,6 +12,7 @@ how many there are of each kind. All numbers in qcow2 are big-endian.
 It never writes; it opens the file read-only and refuses anything that is not
 a qcow2 v2/v3 image with a clear ValueError.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,16 @@ INCOMPAT_EXTL2 = 1 << 4
 SUBCLUSTERS = 32  # per standard cluster with extended L2 entries
 
 # metadata kinds, in the order qcow2_check_metadata_overlap tests them
-KINDS = ("header", "active_l1", "refcount_table", "snapshot_table", "inactive_l1",
-         "active_l2", "refcount_block", "inactive_l2")
+KINDS = (
+    "header",
+    "active_l1",
+    "refcount_table",
+    "snapshot_table",
+    "inactive_l1",
+    "active_l2",
+    "refcount_block",
+    "inactive_l2",
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +114,10 @@ class Qcow2Image:
             while done < length:
                 b = os.pread(fd, length - done, offset + done)
                 if not b:
-                    raise ValueError(f"{self.path}: truncated at byte {offset + done} "
-                                     f"(wanted {length} bytes at {offset})")
+                    raise ValueError(
+                        f"{self.path}: truncated at byte {offset + done} "
+                        f"(wanted {length} bytes at {offset})"
+                    )
                 chunks.append(b)
                 done += len(b)
             return b"".join(chunks)
@@ -124,8 +135,9 @@ class Qcow2Image:
 
     def refcount_table(self) -> list[int]:
         h = self.header
-        return self._u64_table(h.refcount_table_offset,
-                               h.refcount_table_clusters * h.cluster_size // 8)
+        return self._u64_table(
+            h.refcount_table_offset, h.refcount_table_clusters * h.cluster_size // 8
+        )
 
     def l2_table(self, l2_offset: int) -> list[int]:
         """The L2 entries' first 64 bits (the subcluster bitmaps of extended
@@ -139,11 +151,12 @@ class Qcow2Image:
         out, off = [], h.snapshots_offset
         for _ in range(h.nb_snapshots):
             fixed = self._pread(off, 40)
-            (l1_off, l1_size, id_len, name_len, _ds, _dns, _vmclock, vm_state,
-             extra_len) = struct.unpack(">QIHHIIQII", fixed)
+            (l1_off, l1_size, id_len, name_len, _ds, _dns, _vmclock, vm_state, extra_len) = (
+                struct.unpack(">QIHHIIQII", fixed)
+            )
             var = self._pread(off + 40, extra_len + id_len + name_len)
-            sid = var[extra_len:extra_len + id_len].decode("utf-8", "replace")
-            name = var[extra_len + id_len:].decode("utf-8", "replace")
+            sid = var[extra_len : extra_len + id_len].decode("utf-8", "replace")
+            name = var[extra_len + id_len :].decode("utf-8", "replace")
             size = 40 + extra_len + id_len + name_len
             size += (-size) % 8  # entries are padded to a multiple of 8 bytes
             out.append(Snapshot(l1_off, l1_size, sid, name, vm_state, off, size))
@@ -250,8 +263,13 @@ class Qcow2Image:
         out["refcount_table"] = span(h.refcount_table_offset, h.refcount_table_clusters * cs)
         active = {(e & L1E_OFFSET_MASK) >> bits for e in self.l1_table() if e & L1E_OFFSET_MASK}
         out["active_l2"] = sorted(active)
-        out["refcount_block"] = sorted({(e & REFT_OFFSET_MASK) >> bits
-                                        for e in self._reftable_cached() if e & REFT_OFFSET_MASK})
+        out["refcount_block"] = sorted(
+            {
+                (e & REFT_OFFSET_MASK) >> bits
+                for e in self._reftable_cached()
+                if e & REFT_OFFSET_MASK
+            }
+        )
         snaps = self.snapshots()
         if snaps:
             total = sum(s.entry_size for s in snaps)
@@ -274,21 +292,25 @@ class Qcow2Image:
         st = os.stat(self.path)
         allc = sorted(set().union(*map(set, m.values())))
         out = {f"n_{k}": len(v) for k, v in m.items()}
-        out.update({
-            "cluster_size": h.cluster_size,
-            "virtual_size": h.size,
-            "file_size": st.st_size,
-            "disk_usage": st.st_blocks * 512,
-            "l1_size": h.l1_size,
-            "refcount_bits": h.refcount_bits,
-            "nb_snapshots": h.nb_snapshots,
-            "n_metadata": len(allc),
-            # L2 tables + refcount blocks: what the seed's formula counts
-            "n_formula_scope": len(m["active_l2"]) + len(m["inactive_l2"]) + len(m["refcount_block"]),
-            "metadata_runs": _runs(allc),
-            "formula_scope_runs": _runs(sorted(set(m["active_l2"]) | set(m["inactive_l2"])))
-                                  + _runs(m["refcount_block"]),
-        })
+        out.update(
+            {
+                "cluster_size": h.cluster_size,
+                "virtual_size": h.size,
+                "file_size": st.st_size,
+                "disk_usage": st.st_blocks * 512,
+                "l1_size": h.l1_size,
+                "refcount_bits": h.refcount_bits,
+                "nb_snapshots": h.nb_snapshots,
+                "n_metadata": len(allc),
+                # L2 tables + refcount blocks: what the seed's formula counts
+                "n_formula_scope": len(m["active_l2"])
+                + len(m["inactive_l2"])
+                + len(m["refcount_block"]),
+                "metadata_runs": _runs(allc),
+                "formula_scope_runs": _runs(sorted(set(m["active_l2"]) | set(m["inactive_l2"])))
+                + _runs(m["refcount_block"]),
+            }
+        )
         return out
 
 
@@ -305,8 +327,20 @@ def _runs(sorted_indices: list[int]) -> int:
 def parse_header(raw: bytes, what: str = "image") -> Header:
     if len(raw) < 72 or raw[:4] != MAGIC:
         raise ValueError(f"{what} is not a qcow2 image (no QFI\\xfb magic)")
-    (version, backing_off, backing_size, cluster_bits, size, crypt, l1_size, l1_off,
-     rt_off, rt_clusters, nb_snap, snap_off) = struct.unpack(">IQIIQIIQQIIQ", raw[4:72])
+    (
+        version,
+        backing_off,
+        backing_size,
+        cluster_bits,
+        size,
+        crypt,
+        l1_size,
+        l1_off,
+        rt_off,
+        rt_clusters,
+        nb_snap,
+        snap_off,
+    ) = struct.unpack(">IQIIQIIQQIIQ", raw[4:72])
     if version not in (2, 3):
         raise ValueError(f"{what}: qcow2 version {version} is not supported (2 or 3)")
     if not 9 <= cluster_bits <= 21:
@@ -316,10 +350,28 @@ def parse_header(raw: bytes, what: str = "image") -> Header:
         if len(raw) < 104:
             raise ValueError(f"{what}: v3 header is truncated")
         inc, comp, auto, rorder, hlen = struct.unpack(">QQQII", raw[72:104])
-        extra = dict(incompatible_features=inc, compatible_features=comp,
-                     autoclear_features=auto, refcount_order=rorder, header_length=hlen)
-    return Header(version, backing_off, backing_size, cluster_bits, size, crypt, l1_size,
-                  l1_off, rt_off, rt_clusters, nb_snap, snap_off, **extra)
+        extra = dict(
+            incompatible_features=inc,
+            compatible_features=comp,
+            autoclear_features=auto,
+            refcount_order=rorder,
+            header_length=hlen,
+        )
+    return Header(
+        version,
+        backing_off,
+        backing_size,
+        cluster_bits,
+        size,
+        crypt,
+        l1_size,
+        l1_off,
+        rt_off,
+        rt_clusters,
+        nb_snap,
+        snap_off,
+        **extra,
+    )
 
 
 def formula_clusters(image_size: float, cluster_size: int) -> float:

@@ -55,6 +55,7 @@ or load the main loop at moments the guest chooses. ``stall_seconds`` stops a gu
 has printed nothing for that long since init (GuestStalled says where it stood), and
 ``guest_image.binary_bundle`` carries a host program (fio, bonnie++) in with its libraries and ld.so.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -68,18 +69,39 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from perfbook.core.errors import BootTimeout, GuestStalled, MissingPrerequisite, ParameterError, PerfbookError
 from perfbook.core import guard
-from perfbook.hoststate import scratch
+from perfbook.core.errors import (
+    BootTimeout,
+    GuestStalled,
+    MissingPrerequisite,
+    ParameterError,
+    PerfbookError,
+)
 from perfbook.core.proc import die_with_parent, terminate
 
-QEMU = "qemu-system-x86_64"
 # the image (kernel, modules, busybox, initramfs): tools/perfbook/qemu/guest_image.py
-from perfbook.qemu.guest_image import ARTEFACT_VERSION, BASE_MODULES, BEGIN, BUSYBOX_PKG, END_RE, INIT_MARK, INIT_SCRIPT, KERNEL_META, OPTIONAL_MODULES, artefacts_cached, build_cpio, ensure_artefacts, guest_root, module_closure, modinfo_depends, resolve_kernel_package, DIR, REG
+from perfbook.data.hostinfo import kvm_modules
+from perfbook.framework.contract import Param
+from perfbook.hoststate import scratch
+from perfbook.qemu.guest_image import (
+    BEGIN,
+    DIR,
+    END_RE,
+    INIT_MARK,
+    REG,
+    artefacts_cached,
+    build_cpio,
+    ensure_artefacts,
+)
+
 # QEMU's threads seen from the host (/proc/<pid>/task): tools/perfbook/qemu/guest_threads.py
-from perfbook.qemu.guest_threads import THREAD_CLASSES, parse_task_stat, stall_report, thread_class, thread_delta, thread_times
+from perfbook.qemu.guest_threads import stall_report
+
+QEMU = "qemu-system-x86_64"
+
+
 CACHE_MODES = ("none", "writeback", "writethrough", "directsync", "unsafe")
-FILES_GZIP_MAX = 4 << 20   # GuestConfig.files archives up to this size are gzip'd
+FILES_GZIP_MAX = 4 << 20  # GuestConfig.files archives up to this size are gzip'd
 
 
 # --------------------------------------------------------------------------
@@ -96,23 +118,24 @@ class DiskSpec:
     None leaves QEMU's default in place. `extra` adds any other device
     property (name -> value), e.g. {"queue-size": "128"}.
     """
+
     label: str = "disk"
     size_mib: int = 16
-    cache: str = "writeback"              # -drive cache=
-    aio: str | None = None                # -drive aio= (threads, native, io_uring)
-    write_cache: bool | None = None       # device write-cache=on/off (None: auto)
-    config_wce: bool | None = None        # device config-wce=
-    scsi: bool | None = None              # device scsi= (needs a legacy device)
-    num_queues: int | None = None         # device num-queues=
-    packed: bool | None = None            # device packed=
-    event_idx: bool | None = None         # device event_idx=
-    indirect_desc: bool | None = None     # device indirect_desc=
-    disable_modern: bool | None = None    # legacy-only (virtio 0.9) device
+    cache: str = "writeback"  # -drive cache=
+    aio: str | None = None  # -drive aio= (threads, native, io_uring)
+    write_cache: bool | None = None  # device write-cache=on/off (None: auto)
+    config_wce: bool | None = None  # device config-wce=
+    scsi: bool | None = None  # device scsi= (needs a legacy device)
+    num_queues: int | None = None  # device num-queues=
+    packed: bool | None = None  # device packed=
+    event_idx: bool | None = None  # device event_idx=
+    indirect_desc: bool | None = None  # device indirect_desc=
+    disable_modern: bool | None = None  # legacy-only (virtio 0.9) device
     disable_legacy: bool | None = None
     discard: bool | None = None
     write_zeroes: bool | None = None
     readonly: bool = False
-    iothread: str | None = None           # device iothread= (an id from GuestConfig.iothreads)
+    iothread: str | None = None  # device iothread= (an id from GuestConfig.iothreads)
     extra: dict = field(default_factory=dict)
     # device properties for a guest under TCG only (e.g. {"event_idx": "off"}); KVM keeps the rest
     tcg_extra: dict = field(default_factory=dict)
@@ -122,9 +145,13 @@ class DiskSpec:
 
     def validate(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,19}", self.label):
-            raise ParameterError(f"disk label {self.label!r}: use 1-20 letters, digits, '.', '_' or '-'")
+            raise ParameterError(
+                f"disk label {self.label!r}: use 1-20 letters, digits, '.', '_' or '-'"
+            )
         if self.cache not in CACHE_MODES:
-            raise ParameterError(f"disk {self.label}: cache must be one of {CACHE_MODES}, got {self.cache!r}")
+            raise ParameterError(
+                f"disk {self.label}: cache must be one of {CACHE_MODES}, got {self.cache!r}"
+            )
         if self.aio not in (None, "threads", "native", "io_uring"):
             raise ParameterError(f"disk {self.label}: aio must be threads, native or io_uring")
         if self.aio == "native" and self.cache not in ("none", "directsync"):
@@ -141,10 +168,17 @@ class DiskSpec:
 
     def device_props(self) -> dict[str, str]:
         p: dict[str, str] = {}
-        for attr, name in (("write_cache", "write-cache"), ("config_wce", "config-wce"),
-                           ("scsi", "scsi"), ("packed", "packed"), ("event_idx", "event_idx"),
-                           ("indirect_desc", "indirect_desc"), ("discard", "discard"),
-                           ("write_zeroes", "write-zeroes"), ("disable_modern", "disable-modern")):
+        for attr, name in (
+            ("write_cache", "write-cache"),
+            ("config_wce", "config-wce"),
+            ("scsi", "scsi"),
+            ("packed", "packed"),
+            ("event_idx", "event_idx"),
+            ("indirect_desc", "indirect_desc"),
+            ("discard", "discard"),
+            ("write_zeroes", "write-zeroes"),
+            ("disable_modern", "disable-modern"),
+        ):
             v = getattr(self, attr)
             if v is not None:
                 p[name] = _onoff(v)
@@ -169,8 +203,8 @@ class GuestConfig:
     disks: list[DiskSpec] = field(default_factory=lambda: [DiskSpec()])
     cpus: int = 1
     memory_mib: int = 256
-    rng: bool = False          # add a virtio-rng-pci device
-    balloon: bool = False      # add a virtio-balloon-pci device
+    rng: bool = False  # add a virtio-rng-pci device
+    balloon: bool = False  # add a virtio-balloon-pci device
     machine: str = "pc"
     extra_args: list[str] = field(default_factory=list)
     # extra files for the guest: guest path (relative, e.g. "bin/probe") -> host Path or bytes;
@@ -179,9 +213,9 @@ class GuestConfig:
     # called with QEMU's pid right after QEMU starts (e.g. to point host tracing at its
     # threads); an exception stops the run and QEMU with it
     on_start: object = None
-    iothreads: list = field(default_factory=list)   # -object iothread,id=<id> for each
-    thread_names: bool = False                      # -name ...,debug-threads=on
-    qmp: bool = False                               # a QMP socket (LiveGuest.qmp)
+    iothreads: list = field(default_factory=list)  # -object iothread,id=<id> for each
+    thread_names: bool = False  # -name ...,debug-threads=on
+    qmp: bool = False  # a QMP socket (LiveGuest.qmp)
     # called with (line, LiveGuest) for each line the script prints, while the guest runs;
     # an exception stops the run and QEMU with it
     on_line: object = None
@@ -206,12 +240,18 @@ class GuestConfig:
             raise ParameterError("stall_seconds must be positive (or None)")
         for io in self.iothreads:
             if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]{0,19}", str(io)):
-                raise ParameterError(f"iothread id {io!r}: use a letter, then letters, digits, '_' or '-'")
+                raise ParameterError(
+                    f"iothread id {io!r}: use a letter, then letters, digits, '_' or '-'"
+                )
         for d in self.disks:
             if d.iothread is not None and d.iothread not in self.iothreads:
-                raise ParameterError(f"disk {d.label}: iothread {d.iothread!r} is not in iothreads {self.iothreads}")
+                raise ParameterError(
+                    f"disk {d.label}: iothread {d.iothread!r} is not in iothreads {self.iothreads}"
+                )
         for gp, src in self.files.items():
-            if not re.fullmatch(r"[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*", str(gp)) or ".." in str(gp):
+            if not re.fullmatch(r"[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*", str(gp)) or ".." in str(
+                gp
+            ):
                 raise ParameterError(f"guest file path {gp!r} must be relative, without '..'")
             if not isinstance(src, (bytes, bytearray)) and not Path(src).is_file():
                 raise ParameterError(f"guest file {gp}: {src} is not a file")
@@ -220,22 +260,23 @@ class GuestConfig:
 @dataclass(frozen=True)
 class LiveGuest:
     """What a callback knows about the running guest."""
-    pid: int                    # QEMU's process id
-    qmp: Path | None = None     # its QMP socket (GuestConfig.qmp)
+
+    pid: int  # QEMU's process id
+    qmp: Path | None = None  # its QMP socket (GuestConfig.qmp)
 
 
 @dataclass
 class GuestResult:
-    output: str                 # what the script printed (between the markers)
-    rc: int | None              # the script's exit status (None: no END marker)
-    accel: str                  # 'kvm' or 'tcg'
-    accel_note: str             # why this accelerator
+    output: str  # what the script printed (between the markers)
+    rc: int | None  # the script's exit status (None: no END marker)
+    accel: str  # 'kvm' or 'tcg'
+    accel_note: str  # why this accelerator
     boot_seconds: float | None  # QEMU start -> guest init
     total_seconds: float
-    kernel: str                 # kernel package and version
+    kernel: str  # kernel package and version
     qemu_version: str | None
     cmdline: list[str]
-    console: str                # the guest's console log (ttyS0), for diagnosis
+    console: str  # the guest's console log (ttyS0), for diagnosis
     qemu_pid: int | None = None  # QEMU's process id while it ran
 
     def as_dict(self) -> dict:
@@ -260,15 +301,16 @@ def qemu_version() -> str | None:
 
 
 def kvm_usable(modules: list[str] | None = None) -> tuple[bool, str]:
-    from perfbook.data.hostinfo import kvm_modules
     if not os.path.exists("/dev/kvm"):
         return False, "/dev/kvm is missing"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm is not accessible to this user"
     mods = set(kvm_modules() if modules is None else modules)
-    if "kvm_pvm" in mods and not mods & {"kvm_intel", "kvm_amd"}:   # PVM serves /dev/kvm
-        return False, ("/dev/kvm is PVM (kvm_pvm), which boots only a PVM-enabled guest kernel; "
-                       "the guest kernel here is Debian's stock cloud kernel")
+    if "kvm_pvm" in mods and not mods & {"kvm_intel", "kvm_amd"}:  # PVM serves /dev/kvm
+        return False, (
+            "/dev/kvm is PVM (kvm_pvm), which boots only a PVM-enabled guest kernel; "
+            "the guest kernel here is Debian's stock cloud kernel"
+        )
     return True, "/dev/kvm is present"
 
 
@@ -279,7 +321,9 @@ def preflight() -> list[str]:
         reasons.append(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
     have = artefacts_cached()
     if have is None and not shutil.which("apt-get"):
-        reasons.append("no cached guest kernel in build/guest and no apt-get to fetch Debian's kernel")
+        reasons.append(
+            "no cached guest kernel in build/guest and no apt-get to fetch Debian's kernel"
+        )
     if have is None and not shutil.which("dpkg-deb"):
         reasons.append("dpkg-deb is missing: it extracts the guest kernel and busybox packages")
     return reasons
@@ -291,10 +335,19 @@ def preflight() -> list[str]:
 def boot_params(max_seconds: float = 900) -> dict:
     """The parameters of a chapter that boots guests (perfbook.framework.contract.Param): accel,
     kvm_boot_timeout and boot_timeout."""
-    from perfbook.framework.contract import Param
-    return {"accel": Param(str, choices=("auto", "kvm", "tcg"), help="KVM if the guest boots in time (auto), KVM or TCG"),
-            "kvm_boot_timeout": Param(float, min=1, max=max_seconds, help="seconds a KVM guest gets to reach init (auto)"),
-            "boot_timeout": Param(float, min=1, max=max_seconds, help="seconds one boot may take in all")}
+    return {
+        "accel": Param(
+            str,
+            choices=("auto", "kvm", "tcg"),
+            help="KVM if the guest boots in time (auto), KVM or TCG",
+        ),
+        "kvm_boot_timeout": Param(
+            float, min=1, max=max_seconds, help="seconds a KVM guest gets to reach init (auto)"
+        ),
+        "boot_timeout": Param(
+            float, min=1, max=max_seconds, help="seconds one boot may take in all"
+        ),
+    }
 
 
 def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
@@ -303,13 +356,15 @@ def check_boot_params(p: dict, max_seconds: float = 900) -> dict:
         raise ParameterError(f"accel must be auto, kvm or tcg, got {p['accel']!r}")
     for k, v in [(k, p[k]) for k in ("kvm_boot_timeout", "boot_timeout")]:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= max_seconds:
-            raise ParameterError(f"{k} must be a number of seconds between 1 and {max_seconds:g}, got {v!r}")
+            raise ParameterError(
+                f"{k} must be a number of seconds between 1 and {max_seconds:g}, got {v!r}"
+            )
         p[k] = float(v)
     return p
 
 
 _KVM_TIMED_OUT: dict[tuple[str, str], tuple[float, str]] = {}
-_KVM_SKIP_TOLD: set[str] = set()    # why KVM was not tried, said once per process
+_KVM_SKIP_TOLD: set[str] = set()  # why KVM was not tried, said once per process
 
 
 class Runner:
@@ -330,8 +385,14 @@ class Runner:
     def _artefacts(self) -> dict:
         return ensure_artefacts(self.say, self.kernel_pkg)
 
-    def __init__(self, accel: str = "auto", kvm_boot_timeout: float = 10.0,
-                 timeout: float = 180.0, progress=None, kernel_pkg: str | None = None):
+    def __init__(
+        self,
+        accel: str = "auto",
+        kvm_boot_timeout: float = 10.0,
+        timeout: float = 180.0,
+        progress=None,
+        kernel_pkg: str | None = None,
+    ):
         if accel not in ("auto", "kvm", "tcg"):
             raise ParameterError(f"accel must be auto, kvm or tcg, got {accel!r}")
         if kvm_boot_timeout <= 0 or timeout <= 0:
@@ -359,7 +420,9 @@ class Runner:
         self._guarded = True
         try:
             self.artefacts = self._artefacts()
-            self._scratch = scratch.Scratch(self.scratch_chapter).__enter__()  # sweeps dead runs' too
+            self._scratch = scratch.Scratch(
+                self.scratch_chapter
+            ).__enter__()  # sweeps dead runs' too
             self.scratch = self._scratch.dir
         except BaseException:
             self.close()
@@ -388,13 +451,32 @@ class Runner:
     def cmdline(self, cfg: GuestConfig, accel: str, rundir: Path, initrd: Path) -> list[str]:
         a = self.artefacts
         assert a is not None
-        cmd = [QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-               "-machine", cfg.machine, "-accel", accel, "-m", str(int(cfg.memory_mib)),
-               "-smp", str(int(cfg.cpus)),
-               "-kernel", str(Path(a["dir"]) / "vmlinuz"), "-initrd", str(initrd),
-               "-append", "console=ttyS0 panic=-1 quiet loglevel=3 cryptomgr.notests rdinit=/init",  # methods.md
-               "-serial", f"file:{rundir / 'console.log'}",
-               "-serial", f"file:{rundir / 'result.log'}"]
+        cmd = [
+            QEMU,
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-machine",
+            cfg.machine,
+            "-accel",
+            accel,
+            "-m",
+            str(int(cfg.memory_mib)),
+            "-smp",
+            str(int(cfg.cpus)),
+            "-kernel",
+            str(Path(a["dir"]) / "vmlinuz"),
+            "-initrd",
+            str(initrd),
+            "-append",
+            "console=ttyS0 panic=-1 quiet loglevel=3 cryptomgr.notests rdinit=/init",  # methods.md
+            "-serial",
+            f"file:{rundir / 'console.log'}",
+            "-serial",
+            f"file:{rundir / 'result.log'}",
+        ]
         if cfg.thread_names:
             cmd += ["-name", "perfbook,debug-threads=on"]
         if cfg.qmp:
@@ -405,8 +487,13 @@ class Runner:
             img = Path(d.path) if d.path is not None else rundir / f"disk{i}.img"
             drive = f"file={img},format=raw,if=none,id=d{i},cache={d.cache}"
             drive += (f",aio={d.aio}" if d.aio else "") + (",readonly=on" if d.readonly else "")
-            props = {**d.device_props(), **({str(k): str(v) for k, v in d.tcg_extra.items()} if accel == "tcg" else {})}
-            dev = f"virtio-blk-pci,drive=d{i},serial={d.label}" + "".join(f",{k}={v}" for k, v in props.items())
+            props = {
+                **d.device_props(),
+                **({str(k): str(v) for k, v in d.tcg_extra.items()} if accel == "tcg" else {}),
+            }
+            dev = f"virtio-blk-pci,drive=d{i},serial={d.label}" + "".join(
+                f",{k}={v}" for k, v in props.items()
+            )
             cmd += ["-drive", drive, "-device", dev]
         if cfg.rng:
             cmd += ["-device", "virtio-rng-pci"]
@@ -418,9 +505,17 @@ class Runner:
         """The cpio archive of GuestConfig.files, written once per Runner into its scratch
         directory: gzip'd when small, plain when large (a large bundle such as fio's libraries
         unpacks faster than it inflates in a TCG guest)."""
-        key = tuple(sorted((str(gp), hashlib.sha256(bytes(src)).hexdigest() if isinstance(src, (bytes, bytearray))
-                            else f"{Path(src).resolve()}:{Path(src).stat().st_size}:{Path(src).stat().st_mtime_ns}")
-                           for gp, src in files.items()))
+        key = tuple(
+            sorted(
+                (
+                    str(gp),
+                    hashlib.sha256(bytes(src)).hexdigest()
+                    if isinstance(src, (bytes, bytearray))
+                    else f"{Path(src).resolve()}:{Path(src).stat().st_size}:{Path(src).stat().st_mtime_ns}",
+                )
+                for gp, src in files.items()
+            )
+        )
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
         for have in (self.scratch / f"files-{name}.cpio.gz", self.scratch / f"files-{name}.cpio"):
             if have.is_file():
@@ -449,7 +544,7 @@ class Runner:
             raise PerfbookError("Runner.run() outside its 'with' block")
         cfg = cfg or GuestConfig()
         cfg.validate()
-        key = (QEMU, str(self.artefacts.get("dir", "")))   # _KVM_TIMED_OUT's
+        key = (QEMU, str(self.artefacts.get("dir", "")))  # _KVM_TIMED_OUT's
         if self._decided:
             accels = [self._decided]
         elif self.accel == "auto":
@@ -458,25 +553,33 @@ class Runner:
             if ok and failed and self.kvm_boot_timeout <= failed[0]:
                 ok, why = False, f"{failed[1]} (an earlier guest of this run; not retried)"
                 self.say(f"KVM not tried: {why}")
-            elif not ok and why not in _KVM_SKIP_TOLD:   # e.g. a PVM /dev/kvm: say why TCG
+            elif not ok and why not in _KVM_SKIP_TOLD:  # e.g. a PVM /dev/kvm: say why TCG
                 _KVM_SKIP_TOLD.add(why)
                 self.say(f"KVM not tried: {why}; the guests run under TCG")
-            accels = [("kvm", "KVM: the guest booted within "
-                       f"{self.kvm_boot_timeout:.0f} s")] if ok else []
+            accels = (
+                [("kvm", f"KVM: the guest booted within {self.kvm_boot_timeout:.0f} s")]
+                if ok
+                else []
+            )
             accels.append(("tcg", "TCG fallback: " + (why if not ok else "")))
         else:
             accels = [(self.accel, f"{self.accel} requested")]
         last_err = None
         for accel, note in accels:
             try:
-                res = self._boot(script, cfg, accel, note,
-                                 boot_timeout=self.kvm_boot_timeout
-                                 if (accel == "kvm" and self.accel == "auto" and not self._decided)
-                                 else None)
+                res = self._boot(
+                    script,
+                    cfg,
+                    accel,
+                    note,
+                    boot_timeout=self.kvm_boot_timeout
+                    if (accel == "kvm" and self.accel == "auto" and not self._decided)
+                    else None,
+                )
             except BootTimeout as e:
                 last_err = e
                 self.say(f"{e}; falling back to TCG")
-                if accel == "kvm":   # a shorter timeout is never tried after this one
+                if accel == "kvm":  # a shorter timeout is never tried after this one
                     _KVM_TIMED_OUT[key] = (self.kvm_boot_timeout, str(e))
                 accels[-1] = ("tcg", f"TCG fallback: {e}")
                 continue
@@ -485,8 +588,9 @@ class Runner:
             return res
         raise last_err or PerfbookError("no accelerator could boot the guest")
 
-    def _boot(self, script: str, cfg: GuestConfig, accel: str, note: str,
-              boot_timeout: float | None) -> GuestResult:
+    def _boot(
+        self, script: str, cfg: GuestConfig, accel: str, note: str, boot_timeout: float | None
+    ) -> GuestResult:
         assert self.scratch is not None and self.artefacts is not None
         rundir = Path(tempfile.mkdtemp(prefix="run-", dir=self.scratch))
         try:
@@ -501,19 +605,31 @@ class Runner:
                 out.write((Path(self.artefacts["dir"]) / "initramfs.cpio.gz").read_bytes())
                 if cfg.files:
                     files = self._files_archive(cfg.files)
-                    if not files.name.endswith(".gz"):   # a plain cpio starts 4-byte aligned
+                    if not files.name.endswith(".gz"):  # a plain cpio starts 4-byte aligned
                         out.write(b"\0" * (-out.tell() % 4))
                     with open(files, "rb") as f:
                         shutil.copyfileobj(f, out)
-                out.write(gzip.compress(build_cpio([
-                    ("perfbook", DIR | 0o755, b""),
-                    ("perfbook/script.sh", REG | 0o755, script.encode())])))
+                out.write(
+                    gzip.compress(
+                        build_cpio(
+                            [
+                                ("perfbook", DIR | 0o755, b""),
+                                ("perfbook/script.sh", REG | 0o755, script.encode()),
+                            ]
+                        )
+                    )
+                )
             cmd = self.cmdline(cfg, accel, rundir, initrd)
             self.say(f"booting a {accel.upper()} guest with {len(cfg.disks)} disk(s)")
             t0 = time.monotonic()
             with open(rundir / "qemu.log", "wb") as qlog:
-                self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=qlog,
-                                             stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                self.proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=qlog,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                )
             qemu_pid = self.proc.pid
             if callable(cfg.on_start):
                 cfg.on_start(qemu_pid)
@@ -521,7 +637,11 @@ class Runner:
             console, result = rundir / "console.log", rundir / "result.log"
             booted_at = None
             deadline = t0 + self.timeout
-            rc, lines_seen, grew = None, 0, (0, t0)   # (length of the script's output, when it last grew)
+            rc, lines_seen, grew = (
+                None,
+                0,
+                (0, t0),
+            )  # (length of the script's output, when it last grew)
             while True:
                 now = time.monotonic()
                 con = console.read_text(errors="replace") if console.exists() else ""
@@ -530,7 +650,7 @@ class Runner:
                 res = result.read_text(errors="replace") if result.exists() else ""
                 grew = (len(res), now) if len(res) != grew[0] or booted_at is None else grew
                 if callable(cfg.on_line) and BEGIN in res:
-                    done = res[res.find(BEGIN) + len(BEGIN):].replace("\r", "").split("\n")[1:-1]
+                    done = res[res.find(BEGIN) + len(BEGIN) :].replace("\r", "").split("\n")[1:-1]
                     for line in done[lines_seen:]:
                         if not END_RE.search(line):
                             cfg.on_line(line, live)
@@ -542,19 +662,27 @@ class Runner:
                 if self.proc.poll() is not None:
                     if boot_timeout is not None and booted_at is None:
                         qerr = (rundir / "qemu.log").read_text(errors="replace").strip()
-                        raise BootTimeout("KVM QEMU exited before the guest's init ran"
-                                          + (f" ({qerr.splitlines()[-1][:160]})" if qerr else ""))
+                        raise BootTimeout(
+                            "KVM QEMU exited before the guest's init ran"
+                            + (f" ({qerr.splitlines()[-1][:160]})" if qerr else "")
+                        )
                     break
                 if boot_timeout is not None and booted_at is None and now - t0 > boot_timeout:
                     terminate(self.proc)
                     raise BootTimeout(f"KVM guest did not reach init within {boot_timeout:.0f} s")
                 stalled = cfg.stall_seconds is not None and now - grew[1] > cfg.stall_seconds
-                if now > deadline or stalled:   # where it stood, read while QEMU's threads are still there
+                if (
+                    now > deadline or stalled
+                ):  # where it stood, read while QEMU's threads are still there
                     why = stall_report(res, con, qemu_pid)
                     terminate(self.proc)
                     if stalled:
-                        raise GuestStalled(f"{accel.upper()} guest printed nothing for {cfg.stall_seconds:g} s ({why})")
-                    raise PerfbookError(f"{accel.upper()} guest did not finish within {self.timeout:.0f} s ({why})")
+                        raise GuestStalled(
+                            f"{accel.upper()} guest printed nothing for {cfg.stall_seconds:g} s ({why})"
+                        )
+                    raise PerfbookError(
+                        f"{accel.upper()} guest did not finish within {self.timeout:.0f} s ({why})"
+                    )
                 time.sleep(0.05)
             # let the guest reboot (QEMU exits with -no-reboot); don't wait long
             try:
@@ -567,19 +695,29 @@ class Runner:
             con = console.read_text(errors="replace") if console.exists() else ""
             res = result.read_text(errors="replace") if result.exists() else ""
             if rc is None:
-                why = qerr.splitlines()[-1] if qerr else (
-                    con.strip().splitlines()[-1] if con.strip() else "no output")
+                why = (
+                    qerr.splitlines()[-1]
+                    if qerr
+                    else (con.strip().splitlines()[-1] if con.strip() else "no output")
+                )
                 raise PerfbookError(f"QEMU ({accel}) stopped before the script finished: {why}")
             body = res.replace("\r", "")
             start = body.find(BEGIN)
-            body = body[start + len(BEGIN):] if start >= 0 else body
+            body = body[start + len(BEGIN) :] if start >= 0 else body
             body = END_RE.split(body)[0].lstrip("\n")
-            return GuestResult(output=body, rc=rc, accel=accel, accel_note=note,
-                               boot_seconds=None if booted_at is None else round(booted_at, 2),
-                               total_seconds=round(total, 2),
-                               kernel=f"{self.artefacts['kernel_package']} {self.artefacts['kernel_version']}",
-                               qemu_version=qemu_version(), cmdline=[str(c) for c in cmd],
-                               console=con.replace("\r", ""), qemu_pid=qemu_pid)
+            return GuestResult(
+                output=body,
+                rc=rc,
+                accel=accel,
+                accel_note=note,
+                boot_seconds=None if booted_at is None else round(booted_at, 2),
+                total_seconds=round(total, 2),
+                kernel=f"{self.artefacts['kernel_package']} {self.artefacts['kernel_version']}",
+                qemu_version=qemu_version(),
+                cmdline=[str(c) for c in cmd],
+                console=con.replace("\r", ""),
+                qemu_pid=qemu_pid,
+            )
         finally:
             terminate(self.proc)
             self.proc = None

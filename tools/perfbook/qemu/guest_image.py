@@ -1,6 +1,7 @@
 """The guest's image: Debian's kernel, its virtio modules and busybox, extracted (never
 installed) into a gzip'd cpio initramfs that this module writes itself, cached under
 build/guest/<kernel-abi>/. perfbook.qemu.guest boots it (and re-exports these names)."""
+
 from __future__ import annotations
 
 import gzip
@@ -13,10 +14,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from perfbook.core import guard
 from perfbook.core.errors import MissingPrerequisite, PerfbookError
 from perfbook.core.paths import build_dir
+from perfbook.core.proc import term_with_parent
 
-KERNEL_META = "linux-image-cloud-amd64"   # resolved to linux-image-<abi>-cloud-amd64
+KERNEL_META = "linux-image-cloud-amd64"  # resolved to linux-image-<abi>-cloud-amd64
 BUSYBOX_PKG = "busybox-static"
 BEGIN = "@@PERFBOOK-BEGIN@@"
 END_RE = re.compile(r"@@PERFBOOK-END rc=(-?\d+)@@")
@@ -34,8 +37,9 @@ def guest_root() -> Path:
     return build_dir() / "guest"
 
 
-def artefacts_cached(kernel_pkg: str | None = None, root: Path | None = None,
-                     extra_modules=()) -> dict | None:
+def artefacts_cached(
+    kernel_pkg: str | None = None, root: Path | None = None, extra_modules=()
+) -> dict | None:
     """The newest complete cached artefact set (its info dict), or None.
 
     `root` is the cache directory (default build/guest); with `extra_modules`,
@@ -123,7 +127,7 @@ def module_closure(names, index: dict[str, Path]) -> list[str]:
 
 
 # -- host programs in the guest ----------------------------------------------
-GUEST_LIB = "perfbook/lib"      # where binary_bundle puts libraries and ld.so in the guest
+GUEST_LIB = "perfbook/lib"  # where binary_bundle puts libraries and ld.so in the guest
 
 
 def parse_ldd(text: str, what: str = "the program") -> list[tuple[str, str]]:
@@ -150,22 +154,25 @@ def binary_bundle(programs: dict[str, Path]) -> dict[str, Path | bytes]:
         if not exe.is_file():
             raise MissingPrerequisite(f"{exe} is missing")
         libs = parse_ldd(_run(["ldd", str(exe)]), str(exe)) if shutil.which("ldd") else []
-        if not libs:   # static, or no ldd: the program alone
+        if not libs:  # static, or no ldd: the program alone
             files[f"bin/{name}"] = exe
             continue
         for so, path in libs:
             files[f"{GUEST_LIB}/{so}"] = Path(path)
         files[f"perfbook/libexec/{name}"] = exe
-        files[f"bin/{name}"] = (f'#!/bin/sh\nexec /{GUEST_LIB}/ld.so --library-path /{GUEST_LIB} '
-                                f'/perfbook/libexec/{name} "$@"\n').encode()
+        files[f"bin/{name}"] = (
+            f"#!/bin/sh\nexec /{GUEST_LIB}/ld.so --library-path /{GUEST_LIB} "
+            f'/perfbook/libexec/{name} "$@"\n'
+        ).encode()
     return files
 
 
 # -- cpio (newc) ------------------------------------------------------------
 def _cpio_entry(name: str, mode: int, data: bytes = b"", ino: int = 1) -> bytes:
     nb = name.encode() + b"\x00"
-    hdr = "070701" + "".join(f"{v:08X}" for v in (
-        ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nb), 0))
+    hdr = "070701" + "".join(
+        f"{v:08X}" for v in (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(nb), 0)
+    )
     out = hdr.encode() + nb
     out += b"\x00" * ((4 - len(out) % 4) % 4)
     out += data
@@ -217,8 +224,14 @@ reboot -f
 """
 
 
-def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str = KERNEL_META,
-                     extra_modules=(), root: Path | None = None) -> dict:
+def ensure_artefacts(
+    progress=None,
+    kernel_pkg: str | None = None,
+    *,
+    meta: str = KERNEL_META,
+    extra_modules=(),
+    root: Path | None = None,
+) -> dict:
     """Kernel + initramfs for the guest, fetched and built once, then cached.
 
     Returns the artefact info: dir, kernel_package, kernel_version, busybox_version,
@@ -234,7 +247,9 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str 
         return have
     for tool in ("apt-get", "apt-cache", "dpkg-deb"):
         if not shutil.which(tool):
-            raise MissingPrerequisite(f"{tool} is missing: the guest kernel comes from Debian's packages")
+            raise MissingPrerequisite(
+                f"{tool} is missing: the guest kernel comes from Debian's packages"
+            )
     pkg = kernel_pkg or resolve_kernel_package(meta)
     abi = pkg.removeprefix("linux-image-")
     root = Path(root) if root is not None else guest_root()
@@ -259,23 +274,43 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str 
         config = "".join(p.read_text(errors="replace") for p in (xk / "boot").glob("config-*"))
         for mod, opt in (("virtio_pci", "CONFIG_VIRTIO_PCI"), ("virtio_blk", "CONFIG_VIRTIO_BLK")):
             if mod not in order and f"{opt}=y" not in config:
-                raise PerfbookError(f"{pkg} has neither {mod}.ko nor {opt}=y: the guest could not see its disks")
+                raise PerfbookError(
+                    f"{pkg} has neither {mod}.ko nor {opt}=y: the guest could not see its disks"
+                )
         opt = [m for m in module_closure(OPTIONAL_MODULES, index) if m not in order]
         order += opt
-        builtin = "".join(p.read_text(errors="replace") for p in (xk / "lib" / "modules").glob("*/modules.builtin"))
-        builtin_names = {Path(line.strip()).name[:-3].replace("-", "_") for line in builtin.splitlines() if line.strip()}
-        missing = [m for m in extra_modules if m.replace("-", "_") not in index and m.replace("-", "_") not in builtin_names]
+        builtin = "".join(
+            p.read_text(errors="replace")
+            for p in (xk / "lib" / "modules").glob("*/modules.builtin")
+        )
+        builtin_names = {
+            Path(line.strip()).name[:-3].replace("-", "_")
+            for line in builtin.splitlines()
+            if line.strip()
+        }
+        missing = [
+            m
+            for m in extra_modules
+            if m.replace("-", "_") not in index and m.replace("-", "_") not in builtin_names
+        ]
         if missing:
             raise PerfbookError(f"{pkg} has no module {missing[0]} (neither a .ko nor built in)")
         order += [m for m in module_closure(extra_modules, index) if m not in order]
-        entries = [("bin", DIR | 0o755, b""), ("dev", DIR | 0o755, b""), ("proc", DIR | 0o755, b""),
-                   ("sys", DIR | 0o755, b""), ("etc", DIR | 0o755, b""), ("tmp", DIR | 0o1777, b""),
-                   ("lib", DIR | 0o755, b""), ("lib/modules", DIR | 0o755, b""),
-                   ("perfbook", DIR | 0o755, b""),
-                   ("bin/busybox", REG | 0o755, busybox.read_bytes()),
-                   ("bin/sh", LNK | 0o777, b"busybox"),
-                   ("init", REG | 0o755, INIT_SCRIPT.encode()),
-                   ("etc/modules.order", REG | 0o644, ("\n".join(order) + "\n").encode())]
+        entries = [
+            ("bin", DIR | 0o755, b""),
+            ("dev", DIR | 0o755, b""),
+            ("proc", DIR | 0o755, b""),
+            ("sys", DIR | 0o755, b""),
+            ("etc", DIR | 0o755, b""),
+            ("tmp", DIR | 0o1777, b""),
+            ("lib", DIR | 0o755, b""),
+            ("lib/modules", DIR | 0o755, b""),
+            ("perfbook", DIR | 0o755, b""),
+            ("bin/busybox", REG | 0o755, busybox.read_bytes()),
+            ("bin/sh", LNK | 0o777, b"busybox"),
+            ("init", REG | 0o755, INIT_SCRIPT.encode()),
+            ("etc/modules.order", REG | 0o644, ("\n".join(order) + "\n").encode()),
+        ]
         entries += [(f"lib/modules/{m}.ko", REG | 0o644, index[m].read_bytes()) for m in order]
         dest = root / abi
         tmpdest = Path(tempfile.mkdtemp(prefix=f".{abi}-", dir=root))
@@ -283,10 +318,16 @@ def ensure_artefacts(progress=None, kernel_pkg: str | None = None, *, meta: str 
         (tmpdest / "config").write_text(config)
         with gzip.open(tmpdest / "initramfs.cpio.gz", "wb", compresslevel=6) as f:
             f.write(build_cpio(entries))
-        info = {"artefact_version": ARTEFACT_VERSION, "kernel_package": pkg, "kernel_version": kver,
-                "kernel_release": vmlinuz.name.removeprefix("vmlinuz-"),
-                "busybox_package": BUSYBOX_PKG, "busybox_version": bver, "modules": order,
-                "extra_modules": list(extra_modules)}
+        info = {
+            "artefact_version": ARTEFACT_VERSION,
+            "kernel_package": pkg,
+            "kernel_version": kver,
+            "kernel_release": vmlinuz.name.removeprefix("vmlinuz-"),
+            "busybox_package": BUSYBOX_PKG,
+            "busybox_version": bver,
+            "modules": order,
+            "extra_modules": list(extra_modules),
+        }
         (tmpdest / "artefacts.json").write_text(json.dumps(info, indent=2) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
@@ -306,18 +347,16 @@ def prefetch(say=print) -> int:
     failure is only reported (exit 1, one line): that chapter fetches it again and says why.
     SIGTERM, SIGINT or the death of its parent (PR_SET_PDEATHSIG) stop it with its scratch
     directory removed (ensure_artefacts' finally)."""
-    from perfbook.core import guard
-    from perfbook.core.proc import term_with_parent
     parent = os.getppid()
     term_with_parent()
-    if os.getppid() != parent:          # the parent was gone before the request took effect
+    if os.getppid() != parent:  # the parent was gone before the request took effect
         return 130
     try:
         with guard.interruptible():
             info = ensure_artefacts(say)
     except KeyboardInterrupt:
         return 130
-    except PerfbookError as e:          # MissingPrerequisite is one
+    except PerfbookError as e:  # MissingPrerequisite is one
         say(" ".join(str(e).split()))
         return 1
     say(f"cached in {info['dir']}")

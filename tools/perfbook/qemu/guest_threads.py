@@ -1,6 +1,7 @@
 """QEMU's threads seen from the host: the CPU time of each thread of a QEMU process, from
 /proc/<pid>/task/<tid>/stat, by class (main loop, vCPU, I/O thread, QMP monitor, workers).
 perfbook.qemu.guest re-exports these names; GuestConfig(thread_names=True) makes QEMU name its threads."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,8 @@ def parse_task_stat(text: str) -> tuple[str, int, int]:
     """(comm, utime, stime) in clock ticks from a /proc/<pid>[/task/<tid>]/stat line; comm may
     hold spaces and parentheses ("CPU 0/TCG"), so the fields are read after the last ')'."""
     a, b = text.index("("), text.rindex(")")
-    f = text[b + 2:].split()
-    return text[a + 1:b], int(f[11]), int(f[12])
+    f = text[b + 2 :].split()
+    return text[a + 1 : b], int(f[11]), int(f[12])
 
 
 def thread_class(comm: str, tid: int | None = None, pid: int | None = None) -> str:
@@ -46,7 +47,7 @@ def thread_times(pid: int, proc: Path = Path("/proc")) -> dict:
         try:
             comm, tu, ts = parse_task_stat((t / "stat").read_text())
         except (OSError, ValueError, IndexError):
-            continue   # the thread ended while we looked: its time is in the process line
+            continue  # the thread ended while we looked: its time is in the process line
         threads[int(t.name)] = (comm, tu / tick, ts / tick)
     return {"process": (u / tick, s / tick), "threads": threads}
 
@@ -74,16 +75,20 @@ def stall_report(result: str, console: str, pid: int, proc: Path = Path("/proc")
     """Where a guest that ran out of time stood, in one line, read before QEMU is stopped: the
     last line of its script's output and of its console, and each QEMU thread's scheduler state
     (R running, S sleeping, D in the kernel) with its CPU seconds so far."""
+
     def last(text: str) -> str:
         lines = [ln.strip() for ln in text.replace("\r", "").splitlines() if ln.strip()]
         return repr(lines[-1][:120]) if lines else "nothing"
+
     tick, threads = os.sysconf("SC_CLK_TCK"), []
     for t in sorted((proc / str(pid) / "task").glob("*"), key=lambda t: int(t.name)):
         try:
             text = (t / "stat").read_text()
             comm, u, s = parse_task_stat(text)
         except (OSError, ValueError, IndexError):
-            continue   # ended while we looked
+            continue  # ended while we looked
         threads.append(f"{comm} {text[text.rindex(')') + 2]} {(u + s) / tick:.1f} s")
-    return (f"the script's last line: {last(result)}; the console's: {last(console)}; "
-            f"QEMU's threads (state, CPU): {', '.join(threads) or 'gone'}")
+    return (
+        f"the script's last line: {last(result)}; the console's: {last(console)}; "
+        f"QEMU's threads (state, CPU): {', '.join(threads) or 'gone'}"
+    )

@@ -1,16 +1,19 @@
 """The second host's boot: its PID 1, the script that runs the measure step, QEMU's
 command line and the initramfs (perfbook.dev.secondhost re-exports these names)."""
+
 from __future__ import annotations
 
 import gzip
-import json
 import re
 import shlex
+import statistics
 from pathlib import Path
 
-from perfbook.qemu import guest
+import numpy as np
+
 from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.core.paths import repo_root
+from perfbook.qemu import guest
 
 GUEST_ADDR = "10.0.2.15/24"  # QEMU user networking's guest address; restrict=on: no way out
 ROOT_TAG, OUT_TAG = "hostroot", "out"
@@ -109,11 +112,15 @@ finish $rc
 
 
 # what the guest script's exit codes mean (besides the measure step's own)
-RC_MEANING = {99: "the initramfs could not build the root (see the console log)",
-              98: "the guest could not read its host facts", 97: "loopback did not come up",
-              96: "the checkout is not at the same path in the guest", 95: "copying the results back failed",
-              94: "the network card did not come up",
-              93: "the emulated CPU failed the numerical self-check: choose another --cpu-model"}
+RC_MEANING = {
+    99: "the initramfs could not build the root (see the console log)",
+    98: "the guest could not read its host facts",
+    97: "loopback did not come up",
+    96: "the checkout is not at the same path in the guest",
+    95: "copying the results back failed",
+    94: "the network card did not come up",
+    93: "the emulated CPU failed the numerical self-check: choose another --cpu-model",
+}
 
 
 def cpu_selfcheck(n: int = 100001, seed: int = 1) -> str:
@@ -121,8 +128,6 @@ def cpu_selfcheck(n: int = 100001, seed: int = 1) -> str:
 
     An emulator that gets a SIMD instruction wrong makes every statistic wrong
     without a sign; this runs in the guest before anything is measured."""
-    import statistics
-    import numpy as np
     rng = np.random.default_rng(seed)
     n |= 1  # odd: the median is one element, exact in every dtype
     for dt in (np.uint64, np.int64, np.float64, np.uint32, np.int32, np.float32):
@@ -130,9 +135,13 @@ def cpu_selfcheck(n: int = 100001, seed: int = 1) -> str:
         ref = sorted(a.tolist())
         # numpy's default (SIMD) sort on purpose: it is the code under test
         if np.sort(a).tolist() != ref or a[np.argsort(a)].tolist() != ref:  # portability: see above
-            raise PerfbookError(f"emulated CPU self-check failed: numpy sorts {dt.__name__} wrongly")
+            raise PerfbookError(
+                f"emulated CPU self-check failed: numpy sorts {dt.__name__} wrongly"
+            )
         if float(np.median(a)) != float(statistics.median(ref)):
-            raise PerfbookError(f"emulated CPU self-check failed: numpy's median of {dt.__name__} is wrong")
+            raise PerfbookError(
+                f"emulated CPU self-check failed: numpy's median of {dt.__name__} is wrong"
+            )
     m = rng.random((24, 24))
     ref = [[sum(m[i, k] * m[k, j] for k in range(24)) for j in range(24)] for i in range(24)]
     if float(np.max(np.abs(m @ m - np.array(ref)))) > 1e-9:
@@ -145,48 +154,93 @@ def init_script(mid: str, release: str) -> str:
         raise ParameterError(f"machine id must be 32 hex digits, got {mid!r}")
     if not re.fullmatch(r"[A-Za-z0-9._+-]+", release):
         raise ParameterError(f"bad kernel release {release!r}")
-    return (INIT_TEMPLATE.replace("@ROOT_TAG@", ROOT_TAG).replace("@OUT_TAG@", OUT_TAG)
-            .replace("@MACHINE_ID@", mid).replace("@RELEASE@", release))
+    return (
+        INIT_TEMPLATE.replace("@ROOT_TAG@", ROOT_TAG)
+        .replace("@OUT_TAG@", OUT_TAG)
+        .replace("@MACHINE_ID@", mid)
+        .replace("@RELEASE@", release)
+    )
 
 
 def run_script(steps: list, label: str, note: str, repo: Path | None = None) -> str:
     cmds = []
     for s in steps:
         argv = " ".join(shlex.quote(a) for a in s.measure_argv())
-        cmds.append(f"echo '[secondhost] measure {s.chapter} (profile {s.profile})'\n"
-                    f"{argv} || rc=$?")
-    return (RUN_TEMPLATE.replace("@LABEL@", shlex.quote(label)).replace("@NOTE@", shlex.quote(note))
-            .replace("@REPO@", shlex.quote(str(repo or repo_root()))).replace("@GUEST_ADDR@", GUEST_ADDR)
-            .replace("@COMMANDS@", "\n".join(cmds) if cmds else ":")
-            .replace("@NOTEBOOKS@", "\n".join(f"cp build/measure/{s.chapter}.ipynb /out/notebooks/ 2>/dev/null"
-                                              for s in steps) or ":"))
+        cmds.append(
+            f"echo '[secondhost] measure {s.chapter} (profile {s.profile})'\n{argv} || rc=$?"
+        )
+    return (
+        RUN_TEMPLATE.replace("@LABEL@", shlex.quote(label))
+        .replace("@NOTE@", shlex.quote(note))
+        .replace("@REPO@", shlex.quote(str(repo or repo_root())))
+        .replace("@GUEST_ADDR@", GUEST_ADDR)
+        .replace("@COMMANDS@", "\n".join(cmds) if cmds else ":")
+        .replace(
+            "@NOTEBOOKS@",
+            "\n".join(
+                f"cp build/measure/{s.chapter}.ipynb /out/notebooks/ 2>/dev/null" for s in steps
+            )
+            or ":",
+        )
+    )
 
 
 def qemu_cmdline(spec, artefacts: dict, scratch: Path, initrd: Path) -> list[str]:
     """The QEMU command: TCG, the parent's / read-only as 9p, a results share, a scratch disk."""
-    return [guest.QEMU, "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-            "-machine", "pc", "-accel", "tcg,thread=multi", "-cpu", spec.cpu_model,
-            "-m", str(int(spec.memory_mib)), "-smp", str(int(spec.cpus)),
-            "-kernel", str(Path(artefacts["dir"]) / "vmlinuz"), "-initrd", str(initrd),
-            "-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/secondhost/init",
-            "-serial", f"file:{scratch / 'console.log'}",
-            "-serial", f"file:{scratch / 'result.log'}",
-            "-virtfs", f"local,path=/,mount_tag={ROOT_TAG},security_model=none,readonly=on,"
-                       "multidevs=remap",
-            "-virtfs", f"local,path={scratch / 'out'},mount_tag={OUT_TAG},security_model=none,"
-                       "multidevs=remap",
-            "-drive", f"file={scratch / 'disk.img'},format=raw,if=none,id=scratch,cache=none,aio=threads",
-            "-device", "virtio-blk-pci,drive=scratch,serial=scratch",
-            "-netdev", "user,id=net0,restrict=on", "-device", "virtio-net-pci,netdev=net0",
-            "-device", "virtio-rng-pci"]
+    return [
+        guest.QEMU,
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-machine",
+        "pc",
+        "-accel",
+        "tcg,thread=multi",
+        "-cpu",
+        spec.cpu_model,
+        "-m",
+        str(int(spec.memory_mib)),
+        "-smp",
+        str(int(spec.cpus)),
+        "-kernel",
+        str(Path(artefacts["dir"]) / "vmlinuz"),
+        "-initrd",
+        str(initrd),
+        "-append",
+        "console=ttyS0 panic=-1 loglevel=4 rdinit=/secondhost/init",
+        "-serial",
+        f"file:{scratch / 'console.log'}",
+        "-serial",
+        f"file:{scratch / 'result.log'}",
+        "-virtfs",
+        f"local,path=/,mount_tag={ROOT_TAG},security_model=none,readonly=on,multidevs=remap",
+        "-virtfs",
+        f"local,path={scratch / 'out'},mount_tag={OUT_TAG},security_model=none,multidevs=remap",
+        "-drive",
+        f"file={scratch / 'disk.img'},format=raw,if=none,id=scratch,cache=none,aio=threads",
+        "-device",
+        "virtio-blk-pci,drive=scratch,serial=scratch",
+        "-netdev",
+        "user,id=net0,restrict=on",
+        "-device",
+        "virtio-net-pci,netdev=net0",
+        "-device",
+        "virtio-rng-pci",
+    ]
 
 
 def initrd_bytes(artefacts: dict, init: str, run: str) -> bytes:
     """perfbook.qemu.guest's initramfs (busybox + modules) plus our init, script and kernel config."""
     base = (Path(artefacts["dir"]) / "initramfs.cpio.gz").read_bytes()
     config = (Path(artefacts["dir"]) / "config").read_bytes()
-    extra = guest.build_cpio([("secondhost", guest.DIR | 0o755, b""),
-                              ("secondhost/init", guest.REG | 0o755, init.encode()),
-                              ("secondhost/run.sh", guest.REG | 0o755, run.encode()),
-                              ("secondhost/config", guest.REG | 0o644, config)])
+    extra = guest.build_cpio(
+        [
+            ("secondhost", guest.DIR | 0o755, b""),
+            ("secondhost/init", guest.REG | 0o755, init.encode()),
+            ("secondhost/run.sh", guest.REG | 0o755, run.encode()),
+            ("secondhost/config", guest.REG | 0o644, config),
+        ]
+    )
     return base + gzip.compress(extra)

@@ -14,23 +14,30 @@ run, reads their errors: the interrupt is the one report. nbclient shuts down on
 has finished starting; one that a signal caught starting is shut down here
 (perfbook.book.jupyter.provisioner.shut_down_unfinished).
 """
+
 from __future__ import annotations
 
 import asyncio
 from contextlib import contextmanager
 
+from jupyter_core.utils import ensure_event_loop
+from nbclient import NotebookClient
+
+from perfbook.book.jupyter.provisioner import shut_down_unfinished
+from perfbook.core import guard
+
 
 @contextmanager
 def interruptible():
     """perfbook.core.guard.interruptible(), around code that runs nbclient in this thread."""
-    from jupyter_core.utils import ensure_event_loop
-    from perfbook.core import guard
-    loop = ensure_event_loop()          # the loop nbclient's synchronous calls run on
+    loop = ensure_event_loop()  # the loop nbclient's synchronous calls run on
     tasks: list[asyncio.Task] = []
     before = loop.get_task_factory()
 
     def keep(loop, coro, **kw):
-        task = before(loop, coro, **kw) if before is not None else asyncio.Task(coro, loop=loop, **kw)
+        task = (
+            before(loop, coro, **kw) if before is not None else asyncio.Task(coro, loop=loop, **kw)
+        )
         tasks.append(task)
         return task
 
@@ -41,11 +48,10 @@ def interruptible():
                 yield
             finally:
                 if guard.received():
-                    from perfbook.book.jupyter.provisioner import shut_down_unfinished
-                    shut_down_unfinished()      # a kernel the signal caught starting
+                    shut_down_unfinished()  # a kernel the signal caught starting
                     for task in tasks:
                         if task.done() and not task.cancelled():
-                            task.exception()    # read: not reported when the task is freed
+                            task.exception()  # read: not reported when the task is freed
     finally:
         loop.set_task_factory(before)
 
@@ -56,8 +62,9 @@ def execute(nb, cwd: str, timeout: int = 1800) -> None:
     the asyncio signal handlers its asynchronous path installs (they would replace
     perfbook.core.guard's, and on a signal they only schedule the kernel's shutdown): as papermill
     runs a notebook. Call it inside interruptible()."""
-    from nbclient import NotebookClient
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": cwd}})
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": cwd}}
+    )
     client.reset_execution_trackers()
     with client.setup_kernel():
         info = client.wait_for_reply(client.kc.kernel_info())

@@ -11,39 +11,45 @@ shut down at once (nbclient does so on Ctrl-C); ipykernel then closed its socket
 interrupted cell, which printed a ZMQError traceback ("Socket operation on non-socket") when
 the cell ended. jupyter_client still SIGTERMs a kernel that takes too long.
 """
+
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
-PROVISIONER = "perfbook-private"   # the entry point of perfbook.book.jupyter.provisioner.PrivateProvisioner
+PROVISIONER = (
+    "perfbook-private"  # the entry point of perfbook.book.jupyter.provisioner.PrivateProvisioner
+)
 
 
 def install_kernelspec(prefix: str | None = None) -> Path:
     """Write <prefix>/share/jupyter/kernels/python3/kernel.json to start this module."""
     d = Path(prefix or sys.prefix) / "share" / "jupyter" / "kernels" / "python3"
     d.mkdir(parents=True, exist_ok=True)
-    spec = {"argv": ["python", "-m", "perfbook", "kernel", "-f", "{connection_file}"],
-            "display_name": "Python 3 (ipykernel)", "language": "python",
-            "metadata": {"debugger": True, "kernel_provisioner": {"provisioner_name": PROVISIONER}},
-            "kernel_protocol_version": "5.5"}
+    spec = {
+        "argv": ["python", "-m", "perfbook", "kernel", "-f", "{connection_file}"],
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+        "metadata": {"debugger": True, "kernel_provisioner": {"provisioner_name": PROVISIONER}},
+        "kernel_protocol_version": "5.5",
+    }
     (d / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
     return d / "kernel.json"
 
 
 def _kernel_class():
-    import asyncio
-    import threading
-    from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.ipkernel import IPythonKernel  # lazy: see launch()
 
     class Kernel(IPythonKernel):
         """IPythonKernel whose shutdown waits for the shell request in progress."""
 
         def __init__(self, **kw):
             super().__init__(**kw)
-            self._running = 0                  # shell requests being handled (main, subshells)
+            self._running = 0  # shell requests being handled (main, subshells)
             self._running_lock = threading.Lock()
 
         def pre_handler_hook(self):
@@ -59,7 +65,7 @@ def _kernel_class():
                     self._running -= 1
 
         async def do_shutdown(self, restart):
-            while self._running:               # the interrupted cell sends its reply first
+            while self._running:  # the interrupted cell sends its reply first
                 await asyncio.sleep(0.02)
             return super().do_shutdown(restart)
 
@@ -81,14 +87,19 @@ def launch(**traits) -> None:
     (perfbook.book.jupyter.zygote passes parent_handle)."""
     if _client_gone(sys.argv):
         sys.exit(1)
-    from ipykernel.kernelapp import IPKernelApp
+    # lazy: pytest loads this module's PROVISIONER through the nbval plugin in every session;
+    # ipykernel at the top would cost each one 0.25 s (2 ms without)
+    from ipykernel.kernelapp import IPKernelApp  # lazy: see above
+
     IPKernelApp.launch_instance(kernel_class=_kernel_class(), **traits)
 
 
 def main(argv: list[str]) -> int:
     """`perfbook kernel -f CONNECTION_FILE ...`, the kernelspec's command."""
     if sys.path and sys.path[0] == "":
-        del sys.path[0]   # as ipykernel_launcher does: the notebook's directory is not a package root
+        del sys.path[
+            0
+        ]  # as ipykernel_launcher does: the notebook's directory is not a package root
     sys.argv = [sys.argv[0], *argv]
     launch()
     return 0

@@ -11,7 +11,10 @@ perfbook's (perfbook.book.jupyter.provisioner, through jupyter_client's JUPYTER_
 that nbval's kernels, too, are reached over Unix sockets in the private state directory and
 never listen on TCP. Processes the tests start inherit it.
 """
+
 import os
+
+from perfbook.book.jupyter.kernel import PROVISIONER
 
 GLUED_IMAGES = ("application/papermill.record/image/png", "application/papermill.record/image/jpeg")
 
@@ -25,5 +28,4 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    from perfbook.book.jupyter.kernel import PROVISIONER
     os.environ.setdefault("JUPYTER_DEFAULT_PROVISIONER_NAME", PROVISIONER)

@@ -19,15 +19,23 @@ papermill's default: the README's plain `papermill ...` runs it. The engine dele
 papermill's NBClientEngine instead of subclassing it, so that importing this module never
 imports papermill.engines, which loads this module (its entry point) in turn.
 """
+
 from __future__ import annotations
 
+import signal
 import sys
+
+import click
+
+from perfbook.book.jupyter import execute as nbrun
+from perfbook.book.jupyter.provisioner import check_kernelspec
+from perfbook.core import guard
+from perfbook.core.errors import PerfbookError, one_line
 
 
 def _end_cli(line: str, code: int) -> None:
     """Under papermill's CLI: print `line` and exit with `code` (click's own way, its Exit).
     A program that called papermill as a library gets the exception instead."""
-    import click
     ctx = click.get_current_context(silent=True)
     if ctx is None or ctx.find_root().command.name != "papermill":
         return
@@ -40,21 +48,19 @@ class PerfbookEngine:
 
     @classmethod
     def execute_notebook(cls, nb, kernel_name, **kwargs):
-        import signal
-        from papermill.engines import NBClientEngine
-        from perfbook.core import guard
-        from perfbook.book.jupyter import execute as nbrun
-        from perfbook.core.errors import PerfbookError, one_line
-        from perfbook.book.jupyter.provisioner import check_kernelspec
+        from papermill.engines import NBClientEngine  # lazy: papermill.engines loads this module
+
         with nbrun.interruptible():
             try:
                 check_kernelspec(kernel_name)
                 return NBClientEngine.execute_notebook(nb, kernel_name, **kwargs)
             except KeyboardInterrupt:
                 sig = guard.interrupted_by() or "SIGINT"
-                _end_cli(f"interrupted by {sig}: the notebook's kernel was shut down; a collect it "
-                         "ran restores what it changed and publishes nothing",
-                         128 + int(getattr(signal, sig)))
+                _end_cli(
+                    f"interrupted by {sig}: the notebook's kernel was shut down; a collect it "
+                    "ran restores what it changed and publishes nothing",
+                    128 + int(getattr(signal, sig)),
+                )
                 raise
             except PerfbookError as e:
                 _end_cli(one_line(e), 2)
@@ -62,19 +68,21 @@ class PerfbookEngine:
 
     @classmethod
     def nb_kernel_name(cls, nb, name=None):
-        from papermill.engines import NBClientEngine
+        from papermill.engines import NBClientEngine  # lazy: papermill.engines loads this module
+
         return NBClientEngine.nb_kernel_name(nb, name)
 
     @classmethod
     def nb_language(cls, nb, language=None):
-        from papermill.engines import NBClientEngine
+        from papermill.engines import NBClientEngine  # lazy: papermill.engines loads this module
+
         return NBClientEngine.nb_language(nb, language)
 
 
 def _make_default() -> None:
-    engines = sys.modules.get("papermill.engines")   # loading us: papermill_engines exists
+    engines = sys.modules.get("papermill.engines")  # loading us: papermill_engines exists
     if engines is None or not hasattr(engines, "papermill_engines"):
-        import papermill.engines as engines          # loads our entry point (this module) too
+        import papermill.engines as engines  # lazy: loads our entry point (this module) too
     engines.papermill_engines.register(None, PerfbookEngine)
 
 

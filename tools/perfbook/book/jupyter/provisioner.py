@@ -17,6 +17,7 @@ the kernel down; perfbook.hoststate.sweep removes those of owners that died befo
 serves the process (`python -m perfbook refresh`), a kernel of ours is forked from it
 (perfbook.book.jupyter.zygote).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,13 +25,19 @@ import os
 import weakref
 from pathlib import Path
 
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_client.provisioning import LocalProvisioner
+from jupyter_core.utils import ensure_async, run_sync
 
+from perfbook.book.jupyter.kernel import PROVISIONER
+from perfbook.book.jupyter.zygote import fork_kernel
 from perfbook.core.errors import PerfbookError
+from perfbook.core.guard import restoring
+from perfbook.hoststate.statedir import subdir
 
-SOCKET_PATH_MAX = 107        # bytes of a Unix socket's path (sun_path holds 108, with its NUL)
+SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path holds 108, with its NUL)
 _numbers = itertools.count(1)
-_unfinished: weakref.WeakSet = weakref.WeakSet()   # kernels started here, not yet cleaned up
+_unfinished: weakref.WeakSet = weakref.WeakSet()  # kernels started here, not yet cleaned up
 
 
 def kernel_base(directory: Path) -> Path:
@@ -39,9 +46,11 @@ def kernel_base(directory: Path) -> Path:
         base = directory / f"k{os.getpid()}-{next(_numbers)}"
         longest = len(os.fsencode(f"{base}-99"))
         if longest > SOCKET_PATH_MAX:
-            raise PerfbookError(f"{directory} is too long a path for a kernel's Unix sockets "
-                                f"({longest} of at most {SOCKET_PATH_MAX} bytes): set "
-                                "PERFBOOK_STATE_DIR to a shorter directory")
+            raise PerfbookError(
+                f"{directory} is too long a path for a kernel's Unix sockets "
+                f"({longest} of at most {SOCKET_PATH_MAX} bytes): set "
+                "PERFBOOK_STATE_DIR to a shorter directory"
+            )
         if not any(directory.glob(f"{base.name}[.-]*")):
             return base
 
@@ -49,49 +58,48 @@ def kernel_base(directory: Path) -> Path:
 def check_kernelspec(name: str) -> None:
     """Refuse, in one line, a kernelspec `name` that does not name this provisioner: its kernels
     would listen on TCP (ipykernel reinstalled puts its own spec back; tools/setup.sh writes ours)."""
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-    from perfbook.book.jupyter.kernel import PROVISIONER
     try:
         spec = KernelSpecManager().get_kernel_spec(name)
     except NoSuchKernel:
-        raise PerfbookError(f"no {name} kernelspec (bash tools/setup.sh writes the python3 one)") from None
+        raise PerfbookError(
+            f"no {name} kernelspec (bash tools/setup.sh writes the python3 one)"
+        ) from None
     if spec.metadata.get("kernel_provisioner", {}).get("provisioner_name") != PROVISIONER:
-        raise PerfbookError(f"the {name} kernelspec in {spec.resource_dir} does not name perfbook's "
-                            "kernel provisioner, and its kernels would listen on TCP "
-                            "(bash tools/setup.sh writes the python3 one)")
+        raise PerfbookError(
+            f"the {name} kernelspec in {spec.resource_dir} does not name perfbook's "
+            "kernel provisioner, and its kernels would listen on TCP "
+            "(bash tools/setup.sh writes the python3 one)"
+        )
 
 
 class PrivateProvisioner(LocalProvisioner):
     """jupyter_client's LocalProvisioner, with the kernel on ipc sockets in the private state
     directory, and forked from the zygote that serves this process if one does."""
 
-    _base: Path | None = None     # kept across a restart: the same file and sockets
+    _base: Path | None = None  # kept across a restart: the same file and sockets
 
     async def pre_launch(self, **kwargs):
         km = self.parent
         if km is not None:
             if self._base is None:
-                from perfbook.hoststate.statedir import subdir
                 self._base = kernel_base(subdir("kernels"))
             km.transport = "ipc"
-            km.cache_ports = False        # TCP ports: none to reserve
-            km.ip = str(self._base)       # the sockets: <ip>-<port>
+            km.cache_ports = False  # TCP ports: none to reserve
+            km.ip = str(self._base)  # the sockets: <ip>-<port>
             km.connection_file = f"{self._base}.json"
             _unfinished.add(self)
         return await super().pre_launch(**kwargs)
 
     async def cleanup(self, restart=False):
         await super().cleanup(restart)
-        if not restart:                   # jupyter_client removed the file and the sockets
+        if not restart:  # jupyter_client removed the file and the sockets
             _unfinished.discard(self)
 
     async def launch_kernel(self, cmd, **kwargs):
-        from perfbook.core.guard import restoring
-        from perfbook.book.jupyter.zygote import fork_kernel
-        with restoring():   # a signal can't fall between the fork and our record of it
+        with restoring():  # a signal can't fall between the fork and our record of it
             proc = fork_kernel(cmd, kwargs)
             if proc is not None:
-                self.process, self.pid, self.pgid = proc, proc.pid, proc.pid   # its own session
+                self.process, self.pid, self.pgid = proc, proc.pid, proc.pid  # its own session
         if proc is None:
             return await super().launch_kernel(cmd, **kwargs)
         self.cwd = kwargs.get("cwd") or os.getcwd()
@@ -102,7 +110,6 @@ def shut_down_unfinished() -> None:
     """Shut down every kernel this process started and has not cleaned up after, and remove its
     connection file and sockets. nbclient does so only for a kernel that has finished starting;
     a signal that lands while a kernel starts leaves it to us (perfbook.book.jupyter.execute)."""
-    from jupyter_core.utils import ensure_async, run_sync
 
     async def stop(km):
         if km.has_kernel:

@@ -18,8 +18,11 @@ Lifetimes: the zygote dies with the refresh process, and each kernel with the zy
 (PR_SET_PDEATHSIG). A kernel command that is not perfbook.book.jupyter.kernel's, or a zygote that failed, starts
 the kernel the usual way. PERFBOOK_WARM_KERNELS=off always does.
 """
+
 from __future__ import annotations
 
+import atexit
+import importlib
 import json
 import os
 import select
@@ -27,16 +30,31 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import traceback
 from contextlib import contextmanager
+
+from perfbook.core.proc import die_with_parent
 
 # what a chapter's first cells import (perfbook.book.notebook.init, perfbook.analysis.stats, the figures); importing
 # them changes no state a kernel reads later: matplotlib picks its backend when a figure is first
 # drawn, from the MPLBACKEND ipykernel sets (and the zygote sets the same before importing it).
 # Not matplotlib_inline's backend: importing it is what hooks figures into the kernel's display,
 # and that needs the kernel's shell.
-PRELOAD = ("numpy", "pandas", "scipy.stats", "matplotlib", "matplotlib.pyplot", "seaborn",
-           "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel", "myst_nb", "nbformat")
-KERNEL_COMMAND = ["-m", "perfbook", "kernel"]   # the kernelspec's argv after the interpreter
+PRELOAD = (
+    "numpy",
+    "pandas",
+    "scipy.stats",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "seaborn",
+    "IPython",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "myst_nb",
+    "nbformat",
+)
+KERNEL_COMMAND = ["-m", "perfbook", "kernel"]  # the kernelspec's argv after the interpreter
 INLINE = "module://matplotlib_inline.backend_inline"
 MAX_MSG = 1 << 20
 
@@ -49,6 +67,7 @@ class _Forked:
     """What jupyter_client's LocalProvisioner uses of a Popen, for a kernel the zygote forked: it
     is not our child, so it is watched and signalled through its pidfd. Its exit status stays
     with the zygote (which reaps it); poll() and wait() report 0 once it has ended."""
+
     stdin = stdout = stderr = None
 
     def __init__(self, pid: int, pidfd: int):
@@ -86,7 +105,7 @@ class _Forked:
             os.close(self._fd)
 
 
-ZYGOTE_FD = "PERFBOOK_KERNEL_ZYGOTE_FD"    # a refresh child's end of its parent's zygote
+ZYGOTE_FD = "PERFBOOK_KERNEL_ZYGOTE_FD"  # a refresh child's end of its parent's zygote
 
 
 class Zygote:
@@ -98,19 +117,22 @@ class Zygote:
         self.sock, self.proc = sock, proc
 
     @classmethod
-    def start(cls) -> "Zygote":
-        from perfbook.core.proc import die_with_parent
+    def start(cls) -> Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "perfbook", "zygote", str(theirs.fileno())],
-                                    pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                    start_new_session=True, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "perfbook", "zygote", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
         finally:
             theirs.close()
         return cls(ours, proc)
 
     @classmethod
-    def from_env(cls) -> "Zygote | None":
+    def from_env(cls) -> Zygote | None:
         fd = os.environ.pop(ZYGOTE_FD, "")
         if not fd.isdigit():
             return None
@@ -139,8 +161,9 @@ class Zygote:
         if self.sock is None:
             return None
         try:
-            self.sock.sendall(json.dumps({"argv": argv, "env": env, "cwd": cwd,
-                                          "client": os.getpid()}).encode())
+            self.sock.sendall(
+                json.dumps({"argv": argv, "env": env, "cwd": cwd, "client": os.getpid()}).encode()
+            )
             data, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
         except OSError:
             data, fds = b"", []
@@ -153,7 +176,7 @@ class Zygote:
 
     def close(self) -> None:
         if self.sock is not None:
-            self.sock.close()            # the zygote ends when its first socket closes
+            self.sock.close()  # the zygote ends when its first socket closes
             self.sock = None
         if self.proc is not None:
             try:
@@ -164,7 +187,7 @@ class Zygote:
             self.proc = None
 
 
-_serving: Zygote | None = None     # the zygote that forks this process's kernels, if any
+_serving: Zygote | None = None  # the zygote that forks this process's kernels, if any
 
 
 @contextmanager
@@ -190,18 +213,16 @@ def fork_kernel(cmd: list[str], launch: dict) -> _Forked | None:
 
 
 def _is_ours(cmd: list[str]) -> bool:
-    return cmd[1:1 + len(KERNEL_COMMAND)] == KERNEL_COMMAND
+    return cmd[1 : 1 + len(KERNEL_COMMAND)] == KERNEL_COMMAND
 
 
 # ---- the zygote's side ----------------------------------------------------------------------
+
 
 def _become_kernel(req: dict, start_dir: str) -> None:
     """In the forked child: the kernel jupyter_client would have started with req's argv, env
     and cwd. It ends with the zygote, and with the process that asked for it, as a Popen'd
     kernel ends with its parent (ipykernel's parent poller, here on a pidfd). Never returns."""
-    import atexit
-    import threading
-    from perfbook.core.proc import die_with_parent
     code = 1
     try:
         zygote = os.getppid()
@@ -211,9 +232,11 @@ def _become_kernel(req: dict, start_dir: str) -> None:
             os._exit(1)
         try:
             client = os.pidfd_open(int(req["client"]))
-        except ProcessLookupError:      # it asked, then died (a refresh killed on Ctrl-C):
-            os._exit(1)                 # nobody wants this kernel
-        threading.Thread(target=lambda: (select.select([client], [], []), os._exit(1)), daemon=True).start()
+        except ProcessLookupError:  # it asked, then died (a refresh killed on Ctrl-C):
+            os._exit(1)  # nobody wants this kernel
+        threading.Thread(
+            target=lambda: (select.select([client], [], []), os._exit(1)), daemon=True
+        ).start()
         # signal dispositions: the zygote's, which are a fresh interpreter's (it sets none), as a
         # kernel exec'd from the refresh process would have
         fd = os.open(os.devnull, os.O_RDONLY)
@@ -222,18 +245,19 @@ def _become_kernel(req: dict, start_dir: str) -> None:
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
-        if sys.path and sys.path[0] == start_dir:   # `python -m` put its directory first
+        if sys.path and sys.path[0] == start_dir:  # `python -m` put its directory first
             sys.path[0] = os.getcwd()
+        # lazy: imported in the forked child, after its env is set
         from perfbook.book.jupyter import kernel
-        sys.argv = [kernel.__file__, *req["argv"][1 + len(KERNEL_COMMAND):]]
+
+        sys.argv = [kernel.__file__, *req["argv"][1 + len(KERNEL_COMMAND) :]]
         # ipykernel watches its parent, as for a kernel jupyter_client starts (JPY_PARENT_PID,
         # read when the zygote imported it), and then prints no how-to-connect banner
         kernel.launch(parent_handle=zygote)
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:                           # noqa: BLE001 - reported, then the child ends
-        import traceback
+    except BaseException:  # noqa: BLE001 - reported, then the child ends
         traceback.print_exc()
     finally:
         try:
@@ -247,8 +271,6 @@ def _become_kernel(req: dict, start_dir: str) -> None:
 def serve(fd: int) -> int:
     """Import PRELOAD, then fork a kernel for each request on the socket `fd`, and on every
     client socket passed over it, until `fd` closes."""
-    import importlib
-    from perfbook.core.proc import die_with_parent
     parent = os.getppid()
     die_with_parent()
     if os.getppid() != parent:
@@ -258,12 +280,12 @@ def serve(fd: int) -> int:
     for name in PRELOAD:
         try:
             importlib.import_module(name)
-        except Exception:   # noqa: BLE001 - a missing module is imported by the kernel, as before
+        except Exception:  # noqa: BLE001 - a missing module is imported by the kernel, as before
             pass
     start_dir = os.getcwd()
     socks = [first]
     while True:
-        while True:                                 # reap the kernels that ended
+        while True:  # reap the kernels that ended
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:

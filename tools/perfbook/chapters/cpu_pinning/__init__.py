@@ -38,13 +38,15 @@ and sched:sched_migrate_task in a private ftrace instance), per-CPU utilisation
   prose.py          values(D): every value the prose quotes
   key_findings.py   FINDINGS: the chapter's conclusions
 """
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+
 from .parse import BASELINE, LOADS, VARIANTS, l2_bytes
 
 # Rounds repeat adaptively (perfbook.analysis.repetition.Repetition, settings rep_*): one experiment per load,
@@ -59,102 +61,224 @@ from .parse import BASELINE, LOADS, VARIANTS, l2_bytes
 # workers "auto" = workers_per_cpu x online CPUs. The seed's migrations need a pool larger than
 # the machine (an unpinned worker then has somewhere to go while another runs), so the default
 # and full profiles run two workers per CPU; the quick profile (a test) keeps one.
-_COMMON = {"variants": list(VARIANTS), "loads": list(LOADS), "workers": "auto", "ws_kib": "auto",
-           "lookups": 20000, "rate_fraction": 0.6, "seed": 1, "trace": True}
+_COMMON = {
+    "variants": list(VARIANTS),
+    "loads": list(LOADS),
+    "workers": "auto",
+    "ws_kib": "auto",
+    "lookups": 20000,
+    "rate_fraction": 0.6,
+    "seed": 1,
+    "trace": True,
+}
 MAX_WORKERS = 64
 _KEY = dict(round="int", position="int", variant="str", load="str")
 _ROLES = ("worker", "loadgen", "backend")
 _PERF = ("perf_cache_misses", "perf_cache_references", "perf_instructions", "perf_cycles")
-_TRACE = ("trace_markers", "trace_window_s", "trace_overrun", *(f"{r}_migrations_trace" for r in _ROLES))
+_TRACE = (
+    "trace_markers",
+    "trace_window_s",
+    "trace_overrun",
+    *(f"{r}_migrations_trace" for r in _ROLES),
+)
 
 
 class CpuPinning(Chapter):
     name = "cpu_pinning"
     title = "Pinning prefork workers, and the scheduler tunables of this kernel"
-    plan_s = {"quick": 8, "default": 26}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 8,
+        "default": 26,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {"warmup_ms": 100, "duration_ms": 200, "calib_runs": 1, "rep_target": 0.05,
-                  "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 60.0, "rep_warmup": 0,
-                  "workers_per_cpu": 1, **_COMMON},
-        "default": {"warmup_ms": 200, "duration_ms": 500, "calib_runs": 2, "rep_target": 0.05,
-                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 26.0, "rep_warmup": 0,
-                    "workers_per_cpu": 2, **_COMMON},
-        "full": {"warmup_ms": 500, "duration_ms": 2000, "calib_runs": 5, "rep_target": 0.05,
-                 "rep_min_runs": 10, "rep_max_runs": 60, "rep_budget_s": 600.0, "rep_warmup": 1,
-                 "workers_per_cpu": 2, **_COMMON},
+        "quick": {
+            "warmup_ms": 100,
+            "duration_ms": 200,
+            "calib_runs": 1,
+            "rep_target": 0.05,
+            "rep_min_runs": 2,
+            "rep_max_runs": 2,
+            "rep_budget_s": 60.0,
+            "rep_warmup": 0,
+            "workers_per_cpu": 1,
+            **_COMMON,
+        },
+        "default": {
+            "warmup_ms": 200,
+            "duration_ms": 500,
+            "calib_runs": 2,
+            "rep_target": 0.05,
+            "rep_min_runs": 6,
+            "rep_max_runs": 30,
+            "rep_budget_s": 26.0,
+            "rep_warmup": 0,
+            "workers_per_cpu": 2,
+            **_COMMON,
+        },
+        "full": {
+            "warmup_ms": 500,
+            "duration_ms": 2000,
+            "calib_runs": 5,
+            "rep_target": 0.05,
+            "rep_min_runs": 10,
+            "rep_max_runs": 60,
+            "rep_budget_s": 600.0,
+            "rep_warmup": 1,
+            "workers_per_cpu": 2,
+            **_COMMON,
+        },
     }
     params = {
         "warmup_ms": Param(int, min=0, max=60000, help="warm-up of every trial (ms)"),
-        "duration_ms": Param(int, min=50, max=600000, help="measurement window of every trial (ms)"),
-        "calib_runs": Param(int, min=1, max=20, help="saturation runs of the baseline to set the fixed rate"),
+        "duration_ms": Param(
+            int, min=50, max=600000, help="measurement window of every trial (ms)"
+        ),
+        "calib_runs": Param(
+            int, min=1, max=20, help="saturation runs of the baseline to set the fixed rate"
+        ),
         **repetition_params("rep_"),
-        "variants": Param(list, choices=tuple(VARIANTS),
-                          help="variants to run, e.g. 'unpinned,pinned' (unpinned is always added)"),
+        "variants": Param(
+            list,
+            choices=tuple(VARIANTS),
+            help="variants to run, e.g. 'unpinned,pinned' (unpinned is always added)",
+        ),
         "loads": Param(list, choices=LOADS, help="'sat', 'rate' or both"),
-        "workers": Param(object, help="worker processes: 'auto' (workers_per_cpu x online CPUs) or 1..64"),
-        "workers_per_cpu": Param(int, min=1, max=16,
-                                 help="workers per online CPU when workers is 'auto' (capped at 64)"),
-        "ws_kib": Param(object, help="each worker's table in KiB: 'auto' (3/4 of the L2) or 16..4194304"),
+        "workers": Param(
+            object, help="worker processes: 'auto' (workers_per_cpu x online CPUs) or 1..64"
+        ),
+        "workers_per_cpu": Param(
+            int, min=1, max=16, help="workers per online CPU when workers is 'auto' (capped at 64)"
+        ),
+        "ws_kib": Param(
+            object, help="each worker's table in KiB: 'auto' (3/4 of the L2) or 16..4194304"
+        ),
         "lookups": Param(int, min=100, max=10_000_000, help="dependent loads per request"),
-        "rate_fraction": Param(float, min=0.05, max=1.0,
-                               help="fixed rate as a fraction of the baseline's saturation throughput"),
+        "rate_fraction": Param(
+            float,
+            min=0.05,
+            max=1.0,
+            help="fixed rate as a fraction of the baseline's saturation throughput",
+        ),
         "seed": Param(int, min=0, max=1 << 30, help="seed of the shuffled order and the harness"),
         "trace": Param(bool, help="count migrations with sched_migrate_task too"),
     }
     tables = {
-        "trials": Table(**_KEY, offered_rate="float", rate_saturated="bool", window_s="float",
-                        completed="int", issued="int", queue_max="int", dropped="int", lat_n="int",
-                        lat_mean_ns="float", lat_p50_ns="int", lat_p90_ns="int", lat_p99_ns="int",
-                        lat_p999_ns="int", lat_max_ns="int",
-                        **{f"{r}_{f}": "int" for r in _ROLES
-                           for f in ("exec_ns", "migrations", "nvcsw", "nivcsw")},
-                        busy_ticks="int", total_ticks="int", steal_ticks="int", clk_tck="int",
-                        policy_ok="bool", slice_ok="bool", worker_slice_ns="int",
-                        trace_markers="int", trace_window_s="float", trace_overrun="int",
-                        **{f"{r}_migrations_trace": "int" for r in _ROLES},
-                        **{c: "float" for c in _PERF},
-                        # rate_saturated: recorded since after the first datasets (derived for those)
-                        optional=("rate_saturated", *_TRACE, *_PERF)),
+        "trials": Table(
+            **_KEY,
+            offered_rate="float",
+            rate_saturated="bool",
+            window_s="float",
+            completed="int",
+            issued="int",
+            queue_max="int",
+            dropped="int",
+            lat_n="int",
+            lat_mean_ns="float",
+            lat_p50_ns="int",
+            lat_p90_ns="int",
+            lat_p99_ns="int",
+            lat_p999_ns="int",
+            lat_max_ns="int",
+            **{
+                f"{r}_{f}": "int"
+                for r in _ROLES
+                for f in ("exec_ns", "migrations", "nvcsw", "nivcsw")
+            },
+            busy_ticks="int",
+            total_ticks="int",
+            steal_ticks="int",
+            clk_tck="int",
+            policy_ok="bool",
+            slice_ok="bool",
+            worker_slice_ns="int",
+            trace_markers="int",
+            trace_window_s="float",
+            trace_overrun="int",
+            **{f"{r}_migrations_trace": "int" for r in _ROLES},
+            **{c: "float" for c in _PERF},
+            # rate_saturated: recorded since after the first datasets (derived for those)
+            optional=("rate_saturated", *_TRACE, *_PERF),
+        ),
         "warmup_trials": Table(**_KEY, completed="int", window_s="float"),
-        "tasks": Table(**_KEY, role="str", idx="int", pid="int", exec_ns="int", migrations="int",
-                       nvcsw="int", nivcsw="int", policy="int", slice_ns="int"),
-        "cores": Table(**_KEY, cpu="int", user="int", nice="int", system="int", idle="int",
-                       iowait="int", irq="int", softirq="int", steal="int", total_ticks="int",
-                       busy_frac="float", steal_frac="float"),
+        "tasks": Table(
+            **_KEY,
+            role="str",
+            idx="int",
+            pid="int",
+            exec_ns="int",
+            migrations="int",
+            nvcsw="int",
+            nivcsw="int",
+            policy="int",
+            slice_ns="int",
+        ),
+        "cores": Table(
+            **_KEY,
+            cpu="int",
+            user="int",
+            nice="int",
+            system="int",
+            idle="int",
+            iowait="int",
+            irq="int",
+            softirq="int",
+            steal="int",
+            total_ticks="int",
+            busy_frac="float",
+            steal_frac="float",
+        ),
         "latency_hist": Table(**_KEY, bin="int", count="int"),
-        "migrations": Table(**_KEY, t_s="float", pid="int", role="str", orig_cpu="int", dest_cpu="int"),
-        "knobs": Table(knob="str", era="str", exists_here="bool", readable_here="bool",
-                       writable_here="bool", value_here="str", error="str",
-                       seed_value="float", tuned_value="float"),
+        "migrations": Table(
+            **_KEY, t_s="float", pid="int", role="str", orig_cpu="int", dest_cpu="int"
+        ),
+        "knobs": Table(
+            knob="str",
+            era="str",
+            exists_here="bool",
+            readable_here="bool",
+            writable_here="bool",
+            value_here="str",
+            error="str",
+            seed_value="float",
+            tuned_value="float",
+        ),
         "repetition": REPETITION,
     }
     reference = ("cpu_pinning",)
     quote_needs = ("trials",)
 
-    needs_tools = {"cc": "gcc"}   # the prefork harness
+    needs_tools = {"cc": "gcc"}  # the prefork harness
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports numpy and scipy (~3 s here; the declaration ~45 ms)
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         repetition_settings(p, "rep_")
         if BASELINE not in p["variants"]:
-            p["variants"] = [BASELINE, *p["variants"]]   # every effect is relative to it
+            p["variants"] = [BASELINE, *p["variants"]]  # every effect is relative to it
         w = p["workers"]
         if w == "auto":
             w = min(MAX_WORKERS, p["workers_per_cpu"] * (os.cpu_count() or 1))
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WORKERS:
-            raise ParameterError(f"workers must be 'auto' or an integer in [1, 64], got {p['workers']!r}")
+            raise ParameterError(
+                f"workers must be 'auto' or an integer in [1, 64], got {p['workers']!r}"
+            )
         p["workers"] = w
         ws = p["ws_kib"]
         if ws == "auto":
             ws = max(16, int((l2_bytes() or 512 * 1024) * 0.75) // 1024)
         if isinstance(ws, bool) or not isinstance(ws, int) or not 16 <= ws <= 4 * 1024 * 1024:
-            raise ParameterError(f"ws_kib must be 'auto' or an integer in [16, 4194304], got {p['ws_kib']!r}")
+            raise ParameterError(
+                f"ws_kib must be 'auto' or an integer in [16, 4194304], got {p['ws_kib']!r}"
+            )
         p["ws_kib"] = ws
 
     def preflight(self) -> list[str]:
         if not Path("/proc/self/sched").is_file():
-            return ["/proc/<pid>/sched is missing (kernel without scheduler statistics): "
-                    "no per-task CPU time, switches and migrations"]
+            return [
+                "/proc/<pid>/sched is missing (kernel without scheduler statistics): "
+                "no per-task CPU time, switches and migrations"
+            ]
         return super().preflight()
 
     def load(self, data_dir=None):

@@ -2,6 +2,7 @@
 effects, rank tests, per-core balance, the quoted dataset's effects in words and the seed's
 figures beside them; PinningData, the loaded datasets and the quoted dataset's frames (no I/O
 beyond the Data's, no plotting)."""
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ import pandas as pd
 from perfbook.analysis.stats import compare_frame, summarize
 from perfbook.data.dataset import Data
 from perfbook.data.machine import host_pairs
+
 from .parse import BASELINE, DISTURBED_PCT, LOADS, METRICS, ORDER, RATE_KEPT_UP, SEED_KNOBS
 
 
@@ -25,8 +27,12 @@ def in_order(df, key):
     if df.empty:
         return df
     k = df.apply(key, axis=1)
-    return (df.assign(_k=k).sort_values(["host_id", "run_id", "_k"], kind="stable")
-            .drop(columns="_k").reset_index(drop=True))
+    return (
+        df.assign(_k=k)
+        .sort_values(["host_id", "run_id", "_k"], kind="stable")
+        .drop(columns="_k")
+        .reset_index(drop=True)
+    )
 
 
 def knob_rank(row) -> tuple:
@@ -56,8 +62,9 @@ def derive(trials):
     given = t["rate_saturated"] if "rate_saturated" in t else pd.Series(pd.NA, index=t.index)
     t["rate_saturated"] = given.astype("boolean").fillna(computed).fillna(False).astype(bool)
     t["cpu_per_req_us"] = t["worker_exec_ns"] / t["completed"] / 1e3
-    t["all_cpu_per_req_us"] = (t["worker_exec_ns"] + t["loadgen_exec_ns"] + t["backend_exec_ns"]) \
-        / t["completed"] / 1e3
+    t["all_cpu_per_req_us"] = (
+        (t["worker_exec_ns"] + t["loadgen_exec_ns"] + t["backend_exec_ns"]) / t["completed"] / 1e3
+    )
     t["machine_cpu_per_req_us"] = t["busy_ticks"] / t["clk_tck"] / t["completed"] * 1e6
     t["machine_busy_pct"] = 100 * t["busy_ticks"] / t["total_ticks"]
     # CPU the rest of the host used during the window (interference), in % of one CPU
@@ -112,16 +119,27 @@ def exclusions(trials):
     """Per load and variant: trials, how many were disturbed, how many ran saturated at the
     fixed rate, and how many the summaries use."""
     if trials.empty:
-        return pd.DataFrame(columns=["load", "variant", "trials", "disturbed", "rate_saturated",
-                                     "used"])
+        return pd.DataFrame(
+            columns=["load", "variant", "trials", "disturbed", "rate_saturated", "used"]
+        )
     t = trials.assign(
         _dist=trials["other_cpu_pct"] > DISTURBED_PCT if "other_cpu_pct" in trials else False,
-        _sat=trials["rate_saturated"].fillna(False).astype(bool) if "rate_saturated" in trials
-        else False)
+        _sat=trials["rate_saturated"].fillna(False).astype(bool)
+        if "rate_saturated" in trials
+        else False,
+    )
     t["_used"] = t.index.isin(comparable(trials).index)
-    return (t.groupby(["load", "variant"]).agg(trials=("_used", "size"), disturbed=("_dist", "sum"),
-                                               rate_saturated=("_sat", "sum"), used=("_used", "sum"))
-            .reset_index().astype({"disturbed": int, "rate_saturated": int, "used": int}))
+    return (
+        t.groupby(["load", "variant"])
+        .agg(
+            trials=("_used", "size"),
+            disturbed=("_dist", "sum"),
+            rate_saturated=("_sat", "sum"),
+            used=("_used", "sum"),
+        )
+        .reset_index()
+        .astype({"disturbed": int, "rate_saturated": int, "used": int})
+    )
 
 
 # -- summaries and effects -----------------------------------------------------------------
@@ -133,11 +151,23 @@ def summary(trials, metrics=tuple(METRICS), by=("host_id", "run_id", "load", "va
             if m not in g:
                 continue
             s = summarize(g[m])
-            rows.append({**dict(zip(by, key)), "metric": m, "n": s.n, "median": s.median,
-                         "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_coverage": s.ci_coverage,
-                         "p5": s.p5, "p95": s.p95})
-    return pd.DataFrame(rows, columns=[*by, "metric", "n", "median", "ci_low", "ci_high",
-                                       "ci_coverage", "p5", "p95"])
+            rows.append(
+                {
+                    **dict(zip(by, key)),
+                    "metric": m,
+                    "n": s.n,
+                    "median": s.median,
+                    "ci_low": s.ci_low,
+                    "ci_high": s.ci_high,
+                    "ci_coverage": s.ci_coverage,
+                    "p5": s.p5,
+                    "p95": s.p95,
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[*by, "metric", "n", "median", "ci_low", "ci_high", "ci_coverage", "p5", "p95"],
+    )
 
 
 def medians(trials, metrics=tuple(METRICS), by=("load", "variant")):
@@ -159,7 +189,7 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
     keys = ["host_id", "run_id", "load"]
     t = comparable(trials)
     metrics = [m for m in metrics if m in t]
-    t = t[[*keys, "variant", "round", *metrics]]      # the columns read: cheaper to cut and index
+    t = t[[*keys, "variant", "round", *metrics]]  # the columns read: cheaper to cut and index
     for key, g in t.groupby(keys, sort=True):
         base = g[g.variant == baseline].set_index("round")[metrics]
         for variant, gv in g.groupby("variant", sort=False):
@@ -171,20 +201,44 @@ def paired_effects(trials, metrics=tuple(METRICS), baseline: str = BASELINE):
             rel = (gv.loc[common] / base.loc[common] - 1) * 100
             for m in metrics:
                 s = summarize(rel[m])
-                rows.append({**dict(zip(keys, key)), "variant": variant, "metric": m,
-                             "n_rounds": s.n, "change_pct": s.median, "ci_low": s.ci_low,
-                             "ci_high": s.ci_high, "ci_coverage": s.ci_coverage})
-    return pd.DataFrame(rows, columns=[*keys, "variant", "metric", "n_rounds", "change_pct",
-                                       "ci_low", "ci_high", "ci_coverage"])
+                rows.append(
+                    {
+                        **dict(zip(keys, key)),
+                        "variant": variant,
+                        "metric": m,
+                        "n_rounds": s.n,
+                        "change_pct": s.median,
+                        "ci_low": s.ci_low,
+                        "ci_high": s.ci_high,
+                        "ci_coverage": s.ci_coverage,
+                    }
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            *keys,
+            "variant",
+            "metric",
+            "n_rounds",
+            "change_pct",
+            "ci_low",
+            "ci_high",
+            "ci_coverage",
+        ],
+    )
 
 
 def compare_variants(trials, metrics=("cpu_per_req_us", "lat_p99_ms"), baseline: str = BASELINE):
     """Every variant against the baseline, per host, run and load, with perfbook.analysis.stats.compare
     (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift) over undisturbed trials."""
     t = comparable(trials)
-    frames = [compare_frame(t, by="variant", value=m, baseline=baseline,
-                            within=["host_id", "run_id", "load"]).assign(metric=m)
-              for m in metrics if m in t]
+    frames = [
+        compare_frame(
+            t, by="variant", value=m, baseline=baseline, within=["host_id", "run_id", "load"]
+        ).assign(metric=m)
+        for m in metrics
+        if m in t
+    ]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -196,8 +250,14 @@ def compare_hosts(shown_trials, metric: str = "cpu_per_req_us", manifests=()):
     if t.empty or t.host_id.nunique() < 2:
         return t.iloc[0:0]
     base = sorted(t.host_id.unique())[0]
-    return compare_frame(t, by="host_id", value=metric, baseline=base, within=["load", "variant"],
-                         pair_check=host_pairs(manifests))
+    return compare_frame(
+        t,
+        by="host_id",
+        value=metric,
+        baseline=base,
+        within=["load", "variant"],
+        pair_check=host_pairs(manifests),
+    )
 
 
 def fmt_pct(x: float) -> str:
@@ -218,44 +278,71 @@ def effect_of(r) -> dict:
     """One paired effect (a row of paired_effects(); None: not measured) as numbers and words
     (for the chapter's prose)."""
     if r is None:
-        return {"text": "not measured", "verdict": "not measured", "change": math.nan,
-                "lo": math.nan, "hi": math.nan, "n": 0}
+        return {
+            "text": "not measured",
+            "verdict": "not measured",
+            "change": math.nan,
+            "lo": math.nan,
+            "hi": math.nan,
+            "n": 0,
+        }
     if r.ci_low > 0:
         verdict = "higher"
     elif r.ci_high < 0:
         verdict = "lower"
     else:
         verdict = "not distinguishable from the baseline"
-    return {"text": f"{fmt_pct(r.change_pct)} (CI {fmt_pct(r.ci_low)} to {fmt_pct(r.ci_high)})",
-            "verdict": verdict, "change": float(r.change_pct), "lo": float(r.ci_low),
-            "hi": float(r.ci_high), "n": int(r.n_rounds)}
+    return {
+        "text": f"{fmt_pct(r.change_pct)} (CI {fmt_pct(r.ci_low)} to {fmt_pct(r.ci_high)})",
+        "verdict": verdict,
+        "change": float(r.change_pct),
+        "lo": float(r.ci_low),
+        "hi": float(r.ci_high),
+        "n": int(r.n_rounds),
+    }
 
 
 # -- per-core balance ----------------------------------------------------------------------
 def busy_cores(cores, trials):
     """The per-CPU rows of undisturbed trials of one dataset (cores and trials of that dataset)."""
-    c = cores.merge(trials[["round", "variant", "load", "other_cpu_pct"]],
-                    on=["round", "variant", "load"])
+    c = cores.merge(
+        trials[["round", "variant", "load", "other_cpu_pct"]], on=["round", "variant", "load"]
+    )
     return c[~(c.other_cpu_pct > DISTURBED_PCT)]
 
 
 def core_spread(busy):
     """Median over rounds of (busiest - idlest CPU busy share), percentage points."""
-    return (busy.groupby(["load", "variant", "round"]).busy_frac.agg(lambda s: s.max() - s.min())
-            .mul(100).groupby(["load", "variant"]).median())
+    return (
+        busy.groupby(["load", "variant", "round"])
+        .busy_frac.agg(lambda s: s.max() - s.min())
+        .mul(100)
+        .groupby(["load", "variant"])
+        .median()
+    )
 
 
 # -- the quoted dataset's effects in words, and the seed's figures beside them (tables and prose) --
-TUNED = ("pinned", "slice_10ms", "batch", "pinned_tuned")      # the variants with an effect
+TUNED = ("pinned", "slice_10ms", "batch", "pinned_tuned")  # the variants with an effect
 ALL = ("unpinned", *TUNED)
-SHORT = (("cpu_per_req_us", "cpu"), ("lat_mean_ms", "mean"), ("lat_p99_ms", "p99"),
-         ("throughput", "thr"), ("all_cpu_per_req_us", "allcpu"), ("machine_busy_pct", "busy"))
+SHORT = (
+    ("cpu_per_req_us", "cpu"),
+    ("lat_mean_ms", "mean"),
+    ("lat_p99_ms", "p99"),
+    ("throughput", "thr"),
+    ("all_cpu_per_req_us", "allcpu"),
+    ("machine_busy_pct", "busy"),
+)
 
 
 def effect_words(D) -> dict:
     """(short metric, variant, load) -> effect_of() of the quoted dataset."""
-    return {(short, v, load): effect(D, load, v, m)
-            for load in ("rate", "sat") for v in TUNED for m, short in SHORT}
+    return {
+        (short, v, load): effect(D, load, v, m)
+        for load in ("rate", "sat")
+        for v in TUNED
+        for m, short in SHORT
+    }
 
 
 def effect(D, load: str, variant: str, metric: str) -> dict:
@@ -281,14 +368,25 @@ def seed_claims(D) -> dict:
     ref = D.reference("cpu_pinning")
     mean = D.M["lat_mean_ms"]
     mrt = ref[ref.quantity == "mean_response_time"].set_index("applies_to").value
-    return {"ref": ref, "cpu_claims": ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value,
-            "before": mrt["before"], "after": mrt["both"],
-            "lat_un": mean.get(("rate", "unpinned"), math.nan), "lat_tu": mean.get(("rate", "pinned_tuned"), math.nan)}
+    return {
+        "ref": ref,
+        "cpu_claims": ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value,
+        "before": mrt["before"],
+        "after": mrt["both"],
+        "lat_un": mean.get(("rate", "unpinned"), math.nan),
+        "lat_tu": mean.get(("rate", "pinned_tuned"), math.nan),
+    }
 
 
 # -- the loaded datasets (perfbook.data.dataset.Data) and the quoted dataset's frames --------
-EFFECT_METRICS = ("cpu_per_req_us", "all_cpu_per_req_us", "machine_busy_pct", "lat_mean_ms",
-                  "lat_p99_ms", "throughput")
+EFFECT_METRICS = (
+    "cpu_per_req_us",
+    "all_cpu_per_req_us",
+    "machine_busy_pct",
+    "lat_mean_ms",
+    "lat_p99_ms",
+    "throughput",
+)
 
 
 class PinningData(Data):
@@ -369,7 +467,9 @@ class PinningData(Data):
 
     @property
     def warm(self) -> int:
-        return warmup_rounds(warmups(self["repetition"]), self.quoted.host_id, self.quoted["run_id"])
+        return warmup_rounds(
+            warmups(self["repetition"]), self.quoted.host_id, self.quoted["run_id"]
+        )
 
     @property
     def host_caption(self) -> list[tuple]:

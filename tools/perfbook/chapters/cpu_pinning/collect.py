@@ -5,6 +5,7 @@ The only part of the chapter that touches the kernel: the debugfs mount and sche
 sched:sched_migrate_task, and the harness's processes. Every change sits on ctx.undo, which
 the framework unwinds on every exit path.
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,10 +25,25 @@ from perfbook.hoststate.knobs import KnobSession
 from perfbook.hoststate.tracefs import TraceSession, write_knob
 from perfbook.hoststate.tracefs import preflight as tracefs_preflight
 from perfbook.probes import cbuild
+
 from .analysis import derive
-from .parse import (BASELINE, DEBUGFS, DISTURBED_PCT, HELPER, PERF_EVENTS, RATE_KEPT_UP, SEED_KNOBS, VARIANTS,
-                    cpu_deltas, l2_bytes, parse_migrations, parse_output, parse_perf, parse_sched_debug,
-                    thread_deltas)
+from .parse import (
+    BASELINE,
+    DEBUGFS,
+    DISTURBED_PCT,
+    HELPER,
+    PERF_EVENTS,
+    RATE_KEPT_UP,
+    SEED_KNOBS,
+    VARIANTS,
+    cpu_deltas,
+    l2_bytes,
+    parse_migrations,
+    parse_output,
+    parse_perf,
+    parse_sched_debug,
+    thread_deltas,
+)
 
 ROLES = ("worker", "loadgen", "backend")
 
@@ -41,8 +57,10 @@ def too_disturbed(trials) -> str | None:
     other = derive(trials)["other_cpu_pct"]
     bad = int((other > DISTURBED_PCT).sum())
     if bad > len(other) / 2:
-        return (f"the machine was busy: other processes took more than {DISTURBED_PCT:.0f} % of a CPU "
-                f"in {bad} of {len(other)} trials (median {other.median():.0f} %); rerun on a quieter machine")
+        return (
+            f"the machine was busy: other processes took more than {DISTURBED_PCT:.0f} % of a CPU "
+            f"in {bad} of {len(other)} trials (median {other.median():.0f} %); rerun on a quieter machine"
+        )
     return None
 
 
@@ -77,8 +95,14 @@ class SchedKnobs(KnobSession):
     def probe(self, name: str) -> dict:
         """Can this knob be read / opened for writing? (nothing is written)"""
         path = self.sched / name
-        out = {"name": name, "exists": path.is_file(), "readable": False, "writable": False,
-               "value": None, "error": None}
+        out = {
+            "name": name,
+            "exists": path.is_file(),
+            "readable": False,
+            "writable": False,
+            "value": None,
+            "error": None,
+        }
         if not out["exists"]:
             return out
         try:
@@ -122,26 +146,63 @@ def knob_inventory(knobs: SchedKnobs) -> tuple[list[dict], dict]:
         if name == "debug":
             continue
         pr = knobs.probe(name)
-        rows.append({"knob": f"debugfs sched/{name}", "era": "now", "exists_here": True,
-                     "readable_here": pr["readable"], "writable_here": pr["writable"],
-                     "value_here": pr["value"], "error": pr["error"],
-                     "seed_value": None, "tuned_value": None})
+        rows.append(
+            {
+                "knob": f"debugfs sched/{name}",
+                "era": "now",
+                "exists_here": True,
+                "readable_here": pr["readable"],
+                "writable_here": pr["writable"],
+                "value_here": pr["value"],
+                "error": pr["error"],
+                "seed_value": None,
+                "tuned_value": None,
+            }
+        )
     for old, info in SEED_KNOBS.items():
         proc = Path("/proc/sys/kernel") / old
-        rows.append({"knob": f"sysctl kernel.{old}", "era": "seed (procfs, until 5.12)",
-                     "exists_here": proc.exists(), "readable_here": None, "writable_here": None,
-                     "value_here": None, "error": None,
-                     "seed_value": info["seed_value"], "tuned_value": info["tuned_value"]})
+        rows.append(
+            {
+                "knob": f"sysctl kernel.{old}",
+                "era": "seed (procfs, until 5.12)",
+                "exists_here": proc.exists(),
+                "readable_here": None,
+                "writable_here": None,
+                "value_here": None,
+                "error": None,
+                "seed_value": info["seed_value"],
+                "tuned_value": info["tuned_value"],
+            }
+        )
         mid = info["debugfs_5_13"]
         if mid not in files:
-            rows.append({"knob": f"debugfs sched/{mid}", "era": "5.13 to 6.5 (debugfs)",
-                         "exists_here": False, "readable_here": None, "writable_here": None,
-                         "value_here": None, "error": None, "seed_value": None,
-                         "tuned_value": None})
+            rows.append(
+                {
+                    "knob": f"debugfs sched/{mid}",
+                    "era": "5.13 to 6.5 (debugfs)",
+                    "exists_here": False,
+                    "readable_here": None,
+                    "writable_here": None,
+                    "value_here": None,
+                    "error": None,
+                    "seed_value": None,
+                    "tuned_value": None,
+                }
+            )
     for k, v in sorted(debug_vals.items()):
-        rows.append({"knob": f"sched/debug {k}", "era": "now", "exists_here": True,
-                     "readable_here": True, "writable_here": False, "value_here": v,
-                     "error": None, "seed_value": None, "tuned_value": None})
+        rows.append(
+            {
+                "knob": f"sched/debug {k}",
+                "era": "now",
+                "exists_here": True,
+                "readable_here": True,
+                "writable_here": False,
+                "value_here": v,
+                "error": None,
+                "seed_value": None,
+                "tuned_value": None,
+            }
+        )
     return rows, debug_vals
 
 
@@ -172,14 +233,21 @@ def measure(ctx) -> None:
     rng = random.Random(p["seed"])
     is_root = os.geteuid() == 0
     prog = ctx.progress(1)
-    w.extra["harness"] = {"source": "tools/c/prefork.c", "cflags": cbuild.CFLAGS,
-                          "variants": {v: VARIANTS[v]["what"] for v in p["variants"]},
-                          "l2_bytes": l2_bytes(), "ws_bytes": p["ws_kib"] * 1024,
-                          "sha256": hashlib.sha256(binary.read_bytes()).hexdigest()}
+    w.extra["harness"] = {
+        "source": "tools/c/prefork.c",
+        "cflags": cbuild.CFLAGS,
+        "variants": {v: VARIANTS[v]["what"] for v in p["variants"]},
+        "l2_bytes": l2_bytes(),
+        "ws_bytes": p["ws_kib"] * 1024,
+        "sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
+    }
     knobs = ctx.undo.enter_context(SchedKnobs(mount=is_root, log=prog.note))
     rows, debug_vals = knob_inventory(knobs) if is_root else ([], {})
-    w.extra["debugfs"] = {"mounted_by_us": knobs.mounted_by_us, "available": knobs.available(),
-                          "sched_debug": debug_vals}
+    w.extra["debugfs"] = {
+        "mounted_by_us": knobs.mounted_by_us,
+        "available": knobs.available(),
+        "sched_debug": debug_vals,
+    }
     if rows:
         w.add_table("knobs", pd.DataFrame(rows))
     else:
@@ -200,8 +268,10 @@ def measure(ctx) -> None:
         tr = tracefs_preflight(need_uprobes=False)
         trace_why = tr[0] if tr else None
     if trace_why:
-        w.skip("migrations_tracepoint", trace_why + "; migrations come from "
-               "/proc/<pid>/sched se.nr_migrations only")
+        w.skip(
+            "migrations_tracepoint",
+            trace_why + "; migrations come from /proc/<pid>/sched se.nr_migrations only",
+        )
     w.extra["variants_measured"] = variants
     session = None
     if not trace_why:
@@ -212,8 +282,11 @@ def measure(ctx) -> None:
         except OSError:
             pass
         session.enable("sched/sched_migrate_task")
-    prog.note("state changed: " + ("debugfs mounted, " if knobs.mounted_by_us else "")
-              + ("ftrace instance" if session is not None else "no ftrace instance"))
+    prog.note(
+        "state changed: "
+        + ("debugfs mounted, " if knobs.mounted_by_us else "")
+        + ("ftrace instance" if session is not None else "no ftrace instance")
+    )
     _rounds(w, p, binary, variants, rng, knobs, session, perf_why is None, prog)
 
 
@@ -229,8 +302,10 @@ def _calibrate(binary, p, timeout, prog) -> tuple[float | None, list[float]]:
         prog.step(f"calibration {i + 1}/{p['calib_runs']}: {calib[-1]:.0f} req/s at saturation")
     # other load on the host can only lower a calibration run, so take the best one
     rate = round(p["rate_fraction"] * max(calib), 1)
-    prog.note(f"fixed rate: {rate:.0f} req/s ({p['rate_fraction']:.0%} of the best "
-              "baseline saturation throughput)")
+    prog.note(
+        f"fixed rate: {rate:.0f} req/s ({p['rate_fraction']:.0%} of the best "
+        "baseline saturation throughput)"
+    )
     return rate, calib
 
 
@@ -240,8 +315,11 @@ def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None
     out = {"trials": [], "tasks": [], "cores": [], "latency_hist": [], "migrations": []}
     prog.total = max(p["calib_runs"] * ("rate" in p["loads"]) + len(variants) * len(p["loads"]), 1)
     rate, calib = _calibrate(binary, p, timeout, prog)
-    w.extra["calibration"] = {"saturation_req_s": calib, "rate_req_s": rate,
-                              "rate_fraction": p["rate_fraction"]}
+    w.extra["calibration"] = {
+        "saturation_req_s": calib,
+        "rate_req_s": rate,
+        "rate_fraction": p["rate_fraction"],
+    }
     reps = {ld: repetition(ld, variants, p, "rep_") for ld in p["loads"]}
     warm = []
     for rounds in interleave(reps.values()):
@@ -259,26 +337,37 @@ def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None
             for name, value in VARIANTS[variant].get("debugfs", {}).items():
                 knobs.set(name, value)
             try:
-                r = _trial(binary, p, variant, load, rate, p["seed"] + rd.index, marker, use_perf,
-                           timeout)
+                r = _trial(
+                    binary, p, variant, load, rate, p["seed"] + rd.index, marker, use_perf, timeout
+                )
             finally:
                 for name in VARIANTS[variant].get("debugfs", {}):
                     knobs.restore(name)
             key = {"round": rnd, "position": pos, "variant": variant, "load": load}
             sc = r["scalars"]
             td = thread_deltas(r["threads"])
-            reps[load].add(variant, sum(t["exec_ns"] for t in td if t["role"] == "worker")
-                           / max(sc["completed"], 1) / 1e3)
-            if rounds[load].warmup:      # counted by the Repetition, kept apart from the data
-                warm.append({**key, "completed": sc["completed"], "window_s": sc["window_ns"] / 1e9})
+            reps[load].add(
+                variant,
+                sum(t["exec_ns"] for t in td if t["role"] == "worker")
+                / max(sc["completed"], 1)
+                / 1e3,
+            )
+            if rounds[load].warmup:  # counted by the Repetition, kept apart from the data
+                warm.append(
+                    {**key, "completed": sc["completed"], "window_s": sc["window_ns"] / 1e9}
+                )
                 prog.step(f"warm-up round {variant} {load}")
                 continue
             _record(out, key, r, td, variant, load, rate, session)
-            prog.step(f"round {rnd + 1} {variant} {load}: "
-                      f"{sc['completed'] / (sc['window_ns'] / 1e9):.0f} req/s, "
-                      f"p99 {sc['lat_p99_ns'] / 1e3:.0f} us")
-    prog.note("repetition stopped: " + "; ".join(f"{ld} by {r.stopped_by} ({r.status()})"
-                                                 for ld, r in reps.items()))
+            prog.step(
+                f"round {rnd + 1} {variant} {load}: "
+                f"{sc['completed'] / (sc['window_ns'] / 1e9):.0f} req/s, "
+                f"p99 {sc['lat_p99_ns'] / 1e3:.0f} us"
+            )
+    prog.note(
+        "repetition stopped: "
+        + "; ".join(f"{ld} by {r.stopped_by} ({r.status()})" for ld, r in reps.items())
+    )
     tdf = pd.DataFrame(out["trials"])
     w.add_table("trials", tdf)
     reason = too_disturbed(tdf)
@@ -290,8 +379,23 @@ def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None
     for name in ("tasks", "cores", "latency_hist"):
         w.add_table(name, pd.DataFrame(out[name]))
     if session is not None:
-        w.add_table("migrations", pd.DataFrame(out["migrations"], columns=[
-            "round", "position", "variant", "load", "t_s", "pid", "role", "orig_cpu", "dest_cpu"]))
+        w.add_table(
+            "migrations",
+            pd.DataFrame(
+                out["migrations"],
+                columns=[
+                    "round",
+                    "position",
+                    "variant",
+                    "load",
+                    "t_s",
+                    "pid",
+                    "role",
+                    "orig_cpu",
+                    "dest_cpu",
+                ],
+            ),
+        )
     _notes(w, p, tdf, session)
 
 
@@ -301,14 +405,24 @@ def _record(out, key, r, td, variant, load, rate, session) -> None:
     cd = cpu_deltas(r["cpus"])
     # a fixed-rate trial that served under RATE_KEPT_UP of the offered requests ran at
     # saturation instead: recorded, and left out of the fixed-rate comparisons
-    row = {**key, "offered_rate": rate if load == "rate" else None,
-           "rate_saturated": bool(load == "rate" and sc["completed"]
-                                  < RATE_KEPT_UP * rate * sc["window_ns"] / 1e9),
-           "window_s": sc["window_ns"] / 1e9, "completed": sc["completed"],
-           "issued": sc["issued"], "queue_max": sc["queue_max"], "dropped": sc["dropped"],
-           "lat_n": sc["lat_n"], "lat_mean_ns": sc["lat_mean_ns"],
-           **{k: sc[k] for k in ("lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p999_ns",
-                                 "lat_max_ns")}}
+    row = {
+        **key,
+        "offered_rate": rate if load == "rate" else None,
+        "rate_saturated": bool(
+            load == "rate" and sc["completed"] < RATE_KEPT_UP * rate * sc["window_ns"] / 1e9
+        ),
+        "window_s": sc["window_ns"] / 1e9,
+        "completed": sc["completed"],
+        "issued": sc["issued"],
+        "queue_max": sc["queue_max"],
+        "dropped": sc["dropped"],
+        "lat_n": sc["lat_n"],
+        "lat_mean_ns": sc["lat_mean_ns"],
+        **{
+            k: sc[k]
+            for k in ("lat_p50_ns", "lat_p90_ns", "lat_p99_ns", "lat_p999_ns", "lat_max_ns")
+        },
+    }
     for role in ROLES:
         sel = [t for t in td if t["role"] == role]
         for f in ("exec_ns", "migrations", "nvcsw", "nivcsw"):
@@ -325,15 +439,18 @@ def _record(out, key, r, td, variant, load, rate, session) -> None:
     row["slice_ok"] = all(t["slice_ns"] == want_slice for t in wk) if want_slice else True
     row["worker_slice_ns"] = wk[0]["slice_ns"] if wk else None
     if session is not None:
-        mg = parse_migrations(session.file("trace").read_text(errors="replace"),
-                              {t["pid"]: t["role"] for t in td})
+        mg = parse_migrations(
+            session.file("trace").read_text(errors="replace"), {t["pid"]: t["role"] for t in td}
+        )
         row["trace_markers"] = mg["markers"]
         row["trace_window_s"] = mg["window_s"]
         row["trace_overrun"] = session.buffer_stats().get("overrun", 0)
         for role in ROLES:
             row[f"{role}_migrations_trace"] = mg["by_role"].get(role, 0)
-        out["migrations"] += [{**key, "t_s": ts, "pid": pid, "role": role, "orig_cpu": o, "dest_cpu": d}
-                              for ts, pid, role, o, d in mg["events"]]
+        out["migrations"] += [
+            {**key, "t_s": ts, "pid": pid, "role": role, "orig_cpu": o, "dest_cpu": d}
+            for ts, pid, role, o, d in mg["events"]
+        ]
     for ev, val in (r.get("perf") or {}).items():
         row[f"perf_{ev.replace('-', '_')}"] = val
     out["trials"].append(row)
@@ -346,32 +463,66 @@ def _notes(w, p, tdf, session) -> None:
     """What the manifest says about doubtful trials."""
     bad = tdf[~(tdf.policy_ok & tdf.slice_ok)]
     if len(bad):
-        w.notes.append(f"{len(bad)} trial(s) where a worker's policy or slice differed from the "
-                       f"variant's request (first: {bad.iloc[0][['variant', 'load']].to_dict()})")
+        w.notes.append(
+            f"{len(bad)} trial(s) where a worker's policy or slice differed from the "
+            f"variant's request (first: {bad.iloc[0][['variant', 'load']].to_dict()})"
+        )
     if session is not None and (tdf.get("trace_markers", pd.Series([2])) != 2).any():
-        w.notes.append("some trials lack one of the two trace markers; their tracepoint "
-                       "migration counts are incomplete")
+        w.notes.append(
+            "some trials lack one of the two trace markers; their tracepoint "
+            "migration counts are incomplete"
+        )
     if session is not None and tdf.get("trace_overrun", pd.Series([0])).sum() > 0:
-        w.notes.append("the ftrace buffer overran in some trials; tracepoint counts are lower bounds")
+        w.notes.append(
+            "the ftrace buffer overran in some trials; tracepoint counts are lower bounds"
+        )
     if "rate" in p["loads"]:
         short = tdf[tdf.rate_saturated]
         if len(short):
-            w.notes.append(f"{len(short)} fixed-rate trial(s) completed under "
-                           f"{RATE_KEPT_UP:.0%} of the offered requests (variants: "
-                           f"{', '.join(sorted(set(short.variant)))}): they ran saturated, not at the "
-                           "fixed rate, and are left out of the fixed-rate comparisons")
+            w.notes.append(
+                f"{len(short)} fixed-rate trial(s) completed under "
+                f"{RATE_KEPT_UP:.0%} of the offered requests (variants: "
+                f"{', '.join(sorted(set(short.variant)))}): they ran saturated, not at the "
+                "fixed rate, and are left out of the fixed-rate comparisons"
+            )
 
 
 # ----------------------------------------------------------------- harness --
-def harness_cmd(binary: Path, p: dict, variant: str, load: str, rate: float | None,
-                seed: int, marker: Path | None = None) -> list[str]:
+def harness_cmd(
+    binary: Path,
+    p: dict,
+    variant: str,
+    load: str,
+    rate: float | None,
+    seed: int,
+    marker: Path | None = None,
+) -> list[str]:
     v = VARIANTS[variant]
-    cmd = [str(binary), "--mode", load, "--workers", str(p["workers"]),
-           "--pin", str(v.get("pin", 0)), "--policy", v.get("policy", "normal"),
-           "--slice-ns", str(v.get("slice_ns", 0)), "--all-tasks", str(v.get("all_tasks", 0)),
-           "--ws-bytes", str(p["ws_kib"] * 1024), "--lookups", str(p["lookups"]),
-           "--warmup-ms", str(p["warmup_ms"]), "--duration-ms", str(p["duration_ms"]),
-           "--seed", str(seed)]
+    cmd = [
+        str(binary),
+        "--mode",
+        load,
+        "--workers",
+        str(p["workers"]),
+        "--pin",
+        str(v.get("pin", 0)),
+        "--policy",
+        v.get("policy", "normal"),
+        "--slice-ns",
+        str(v.get("slice_ns", 0)),
+        "--all-tasks",
+        str(v.get("all_tasks", 0)),
+        "--ws-bytes",
+        str(p["ws_kib"] * 1024),
+        "--lookups",
+        str(p["lookups"]),
+        "--warmup-ms",
+        str(p["warmup_ms"]),
+        "--duration-ms",
+        str(p["duration_ms"]),
+        "--seed",
+        str(seed),
+    ]
     if load == "rate":
         cmd += ["--rate", f"{rate:.3f}"]
     if marker is not None:
@@ -382,8 +533,18 @@ def harness_cmd(binary: Path, p: dict, variant: str, load: str, rate: float | No
 def _trial(binary, p, variant, load, rate, seed, marker, use_perf, timeout) -> dict:
     cmd = harness_cmd(binary, p, variant, load, rate, seed, marker)
     if use_perf:
-        cmd = ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "-D", str(p["warmup_ms"]),
-               "--", *cmd]
+        cmd = [
+            "perf",
+            "stat",
+            "-x",
+            ",",
+            "-e",
+            ",".join(PERF_EVENTS),
+            "-D",
+            str(p["warmup_ms"]),
+            "--",
+            *cmd,
+        ]
     r = _run(cmd, timeout)
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
@@ -397,8 +558,14 @@ def _trial(binary, p, variant, load, rate, seed, marker, use_perf, timeout) -> d
 def _run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
     """Run the harness in its own process group (dying with us); the whole group is killed
     on any exit path."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True, preexec_fn=die_with_parent)
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -413,13 +580,21 @@ def perf_problem() -> str | None:
     """Why cache misses can't be counted here (None: they can)."""
     if not shutil.which("perf"):
         return "perf is not installed (apt-get install linux-perf)"
-    r = subprocess.run(["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "true"],
-                       capture_output=True, text=True)
-    bad = [ln.split(",")[2] for ln in r.stderr.splitlines()
-           if ln.count(",") >= 2 and ln.split(",")[0].strip() in ("<not supported>", "<not counted>")]
+    r = subprocess.run(
+        ["perf", "stat", "-x", ",", "-e", ",".join(PERF_EVENTS), "true"],
+        capture_output=True,
+        text=True,
+    )
+    bad = [
+        ln.split(",")[2]
+        for ln in r.stderr.splitlines()
+        if ln.count(",") >= 2 and ln.split(",")[0].strip() in ("<not supported>", "<not counted>")
+    ]
     if r.returncode != 0 or bad:
         pmus = sorted(p.name for p in Path("/sys/bus/event_source/devices").glob("*"))
         what = ", ".join(bad) or (r.stderr.strip().splitlines() or ["perf stat failed"])[-1]
-        return (f"perf stat reports {what} as <not supported>: this (virtual) machine exposes "
-                f"no hardware PMU (event sources here: {', '.join(pmus) or 'none'})")
+        return (
+            f"perf stat reports {what} as <not supported>: this (virtual) machine exposes "
+            f"no hardware PMU (event sources here: {', '.join(pmus) or 'none'})"
+        )
     return None

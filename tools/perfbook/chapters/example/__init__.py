@@ -19,6 +19,7 @@ The package is split by concern, with the files every chapter has (the one shape
 A chapter that reads a tool's text output adds parse.py (text -> rows, and the names collect
 and analysis share); this one writes its rows directly, so it has none.
 """
+
 from __future__ import annotations
 
 from perfbook.framework.contract import Chapter, Param, Table
@@ -27,13 +28,17 @@ from perfbook.framework.contract import Chapter, Param, Table
 class Example(Chapter):
     name = "example"
     title = "Example chapter (not in the book)"
-    profiles = {"quick": {"rounds": 3, "calls": 2000, "hold_s": 0, "fail_after": 0},
-                "default": {"rounds": 10, "calls": 20000, "hold_s": 0, "fail_after": 0},
-                "full": {"rounds": 30, "calls": 100000, "hold_s": 0, "fail_after": 0}}
-    params = {"rounds": Param(int, min=1, help="timed rounds"),
-              "calls": Param(int, min=1, help="getppid() calls per round"),
-              "hold_s": Param(int, min=0, help="seconds to wait with the state in place"),
-              "fail_after": Param(int, min=0, help="raise after this many rounds (0: never)")}
+    profiles = {
+        "quick": {"rounds": 3, "calls": 2000, "hold_s": 0, "fail_after": 0},
+        "default": {"rounds": 10, "calls": 20000, "hold_s": 0, "fail_after": 0},
+        "full": {"rounds": 30, "calls": 100000, "hold_s": 0, "fail_after": 0},
+    }
+    params = {
+        "rounds": Param(int, min=1, help="timed rounds"),
+        "calls": Param(int, min=1, help="getppid() calls per round"),
+        "hold_s": Param(int, min=0, help="seconds to wait with the state in place"),
+        "fail_after": Param(int, min=0, help="raise after this many rounds (0: never)"),
+    }
     tables = {"calls": Table(round="int", ns_per_call="float")}
 
 

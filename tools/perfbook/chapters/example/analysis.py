@@ -1,4 +1,5 @@
 """The example's analysis: frames in, frames out (no I/O, no plotting)."""
+
 from __future__ import annotations
 
 from perfbook.analysis import stats

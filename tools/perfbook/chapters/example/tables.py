@@ -1,4 +1,5 @@
 """The example's tables: D in, the DataFrames the notebook shows out."""
+
 from __future__ import annotations
 
 from .analysis import per_dataset
@@ -9,5 +10,9 @@ def per_call(D):
     if not len(D):
         return "no dataset of this chapter: see Rerun this chapter"
     t = per_dataset(D["calls"])
-    return t[["host_id", "run_id", "n", "median", "ci_low", "ci_high"]].rename(
-        columns={"n": "rounds", "median": "ns_per_call"}).round(1).set_index(["host_id", "run_id"])
+    return (
+        t[["host_id", "run_id", "n", "median", "ci_low", "ci_high"]]
+        .rename(columns={"n": "rounds", "median": "ns_per_call"})
+        .round(1)
+        .set_index(["host_id", "run_id"])
+    )

@@ -1,6 +1,7 @@
 """iostat_internals: our iostat columns from the counters, the comparison with sysstat and
 with the tracepoints, the quoted dataset's and every host's analysis (frames in, frames out),
 and the chapter's Data."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,17 @@ from perfbook.analysis.findings import Run, stored_frames
 from perfbook.analysis.stats import compare_frame, median_ci
 from perfbook.data.dataset import Data, quoted, shown_datasets
 from perfbook.probes import diskstats as ds
-from .parse import (IOSTAT_INTERVAL_S, OPS, ORDER_KEYS, PHASES, SPAN_TOL_S, TOL_ABS, TOL_REL,
-                    TOL_UTIL_JIFFY)
+
+from .parse import (
+    IOSTAT_INTERVAL_S,
+    OPS,
+    ORDER_KEYS,
+    PHASES,
+    SPAN_TOL_S,
+    TOL_ABS,
+    TOL_REL,
+    TOL_UTIL_JIFFY,
+)
 
 
 def steady_iops(a: dict, c: dict) -> float:
@@ -30,8 +40,11 @@ def spans_claim(prev: dict, curr: dict) -> bool:
     span what sysstat's report claims: one iostat interval, sampled when we snapshot? Both
     reports were read at once (backlog 0) and our snapshots are IOSTAT_INTERVAL_S apart
     within SPAN_TOL_S (collect._IostatFollower, parse.SPAN_TOL_S)."""
-    return (prev.get("backlog", 0) == 0 and curr.get("backlog", 0) == 0
-            and abs((curr["t_ns"] - prev["t_ns"]) / 1e9 - IOSTAT_INTERVAL_S) <= SPAN_TOL_S)
+    return (
+        prev.get("backlog", 0) == 0
+        and curr.get("backlog", 0) == 0
+        and abs((curr["t_ns"] - prev["t_ns"]) / 1e9 - IOSTAT_INTERVAL_S) <= SPAN_TOL_S
+    )
 
 
 def _runs(iv):
@@ -47,8 +60,12 @@ def _runs(iv):
 def off_claim(intervals) -> list[int]:
     """The seq of every row whose interval (from the row before) does not span what its
     sysstat report claims (spans_claim): our_columns leaves them out."""
-    return [int(curr["seq"]) for _, recs in _runs(intervals)
-            for prev, curr in zip(recs, recs[1:]) if not spans_claim(prev, curr)]
+    return [
+        int(curr["seq"])
+        for _, recs in _runs(intervals)
+        for prev, curr in zip(recs, recs[1:])
+        if not spans_claim(prev, curr)
+    ]
 
 
 def our_columns(intervals, clock: str = "monotonic"):
@@ -60,8 +77,13 @@ def our_columns(intervals, clock: str = "monotonic"):
     """
     rows = []
     # only the columns read here go into the records (not sysstat's 22, which doubled their cost)
-    iv = intervals[[c for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", "backlog", *ds.FIELDS)
-                    if c in intervals]]
+    iv = intervals[
+        [
+            c
+            for c in ("run_id", "seq", "round", "phase", "t_ns", "uptime_cs", "backlog", *ds.FIELDS)
+            if c in intervals
+        ]
+    ]
     for run, recs in _runs(iv):
         for prev, curr in zip(recs, recs[1:]):
             if not spans_claim(prev, curr):
@@ -78,14 +100,30 @@ def our_columns(intervals, clock: str = "monotonic"):
                 continue
             c = ds.compute_columns(prev, curr, T)
             d = ds.delta(prev, curr)
-            counts = {f"n_{k}": d[k] for k in ("rd_ios", "wr_ios", "dc_ios", "fl_ios",
-                                                "rd_merges", "wr_merges", "dc_merges")}
+            counts = {
+                f"n_{k}": d[k]
+                for k in (
+                    "rd_ios",
+                    "wr_ios",
+                    "dc_ios",
+                    "fl_ios",
+                    "rd_merges",
+                    "wr_merges",
+                    "dc_merges",
+                )
+            }
             same = prev["phase"] == curr["phase"] and prev["round"] == curr["round"]
-            row = {"seq": curr["seq"], "round": curr["round"],
-                   "phase": curr["phase"] if same else "transition",
-                   "prev_phase": prev["phase"], "interval_s": T,
-                   "tiq_residual_ms": ds.tiq_residual_ms(prev, curr),
-                   "io_ticks_delta": d["io_ticks"], **counts, **c}
+            row = {
+                "seq": curr["seq"],
+                "round": curr["round"],
+                "phase": curr["phase"] if same else "transition",
+                "prev_phase": prev["phase"],
+                "interval_s": T,
+                "tiq_residual_ms": ds.tiq_residual_ms(prev, curr),
+                "io_ticks_delta": d["io_ticks"],
+                **counts,
+                **c,
+            }
             if run is not None:
                 row = {"run_id": run, **row}
             rows.append(row)
@@ -93,11 +131,16 @@ def our_columns(intervals, clock: str = "monotonic"):
 
 
 # the request (or merge) count behind each column, for judging a gap
-COUNT_OF = {**{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rrqm")},
-            **{c: "wr_ios" for c in ("w/s", "wkB/s", "w_await", "wareq-sz", "%wrqm")},
-            **{c: "dc_ios" for c in ("d/s", "dkB/s", "d_await", "dareq-sz", "%drqm")},
-            "rrqm/s": "rd_merges", "wrqm/s": "wr_merges", "drqm/s": "dc_merges",
-            "f/s": "fl_ios", "f_await": "fl_ios"}
+COUNT_OF = {
+    **{c: "rd_ios" for c in ("r/s", "rkB/s", "r_await", "rareq-sz", "%rrqm")},
+    **{c: "wr_ios" for c in ("w/s", "wkB/s", "w_await", "wareq-sz", "%wrqm")},
+    **{c: "dc_ios" for c in ("d/s", "dkB/s", "d_await", "dareq-sz", "%drqm")},
+    "rrqm/s": "rd_merges",
+    "wrqm/s": "wr_merges",
+    "drqm/s": "dc_merges",
+    "f/s": "fl_ios",
+    "f_await": "fl_ios",
+}
 
 
 def compare_with_sysstat(intervals, clock: str = "monotonic", ours=None):
@@ -164,12 +207,18 @@ def disagreement_table(cmp):
             continue
         p = at[col]
         big = np.abs(sysv[p]) >= 1
-        rows.append({"column": col, "n": len(p), "within_tol_pct": 100 * within[p].mean(),
-                     "outside": int((~within[p]).sum()),
-                     "divisor_explains": int(dex[p].sum()) if dex is not None else 0,
-                     "max_abs_diff": np.nanmax(absd[p]),
-                     "at_value": sysv[p[np.nanargmax(absd[p])]],
-                     "max_rel_diff_pct": 100 * np.nanmax(rel[p][big]) if big.any() else 0.0})
+        rows.append(
+            {
+                "column": col,
+                "n": len(p),
+                "within_tol_pct": 100 * within[p].mean(),
+                "outside": int((~within[p]).sum()),
+                "divisor_explains": int(dex[p].sum()) if dex is not None else 0,
+                "max_abs_diff": np.nanmax(absd[p]),
+                "at_value": sysv[p[np.nanargmax(absd[p])]],
+                "max_rel_diff_pct": 100 * np.nanmax(rel[p][big]) if big.any() else 0.0,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -187,14 +236,28 @@ def window_columns(windows):
         T = (e["t_ns"] - s["t_ns"]) / 1e9
         c = ds.compute_columns(s, e, T)
         d = ds.delta(s, e)
-        rows.append({**dict(zip(keys, key)), "round": s["round"], "phase": s["phase"],
-                     "window_s": T, "ios": d["rd_ios"] + d["wr_ios"] + d["dc_ios"],
-                     "ticks_ms": d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"], **c})
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                "round": s["round"],
+                "phase": s["phase"],
+                "window_s": T,
+                "ios": d["rd_ios"] + d["wr_ios"] + d["dc_ios"],
+                "ticks_ms": d["rd_ticks"] + d["wr_ticks"] + d["dc_ticks"],
+                **c,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 # the await column each op of a trace window is compared with
-AWAIT_OF = {"read": "r_await", "write": "w_await", "discard": "d_await", "flush": "f_await", "all": "await"}
+AWAIT_OF = {
+    "read": "r_await",
+    "write": "w_await",
+    "discard": "d_await",
+    "flush": "f_await",
+    "all": "await",
+}
 
 
 def trace_vs_await(windows, trace_windows, wc=None):
@@ -207,10 +270,20 @@ def trace_vs_await(windows, trace_windows, wc=None):
     known = ~np.isnan(pick)
     aw = np.full(len(m), np.nan)
     aw[known] = m[list(AWAIT_OF.values())].to_numpy(dtype=float)[known, pick[known].astype(np.intp)]
-    df = pd.DataFrame({**{k: m[k] for k in keys}, "round": m["round"], "phase": m["phase"],
-                       "op": m["op"], "n_trace": m["n"], "trace_mean_ms": m["q2c_mean_us"] / 1000,
-                       "device_mean_ms": m["d2c_mean_us"] / 1000, "await_ms": aw,
-                       "trace_p50_ms": m["q2c_p50_us"] / 1000, "trace_p99_ms": m["q2c_p99_us"] / 1000})
+    df = pd.DataFrame(
+        {
+            **{k: m[k] for k in keys},
+            "round": m["round"],
+            "phase": m["phase"],
+            "op": m["op"],
+            "n_trace": m["n"],
+            "trace_mean_ms": m["q2c_mean_us"] / 1000,
+            "device_mean_ms": m["d2c_mean_us"] / 1000,
+            "await_ms": aw,
+            "trace_p50_ms": m["q2c_p50_us"] / 1000,
+            "trace_p99_ms": m["q2c_p99_us"] / 1000,
+        }
+    )
     df["diff_ms"] = df["trace_mean_ms"] - df["await_ms"]
     return df
 
@@ -223,14 +296,36 @@ def trace_vs_util(windows, trace_windows, wc=None):
     tw = trace_windows[trace_windows["op"] == "all"]
     m = tw.merge(wc, on=keys + ["round", "phase"], suffixes=("_trace", ""))
     T = m["window_s_trace"] if "window_s_trace" in m else m["window_s"]
-    m["occupancy_as_tiq"] = (m["occupancy"] + (m["carried_in_ns"] - m["carried_out_ns"]) / 1e9 / T
-                             if "carried_in_ns" in m else float("nan"))
+    m["occupancy_as_tiq"] = (
+        m["occupancy"] + (m["carried_in_ns"] - m["carried_out_ns"]) / 1e9 / T
+        if "carried_in_ns" in m
+        else float("nan")
+    )
     m["trace_busy_pct"] = 100 * m["busy_frac"]
     m["device_busy_pct"] = 100 * m["dev_busy_frac"]
-    return m[keys + ["round", "phase", "trace_busy_pct", "device_busy_pct", "%util", "occupancy",
-                     "occupancy_as_tiq", "dev_occupancy", "aqu-sz",
-                     "r/s", "w/s", "await", "f/s", "f_await", "done_without_start",
-                     "start_without_done", "flush_without_start", "n"]]
+    return m[
+        keys
+        + [
+            "round",
+            "phase",
+            "trace_busy_pct",
+            "device_busy_pct",
+            "%util",
+            "occupancy",
+            "occupancy_as_tiq",
+            "dev_occupancy",
+            "aqu-sz",
+            "r/s",
+            "w/s",
+            "await",
+            "f/s",
+            "f_await",
+            "done_without_start",
+            "start_without_done",
+            "flush_without_start",
+            "n",
+        ]
+    ]
 
 
 def in_written_order(df, table: str):
@@ -248,7 +343,7 @@ def in_written_order(df, table: str):
     for c in ("host_id", "run_id", *keys):
         if c in ranked:
             col, order = ranked[c]
-            if col in df:     # absent: the rank is one constant, which orders nothing
+            if col in df:  # absent: the rank is one constant, which orders nothing
                 r = pd.Index(order).get_indexer(df[col])
                 by[c] = np.where(r < 0, len(order), r)
         elif c in ("host_id", "run_id") and not (df[c].to_numpy() != df[c].iloc[0]).any():
@@ -309,11 +404,18 @@ def per_round_rates(ours, phases, phase: str, direction: str):
     # two aggregations over several columns each: the same sums and medians as named
     # aggregation, which costs several times as much per call
     by = st.groupby("round")
-    g = pd.concat([by[["n_rd_ios", "n_wr_ios", "n_fl_ios", "interval_s"]].sum(),
-                   by[["await", "aqu-sz"]].median()], axis=1)
+    g = pd.concat(
+        [
+            by[["n_rd_ios", "n_wr_ios", "n_fl_ios", "interval_s"]].sum(),
+            by[["await", "aqu-sz"]].median(),
+        ],
+        axis=1,
+    )
     g.columns = ["rd", "wr", "fl", "secs", "await_ms", "aqu"]
     g = g.join(f[[f"fio_{direction}_iops", f"fio_{direction}_lat_mean_us"]], how="inner")
-    g = g.rename(columns={f"fio_{direction}_iops": "fio_iops", f"fio_{direction}_lat_mean_us": "fio_lat_us"})
+    g = g.rename(
+        columns={f"fio_{direction}_iops": "fio_iops", f"fio_{direction}_lat_mean_us": "fio_lat_us"}
+    )
     for k in ("rd", "wr", "fl"):
         g[f"{k}_per_op"] = g[k] / g["secs"] / g["fio_iops"]
     g["fio_in_flight"] = g["fio_iops"] * g["fio_lat_us"] / 1e6
@@ -338,17 +440,26 @@ def flush_origin(trace_windows, phase: str = "fsync_4k") -> dict:
     if w.empty or a.empty:
         return {}
     m = w.merge(a[keys + ["flush_without_start"]], on=keys, suffixes=("", "_all"))
-    return {"windows": int(len(m)), "accounted_writes": int(m["n"].sum()),
-            "issued_writes": int(m["n_d2c"].sum()), "empty_preflush": int((m["n"] - m["n_d2c"]).sum()),
-            "flush_requests": int(m["flush_without_start_all"].sum())}
+    return {
+        "windows": int(len(m)),
+        "accounted_writes": int(m["n"].sum()),
+        "issued_writes": int(m["n_d2c"].sum()),
+        "empty_preflush": int((m["n"] - m["n_d2c"]).sum()),
+        "flush_requests": int(m["flush_without_start_all"].sum()),
+    }
 
 
 # ---- the quoted dataset's analysis and every host's ------------------------------------
 
+
 def only_run(df, host_id, run_id):
     """The rows of one dataset of a loaded table: its host and run id together (two hosts may
     measure in the same second, and a fleet's copies share run ids)."""
-    return df[(df["host_id"] == host_id) & (df["run_id"] == run_id)] if len(df) and "run_id" in df else df
+    return (
+        df[(df["host_id"] == host_id) & (df["run_id"] == run_id)]
+        if len(df) and "run_id" in df
+        else df
+    )
 
 
 def analyse(D: dict) -> dict:
@@ -407,26 +518,46 @@ def host_summary(D) -> dict:
     if not A:
         return {}
     man, hid = A["manifest"], A["manifest"]["host"]["host_id"]
-    row = {"host_id": hid, "run_id": A["run_id"], "kernel": man["host"].get("kernel_release"),
-           "device": man["facts"].get("device", {}).get("name"),
-           "scheduler": re.sub(r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"),
-           "rounds": measured_rounds(A)}
+    row = {
+        "host_id": hid,
+        "run_id": A["run_id"],
+        "kernel": man["host"].get("kernel_release"),
+        "device": man["facts"].get("device", {}).get("name"),
+        "scheduler": re.sub(
+            r".*\[(\S+)\].*", r"\1", man["facts"].get("device", {}).get("scheduler") or "?"
+        ),
+        "rounds": measured_rounds(A),
+    }
     if "cmp" in A:
         c = A["cmp"]
-        row.update({"intervals": len(A["ours"]), "values compared": len(c),
-                    "within tolerance %": round(100 * c["within"].mean(), 2),
-                    "agree %": round(100 * c["agree"].mean(), 2)})
+        row.update(
+            {
+                "intervals": len(A["ours"]),
+                "values compared": len(c),
+                "within tolerance %": round(100 * c["within"].mean(), 2),
+                "agree %": round(100 * c["agree"].mean(), 2),
+            }
+        )
     if "trace_await" in A:
         ta = A["trace_await"]
         main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
         rel = (main["diff_ms"] / main["await_ms"]).abs()
-        row.update({"trace windows": int(ta["window"].nunique()),
-                    "median |trace - await| %": round(100 * rel.median(), 2)})
+        row.update(
+            {
+                "trace windows": int(ta["window"].nunique()),
+                "median |trace - await| %": round(100 * rel.median(), 2),
+            }
+        )
     out = {"overview": pd.DataFrame([row])}
     if "ours" in A:
         st = steady(A["ours"])
-        out["steady"] = pd.DataFrame({"host_id": hid, "phase": st["phase"].to_numpy(),
-                                      "IOPS": (st["r/s"] + st["w/s"] + st["d/s"]).to_numpy()})
+        out["steady"] = pd.DataFrame(
+            {
+                "host_id": hid,
+                "phase": st["phase"].to_numpy(),
+                "IOPS": (st["r/s"] + st["w/s"] + st["d/s"]).to_numpy(),
+            }
+        )
     if "phase_summary" in A:
         out["phase_summary"] = A["phase_summary"]
     return out
@@ -440,7 +571,9 @@ def steady_intervals(AH: dict[str, dict]):
 
 def phase_summary_hosts(AH: dict[str, dict]):
     """phase_summary() of every host, with a host column."""
-    frames = [S["phase_summary"].assign(host_id=hid) for hid, S in AH.items() if "phase_summary" in S]
+    frames = [
+        S["phase_summary"].assign(host_id=hid) for hid, S in AH.items() if "phase_summary" in S
+    ]
     if not frames:
         return pd.DataFrame()
     df = pd.concat(frames, ignore_index=True)
@@ -460,8 +593,11 @@ def compare_hosts(AH: dict[str, dict], value: str = "IOPS"):
 def measured_rounds(A: dict) -> str:
     """How many rounds the dataset measured (its phases' rounds; else the parameter)."""
     ph = A.get("phases")
-    return str(ph[ph["round"] >= 0]["round"].nunique() if ph is not None and len(ph)
-               else A["manifest"]["parameters"].get("rounds"))
+    return str(
+        ph[ph["round"] >= 0]["round"].nunique()
+        if ph is not None and len(ph)
+        else A["manifest"]["parameters"].get("rounds")
+    )
 
 
 class IostatData(Data):
@@ -473,8 +609,13 @@ class IostatData(Data):
         return in_written_order(df, name)
 
     def frames(self) -> dict:
-        return {**{t: self[t] for t in ("intervals", "windows", "trace_windows", "trace_sample",
-                                        "phases")}, "manifests": self.manifests}
+        return {
+            **{
+                t: self[t]
+                for t in ("intervals", "windows", "trace_windows", "trace_sample", "phases")
+            },
+            "manifests": self.manifests,
+        }
 
     def analysis(self) -> dict:
         """analyse() of these datasets: the quoted dataset's frames (the prose, the tables, the

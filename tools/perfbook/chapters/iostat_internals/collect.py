@@ -21,6 +21,7 @@ Everything raw is kept (counters, sysstat's printed columns, per-window trace su
 bounded random sample of per-request latencies); analysis.py recomputes the iostat columns
 and the cross-checks from it.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -48,15 +49,28 @@ from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.core.proc import die_with_parent, kill_group, run_group
 from perfbook.hoststate import statedir
 from perfbook.hoststate.scratch import Scratch
-from perfbook.hoststate.tracefs import TraceSession, preflight as tracefs_preflight
+from perfbook.hoststate.tracefs import TraceSession
+from perfbook.hoststate.tracefs import preflight as tracefs_preflight
 from perfbook.probes import diskstats as ds
 from perfbook.probes.blockdev import device_of, kernel_dev_t, mount_of, queue_facts
-from .analysis import off_claim, steady_iops, trace_vs_await
-from .parse import (IOSTAT_INTERVAL_S, PHASE_TAIL_S, PHASES, SAMPLER_RT_PRIO, TRACE_EVENTS,
-                    TRACE_POSTROLL_S, TRACE_PREROLL_S, fio_summary, occupancy, pair_requests, parse_trace)
 
+from .analysis import off_claim, steady_iops, trace_vs_await
+from .parse import (
+    IOSTAT_INTERVAL_S,
+    PHASE_TAIL_S,
+    PHASES,
+    SAMPLER_RT_PRIO,
+    TRACE_EVENTS,
+    TRACE_POSTROLL_S,
+    TRACE_PREROLL_S,
+    fio_summary,
+    occupancy,
+    pair_requests,
+    parse_trace,
+)
 
 # ---- the workload: fio and our own phases, the iostat follower, diskstats snapshots ---------
+
 
 def read_uptime_cs() -> int:
     """/proc/uptime in 1/100 s, parsed the way sysstat does (seconds*100 + cents)."""
@@ -74,16 +88,22 @@ def snapshot(device: str) -> dict:
     st = ds.parse_diskstats(text).get(device)
     if st is None:
         raise PerfbookError(f"device {device} vanished from /proc/diskstats")
-    return {"t_ns": t, "read_ns": t_read - t, "uptime_cs": up, "fields_present": st.fields_present,
-            **st.values}
+    return {
+        "t_ns": t,
+        "read_ns": t_read - t,
+        "uptime_cs": up,
+        "fields_present": st.fields_present,
+        **st.values,
+    }
 
 
 def _realtime_self() -> bool:
     """Run the calling thread SCHED_FIFO (root only), so that its snapshot follows
     sysstat's read without waiting behind the workload for a CPU."""
     try:
-        os.sched_setscheduler(threading.get_native_id(), os.SCHED_FIFO,
-                              os.sched_param(SAMPLER_RT_PRIO))
+        os.sched_setscheduler(
+            threading.get_native_id(), os.SCHED_FIFO, os.sched_param(SAMPLER_RT_PRIO)
+        )
         return True
     except (OSError, AttributeError):
         return False
@@ -147,12 +167,19 @@ class _IostatFollower(threading.Thread):
                         continue
                     if header is None or not line.startswith(self.device + " "):
                         continue
-                    snap = snapshot(self.device)          # first: as close to sysstat's read as we can
+                    snap = snapshot(self.device)  # first: as close to sysstat's read as we can
                     cols = ds.parse_iostat_report_line(header, line, self.device)
                     rnd, phase = self.label()
-                    self.rows.append({"seq": len(self.rows), "round": rnd, "phase": phase,
-                                      "backlog": sum(j > i for j in ours),
-                                      **snap, **{f"sysstat {k}": v for k, v in cols.items()}})
+                    self.rows.append(
+                        {
+                            "seq": len(self.rows),
+                            "round": rnd,
+                            "phase": phase,
+                            "backlog": sum(j > i for j in ours),
+                            **snap,
+                            **{f"sysstat {k}": v for k, v in cols.items()},
+                        }
+                    )
         except Exception as e:  # reported by collect()
             self.error = f"{type(e).__name__}: {e}"
 
@@ -224,7 +251,7 @@ class _OwnWorkload(threading.Thread):
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             while not self._done(t_end):
-                _fallocate(fd, 0, 0, size)            # allocate (unwritten extents: no data I/O)
+                _fallocate(fd, 0, 0, size)  # allocate (unwritten extents: no data I/O)
                 os.fsync(fd)
                 offsets = list(range(0, size, chunk))
                 self.rng.shuffle(offsets)
@@ -234,7 +261,7 @@ class _OwnWorkload(threading.Thread):
                     _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, chunk)
                     self.ops += 1
                     if i % 4 == 3:
-                        os.fsync(fd)                  # commit: ext4 issues the discards now
+                        os.fsync(fd)  # commit: ext4 issues the discards now
                 os.fsync(fd)
         finally:
             os.close(fd)
@@ -250,10 +277,19 @@ class _Workload:
         self.stop_ev = threading.Event()
         self.result: dict = {}
         if "fio" in self.spec:
-            self.cmd = ["fio", "--name=perfbook", f"--filename={scratch / 'data.bin'}",
-                        f"--size={p['file_mb']}M", "--time_based", f"--runtime={seconds}",
-                        "--output-format=json", "--randrepeat=0", "--norandommap",
-                        "--thread", *self.spec["fio"]]
+            self.cmd = [
+                "fio",
+                "--name=perfbook",
+                f"--filename={scratch / 'data.bin'}",
+                f"--size={p['file_mb']}M",
+                "--time_based",
+                f"--runtime={seconds}",
+                "--output-format=json",
+                "--randrepeat=0",
+                "--norandommap",
+                "--thread",
+                *self.spec["fio"],
+            ]
         else:
             target = scratch / ("data.bin" if self.spec["own"] == "buffered_read" else "holes.bin")
             self.thread = _OwnWorkload(self.spec["own"], target, seconds, self.stop_ev, seed)
@@ -262,9 +298,14 @@ class _Workload:
         if self.thread is not None:
             self.thread.start()
         else:
-            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                         text=True, start_new_session=True,
-                                         preexec_fn=die_with_parent)
+            self.proc = subprocess.Popen(
+                self.cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
 
     def wait(self, timeout: float) -> dict:
         if self.thread is not None:
@@ -278,13 +319,15 @@ class _Workload:
         out, err = self.proc.communicate(timeout=timeout)
         if self.proc.returncode != 0:
             last = (err or out).strip().splitlines()[-1:] or ["no output"]
-            raise PerfbookError(f"fio phase {self.name} failed (exit {self.proc.returncode}): {last[0]}")
+            raise PerfbookError(
+                f"fio phase {self.name} failed (exit {self.proc.returncode}): {last[0]}"
+            )
         return fio_summary(out)
 
     def stop(self):
         self.stop_ev.set()
         if self.proc is not None:
-            kill_group(self.proc)       # its whole process group, even if fio itself has exited
+            kill_group(self.proc)  # its whole process group, even if fio itself has exited
         if self.thread is not None and self.thread.is_alive():
             self.thread.join(5)
 
@@ -298,6 +341,7 @@ def _kill(proc: subprocess.Popen) -> None:
 
 # ---- the measurement --------------------------------------------------------------------
 
+
 def scratch_parent_of(p: dict) -> Path:
     """The directory the scratch directory goes into: 'auto' is perfbook.hoststate.statedir's private one."""
     return statedir.scratch_parent() if p["scratch_parent"] == "auto" else Path(p["scratch_parent"])
@@ -308,7 +352,9 @@ def _optional() -> dict[str, str]:
     if not shutil.which("iostat"):
         missing["sysstat"] = "sysstat's iostat is not installed (apt-get install sysstat)"
     elif not shutil.which("stdbuf"):
-        missing["sysstat"] = "stdbuf (coreutils) is missing, so iostat's reports can't be followed line by line"
+        missing["sysstat"] = (
+            "stdbuf (coreutils) is missing, so iostat's reports can't be followed line by line"
+        )
     r = tracefs_preflight(need_uprobes=False)
     if r:
         missing["tracepoints"] = r[0]
@@ -323,18 +369,31 @@ def _round_order(p: dict, r: int) -> list[str]:
 
 
 def _layout(scratch: Path, p: dict) -> None:
-    r = run_group(["fio", "--name=layout", f"--filename={scratch / 'data.bin'}",
-                   f"--size={p['file_mb']}M", "--rw=write", "--bs=1M", "--direct=1",
-                   "--ioengine=psync", "--output-format=json"], preexec_fn=die_with_parent)
+    r = run_group(
+        [
+            "fio",
+            "--name=layout",
+            f"--filename={scratch / 'data.bin'}",
+            f"--size={p['file_mb']}M",
+            "--rw=write",
+            "--bs=1M",
+            "--direct=1",
+            "--ioengine=psync",
+            "--output-format=json",
+        ],
+        preexec_fn=die_with_parent,
+    )
     if r.returncode != 0:
         last = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise PerfbookError(f"fio could not lay out the scratch file: {last[0]} "
-                            "(does the filesystem support O_DIRECT?)")
+        raise PerfbookError(
+            f"fio could not lay out the scratch file: {last[0]} "
+            "(does the filesystem support O_DIRECT?)"
+        )
 
 
 def _arm(session: TraceSession, major: int, minor: int) -> None:
     session.set_option("tracing_on", "0")
-    session.set_option("trace_clock", "mono")       # same clock as time.monotonic_ns()
+    session.set_option("trace_clock", "mono")  # same clock as time.monotonic_ns()
     session.set_option("buffer_size_kb", "32768")
     flt = f"dev == {kernel_dev_t(major, minor)}"
     for ev in TRACE_EVENTS:
@@ -356,22 +415,39 @@ def _summarize_window(text: str, w0: int, w1: int, n_sample: int, rng: random.Ra
         d = np.array([r["d2c_ns"] for r in sel if r["d2c_ns"] is not None], dtype=float) / 1000
         if op != "all" and not len(q):
             continue
-        row = {"op": op, "n": len(q), "n_d2c": len(d),
-               "q2c_max_us": float(q.max()) if len(q) else float("nan"),
-               "q2c_sum_us": float(q.sum()) if len(q) else 0.0,
-               "q2c_mean_us": float(q.mean()) if len(q) else float("nan"),
-               "d2c_mean_us": float(d.mean()) if len(d) else float("nan")}
+        row = {
+            "op": op,
+            "n": len(q),
+            "n_d2c": len(d),
+            "q2c_max_us": float(q.max()) if len(q) else float("nan"),
+            "q2c_sum_us": float(q.sum()) if len(q) else 0.0,
+            "q2c_mean_us": float(q.mean()) if len(q) else float("nan"),
+            "d2c_mean_us": float(d.mean()) if len(d) else float("nan"),
+        }
         for pct in (50, 90, 99):
             row[f"q2c_p{pct}_us"] = float(np.percentile(q, pct)) if len(q) else float("nan")
         if op == "all":
-            row.update({"window_s": (w1 - w0) / 1e9, "occupancy": occ, "busy_frac": busy,
-                        "dev_occupancy": dev_occ, "dev_busy_frac": dev_busy,
-                        "events": len(events), **unmatched})
+            row.update(
+                {
+                    "window_s": (w1 - w0) / 1e9,
+                    "occupancy": occ,
+                    "busy_frac": busy,
+                    "dev_occupancy": dev_occ,
+                    "dev_busy_frac": dev_busy,
+                    "events": len(events),
+                    **unmatched,
+                }
+            )
         rows.append(row)
     pick = recs if len(recs) <= n_sample else rng.sample(recs, n_sample)
-    sample = [{"op": r["op"], "q2c_us": r["q2c_ns"] / 1000,
-               "d2c_us": (r["d2c_ns"] / 1000) if r["d2c_ns"] is not None else float("nan")}
-              for r in pick]
+    sample = [
+        {
+            "op": r["op"],
+            "q2c_us": r["q2c_ns"] / 1000,
+            "d2c_us": (r["d2c_ns"] / 1000) if r["d2c_ns"] is not None else float("nan"),
+        }
+        for r in pick
+    ]
     return rows, sample
 
 
@@ -380,13 +456,18 @@ def fs_facts(mount: dict, dev: str, root: str = "/") -> dict:
     has a journal (/sys/fs/ext4/<name>/journal_task names the jbd2 thread, '<none>' without a
     journal), its options as ext4 reports them, and the disk's largest segment. Read-only;
     None for what this kernel or file system does not expose."""
+
     def read(rel):
         try:
             return (Path(root) / rel).read_text().strip()
         except OSError:
             return None
-    out = {"journal": None, "ext4_options": None,
-           "max_segment_size": read(f"sys/block/{dev}/queue/max_segment_size")}
+
+    out = {
+        "journal": None,
+        "ext4_options": None,
+        "max_segment_size": read(f"sys/block/{dev}/queue/max_segment_size"),
+    }
     src = (mount or {}).get("source") or ""
     if (mount or {}).get("fstype") == "ext4" and src.startswith("/dev/"):
         name = os.path.basename(src)
@@ -421,17 +502,32 @@ def measure(ctx) -> None:
         raise ParameterError(f"scratch_parent {parent} is not a directory")
     dev, major, minor = device_of(parent)
     if p["device"] not in ("auto", dev):
-        raise ParameterError(f"scratch_parent {parent} is on {dev}, not on {p['device']}; "
-                             "the workload must run on the device we measure")
+        raise ParameterError(
+            f"scratch_parent {parent} is on {dev}, not on {p['device']}; "
+            "the workload must run on the device we measure"
+        )
     if not Path(f"/sys/block/{dev}/mq").is_dir() and "tracepoints" not in optional:
-        optional["tracepoints"] = f"{dev} is not a request-based (blk-mq) device: no block_io_* events"
+        optional["tracepoints"] = (
+            f"{dev} is not a request-based (blk-mq) device: no block_io_* events"
+        )
     for part, why in optional.items():
         w.skip(part, why)
-    sd = ctx.undo.enter_context(Scratch("iostat_internals", parent=None if p["scratch_parent"] == "auto"
-                                        else parent, say=ctx.say))
+    sd = ctx.undo.enter_context(
+        Scratch(
+            "iostat_internals",
+            parent=None if p["scratch_parent"] == "auto" else parent,
+            say=ctx.say,
+        )
+    )
     scratch = sd.dir
     mount = mount_of(parent)
-    w.extra["device"] = {"name": dev, "major": major, "minor": minor, **queue_facts(dev), "mount": mount}
+    w.extra["device"] = {
+        "name": dev,
+        "major": major,
+        "minor": minor,
+        **queue_facts(dev),
+        "mount": mount,
+    }
     w.extra["filesystem"] = fs_facts(mount, dev)
     w.extra["_tool_cmds"] = {"fio": ["fio", "--version"], "iostat": ["iostat", "-V"]}
     w.extra["clock"] = {"CONFIG_HZ": _config_hz(), "USER_HZ": os.sysconf("SC_CLK_TCK")}
@@ -445,27 +541,46 @@ def measure(ctx) -> None:
     if "sysstat" not in optional:
         env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
         env.pop("S_TIME_FORMAT", None)
-        rt = ["chrt", "-f", str(SAMPLER_RT_PRIO)] if (os.geteuid() == 0 and shutil.which("chrt")) else []
+        rt = (
+            ["chrt", "-f", str(SAMPLER_RT_PRIO)]
+            if (os.geteuid() == 0 and shutil.which("chrt"))
+            else []
+        )
         w.extra["sampling"] = {"iostat_and_sampler_sched_fifo": bool(rt)}
-        iostat = subprocess.Popen([*rt, "stdbuf", "-oL", "iostat", "-x", "-d", "-k", "-y", dev,
-                                   str(int(IOSTAT_INTERVAL_S))],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  text=True, env=env, start_new_session=True,
-                                  preexec_fn=die_with_parent)
+        iostat = subprocess.Popen(
+            [
+                *rt,
+                "stdbuf",
+                "-oL",
+                "iostat",
+                "-x",
+                "-d",
+                "-k",
+                "-y",
+                dev,
+                str(int(IOSTAT_INTERVAL_S)),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         ctx.undo.callback(_kill, iostat)
         follower = _IostatFollower(iostat, dev, lambda: (state["round"], state["phase"]))
         follower.start()
-        time.sleep(1.3)                     # the first report is the baseline
+        time.sleep(1.3)  # the first report is the baseline
     session = None
     if "tracepoints" not in optional:
         session = ctx.undo.enter_context(TraceSession(tag="iostat", log=prog.note))
         _arm(session, major, minor)
-    running: list = []                      # the phase's workload while it runs
+    running: list = []  # the phase's workload while it runs
     ctx.undo.callback(lambda: running and running[0].stop())
     phase_rows, win_rows, raw_traces = [], [], []
     i = 0
     for rd in rep.rounds():
-        rnd = rd.index - rep.warmup          # measured rounds from 0; warm-up rounds are negative
+        rnd = rd.index - rep.warmup  # measured rounds from 0; warm-up rounds are negative
         if rd.index:
             prog.note(f"after round {rd.index}: {rep.status()}")
         prog.expect(len(p["phases"]))
@@ -478,14 +593,19 @@ def measure(ctx) -> None:
                 running[:] = [_Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)]
                 i += 1
                 running[0].start()
-                time.sleep(1.0)                 # warm-up before the window
-                wid = len(phase_rows)           # one trace window per phase run
+                time.sleep(1.0)  # warm-up before the window
+                wid = len(phase_rows)  # one trace window per phase run
                 if session is not None:
                     session.clear()
                     session.set_option("tracing_on", "1")
-                prog.note(f"{name}: workload running, iostat sampling" + (", tracing on" if session else ""))
+                prog.note(
+                    f"{name}: workload running, iostat sampling"
+                    + (", tracing on" if session else "")
+                )
                 if session is not None:
-                    time.sleep(TRACE_PREROLL_S)  # requests completing in the window started after this
+                    time.sleep(
+                        TRACE_PREROLL_S
+                    )  # requests completing in the window started after this
                 with _realtime():
                     a = snapshot(dev)
                 time.sleep(p["trace_window_s"])
@@ -495,8 +615,13 @@ def measure(ctx) -> None:
                     time.sleep(TRACE_POSTROLL_S)
                     session.set_option("tracing_on", "0")
                 # the steady part of the phase ends just before the workload does
-                time.sleep(max(0.0, (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9)
-                                     - time.monotonic_ns()) / 1e9))
+                time.sleep(
+                    max(
+                        0.0,
+                        (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9) - time.monotonic_ns())
+                        / 1e9,
+                    )
+                )
                 with _realtime():
                     c = snapshot(dev)
             steady = steady_iops(a, c)
@@ -505,20 +630,37 @@ def measure(ctx) -> None:
                 win_rows.append({"window": wid, "round": rnd, "phase": name, "edge": edge, **s})
             if session is not None:
                 # parsed after the run: parsing here would hold the GIL and delay the follower
-                raw_traces.append((wid, rnd, name, a["t_ns"] + a["read_ns"] // 2,
-                                   b["t_ns"] + b["read_ns"] // 2,
-                                   session.buffer_stats().get("overrun", 0),
-                                   session.file("trace").read_bytes()))
+                raw_traces.append(
+                    (
+                        wid,
+                        rnd,
+                        name,
+                        a["t_ns"] + a["read_ns"] // 2,
+                        b["t_ns"] + b["read_ns"] // 2,
+                        session.buffer_stats().get("overrun", 0),
+                        session.file("trace").read_bytes(),
+                    )
+                )
             res = running[0].wait(timeout=p["phase_seconds"] + 60)
             running.clear()
-            phase_rows.append({"round": rnd, "phase": name, "what": PHASES[name]["what"],
-                               "warmup": rd.warmup, "t_start_ns": t0, "t_end_ns": time.monotonic_ns(),
-                               "steady_s": (c["t_ns"] - a["t_ns"]) / 1e9, "steady_iops": steady, **res})
+            phase_rows.append(
+                {
+                    "round": rnd,
+                    "phase": name,
+                    "what": PHASES[name]["what"],
+                    "warmup": rd.warmup,
+                    "t_start_ns": t0,
+                    "t_end_ns": time.monotonic_ns(),
+                    "steady_s": (c["t_ns"] - a["t_ns"]) / 1e9,
+                    "steady_iops": steady,
+                    **res,
+                }
+            )
             prog.step(f"round {rd.index + 1}{' (warm-up)' if rd.warmup else ''} {name}")
     prog.note(f"repetition stopped ({rep.stopped_by}): {rep.status()}")
     state["phase"] = "idle"
     if follower is not None:
-        time.sleep(1.2)                     # one more report covers the last phase's end
+        time.sleep(1.2)  # one more report covers the last phase's end
         _kill(iostat)
         follower.join(5)
         if follower.error:
@@ -529,10 +671,12 @@ def measure(ctx) -> None:
         w.add_table("intervals", intervals)
         late = off_claim(intervals)
         if late:
-            w.notes.append(f"{len(late)} of {len(intervals) - 1} iostat intervals do not span what sysstat's "
-                           f"report claims (reports read late: the run was stopped or starved); the analysis "
-                           f"leaves them out (seq {', '.join(map(str, late[:10]))}"
-                           f"{', ...' if len(late) > 10 else ''})")
+            w.notes.append(
+                f"{len(late)} of {len(intervals) - 1} iostat intervals do not span what sysstat's "
+                f"report claims (reports read late: the run was stopped or starved); the analysis "
+                f"leaves them out (seq {', '.join(map(str, late[:10]))}"
+                f"{', ...' if len(late) > 10 else ''})"
+            )
     else:
         w.notes.append("no sysstat: intervals were not recorded")
     w.add_table("phases", pd.DataFrame(phase_rows))
@@ -548,7 +692,9 @@ def _trace_tables(w, p: dict, raw_traces: list, win_rows: list) -> None:
     tw_rows, sample_rows = [], []
     for wid, rnd, name, w0, w1, overrun, raw in raw_traces:
         tw, sample = _summarize_window(raw.decode(errors="replace"), w0, w1, p["trace_sample"], rng)
-        tw_rows += [{"window": wid, "round": rnd, "phase": name, "overrun": overrun, **r} for r in tw]
+        tw_rows += [
+            {"window": wid, "round": rnd, "phase": name, "overrun": overrun, **r} for r in tw
+        ]
         sample_rows += [{"window": wid, "round": rnd, "phase": name, **r} for r in sample]
     if not tw_rows:
         return
@@ -565,10 +711,13 @@ def _trace_tables(w, p: dict, raw_traces: list, win_rows: list) -> None:
         "max_abs_diff_ms": float(mv["diff_ms"].abs().max()) if len(mv) else None,
         "median_rel_pct": float(100 * rel.median()) if len(mv) else None,
         "within_5pct_2us": float((mv["diff_ms"].abs() <= 0.05 * mv["await_ms"] + 0.002).mean())
-        if len(mv) else None}
+        if len(mv)
+        else None,
+    }
 
 
 # ---- sysstat's iostat fed our own snapshots (the tests check our columns against it) -----
+
 
 def _stat_line(snap: dict) -> str:
     """A /sys/block/<dev>/stat line (17 numbers) from one of our diskstats snapshots."""
@@ -598,11 +747,28 @@ def replay_sysstat(prev: dict, curr: dict, device: str = "pbdev", timeout: float
         up.write_text(_uptime_line(prev))
         env = {**os.environ, "LC_ALL": "C", "S_COLORS": "never"}
         env.pop("S_TIME_FORMAT", None)
-        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-               'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
-               "sh", str(up), str(d / "sys"), device]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env, start_new_session=True, preexec_fn=die_with_parent)
+        cmd = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            'mount --bind "$1" /proc/uptime && exec stdbuf -oL iostat -x -d -k -f "$2" "$3" 1 2',
+            "sh",
+            str(up),
+            str(d / "sys"),
+            device,
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         timer = threading.Timer(timeout, kill_group, (proc,))
         timer.start()
         out = []

@@ -1,5 +1,6 @@
 """iostat_internals: the figures, each D -> (figure, caption); the drawing of each (_draw_*)
 reads the quoted dataset's analysis, D.analysis()."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -8,12 +9,15 @@ import seaborn as sns
 from perfbook.analysis import fleetview as fv
 from perfbook.analysis import stats
 from perfbook.probes import diskstats as ds
+
 from .analysis import phase_summary_hosts
 from .parse import PHASES
 
 # what the two non-phase labels mean (legends and captions)
-NON_PHASE = {"transition": "transition (interval spans two phases)",
-             "idle": "idle (no phase running: before the first, after the last)"}
+NON_PHASE = {
+    "transition": "transition (interval spans two phases)",
+    "idle": "idle (no phase running: before the first, after the last)",
+}
 NON_PHASE_COLOR = (0.6, 0.6, 0.6)
 
 
@@ -21,8 +25,10 @@ def _phase_palette(phases):
     """A colour per workload phase, none of them grey (tab10 without its grey, then black, in
     parse.PHASES order), and light grey for the intervals that belong to no phase (NON_PHASE)."""
     names = [p for p in PHASES if p in set(phases)]
-    colours = [c for i, c in enumerate(sns.color_palette("tab10", 10)) if i != 7] + [(0.0, 0.0, 0.0)]
-    pal = dict(zip(names, colours[:len(names)] + colours[:max(0, len(names) - len(colours))]))
+    colours = [c for i, c in enumerate(sns.color_palette("tab10", 10)) if i != 7] + [
+        (0.0, 0.0, 0.0)
+    ]
+    pal = dict(zip(names, colours[: len(names)] + colours[: max(0, len(names) - len(colours))]))
     for extra in sorted(set(phases) - set(PHASES)):
         pal[extra] = NON_PHASE_COLOR
     return pal
@@ -42,8 +48,13 @@ def _draw_timeseries(A):
     ours = A["ours"].copy()
     ours["t_s"] = ours["interval_s"].cumsum()
     ours["IOPS"] = ours["r/s"] + ours["w/s"] + ours["d/s"]
-    cols = [("IOPS", "IOPS (r/s + w/s + d/s)"), ("await", "await (ms)"),
-            ("aqu-sz", "aqu-sz"), ("%util", "%util"), ("f/s", "f/s")]
+    cols = [
+        ("IOPS", "IOPS (r/s + w/s + d/s)"),
+        ("await", "await (ms)"),
+        ("aqu-sz", "aqu-sz"),
+        ("%util", "%util"),
+        ("f/s", "f/s"),
+    ]
     pal = _phase_palette(ours["phase"])
     fig, axes = plt.subplots(len(cols), 1, figsize=(9, 9), sharex=True)
     have = set(ours["phase"].unique())
@@ -57,8 +68,15 @@ def _draw_timeseries(A):
     axes[-1].set_xlabel("seconds since the first report")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0.08, 1, 1))
-    fig.legend(handles, labels, ncol=3, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
-               frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        ncol=3,
+        fontsize=7,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        frameon=False,
+    )
     return fig
 
 
@@ -67,8 +85,16 @@ def _draw_disagreement(A):
     c = A["cmp"].copy()
     c["gap / tolerance"] = c["abs_diff"] / c["tolerance"]
     fig, ax = plt.subplots(figsize=(9, 4))
-    fv.strip(data=c, x="column", y="gap / tolerance", ax=ax, size=3, jitter=0.25,
-          order=list(ds.COLUMNS), color="tab:blue")
+    fv.strip(
+        data=c,
+        x="column",
+        y="gap / tolerance",
+        ax=ax,
+        size=3,
+        jitter=0.25,
+        order=list(ds.COLUMNS),
+        color="tab:blue",
+    )
     ax.axhline(1, color="tab:red", lw=1, ls="--", label="stated tolerance")
     ax.set_ylim(0, max(1.1, c["gap / tolerance"].max() * 1.1))
     ax.tick_params(axis="x", rotation=60, labelsize=8)
@@ -92,9 +118,20 @@ def _draw_latency(A):
     axes = axes if len(phases) > 1 else [axes]
     for ax, ph in zip(axes, phases):
         g = s[s["phase"] == ph]
-        sns.histplot(data=g, x="q2c_us", hue="op", ax=ax, log_scale=True, bins=60,
-                     element="step", stat="percent", common_norm=False, legend=(ax is axes[0]),
-                     hue_order=["read", "write"], palette={"read": "tab:blue", "write": "tab:orange"})
+        sns.histplot(
+            data=g,
+            x="q2c_us",
+            hue="op",
+            ax=ax,
+            log_scale=True,
+            bins=60,
+            element="step",
+            stat="percent",
+            common_norm=False,
+            legend=(ax is axes[0]),
+            hue_order=["read", "write"],
+            palette={"read": "tab:blue", "write": "tab:orange"},
+        )
         for op, color in (("read", "tab:blue"), ("write", "tab:orange")):
             a = ta[(ta["phase"] == ph) & (ta["op"] == op)]["await_ms"]
             if len(a):
@@ -102,7 +139,9 @@ def _draw_latency(A):
         ax.set_ylabel("")
         ax.text(0.005, 0.95, ph, transform=ax.transAxes, ha="left", va="top", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
-    axes[-1].set_xlabel("io_start -> io_done per request (µs, log scale); dashed: await over the same window")
+    axes[-1].set_xlabel(
+        "io_start -> io_done per request (µs, log scale); dashed: await over the same window"
+    )
     fig.supylabel("requests per bin (% of the direction's sample)", fontsize=9)
     fig.tight_layout()
     return fig
@@ -133,8 +172,15 @@ def _draw_little(A):
     axes[1].set_ylabel("aqu-sz over the same window")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.tight_layout(rect=(0, 0.16, 1, 1))
-    fig.legend(handles, labels, ncol=3, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
-               frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        ncol=3,
+        fontsize=7,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        frameon=False,
+    )
     return fig
 
 
@@ -145,24 +191,43 @@ def _draw_saturation(A):
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for _, r in ps.iterrows():
         for ax, x in ((axes[0], "IOPS"), (axes[1], "aqu-sz")):
-            ax.errorbar(r[x], r["%util"], xerr=[[r[x] - r[f"{x} lo"]], [r[f"{x} hi"] - r[x]]],
-                        yerr=[[r["%util"] - r["%util lo"]], [r["%util hi"] - r["%util"]]],
-                        fmt="o", color=pal.get(r["phase"]), label=r["phase"] if ax is axes[0] else None)
+            ax.errorbar(
+                r[x],
+                r["%util"],
+                xerr=[[r[x] - r[f"{x} lo"]], [r[f"{x} hi"] - r[x]]],
+                yerr=[[r["%util"] - r["%util lo"]], [r["%util hi"] - r["%util"]]],
+                fmt="o",
+                color=pal.get(r["phase"]),
+                label=r["phase"] if ax is axes[0] else None,
+            )
     axes[0].set_xscale("log")
     lab = stats.ci_label(ps["n"])  # the real coverage of the median intervals, per phase's n
-    for ax, x in ((axes[0], f"IOPS (median per phase, {lab})"), (axes[1], f"aqu-sz (median per phase, {lab})")):
+    for ax, x in (
+        (axes[0], f"IOPS (median per phase, {lab})"),
+        (axes[1], f"aqu-sz (median per phase, {lab})"),
+    ):
         ax.set_xlabel(x)
         ax.set_ylabel("%util")
         ax.axhline(100, color="0.5", lw=0.8, ls=":")
-    handles, labels = axes[0].get_legend_handles_labels()   # below the panels: inside, it hid points
+    handles, labels = axes[0].get_legend_handles_labels()  # below the panels: inside, it hid points
     rows = -(-len(labels) // 4)
     fig.tight_layout(rect=(0, 0.03 + 0.045 * rows, 1, 1))
-    fig.legend(handles, labels, ncol=4, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0),
-               frameon=False, title="phase", title_fontsize=8)
+    fig.legend(
+        handles,
+        labels,
+        ncol=4,
+        fontsize=7,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.0),
+        frameon=False,
+        title="phase",
+        title_fontsize=8,
+    )
     return fig
 
 
 # ---- the figures: (figure, caption) --------------------------------------------------------
+
 
 def _host(A):
     m = A["manifest"]
@@ -173,17 +238,28 @@ def timeseries(D):
     A = D.analysis()
     return _draw_timeseries(A), stats.caption(
         "iostat columns per 1-s interval of the newest dataset, coloured by the phase that ran through "
-        "the whole interval", n=A["ours"].groupby("phase").size(), unit="intervals", warmup=0, hosts=_host(A),
-        ci=False, extra="Open grey circles: intervals that straddle two phases (transition) or in which no "
-        "phase ran (idle: before the first phase and after the last); every phase begins with 1 s of warm-up")
+        "the whole interval",
+        n=A["ours"].groupby("phase").size(),
+        unit="intervals",
+        warmup=0,
+        hosts=_host(A),
+        ci=False,
+        extra="Open grey circles: intervals that straddle two phases (transition) or in which no "
+        "phase ran (idle: before the first phase and after the last); every phase begins with 1 s of warm-up",
+    )
 
 
 def disagreement(D):
     A = D.analysis()
     return _draw_disagreement(A), stats.caption(
         "Gap between our column and sysstat's, divided by the stated tolerance, one dot per interval",
-        n=A["cmp"].groupby("column").size(), unit="intervals", warmup=0, hosts=_host(A), ci=False,
-        extra="Values above the dashed line are outside the tolerance")
+        n=A["cmp"].groupby("column").size(),
+        unit="intervals",
+        warmup=0,
+        hosts=_host(A),
+        ci=False,
+        extra="Values above the dashed line are outside the tolerance",
+    )
 
 
 def little(D):
@@ -191,26 +267,39 @@ def little(D):
     return _draw_little(A), stats.caption(
         "Left: aqu-sz against Little's law per interval; right: aqu-sz against the time-average number "
         "of requests in flight from the tracepoints, per trace window",
-        n=[len(A["ours"]), len(A.get("trace_util", []))], unit="intervals or windows", warmup=0,
-        hosts=_host(A), ci=False)
+        n=[len(A["ours"]), len(A.get("trace_util", []))],
+        unit="intervals or windows",
+        warmup=0,
+        hosts=_host(A),
+        ci=False,
+    )
 
 
 def latency(D):
     A = D.analysis()
     return _draw_latency(A), stats.caption(
         "Per-request latency from block_io_start to block_io_done, a random sample of each trace window's "
-        "requests, per phase and direction", n=A["sample"].groupby(["phase", "op"]).size(), unit="requests",
-        warmup=0, hosts=_host(A), ci=False,
+        "requests, per phase and direction",
+        n=A["sample"].groupby(["phase", "op"]).size(),
+        unit="requests",
+        warmup=0,
+        hosts=_host(A),
+        ci=False,
         extra="Each direction's histogram is normalised to its own sample: the y axis is the share of the "
-              "sampled requests per bin, in %. Dashed: the mean of await over the same windows")
+        "sampled requests per bin, in %. Dashed: the mean of await over the same windows",
+    )
 
 
 def saturation(D):
     A = D.analysis()
     return _draw_saturation(A), stats.caption(
         "%util against IOPS and aqu-sz, median per phase over its steady 1-s intervals",
-        n=A["phase_summary"]["n"], unit="intervals", warmup=0, hosts=_host(A),
-        extra="Intervals that straddle two phases, and warm-up rounds, are left out")
+        n=A["phase_summary"]["n"],
+        unit="intervals",
+        warmup=0,
+        hosts=_host(A),
+        extra="Intervals that straddle two phases, and warm-up rounds, are left out",
+    )
 
 
 def hosts_iops(D):
@@ -229,7 +318,11 @@ def hosts_iops(D):
     ax.set_ylabel("IOPS (median of steady 1-s intervals)")
     fv.legend(fig, F, drawn)
     return fig, stats.caption(
-        "Device IOPS per phase, each host's shown dataset", n=PH["n"], unit="intervals",
-        warmup=0, hosts=F.caption_hosts(),
+        "Device IOPS per phase, each host's shown dataset",
+        n=PH["n"],
+        unit="intervals",
+        warmup=0,
+        hosts=F.caption_hosts(),
         extra="Intervals that straddle two phases, and warm-up rounds, are left out. "
-              + F.marks_text(drawn, "a host's median IOPS over the phase's steady intervals"))
+        + F.marks_text(drawn, "a host's median IOPS over the phase's steady intervals"),
+    )

@@ -2,6 +2,7 @@
 settings and the tables' natural order, shared by collect and analysis) and its parsers: block
 tracepoint lines (through perfbook.probes.ftrace) paired into requests, the time-average
 occupancy of a window, fio's JSON summary (pure: text and rows in, rows out)."""
+
 from __future__ import annotations
 
 import json
@@ -12,32 +13,61 @@ from perfbook.probes import ftrace
 
 # name -> (how, description). fio phases give fio arguments; "own" phases are ours.
 PHASES: dict[str, dict] = {
-    "seqread_1m_qd1":   {"fio": ["--rw=read", "--bs=1M", "--direct=1", "--ioengine=psync"],
-                         "what": "sequential 1 MiB O_DIRECT reads, one at a time"},
-    "randread_4k_qd1":  {"fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=psync"],
-                         "what": "random 4 KiB O_DIRECT reads, queue depth 1"},
-    "randread_4k_qd16": {"fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio",
-                                 "--iodepth=16"],
-                         "what": "random 4 KiB O_DIRECT reads, queue depth 16 (libaio)"},
-    "randwrite_4k_qd1": {"fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=psync"],
-                         "what": "random 4 KiB O_DIRECT writes, queue depth 1"},
-    "randwrite_4k_qd16": {"fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio",
-                                  "--iodepth=16"],
-                          "what": "random 4 KiB O_DIRECT writes, queue depth 16 (libaio)"},
-    "seqwrite_4k_qd16": {"fio": ["--rw=write", "--bs=4k", "--direct=1", "--ioengine=libaio",
-                                 "--iodepth=16", "--iodepth_batch_submit=16",
-                                 "--iodepth_batch_complete_min=16"],
-                         "what": "sequential 4 KiB O_DIRECT writes submitted 16 at a time (merges)"},
-    "randrw_4k_qd8":    {"fio": ["--rw=randrw", "--rwmixread=70", "--bs=4k", "--direct=1",
-                                 "--ioengine=libaio", "--iodepth=8"],
-                         "what": "random 70/30 read/write mix, 4 KiB O_DIRECT, queue depth 8"},
-    "fsync_4k":         {"fio": ["--rw=randwrite", "--bs=4k", "--direct=0", "--ioengine=psync",
-                                 "--fsync=1"],
-                         "what": "buffered random 4 KiB writes, fsync after each"},
-    "buffered_seqread": {"own": "buffered_read",
-                         "what": "buffered sequential 128 KiB reads, page cache dropped every pass (readahead)"},
-    "discard":          {"own": "discard",
-                         "what": "punch 1 MiB holes in a preallocated file + fsync (ext4 'discard' mount option)"},
+    "seqread_1m_qd1": {
+        "fio": ["--rw=read", "--bs=1M", "--direct=1", "--ioengine=psync"],
+        "what": "sequential 1 MiB O_DIRECT reads, one at a time",
+    },
+    "randread_4k_qd1": {
+        "fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=psync"],
+        "what": "random 4 KiB O_DIRECT reads, queue depth 1",
+    },
+    "randread_4k_qd16": {
+        "fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=16"],
+        "what": "random 4 KiB O_DIRECT reads, queue depth 16 (libaio)",
+    },
+    "randwrite_4k_qd1": {
+        "fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=psync"],
+        "what": "random 4 KiB O_DIRECT writes, queue depth 1",
+    },
+    "randwrite_4k_qd16": {
+        "fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=16"],
+        "what": "random 4 KiB O_DIRECT writes, queue depth 16 (libaio)",
+    },
+    "seqwrite_4k_qd16": {
+        "fio": [
+            "--rw=write",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=16",
+            "--iodepth_batch_submit=16",
+            "--iodepth_batch_complete_min=16",
+        ],
+        "what": "sequential 4 KiB O_DIRECT writes submitted 16 at a time (merges)",
+    },
+    "randrw_4k_qd8": {
+        "fio": [
+            "--rw=randrw",
+            "--rwmixread=70",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=libaio",
+            "--iodepth=8",
+        ],
+        "what": "random 70/30 read/write mix, 4 KiB O_DIRECT, queue depth 8",
+    },
+    "fsync_4k": {
+        "fio": ["--rw=randwrite", "--bs=4k", "--direct=0", "--ioengine=psync", "--fsync=1"],
+        "what": "buffered random 4 KiB writes, fsync after each",
+    },
+    "buffered_seqread": {
+        "own": "buffered_read",
+        "what": "buffered sequential 128 KiB reads, page cache dropped every pass (readahead)",
+    },
+    "discard": {
+        "own": "discard",
+        "what": "punch 1 MiB holes in a preallocated file + fsync (ext4 'discard' mount option)",
+    },
 }
 
 
@@ -46,10 +76,10 @@ QUICK_PHASES = ["randread_4k_qd1", "randwrite_4k_qd16", "fsync_4k"]
 
 # Stated tolerance for "our column agrees with sysstat's" (see the chapter):
 # |ours - sysstat| <= TOL_ABS + TOL_REL * max(|ours|, |sysstat|).
-TOL_ABS = 0.011   # sysstat prints 2 decimals (0.005) plus one more rounding step
+TOL_ABS = 0.011  # sysstat prints 2 decimals (0.005) plus one more rounding step
 
 
-TOL_REL = 0.02    # 1 % from /proc/uptime's 10 ms steps + 1 % for sampling-instant offset
+TOL_REL = 0.02  # 1 % from /proc/uptime's 10 ms steps + 1 % for sampling-instant offset
 
 
 IOSTAT_INTERVAL_S = 1.0  # the interval we give iostat
@@ -71,17 +101,21 @@ TOL_UTIL_JIFFY = 1.0  # %util: plus one jiffy per 1 s interval at HZ=100, the co
 SAMPLER_RT_PRIO = 10
 
 
-TRACE_PREROLL_S = 0.2      # tracing starts this long before the window's first snapshot
+TRACE_PREROLL_S = 0.2  # tracing starts this long before the window's first snapshot
 
 
 TRACE_POSTROLL_S = 0.02
 
 
-TRACE_EVENTS = ("block/block_io_start", "block/block_io_done",
-                "block/block_rq_issue", "block/block_rq_complete")
+TRACE_EVENTS = (
+    "block/block_io_start",
+    "block/block_io_done",
+    "block/block_rq_issue",
+    "block/block_rq_complete",
+)
 
 
-PHASE_TAIL_S = 0.25   # the steady part of a phase ends this long before its nominal end
+PHASE_TAIL_S = 0.25  # the steady part of a phase ends this long before its nominal end
 
 
 TABLES = ("intervals", "windows", "trace_windows", "trace_sample", "phases")
@@ -89,9 +123,14 @@ TABLES = ("intervals", "windows", "trace_windows", "trace_sample", "phases")
 
 # Each table's natural key: the analysis must not depend on the order rows were written in.
 # trace_sample rows are a random sample per window and op; their order within one carries nothing.
-ORDER_KEYS = {"intervals": ["seq"], "windows": ["window", "t_ns"],
-              "trace_windows": ["window", "_op"], "trace_sample": ["window", "_op"],
-              "phases": ["t_start_ns"], "repetition": ["experiment", "_key"]}
+ORDER_KEYS = {
+    "intervals": ["seq"],
+    "windows": ["window", "t_ns"],
+    "trace_windows": ["window", "_op"],
+    "trace_sample": ["window", "_op"],
+    "phases": ["t_start_ns"],
+    "repetition": ["experiment", "_key"],
+}
 
 
 OPS = ("all", "read", "write", "discard", "flush")
@@ -122,8 +161,10 @@ def parse_trace(text: str, trace_stats: dict | None = None) -> list[tuple]:
     """Trace text (any trace options; the mono clock _arm sets prints sec.usec) ->
     [(t_ns, event, op, sector, nr_sectors)]. `trace_stats` (ftrace.new_stats()) receives the
     lost-event counts."""
-    out = [(round(float(ts) * 1e6) * 1000, ev, op_class(rwbs), int(sector), int(nr))  # usec: exact
-           for ts, ev, rwbs, sector, nr in ftrace.fields(text, r"block_\w+", _BLOCK_BODY, trace_stats)]
+    out = [
+        (round(float(ts) * 1e6) * 1000, ev, op_class(rwbs), int(sector), int(nr))  # usec: exact
+        for ts, ev, rwbs, sector, nr in ftrace.fields(text, r"block_\w+", _BLOCK_BODY, trace_stats)
+    ]
     out.sort(key=lambda r: r[0])
     return out
 
@@ -144,15 +185,21 @@ def pair_requests(events: list[tuple], w0: int, w1: int):
     starts, issues = defaultdict(deque), defaultdict(deque)
     d2c_done: dict[tuple, deque] = defaultdict(deque)
     recs = []
-    unmatched = {"done_without_start": 0, "start_without_done": 0, "flush_without_start": 0,
-                 "carried_in_ns": 0, "carried_out_ns": 0}
+    unmatched = {
+        "done_without_start": 0,
+        "start_without_done": 0,
+        "flush_without_start": 0,
+        "carried_in_ns": 0,
+        "carried_out_ns": 0,
+    }
 
     def edge(t0, t1):
         """Book-keeping for time_in_queue's rule: a request's whole latency counts when it ends."""
         if w0 <= t1 <= w1:
-            unmatched["carried_in_ns"] += max(0, w0 - t0)      # waited before the window
+            unmatched["carried_in_ns"] += max(0, w0 - t0)  # waited before the window
         elif t1 > w1 and t0 < w1:
-            unmatched["carried_out_ns"] += w1 - max(t0, w0)    # in flight at the end: not yet counted
+            unmatched["carried_out_ns"] += w1 - max(t0, w0)  # in flight at the end: not yet counted
+
     intervals = []
     dev_intervals = []
     t_first = events[0][0] if events else w0
@@ -165,11 +212,16 @@ def pair_requests(events: list[tuple], w0: int, w1: int):
             issued = d2c_done[key].popleft() if d2c_done[key] else None
             if starts[key]:
                 t0 = starts[key].popleft()
-                while issued is not None and issued[0] < t0:    # left over by an earlier request
+                while issued is not None and issued[0] < t0:  # left over by an earlier request
                     issued = d2c_done[key].popleft() if d2c_done[key] else None
                 if w0 <= t <= w1:
-                    recs.append({"op": op, "q2c_ns": t - t0,
-                                 "d2c_ns": (issued[1] - issued[0]) if issued else None})
+                    recs.append(
+                        {
+                            "op": op,
+                            "q2c_ns": t - t0,
+                            "d2c_ns": (issued[1] - issued[0]) if issued else None,
+                        }
+                    )
                 intervals.append((t0, t))
                 edge(t0, t)
             elif op == "flush" and issued is not None:
@@ -180,7 +232,7 @@ def pair_requests(events: list[tuple], w0: int, w1: int):
                 edge(issued[0], t)
             else:
                 if w0 <= t <= w1:
-                    unmatched["done_without_start"] += 1   # started before tracing began
+                    unmatched["done_without_start"] += 1  # started before tracing began
                 intervals.append((t_first, t))
         elif ev == "block_rq_issue":
             issues[key].append(t)
@@ -190,7 +242,7 @@ def pair_requests(events: list[tuple], w0: int, w1: int):
                 d2c_done[key].append((ti, t))
                 dev_intervals.append((ti, t))
             elif nr > 0:
-                dev_intervals.append((t_first, t))     # issued before tracing began
+                dev_intervals.append((t_first, t))  # issued before tracing began
             # else: an empty preflush write finished by the flush machinery; never issued itself
     for q in starts.values():
         for t0 in q:

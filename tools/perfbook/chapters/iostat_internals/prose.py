@@ -1,5 +1,6 @@
 """iostat_internals: every value the chapter's prose quotes, formatted (values(D) for the
 notebook's glue; run_values(D), one dataset's, for the key findings)."""
+
 from __future__ import annotations
 
 import re
@@ -11,8 +12,16 @@ from perfbook.analysis import stats
 from perfbook.analysis.findings import Run, counted_runs, glued
 from perfbook.data import machine
 from perfbook.probes import diskstats as ds
-from .analysis import (compare_hosts, flush_origin, jiffy_check, measured_rounds, per_round_rates, steady,
-                       uptime_disagreement)
+
+from .analysis import (
+    compare_hosts,
+    flush_origin,
+    jiffy_check,
+    measured_rounds,
+    per_round_rates,
+    steady,
+    uptime_disagreement,
+)
 from .parse import TOL_ABS, TOL_REL
 
 
@@ -21,21 +30,40 @@ def values(D, uptime: bool = True) -> dict:
     datasets and hosts, the repetition settings and the host comparison's sentence); `uptime`:
     dataset_values'."""
     A, AH = D.analysis(), D.host_analyses()
-    f = {k: (v if isinstance(v, (str, int)) else str(v)) for k, v in dataset_values(A, uptime).items()}
+    f = {
+        k: (v if isinstance(v, (str, int)) else str(v))
+        for k, v in dataset_values(A, uptime).items()
+    }
     p, prof = A["manifest"]["parameters"], D.chapter.profiles
     ph = D["phases"]
-    ph = ph[(ph["host_id"] == A["manifest"]["host"]["host_id"]) & (ph["run_id"] == A["run_id"]) & (ph["round"] >= 0)]
-    per_round = ph.groupby("round").apply(lambda g: (g["t_end_ns"].max() - g["t_start_ns"].min()) / 1e9,
-                                          include_groups=False)
+    ph = ph[
+        (ph["host_id"] == A["manifest"]["host"]["host_id"])
+        & (ph["run_id"] == A["run_id"])
+        & (ph["round"] >= 0)
+    ]
+    per_round = ph.groupby("round").apply(
+        lambda g: (g["t_end_ns"].max() - g["t_start_ns"].min()) / 1e9, include_groups=False
+    )
     cmp = compare_hosts(AH)
-    f.update({"n_hosts": len(AH), "n_datasets": len(D.manifests), "rep_datasets": len(D.manifests),
-              "rep_target_pct": f'{100 * p.get("rep_target", prof["default"]["rep_target"]):g}',
-              "rep_budget_default": f'{prof["default"]["rep_budget_s"]:.0f}',
-              "rep_budget_full": f'{prof["full"]["rep_budget_s"]:.0f}',
-              "round_s": f"{per_round.median():.0f}" if len(per_round) else "n/a",
-              "host_cmp_sentence": _host_sentence(AH, cmp),
-              "seq1m_runs": _per_run(D, A, lambda g: f"{g['seq1m_req_per_read']} requests per read, "
-                                                     f"aqu-sz {g['seqread_1m_qd1_aqu']}")})
+    f.update(
+        {
+            "n_hosts": len(AH),
+            "n_datasets": len(D.manifests),
+            "rep_datasets": len(D.manifests),
+            "rep_target_pct": f"{100 * p.get('rep_target', prof['default']['rep_target']):g}",
+            "rep_budget_default": f"{prof['default']['rep_budget_s']:.0f}",
+            "rep_budget_full": f"{prof['full']['rep_budget_s']:.0f}",
+            "round_s": f"{per_round.median():.0f}" if len(per_round) else "n/a",
+            "host_cmp_sentence": _host_sentence(AH, cmp),
+            "seq1m_runs": _per_run(
+                D,
+                A,
+                lambda g: (
+                    f"{g['seq1m_req_per_read']} requests per read, aqu-sz {g['seqread_1m_qd1_aqu']}"
+                ),
+            ),
+        }
+    )
     return f
 
 
@@ -56,12 +84,16 @@ def _per_run(D, A, say) -> str:
 
 def _host_sentence(AH, cmp) -> str:
     if len(cmp):
-        return (f"With {len(AH)} hosts, each is compared with {cmp['baseline'].iloc[0]} phase by phase on "
-                f"the IOPS of its steady intervals ({stats.COMPARE_METHOD}): {stats.significance_text(cmp)}. "
-                "The environment diff above lists the facts in which the hosts' manifests differ.")
-    return ("Only one host has data for this chapter, so there is no second host to compare it with and "
-            "no environment diff. A second host's dataset (see the README) would appear here, with a rank "
-            "test per phase and the facts in which the two environments differ.")
+        return (
+            f"With {len(AH)} hosts, each is compared with {cmp['baseline'].iloc[0]} phase by phase on "
+            f"the IOPS of its steady intervals ({stats.COMPARE_METHOD}): {stats.significance_text(cmp)}. "
+            "The environment diff above lists the facts in which the hosts' manifests differ."
+        )
+    return (
+        "Only one host has data for this chapter, so there is no second host to compare it with and "
+        "no environment diff. A second host's dataset (see the README) would appear here, with a rank "
+        "test per phase and the facts in which the two environments differ."
+    )
 
 
 def run_values(D) -> dict:
@@ -210,39 +242,62 @@ def _device_values(man) -> dict[str, str]:
     mnt = dev.get("mount") or {}
     opts = (mnt.get("options") or "").split(",")
     nq = dev.get("nr_hw_queues")
-    f = {"driver": drv, "device_kind": f"{name} ({drv}) of a {kind}" if guest else f"{name} ({drv}) on {kind}"}
+    f = {
+        "driver": drv,
+        "device_kind": f"{name} ({drv}) of a {kind}" if guest else f"{name} ({drv}) on {kind}",
+    }
     if guest:
-        f["device_said"] = (f"The device is {name}, a {drv} disk of a {kind}. Its latency includes whatever the "
-                            "hypervisor and the storage behind it add, which cannot be seen from inside. The "
-                            "chapter's claims rest on comparisons made inside one run, not on the absolute latencies.")
+        f["device_said"] = (
+            f"The device is {name}, a {drv} disk of a {kind}. Its latency includes whatever the "
+            "hypervisor and the storage behind it add, which cannot be seen from inside. The "
+            "chapter's claims rest on comparisons made inside one run, not on the absolute latencies."
+        )
     else:
-        f["device_said"] = (f"The device is {name} ({drv}) of a {kind} host, so its latencies are the device's "
-                            "own; the chapter's claims still rest on comparisons made inside one run.")
+        f["device_said"] = (
+            f"The device is {name} ({drv}) of a {kind} host, so its latencies are the device's "
+            "own; the chapter's claims still rest on comparisons made inside one run."
+        )
     if not mnt:
-        f["mount_said"] = "The dataset does not record which file system the scratch directory was on."
+        f["mount_said"] = (
+            "The dataset does not record which file system the scratch directory was on."
+        )
     elif mnt.get("mount") == "/":
-        f["mount_said"] = (f"The disk also carries the root file system ({mnt.get('source')} mounted at /), so "
-                           "other processes' I/O lands in the same counters. All three observers see that I/O too, "
-                           "so the comparisons stay valid. The absolute rates are not the workload's alone.")
+        f["mount_said"] = (
+            f"The disk also carries the root file system ({mnt.get('source')} mounted at /), so "
+            "other processes' I/O lands in the same counters. All three observers see that I/O too, "
+            "so the comparisons stay valid. The absolute rates are not the workload's alone."
+        )
     else:
-        f["mount_said"] = (f"The scratch directory is on {mnt.get('source')}, mounted at {mnt.get('mount')}; I/O "
-                           "of other processes to that device, if any, lands in the same counters and all three "
-                           "observers see it.")
+        f["mount_said"] = (
+            f"The scratch directory is on {mnt.get('source')}, mounted at {mnt.get('mount')}; I/O "
+            "of other processes to that device, if any, lands in the same counters and all three "
+            "observers see it."
+        )
     if not mnt:
-        f["discard_said"] = "The mount options are not recorded, so why the discard phase did or did not show d/s is not known."
+        f["discard_said"] = (
+            "The mount options are not recorded, so why the discard phase did or did not show d/s is not known."
+        )
     elif "discard" in opts:
-        f["discard_said"] = (f"Discards appear because {mnt.get('mount')} is mounted with discard ({mnt.get('fstype')}). "
-                             "On a file system without it, the discard phase would show no d/s.")
+        f["discard_said"] = (
+            f"Discards appear because {mnt.get('mount')} is mounted with discard ({mnt.get('fstype')}). "
+            "On a file system without it, the discard phase would show no d/s."
+        )
     else:
-        f["discard_said"] = (f"{mnt.get('mount')} is mounted without discard, so the discard phase's punched holes "
-                             "send no discards to the device and d/s stays at zero.")
+        f["discard_said"] = (
+            f"{mnt.get('mount')} is mounted without discard, so the discard phase's punched holes "
+            "send no discards to the device and d/s stays at zero."
+        )
     if nq is None:
         f["queues_said"] = "The dataset does not record the device's hardware queues."
     elif int(nq) == 1:
-        f["queues_said"] = "With one hardware queue, this device cannot show how %util behaves across several queues."
+        f["queues_said"] = (
+            "With one hardware queue, this device cannot show how %util behaves across several queues."
+        )
     else:
-        f["queues_said"] = (f"The device has {nq} hardware queues; %util counts time with any request in flight on "
-                            "any of them, which this chapter does not take apart.")
+        f["queues_said"] = (
+            f"The device has {nq} hardware queues; %util counts time with any request in flight on "
+            "any of them, which this chapter does not take apart."
+        )
     return f
 
 
@@ -260,9 +315,14 @@ def _tail_values(sample, ta) -> dict[str, str]:
     # the queue-depth-16 phases' requests (their names tested once each, not once per request),
     # of those windows and ops, matched as pairs in one lookup (a Python loop over the sample's
     # string columns was most of this function's time)
-    s = sample[sample["phase"].isin([p for p in sample["phase"].unique() if str(p).endswith("_qd16")])]
-    s = s[pd.MultiIndex.from_arrays([s["window"], s["op"]]).isin(list(zip(big["window"], big["op"])))
-          if len(big) and len(s) else np.zeros(len(s), dtype=bool)]
+    s = sample[
+        sample["phase"].isin([p for p in sample["phase"].unique() if str(p).endswith("_qd16")])
+    ]
+    s = s[
+        pd.MultiIndex.from_arrays([s["window"], s["op"]]).isin(list(zip(big["window"], big["op"])))
+        if len(big) and len(s)
+        else np.zeros(len(s), dtype=bool)
+    ]
     parts, ratios, names = [], [], []
     for (ph, op), g in s.groupby(["phase", "op"], sort=False):
         x = g["q2c_us"]
@@ -271,20 +331,29 @@ def _tail_values(sample, ta) -> dict[str, str]:
         r = x.mean() / x.median()
         ratios.append(r)
         names.append(f"{ph} {op}s")
-        parts.append(f"{ph} {op}s: mean {x.mean():,.0f} µs, median {x.median():,.0f} µs ({r:.2f}×), "
-                     f"{100 * (x > 2 * x.median()).mean():.1f} % above twice the median")
+        parts.append(
+            f"{ph} {op}s: mean {x.mean():,.0f} µs, median {x.median():,.0f} µs ({r:.2f}×), "
+            f"{100 * (x > 2 * x.median()).mean():.1f} % above twice the median"
+        )
     if not parts:
         return {}
     skewed = [n for n, r in zip(names, ratios) if r >= 1.15]
     if not skewed:
-        said = ("In every queue-depth-16 phase the mean lies within 15 % of the median, so here the latencies "
-                "cluster around a typical value and await, a mean, describes a typical request; a tail that "
-                "pulled await up would show as a mean well above the median")
+        said = (
+            "In every queue-depth-16 phase the mean lies within 15 % of the median, so here the latencies "
+            "cluster around a typical value and await, a mean, describes a typical request; a tail that "
+            "pulled await up would show as a mean well above the median"
+        )
     else:
-        said = (f"In {_and(skewed)} the mean lies 15 % or more above the median: there a tail of slow "
-                "requests pulls await above what a typical request takes"
-                + ("" if len(skewed) == len(names) else
-                   f"; in {_and(n for n in names if n not in skewed)} it does not"))
+        said = (
+            f"In {_and(skewed)} the mean lies 15 % or more above the median: there a tail of slow "
+            "requests pulls await above what a typical request takes"
+            + (
+                ""
+                if len(skewed) == len(names)
+                else f"; in {_and(n for n in names if n not in skewed)} it does not"
+            )
+        )
     return {"qd16_shape_said": f"{'; '.join(parts)}. {said}"}
 
 
@@ -324,8 +393,8 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
     f["host"] = man["host"]["host_id"]
     f["host_desc"] = man["host"]["description"]
     f["kernel"] = man["host"]["kernel_release"]
-    f["sysstat_version"] = (man["tools"].get("iostat") or "not installed")
-    f["fio_version"] = (man["tools"].get("fio") or "not installed")
+    f["sysstat_version"] = man["tools"].get("iostat") or "not installed"
+    f["fio_version"] = man["tools"].get("fio") or "not installed"
     f["device"] = dev.get("name", "?")
     f["scheduler"] = re.sub(r".*\[(\S+)\].*", r"\1", dev.get("scheduler") or "?")
     f["write_cache"] = dev.get("write_cache") or "?"
@@ -351,8 +420,18 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
         f["tol_rel_pct"] = _fmt(100 * TOL_REL, 0)
         rates = dis[dis["column"].isin(["r/s", "w/s", "rkB/s", "wkB/s", "f/s", "d/s", "dkB/s"])]
         f["max_rate_rel_pct"] = _fmt(rates["max_rel_diff_pct"].max(), 2)
-        ratio_cols = ["r_await", "w_await", "d_await", "f_await", "rareq-sz",
-                      "wareq-sz", "dareq-sz", "%rrqm", "%wrqm", "%drqm"]
+        ratio_cols = [
+            "r_await",
+            "w_await",
+            "d_await",
+            "f_await",
+            "rareq-sz",
+            "wareq-sz",
+            "dareq-sz",
+            "%rrqm",
+            "%wrqm",
+            "%drqm",
+        ]
         rc = cmp[cmp["column"].isin(ratio_cols)]
         f["ratio_within_pct"] = _fmt(100 * rc["within"].mean(), 1)
         f["ratio_med_abs"] = _fmt(rc["abs_diff"].median(), 4)
@@ -380,8 +459,14 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
         f["tiq_max_resid"] = str(int(ours["tiq_residual_ms"].abs().max()))
         # the identities per interval, on plain records of the columns they read (a row-wise
         # apply built a Series per interval)
-        recs = ours[["r/s", "w/s", "d/s", "f/s", "r_await", "w_await", "d_await", "f_await"]].to_dict("records")
-        mix = (pd.Series([ds.await_mix(r) for r in recs], index=ours.index) - ours["await"]).abs().max()
+        recs = ours[
+            ["r/s", "w/s", "d/s", "f/s", "r_await", "w_await", "d_await", "f_await"]
+        ].to_dict("records")
+        mix = (
+            (pd.Series([ds.await_mix(r) for r in recs], index=ours.index) - ours["await"])
+            .abs()
+            .max()
+        )
         f["mix_max_diff"] = f"{mix:.1e}"
         pred = pd.Series([ds.little_prediction(r) for r in recs], index=ours.index)
         f["little_max_diff"] = _fmt((ours["aqu-sz"] - pred).abs().max(), 4)
@@ -390,8 +475,17 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
         f["jiffy_ms"] = str(jc.get("ms", "?"))
         f["util_max"] = _fmt(ours["%util"].max(), 1)
         ps = A["phase_summary"].set_index("phase")
-        for ph in ("randread_4k_qd1", "randread_4k_qd16", "randwrite_4k_qd1", "randwrite_4k_qd16",
-                   "fsync_4k", "seqwrite_4k_qd16", "discard", "buffered_seqread", "seqread_1m_qd1"):
+        for ph in (
+            "randread_4k_qd1",
+            "randread_4k_qd16",
+            "randwrite_4k_qd1",
+            "randwrite_4k_qd16",
+            "fsync_4k",
+            "seqwrite_4k_qd16",
+            "discard",
+            "buffered_seqread",
+            "seqread_1m_qd1",
+        ):
             if ph in ps.index:
                 r = ps.loc[ph]
                 f[f"{ph}_iops"] = _fmt(r["IOPS"], 0)
@@ -407,14 +501,19 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
         if "randread_4k_qd1" in ps.index and "randread_4k_qd16" in ps.index:
             ratio = ps.loc["randread_4k_qd16", "IOPS"] / ps.loc["randread_4k_qd1", "IOPS"]
             f["qd16_over_qd1"] = _fmt(ratio, 1)
-            f["util_said"] = (f"So at depth 1, {_fmt(ps.loc['randread_4k_qd1', '%util'], 1)} % util came with "
-                              f"{100 / ratio:.0f} % of the IOPS the same device gave at depth 16."
-                              if ratio >= 1.2 else
-                              "Here the deeper queue gave hardly more IOPS, so this device did not show the effect.")
+            f["util_said"] = (
+                f"So at depth 1, {_fmt(ps.loc['randread_4k_qd1', '%util'], 1)} % util came with "
+                f"{100 / ratio:.0f} % of the IOPS the same device gave at depth 16."
+                if ratio >= 1.2
+                else "Here the deeper queue gave hardly more IOPS, so this device did not show the effect."
+            )
         f.update(_per_op_values(ours, A.get("phases")))
         tiny = mix < 1e-9
-        f["mix_said"] = ("within floating-point rounding, so the identity holds" if tiny else
-                         "more than floating-point rounding: the identity does not hold exactly here")
+        f["mix_said"] = (
+            "within floating-point rounding, so the identity holds"
+            if tiny
+            else "more than floating-point rounding: the identity does not hold exactly here"
+        )
     if "trace_await" in A:
         ta = A["trace_await"]
         main = ta[ta["op"].isin(["read", "write"]) & (ta["n_trace"] >= 200)]
@@ -425,13 +524,16 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
         rel = (main["diff_ms"] / main["await_ms"]).abs()
         f["trace_max_rel_pct"] = _fmt(100 * rel.max(), 1)
         f["trace_med_rel_pct"] = _fmt(100 * rel.median(), 1)
-        share = (main["device_mean_ms"] / main["trace_mean_ms"])
+        share = main["device_mean_ms"] / main["trace_mean_ms"]
         f["device_share_min_pct"] = _fmt(100 * share.min(), 0)
         f["device_share_max_pct"] = _fmt(100 * share.max(), 0)
-        pre = 100 * (1 - share.min())      # the largest share of a window's mean spent before dispatch
+        pre = 100 * (1 - share.min())  # the largest share of a window's mean spent before dispatch
         f["pre_dispatch_max_pct"] = _fmt(pre, 0)
-        f["await_device_said"] = ("so await is not the device's latency here either" if pre >= 10 else
-                                  "so here await came within 10 % of the device's latency in every window")
+        f["await_device_said"] = (
+            "so await is not the device's latency here either"
+            if pre >= 10
+            else "so here await came within 10 % of the device's latency in every window"
+        )
         f.update(_tail_values(A.get("sample"), ta))
         tu = A["trace_util"]
         qd = tu[tu["phase"] == "randread_4k_qd16"]
@@ -444,25 +546,32 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
             f["fsync_flush_rq"] = f"{fo['flush_requests']:,}"
             f["fsync_issued_w"] = f"{fo['issued_writes']:,}"
             f["fsync_extra_flush"] = f"{fo['flush_requests'] - fo['empty_preflush']:,}"
-            f["fsync_data_per_flush"] = (_fmt(fo["issued_writes"] / fo["flush_requests"], 2)
-                                         if fo["flush_requests"] else "n/a")
+            f["fsync_data_per_flush"] = (
+                _fmt(fo["issued_writes"] / fo["flush_requests"], 2)
+                if fo["flush_requests"]
+                else "n/a"
+            )
             extra = fo["flush_requests"] - fo["empty_preflush"]
             f["fsync_origin_said"] = (
                 "every flush request came from an fsync's own empty preflush, none from a journal commit"
-                if extra <= 0.02 * fo["empty_preflush"] else
-                f"{extra:,} flush requests came from elsewhere than the empty preflushes, "
-                "such as journal commits")
+                if extra <= 0.02 * fo["empty_preflush"]
+                else f"{extra:,} flush requests came from elsewhere than the empty preflushes, "
+                "such as journal commits"
+            )
         rel = ((tu["occupancy"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
         f["occ_max_rel_pct"] = _fmt(100 * rel.max(), 1)
         f["occ_med_rel_pct"] = _fmt(100 * rel.median(), 2)
         iw = rel.idxmax()
         f["occ_worst_phase"] = str(tu.loc[iw, "phase"])
-        rel2 = ((tu["occupancy_as_tiq"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
+        rel2 = (
+            (tu["occupancy_as_tiq"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)
+        ).abs()
         f["occ_tiq_max_rel_pct"] = _fmt(100 * rel2.max(), 1)
         f["occ_tiq_med_rel_pct"] = _fmt(100 * rel2.median(), 2)
         f["occ_worst_tiq_rel_pct"] = _fmt(100 * rel2.loc[iw], 1)
-        edge = ((tu["occupancy_as_tiq"] - tu["occupancy"]).abs()
-                / tu["aqu-sz"].where(tu["aqu-sz"] > 0))
+        edge = (tu["occupancy_as_tiq"] - tu["occupancy"]).abs() / tu["aqu-sz"].where(
+            tu["aqu-sz"] > 0
+        )
         f["edge_max_rel_pct"] = _fmt(100 * edge.max(), 2)
         f["busy_util_max_gap"] = _fmt((tu["trace_busy_pct"] - tu["%util"]).abs().max(), 1)
         f["dev_busy_util_med_gap"] = _fmt((tu["device_busy_pct"] - tu["%util"]).median(), 1)

@@ -36,11 +36,13 @@ bucketing so it can be applied to our exact samples.
   prose.py          values(D): every value the prose quotes
   key_findings.py   FINDINGS: the chapter's conclusions
 """
+
 from __future__ import annotations
 
 import os
 
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+
 from .parse import PATHS, PINS, PROTOS
 
 # Cells repeat in rounds, adaptively (perfbook.analysis.repetition.Repetition), one experiment per path:
@@ -48,12 +50,33 @@ from .parse import PATHS, PINS, PROTOS
 # order, and rounds are added until every cell's per-run P50 has a 95 % CI narrower
 # than rep_target (relative), or rep_budget_s (per path) runs out, or rep_max_runs.
 # `reps` instead fixes the number of rounds (rep_min_runs = rep_max_runs = reps).
-_COMMON = {"paths": ["loopback", "veth"], "protos": ["udp", "tcp"], "rep_target": 0.05,
-           "request_size": 1, "response_size": 1, "seed": 7, "reps": None}
+_COMMON = {
+    "paths": ["loopback", "veth"],
+    "protos": ["udp", "tcp"],
+    "rep_target": 0.05,
+    "request_size": 1,
+    "response_size": 1,
+    "seed": 7,
+    "reps": None,
+}
 _KEY = dict(rep="int", order="int", path="str", proto="str", pin="str")
-_US = ("min_us", "mean_us", "std_us", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "rt_latency_us")
+_US = (
+    "min_us",
+    "mean_us",
+    "std_us",
+    "p50_us",
+    "p90_us",
+    "p99_us",
+    "p999_us",
+    "max_us",
+    "rt_latency_us",
+)
 _NQ = ("nq_p50_us", "nq_p90_us", "nq_p99_us")
-_NR = ("nr_p50_us", "nr_p90_us", "nr_p99_us")     # recorded since the rank check: absent from older datasets
+_NR = (
+    "nr_p50_us",
+    "nr_p90_us",
+    "nr_p99_us",
+)  # recorded since the rank check: absent from older datasets
 
 
 class NetperfLatency(Chapter):
@@ -71,52 +94,131 @@ class NetperfLatency(Chapter):
     # from 1 s runs, 42 s before); `full` repeats up to 50 rounds. quick: its netperf runs count
     # 15000 transactions (-l -15000: ~0.3 s here, about as many as its 0.25 s rrbench runs
     # record) instead of lasting a whole second, 8 s (13 s with -l 1).
-    plan_s = {"quick": 8, "default": 39}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 8,
+        "default": 39,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {**_COMMON, "pins": ["none", "split"], "rep_min_runs": 1, "rep_max_runs": 1,
-                  "rep_budget_s": 30.0, "rep_warmup": 0, "seconds": 0.25, "warmup": 0.1,
-                  "netperf_seconds": 1, "netperf_transactions": 15000, "ping_count": 1000,
-                  "sched_seconds": 0.2},
-        "default": {**_COMMON, "pins": list(PINS), "rep_min_runs": 5, "rep_max_runs": 20,
-                    "rep_budget_s": 22.0, "rep_warmup": 0, "seconds": 0.3, "warmup": 0.1,
-                    "netperf_seconds": 1, "ping_count": 5000, "sched_seconds": 0.2},
-        "full": {**_COMMON, "pins": list(PINS), "rep_min_runs": 6, "rep_max_runs": 50,
-                 "rep_budget_s": 400.0, "rep_warmup": 1, "seconds": 2.0, "warmup": 0.5,
-                 "netperf_seconds": 2, "ping_count": 100000, "sched_seconds": 1.0},
+        "quick": {
+            **_COMMON,
+            "pins": ["none", "split"],
+            "rep_min_runs": 1,
+            "rep_max_runs": 1,
+            "rep_budget_s": 30.0,
+            "rep_warmup": 0,
+            "seconds": 0.25,
+            "warmup": 0.1,
+            "netperf_seconds": 1,
+            "netperf_transactions": 15000,
+            "ping_count": 1000,
+            "sched_seconds": 0.2,
+        },
+        "default": {
+            **_COMMON,
+            "pins": list(PINS),
+            "rep_min_runs": 5,
+            "rep_max_runs": 20,
+            "rep_budget_s": 22.0,
+            "rep_warmup": 0,
+            "seconds": 0.3,
+            "warmup": 0.1,
+            "netperf_seconds": 1,
+            "ping_count": 5000,
+            "sched_seconds": 0.2,
+        },
+        "full": {
+            **_COMMON,
+            "pins": list(PINS),
+            "rep_min_runs": 6,
+            "rep_max_runs": 50,
+            "rep_budget_s": 400.0,
+            "rep_warmup": 1,
+            "seconds": 2.0,
+            "warmup": 0.5,
+            "netperf_seconds": 2,
+            "ping_count": 100000,
+            "sched_seconds": 1.0,
+        },
     }
     params = {
         "paths": Param(list, choices=PATHS, help="network paths, e.g. 'loopback,veth'"),
         "protos": Param(list, choices=PROTOS, help="protocols, e.g. 'udp,tcp'"),
         "pins": Param(list, choices=PINS, help="pinning modes, e.g. 'none,split,same'"),
         **repetition_params("rep_"),
-        "reps": Param(int, min=1, max=100, nullable=True,
-                      help="a fixed number of rounds per path (sets rep_min_runs and rep_max_runs)"),
+        "reps": Param(
+            int,
+            min=1,
+            max=100,
+            nullable=True,
+            help="a fixed number of rounds per path (sets rep_min_runs and rep_max_runs)",
+        ),
         "seconds": Param(float, min=0.05, max=120.0, help="recorded seconds per rrbench run"),
-        "warmup": Param(float, min=0.0, max=30.0, help="unrecorded seconds before each rrbench run"),
+        "warmup": Param(
+            float, min=0.0, max=30.0, help="unrecorded seconds before each rrbench run"
+        ),
         "netperf_seconds": Param(int, min=1, max=60, help="netperf -l (whole seconds)"),
-        "netperf_transactions": Param(int, min=100, max=10_000_000, nullable=True,
-                                      help="netperf -l -N: each measured run N transactions, not "
-                                           "netperf_seconds (None: whole seconds)"),
+        "netperf_transactions": Param(
+            int,
+            min=100,
+            max=10_000_000,
+            nullable=True,
+            help="netperf -l -N: each measured run N transactions, not "
+            "netperf_seconds (None: whole seconds)",
+        ),
         "request_size": Param(int, min=1, max=65000, help="request bytes"),
         "response_size": Param(int, min=1, max=65000, help="response bytes"),
         "ping_count": Param(int, min=0, max=1_000_000, help="ping -f -c per path (0: no ping)"),
         "seed": Param(int, min=0, max=2**31, help="seed of the shuffled order of the cells"),
-        "sched_seconds": Param(float, min=0.0, max=5.0,
-                               help="seconds of each traced run with the scheduler tracepoints (0: none)"),
+        "sched_seconds": Param(
+            float,
+            min=0.0,
+            max=5.0,
+            help="seconds of each traced run with the scheduler tracepoints (0: none)",
+        ),
     }
     tables = {
-        "runs": Table(**_KEY, tool="str", t_s="float", request_size="int", response_size="int",
-                      n="int", lost="int", seconds="float", rate_tps="float",
-                      **{c: "float" for c in (*_US, *_NQ, *_NR)}, optional=_NR),
+        "runs": Table(
+            **_KEY,
+            tool="str",
+            t_s="float",
+            request_size="int",
+            response_size="int",
+            n="int",
+            lost="int",
+            seconds="float",
+            rate_tps="float",
+            **{c: "float" for c in (*_US, *_NQ, *_NR)},
+            optional=_NR,
+        ),
         "hist": Table(**_KEY, bin="int", count="int"),
         "netperf_all": Table(**_KEY, key="str", value="str"),
-        "ping": Table(path="str", count="int", sent="int", received="int", min_us="float",
-                      mean_us="float", max_us="float", mdev_us="float"),
-        "sched": Table(path="str", proto="str", pin="str", role="str", wakeups="int",
-                       wakeups_per_transaction="float", delay_sum_us="float", delay_mean_us="float",
-                       delay_p50_us="float", delay_p99_us="float", delay_max_us="float",
-                       traced_transactions="int", traced_rr_mean_us="float", traced_rr_p50_us="float",
-                       overrun="int"),
+        "ping": Table(
+            path="str",
+            count="int",
+            sent="int",
+            received="int",
+            min_us="float",
+            mean_us="float",
+            max_us="float",
+            mdev_us="float",
+        ),
+        "sched": Table(
+            path="str",
+            proto="str",
+            pin="str",
+            role="str",
+            wakeups="int",
+            wakeups_per_transaction="float",
+            delay_sum_us="float",
+            delay_mean_us="float",
+            delay_p50_us="float",
+            delay_p99_us="float",
+            delay_max_us="float",
+            traced_transactions="int",
+            traced_rr_mean_us="float",
+            traced_rr_p50_us="float",
+            overrun="int",
+        ),
         "repetition": REPETITION,
     }
     reference = ("netperf_latency",)
@@ -125,7 +227,9 @@ class NetperfLatency(Chapter):
     needs_tools = {"ip": "iproute2", "taskset": "util-linux", "cc": "gcc"}
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports scipy (~3 s here; the declaration ~0.5 s)
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         if p["reps"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["reps"]
         repetition_settings(p, "rep_")
@@ -133,7 +237,9 @@ class NetperfLatency(Chapter):
     def preflight(self) -> list[str]:
         reasons = []
         if os.geteuid() != 0:
-            reasons.append("needs root (network namespaces, veth, CPU pinning of netserver); run as root")
+            reasons.append(
+                "needs root (network namespaces, veth, CPU pinning of netserver); run as root"
+            )
         return reasons + super().preflight()
 
     def load(self, data_dir=None):

@@ -2,6 +2,7 @@
 (host_id, path, proto, pin); a run is one instrument's run of one cell in one round. With
 NetperfData, the chapter's datasets (perfbook.data.dataset.Data) with the quoted dataset's
 frames, and the seed's 2013 numbers (data/reference/netperf_latency.csv) beside ours."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,19 @@ import pandas as pd
 from perfbook.analysis.stats import Comparison, caption, compare_frame, hosts_of, median_ci
 from perfbook.data.dataset import Data, in_order
 from perfbook.data.machine import host_pairs
-from .parse import (CELL, PCT_ORDER, REL_TOL, SCHED_PINS, SCHED_ROLES, bin_edges_us, netperf_bucket_edges,
-                    netperf_bucket_index, netperf_bucket_width_us, netperf_in_rank_bucket)
+
+from .parse import (
+    CELL,
+    PCT_ORDER,
+    REL_TOL,
+    SCHED_PINS,
+    SCHED_ROLES,
+    bin_edges_us,
+    netperf_bucket_edges,
+    netperf_bucket_index,
+    netperf_bucket_width_us,
+    netperf_in_rank_bucket,
+)
 
 
 def _cumulative(hist):
@@ -69,22 +81,34 @@ def crossval(runs):
         rng[tool] = g[cols].max() - g[cols].min()
     if med["rrbench"].empty or med["netperf"].empty:
         return pd.DataFrame()
-    m = med["rrbench"].reset_index().merge(med["netperf"].reset_index(), on=CELL, suffixes=("_ours", "_netperf"))
+    m = (
+        med["rrbench"]
+        .reset_index()
+        .merge(med["netperf"].reset_index(), on=CELL, suffixes=("_ours", "_netperf"))
+    )
     if m.empty:
         return pd.DataFrame()
     at = pd.MultiIndex.from_frame(m[CELL])
     a = m[[f"{c}_ours" for c in cols]].to_numpy(dtype=float)
     b = m[[f"{c}_netperf" for c in cols]].to_numpy(dtype=float)
-    ra, rb = (rng[t].reindex(at, fill_value=0.0).to_numpy(dtype=float) for t in ("rrbench", "netperf"))
-    spread = np.where(rb > ra, rb, ra)                  # max(ra, rb), as Python's max takes it
+    ra, rb = (
+        rng[t].reindex(at, fill_value=0.0).to_numpy(dtype=float) for t in ("rrbench", "netperf")
+    )
+    spread = np.where(rb > ra, rb, ra)  # max(ra, rb), as Python's max takes it
     rel = np.array([REL_TOL[pc] for pc in pcs]) * a
     tol = (netperf_bucket_width_us(b) + 1.0) + np.where(spread > rel, spread, rel)
     with np.errstate(divide="ignore", invalid="ignore"):
         rel_diff = np.where(a != 0, (b - a) / a, math.nan)
     out = m[CELL].loc[m.index.repeat(len(pcs))].reset_index(drop=True)
     out["percentile"] = [pc.upper() for pc in pcs] * len(m)
-    for name, v in (("ours_us", a), ("netperf_us", b), ("diff_us", b - a), ("rel_diff", rel_diff),
-                    ("run_range_us", spread), ("tolerance_us", tol)):
+    for name, v in (
+        ("ours_us", a),
+        ("netperf_us", b),
+        ("diff_us", b - a),
+        ("rel_diff", rel_diff),
+        ("run_range_us", spread),
+        ("tolerance_us", tol),
+    ):
         out[name] = v.ravel()
     out["agree"] = np.abs(b - a).ravel() <= tol.ravel()
     return out
@@ -111,7 +135,9 @@ def quantization(runs):
         d["rank_us"] = nr
         idx = np.where(nr.notna(), netperf_bucket_index(nr.fillna(-1).astype(np.int64)), -1)
         d["rank_bucket_lo_us"], d["rank_bucket_hi_us"] = netperf_bucket_edges(idx)
-        d["in_rank_bucket"] = pd.array(netperf_in_rank_bucket(d["netperf_style_us"], nr), dtype="boolean")
+        d["in_rank_bucket"] = pd.array(
+            netperf_in_rank_bucket(d["netperf_style_us"], nr), dtype="boolean"
+        )
         d.loc[nr.isna().to_numpy(), "in_rank_bucket"] = pd.NA
         out.append(d)
     return pd.concat(out, ignore_index=True)
@@ -125,16 +151,22 @@ def pooled(hist):
 def ladder(runs, hist):
     """Per cell: pooled P50/P90/P99/P99.9 of every recorded transaction (from the
     log bins, relative resolution 1.2 %), the largest single latency, and n."""
-    q = hist_quantiles(hist, (0.5, 0.9, 0.99, 0.999))       # it pools the cells itself
+    q = hist_quantiles(hist, (0.5, 0.9, 0.99, 0.999))  # it pools the cells itself
     g = runs[runs["tool"] == "rrbench"].groupby(CELL)
-    rr = pd.DataFrame({"max_us": g["max_us"].max(), "runs": g.size(), "rate_tps": g["rate_tps"].median()})
+    rr = pd.DataFrame(
+        {"max_us": g["max_us"].max(), "runs": g.size(), "rate_tps": g["rate_tps"].median()}
+    )
     t = q.merge(rr.reset_index(), on=CELL)
-    t = t.rename(columns={"q0.5": "P50", "q0.9": "P90", "q0.99": "P99", "q0.999": "P99.9", "max_us": "max"})
+    t = t.rename(
+        columns={"q0.5": "P50", "q0.9": "P90", "q0.99": "P99", "q0.999": "P99.9", "max_us": "max"}
+    )
     return t[CELL + ["runs", "n", "rate_tps"] + PCT_ORDER]
 
 
 def ladder_long(lad):
-    return lad.melt(id_vars=CELL, value_vars=PCT_ORDER, var_name="percentile", value_name="latency_us")
+    return lad.melt(
+        id_vars=CELL, value_vars=PCT_ORDER, var_name="percentile", value_name="latency_us"
+    )
 
 
 def ccdf(hist):
@@ -142,7 +174,9 @@ def ccdf(hist):
     p, cum, tot, _ = _cumulative(hist)
     if not len(p):
         raise ValueError("no histogram rows to draw an exceedance curve from")
-    d = pd.DataFrame({"latency_us": bin_edges_us(p["bin"].to_numpy())[1], "slower_than": 1.0 - cum / tot})
+    d = pd.DataFrame(
+        {"latency_us": bin_edges_us(p["bin"].to_numpy())[1], "slower_than": 1.0 - cum / tot}
+    )
     for c in CELL:
         d[c] = p[c].to_numpy()
     return d[d["slower_than"] > 0].reset_index(drop=True)
@@ -161,9 +195,13 @@ def ping_vs_rr(runs, ping):
     """ping -f (the echo answered inside the kernel) beside the RR round trip, per path."""
     rr = runs[(runs["tool"] == "rrbench") & (runs["pin"] == "none")]
     g = rr.groupby(["host_id", "path", "proto"], as_index=False).agg(
-        rr_min_us=("min_us", "median"), rr_mean_us=("mean_us", "median"))
+        rr_min_us=("min_us", "median"), rr_mean_us=("mean_us", "median")
+    )
     pg = ping.groupby(["host_id", "path"], as_index=False).agg(
-        ping_min_us=("min_us", "median"), ping_mean_us=("mean_us", "median"), pings=("received", "sum"))
+        ping_min_us=("min_us", "median"),
+        ping_mean_us=("mean_us", "median"),
+        pings=("received", "sum"),
+    )
     t = g.merge(pg, on=["host_id", "path"])
     t["rr_over_ping_mean"] = t["rr_mean_us"] / t["ping_mean_us"]
     return t
@@ -179,8 +217,16 @@ def netperf_summary(runs):
         row = dict(zip(CELL, key))
         row["runs"] = len(g)
         row["req/resp B"] = f"{int(g['request_size'].iloc[0])}/{int(g['response_size'].iloc[0])}"
-        for c, name in (("rate_tps", "trans/s"), ("min_us", "MIN"), ("mean_us", "MEAN"), ("p50_us", "P50"),
-                        ("p90_us", "P90"), ("p99_us", "P99"), ("max_us", "MAX"), ("std_us", "STDDEV")):
+        for c, name in (
+            ("rate_tps", "trans/s"),
+            ("min_us", "MIN"),
+            ("mean_us", "MEAN"),
+            ("p50_us", "P50"),
+            ("p90_us", "P90"),
+            ("p99_us", "P99"),
+            ("max_us", "MAX"),
+            ("std_us", "STDDEV"),
+        ):
             lo, hi, cov = median_ci(g[c])
             fmt = (lambda v: f"{v:,.0f}") if c in ("rate_tps", "max_us") else (lambda v: f"{v:g}")
             row[name] = f"{fmt(float(np.median(g[c])))} [{fmt(lo)}-{fmt(hi)}]"
@@ -210,19 +256,22 @@ def max_clusters(runs, resolution_us=100.0):
     """How the per-run maxima (both tools) group when rounded to `resolution_us`."""
     v = (runs["max_us"] / resolution_us).round() * resolution_us
     counts = v.value_counts(sort=False).rename_axis("max_us_rounded").reset_index(name="runs")
-    return (counts.sort_values(["runs", "max_us_rounded"], ascending=[False, True], kind="stable")
-            .reset_index(drop=True))
+    return counts.sort_values(
+        ["runs", "max_us_rounded"], ascending=[False, True], kind="stable"
+    ).reset_index(drop=True)
 
 
 def pin_comparison(runs, tool="rrbench"):
     """split and same against none, per dataset, path and protocol, on the per-run P50
     (perfbook.analysis.stats.compare: Mann-Whitney, Cliff's delta, Hodges-Lehmann shift)."""
     within = ["host_id", "run_id", "path", "proto"]
-    t = compare_frame(runs[runs["tool"] == tool], by="pin", value="p50_us", baseline="none",
-                      within=within)
+    t = compare_frame(
+        runs[runs["tool"] == tool], by="pin", value="p50_us", baseline="none", within=within
+    )
     if t.empty:  # fewer than two runs per cell: the same columns, no rows
-        t = t.reindex(columns=[*within, "pin", "baseline",
-                               *(f.name for f in dataclasses.fields(Comparison))])
+        t = t.reindex(
+            columns=[*within, "pin", "baseline", *(f.name for f in dataclasses.fields(Comparison))]
+        )
     return t
 
 
@@ -234,31 +283,50 @@ def host_comparison(runs, shown: dict, baseline: str, tool="rrbench", manifests=
         return pd.DataFrame()
     r = runs[runs["tool"] == tool]
     r = r[[shown.get(h) == x for h, x in zip(r["host_id"], r["run_id"])]]
-    return compare_frame(r, by="host_id", value="p50_us", baseline=baseline, within=["path", "proto", "pin"],
-                         pair_check=host_pairs(manifests))
+    return compare_frame(
+        r,
+        by="host_id",
+        value="p50_us",
+        baseline=baseline,
+        within=["path", "proto", "pin"],
+        pair_check=host_pairs(manifests),
+    )
 
 
 def caption_for(runs, manifests, what: str, extra: str = "") -> str:
     """Caption for a figure of pooled rrbench transactions: runs per cell, warm-up, hosts."""
     r = runs[runs["tool"] == "rrbench"]
     g = r.groupby(["host_id", "run_id", "path", "proto", "pin"])
-    have = {(m["host"]["host_id"], m["run_id"]) for m in manifests} & set(zip(r["host_id"], r["run_id"]))
+    have = {(m["host"]["host_id"], m["run_id"]) for m in manifests} & set(
+        zip(r["host_id"], r["run_id"])
+    )
     ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in have]
     wu = [m["parameters"].get("rep_warmup", 0) for m in ms] or [0]
     secs = sorted({m["parameters"]["warmup"] for m in ms})
     tx = g["n"].sum()
-    text = (f"Pooled transactions per cell: {int(tx.min()):,}–{int(tx.max()):,}; every run began with "
-            f"{'/'.join(f'{s:g}' for s in secs)} s of unrecorded transactions")
-    return caption(what, n=g.size().to_numpy(), unit="runs", warmup=wu, hosts=hosts_of(ms), ci=False,
-                   extra=text + (". " + extra if extra else ""))
+    text = (
+        f"Pooled transactions per cell: {int(tx.min()):,}–{int(tx.max()):,}; every run began with "
+        f"{'/'.join(f'{s:g}' for s in secs)} s of unrecorded transactions"
+    )
+    return caption(
+        what,
+        n=g.size().to_numpy(),
+        unit="runs",
+        warmup=wu,
+        hosts=hosts_of(ms),
+        ci=False,
+        extra=text + (". " + extra if extra else ""),
+    )
 
 
 def sched_per_transaction(sched, runs):
     """Per pinning mode of the traced runs: the wake-up-to-run wait per transaction, its
     share of the traced round trip, and the untraced mean (median over runs) beside it."""
-    per_tx = sched.groupby("pin").agg(wait_sum_us=("delay_sum_us", "sum"),
-                                      transactions=("traced_transactions", "first"),
-                                      traced_mean_us=("traced_rr_mean_us", "first"))
+    per_tx = sched.groupby("pin").agg(
+        wait_sum_us=("delay_sum_us", "sum"),
+        transactions=("traced_transactions", "first"),
+        traced_mean_us=("traced_rr_mean_us", "first"),
+    )
     per_tx["wait_us"] = per_tx.wait_sum_us / per_tx.transactions
     rr = runs[(runs.tool == "rrbench") & (runs.path == "loopback") & (runs.proto == "udp")]
     per_tx["untraced_mean_us"] = rr.groupby("pin").mean_us.median().reindex(per_tx.index)
@@ -270,8 +338,15 @@ def sched_per_transaction(sched, runs):
 def seed_metrics(ref):
     """The seed's three runs side by side (rows: metric)."""
     r = ref[ref["unit"] == "us"].pivot(index="metric", columns="run", values="value")
-    order = ["MIN_LATENCY", "MEAN_LATENCY", "P50_LATENCY", "P90_LATENCY", "P99_LATENCY",
-             "MAX_LATENCY", "STDDEV_LATENCY"]
+    order = [
+        "MIN_LATENCY",
+        "MEAN_LATENCY",
+        "P50_LATENCY",
+        "P90_LATENCY",
+        "P99_LATENCY",
+        "MAX_LATENCY",
+        "STDDEV_LATENCY",
+    ]
     return r.reindex([o for o in order if o in r.index])[["selectors", "k_all", "histogram"]]
 
 
@@ -281,16 +356,25 @@ def versus_seed(runs, ref, host_id=None):
     sel = runs[(runs["path"] == "loopback") & (runs["proto"] == "udp") & (runs["pin"] == "none")]
     if host_id is not None:
         sel = sel[sel["host_id"] == host_id]
-    cols = {"MIN_LATENCY": "min_us", "MEAN_LATENCY": "mean_us", "P50_LATENCY": "p50_us",
-            "P90_LATENCY": "p90_us", "P99_LATENCY": "p99_us", "MAX_LATENCY": "max_us",
-            "STDDEV_LATENCY": "std_us"}
+    cols = {
+        "MIN_LATENCY": "min_us",
+        "MEAN_LATENCY": "mean_us",
+        "P50_LATENCY": "p50_us",
+        "P90_LATENCY": "p90_us",
+        "P99_LATENCY": "p99_us",
+        "MAX_LATENCY": "max_us",
+        "STDDEV_LATENCY": "std_us",
+    }
     seed = seed_metrics(ref)
     here = medians(sel.groupby("tool"), list(cols.values()))
     rows = []
     for metric, col in cols.items():
-        row = {"metric": metric,
-               "seed (median of its runs)": float(np.nanmedian(seed.loc[metric].astype(float)))
-               if metric in seed.index else math.nan}
+        row = {
+            "metric": metric,
+            "seed (median of its runs)": float(np.nanmedian(seed.loc[metric].astype(float)))
+            if metric in seed.index
+            else math.nan,
+        }
         for tool in ("netperf", "rrbench"):
             row[f"{tool} here"] = float(here.at[tool, col]) if tool in here.index else math.nan
         rows.append(row)
@@ -321,7 +405,10 @@ def versus_seed_histogram(hist, ref, host_id=None):
     lo, hi = bin_edges_us(g["bin"].to_numpy())
     mid = np.sqrt(lo * hi)
     count = g["count"].to_numpy()
-    ours = [int(count[(mid >= lo_b) & (mid < hi_b)].sum()) for lo_b, hi_b in zip(sb["lo_us"], sb["hi_us"])]
+    ours = [
+        int(count[(mid >= lo_b) & (mid < hi_b)].sum())
+        for lo_b, hi_b in zip(sb["lo_us"], sb["hi_us"])
+    ]
     below = int(g["count"][mid < sb["lo_us"].min()].sum())
     t = sb.copy()
     t["seed_fraction"] = t["count"] / t["count"].sum()
@@ -329,11 +416,22 @@ def versus_seed_histogram(hist, ref, host_id=None):
     t["ours_fraction"] = np.array(ours) / g["count"].sum()
     t = t[(t["count"] > 0) | (t["ours_count"] > 0)]
     t["bucket"] = [f"{a:g}-{b:g}" for a, b in zip(t["lo_us"], t["hi_us"])]
-    below_row = pd.DataFrame([{"bucket": f"<{sb['lo_us'].min():g}", "lo_us": 0.0, "hi_us": sb["lo_us"].min(),
-                               "count": 0, "seed_fraction": 0.0, "ours_count": below,
-                               "ours_fraction": below / g["count"].sum()}])
+    below_row = pd.DataFrame(
+        [
+            {
+                "bucket": f"<{sb['lo_us'].min():g}",
+                "lo_us": 0.0,
+                "hi_us": sb["lo_us"].min(),
+                "count": 0,
+                "seed_fraction": 0.0,
+                "ours_count": below,
+                "ours_fraction": below / g["count"].sum(),
+            }
+        ]
+    )
     return pd.concat([below_row, t], ignore_index=True)[
-        ["bucket", "lo_us", "hi_us", "count", "seed_fraction", "ours_count", "ours_fraction"]]
+        ["bucket", "lo_us", "hi_us", "count", "seed_fraction", "ours_count", "ours_fraction"]
+    ]
 
 
 # ------------------------------------------------------------------ the datasets
@@ -350,8 +448,12 @@ class NetperfData(Data):
             df = df.copy()
             df["lo_us"], df["hi_us"] = bin_edges_us(df["bin"])
         elif name == "sched":
-            df = in_order(df, ["path", "proto", "_pin", "_role"],
-                          _pin=("pin", SCHED_PINS), _role=("role", SCHED_ROLES))
+            df = in_order(
+                df,
+                ["path", "proto", "_pin", "_role"],
+                _pin=("pin", SCHED_PINS),
+                _role=("role", SCHED_ROLES),
+            )
         return df
 
     @cached_property

@@ -8,6 +8,7 @@ all of it and is registered on the run's undo stack (measure). Every path runs i
 namespaces of the run's own, the loopback path too (#43): a server listening on 127.0.0.1 of
 the host's namespace is reachable by every local user, who could drive transactions through it
 while we measure. Only root can enter our namespaces."""
+
 from __future__ import annotations
 
 import contextlib
@@ -33,11 +34,29 @@ from perfbook.core.proc import die_with_parent
 from perfbook.hoststate.netns import NS_PREFIX, kill_netns, list_netns
 from perfbook.hoststate.tracefs import TraceError, TraceSession
 from perfbook.probes import cbuild
+
 from .analysis import quantization
-from .parse import (CLI_ADDR, HIST_LO_US, HIST_PER_DECADE, LO_EXTRA_ADDR, PIN_HELP, RANK_RULE, SCHED_PINS,
-                    SRV_ADDR, log_histogram, netperf_rank_samples, netperf_style_percentiles, num, parse_kv,
-                    parse_ping, parse_rrbench, parse_sched_trace, read_rrbench_file, sample_stats,
-                    wildcard_listeners)
+from .parse import (
+    CLI_ADDR,
+    HIST_LO_US,
+    HIST_PER_DECADE,
+    LO_EXTRA_ADDR,
+    PIN_HELP,
+    RANK_RULE,
+    SCHED_PINS,
+    SRV_ADDR,
+    log_histogram,
+    netperf_rank_samples,
+    netperf_style_percentiles,
+    num,
+    parse_kv,
+    parse_ping,
+    parse_rrbench,
+    parse_sched_trace,
+    read_rrbench_file,
+    sample_stats,
+    wildcard_listeners,
+)
 
 # Each path and protocol is warmed by one unrecorded netperf run of this many transactions
 # (~0.1 s at loopback latencies): the netserver's first connection, the route and the caches.
@@ -63,26 +82,43 @@ def measure(ctx) -> None:
     tmp = ctx.scratch().dir
     lab = ctx.undo.enter_context(Lab(log=prog.note))
 
-    w.extra["_tool_cmds"] = {"netperf": ["netperf", "-V"], "ping": ["ping", "-V"], "ip": ["ip", "-V"]}
+    w.extra["_tool_cmds"] = {
+        "netperf": ["netperf", "-V"],
+        "ping": ["ping", "-V"],
+        "ip": ["ip", "-V"],
+    }
     w.extra["paths_setup"] = {
         "loopback": f"client and server in netns {lab.ns_lo}, 127.0.0.1 on its own lo; "
-                    "removed at the end",
+        "removed at the end",
         "veth": f"client in netns {lab.ns_cli} ({CLI_ADDR}), server in netns {lab.ns_srv} "
-                f"({SRV_ADDR}), one veth pair; both namespaces removed at the end"}
+        f"({SRV_ADDR}), one veth pair; both namespaces removed at the end",
+    }
     w.extra["pins"] = {k: PIN_HELP[k] for k in pins}
     w.extra["cpus_usable"] = ncpu
     if ncpu < 2 and len(pins) < len(p["pins"]):
-        w.skip("pinning split/same", f"only {ncpu} usable CPU: client and server can't be placed apart")
+        w.skip(
+            "pinning split/same", f"only {ncpu} usable CPU: client and server can't be placed apart"
+        )
     if not have_netperf:
-        w.skip("netperf", "netperf/netserver are not installed (apt-get install netperf, from "
-                          "Debian's non-free component; tools/setup.sh enables it)")
+        w.skip(
+            "netperf",
+            "netperf/netserver are not installed (apt-get install netperf, from "
+            "Debian's non-free component; tools/setup.sh enables it)",
+        )
     if not have_ping:
-        w.skip("ping", "ping is not installed (apt-get install iputils-ping)" if p["ping_count"]
-               else "ping_count=0")
+        w.skip(
+            "ping",
+            "ping is not installed (apt-get install iputils-ping)"
+            if p["ping_count"]
+            else "ping_count=0",
+        )
     for path in p["paths"]:  # the namespaces no other user can reach (#43)
         lab.open(path)
-        prog.note(f"namespace {lab.ns_lo} for the loopback path" if path == "loopback" else
-                  f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair")
+        prog.note(
+            f"namespace {lab.ns_lo} for the loopback path"
+            if path == "loopback"
+            else f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair"
+        )
     servers = {}
     for path in p["paths"]:
         if have_netperf:
@@ -95,7 +131,9 @@ def measure(ctx) -> None:
     ping_rows = []
     if have_ping:
         for path in p["paths"]:
-            ping_rows.append({"path": path, "count": p["ping_count"], **run_ping(lab, path, p["ping_count"])})
+            ping_rows.append(
+                {"path": path, "count": p["ping_count"], **run_ping(lab, path, p["ping_count"])}
+            )
             prog.step(f"ping -f on {path}")
 
     rows, hist_rows, kv_rows, reps = _rounds(lab, binary, servers, p, cells, tools, tmp, prog)
@@ -106,14 +144,17 @@ def measure(ctx) -> None:
     if rows:
         qc = quantization(pd.DataFrame(rows).assign(host_id=""))  # load() adds host_id
         w.extra["netperf_rank_check"] = {
-            "rule": RANK_RULE, "percentiles_checked": int(qc["in_rank_bucket"].notna().sum()),
-            "in_rank_bucket": int((qc["in_rank_bucket"] == True).sum())}  # noqa: E712
+            "rule": RANK_RULE,
+            "percentiles_checked": int(qc["in_rank_bucket"].notna().sum()),
+            "in_rank_bucket": int(qc["in_rank_bucket"].eq(True).sum()),
+        }
     w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
     w.extra["warmup_runs"] = {
         "netperf_per_path_and_protocol": 1 if have_netperf else 0,
         "netperf_warmup_transactions": WARMUP_TRANSACTIONS,
         "rrbench_unrecorded_seconds_per_run": p["warmup"],
-        "warmup_rounds_per_path": p["rep_warmup"]}
+        "warmup_rounds_per_path": p["rep_warmup"],
+    }
     if sched_rows:
         w.add_table("sched", pd.DataFrame(sched_rows))
     w.add_table("hist", pd.DataFrame(hist_rows))
@@ -122,8 +163,10 @@ def measure(ctx) -> None:
     if ping_rows:
         w.add_table("ping", pd.DataFrame(ping_rows))
     w.extra["hist_bins"] = {"per_decade": HIST_PER_DECADE, "lo_us": HIST_LO_US}
-    w.notes.append("rrbench latencies are CLOCK_MONOTONIC ns around send()+recv(); the hist "
-                   "table holds every recorded transaction in log bins")
+    w.notes.append(
+        "rrbench latencies are CLOCK_MONOTONIC ns around send()+recv(); the hist "
+        "table holds every recorded transaction in log bins"
+    )
     if have_netperf:
         w.notes.append("netperf: " + " ".join(netperf_cmd("<addr>", 0, "udp", "split", p)))
 
@@ -138,7 +181,9 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
     order = 0
     t0 = time.monotonic()
     for path in p["paths"]:
-        rep = repetition(path, [f"{proto}/{pin}/{tool}" for proto, pin in cells for tool in tools], p, "rep_")
+        rep = repetition(
+            path, [f"{proto}/{pin}/{tool}" for proto, pin in cells for tool in tools], p, "rep_"
+        )
         reps.append(rep)
         for rd in rep.rounds():
             if rd.index:
@@ -146,8 +191,11 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
             if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
                 prog.total += runs_per_round
             rnd = rd.index - rep.warmup  # measured rounds are numbered from 0 per path
-            label = (f"{path} warm-up round {rd.index + 1}" if rd.warmup
-                     else f"{path} round {rnd + 1} (at most {rep.max_runs})")
+            label = (
+                f"{path} warm-up round {rd.index + 1}"
+                if rd.warmup
+                else f"{path} round {rnd + 1} (at most {rep.max_runs})"
+            )
             seq = cells[:]
             rng.shuffle(seq)
             for proto, pin in seq:
@@ -156,9 +204,17 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
                     pair.reverse()
                 for tool in pair:
                     order += 1
-                    key = dict(rep=rnd, order=order, path=path, proto=proto, pin=pin, tool=tool,
-                               t_s=round(time.monotonic() - t0, 3),
-                               request_size=p["request_size"], response_size=p["response_size"])
+                    key = dict(
+                        rep=rnd,
+                        order=order,
+                        path=path,
+                        proto=proto,
+                        pin=pin,
+                        tool=tool,
+                        t_s=round(time.monotonic() - t0, 3),
+                        request_size=p["request_size"],
+                        response_size=p["response_size"],
+                    )
                     if tool == "rrbench":
                         f = tmp / f"rr-{order}.bin"
                         summ, lat, phase = run_rrbench(lab, binary, path, proto, pin, p, f)
@@ -168,17 +224,36 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
                         if not rd.warmup:
                             rows.append(_rrbench_row(key, summ, st, lat, phase))
                             bins, counts = log_histogram(lat)
-                            hist_rows += [{"rep": rnd, "order": order, "path": path, "proto": proto,
-                                           "pin": pin, "bin": b, "count": c}
-                                          for b, c in zip(bins.tolist(), counts.tolist())]
+                            hist_rows += [
+                                {
+                                    "rep": rnd,
+                                    "order": order,
+                                    "path": path,
+                                    "proto": proto,
+                                    "pin": pin,
+                                    "bin": b,
+                                    "count": c,
+                                }
+                                for b, c in zip(bins.tolist(), counts.tolist())
+                            ]
                     else:
                         kv = run_netperf(lab, servers[path], path, proto, pin, p)
                         rep.add(f"{proto}/{pin}/{tool}", num(kv.get("P50_LATENCY")))
                         if not rd.warmup:
                             rows.append(_netperf_row(key, kv))
-                            kv_rows += [{"rep": rnd, "order": order, "path": path, "proto": proto,
-                                         "pin": pin, "key": k, "value": v}
-                                        for k, v in kv.items() if k not in ("UUID", "COMMAND_LINE")]
+                            kv_rows += [
+                                {
+                                    "rep": rnd,
+                                    "order": order,
+                                    "path": path,
+                                    "proto": proto,
+                                    "pin": pin,
+                                    "key": k,
+                                    "value": v,
+                                }
+                                for k, v in kv.items()
+                                if k not in ("UUID", "COMMAND_LINE")
+                            ]
                     prog.step(f"{label} {proto}/{pin} {tool}")
         prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * runs_per_round
         prog.note(f"{path} stopped by {rep.stopped_by}: {rep.status()}")
@@ -188,20 +263,42 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
 def _rrbench_row(key, summ, st, lat, phase) -> dict:
     nq = netperf_style_percentiles(lat, phase)
     nr = netperf_rank_samples(lat, phase)
-    return {**key, "n": summ["n"], "lost": summ["lost"], "seconds": summ["elapsed_ns"] / 1e9,
-            "rate_tps": summ["n"] / (summ["elapsed_ns"] / 1e9), **st, "rt_latency_us": math.nan,
-            "nq_p50_us": nq[0.5], "nq_p90_us": nq[0.9], "nq_p99_us": nq[0.99],
-            "nr_p50_us": nr[0.5], "nr_p90_us": nr[0.9], "nr_p99_us": nr[0.99]}
+    return {
+        **key,
+        "n": summ["n"],
+        "lost": summ["lost"],
+        "seconds": summ["elapsed_ns"] / 1e9,
+        "rate_tps": summ["n"] / (summ["elapsed_ns"] / 1e9),
+        **st,
+        "rt_latency_us": math.nan,
+        "nq_p50_us": nq[0.5],
+        "nq_p90_us": nq[0.9],
+        "nq_p99_us": nq[0.99],
+        "nr_p50_us": nr[0.5],
+        "nr_p90_us": nr[0.9],
+        "nr_p99_us": nr[0.99],
+    }
 
 
 def _netperf_row(key, kv) -> dict:
     rate, secs = num(kv.get("THROUGHPUT")), num(kv.get("ELAPSED_TIME"))
-    return {**key, "n": int(round(rate * secs)) if rate == rate else -1, "lost": 0, "seconds": secs,
-            "rate_tps": rate, "min_us": num(kv.get("MIN_LATENCY")), "mean_us": num(kv.get("MEAN_LATENCY")),
-            "std_us": num(kv.get("STDDEV_LATENCY")), "p50_us": num(kv.get("P50_LATENCY")),
-            "p90_us": num(kv.get("P90_LATENCY")), "p99_us": num(kv.get("P99_LATENCY")),
-            "p999_us": math.nan, "max_us": num(kv.get("MAX_LATENCY")),
-            "rt_latency_us": num(kv.get("RT_LATENCY")), **_NQ_NR_NAN}
+    return {
+        **key,
+        "n": int(round(rate * secs)) if rate == rate else -1,
+        "lost": 0,
+        "seconds": secs,
+        "rate_tps": rate,
+        "min_us": num(kv.get("MIN_LATENCY")),
+        "mean_us": num(kv.get("MEAN_LATENCY")),
+        "std_us": num(kv.get("STDDEV_LATENCY")),
+        "p50_us": num(kv.get("P50_LATENCY")),
+        "p90_us": num(kv.get("P90_LATENCY")),
+        "p99_us": num(kv.get("P99_LATENCY")),
+        "p999_us": math.nan,
+        "max_us": num(kv.get("MAX_LATENCY")),
+        "rt_latency_us": num(kv.get("RT_LATENCY")),
+        **_NQ_NR_NAN,
+    }
 
 
 def sched_stage(lab, binary, p: dict, pins, tmp, w, prog) -> list[dict]:
@@ -226,8 +323,9 @@ def sched_stage(lab, binary, p: dict, pins, tmp, w, prog) -> list[dict]:
                 ts.enable("sched/sched_wakeup")
                 ts.enable("sched/sched_switch")
                 try:
-                    summ, lat, _ = run_rrbench(lab, binary, "loopback", "udp", pin, q,
-                                               tmp / f"sched-{pin}.bin", pids)
+                    summ, lat, _ = run_rrbench(
+                        lab, binary, "loopback", "udp", pin, q, tmp / f"sched-{pin}.bin", pids
+                    )
                 finally:
                     ts.disable("sched/sched_wakeup")
                     ts.disable("sched/sched_switch")
@@ -245,15 +343,25 @@ def _sched_rows(pin, delays, summ, st, overrun) -> list[dict]:
     rows = []
     for role, d in delays.items():
         some = len(d) > 0
-        rows.append({"path": "loopback", "proto": "udp", "pin": pin, "role": role, "wakeups": len(d),
-                     "wakeups_per_transaction": len(d) / max(summ["n"], 1),
-                     "delay_sum_us": float(d.sum()),
-                     "delay_mean_us": float(d.mean()) if some else math.nan,
-                     "delay_p50_us": float(np.median(d)) if some else math.nan,
-                     "delay_p99_us": float(np.percentile(d, 99)) if some else math.nan,
-                     "delay_max_us": float(d.max()) if some else math.nan,
-                     "traced_transactions": summ["n"], "traced_rr_mean_us": st["mean_us"],
-                     "traced_rr_p50_us": st["p50_us"], "overrun": overrun})
+        rows.append(
+            {
+                "path": "loopback",
+                "proto": "udp",
+                "pin": pin,
+                "role": role,
+                "wakeups": len(d),
+                "wakeups_per_transaction": len(d) / max(summ["n"], 1),
+                "delay_sum_us": float(d.sum()),
+                "delay_mean_us": float(d.mean()) if some else math.nan,
+                "delay_p50_us": float(np.median(d)) if some else math.nan,
+                "delay_p99_us": float(np.percentile(d, 99)) if some else math.nan,
+                "delay_max_us": float(d.max()) if some else math.nan,
+                "traced_transactions": summ["n"],
+                "traced_rr_mean_us": st["mean_us"],
+                "traced_rr_p50_us": st["p50_us"],
+                "overrun": overrun,
+            }
+        )
     return rows
 
 
@@ -311,15 +419,32 @@ class Lab:
         for ns in (self.ns_cli, self.ns_srv):
             self._add_netns(ns)
         vc, vs = f"pb{self.pid}c", f"pb{self.pid}s"
-        _run(["ip", "link", "add", vc, "netns", self.ns_cli, "type", "veth",
-              "peer", "name", vs, "netns", self.ns_srv])
+        _run(
+            [
+                "ip",
+                "link",
+                "add",
+                vc,
+                "netns",
+                self.ns_cli,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                vs,
+                "netns",
+                self.ns_srv,
+            ]
+        )
         for ns, dev, a in ((self.ns_cli, vc, CLI_ADDR), (self.ns_srv, vs, SRV_ADDR)):
             _run(["ip", "-n", ns, "addr", "add", a + "/24", "dev", dev])
             _run(["ip", "-n", ns, "link", "set", dev, "up"])
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            st = [_run(["ip", "-n", ns, "-br", "link", "show", "dev", d], check=False).stdout
-                  for ns, d in ((self.ns_cli, vc), (self.ns_srv, vs))]
+            st = [
+                _run(["ip", "-n", ns, "-br", "link", "show", "dev", d], check=False).stdout
+                for ns, d in ((self.ns_cli, vc), (self.ns_srv, vs))
+            ]
             if all(" UP " in s for s in st):
                 return
             time.sleep(0.05)
@@ -415,20 +540,28 @@ class Netserver:
         self.log = logdir / f"netserver-{path}.log"
 
     def _listening(self, port: int) -> bool:
-        r = _run(self.lab.prefix(self.path, "srv") + ["ss", "-Htln", f"sport = :{port}"], check=False)
+        r = _run(
+            self.lab.prefix(self.path, "srv") + ["ss", "-Htln", f"sport = :{port}"], check=False
+        )
         wide = wildcard_listeners(r.stdout)
         if wide:
-            raise PerfbookError(f"netserver listens on {', '.join(wide)}, not only on {self.addr}; "
-                                "refusing to run a server reachable from every interface")
+            raise PerfbookError(
+                f"netserver listens on {', '.join(wide)}, not only on {self.addr}; "
+                "refusing to run a server reachable from every interface"
+            )
         return bool(r.stdout.strip())
 
-    def start(self) -> "Netserver":
+    def start(self) -> Netserver:
         for attempt in range(4):
             port = _free_port() if self.path == "loopback" else 12865 + attempt
             with open(self.log, "a") as logf:
-                self.proc = self.lab.spawn(self.lab.prefix(self.path, "srv") +
-                                           ["netserver", "-D", "-4", "-L", self.addr, "-p", str(port)],
-                                           stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                self.proc = self.lab.spawn(
+                    self.lab.prefix(self.path, "srv")
+                    + ["netserver", "-D", "-4", "-L", self.addr, "-p", str(port)],
+                    stdout=logf,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
             deadline = time.monotonic() + 5
             while time.monotonic() < deadline and self.proc.poll() is None:
                 if self._listening(port):
@@ -436,8 +569,10 @@ class Netserver:
                     return self
                 time.sleep(0.05)
             self.lab.stop(self.proc)
-        raise PerfbookError(f"netserver did not start listening on the {self.path} path "
-                            f"(see {self.log.name}); is another netserver holding the port?")
+        raise PerfbookError(
+            f"netserver did not start listening on the {self.path} path "
+            f"(see {self.log.name}); is another netserver holding the port?"
+        )
 
     def stop(self):
         if self.proc is not None:
@@ -445,14 +580,33 @@ class Netserver:
             self.proc = None
 
 
-def rrbench_server(lab: Lab, binary: Path, path: str, proto: str, p: dict,
-                   cpu: int | None = None) -> tuple[subprocess.Popen, int]:
+def rrbench_server(
+    lab: Lab, binary: Path, path: str, proto: str, p: dict, cpu: int | None = None
+) -> tuple[subprocess.Popen, int]:
     """An rrbench server on the path's server side, on a free port: (process, port) once it
     is ready. The caller stops it (lab.stop)."""
-    srv = lab.spawn(lab.prefix(path, "srv") + _taskset(cpu) +
-                    [str(binary), "server", "-P", proto, "-b", lab.addr(path), "-p", "0",
-                     "-q", str(p["request_size"]), "-r", str(p["response_size"])],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    srv = lab.spawn(
+        lab.prefix(path, "srv")
+        + _taskset(cpu)
+        + [
+            str(binary),
+            "server",
+            "-P",
+            proto,
+            "-b",
+            lab.addr(path),
+            "-p",
+            "0",
+            "-q",
+            str(p["request_size"]),
+            "-r",
+            str(p["response_size"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     line = _read_line(srv, 5.0)
     m = re.match(r"ready (\d+)", line or "")
     if not m:
@@ -462,23 +616,54 @@ def rrbench_server(lab: Lab, binary: Path, path: str, proto: str, p: dict,
     return srv, int(m.group(1))
 
 
-def run_rrbench(lab: Lab, binary: Path, path: str, proto: str, pin: str, p: dict,
-                outfile: Path, pids: dict | None = None) -> tuple[dict, np.ndarray, np.ndarray]:
+def run_rrbench(
+    lab: Lab,
+    binary: Path,
+    path: str,
+    proto: str,
+    pin: str,
+    p: dict,
+    outfile: Path,
+    pids: dict | None = None,
+) -> tuple[dict, np.ndarray, np.ndarray]:
     ccpu, scpu = pin_cpus(pin)
     srv, port = rrbench_server(lab, binary, path, proto, p, scpu)
     try:
-        cmd = (lab.prefix(path, "cli") + _taskset(ccpu) +
-               [str(binary), "client", "-P", proto, "-H", lab.addr(path), "-p", str(port),
-                "-l", str(p["seconds"]), "-w", str(p["warmup"]),
-                "-q", str(p["request_size"]), "-r", str(p["response_size"]), "-o", str(outfile)])
-        cli = lab.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                        text=True)
+        cmd = (
+            lab.prefix(path, "cli")
+            + _taskset(ccpu)
+            + [
+                str(binary),
+                "client",
+                "-P",
+                proto,
+                "-H",
+                lab.addr(path),
+                "-p",
+                str(port),
+                "-l",
+                str(p["seconds"]),
+                "-w",
+                str(p["warmup"]),
+                "-q",
+                str(p["request_size"]),
+                "-r",
+                str(p["response_size"]),
+                "-o",
+                str(outfile),
+            ]
+        )
+        cli = lab.spawn(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+        )
         if pids is not None:  # taskset and ip netns exec exec() the harness: same pid
             pids.update({"server": srv.pid, "client": cli.pid})
         try:
             out, err = cli.communicate(timeout=p["seconds"] + p["warmup"] + 20)
         except subprocess.TimeoutExpired:
-            raise PerfbookError(f"rrbench client on {path}/{proto} did not finish in time") from None
+            raise PerfbookError(
+                f"rrbench client on {path}/{proto} did not finish in time"
+            ) from None
         finally:
             lab.stop(cli)
         if cli.returncode != 0:
@@ -492,43 +677,65 @@ def run_rrbench(lab: Lab, binary: Path, path: str, proto: str, pin: str, p: dict
     return summary, lat, phase
 
 
-def netperf_cmd(path_addr: str, port: int, proto: str, pin: str, p: dict,
-                transactions: int | None = None) -> list[str]:
+def netperf_cmd(
+    path_addr: str, port: int, proto: str, pin: str, p: dict, transactions: int | None = None
+) -> list[str]:
     """netperf's omni request/response test for p['netperf_seconds'] whole seconds, or for a
     number of transactions (netperf -l with a negative value): `transactions` (a warm-up that
     needs no second), else p['netperf_transactions'] where a profile sets it (quick)."""
     ccpu, scpu = pin_cpus(pin)
     transactions = transactions or p.get("netperf_transactions")
     length = f"-{transactions}" if transactions else str(p["netperf_seconds"])
-    cmd = ["netperf", "-H", path_addr, "-p", str(port), "-t", "omni", "-l", length,
-           "-j", "-P", "0"]
+    cmd = ["netperf", "-H", path_addr, "-p", str(port), "-t", "omni", "-l", length, "-j", "-P", "0"]
     if pin != "none":
         cmd += ["-T", f"{ccpu},{scpu}"]
-    cmd += ["--", "-d", "rr", "-T", proto.upper(), "-r", f"{p['request_size']},{p['response_size']}",
-            "-k", "all"]
+    cmd += [
+        "--",
+        "-d",
+        "rr",
+        "-T",
+        proto.upper(),
+        "-r",
+        f"{p['request_size']},{p['response_size']}",
+        "-k",
+        "all",
+    ]
     return cmd
 
 
-def run_netperf(lab: Lab, ns: Netserver, path: str, proto: str, pin: str, p: dict,
-                transactions: int | None = None) -> dict:
+def run_netperf(
+    lab: Lab,
+    ns: Netserver,
+    path: str,
+    proto: str,
+    pin: str,
+    p: dict,
+    transactions: int | None = None,
+) -> dict:
     cmd = lab.prefix(path, "cli") + netperf_cmd(ns.addr, ns.port, proto, pin, p, transactions)
-    proc = lab.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    proc = lab.spawn(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
     try:
-        out, err = proc.communicate(timeout=p["netperf_seconds"] + 30)   # a count runs shorter
+        out, err = proc.communicate(timeout=p["netperf_seconds"] + 30)  # a count runs shorter
     except subprocess.TimeoutExpired:
         raise PerfbookError(f"netperf on {path}/{proto} did not finish in time") from None
     finally:
         lab.stop(proc)
     kv = parse_kv(out)
     if proc.returncode != 0 or "P50_LATENCY" not in kv:
-        raise PerfbookError(f"netperf failed on {path}/{proto} (exit {proc.returncode}): "
-                            f"{(err or out).strip()[:200]}")
+        raise PerfbookError(
+            f"netperf failed on {path}/{proto} (exit {proc.returncode}): "
+            f"{(err or out).strip()[:200]}"
+        )
     return kv
 
 
 def run_ping(lab: Lab, path: str, count: int) -> dict:
     cmd = lab.prefix(path, "cli") + ["ping", "-f", "-q", "-n", "-c", str(count), lab.addr(path)]
-    proc = lab.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    proc = lab.spawn(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True
+    )
     try:
         out, err = proc.communicate(timeout=max(30, count / 1000))
     except subprocess.TimeoutExpired:

@@ -5,6 +5,7 @@ tracepoints; the summaries of a latency sample (statistics, log-binned histogram
 netperf's own percentiles, re-implemented (netlib.c HIST_add's buckets, 100 per decade of
 integer microseconds, and HIST_get_percentile's rank and interpolation), so that they can be
 applied to our exact samples. Pure; tested on fixtures."""
+
 from __future__ import annotations
 
 import math
@@ -13,33 +14,42 @@ from pathlib import Path
 
 import numpy as np
 
-from perfbook.probes import ftrace
 from perfbook.core.errors import PerfbookError
+from perfbook.probes import ftrace
 
 # ------------------------------------------------------------ the experiment
 PATHS = ("loopback", "veth")
 PROTOS = ("udp", "tcp")
 PINS = ("none", "split", "same")
-PIN_HELP = {"none": "no pinning (scheduler decides)",
-            "split": "client on CPU 0, server on CPU 1",
-            "same": "client and server both on CPU 1"}
+PIN_HELP = {
+    "none": "no pinning (scheduler decides)",
+    "split": "client on CPU 0, server on CPU 1",
+    "same": "client and server both on CPU 1",
+}
 
-VETH_NET = "198.18.7."          # RFC 2544 benchmarking range, only inside our namespaces
+VETH_NET = "198.18.7."  # RFC 2544 benchmarking range, only inside our namespaces
 CLI_ADDR, SRV_ADDR = VETH_NET + "1", VETH_NET + "2"
 # The loopback namespace's lo also carries this address (/32, nothing is sent to it): netperf
 # resolves "127.0.0.1" with getaddrinfo(AI_ADDRCONFIG), and glibc (check_pf.c) then returns
 # IPv4 results only where some IPv4 address other than 127.0.0.1 exists. The round trips
 # still go from 127.0.0.1 to 127.0.0.1.
 LO_EXTRA_ADDR = "198.18.6.1"
-LATENCY_KEYS = ("MIN_LATENCY", "MEAN_LATENCY", "P50_LATENCY", "P90_LATENCY",
-                "P99_LATENCY", "MAX_LATENCY", "STDDEV_LATENCY")
+LATENCY_KEYS = (
+    "MIN_LATENCY",
+    "MEAN_LATENCY",
+    "P50_LATENCY",
+    "P90_LATENCY",
+    "P99_LATENCY",
+    "MAX_LATENCY",
+    "STDDEV_LATENCY",
+)
 
 # histogram of our samples: log-spaced bins, this many per decade, from 0.1 us
 HIST_PER_DECADE = 200
 HIST_LO_US = 0.1
 
-SCHED_PINS = ("same", "split")       # the pinning modes of the scheduler-tracepoint runs
-SCHED_ROLES = ("server", "client")   # run_rrbench's pids order: sched_stage's rows per pin
+SCHED_PINS = ("same", "split")  # the pinning modes of the scheduler-tracepoint runs
+SCHED_ROLES = ("server", "client")  # run_rrbench's pids order: sched_stage's rows per pin
 
 CELL = ["host_id", "path", "proto", "pin"]
 PCT_ORDER = ["P50", "P90", "P99", "P99.9", "max"]
@@ -53,9 +63,11 @@ PCT_ORDER = ["P50", "P90", "P99", "P99.9", "max"]
 #      can't be expected to agree better than one tool agrees with itself).
 REL_TOL = {"p50": 0.15, "p90": 0.15, "p99": 0.35}
 
-RANK_RULE = ("netperf 2.7.0 src/netlib.c HIST_get_percentile: num = (int)(p * total); the "
-             "percentile is interpolated inside the bucket holding the num-th smallest integer-us "
-             "latency and truncated, so it lies in that bucket's [lower, upper] edges")
+RANK_RULE = (
+    "netperf 2.7.0 src/netlib.c HIST_get_percentile: num = (int)(p * total); the "
+    "percentile is interpolated inside the bucket holding the num-th smallest integer-us "
+    "latency and truncated, so it lies in that bucket's [lower, upper] edges"
+)
 
 
 # ------------------------------------------------------------------- tool output
@@ -83,8 +95,14 @@ def parse_ping(text: str) -> dict:
     if not m or not c:
         raise PerfbookError(f"could not parse ping's summary: {text.strip()[-200:]!r}")
     mn, avg, mx, mdev = (float(g) * 1000.0 for g in m.groups())
-    return {"sent": int(c.group(1)), "received": int(c.group(2)),
-            "min_us": mn, "mean_us": avg, "max_us": mx, "mdev_us": mdev}
+    return {
+        "sent": int(c.group(1)),
+        "received": int(c.group(2)),
+        "min_us": mn,
+        "mean_us": avg,
+        "max_us": mx,
+        "mdev_us": mdev,
+    }
 
 
 def num(v) -> float:
@@ -158,13 +176,30 @@ def parse_sched_trace(lines, pids: dict, trace_stats: dict | None = None) -> dic
 def sample_stats(lat_ns) -> dict:
     x = np.asarray(lat_ns, dtype=float) / 1000.0
     if len(x) == 0:
-        return {k: math.nan for k in ("min_us", "mean_us", "std_us", "p50_us", "p90_us",
-                                      "p99_us", "p999_us", "max_us")}
+        return {
+            k: math.nan
+            for k in (
+                "min_us",
+                "mean_us",
+                "std_us",
+                "p50_us",
+                "p90_us",
+                "p99_us",
+                "p999_us",
+                "max_us",
+            )
+        }
     q = np.percentile(x, [50, 90, 99, 99.9])
-    return {"min_us": float(x.min()), "mean_us": float(x.mean()),
-            "std_us": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
-            "p50_us": float(q[0]), "p90_us": float(q[1]), "p99_us": float(q[2]),
-            "p999_us": float(q[3]), "max_us": float(x.max())}
+    return {
+        "min_us": float(x.min()),
+        "mean_us": float(x.mean()),
+        "std_us": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
+        "p50_us": float(q[0]),
+        "p90_us": float(q[1]),
+        "p99_us": float(q[2]),
+        "p999_us": float(q[3]),
+        "max_us": float(x.max()),
+    }
 
 
 def log_histogram(lat_ns) -> tuple[np.ndarray, np.ndarray]:
@@ -191,7 +226,7 @@ def netperf_bucket_width_us(us) -> np.ndarray:
     """
     us = np.maximum(np.asarray(us, dtype=float), 1.0)
     decade = np.floor(np.log10(us))
-    return 10.0 ** decade / 10.0
+    return 10.0**decade / 10.0
 
 
 def netperf_hist_counts(us_int) -> tuple[np.ndarray, int]:
@@ -224,7 +259,7 @@ def netperf_bucket_edges(idx) -> tuple[np.ndarray, np.ndarray]:
     i * 10**d / 10 .. (i + 1) * 10**d / 10 (NaN for -1)."""
     idx = np.asarray(idx, dtype=np.int64)
     d, i = np.divmod(idx, 100)
-    scale = np.where(idx >= 0, 10.0 ** d, np.nan)
+    scale = np.where(idx >= 0, 10.0**d, np.nan)
     return i * scale / 10, (i + 1) * scale / 10
 
 
@@ -249,7 +284,7 @@ def netperf_hist_percentile(counts: np.ndarray, total: int, p: float) -> int:
         return 0
     last = current = 0
     for d in range(8):
-        scale = 10.0 ** d
+        scale = 10.0**d
         r = 0
         for i in range(100):
             last = current

@@ -1,10 +1,12 @@
 """The tables the chapter shows, ready to display. Tables of every host show one dataset per
 host (D.of_shown); the rest show the quoted dataset (the one the prose quotes)."""
+
 from __future__ import annotations
 
 import pandas as pd
 
 from perfbook.data.dataset import skipped_table
+
 from . import analysis as A
 
 
@@ -20,11 +22,14 @@ def run_columns(m, data) -> dict:
     p, runs = m.parameters, data["runs"]
     r = runs[(runs["host_id"] == m.host_id) & (runs["run_id"] == m["run_id"])]
     per_path = r.groupby("path")["rep"].nunique()
-    return {"repetition": "adaptive" if "rep_target" in p else "fixed",
-            "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
-            "rrbench s/run": p["seconds"],
-            "netperf/run": netperf_length(p),
-            "pins": ",".join(p["pins"]), "skipped": "; ".join(m.skipped) or "-"}
+    return {
+        "repetition": "adaptive" if "rep_target" in p else "fixed",
+        "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
+        "rrbench s/run": p["seconds"],
+        "netperf/run": netperf_length(p),
+        "pins": ",".join(p["pins"]),
+        "skipped": "; ".join(m.skipped) or "-",
+    }
 
 
 def ladder(D):
@@ -42,10 +47,12 @@ def _compact(t, keys: list[str]):
     the runs on each side, the Hodges-Lehmann shift with its 95 % interval in one cell, and the
     verdict (which already quotes the p-value and Cliff's delta). The medians, the separate
     interval ends, Cliff's delta and the p-value stay in A.pin_comparison/A.host_comparison."""
+
     def shift(r):
         if pd.isna(r["shift"]):
             return "-"
-        return f'{r["shift"]:.2f} [{r["shift_low"]:.2f}, {r["shift_high"]:.2f}]'
+        return f"{r['shift']:.2f} [{r['shift_low']:.2f}, {r['shift_high']:.2f}]"
+
     out = t[keys].copy()
     out["runs"] = [f"{a} vs {b}" for a, b in zip(t["n_a"], t["n_b"])]
     out["shift µs (95 % CI)"] = [shift(r) for _, r in t.iterrows()]
@@ -68,9 +75,12 @@ def max_clusters(D):
 
 def crossval(D):
     cv = A.crossval(D.of_shown(D["runs"]))
-    return cv.pivot_table(index=["host_id", "path", "proto", "pin"], columns="percentile",
-                          values=["ours_us", "netperf_us", "diff_us", "tolerance_us", "agree"],
-                          aggfunc="first").round(1)
+    return cv.pivot_table(
+        index=["host_id", "path", "proto", "pin"],
+        columns="percentile",
+        values=["ours_us", "netperf_us", "diff_us", "tolerance_us", "agree"],
+        aggfunc="first",
+    ).round(1)
 
 
 def netperf_summary(D):
@@ -79,9 +89,16 @@ def netperf_summary(D):
 
 def quantization(D):
     q = A.quantization(D.R)
-    return q.groupby("percentile").agg(runs=("error_us", "size"), mean_error_us=("error_us", "mean"),
-                                       max_abs_error_us=("error_us", lambda e: e.abs().max()),
-                                       bucket_us=("bucket_us", "max")).round(2)
+    return (
+        q.groupby("percentile")
+        .agg(
+            runs=("error_us", "size"),
+            mean_error_us=("error_us", "mean"),
+            max_abs_error_us=("error_us", lambda e: e.abs().max()),
+            bucket_us=("bucket_us", "max"),
+        )
+        .round(2)
+    )
 
 
 def ping_vs_rr(D):
@@ -93,9 +110,21 @@ def sched(D):
     Sn = D.of_quoted(D["sched"])
     if Sn is None or Sn.empty:
         return "no scheduler-tracepoint data in the quoted dataset"
-    return Sn[["pin", "role", "wakeups", "wakeups_per_transaction", "delay_mean_us", "delay_p50_us",
-               "delay_p99_us", "delay_max_us", "traced_transactions", "traced_rr_mean_us",
-               "overrun"]].round(2)
+    return Sn[
+        [
+            "pin",
+            "role",
+            "wakeups",
+            "wakeups_per_transaction",
+            "delay_mean_us",
+            "delay_p50_us",
+            "delay_p99_us",
+            "delay_max_us",
+            "traced_transactions",
+            "traced_rr_mean_us",
+            "overrun",
+        ]
+    ].round(2)
 
 
 def sched_per_transaction(D):
@@ -112,8 +141,10 @@ def versus_seed(D):
 def hosts_compared(D):
     """A.host_comparison of a Data's shown datasets against the prose's host, once per Data (the
     key findings and the table both read it)."""
-    return D.once("host_comparison", lambda: A.host_comparison(D["runs"], D.shown, D.quoted.host_id,
-                                                               manifests=D.manifests))
+    return D.once(
+        "host_comparison",
+        lambda: A.host_comparison(D["runs"], D.shown, D.quoted.host_id, manifests=D.manifests),
+    )
 
 
 def host_comparison(D):

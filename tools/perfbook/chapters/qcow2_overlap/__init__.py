@@ -26,10 +26,12 @@ Tables (tidy, raw samples):
   tables.py        the tables the chapter shows; prose.py every value the prose quotes
   figures.py       (figure, caption) pairs; key_findings.py the chapter's conclusions
 """
+
 from __future__ import annotations
 
 from perfbook.core.errors import ParameterError
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+
 from .parse import MAX_SIZE, MODES, GiB, MiB
 
 # Every timed experiment (one preallocation size, the create with flushes, each write
@@ -39,14 +41,36 @@ from .parse import MAX_SIZE, MODES, GiB, MiB
 # per experiment runs out, or rep_max_runs. `repeats` fixes the number of rounds instead.
 _COMMON = {"modes": None, "seed": 1, "bench_step_clusters": 7919, "repeats": None}
 SIZE_KEYS = ("bench_size", "alloc_size", "snap_size", "flush_size", "perf_prealloc_size")
-LIST_KEYS = ("prealloc_sizes_512", "prealloc_sizes_64k", "formula_sizes_512",
-             "formula_sizes_4k", "formula_sizes_64k")
+LIST_KEYS = (
+    "prealloc_sizes_512",
+    "prealloc_sizes_64k",
+    "formula_sizes_512",
+    "formula_sizes_4k",
+    "formula_sizes_64k",
+)
 
 _T = {"wall_s": "float", "user_s": "float", "sys_s": "float", "cpu_s": "float", "maxrss_kib": "int"}
-_COUNTS = ("n_header", "n_active_l1", "n_refcount_table", "n_snapshot_table", "n_inactive_l1",
-           "n_active_l2", "n_refcount_block", "n_inactive_l2", "cluster_size", "virtual_size",
-           "file_size", "disk_usage", "l1_size", "refcount_bits", "nb_snapshots", "n_metadata",
-           "n_formula_scope", "metadata_runs", "formula_scope_runs")
+_COUNTS = (
+    "n_header",
+    "n_active_l1",
+    "n_refcount_table",
+    "n_snapshot_table",
+    "n_inactive_l1",
+    "n_active_l2",
+    "n_refcount_block",
+    "n_inactive_l2",
+    "cluster_size",
+    "virtual_size",
+    "file_size",
+    "disk_usage",
+    "l1_size",
+    "refcount_bits",
+    "nb_snapshots",
+    "n_metadata",
+    "n_formula_scope",
+    "metadata_runs",
+    "formula_scope_runs",
+)
 
 
 class Qcow2Overlap(Chapter):
@@ -63,76 +87,158 @@ class Qcow2Overlap(Chapter):
     # the chapters before): ~26 s of preallocation, ~10 s of writes and formula images, ~13 s
     # for perf's 8 recordings, about 54 s in all (plan_s). rep_budget_s (14 s, a
     # little over two rounds of 256 MiB) caps each experiment on a slower machine.
-    plan_s = {"quick": 12, "default": 54}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 12,
+        "default": 54,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
         "quick": {
-            "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 20.0,
+            "rep_target": 0.05,
+            "rep_min_runs": 2,
+            "rep_max_runs": 2,
+            "rep_budget_s": 20.0,
             "rep_warmup": 0,
-            "prealloc_sizes_512": [8 * MiB, 16 * MiB], "prealloc_sizes_64k": [4 * GiB],
-            "bench_size": 16 * MiB, "bench_count": 2000,
+            "prealloc_sizes_512": [8 * MiB, 16 * MiB],
+            "prealloc_sizes_64k": [4 * GiB],
+            "bench_size": 16 * MiB,
+            "bench_count": 2000,
             "alloc_size": 8 * MiB,
-            "snapshots": 2, "snap_size": 8 * MiB, "snap_count": 500,
-            "formula_sizes_512": [16 * MiB], "formula_sizes_4k": [256 * MiB],
+            "snapshots": 2,
+            "snap_size": 8 * MiB,
+            "snap_count": 500,
+            "formula_sizes_512": [16 * MiB],
+            "formula_sizes_4k": [256 * MiB],
             "formula_sizes_64k": [16 * GiB],
-            "flush_size": 4 * MiB, "perf_repeats": 1, "perf_prealloc_size": 16 * MiB, **_COMMON,
+            "flush_size": 4 * MiB,
+            "perf_repeats": 1,
+            "perf_prealloc_size": 16 * MiB,
+            **_COMMON,
         },
         "default": {
-            "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 14.0,
+            "rep_target": 0.05,
+            "rep_min_runs": 2,
+            "rep_max_runs": 2,
+            "rep_budget_s": 14.0,
             "rep_warmup": 0,
             "prealloc_sizes_512": [32 * MiB, 64 * MiB, 128 * MiB, 256 * MiB],
             "prealloc_sizes_64k": [256 * GiB],
-            "bench_size": 128 * MiB, "bench_count": 10000,
+            "bench_size": 128 * MiB,
+            "bench_count": 10000,
             "alloc_size": 32 * MiB,
-            "snapshots": 4, "snap_size": 64 * MiB, "snap_count": 1000,
+            "snapshots": 4,
+            "snap_size": 64 * MiB,
+            "snap_count": 1000,
             "formula_sizes_512": [256 * MiB],
             "formula_sizes_4k": [1 * GiB, 16 * GiB],
             "formula_sizes_64k": [64 * GiB, 1024 * GiB],
-            "flush_size": 16 * MiB, "perf_repeats": 1, "perf_prealloc_size": 128 * MiB, **_COMMON,
+            "flush_size": 16 * MiB,
+            "perf_repeats": 1,
+            "perf_prealloc_size": 128 * MiB,
+            **_COMMON,
         },
         "full": {
-            "rep_target": 0.03, "rep_min_runs": 9, "rep_max_runs": 30, "rep_budget_s": 300.0,
+            "rep_target": 0.03,
+            "rep_min_runs": 9,
+            "rep_max_runs": 30,
+            "rep_budget_s": 300.0,
             "rep_warmup": 1,
             "prealloc_sizes_512": [64 * MiB, 128 * MiB, 256 * MiB, 512 * MiB, 1 * GiB, 2 * GiB],
             "prealloc_sizes_64k": [64 * GiB, 1024 * GiB, 4096 * GiB],
-            "bench_size": 1 * GiB, "bench_count": 50000,
+            "bench_size": 1 * GiB,
+            "bench_count": 50000,
             "alloc_size": 256 * MiB,
-            "snapshots": 8, "snap_size": 256 * MiB, "snap_count": 10000,
+            "snapshots": 8,
+            "snap_size": 256 * MiB,
+            "snap_count": 10000,
             "formula_sizes_512": [256 * MiB, 1 * GiB, 2 * GiB, 4 * GiB],
             "formula_sizes_4k": [1 * GiB, 16 * GiB, 64 * GiB],
             "formula_sizes_64k": [64 * GiB, 1024 * GiB, 4096 * GiB],
-            "flush_size": 256 * MiB, "perf_repeats": 5, "perf_prealloc_size": 1 * GiB, **_COMMON,
+            "flush_size": 256 * MiB,
+            "perf_repeats": 5,
+            "perf_prealloc_size": 1 * GiB,
+            **_COMMON,
         },
     }
     params = {
-        "bench_size": Param(int, min=1, help="bytes of the overwritten image (a multiple of 1 MiB)"),
+        "bench_size": Param(
+            int, min=1, help="bytes of the overwritten image (a multiple of 1 MiB)"
+        ),
         "bench_count": Param(int, min=1, help="512-byte overwrites per qemu-img bench run"),
-        "alloc_size": Param(int, min=1, help="bytes the sequential 64 KiB writes allocate (1 MiB multiple)"),
+        "alloc_size": Param(
+            int, min=1, help="bytes the sequential 64 KiB writes allocate (1 MiB multiple)"
+        ),
         "snapshots": Param(int, min=1, help="internal snapshots before the overwrites"),
         "snap_size": Param(int, min=1, help="bytes of the snapshotted image (a multiple of 1 MiB)"),
         "snap_count": Param(int, min=1, help="overwrites per run after the snapshots"),
         "seed": Param(int, min=0, help="seed of the shuffled mode order"),
-        "bench_step_clusters": Param(int, min=1, help="stride of the scattered overwrites, in clusters"),
-        "flush_size": Param(int, min=1, help="bytes of the create with flushes (a multiple of 1 MiB)"),
+        "bench_step_clusters": Param(
+            int, min=1, help="stride of the scattered overwrites, in clusters"
+        ),
+        "flush_size": Param(
+            int, min=1, help="bytes of the create with flushes (a multiple of 1 MiB)"
+        ),
         "perf_repeats": Param(int, min=0, help="perf recordings per workload and mode (0: none)"),
-        "perf_prealloc_size": Param(int, min=1, help="bytes preallocated under perf (1 MiB multiple)"),
-        **{k: Param(object, help="image sizes in bytes: a list, one size or a comma-separated "
-                                 "string, multiples of 1 MiB") for k in LIST_KEYS},
-        "modes": Param(list, choices=MODES, nullable=True,
-                       help="overlap-check modes (none is always added); None: all four"),
+        "perf_prealloc_size": Param(
+            int, min=1, help="bytes preallocated under perf (1 MiB multiple)"
+        ),
+        **{
+            k: Param(
+                object,
+                help="image sizes in bytes: a list, one size or a comma-separated "
+                "string, multiples of 1 MiB",
+            )
+            for k in LIST_KEYS
+        },
+        "modes": Param(
+            list,
+            choices=MODES,
+            nullable=True,
+            help="overlap-check modes (none is always added); None: all four",
+        ),
         **repetition_params("rep_"),
-        "repeats": Param(int, min=1, nullable=True,
-                         help="a fixed number of rounds (sets rep_min_runs and rep_max_runs)"),
+        "repeats": Param(
+            int,
+            min=1,
+            nullable=True,
+            help="a fixed number of rounds (sets rep_min_runs and rep_max_runs)",
+        ),
     }
     tables = {
-        "prealloc": Table(command="str", cluster_size="int", image_size="int", mode="str",
-                          repeat="int", position="int", **_T),
-        "writes": Table(workload="str", cluster_size="int", image_size="int", snapshots="int",
-                        mode="str", requests="int", request_bytes="int", repeat="int",
-                        position="int", **_T),
-        "metadata": Table(experiment="str", mode="str", prealloc_wall_s="float",
-                          **{c: "int" for c in _COUNTS}),
-        "cycles": Table(workload="str", mode="str", image_size="int", repeat="int", event="str",
-                        samples="int", check_pct="float", pre_write_pct="float", top_symbol="str"),
+        "prealloc": Table(
+            command="str",
+            cluster_size="int",
+            image_size="int",
+            mode="str",
+            repeat="int",
+            position="int",
+            **_T,
+        ),
+        "writes": Table(
+            workload="str",
+            cluster_size="int",
+            image_size="int",
+            snapshots="int",
+            mode="str",
+            requests="int",
+            request_bytes="int",
+            repeat="int",
+            position="int",
+            **_T,
+        ),
+        "metadata": Table(
+            experiment="str", mode="str", prealloc_wall_s="float", **{c: "int" for c in _COUNTS}
+        ),
+        "cycles": Table(
+            workload="str",
+            mode="str",
+            image_size="int",
+            repeat="int",
+            event="str",
+            samples="int",
+            check_pct="float",
+            pre_write_pct="float",
+            top_symbol="str",
+        ),
         "repetition": REPETITION,
     }
     reference = ("qcow2_overlap",)
@@ -141,21 +247,25 @@ class Qcow2Overlap(Chapter):
     needs_tools = {"qemu-img": "qemu-utils"}
 
     def check(self, p: dict) -> None:
-        # lazy: perfbook.analysis.repetition imports numpy and scipy (seconds on this host), and
-        # `perfbook measure` and `doctor` import every chapter's declaration
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
         from perfbook.analysis.repetition import repetition_settings
+
         if p["repeats"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["repeats"]
         repetition_settings(p, "rep_")
         for k in SIZE_KEYS:
             if p[k] < MiB or p[k] % MiB:
-                raise ParameterError(f"{k} must be a multiple of 1 MiB (1048576), at least 1 MiB, got {p[k]!r}")
+                raise ParameterError(
+                    f"{k} must be a multiple of 1 MiB (1048576), at least 1 MiB, got {p[k]!r}"
+                )
         for k in LIST_KEYS:
             p[k] = _sizes(k, p[k])
         for k in ("prealloc_sizes_512", "formula_sizes_512"):
             if max(p[k]) > 8 * GiB:
-                raise ParameterError(f"{k}: images above 8 GiB at 512-byte clusters take hours to "
-                                     f"preallocate; pick smaller sizes, got {max(p[k])}")
+                raise ParameterError(
+                    f"{k}: images above 8 GiB at 512-byte clusters take hours to "
+                    f"preallocate; pick smaller sizes, got {max(p[k])}"
+                )
         modes = p["modes"] or list(MODES)
         p["modes"] = [m for m in MODES if m in modes or m == "none"]  # none: the baseline
 
@@ -169,11 +279,18 @@ def _sizes(name: str, v) -> list[int]:
         v = [v]
     if isinstance(v, (list, tuple)):
         v = [int(x) if isinstance(x, str) and x.isdigit() else x for x in v]
-    if (not isinstance(v, (list, tuple)) or not v
-            or not all(isinstance(x, int) and not isinstance(x, bool) and MiB <= x <= MAX_SIZE
-                       and x % MiB == 0 for x in v)):
-        raise ParameterError(f"{name} must be a non-empty list of sizes in bytes, multiples of "
-                             f"1 MiB up to {MAX_SIZE}, got {orig!r}")
+    if (
+        not isinstance(v, (list, tuple))
+        or not v
+        or not all(
+            isinstance(x, int) and not isinstance(x, bool) and MiB <= x <= MAX_SIZE and x % MiB == 0
+            for x in v
+        )
+    ):
+        raise ParameterError(
+            f"{name} must be a non-empty list of sizes in bytes, multiples of "
+            f"1 MiB up to {MAX_SIZE}, got {orig!r}"
+        )
     return sorted(set(v))
 
 

@@ -3,6 +3,7 @@
 D is the chapter's perfbook.data.dataset.Data. The tables the notebook shows are one dataset per
 host (D.of_shown, tables.py); the prose quotes D.quoted (prose.py).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,25 +11,36 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from perfbook.analysis.findings import counted_runs
-from perfbook.analysis.stats import caption, compare, compare_frame, hl_ci_label, hosts_of, summarize_frame
+from perfbook.analysis.stats import (
+    caption,
+    compare,
+    compare_frame,
+    hl_ci_label,
+    hosts_of,
+    summarize_frame,
+)
 from perfbook.probes.qcow2 import formula_bytes, formula_clusters
+
 from .parse import MODES, MiB
 
 PRE_BY = ["host_id", "cluster_size", "image_size", "mode"]
 WRITES_BY = ["host_id", "workload", "mode"]
-PRE_KEYS, WRITES_KEYS = PRE_BY[1:], WRITES_BY[1:]     # within one dataset
+PRE_KEYS, WRITES_KEYS = PRE_BY[1:], WRITES_BY[1:]  # within one dataset
 
 
 # -- what several tables, figures and the prose share, computed once per D ---------------------
 
+
 def _rows_of(D, table: str):
     """(rows, (host_id, run_id) -> their positions): the timed preallocations (no flushes) or the
     writes of every dataset, grouped once rather than filtered from the whole table per dataset."""
+
     def make():
         df = D[table]
         if table == "prealloc":
             df = df[df.command == "resize_no_flush"]
         return df, df.groupby(["host_id", "run_id"], sort=False).indices
+
     return D.once(("rows", table), make)
 
 
@@ -61,8 +73,12 @@ def dataset_overhead(D, table: str, key):
 def shown_overhead(D, table: str):
     """dataset_overhead() of each host's shown dataset as one frame, host_id first: what
     overhead() of their rows by host (PRE_BY, WRITES_BY) gives."""
-    frames = [ov.assign(host_id=h) for h, r in sorted(D.shown.items())
-              for ov in [dataset_overhead(D, table, (h, r))] if len(ov)]
+    frames = [
+        ov.assign(host_id=h)
+        for h, r in sorted(D.shown.items())
+        for ov in [dataset_overhead(D, table, (h, r))]
+        if len(ov)
+    ]
     if not frames:
         return pd.DataFrame()
     out = pd.concat(frames, ignore_index=True)
@@ -70,6 +86,7 @@ def shown_overhead(D, table: str):
 
 
 # -- statistics over raw runs -------------------------------------------------------------
+
 
 def summary(df, by: list[str], metrics=("wall_s", "cpu_s", "user_s")):
     """Median + CI etc. of wall and CPU time per group (tidy, one row per metric)."""
@@ -98,6 +115,7 @@ def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
 
     def runs(key, mode):
         return values[at[(*key, mode)]] if (*key, mode) in at else values[:0]
+
     for key in sorted({k[:-1] for k in at}):
         base = runs(key, "none")
         if len(base) < 2:
@@ -108,18 +126,43 @@ def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
                 continue
             c = compare(x, base, names=(mode, "none"))
             med = float(np.median(x))
-            rows.append({**dict(zip(keys, key)), "mode": mode, "median": med,
-                         "none_median": c.median_b, "extra": c.shift, "extra_ci_low": c.shift_low,
-                         "extra_ci_high": c.shift_high, "n": len(x), "n_none": len(base),
-                         "p_value": c.p_value,
-                         "cliffs_delta": c.cliffs_delta, "significant": c.significant,
-                         "verdict": c.verdict, "share_pct": 100 * c.shift / med if med else np.nan})
+            rows.append(
+                {
+                    **dict(zip(keys, key)),
+                    "mode": mode,
+                    "median": med,
+                    "none_median": c.median_b,
+                    "extra": c.shift,
+                    "extra_ci_low": c.shift_low,
+                    "extra_ci_high": c.shift_high,
+                    "n": len(x),
+                    "n_none": len(base),
+                    "p_value": c.p_value,
+                    "cliffs_delta": c.cliffs_delta,
+                    "significant": c.significant,
+                    "verdict": c.verdict,
+                    "share_pct": 100 * c.shift / med if med else np.nan,
+                }
+            )
     # the columns even when no group has two runs of a mode and of none (one run per mode)
     return pd.DataFrame(rows, columns=[*keys, *OVERHEAD_COLUMNS])
 
 
-OVERHEAD_COLUMNS = ("mode", "median", "none_median", "extra", "extra_ci_low", "extra_ci_high", "n", "n_none",
-                    "p_value", "cliffs_delta", "significant", "verdict", "share_pct")
+OVERHEAD_COLUMNS = (
+    "mode",
+    "median",
+    "none_median",
+    "extra",
+    "extra_ci_low",
+    "extra_ci_high",
+    "n",
+    "n_none",
+    "p_value",
+    "cliffs_delta",
+    "significant",
+    "verdict",
+    "share_pct",
+)
 
 
 def shift_ci_label(ov) -> str:
@@ -133,8 +176,10 @@ def shift_ci_label(ov) -> str:
 def prealloc_bars_text(ov_cpu) -> str:
     """Caption sentence for the preallocation figure's bars, with the coverage of the plotted rows."""
     g = ov_cpu[(ov_cpu.cluster_size == 512) & ov_cpu["mode"].isin(["cached", "all"])]
-    return ("Bars: Hodges-Lehmann interval of the shift against none (distribution-free), "
-            f"{shift_ci_label(g)}")
+    return (
+        "Bars: Hodges-Lehmann interval of the shift against none (distribution-free), "
+        f"{shift_ci_label(g)}"
+    )
 
 
 def fit_quadratic(ov, mode: str = "cached"):
@@ -145,7 +190,7 @@ def fit_quadratic(ov, mode: str = "cached"):
     y = g.extra.to_numpy(float)
     if len(x) == 0:
         return float("nan")
-    return float(np.sum(x ** 2 * y) / np.sum(x ** 4))
+    return float(np.sum(x**2 * y) / np.sum(x**4))
 
 
 def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
@@ -160,8 +205,18 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
     x, y = g.image_size.to_numpy(float), g.extra.to_numpy(float)
     ok = y > 0
     nan = float("nan")
-    out = {"n": int(ok.sum()), "dropped": int((~ok).sum()), "k": nan, "c": nan, "r2": nan,
-           "k_lo": nan, "k_hi": nan, "pred": nan, "pred_lo": nan, "pred_hi": nan}
+    out = {
+        "n": int(ok.sum()),
+        "dropped": int((~ok).sum()),
+        "k": nan,
+        "c": nan,
+        "r2": nan,
+        "k_lo": nan,
+        "k_hi": nan,
+        "pred": nan,
+        "pred_lo": nan,
+        "pred_hi": nan,
+    }
     if ok.sum() < 2 or len(set(x[ok])) < 2:
         return out
     lx, ly = np.log(x[ok]), np.log(y[ok])
@@ -173,10 +228,10 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
     if n >= 3:
         resid = ly - (b + k * lx)
         sxx = float(np.sum((lx - lx.mean()) ** 2))
-        s = float(np.sqrt(np.sum(resid ** 2) / (n - 2)))
+        s = float(np.sqrt(np.sum(resid**2) / (n - 2)))
         t = float(scipy_stats.t.ppf(0.975, n - 2))
         ss_tot = float(np.sum((ly - ly.mean()) ** 2))
-        out["r2"] = 1 - float(np.sum(resid ** 2)) / ss_tot if ss_tot > 0 else nan
+        out["r2"] = 1 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else nan
         out["k_lo"], out["k_hi"] = float(k - t * s / np.sqrt(sxx)), float(k + t * s / np.sqrt(sxx))
         if at is not None:
             half = t * s * np.sqrt(1 / n + (np.log(at) - lx.mean()) ** 2 / sxx)
@@ -197,33 +252,49 @@ def prealloc_fits(D, at: float | None = None):
             f = fit_power_law(ov, at=at)
             mine = dataset_rows(D, "prealloc", m.key)
             sizes = mine[mine.cluster_size == 512].image_size
-            rows.append({"host_id": h, "run_id": m["run_id"], "profile": m.profile or "not recorded",
-                         "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}", **f})
+            rows.append(
+                {
+                    "host_id": h,
+                    "run_id": m["run_id"],
+                    "profile": m.profile or "not recorded",
+                    "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}",
+                    **f,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 def formula_table(meta):
     """Measured metadata against the seed's 10 * IS / CS^2 (and 40 * IS / CS^2 bytes)."""
     f = meta[meta.experiment.isin(["formula", "snapshots"])].copy()
-    f = f.drop_duplicates(["host_id", "experiment", "cluster_size", "virtual_size", "nb_snapshots"],
-                          keep="last")
+    f = f.drop_duplicates(
+        ["host_id", "experiment", "cluster_size", "virtual_size", "nb_snapshots"], keep="last"
+    )
     rows = []
     for r in f.itertuples():
-        rows.append({
-            "host_id": r.host_id, "cluster_size": r.cluster_size,
-            "virtual_size_mib": r.virtual_size / MiB, "snapshots": r.nb_snapshots,
-            "l2_tables": r.n_active_l2 + r.n_inactive_l2, "refcount_blocks": r.n_refcount_block,
-            "measured_clusters": r.n_formula_scope,
-            "formula_virtual": formula_clusters(r.virtual_size, r.cluster_size),
-            "formula_file": formula_clusters(r.file_size, r.cluster_size),
-            "formula_disk": formula_clusters(r.disk_usage, r.cluster_size),
-            "measured_list_kib": 4 * r.n_formula_scope / 1024,
-            "runs_list_kib": 4 * r.formula_scope_runs / 1024,
-            "formula_virtual_kib": formula_bytes(r.virtual_size, r.cluster_size) / 1024,
-            "formula_disk_kib": formula_bytes(r.disk_usage, r.cluster_size) / 1024,
-            "disk_usage_mib": r.disk_usage / MiB, "file_size_mib": r.file_size / MiB,
-        })
-    return pd.DataFrame(rows).sort_values(["cluster_size", "virtual_size_mib", "snapshots"], kind="stable")
+        rows.append(
+            {
+                "host_id": r.host_id,
+                "cluster_size": r.cluster_size,
+                "virtual_size_mib": r.virtual_size / MiB,
+                "snapshots": r.nb_snapshots,
+                "l2_tables": r.n_active_l2 + r.n_inactive_l2,
+                "refcount_blocks": r.n_refcount_block,
+                "measured_clusters": r.n_formula_scope,
+                "formula_virtual": formula_clusters(r.virtual_size, r.cluster_size),
+                "formula_file": formula_clusters(r.file_size, r.cluster_size),
+                "formula_disk": formula_clusters(r.disk_usage, r.cluster_size),
+                "measured_list_kib": 4 * r.n_formula_scope / 1024,
+                "runs_list_kib": 4 * r.formula_scope_runs / 1024,
+                "formula_virtual_kib": formula_bytes(r.virtual_size, r.cluster_size) / 1024,
+                "formula_disk_kib": formula_bytes(r.disk_usage, r.cluster_size) / 1024,
+                "disk_usage_mib": r.disk_usage / MiB,
+                "file_size_mib": r.file_size / MiB,
+            }
+        )
+    return pd.DataFrame(rows).sort_values(
+        ["cluster_size", "virtual_size_mib", "snapshots"], kind="stable"
+    )
 
 
 def caption_for(df, manifests, what: str, by: list[str], ci: bool = True, extra: str = "") -> str:
@@ -232,11 +303,19 @@ def caption_for(df, manifests, what: str, by: list[str], ci: bool = True, extra:
     ms = [m for m in manifests if (m["host"]["host_id"], m["run_id"]) in runs]
     # warm-up rounds: rep_warmup now, warmup in the datasets of fixed repetition
     wu = [m["parameters"].get("rep_warmup", m["parameters"].get("warmup", 0)) for m in ms] or [0]
-    return caption(what, n=df.groupby(by).size().to_numpy(), unit="runs", warmup=wu,
-                   hosts=hosts_of(ms), ci=ci, extra=extra)
+    return caption(
+        what,
+        n=df.groupby(by).size().to_numpy(),
+        unit="runs",
+        warmup=wu,
+        hosts=hosts_of(ms),
+        ci=ci,
+        extra=extra,
+    )
 
 
 # -- the frames the chapter shows (one dataset per host) -----------------------------------
+
 
 def resizes(D):
     """The timed metadata preallocations (no flushes) of the datasets shown."""
@@ -256,7 +335,9 @@ def writes(D):
 def writes_summary(D):
     """summary() of the shown datasets' writes (wall and CPU time, what is read of it), once
     per D: the writes table, their spread and the modes figure show it."""
-    return D.once("writes_summary", lambda: summary(writes(D), WRITES_BY, metrics=("wall_s", "cpu_s")))
+    return D.once(
+        "writes_summary", lambda: summary(writes(D), WRITES_BY, metrics=("wall_s", "cpu_s"))
+    )
 
 
 def formula_shown(D):
@@ -274,22 +355,38 @@ def host_comparison(D):
 def _host_comparison(D):
     if len(D.hosts) < 2:
         return pd.DataFrame()
-    return compare_frame(host_cases(D), by="host_id", value="cpu_s", baseline=D.quoted.host_id,
-                         within=["case", "mode"])
+    return compare_frame(
+        host_cases(D),
+        by="host_id",
+        value="cpu_s",
+        baseline=D.quoted.host_id,
+        within=["case", "mode"],
+    )
 
 
 def host_cases(D):
     """Every host's runs (host_id, case, mode, cpu_s) of the shown datasets, a case being a
     preallocation (cluster and image size) or a write workload (image size and requests)."""
     pre = resizes(D).assign(
-        case=lambda t: "prealloc cs=" + t.cluster_size.astype(str) + " " + (t.image_size // MiB).astype(str) + " MiB")
+        case=lambda t: (
+            "prealloc cs="
+            + t.cluster_size.astype(str)
+            + " "
+            + (t.image_size // MiB).astype(str)
+            + " MiB"
+        )
+    )
     wr = writes(D).assign(
-        case=lambda t: t.workload + " " + (t.image_size // MiB).astype(str) + " MiB x" + t.requests.astype(str))
+        case=lambda t: (
+            t.workload + " " + (t.image_size // MiB).astype(str) + " MiB x" + t.requests.astype(str)
+        )
+    )
     cols = ["host_id", "case", "mode", "cpu_s"]
     return pd.concat([pre[cols], wr[cols]])
 
 
 # -- the seed's figures and how a cluster size is written ------------------------------------
+
 
 def seed_size(ref) -> int:
     """Bytes of the image the seed created with preallocation (its 2014 measurement)."""

@@ -6,6 +6,7 @@ metadata counted by tools/perfbook/probes/qcow2.py, and perf recordings of where
 cycles go. Every child runs in its own process group; the framework's undo stack kills any that is still running and
 removes the directory, on every exit path.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import die_with_parent, kill_group
 from perfbook.probes.blockdev import fstype
 from perfbook.probes.qcow2 import Qcow2Image
+
 from .parse import MODES, OVERLAP_SYMBOLS, PERF_WORKLOADS, parse_perf_report
 
 
@@ -43,19 +45,42 @@ def image_opts(path: Path, mode: str, no_flush: bool = True) -> str:
     return ",".join(opts)
 
 
-def create_cmd(path: Path, cluster_size: int, size: int = 0, prealloc: str | None = None) -> list[str]:
+def create_cmd(
+    path: Path, cluster_size: int, size: int = 0, prealloc: str | None = None
+) -> list[str]:
     o = f"cluster_size={cluster_size}" + (f",preallocation={prealloc}" if prealloc else "")
     return ["qemu-img", "create", "-q", "-f", "qcow2", "-o", o, str(path), str(size)]
 
 
 def prealloc_cmd(path: Path, size: int, mode: str) -> list[str]:
-    return ["qemu-img", "resize", "-q", "--preallocation=metadata", "--image-opts",
-            image_opts(path, mode), str(size)]
+    return [
+        "qemu-img",
+        "resize",
+        "-q",
+        "--preallocation=metadata",
+        "--image-opts",
+        image_opts(path, mode),
+        str(size),
+    ]
 
 
 def bench_cmd(path: Path, mode: str, count: int, buf: int, step: int) -> list[str]:
-    return ["qemu-img", "bench", "-q", "-w", "-c", str(count), "-s", str(buf), "-S", str(step),
-            "-t", "writeback", "--image-opts", image_opts(path, mode, no_flush=True)]
+    return [
+        "qemu-img",
+        "bench",
+        "-q",
+        "-w",
+        "-c",
+        str(count),
+        "-s",
+        str(buf),
+        "-S",
+        str(step),
+        "-t",
+        "writeback",
+        "--image-opts",
+        image_opts(path, mode, no_flush=True),
+    ]
 
 
 def snapshot_cmd(path: Path, name: str) -> list[str]:
@@ -90,8 +115,14 @@ class Runner:
         err = self.path(".stderr")
         with open(err, "wb") as ef:
             t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=ef, start_new_session=True, preexec_fn=die_with_parent)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=ef,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
             self.children.add(proc)
             try:
                 _, status, ru = os.wait4(proc.pid, 0)
@@ -104,10 +135,16 @@ class Runner:
         self.children.discard(proc)
         if proc.returncode != 0:
             msg = err.read_text(errors="replace").strip().splitlines()
-            raise PerfbookError(f"{what} failed (exit {proc.returncode}): "
-                                f"{msg[-1] if msg else 'no message'}")
-        return {"wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
-                "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kib": ru.ru_maxrss}
+            raise PerfbookError(
+                f"{what} failed (exit {proc.returncode}): {msg[-1] if msg else 'no message'}"
+            )
+        return {
+            "wall_s": wall,
+            "user_s": ru.ru_utime,
+            "sys_s": ru.ru_stime,
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "maxrss_kib": ru.ru_maxrss,
+        }
 
 
 def measure(ctx) -> None:
@@ -116,25 +153,37 @@ def measure(ctx) -> None:
     rng = random.Random(p["seed"])
     modes = p["modes"]
     RW = p["rep_min_runs"] + p["rep_warmup"]  # rounds at least; adaptive repetition may add more
-    n_prealloc = ((len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(modes) + 1) * RW
+    n_prealloc = (
+        (len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(modes) + 1
+    ) * RW
     n_bench = 2 * len(modes) * RW
     snap_modes = [m for m in modes if m in ("none", "cached", "all")]
     n_snap = len(snap_modes) * RW
-    n_formula = sum(len(p[k]) for k in ("formula_sizes_512", "formula_sizes_4k", "formula_sizes_64k"))
+    n_formula = sum(
+        len(p[k]) for k in ("formula_sizes_512", "formula_sizes_4k", "formula_sizes_64k")
+    )
     perf_modes = [m for m in modes if m in ("cached", "all")]
     n_perf = len(PERF_WORKLOADS) * len(perf_modes) * p["perf_repeats"]
 
     s = Runner(ctx.scratch())
-    ctx.undo.callback(s.close)                    # registered before the first child starts
+    ctx.undo.callback(s.close)  # registered before the first child starts
     prog = ctx.progress(n_prealloc + n_bench + n_snap + n_formula + n_perf)
-    w.extra["_tool_cmds"] = {"qemu-img": ["qemu-img", "--version"],
-                             "qemu-io": ["qemu-io", "--version"]}
-    w.extra["scratch"] = {"parent": str(s.dir.parent), "filesystem": fstype(s.dir.parent),
-                          "flushes": "disabled (cache.no-flush=on) in every timed run"}
+    w.extra["_tool_cmds"] = {
+        "qemu-img": ["qemu-img", "--version"],
+        "qemu-io": ["qemu-io", "--version"],
+    }
+    w.extra["scratch"] = {
+        "parent": str(s.dir.parent),
+        "filesystem": fstype(s.dir.parent),
+        "flushes": "disabled (cache.no-flush=on) in every timed run",
+    }
     w.extra["perf_symbols"] = perf_symbol_check()
     if not w.extra["perf_symbols"]["resolvable"]:
-        w.skip("cycles_share", "perf cannot attribute cycles to qcow2_check_metadata_overlap: "
-               + w.extra["perf_symbols"]["reason"])
+        w.skip(
+            "cycles_share",
+            "perf cannot attribute cycles to qcow2_check_metadata_overlap: "
+            + w.extra["perf_symbols"]["reason"],
+        )
     for m in MODES:
         if m not in modes:
             w.skip(f"mode_{m}", "left out by the modes parameter")
@@ -155,7 +204,9 @@ def measure(ctx) -> None:
     w.add_table("repetition", pd.DataFrame([r for rep in reps for r in rep.records()]))
     w.add_table("writes", pd.DataFrame(writes + snaps))
     w.add_table("metadata", pd.DataFrame(meta + snap_meta + formula))
-    leftovers = [x.name for x in s.dir.iterdir() if not x.name.startswith(".") and x.name != "owner"]
+    leftovers = [
+        x.name for x in s.dir.iterdir() if not x.name.startswith(".") and x.name != "owner"
+    ]
     if leftovers:
         w.notes.append(f"scratch files still present before cleanup: {leftovers}")
 
@@ -183,7 +234,9 @@ def _round_label(r: int, warm: bool) -> str:
 
 def _prealloc(s: Runner, p: dict, rng, prog, reps: list) -> tuple[list[dict], list[dict]]:
     rows, meta = [], []
-    cases = [(512, z) for z in p["prealloc_sizes_512"]] + [(65536, z) for z in p["prealloc_sizes_64k"]]
+    cases = [(512, z) for z in p["prealloc_sizes_512"]] + [
+        (65536, z) for z in p["prealloc_sizes_64k"]
+    ]
     img = s.path("prealloc.qcow2")
     for cs, size in cases:
         rep = repetition(f"prealloc cs={cs} size={size >> 20} MiB", p["modes"], p, "rep_")
@@ -196,9 +249,17 @@ def _prealloc(s: Runner, p: dict, rng, prog, reps: list) -> tuple[list[dict], li
                 t = s.run(prealloc_cmd(img, size, mode), "qemu-img resize --preallocation=metadata")
                 rep.add(mode, t["cpu_s"])
                 if not warm:
-                    rows.append({"command": "resize_no_flush", "cluster_size": cs,
-                                 "image_size": size, "mode": mode,
-                                 "repeat": r, "position": pos, **t})
+                    rows.append(
+                        {
+                            "command": "resize_no_flush",
+                            "cluster_size": cs,
+                            "image_size": size,
+                            "mode": mode,
+                            "repeat": r,
+                            "position": pos,
+                            **t,
+                        }
+                    )
                     if r == 0:
                         meta.append(_meta_row(img, "prealloc", mode=mode))
                 img.unlink()
@@ -208,23 +269,51 @@ def _prealloc(s: Runner, p: dict, rng, prog, reps: list) -> tuple[list[dict], li
     rep = repetition("create_with_flushes (wall time)", ["cached"], p, "rep_")
     reps.append(rep)
     for r, warm in _rounds(rep, prog, 1):
-        t = s.run(create_cmd(img, 512, p["flush_size"], "metadata"),
-                  "qemu-img create -o preallocation=metadata")
+        t = s.run(
+            create_cmd(img, 512, p["flush_size"], "metadata"),
+            "qemu-img create -o preallocation=metadata",
+        )
         img.unlink()
         rep.add("cached", t["wall_s"])
         if not warm:
-            rows.append({"command": "create_with_flushes", "cluster_size": 512,
-                         "image_size": p["flush_size"], "mode": "cached",
-                         "repeat": r, "position": 0, **t})
+            rows.append(
+                {
+                    "command": "create_with_flushes",
+                    "cluster_size": 512,
+                    "image_size": p["flush_size"],
+                    "mode": "cached",
+                    "repeat": r,
+                    "position": 0,
+                    **t,
+                }
+            )
         prog.step("qemu-img create with flushes" + _round_label(r, warm))
     return rows, meta
 
 
-def _write_row(workload: str, size: int, snapshots: int, mode: str, requests: int,
-               request_bytes: int, r: int, pos: int, t: dict) -> dict:
-    return {"workload": workload, "cluster_size": 512, "image_size": size, "snapshots": snapshots,
-            "mode": mode, "requests": requests, "request_bytes": request_bytes,
-            "repeat": r, "position": pos, **t}
+def _write_row(
+    workload: str,
+    size: int,
+    snapshots: int,
+    mode: str,
+    requests: int,
+    request_bytes: int,
+    r: int,
+    pos: int,
+    t: dict,
+) -> dict:
+    return {
+        "workload": workload,
+        "cluster_size": 512,
+        "image_size": size,
+        "snapshots": snapshots,
+        "mode": mode,
+        "requests": requests,
+        "request_bytes": request_bytes,
+        "repeat": r,
+        "position": pos,
+        **t,
+    }
 
 
 def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
@@ -241,8 +330,19 @@ def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
             t = s.run(bench_cmd(over, mode, p["bench_count"], 512, step), "qemu-img bench")
             rep.add(mode, t["cpu_s"])
             if not warm:
-                rows.append(_write_row("overwrite_scattered_512", p["bench_size"], 0, mode,
-                                       p["bench_count"], 512, r, pos, t))
+                rows.append(
+                    _write_row(
+                        "overwrite_scattered_512",
+                        p["bench_size"],
+                        0,
+                        mode,
+                        p["bench_count"],
+                        512,
+                        r,
+                        pos,
+                        t,
+                    )
+                )
             prog.step(f"writes overwrite {mode}" + _round_label(r, warm))
     over.unlink()
     # sequential 64 KiB writes that allocate every cluster of an empty image
@@ -258,8 +358,11 @@ def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
             t = s.run(bench_cmd(alloc, mode, n, 65536, 65536), "qemu-img bench")
             rep.add(mode, t["cpu_s"])
             if not warm:
-                rows.append(_write_row("allocate_sequential_64k", p["alloc_size"], 0, mode,
-                                       n, 65536, r, pos, t))
+                rows.append(
+                    _write_row(
+                        "allocate_sequential_64k", p["alloc_size"], 0, mode, n, 65536, r, pos, t
+                    )
+                )
             alloc.unlink()
             prog.step(f"writes allocate {mode}" + _round_label(r, warm))
     return rows
@@ -284,8 +387,19 @@ def _snapshots(s: Runner, p: dict, rng, prog, modes, reps: list) -> tuple[list[d
             t = s.run(bench_cmd(img, mode, p["snap_count"], 512, step), "qemu-img bench")
             rep.add(mode, t["cpu_s"])
             if not warm:
-                rows.append(_write_row("overwrite_after_snapshots_512", p["snap_size"], p["snapshots"],
-                                       mode, p["snap_count"], 512, r, pos, t))
+                rows.append(
+                    _write_row(
+                        "overwrite_after_snapshots_512",
+                        p["snap_size"],
+                        p["snapshots"],
+                        mode,
+                        p["snap_count"],
+                        512,
+                        r,
+                        pos,
+                        t,
+                    )
+                )
             img.unlink()
             prog.step(f"snapshots {mode}" + _round_label(r, warm))
     tmpl.unlink()
@@ -295,8 +409,11 @@ def _snapshots(s: Runner, p: dict, rng, prog, modes, reps: list) -> tuple[list[d
 def _formula(s: Runner, p: dict, prog) -> list[dict]:
     rows = []
     img = s.path("formula.qcow2")
-    for cs, key in ((512, "formula_sizes_512"), (4096, "formula_sizes_4k"),
-                    (65536, "formula_sizes_64k")):
+    for cs, key in (
+        (512, "formula_sizes_512"),
+        (4096, "formula_sizes_4k"),
+        (65536, "formula_sizes_64k"),
+    ):
         for size in p[key]:
             s.run(create_cmd(img, cs), "qemu-img create")
             t = s.run(prealloc_cmd(img, size, "none"), "qemu-img resize")
@@ -310,6 +427,7 @@ def _formula(s: Runner, p: dict, prog) -> list[dict]:
 # perf record of one qemu-img process. The Debian qemu-img is stripped of .symtab but exports
 # qcow2_check_metadata_overlap in .dynsym, so perf can name it; perf_symbol_check() says whether
 # it can on this host.
+
 
 def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
     """Share of sampled cycles in the overlap-check functions (perf record, no call graph);
@@ -344,14 +462,35 @@ def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
                 data = s.path("perf.data")
                 # --no-bpf-event: no side-band thread, whose 1 s poll timeout perf record
                 # waits out at exit (tools/perf/util/sideband_evlist.c); no sample here is BPF
-                s.run(["perf", "record", "-q", "--no-bpf-event", "-F", "1999", "-o", str(data), "--", *cmd],
-                      "perf record")
+                s.run(
+                    [
+                        "perf",
+                        "record",
+                        "-q",
+                        "--no-bpf-event",
+                        "-F",
+                        "1999",
+                        "-o",
+                        str(data),
+                        "--",
+                        *cmd,
+                    ],
+                    "perf record",
+                )
                 shares, event, total = perf_report_shares(s, data)
-                rows.append({"workload": wl, "mode": mode, "image_size": size, "repeat": rep,
-                             "event": event, "samples": total,
-                             "check_pct": shares.get(OVERLAP_SYMBOLS[0], 0.0),
-                             "pre_write_pct": shares.get(OVERLAP_SYMBOLS[1], 0.0),
-                             "top_symbol": shares.get("_top", "")})
+                rows.append(
+                    {
+                        "workload": wl,
+                        "mode": mode,
+                        "image_size": size,
+                        "repeat": rep,
+                        "event": event,
+                        "samples": total,
+                        "check_pct": shares.get(OVERLAP_SYMBOLS[0], 0.0),
+                        "pre_write_pct": shares.get(OVERLAP_SYMBOLS[1], 0.0),
+                        "top_symbol": shares.get("_top", ""),
+                    }
+                )
                 data.unlink()
                 prog.step(f"perf {wl} {mode}")
     for f in (img, tmpl):
@@ -364,12 +503,29 @@ def perf_report_shares(s, data: Path) -> tuple[dict, str, int]:
     """{symbol: percent of samples} for qemu-img, the event name and the sample count."""
     out = s.path("perf.txt")
     with open(out, "wb") as f:
-        proc = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "-n",
-                               "--sort", "symbol", "--percent-limit", "0"],
-                              stdout=f, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.run(
+            [
+                "perf",
+                "report",
+                "-i",
+                str(data),
+                "--stdio",
+                "--no-children",
+                "-n",
+                "--sort",
+                "symbol",
+                "--percent-limit",
+                "0",
+            ],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     if proc.returncode != 0:
-        raise PerfbookError(f"perf report failed (exit {proc.returncode}); run perf report -i on a "
-                            "perf.data by hand to see why")
+        raise PerfbookError(
+            f"perf report failed (exit {proc.returncode}); run perf report -i on a "
+            "perf.data by hand to see why"
+        )
     text = out.read_text(errors="replace")
     out.unlink()
     return parse_perf_report(text)
@@ -400,8 +556,11 @@ def perf_symbol_check(binary: str | None = None) -> dict:
         out["reason"] = ""
         return out
     debug = Path("/usr/lib/debug/.build-id")
-    out["reason"] = ("the Debian qemu-img is stripped (no .symtab) and no debug symbols "
-                     "(qemu-utils-dbgsym from the debian-debug archive) are installed"
-                     if not out["has_symtab"] else "the symbol is not in the binary")
+    out["reason"] = (
+        "the Debian qemu-img is stripped (no .symtab) and no debug symbols "
+        "(qemu-utils-dbgsym from the debian-debug archive) are installed"
+        if not out["has_symtab"]
+        else "the symbol is not in the binary"
+    )
     out["debug_dir_present"] = debug.is_dir()
     return out

@@ -1,4 +1,5 @@
 """qcow2_overlap, figures: D in, (figure, caption) pairs out (perfbook.book.notebook.figure)."""
+
 from __future__ import annotations
 
 import types
@@ -10,6 +11,7 @@ from matplotlib.lines import Line2D
 
 from perfbook.analysis import fleetview as fv
 from perfbook.analysis.stats import caption, ci_label
+
 from . import analysis as A
 from .parse import MODES, MiB
 
@@ -28,42 +30,91 @@ def prealloc(D):
     for h, r in (k for k in measured if k in keep):
         ov = A.dataset_overhead(D, "prealloc", (h, r))
         if not ov.empty:
-            runs.append({"host_id": h, "run_id": r, "role": F.role(h), "ov": ov,
-                         "fit": A.fit_power_law(ov, at=seed_size), "quoted": (h, r) == D.quoted.key})
+            runs.append(
+                {
+                    "host_id": h,
+                    "run_id": r,
+                    "role": F.role(h),
+                    "ov": ov,
+                    "fit": A.fit_power_law(ov, at=seed_size),
+                    "quoted": (h, r) == D.quoted.key,
+                }
+            )
     fig, drawn = plot_prealloc(runs, ref, F)
-    cached = pd.concat([r["ov"] for r in runs]) if runs else pd.DataFrame(
-        columns=["cluster_size", "mode", "extra", "n", "n_none"])
+    cached = (
+        pd.concat([r["ov"] for r in runs])
+        if runs
+        else pd.DataFrame(columns=["cluster_size", "mode", "extra", "n", "n_none"])
+    )
     cached = cached[(cached.cluster_size == 512) & (cached["mode"] == "cached")]
     n_neg = int((cached.extra <= 0).sum())
     q = next((r for r in runs if r["quoted"]), None)
-    fits = [f"{r['run_id']}: exponent {r['fit']['k']:.2f} [{r['fit']['k_lo']:.1f}, {r['fit']['k_hi']:.1f}], "
-            f"R² {r['fit']['r2']:.2f}" if r["fit"]["n"] >= 3 else f"{r['run_id']}: {r['fit']['n']} sizes, no fit"
-            for r in runs if r["role"] != fv.OTHER and not r["quoted"]]
-    ks = [r["fit"]["k"] for r in runs if r["role"] == fv.OTHER and r["fit"]["n"] >= 3 and r["fit"]["k"] == r["fit"]["k"]]
-    fit_text = ("lines: each run's power law, fitted by least squares in log-log space over the sizes it measured"
-                + (f" (the other highlighted runs: {'; '.join(fits)})" if fits else "")
-                + (f"; the other hosts' exponents: median {np.median(ks):.2f}, {min(ks):.2f} to {max(ks):.2f} over "
-                   f"{len(ks)} fits" if len(ks) > 1 else f"; the other host's exponent {ks[0]:.2f}" if ks else ""))
+    fits = [
+        f"{r['run_id']}: exponent {r['fit']['k']:.2f} [{r['fit']['k_lo']:.1f}, {r['fit']['k_hi']:.1f}], "
+        f"R² {r['fit']['r2']:.2f}"
+        if r["fit"]["n"] >= 3
+        else f"{r['run_id']}: {r['fit']['n']} sizes, no fit"
+        for r in runs
+        if r["role"] != fv.OTHER and not r["quoted"]
+    ]
+    ks = [
+        r["fit"]["k"]
+        for r in runs
+        if r["role"] == fv.OTHER and r["fit"]["n"] >= 3 and r["fit"]["k"] == r["fit"]["k"]
+    ]
+    fit_text = (
+        "lines: each run's power law, fitted by least squares in log-log space over the sizes it measured"
+        + (f" (the other highlighted runs: {'; '.join(fits)})" if fits else "")
+        + (
+            f"; the other hosts' exponents: median {np.median(ks):.2f}, {min(ks):.2f} to {max(ks):.2f} over "
+            f"{len(ks)} fits"
+            if len(ks) > 1
+            else f"; the other host's exponent {ks[0]:.2f}"
+            if ks
+            else ""
+        )
+    )
     if q is not None and q["fit"]["n"] >= 3:
         f = q["fit"]
-        fit_text += (f"; the quoted run ({D.quoted.run_id}): exponent {f['k']:.2f}, 95 % interval "
-                     f"{f['k_lo']:.1f} to {f['k_hi']:.1f}, R² {f['r2']:.2f}, dotted its extrapolation to the "
-                     f"seed's {seed_size // MiB} MiB; grey dashed, a quadratic (exponent fixed at 2) through "
-                     "the quoted run's points, for comparison only")
-    extra = "; ".join(x for x in (
-        A.prealloc_bars_text(cached),
-        "an interval reaching zero or below runs to the bottom edge",
-        f"{n_neg} of {len(cached)} shifts are zero or below and cannot be drawn on the log axis" if n_neg else "",
-        "each host's points are set slightly apart horizontally", fit_text) if x)
-    extra += ". " + F.marks_text(drawn, F.runs_text("a run's Hodges-Lehmann shift of cached over none",
-                                                    "a point per counted run", roles=drawn["roles"]))
+        fit_text += (
+            f"; the quoted run ({D.quoted.run_id}): exponent {f['k']:.2f}, 95 % interval "
+            f"{f['k_lo']:.1f} to {f['k_hi']:.1f}, R² {f['r2']:.2f}, dotted its extrapolation to the "
+            f"seed's {seed_size // MiB} MiB; grey dashed, a quadratic (exponent fixed at 2) through "
+            "the quoted run's points, for comparison only"
+        )
+    extra = "; ".join(
+        x
+        for x in (
+            A.prealloc_bars_text(cached),
+            "an interval reaching zero or below runs to the bottom edge",
+            f"{n_neg} of {len(cached)} shifts are zero or below and cannot be drawn on the log axis"
+            if n_neg
+            else "",
+            "each host's points are set slightly apart horizontally",
+            fit_text,
+        )
+        if x
+    )
+    extra += ". " + F.marks_text(
+        drawn,
+        F.runs_text(
+            "a run's Hodges-Lehmann shift of cached over none",
+            "a point per counted run",
+            roles=drawn["roles"],
+        ),
+    )
     used = rs[(rs.cluster_size == 512) & rs["mode"].isin(["none", "cached"])]
     mans = [m for m in D.manifests if m.key in keep]
     cap = A.caption_for(
-        used, mans,
+        used,
+        mans,
         "Extra CPU seconds of overlap-check=cached over =none when preallocating metadata at 512-byte "
         "clusters, against the image size, over the hosts; the star is the user time the seed's 2014 "
-        "series saved on its create", by=["host_id", "run_id", "image_size", "mode"], ci=False, extra=extra)
+        "series saved on its create",
+        by=["host_id", "run_id", "image_size", "mode"],
+        ci=False,
+        extra=extra,
+    )
     return fig, fv.recaption(cap, mans, F)
 
 
@@ -75,11 +126,22 @@ def modes(D):
     g = plot_modes(A.writes_summary(D), F)
     fig, drawn, panels = g.figure, g.drawn, g.rows
     mans = [m for m in D.manifests if m.key in fv.runs(D, F, every_run=False)]
-    kinds = (" One row of panels per machine kind: a TCG guest's CPU time is QEMU's emulation, to be read "
-             "within its row.") if panels > 1 else ""
-    cap = A.caption_for(wr, mans, "CPU seconds per qemu-img bench run, per overlap-check mode and workload, "
-                        "over the hosts (each host's shown dataset)", by=A.WRITES_BY,
-                        extra=F.marks_text(drawn, "a host's median CPU seconds per run", panels=panels > 1) + kinds)
+    kinds = (
+        (
+            " One row of panels per machine kind: a TCG guest's CPU time is QEMU's emulation, to be read "
+            "within its row."
+        )
+        if panels > 1
+        else ""
+    )
+    cap = A.caption_for(
+        wr,
+        mans,
+        "CPU seconds per qemu-img bench run, per overlap-check mode and workload, "
+        "over the hosts (each host's shown dataset)",
+        by=A.WRITES_BY,
+        extra=F.marks_text(drawn, "a host's median CPU seconds per run", panels=panels > 1) + kinds,
+    )
     return fig, fv.recaption(cap, mans, F)
 
 
@@ -90,10 +152,14 @@ def formula(D):
     cap = caption(
         "L2 tables plus refcount blocks counted in real images against the seed's formula 10 · IS / CS², "
         "every host's images (each host's shown dataset)",
-        n=ft.groupby(["host_id", "cluster_size"]).size().to_numpy(), unit="images", warmup=0,
-        hosts=fv.fleet(D, set(ft.host_id.unique())).caption_hosts(), ci=False,
+        n=ft.groupby(["host_id", "cluster_size"]).size().to_numpy(),
+        unit="images",
+        warmup=0,
+        hosts=fv.fleet(D, set(ft.host_id.unique())).caption_hosts(),
+        ci=False,
         extra="Counts read from the images by tools/perfbook/probes/qcow2.py: deterministic, so no interval applies, and "
-              "hosts that made the same image have one point")
+        "hosts that made the same image have one point",
+    )
     return plot_formula(ft), cap
 
 
@@ -110,11 +176,17 @@ def plot_prealloc(runs, ref, F):
     positive, drawn, extra = [], {"roles": set(), "bars": False, "other_bars": False}, []
     others = [x for x in runs if x["role"] == fv.OTHER]
     few = len(others) <= fv.FEW_OTHERS
-    spread = {x["host_id"]: o for x, o in zip(others, np.linspace(-0.06, 0.06, len(others)))} if others else {}
-    for run in sorted(runs, key=lambda x: x["role"] != fv.OTHER):   # the other hosts first, under
+    spread = (
+        {x["host_id"]: o for x, o in zip(others, np.linspace(-0.06, 0.06, len(others)))}
+        if others
+        else {}
+    )
+    for run in sorted(runs, key=lambda x: x["role"] != fv.OTHER):  # the other hosts first, under
         ov, f, role = run["ov"], run["fit"], run["role"]
         style = fv.STYLE[role]
-        d = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
+        d = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")].sort_values(
+            "image_size", kind="stable"
+        )
         d = d[d.extra > 0]
         if d.empty:
             continue
@@ -123,28 +195,51 @@ def plot_prealloc(runs, ref, F):
         # an interval reaching zero or below runs to the bottom edge (a log axis has no zero)
         bars = role != fv.OTHER or few
         low = d.extra - d.extra_ci_low.clip(lower=1e-9)
-        ax.errorbar(x, d.extra, yerr=[low.clip(lower=0), (d.extra_ci_high - d.extra).clip(lower=0)] if bars else None,
-                    ls="none", capsize=3 if role != fv.OTHER else 0, elinewidth=1 if role != fv.OTHER else 0.7,
-                    ecolor=None if role != fv.OTHER else "0.7", **style)
+        ax.errorbar(
+            x,
+            d.extra,
+            yerr=[low.clip(lower=0), (d.extra_ci_high - d.extra).clip(lower=0)] if bars else None,
+            ls="none",
+            capsize=3 if role != fv.OTHER else 0,
+            elinewidth=1 if role != fv.OTHER else 0.7,
+            ecolor=None if role != fv.OTHER else "0.7",
+            **style,
+        )
         drawn["roles"].add(role)
         drawn["bars"] = drawn["bars"] or bars
         drawn["other_bars"] = drawn["other_bars"] or (bars and role == fv.OTHER)
         if f["n"] >= 3 and f["k"] == f["k"]:  # two points: no fit worth a line
             xs = np.geomspace(d.image_size.min(), d.image_size.max(), 30)
-            ax.plot(xs / MiB, f["c"] * xs ** f["k"], color=style["color"], lw=1.2 if role != fv.OTHER else 0.7,
-                    alpha=1.0 if role != fv.OTHER else 0.45, zorder=style["zorder"] - 1)
+            ax.plot(
+                xs / MiB,
+                f["c"] * xs ** f["k"],
+                color=style["color"],
+                lw=1.2 if role != fv.OTHER else 0.7,
+                alpha=1.0 if role != fv.OTHER else 0.45,
+                zorder=style["zorder"] - 1,
+            )
             if run["quoted"] and seed_mib:
                 xe = np.geomspace(d.image_size.max(), seed_mib * MiB, 30)
                 ax.plot(xe / MiB, f["c"] * xe ** f["k"], color=style["color"], lw=1.2, ls=":")
-                extra.append((Line2D([], [], color=style["color"], lw=1.2, ls=":"),
-                              "quoted run's power law, extrapolated"))
+                extra.append(
+                    (
+                        Line2D([], [], color=style["color"], lw=1.2, ls=":"),
+                        "quoted run's power law, extrapolated",
+                    )
+                )
                 a = A.fit_quadratic(ov)
                 if a == a and a > 0:
                     xq = np.geomspace(d.image_size.min(), seed_mib * MiB, 50)
-                    ax.plot(xq / MiB, a * xq ** 2, ls="--", color="grey", lw=1)
-                    extra.append((Line2D([], [], color="grey", lw=1, ls="--"),
-                                  "for comparison: quadratic (exponent fixed at 2) through the quoted run"))
-    extra.insert(0, (Line2D([], [], color="0.3", lw=1.2), "a run's power law over the sizes it measured"))
+                    ax.plot(xq / MiB, a * xq**2, ls="--", color="grey", lw=1)
+                    extra.append(
+                        (
+                            Line2D([], [], color="grey", lw=1, ls="--"),
+                            "for comparison: quadratic (exponent fixed at 2) through the quoted run",
+                        )
+                    )
+    extra.insert(
+        0, (Line2D([], [], color="0.3", lw=1.2), "a run's power law over the sizes it measured")
+    )
     seed_label = None
     if len(r):
         before = r[r.variant == "before_series"].user_s.iloc[0]
@@ -178,13 +273,21 @@ def plot_modes(summ, F=None, workload_col: str = "workload"):
     d = d.assign(pos=d["mode"].map({m: i for i, m in enumerate(order)}))
     wls = sorted(set(d[workload_col]))
     rows = fv.facets(F, "kind")
-    fig, axes = plt.subplots(len(rows), len(wls), figsize=(3.3 * len(wls) + 0.8, 3.1 * len(rows) + 1.0),
-                             squeeze=False, sharex=True, layout="constrained")
+    fig, axes = plt.subplots(
+        len(rows),
+        len(wls),
+        figsize=(3.3 * len(wls) + 0.8, 3.1 * len(rows) + 1.0),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
+    )
     drawn = []
     for i, (kind, Fk) in enumerate(rows):
         for j, wl in enumerate(wls):
             ax = axes[i, j]
-            drawn.append(fv.points(ax, Fk, d[d[workload_col] == wl], "pos", "median", "ci_low", "ci_high"))
+            drawn.append(
+                fv.points(ax, Fk, d[d[workload_col] == wl], "pos", "median", "ci_low", "ci_high")
+            )
             ax.set_title(f"{kind}\n{wl}" if len(rows) > 1 else wl, fontsize="small")
             ax.set_xticks(range(len(order)), order, rotation=30)
             ax.set_ylim(bottom=0)

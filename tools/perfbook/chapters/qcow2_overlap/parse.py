@@ -1,6 +1,7 @@
 """qcow2_overlap, parse: perf report text -> numbers (pure, tested on canned text), and the
 chapter's vocabulary, which the collect and the analysis share: the overlap-check modes, the
 sizes, the workloads perf records and the symbols it looks for."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,12 @@ MODES = ("none", "constant", "cached", "all")
 MiB, GiB = 1 << 20, 1 << 30
 MAX_SIZE = 64 * 1024 * GiB  # sparse files only; metadata stays small at 64 KiB clusters
 
-PERF_WORKLOADS = ("prealloc_512", "allocate_sequential_64k", "overwrite_scattered_512",
-                  "overwrite_after_snapshots_512")
+PERF_WORKLOADS = (
+    "prealloc_512",
+    "allocate_sequential_64k",
+    "overwrite_scattered_512",
+    "overwrite_after_snapshots_512",
+)
 OVERLAP_SYMBOLS = ("qcow2_check_metadata_overlap", "qcow2_pre_write_overlap_check")
 
 _HEADER = re.compile(r"#\s*Samples:\s*([\d.]+)([KM]?)\s+of event '([^']+)'")

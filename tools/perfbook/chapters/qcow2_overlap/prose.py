@@ -3,6 +3,7 @@
 headline(D) gives the numbers (floats unrounded); values(D) formats each one exactly as the
 prose shows it (FORMATS), because perfbook.book.notebook.glue_all glues text and integers only.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -10,38 +11,121 @@ import math
 
 import numpy as np
 
-from .analysis import (PRE_KEYS, cluster_text, dataset_overhead, dataset_rows, fit_power_law, fit_quadratic,
-                       formula_table, host_cases, host_comparison, overhead, perf_check_pct, seed_size)
+from .analysis import (
+    PRE_KEYS,
+    cluster_text,
+    dataset_overhead,
+    dataset_rows,
+    fit_power_law,
+    fit_quadratic,
+    formula_table,
+    host_cases,
+    host_comparison,
+    overhead,
+    perf_check_pct,
+    seed_size,
+)
 from .parse import GiB, MiB
 
 # How the prose shows each float (format specs); everything else is an int or a str.
 FORMATS = {
-    "seed_create_gib": ".0f", "run_minutes": ".1f", "l2_cov_kib": ".0f",
-    "pre_big_cached_cpu": ".2f", "pre_big_none_cpu": ".2f", "pre_big_extra": ".2f",
-    "pre_big_extra_lo": ".2f", "pre_big_extra_hi": ".2f", "pre_big_share": ".0f",
-    "pre_k": ".2f", "pre_extrap_2g": ".1f", "pre_extrap_factor": ".0f", "pre_extrap_2g_quad": ".1f", "seed_user_saved": ".1f",
-    "seed_create_before": ".1f", "seed_create_after": ".1f",
-    "flush_wall": ".2f", "flush_cpu": ".2f", "flush_wait": ".2f",
-    "ow_cached_us": ".1f", "ow_cached_lo_us": ".1f", "ow_cached_hi_us": ".1f", "ow_cached_share": ".0f",
+    "seed_create_gib": ".0f",
+    "run_minutes": ".1f",
+    "l2_cov_kib": ".0f",
+    "pre_big_cached_cpu": ".2f",
+    "pre_big_none_cpu": ".2f",
+    "pre_big_extra": ".2f",
+    "pre_big_extra_lo": ".2f",
+    "pre_big_extra_hi": ".2f",
+    "pre_big_share": ".0f",
+    "pre_k": ".2f",
+    "pre_extrap_2g": ".1f",
+    "pre_extrap_factor": ".0f",
+    "pre_extrap_2g_quad": ".1f",
+    "seed_user_saved": ".1f",
+    "seed_create_before": ".1f",
+    "seed_create_after": ".1f",
+    "flush_wall": ".2f",
+    "flush_cpu": ".2f",
+    "flush_wait": ".2f",
+    "ow_cached_us": ".1f",
+    "ow_cached_lo_us": ".1f",
+    "ow_cached_hi_us": ".1f",
+    "ow_cached_share": ".0f",
     "seed_random_factor": ".0f",
-    "al_cached_us": ".1f", "al_cached_share": ".1f", "al_cached_lo_us": ".0f", "al_cached_hi_us": ".0f",
-    "sn_cached_us": ".1f", "sn_cached_lo_us": ".0f", "sn_cached_hi_us": ".0f",
-    "sn_all_us": ".0f", "sn_all_lo_us": ".0f", "sn_all_hi_us": ".0f", "sn_all_share": ".0f",
-    "perf_ow_cached": ".1f", "seed_pct_random": ".1f", "perf_pre_cached": ".1f", "perf_al_cached": ".1f",
-    "seed_pct_create": ".1f", "seed_pct_dd": ".1f", "perf_size_ratio": ".0f", "perf_sn_all": ".1f",
-    "formula_ratio_min": ".3f", "formula_ratio_max": ".3f",
-    "seed_disk_mib": ".0f", "seed_formula_kib": ".0f", "seed_list_kib": ".0f",
-    "f2_disk_mib": ".0f", "f2_formula_disk_kib": ".0f", "f2_list_kib": ".0f", "f2_runs_kib": ".0f",
+    "al_cached_us": ".1f",
+    "al_cached_share": ".1f",
+    "al_cached_lo_us": ".0f",
+    "al_cached_hi_us": ".0f",
+    "sn_cached_us": ".1f",
+    "sn_cached_lo_us": ".0f",
+    "sn_cached_hi_us": ".0f",
+    "sn_all_us": ".0f",
+    "sn_all_lo_us": ".0f",
+    "sn_all_hi_us": ".0f",
+    "sn_all_share": ".0f",
+    "perf_ow_cached": ".1f",
+    "seed_pct_random": ".1f",
+    "perf_pre_cached": ".1f",
+    "perf_al_cached": ".1f",
+    "seed_pct_create": ".1f",
+    "seed_pct_dd": ".1f",
+    "perf_size_ratio": ".0f",
+    "perf_sn_all": ".1f",
+    "formula_ratio_min": ".3f",
+    "formula_ratio_max": ".3f",
+    "seed_disk_mib": ".0f",
+    "seed_formula_kib": ".0f",
+    "seed_list_kib": ".0f",
+    "f2_disk_mib": ".0f",
+    "f2_formula_disk_kib": ".0f",
+    "f2_list_kib": ".0f",
+    "f2_runs_kib": ".0f",
 }
 # The other values the prose quotes, as they are (ints and strings, formatted in headline()).
-AS_IS = ("step_clusters", "pre_big_mib", "pre_n", "host_cpus", "pre_not_sig",
-         "pre_n_cmp", "flush_size_mib", "ow_size_mib", "ow_n", "ow_requests",
-         "sn_snapshots", "perf_event", "perf_n", "perf_pre_size_mib", "f2_size_mib", "f2_clusters",
-         "qemu_version", "scratch_fs", "host_sentence", "pre_big_note", "pre_big_sig",
-         "pre_fit_n", "pre_fit_dropped", "pre_k_lo", "pre_k_hi", "pre_r2", "pre_fit_sentence",
-         "pre_extrap_2g_lo", "pre_extrap_2g_hi", "pre_constant_sentence", "k64_sentence",
-         "ow_cached_sig", "al_cached_sig", "sn_cached_sig", "sn_all_sig", "f2_runs_phrase",
-         "seed_dd_cluster", "seed_dd_basis", "al_cluster", "dd_sentence", "pre_max_mib")
+AS_IS = (
+    "step_clusters",
+    "pre_big_mib",
+    "pre_n",
+    "host_cpus",
+    "pre_not_sig",
+    "pre_n_cmp",
+    "flush_size_mib",
+    "ow_size_mib",
+    "ow_n",
+    "ow_requests",
+    "sn_snapshots",
+    "perf_event",
+    "perf_n",
+    "perf_pre_size_mib",
+    "f2_size_mib",
+    "f2_clusters",
+    "qemu_version",
+    "scratch_fs",
+    "host_sentence",
+    "pre_big_note",
+    "pre_big_sig",
+    "pre_fit_n",
+    "pre_fit_dropped",
+    "pre_k_lo",
+    "pre_k_hi",
+    "pre_r2",
+    "pre_fit_sentence",
+    "pre_extrap_2g_lo",
+    "pre_extrap_2g_hi",
+    "pre_constant_sentence",
+    "k64_sentence",
+    "ow_cached_sig",
+    "al_cached_sig",
+    "sn_cached_sig",
+    "sn_all_sig",
+    "f2_runs_phrase",
+    "seed_dd_cluster",
+    "seed_dd_basis",
+    "al_cluster",
+    "dd_sentence",
+    "pre_max_mib",
+)
 
 
 def sig2(x: float) -> str:
@@ -96,53 +180,84 @@ def sentences(f: dict) -> dict:
             f"At {f['pre_big_mib']} MiB the default mode `cached` needed {f['pre_big_cached_cpu']} s of CPU "
             f"against {f['pre_big_none_cpu']} s without checks: {f['pre_big_extra']} s more (Hodges–Lehmann "
             f"shift; its 95 % interval is {f['pre_big_extra_lo']} to {f['pre_big_extra_hi']} s, n = "
-            f"{f['pre_n']} runs per mode; {f['pre_big_sig']}), {f['pre_big_share']} % of the run.")
+            f"{f['pre_n']} runs per mode; {f['pre_big_sig']}), {f['pre_big_share']} % of the run."
+        )
     else:
         out["pre_big_sentence"] = (
             "No 512-byte-cluster size of this dataset has two runs of `cached` and two of `none`, so it "
-            f"has no shift of `cached` over `none` to quote ({ONE_RUN}).")
+            f"has no shift of `cached` over `none` to quote ({ONE_RUN})."
+        )
     if f.get("pre_n_cmp"):
         out["pre_sig_sentence"] = (
             f"Over every mode and size of this dataset, {f['pre_not_sig']} of the {f['pre_n_cmp']} "
             "differences from `none` are not significant (column `significant`): on this "
-            f"{f['host_cpus']}-CPU machine the run-to-run noise is large against many of the shifts.")
+            f"{f['host_cpus']}-CPU machine the run-to-run noise is large against many of the shifts."
+        )
     else:
-        out["pre_sig_sentence"] = f"No mode of this dataset was compared with `none` at any size ({ONE_RUN})."
+        out["pre_sig_sentence"] = (
+            f"No mode of this dataset was compared with `none` at any size ({ONE_RUN})."
+        )
     if "pre_extrap_2g" in f:
         out["pre_extrap_sentence"] = (
             f"{f['pre_extrap_factor']} times the largest size measured, the quoted dataset's power law gives "
             f"{f['pre_extrap_2g']} s of extra CPU for `cached` (95 % interval of the fitted line there: "
             f"{f['pre_extrap_2g_lo']} to {f['pre_extrap_2g_hi']} s); a quadratic through the same points, "
-            f"drawn only for comparison, gives {f['pre_extrap_2g_quad']} s")
-        out["pre_extrap_verdict"] = (f"{f['pre_extrap_2g']} s of extra CPU (interval {f['pre_extrap_2g_lo']} "
-                                     f"to {f['pre_extrap_2g_hi']} s)")
+            f"drawn only for comparison, gives {f['pre_extrap_2g_quad']} s"
+        )
+        out["pre_extrap_verdict"] = (
+            f"{f['pre_extrap_2g']} s of extra CPU (interval {f['pre_extrap_2g_lo']} "
+            f"to {f['pre_extrap_2g_hi']} s)"
+        )
     else:
-        out["pre_extrap_sentence"] = ("the quoted dataset has no power law to carry: fewer than two of its "
-                                      "sizes have a positive shift")
-        out["pre_extrap_verdict"] = "not here, as the quoted dataset has no power law to carry there"
+        out["pre_extrap_sentence"] = (
+            "the quoted dataset has no power law to carry: fewer than two of its "
+            "sizes have a positive shift"
+        )
+        out["pre_extrap_verdict"] = (
+            "not here, as the quoted dataset has no power law to carry there"
+        )
     not_compared = f"was not compared with `none` ({ONE_RUN})"
     ow, al = _cost(f, "ow", "cached"), _cost(f, "al", "cached")
     out["ow_cached_sentence"] = (
         f"`cached` adds {ow[0]} µs of CPU per write (interval {ow[1]} µs; {ow[2]}), {f['ow_cached_share']} % "
-        "of the run" if ow else f"`cached` {not_compared}")
+        "of the run"
+        if ow
+        else f"`cached` {not_compared}"
+    )
     out["al_cached_sentence"] = (
         f"the median difference for `cached` is {al[0]} µs per 64 KiB request ({f['al_cached_share']} % of the "
-        f"run; interval {al[1]} µs; {al[2]})" if al else f"`cached` {not_compared}")
+        f"run; interval {al[1]} µs; {al[2]})"
+        if al
+        else f"`cached` {not_compared}"
+    )
     sn_cached, sn_all = _cost(f, "sn", "cached"), _cost(f, "sn", "all")
     said = []
     if sn_cached:
-        said.append(f"`cached` costs {sn_cached[0]} µs per write (this experiment leaves `constant` out; interval "
-                    f"{sn_cached[1]} µs; {sn_cached[2]})")
+        said.append(
+            f"`cached` costs {sn_cached[0]} µs per write (this experiment leaves `constant` out; interval "
+            f"{sn_cached[1]} µs; {sn_cached[2]})"
+        )
     if sn_all:
-        said.append(f"`all` costs {sn_all[0]} µs (interval {sn_all[1]} µs; {sn_all[2]}), {f['sn_all_share']} % "
-                    "of the run")
+        said.append(
+            f"`all` costs {sn_all[0]} µs (interval {sn_all[1]} µs; {sn_all[2]}), {f['sn_all_share']} % "
+            "of the run"
+        )
     missing = [name for name, c in (("`cached`", sn_cached), ("`all`", sn_all)) if not c]
     if missing:
-        said.append(" and ".join(missing) + (f" {not_compared}" if len(missing) == 1 else
-                                             f" were not compared with `none` ({ONE_RUN})"))
+        said.append(
+            " and ".join(missing)
+            + (
+                f" {not_compared}"
+                if len(missing) == 1
+                else f" were not compared with `none` ({ONE_RUN})"
+            )
+        )
     out["sn_sentence"] = ", and ".join(said)
-    out["sn_all_share_sentence"] = (f"`all` adds {f['sn_all_share']} % to the run's CPU time" if sn_all else
-                                    f"`all` {not_compared}")
+    out["sn_all_share_sentence"] = (
+        f"`all` adds {f['sn_all_share']} % to the run's CPU time"
+        if sn_all
+        else f"`all` {not_compared}"
+    )
     return out
 
 
@@ -151,8 +266,11 @@ def _cost(f: dict, key: str, mode: str):
     as formatted values f give them; None where it was not compared."""
     if f"{key}_{mode}_us" not in f:
         return None
-    return (f[f"{key}_{mode}_us"], f"{f[f'{key}_{mode}_lo_us']} to {f[f'{key}_{mode}_hi_us']}",
-            f[f"{key}_{mode}_sig"])
+    return (
+        f[f"{key}_{mode}_us"],
+        f"{f[f'{key}_{mode}_lo_us']} to {f[f'{key}_{mode}_hi_us']}",
+        f[f"{key}_{mode}_sig"],
+    )
 
 
 def key_values(D) -> dict:
@@ -166,8 +284,12 @@ def key_values(D) -> dict:
     ov = overhead(rs[rs.cluster_size == 512], PRE_KEYS, modes=("cached",))
     wr = dataset_rows(D, "writes", D.quoted.key)
     sn = wr[wr.workload == SNAPSHOTS]
-    costs = _write_costs(sn, overhead(sn, ["workload", "mode"], modes=("cached", "all")), SNAPSHOTS, "sn")
-    return formatted({**_prealloc(ov, rs, ref), **costs, **_snapshots(wr), **_metadata(D, ref), **_seed(ref)})
+    costs = _write_costs(
+        sn, overhead(sn, ["workload", "mode"], modes=("cached", "all")), SNAPSHOTS, "sn"
+    )
+    return formatted(
+        {**_prealloc(ov, rs, ref), **costs, **_snapshots(wr), **_metadata(D, ref), **_seed(ref)}
+    )
 
 
 def headline(D) -> dict:
@@ -204,7 +326,9 @@ def _headline(D) -> dict:
     out["scratch_fs"] = (m.facts.get("scratch") or {}).get("filesystem") or "unknown"
     out["step_clusters"] = m.parameters["bench_step_clusters"]
     out["l2_cov_kib"] = 512 * (512 // 8) / 1024  # guest bytes one L2 table maps at 512 B clusters
-    out["qemu_version"] = (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
+    out["qemu_version"] = (
+        (m["tools"].get("qemu-img") or "").split("(")[0].replace("qemu-img version", "").strip()
+    )
     out["host_sentence"] = host_sentence(D)
     # plain Python numbers (numpy 2 spells a float64's repr np.float64(...))
     return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
@@ -221,17 +345,22 @@ def _prealloc(ov, rs, ref) -> dict:
     measured = rs[rs.cluster_size == 512].image_size
     out["pre_max_mib"] = int(measured.max()) // MiB if len(measured) else 0
     at = seed_size(ref)
-    if kept.empty:        # one run per mode at every size: nothing compared, nothing to fit
+    if kept.empty:  # one run per mode at every size: nothing compared, nothing to fit
         out["pre_big_mib"] = out["pre_max_mib"]
         out["pre_big_note"] = f"no 512-byte-cluster size was compared ({ONE_RUN})"
-        out["pre_fit_sentence"] = f"no size of this dataset was compared ({ONE_RUN}), so there is nothing to fit"
+        out["pre_fit_sentence"] = (
+            f"no size of this dataset was compared ({ONE_RUN}), so there is nothing to fit"
+        )
         return out
     big = int(kept.image_size.max())
     row = kept[kept.image_size == big].iloc[0]
     out["pre_big_mib"] = big // MiB
-    out["pre_big_note"] = ("" if out["pre_max_mib"] == out["pre_big_mib"] else
-                           f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
-                           f"so the largest compared size is {out['pre_big_mib']} MiB")
+    out["pre_big_note"] = (
+        ""
+        if out["pre_max_mib"] == out["pre_big_mib"]
+        else f"the {out['pre_max_mib']} MiB case has fewer than 2 runs per mode, "
+        f"so the largest compared size is {out['pre_big_mib']} MiB"
+    )
     out["pre_big_cached_cpu"] = row["median"]
     out["pre_big_none_cpu"] = row.none_median
     out["pre_big_extra"] = row.extra
@@ -245,15 +374,21 @@ def _prealloc(ov, rs, ref) -> dict:
     out["pre_r2"] = _or_na(fit["r2"], ".2f")
     out["pre_extrap_2g"] = fit["pred"]
     out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
-    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at ** 2
+    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at**2
     out["pre_extrap_factor"] = at / big
-    dropped = (f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
-               "positive value" if fit["dropped"] else "")
+    dropped = (
+        f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
+        "positive value"
+        if fit["dropped"]
+        else ""
+    )
     out["pre_fit_sentence"] = (
         f"a power law fitted by least squares in log-log space to the {fit['n']} sizes gives an "
         f"exponent of {fit['k']:.2f} (95 % interval {fit['k_lo']:.1f} to {fit['k_hi']:.1f}, "
-        f"R² = {fit['r2']:.2f} in log space{dropped})" if fit["n"] >= 3 else
-        f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval")
+        f"R² = {fit['r2']:.2f} in log space{dropped})"
+        if fit["n"] >= 3
+        else f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval"
+    )
     return out
 
 
@@ -266,15 +401,23 @@ def _prealloc_modes(ov, rs) -> dict:
     con = ov[(ov.cluster_size == 512) & (ov["mode"] == "constant")]
     out["pre_constant_sentence"] = (
         f"`constant` differs significantly from `none` at {int(con.significant.sum())} of the "
-        f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)" if len(con) else
-        f"`constant` was not compared with `none` at any size ({ONE_RUN})" if (rs["mode"] == "constant").any()
-        else "`constant` was not measured")
+        f"{len(con)} sizes (shifts {con.extra.min():.2f} to {con.extra.max():.2f} s)"
+        if len(con)
+        else f"`constant` was not compared with `none` at any size ({ONE_RUN})"
+        if (rs["mode"] == "constant").any()
+        else "`constant` was not measured"
+    )
     # the quoted host's modes against none, at every size (the table's `significant` column)
     mine = ov[ov["mode"] != "none"]
     out["pre_not_sig"], out["pre_n_cmp"] = int((~mine["significant"].astype(bool)).sum()), len(mine)
-    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values("image_size", kind="stable")
-    out["k64_sentence"] = (f"`cached` was not compared with `none` ({ONE_RUN})"
-                           if (rs.cluster_size == 65536).any() else "no image was measured")
+    k64 = ov[(ov.cluster_size == 65536) & (ov["mode"] == "cached")].sort_values(
+        "image_size", kind="stable"
+    )
+    out["k64_sentence"] = (
+        f"`cached` was not compared with `none` ({ONE_RUN})"
+        if (rs.cluster_size == 65536).any()
+        else "no image was measured"
+    )
     if len(k64):
         k = k64.iloc[-1]
         equiv = int(k.image_size * (512 / 65536) ** 2) // MiB
@@ -282,7 +425,8 @@ def _prealloc_modes(ov, rs) -> dict:
             f"preallocating a {int(k.image_size) // GiB} GiB image (as many L2 "
             f"tables as {equiv} MiB at 512-byte clusters), `cached` took {1000 * k.extra:.0f} ms more "
             f"CPU than `none` (interval {1000 * k.extra_ci_low:.0f} to {1000 * k.extra_ci_high:.0f} ms, "
-            f"{significance(k)}; `none` took {k.none_median:.2f} s)")
+            f"{significance(k)}; `none` took {k.none_median:.2f} s)"
+        )
     return out
 
 
@@ -347,7 +491,11 @@ def _metadata(D, ref) -> dict:
     ft = formula_table(D.of_quoted(D["metadata"]))
     ratio = ft.measured_clusters / ft.formula_virtual
     out["formula_ratio_min"], out["formula_ratio_max"] = float(ratio.min()), float(ratio.max())
-    s2 = ft[(ft.cluster_size == 512) & (ft.snapshots == 0)].sort_values("virtual_size_mib", kind="stable").iloc[-1]
+    s2 = (
+        ft[(ft.cluster_size == 512) & (ft.snapshots == 0)]
+        .sort_values("virtual_size_mib", kind="stable")
+        .iloc[-1]
+    )
     out["f2_size_mib"] = int(s2.virtual_size_mib)
     out["f2_clusters"] = int(s2.measured_clusters)
     out["f2_list_kib"] = s2.measured_list_kib
@@ -359,7 +507,8 @@ def _metadata(D, ref) -> dict:
     out["f2_runs_phrase"] = (
         f"{'they merge' if merged else 'they do not merge'} into fewer contiguous runs "
         f"({s2.runs_list_kib:.0f} KiB at one entry per run)"
-        + ("" if merged else ": preallocation places each L2 table among the data clusters it maps"))
+        + ("" if merged else ": preallocation places each L2 table among the data clusters it maps")
+    )
     rl = ref[ref.experiment == "ram_formula"]
     out["seed_list_kib"] = float(rl[rl.variant == "measured_list"].value.iloc[0])
     out["seed_formula_kib"] = float(rl[rl.variant == "formula_disk_size"].value.iloc[0])
@@ -402,18 +551,24 @@ def _dd(D, ref) -> dict:
     if ours == [seed_cs]:
         out["dd_sentence"] = (
             f"The seed's guest `dd` share and our sequential 64 KiB writes were both measured with "
-            f"{cluster_text(seed_cs)} clusters, so the two shares compare like with like in cluster size.")
+            f"{cluster_text(seed_cs)} clusters, so the two shares compare like with like in cluster size."
+        )
     else:
         at_seed = seed_cs in every
         out["dd_sentence"] = (
             f"The seed's guest `dd` share ({dd.value:.1f} %) is for an image with {cluster_text(seed_cs)} "
             f"clusters ({out['seed_dd_basis']}); our sequential 64 KiB writes ran on "
             f"{out['al_cluster']} clusters"
-            + ("" if at_seed else f", and no committed dataset measured them at {cluster_text(seed_cs)}")
+            + (
+                ""
+                if at_seed
+                else f", and no committed dataset measured them at {cluster_text(seed_cs)}"
+            )
             + ". The table sets the two side by side with their cluster sizes, but they are not a "
             f"like-with-like comparison: per byte of disk, {cluster_text(ours[0])} clusters give the check "
             f"{(seed_cs // ours[0]) ** 2:,} times more L1 entries to walk than {cluster_text(seed_cs)} "
-            "clusters.")
+            "clusters."
+        )
     return out
 
 
@@ -426,8 +581,10 @@ def host_sentence(D) -> str:
         cases = host_cases(D)
         mine = cases[cases.host_id == D.quoted.host_id][["case", "mode"]].drop_duplicates()
         theirs = cases[cases.host_id != D.quoted.host_id][["case", "mode"]].drop_duplicates()
-        if len(mine.merge(theirs)):   # the same cases, but too few runs of them to compare
-            return ("The hosts measured the same cases, but with fewer than 2 runs per case and mode on one "
-                    "side, so no case is compared between hosts.")
+        if len(mine.merge(theirs)):  # the same cases, but too few runs of them to compare
+            return (
+                "The hosts measured the same cases, but with fewer than 2 runs per case and mode on one "
+                "side, so no case is compared between hosts."
+            )
         return "The hosts measured no case with the same sizes, so there is nothing to compare case by case."
     return f"{int(hc.significant.sum())} of {len(hc)} case-and-mode comparisons differ significantly between hosts."

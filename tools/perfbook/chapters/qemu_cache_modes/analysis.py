@@ -5,6 +5,7 @@ frames every table, figure and finding starts from, computed once. The semantics
 the classified trace and its check against QEMU's manual; summaries of the bench, the host's
 and the guest's dd and the page cache; the seed's figures; rank tests between modes and hosts;
 the three orderings (memory, speed, safety) beside the seed's."""
+
 from __future__ import annotations
 
 import math
@@ -16,10 +17,11 @@ import pandas as pd
 
 from perfbook.analysis import stats
 from perfbook.data.dataset import Data
+
 from .parse import AIO, DOC_MAPPING, FORMATS, MODES
 
 BENCH_KEYS = ["format", "op", "depth", "flush_interval"]
-RANK_REL_TOL = 0.05   # speed: medians closer than this (relative) rank as equal
+RANK_REL_TOL = 0.05  # speed: medians closer than this (relative) rank as equal
 RANK_MEM_TOL_MIB = 1.0  # memory: residencies closer than this rank as equal
 SAFETY_LEVELS = {
     0: "no fdatasync/fsync reaches the image, not even for a guest flush",
@@ -32,10 +34,15 @@ SAFETY_LEVELS = {
 
 # Each table's natural key: the analysis must not depend on the order rows were written in
 # (_f/_a/_m: format, aio and mode in FORMATS/AIO/MODES order, the order the trace runs them).
-NATURAL_KEYS = {"bench": ["round", "position"], "host_dd": ["round", "position"],
-                "guest_boots": ["boot"], "guest_dd": ["boot", "round", "position"],
-                "pagecache": ["boot"], "pagecache_samples": ["boot", "t"],
-                "trace": ["_f", "_a", "_m", "seq"]}
+NATURAL_KEYS = {
+    "bench": ["round", "position"],
+    "host_dd": ["round", "position"],
+    "guest_boots": ["boot"],
+    "guest_dd": ["boot", "round", "position"],
+    "pagecache": ["boot"],
+    "pagecache_samples": ["boot", "t"],
+    "trace": ["_f", "_a", "_m", "seq"],
+}
 
 
 def natural_order(df, name):
@@ -43,10 +50,18 @@ def natural_order(df, name):
         return df
     rank = {"_f": ("format", FORMATS), "_a": ("aio", AIO), "_m": ("mode", MODES)}
     keys = NATURAL_KEYS[name]
-    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
-                     for k, (c, o) in rank.items() if k in keys})
-    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
-            .drop(columns=[k for k in rank if k in keys]).reset_index(drop=True))
+    d = df.assign(
+        **{
+            k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+            for k, (c, o) in rank.items()
+            if k in keys
+        }
+    )
+    return (
+        d.sort_values(["host_id", "run_id", *keys], kind="stable")
+        .drop(columns=[k for k in rank if k in keys])
+        .reset_index(drop=True)
+    )
 
 
 class CacheData(Data):
@@ -69,8 +84,16 @@ class CacheData(Data):
     def host_of(self, df) -> list[tuple]:
         """[(host_id, description)] of the dataset df's first row comes from, for a caption."""
         host, run = df.host_id.iloc[0], df.run_id.iloc[0]
-        return [(host, next(m.host.get("description") for m in self.manifests
-                            if m.host_id == host and m.run_id == run))]
+        return [
+            (
+                host,
+                next(
+                    m.host.get("description")
+                    for m in self.manifests
+                    if m.host_id == host and m.run_id == run
+                ),
+            )
+        ]
 
     # -- the quoted dataset ------------------------------------------------------------
     @cached_property
@@ -138,6 +161,7 @@ class CacheData(Data):
 
 # -- frames in, frames out ------------------------------------------------------------------
 
+
 def semantics_table(events):
     """One row per traced run (mode, format, aio): what QEMU did with the image.
 
@@ -169,16 +193,28 @@ def semantics_table(events):
         s_c = int((sync_phase == "close").sum())
         o_direct = "O_DIRECT" in flags
         o_dsync = "O_DSYNC" in flags or re.search(r"\bO_SYNC\b", flags) is not None
-        w_dsync = int(g["dsync"].fillna(False).astype(bool).to_numpy()[w].sum()) if "dsync" in g else 0
+        w_dsync = (
+            int(g["dsync"].fillna(False).astype(bool).to_numpy()[w].sum()) if "dsync" in g else 0
+        )
         synced_writes = o_dsync or (n_w > 0 and (s_w >= n_w or w_dsync == n_w))
-        rows.append({**key, "open_flags": flags, "o_direct": o_direct, "o_dsync": o_dsync,
-                     "writes": n_w, "dsync_writes": w_dsync, "syncs_write": s_w,
-                     "syncs_per_write": s_w / n_w if n_w else math.nan,
-                     "syncs_flush": s_f, "syncs_close": s_c,
-                     "uring_enters": int((kind == "uring").sum()),
-                     "direct": o_direct,
-                     "writeback": not synced_writes,
-                     "no_flush": (s_w + s_f + s_c + w_dsync) == 0 and not o_dsync})
+        rows.append(
+            {
+                **key,
+                "open_flags": flags,
+                "o_direct": o_direct,
+                "o_dsync": o_dsync,
+                "writes": n_w,
+                "dsync_writes": w_dsync,
+                "syncs_write": s_w,
+                "syncs_per_write": s_w / n_w if n_w else math.nan,
+                "syncs_flush": s_f,
+                "syncs_close": s_c,
+                "uring_enters": int((kind == "uring").sum()),
+                "direct": o_direct,
+                "writeback": not synced_writes,
+                "no_flush": (s_w + s_f + s_c + w_dsync) == 0 and not o_dsync,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -190,11 +226,20 @@ def check_documented(sem):
         if doc is None:
             continue
         wb, direct, nf = doc
-        out.append({"mode": r.mode, "format": r.format, "aio": r.aio,
-                     "doc_writeback": wb, "doc_direct": direct, "doc_no_flush": nf,
-                     "measured_writeback": bool(r.writeback), "measured_direct": bool(r.direct),
-                     "measured_no_flush": bool(r.no_flush),
-                     "agrees": (wb, direct, nf) == (bool(r.writeback), bool(r.direct), bool(r.no_flush))})
+        out.append(
+            {
+                "mode": r.mode,
+                "format": r.format,
+                "aio": r.aio,
+                "doc_writeback": wb,
+                "doc_direct": direct,
+                "doc_no_flush": nf,
+                "measured_writeback": bool(r.writeback),
+                "measured_direct": bool(r.direct),
+                "measured_no_flush": bool(r.no_flush),
+                "agrees": (wb, direct, nf) == (bool(r.writeback), bool(r.direct), bool(r.no_flush)),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -203,8 +248,13 @@ def compare_modes(bench, baseline: str = "none", value: str = "mb_per_s"):
     perfbook.analysis.stats.compare (Mann-Whitney U, Cliff's delta, Hodges-Lehmann shift)."""
     if bench is None or bench.empty:
         return bench
-    return stats.compare_frame(bench, by="mode", value=value, baseline=baseline,
-                         within=["host_id", "run_id", *[k for k in BENCH_KEYS if k in bench]])
+    return stats.compare_frame(
+        bench,
+        by="mode",
+        value=value,
+        baseline=baseline,
+        within=["host_id", "run_id", *[k for k in BENCH_KEYS if k in bench]],
+    )
 
 
 def compare_hosts(t, keys, value: str = "mb_per_s"):
@@ -229,10 +279,15 @@ def bench_summary(bench):
     keys = ["host_id", "format", "op", "depth", "flush_interval", "mode"]
     rows = []
     for key, g in bench[keys + ["mb_per_s", "mean_latency_us"]].groupby(keys, sort=True):
-        rows.append({**dict(zip(keys, key)), **stats.summarize(g["mb_per_s"]).as_dict(),
-                     "latency_us": _median(g["mean_latency_us"])})
+        rows.append(
+            {
+                **dict(zip(keys, key)),
+                **stats.summarize(g["mb_per_s"]).as_dict(),
+                "latency_us": _median(g["mean_latency_us"]),
+            }
+        )
     t = pd.DataFrame(rows)
-    return t[keys + [c for c in t.columns if c not in keys]]    # no group: KeyError, as before
+    return t[keys + [c for c in t.columns if c not in keys]]  # no group: KeyError, as before
 
 
 def guest_dd_table(dd):
@@ -271,7 +326,8 @@ def seed_dd(reference):
     """The seed's dd table, tidy: source, mode, variant, mb_per_s, low, high."""
     r = reference[reference.kind == "dd"]
     out = r[["mode", "item", "value", "value_low", "value_high"]].rename(
-        columns={"item": "variant", "value": "mb_per_s", "value_low": "low", "value_high": "high"})
+        columns={"item": "variant", "value": "mb_per_s", "value_low": "low", "value_high": "high"}
+    )
     for c in ("mb_per_s", "low", "high"):
         out[c] = pd.to_numeric(out[c], errors="coerce")
     return out.reset_index(drop=True)
@@ -282,21 +338,50 @@ def dd_comparison(guest_summary, host_summary, reference, accel_label: str):
     rows = []
     dd = reference[reference.kind == "dd"]
     m = re.search(r"qemu (\S+?),", dd.environment.iloc[0]) if len(dd) else None
-    label = f"seed {dd.date.iloc[0][:4]}" + (f" (QEMU {m.group(1)})" if m else "") if len(dd) else "seed"
+    label = (
+        f"seed {dd.date.iloc[0][:4]}" + (f" (QEMU {m.group(1)})" if m else "")
+        if len(dd)
+        else "seed"
+    )
     for r in seed_dd(reference).itertuples():
-        rows.append({"source": label, "mode": r.mode, "variant": r.variant,
-                     "mb_per_s": r.mb_per_s, "low": r.low, "high": r.high})
+        rows.append(
+            {
+                "source": label,
+                "mode": r.mode,
+                "variant": r.variant,
+                "mb_per_s": r.mb_per_s,
+                "low": r.low,
+                "high": r.high,
+            }
+        )
     for r in host_summary.itertuples():
-        rows.append({"source": f"this host, {accel_label} guest", "mode": "host", "variant": r.variant,
-                     "mb_per_s": r.median, "low": r.ci_low, "high": r.ci_high})
+        rows.append(
+            {
+                "source": f"this host, {accel_label} guest",
+                "mode": "host",
+                "variant": r.variant,
+                "mb_per_s": r.median,
+                "low": r.ci_low,
+                "high": r.ci_high,
+            }
+        )
     for r in guest_summary.itertuples():
-        rows.append({"source": f"this host, {accel_label} guest", "mode": r.mode, "variant": r.variant,
-                     "mb_per_s": r.median, "low": r.ci_low, "high": r.ci_high})
+        rows.append(
+            {
+                "source": f"this host, {accel_label} guest",
+                "mode": r.mode,
+                "variant": r.variant,
+                "mb_per_s": r.median,
+                "low": r.ci_low,
+                "high": r.ci_high,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def order_with_ties(values: dict[str, tuple[float, float, float]], ascending=True,
-                    rel_tol: float = RANK_REL_TOL) -> str:
+def order_with_ties(
+    values: dict[str, tuple[float, float, float]], ascending=True, rel_tol: float = RANK_REL_TOL
+) -> str:
     """'a < b = c' from {mode: (median, ci_low, ci_high)}: neighbours are written as equal
     when their intervals overlap or their medians differ by less than rel_tol (relative)."""
     items = sorted(values.items(), key=lambda kv: kv[1][0], reverse=not ascending)
@@ -324,18 +409,22 @@ def parse_order(text: str) -> list[list[str]]:
 
 def pairwise_disagreements(seed_order: str, ours: str) -> list[str]:
     """Pairs the two orderings rank differently (one says a < b, the other b < a or a = b)."""
+
     def rank(order):
         return {m: i for i, g in enumerate(parse_order(order)) for m in g}
+
     a, b = rank(seed_order), rank(ours)
     common = [m for m in a if m in b]
     out = []
     for i, x in enumerate(common):
-        for y in common[i + 1:]:
+        for y in common[i + 1 :]:
             sa = (a[x] > a[y]) - (a[x] < a[y])
             sb = (b[x] > b[y]) - (b[x] < b[y])
             if sa != sb:
+
                 def rel(s, u, v):
                     return f"{u} {'<' if s < 0 else '>' if s > 0 else '='} {v}"
+
                 out.append(f"2013: {rel(sa, x, y)}, today: {rel(sb, x, y)}")
     return out
 
@@ -357,7 +446,9 @@ def safety_levels(sem, pc) -> dict[str, int]:
     dirty = {}
     if pc is not None and not pc.empty:
         t = pagecache_table(pc)
-        dirty = (t.groupby("mode")["dirty_growth_mib"].median() / t.groupby("mode")["disk_mib"].median()).to_dict()
+        dirty = (
+            t.groupby("mode")["dirty_growth_mib"].median() / t.groupby("mode")["disk_mib"].median()
+        ).to_dict()
     out = {}
     for r in s.itertuples():
         if r.no_flush:
@@ -381,34 +472,57 @@ def rankings(reference, sem=None, pc=None, guest_summary=None, bench_summary=Non
     def add(criterion, evidence, ours):
         seed = ref.get(criterion, "")
         dis = pairwise_disagreements(seed, ours) if ours else []
-        rows.append({"criterion": criterion, "evidence today": evidence, "2013 (seed)": seed,
-                     "today": ours or "not measured", "pairs ranked differently": len(dis) if ours else None,
-                     "differences": "; ".join(dis)})
+        rows.append(
+            {
+                "criterion": criterion,
+                "evidence today": evidence,
+                "2013 (seed)": seed,
+                "today": ours or "not measured",
+                "pairs ranked differently": len(dis) if ours else None,
+                "differences": "; ".join(dis),
+            }
+        )
+
     if pc is not None and not pc.empty:
         t = pagecache_table(pc).groupby("mode")["image_resident_peak_mib"].median().to_dict()
-        add("memory", "host page cache held for the guest's image (mincore), MiB; "
-            f"equal if within {RANK_MEM_TOL_MIB:g} MiB", order_by_value(t, RANK_MEM_TOL_MIB))
+        add(
+            "memory",
+            "host page cache held for the guest's image (mincore), MiB; "
+            f"equal if within {RANK_MEM_TOL_MIB:g} MiB",
+            order_by_value(t, RANK_MEM_TOL_MIB),
+        )
     if guest_summary is not None and not guest_summary.empty:
         for variant in ("direct", "normal"):
             g = guest_summary[guest_summary.variant == variant]
             vals = {r.mode: (r.median, r.ci_low, r.ci_high) for r in g.itertuples()}
             acc = "/".join(sorted(set(g.accel))).upper()
-            add("performance", f"guest dd {'oflag=direct' if variant == 'direct' else 'without oflag'} "
+            add(
+                "performance",
+                f"guest dd {'oflag=direct' if variant == 'direct' else 'without oflag'} "
                 f"({acc} guest), MB/s; equal if the {stats.ci_label(g['n'])}s overlap or the medians differ by "
                 f"< {RANK_REL_TOL:.0%}",
-                order_with_ties(vals))
+                order_with_ties(vals),
+            )
     if bench_summary is not None and not bench_summary.empty:
-        b = bench_summary[(bench_summary.format == "raw") & (bench_summary.op == "write")
-                          & (bench_summary.depth == bench_summary.depth.min())
-                          & (bench_summary.flush_interval == 0)]
+        b = bench_summary[
+            (bench_summary.format == "raw")
+            & (bench_summary.op == "write")
+            & (bench_summary.depth == bench_summary.depth.min())
+            & (bench_summary.flush_interval == 0)
+        ]
         vals = {r.mode: (r.median, r.ci_low, r.ci_high) for r in b.itertuples()}
-        add("performance", f"qemu-img bench, raw, 64 KiB writes at depth {int(b.depth.min()) if len(b) else 1}, "
+        add(
+            "performance",
+            f"qemu-img bench, raw, 64 KiB writes at depth {int(b.depth.min()) if len(b) else 1}, "
             f"no flushes, MB/s; equal if the {stats.ci_label(b['n'])}s overlap or the medians differ by "
             f"< {RANK_REL_TOL:.0%}",
-            order_with_ties(vals))
+            order_with_ties(vals),
+        )
     if sem is not None and not sem.empty:
         lv = safety_levels(sem, pc)
-        add("safety", "level from the trace and the host's Dirty growth (see the levels table)",
-            order_by_value({m: float(v) for m, v in lv.items()}, 0.5))
+        add(
+            "safety",
+            "level from the trace and the host's Dirty growth (see the levels table)",
+            order_by_value({m: float(v) for m, v in lv.items()}, 0.5),
+        )
     return pd.DataFrame(rows)
-

@@ -18,6 +18,7 @@ Scratch images live in the run's scratch directory (ctx.scratch(), on the framew
 stack); every child (strace, qemu-io, qemu-img, dd) runs in its own process group, killed with
 it on any exception, and dies with this process (PR_SET_PDEATHSIG).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,11 +40,37 @@ from perfbook.core.guard import check_interrupted
 from perfbook.core.proc import die_with_parent, run_group
 from perfbook.probes import blockdev
 from perfbook.qemu import guest
-from .parse import (DD_BS, DOC_MAPPING, DOC_SOURCE, MARK_FLUSH_BEGIN, MARK_FLUSH_END, PARTS, SEM_WRITE,
-                    KiB, MiB, bench_seconds, dd_summary, parse_guest, trace_rows)
 
-TRACED = ("openat", "pread64", "preadv", "preadv2", "pwrite64", "pwritev", "pwritev2",
-          "fdatasync", "fsync", "sync_file_range", "io_submit", "io_uring_enter")
+from .parse import (
+    DD_BS,
+    DOC_MAPPING,
+    DOC_SOURCE,
+    MARK_FLUSH_BEGIN,
+    MARK_FLUSH_END,
+    PARTS,
+    SEM_WRITE,
+    KiB,
+    MiB,
+    bench_seconds,
+    dd_summary,
+    parse_guest,
+    trace_rows,
+)
+
+TRACED = (
+    "openat",
+    "pread64",
+    "preadv",
+    "preadv2",
+    "pwrite64",
+    "pwritev",
+    "pwritev2",
+    "fdatasync",
+    "fsync",
+    "sync_file_range",
+    "io_submit",
+    "io_uring_enter",
+)
 SEM_IMAGE_MIB = 8
 MEMINFO_KEYS = ("Cached", "Dirty", "Writeback", "MemFree")
 
@@ -57,7 +84,9 @@ def run(cmd: list[str], what: str, timeout: float = 300, env=None) -> subprocess
     """Run a child in its own process group (perfbook.core.proc.run_group); a failure is one line."""
     check_interrupted()
     try:
-        r = run_group(cmd, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, env=env)
+        r = run_group(
+            cmd, timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent, env=env
+        )
     except subprocess.TimeoutExpired:
         raise PerfbookError(f"{what} did not finish within {timeout:.0f} s") from None
     check_interrupted()
@@ -69,8 +98,20 @@ def run(cmd: list[str], what: str, timeout: float = 300, env=None) -> subprocess
 
 def create_image(path: Path, fmt: str, size_mib: int) -> None:
     """A fully preallocated image, so that runs overwrite allocated blocks (no allocation cost)."""
-    run(["qemu-img", "create", "-q", "-f", fmt, "-o", "preallocation=full", str(path),
-         f"{size_mib}M"], f"qemu-img create {fmt}")
+    run(
+        [
+            "qemu-img",
+            "create",
+            "-q",
+            "-f",
+            fmt,
+            "-o",
+            "preallocation=full",
+            str(path),
+            f"{size_mib}M",
+        ],
+        f"qemu-img create {fmt}",
+    )
     sync_file(path)
 
 
@@ -85,21 +126,51 @@ def sync_file(path: Path) -> None:
 
 
 # ---------------------------------------------------------------- part 1: semantics (strace)
-def qemu_io_trace_cmd(trace_file: Path, image: Path, fmt: str, mode: str, aio: str,
-                      n_writes: int) -> list[str]:
+def qemu_io_trace_cmd(
+    trace_file: Path, image: Path, fmt: str, mode: str, aio: str, n_writes: int
+) -> list[str]:
     cmds: list[str] = []
     for i in range(n_writes):
         cmds += ["-c", f"write -P 0x5a {i * SEM_WRITE} {SEM_WRITE}"]
-    cmds += ["-c", f"read {MARK_FLUSH_BEGIN[0]} {MARK_FLUSH_BEGIN[1]}", "-c", "flush",
-             "-c", f"read {MARK_FLUSH_END[0]} {MARK_FLUSH_END[1]}"]
-    return ["strace", "-f", "-qq", "-s", "16", "-e", "trace=" + ",".join(TRACED),
-            "-o", str(trace_file), "qemu-io", "-f", fmt, "-t", mode, "-i", aio, *cmds, str(image)]
+    cmds += [
+        "-c",
+        f"read {MARK_FLUSH_BEGIN[0]} {MARK_FLUSH_BEGIN[1]}",
+        "-c",
+        "flush",
+        "-c",
+        f"read {MARK_FLUSH_END[0]} {MARK_FLUSH_END[1]}",
+    ]
+    return [
+        "strace",
+        "-f",
+        "-qq",
+        "-s",
+        "16",
+        "-e",
+        "trace=" + ",".join(TRACED),
+        "-o",
+        str(trace_file),
+        "qemu-io",
+        "-f",
+        fmt,
+        "-t",
+        mode,
+        "-i",
+        aio,
+        *cmds,
+        str(image),
+    ]
 
 
 def semantics_runs(p: dict) -> list[tuple[str, str, str]]:
     """(format, aio, mode) of every traced run."""
-    return [(fmt, aio, mode) for fmt in p["sem_formats"] for aio in p["sem_aio"] for mode in p["modes"]
-            if not needs_direct(aio, mode)]
+    return [
+        (fmt, aio, mode)
+        for fmt in p["sem_formats"]
+        for aio in p["sem_aio"]
+        for mode in p["modes"]
+        if not needs_direct(aio, mode)
+    ]
 
 
 def _semantics(s, p: dict, prog, w) -> list[dict]:
@@ -111,8 +182,11 @@ def _semantics(s, p: dict, prog, w) -> list[dict]:
     w.path("strace").mkdir(exist_ok=True)
     for fmt, aio, mode in semantics_runs(p):
         tf = s.path(f"trace-{mode}-{fmt}-{aio}.txt")
-        run(qemu_io_trace_cmd(tf, imgs[fmt], fmt, mode, aio, p["sem_writes"]),
-            f"strace qemu-io -t {mode} ({fmt}, aio={aio})", timeout=120)
+        run(
+            qemu_io_trace_cmd(tf, imgs[fmt], fmt, mode, aio, p["sem_writes"]),
+            f"strace qemu-io -t {mode} ({fmt}, aio={aio})",
+            timeout=120,
+        )
         text = tf.read_text(errors="replace").replace(str(s.dir), "SCRATCH")
         (w.path("strace") / tf.name).write_text(text)
         tf.unlink()
@@ -125,10 +199,33 @@ def _semantics(s, p: dict, prog, w) -> list[dict]:
 
 
 # ---------------------------------------------------------------- part 2: qemu-img bench
-def bench_cmd(image: Path, fmt: str, mode: str, op: str, depth: int, flush_interval: int,
-              count: int, size: int, aio: str) -> list[str]:
-    cmd = ["qemu-img", "bench", "-f", fmt, "-t", mode, "-i", aio, "-c", str(count),
-           "-d", str(depth), "-s", str(size)]
+def bench_cmd(
+    image: Path,
+    fmt: str,
+    mode: str,
+    op: str,
+    depth: int,
+    flush_interval: int,
+    count: int,
+    size: int,
+    aio: str,
+) -> list[str]:
+    cmd = [
+        "qemu-img",
+        "bench",
+        "-f",
+        fmt,
+        "-t",
+        mode,
+        "-i",
+        aio,
+        "-c",
+        str(count),
+        "-d",
+        str(depth),
+        "-s",
+        str(size),
+    ]
     if op == "write":
         cmd += ["-w", "--pattern=90"]
         if flush_interval:
@@ -141,12 +238,19 @@ def bench_configs(p: dict) -> list[dict]:
     for fmt in p["bench_formats"]:
         for op in p["bench_ops"]:
             for depth in p["bench_depths"]:
-                for fi in (p["bench_flush_intervals"] if op == "write" else [0]):
+                for fi in p["bench_flush_intervals"] if op == "write" else [0]:
                     for mode in p["modes"]:
                         if needs_direct(p["bench_aio"], mode):
                             continue
-                        out.append({"format": fmt, "op": op, "depth": depth,
-                                    "flush_interval": fi, "mode": mode})
+                        out.append(
+                            {
+                                "format": fmt,
+                                "op": op,
+                                "depth": depth,
+                                "flush_interval": fi,
+                                "mode": mode,
+                            }
+                        )
     return out
 
 
@@ -172,50 +276,80 @@ def _bench(s, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dict]
     groups: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
         groups.setdefault(bench_experiment(c), []).append(i)
-    reps = {e: repetition(e, [configs[i]["mode"] for i in ix], p, "bench_")
-            for e, ix in groups.items()}
+    reps = {
+        e: repetition(e, [configs[i]["mode"] for i in ix], p, "bench_") for e, ix in groups.items()
+    }
     rows = []
     for rounds in interleave(reps.values()):
         first = next(iter(rounds.values()))
         rnd = first.index - p["bench_warmup"]
         if first.index > p["bench_warmup"]:
             met = sum(1 for r in reps.values() for k in r.keys if r.met(k))
-            prog.note(f"bench round {rnd}: {len(rounds)} of {len(reps)} experiments still running, "
-                      f"{met} of {sum(len(r.keys) for r in reps.values())} configs within the CI target")
+            prog.note(
+                f"bench round {rnd}: {len(rounds)} of {len(reps)} experiments still running, "
+                f"{met} of {sum(len(r.keys) for r in reps.values())} configs within the CI target"
+            )
         order = [i for e in rounds for i in groups[e]]
         rng.shuffle(order)
         prog.expect(len(order) + rest)
         for pos, i in enumerate(order):
             c = configs[i]
             count = counts[i]
-            cmd = bench_cmd(imgs[c["format"]], c["format"], c["mode"], c["op"], c["depth"],
-                            c["flush_interval"], count, p["bench_size"], p["bench_aio"])
+            cmd = bench_cmd(
+                imgs[c["format"]],
+                c["format"],
+                c["mode"],
+                c["op"],
+                c["depth"],
+                c["flush_interval"],
+                count,
+                p["bench_size"],
+                p["bench_aio"],
+            )
             t0 = time.perf_counter()
             r = run(cmd, f"qemu-img bench -t {c['mode']}", timeout=600)
             wall = time.perf_counter() - t0
             sync_file(imgs[c["format"]])
             sec = bench_seconds(r.stdout)
             if sec is None:
-                raise PerfbookError(f"qemu-img bench printed no run time: {r.stdout.strip()[-120:]}")
-            reps[bench_experiment(c)].add(c["mode"], count * p["bench_size"] / sec / 1e6 if sec else math.nan)
+                raise PerfbookError(
+                    f"qemu-img bench printed no run time: {r.stdout.strip()[-120:]}"
+                )
+            reps[bench_experiment(c)].add(
+                c["mode"], count * p["bench_size"] / sec / 1e6 if sec else math.nan
+            )
             if first.index == 0:  # the calibration round (always a warm-up round)
                 want = p["bench_min_ms"] / 1000
                 if sec < want:
                     counts[i] = count * min(64, math.ceil(want / max(sec, 0.0005)))
             if rnd >= 0:
                 nbytes = count * p["bench_size"]
-                rows.append({"round": rnd, "position": pos, **c, "count": count,
-                             "size": p["bench_size"], "aio": p["bench_aio"], "seconds": sec,
-                             "wall_seconds": wall, "mb_per_s": nbytes / sec / 1e6 if sec else math.nan,
-                             "iops": count / sec if sec else math.nan,
-                             "mean_latency_us": sec * 1e6 * c["depth"] / count if count else math.nan})
-            prog.step(f"bench {c['op']} {c['mode']} {c['format']} d={c['depth']} "
-                      f"fi={c['flush_interval']}" + (" (warm-up)" if rnd < 0 else ""))
+                rows.append(
+                    {
+                        "round": rnd,
+                        "position": pos,
+                        **c,
+                        "count": count,
+                        "size": p["bench_size"],
+                        "aio": p["bench_aio"],
+                        "seconds": sec,
+                        "wall_seconds": wall,
+                        "mb_per_s": nbytes / sec / 1e6 if sec else math.nan,
+                        "iops": count / sec if sec else math.nan,
+                        "mean_latency_us": sec * 1e6 * c["depth"] / count if count else math.nan,
+                    }
+                )
+            prog.step(
+                f"bench {c['op']} {c['mode']} {c['format']} d={c['depth']} "
+                f"fi={c['flush_interval']}" + (" (warm-up)" if rnd < 0 else "")
+            )
     for img in imgs.values():
         img.unlink()
     stopped = [r.stopped_by for r in reps.values()]
-    prog.note("bench: repetition stopped, " + ", ".join(f"{stopped.count(x)} by {x}" for x in
-                                                         sorted(set(stopped))))
+    prog.note(
+        "bench: repetition stopped, "
+        + ", ".join(f"{stopped.count(x)} by {x}" for x in sorted(set(stopped)))
+    )
     return rows, [r for rp in reps.values() for r in rp.records()]
 
 
@@ -224,8 +358,11 @@ def _host_dd(s, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dic
     img = s.path("host-dd.img")
     count = p["dd_mib"] * MiB // (64 * KiB)
     env = {**os.environ, "LC_ALL": "C"}
-    run(["dd", "if=/dev/zero", f"of={img}", "bs=64k", f"count={count}", "conv=fsync"],
-        "dd (preallocate)", env=env)
+    run(
+        ["dd", "if=/dev/zero", f"of={img}", "bs=64k", f"count={count}", "conv=fsync"],
+        "dd (preallocate)",
+        env=env,
+    )
     rows = []
     rep = repetition("host_dd", ["normal", "direct"], p, "host_dd_")
     for rd in rep.rounds():
@@ -245,8 +382,16 @@ def _host_dd(s, p: dict, rng, prog, rest: int = 0) -> tuple[list[dict], list[dic
             nb, sec = got
             rep.add(variant, nb / sec / 1e6 if sec else math.nan)
             if rnd >= 0:
-                rows.append({"round": rnd, "position": pos, "variant": variant, "bytes": nb,
-                             "seconds": sec, "mb_per_s": nb / sec / 1e6 if sec else math.nan})
+                rows.append(
+                    {
+                        "round": rnd,
+                        "position": pos,
+                        "variant": variant,
+                        "bytes": nb,
+                        "seconds": sec,
+                        "mb_per_s": nb / sec / 1e6 if sec else math.nan,
+                    }
+                )
             prog.step(f"host dd {variant}" + (" (warm-up)" if rnd < 0 else ""))
     img.unlink()
     prog.note(f"host dd: repetition stopped by {rep.stopped_by}: {rep.status()}")
@@ -258,8 +403,14 @@ def resident_bytes(path) -> int:
     """How many bytes of `path` are in the host page cache now (mincore(2) on a mapping)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
+    libc.mmap.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    ]
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
     fd = os.open(path, os.O_RDONLY)
@@ -304,7 +455,10 @@ class PageCacheSampler(threading.Thread):
 
     def run(self):
         while not self._halt.is_set():
-            row = {"t": time.monotonic() - self.t0, **{f"{k.lower()}_kb": v for k, v in meminfo().items()}}
+            row = {
+                "t": time.monotonic() - self.t0,
+                **{f"{k.lower()}_kb": v for k, v in meminfo().items()},
+            }
             img = self.find_image()
             res = None
             if img is not None:
@@ -355,12 +509,14 @@ def guest_script(dd_mib: int, order: list[tuple[int, int, str]]) -> str:
     lines += [f"one {rnd} {pos} {variant}" for rnd, pos, variant in order]
     # double caching: with /dev/vda held open, the guest keeps the pages of one more (untimed)
     # normal dd in its page cache after dd exits; sync sends them to the host
-    lines += ["exec 3</dev/vda",
-              f"dd if=/dev/zero of=/dev/vda bs=64k count={count} 2>/dev/null",
-              "sync",
-              "echo \"GUEST_BUFFERS $(awk '/^Buffers:/{print $2}' /proc/meminfo)\"",
-              "exec 3<&-",
-              "sync"]
+    lines += [
+        "exec 3</dev/vda",
+        f"dd if=/dev/zero of=/dev/vda bs=64k count={count} 2>/dev/null",
+        "sync",
+        "echo \"GUEST_BUFFERS $(awk '/^Buffers:/{print $2}' /proc/meminfo)\"",
+        "exec 3<&-",
+        "sync",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -376,8 +532,14 @@ def guest_order(p: dict, rng) -> list[tuple[int, int, str]]:
 
 
 def _redact_cmd(cmd: list[str]) -> str:
-    return " ".join(re.sub(r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/", "SCRATCH/",
-                           a.replace(str(guest.guest_root()), "build/guest")) for a in cmd[1:])
+    return " ".join(
+        re.sub(
+            r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/",
+            "SCRATCH/",
+            a.replace(str(guest.guest_root()), "build/guest"),
+        )
+        for a in cmd[1:]
+    )
 
 
 def measure_guest(p: dict, rng, prog, w) -> dict[str, list[dict]]:
@@ -387,8 +549,12 @@ def measure_guest(p: dict, rng, prog, w) -> dict[str, list[dict]]:
     modes = p["guest_modes"]
     order = modes[:]
     rng.shuffle(order)
-    with guest.Runner(accel=p["accel"], kvm_boot_timeout=p["kvm_boot_timeout"],
-                      timeout=p["boot_timeout"], progress=prog.note) as r:
+    with guest.Runner(
+        accel=p["accel"],
+        kvm_boot_timeout=p["kvm_boot_timeout"],
+        timeout=p["boot_timeout"],
+        progress=prog.note,
+    ) as r:
         w.extra["guest_artefacts"] = {k: v for k, v in (r.artefacts or {}).items() if k != "dir"}
 
         def find_image():
@@ -416,40 +582,80 @@ def measure_guest(p: dict, rng, prog, w) -> dict[str, list[dict]]:
             info, rows = parse_guest(res.output)
             want = len(seq)
             if len(rows) != want:
-                raise PerfbookError(f"the guest printed {len(rows)} dd results, expected {want} (cache={mode})")
+                raise PerfbookError(
+                    f"the guest printed {len(rows)} dd results, expected {want} (cache={mode})"
+                )
             for x in rows:
-                dd_rows.append({"boot": boot, "mode": mode, "accel": res.accel, **x,
-                                "bytes": (p["dd_mib"] * MiB) if x["variant"] != "stamps" else 0})
-            boots.append({"boot": boot, "mode": mode, "accel": res.accel, "accel_note": res.accel_note,
-                          "boot_seconds": res.boot_seconds, "total_seconds": res.total_seconds,
-                          "guest_cache_type": info.get("cache_type"),
-                          "guest_write_cache": info.get("write_cache"),
-                          "guest_disk_sectors": info.get("size"),
-                          "guest_buffers_kb": int(info["guest_buffers"]) if info.get("guest_buffers", "").isdigit() else None,
-                          "guest_kernel": res.kernel,
-                          "qemu_version": res.qemu_version, "memory_mib": p["guest_memory_mib"],
-                          "dd_mib": p["dd_mib"], "qemu_cmdline": _redact_cmd(res.cmdline)})
+                dd_rows.append(
+                    {
+                        "boot": boot,
+                        "mode": mode,
+                        "accel": res.accel,
+                        **x,
+                        "bytes": (p["dd_mib"] * MiB) if x["variant"] != "stamps" else 0,
+                    }
+                )
+            boots.append(
+                {
+                    "boot": boot,
+                    "mode": mode,
+                    "accel": res.accel,
+                    "accel_note": res.accel_note,
+                    "boot_seconds": res.boot_seconds,
+                    "total_seconds": res.total_seconds,
+                    "guest_cache_type": info.get("cache_type"),
+                    "guest_write_cache": info.get("write_cache"),
+                    "guest_disk_sectors": info.get("size"),
+                    "guest_buffers_kb": int(info["guest_buffers"])
+                    if info.get("guest_buffers", "").isdigit()
+                    else None,
+                    "guest_kernel": res.kernel,
+                    "qemu_version": res.qemu_version,
+                    "memory_mib": p["guest_memory_mib"],
+                    "dd_mib": p["dd_mib"],
+                    "qemu_cmdline": _redact_cmd(res.cmdline),
+                }
+            )
             sm = sampler.samples
             for x in sm:
                 pc_samples.append({"boot": boot, "mode": mode, **x})
 
-            def peak(key):
+            def peak(key, sm=sm):
                 vals = [x[key] for x in sm if x.get(key) is not None]
                 return max(vals) if vals else None
-            pc_summary.append({
-                "boot": boot, "mode": mode, "accel": res.accel, "samples": len(sm),
-                "guest_wrote_mib": p["dd_mib"] * (p["dd_warmup"] + p["dd_repeats"]) * 2,
-                "disk_mib": disk.size_mib,
-                "cached_base_kb": base["Cached"], "cached_peak_kb": peak("cached_kb"),
-                "cached_after_kb": after["Cached"],
-                "dirty_base_kb": base["Dirty"], "dirty_peak_kb": peak("dirty_kb"),
-                "writeback_peak_kb": peak("writeback_kb"),
-                "image_resident_peak_kb": peak("image_resident_kb"),
-                "image_resident_last_kb": next((x["image_resident_kb"] for x in reversed(sm)
-                                                if x.get("image_resident_kb") is not None), None)})
+
+            pc_summary.append(
+                {
+                    "boot": boot,
+                    "mode": mode,
+                    "accel": res.accel,
+                    "samples": len(sm),
+                    "guest_wrote_mib": p["dd_mib"] * (p["dd_warmup"] + p["dd_repeats"]) * 2,
+                    "disk_mib": disk.size_mib,
+                    "cached_base_kb": base["Cached"],
+                    "cached_peak_kb": peak("cached_kb"),
+                    "cached_after_kb": after["Cached"],
+                    "dirty_base_kb": base["Dirty"],
+                    "dirty_peak_kb": peak("dirty_kb"),
+                    "writeback_peak_kb": peak("writeback_kb"),
+                    "image_resident_peak_kb": peak("image_resident_kb"),
+                    "image_resident_last_kb": next(
+                        (
+                            x["image_resident_kb"]
+                            for x in reversed(sm)
+                            if x.get("image_resident_kb") is not None
+                        ),
+                        None,
+                    ),
+                }
+            )
             prog.step(f"guest cache={mode}: {res.accel}, {res.total_seconds:.1f} s")
-    return {"guest_dd": dd_rows, "guest_boots": boots, "pagecache": pc_summary,
-            "pagecache_samples": pc_samples}
+    return {
+        "guest_dd": dd_rows,
+        "guest_boots": boots,
+        "pagecache": pc_summary,
+        "pagecache_samples": pc_samples,
+    }
 
 
 # ---------------------------------------------------------------- facts and the sequence
@@ -489,22 +695,36 @@ def measure(ctx) -> None:
     parts, skipped = available_parts(p)
     n_sem = len(semantics_runs(p)) if "semantics" in parts else 0
     # step counts at the least; adaptive rounds raise them as they go
-    n_bench = len(bench_configs(p)) * (p["bench_min_runs"] + p["bench_warmup"]) if "bench" in parts else 0
+    n_bench = (
+        len(bench_configs(p)) * (p["bench_min_runs"] + p["bench_warmup"]) if "bench" in parts else 0
+    )
     n_dd = 2 * (p["host_dd_min_runs"] + p["host_dd_warmup"]) if "host_dd" in parts else 0
     n_guest = len(p["guest_modes"]) if "guest" in parts else 0
-    s = ctx.scratch()                                # removed by the framework's undo stack
+    s = ctx.scratch()  # removed by the framework's undo stack
     prog = ctx.progress(n_sem + n_bench + n_dd + n_guest)
-    w.extra["_tool_cmds"] = {"qemu-img": ["qemu-img", "--version"], "qemu-io": ["qemu-io", "--version"],
-                             "strace": ["strace", "-V"], "qemu-system": [guest.QEMU, "--version"],
-                             "dd": ["dd", "--version"]}
-    w.extra["documented_mapping"] = {"source": DOC_SOURCE,
-                                     "columns": ["cache.writeback", "cache.direct", "cache.no-flush"],
-                                     "modes": {k: list(v) for k, v in DOC_MAPPING.items()}}
+    w.extra["_tool_cmds"] = {
+        "qemu-img": ["qemu-img", "--version"],
+        "qemu-io": ["qemu-io", "--version"],
+        "strace": ["strace", "-V"],
+        "qemu-system": [guest.QEMU, "--version"],
+        "dd": ["dd", "--version"],
+    }
+    w.extra["documented_mapping"] = {
+        "source": DOC_SOURCE,
+        "columns": ["cache.writeback", "cache.direct", "cache.no-flush"],
+        "modes": {k: list(v) for k, v in DOC_MAPPING.items()},
+    }
     w.extra["scratch_fs"] = blockdev.mount_of(s.dir.parent)
     w.extra["host_disk"] = host_disk(s.dir.parent)
-    w.extra["vm_dirty"] = {k: _read(f"/proc/sys/vm/{k}") for k in
-                           ("dirty_ratio", "dirty_background_ratio", "dirty_expire_centisecs",
-                            "dirty_writeback_centisecs")}
+    w.extra["vm_dirty"] = {
+        k: _read(f"/proc/sys/vm/{k}")
+        for k in (
+            "dirty_ratio",
+            "dirty_background_ratio",
+            "dirty_expire_centisecs",
+            "dirty_writeback_centisecs",
+        )
+    }
     for part, why in skipped.items():
         w.skip(part, why)
     for part in PARTS:

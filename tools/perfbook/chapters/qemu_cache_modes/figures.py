@@ -1,4 +1,5 @@
 """qemu_cache_modes, figures: D (analysis.CacheData) in, (figure, caption) out."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -9,6 +10,7 @@ from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
 from perfbook.analysis import fleetview as fv
 from perfbook.analysis import stats
 from perfbook.data import machine
+
 from . import analysis as A
 from . import tables as V
 from .parse import MODES
@@ -30,15 +32,26 @@ def _log_ticks(ax):
 
 def _legend_below(fig, handles, labels, ncol=3):
     """The figure's legend centred below its panels, where it hides nothing."""
-    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
-               fontsize="small", frameon=False)
+    fig.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=ncol,
+        fontsize="small",
+        frameon=False,
+    )
 
 
 def bench(D):
     """qemu-img bench per mode, format and configuration (the quoted dataset)."""
     bs, p = D.bs, D.p
-    panels = [(op, d, fi) for op in ("write", "read") for d in p["bench_depths"]
-              for fi in (p["bench_flush_intervals"] if op == "write" else [0])]
+    panels = [
+        (op, d, fi)
+        for op in ("write", "read")
+        for d in p["bench_depths"]
+        for fi in (p["bench_flush_intervals"] if op == "write" else [0])
+    ]
     ncol = 3
     nrow = -(-len(panels) // ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(11, 3.1 * nrow), sharey=True, squeeze=False)
@@ -53,16 +66,24 @@ def bench(D):
         _log_ticks(ax)
         ax.grid(axis="y", which="major", alpha=0.3)
         ax.set_title(f"{op}, depth {d}" + (f", flush every {fi}" if fi else ""), fontsize="medium")
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("MB/s (log scale)")
-    fig.suptitle(f"qemu-img bench on {machine.legend(D.quoted.host)}, {p['bench_size'] // 1024} KiB "
-                 f"requests, no guest: median with its {stats.ci_label(bs['n'])}", fontsize="medium")
+    fig.suptitle(
+        f"qemu-img bench on {machine.legend(D.quoted.host)}, {p['bench_size'] // 1024} KiB "
+        f"requests, no guest: median with its {stats.ci_label(bs['n'])}",
+        fontsize="medium",
+    )
     fig.tight_layout()
     _legend_below(fig, *axes[0, 0].get_legend_handles_labels(), ncol=len(fmts))
-    return fig, stats.caption("qemu-img bench per mode, format and configuration, newest dataset, no guest",
-                              n=bs["n"], unit="runs", warmup=int(p["bench_warmup"]), hosts=D.host_of(D.bench))
+    return fig, stats.caption(
+        "qemu-img bench per mode, format and configuration, newest dataset, no guest",
+        n=bs["n"],
+        unit="runs",
+        warmup=int(p["bench_warmup"]),
+        hosts=D.host_of(D.bench),
+    )
 
 
 def guest_dd(D):
@@ -82,31 +103,63 @@ def guest_dd(D):
             seed = src.startswith("seed")
             # a single figure (the seed's) is a hollow square; a median with its CI a point with a bar
             if seed:
-                ax.plot(x[has.values], cs.mb_per_s[has], "s", ms=6, color="black", mfc="none", label=src)
+                ax.plot(
+                    x[has.values], cs.mb_per_s[has], "s", ms=6, color="black", mfc="none", label=src
+                )
             else:
-                ax.errorbar(x[has.values], cs.mb_per_s[has],
-                            yerr=[(cs.mb_per_s - lo).where(ci, 0)[has], (hi - cs.mb_per_s).where(ci, 0)[has]],
-                            fmt="o", ms=5, capsize=3, lw=1, color=f"C{k}", label=src)
+                ax.errorbar(
+                    x[has.values],
+                    cs.mb_per_s[has],
+                    yerr=[
+                        (cs.mb_per_s - lo).where(ci, 0)[has],
+                        (hi - cs.mb_per_s).where(ci, 0)[has],
+                    ],
+                    fmt="o",
+                    ms=5,
+                    capsize=3,
+                    lw=1,
+                    color=f"C{k}",
+                    label=src,
+                )
             rng_only = ~has & lo.notna()
-            ax.vlines(x[rng_only.values], lo[rng_only], hi[rng_only], color="grey", lw=4, alpha=0.6,
-                      label=f"{src}: range only" if rng_only.any() else None)
+            ax.vlines(
+                x[rng_only.values],
+                lo[rng_only],
+                hi[rng_only],
+                color="grey",
+                lw=4,
+                alpha=0.6,
+                label=f"{src}: range only" if rng_only.any() else None,
+            )
         ax.set_xticks(range(len(order)), order, rotation=30)
         _log_ticks(ax)
         ax.grid(axis="y", which="major", alpha=0.3)
-        ax.set_title("dd bs=64k" + (" oflag=direct" if variant == "direct" else ""), fontsize="medium")
+        ax.set_title(
+            "dd bs=64k" + (" oflag=direct" if variant == "direct" else ""), fontsize="medium"
+        )
     axes[0].set_ylabel("MB/s (log scale)")
     handles, labels = axes[1].get_legend_handles_labels()
-    fig.suptitle(f"The seed's dd test: 2013 against this host ({acc} guest; 'host' = dd on the host itself)",
-                 fontsize="medium")
+    fig.suptitle(
+        f"The seed's dd test: 2013 against this host ({acc} guest; 'host' = dd on the host itself)",
+        fontsize="medium",
+    )
     fig.tight_layout()
     _legend_below(fig, handles, labels)
     host, run = gdd.host_id.iloc[0], gdd.run_id.iloc[0]
-    warm = int(next(m for m in D.manifests if m.host_id == host and m.run_id == run).parameters["dd_warmup"])
+    warm = int(
+        next(m for m in D.manifests if m.host_id == host and m.run_id == run).parameters[
+            "dd_warmup"
+        ]
+    )
     return fig, stats.caption(
         f"dd of 64 KiB blocks in a {acc} guest per cache mode, and on the host, beside the seed's 2013 figures",
-        n=list(D.gs["n"]) + list(D.hs["n"]), unit="runs", warmup=[warm], hosts=D.host_of(gdd),
+        n=list(D.gs["n"]) + list(D.hs["n"]),
+        unit="runs",
+        warmup=[warm],
+        hosts=D.host_of(gdd),
         extra="The guest's count of runs is fixed (it runs a script written before boot); the seed's "
-              "cells are single figures, or a range where it gave only a range")
+        "cells are single figures, or a range where it gave only a range",
+    )
 
 
 def pagecache(D):
@@ -122,13 +175,21 @@ def pagecache(D):
         ax.set_xlabel("s since the guest run began")
     axes[0].set_ylabel("MiB")
     axes[0].legend(fontsize="x-small", loc="upper left")
-    fig.suptitle(f"Host memory while the {acc} guest writes its {int(mem.disk_mib.max())} MiB disk",
-                 fontsize="medium")
+    fig.suptitle(
+        f"Host memory while the {acc} guest writes its {int(mem.disk_mib.max())} MiB disk",
+        fontsize="medium",
+    )
     fig.tight_layout()
     return fig, stats.caption(
         f"Host page cache of the guest's image (mincore) and growth of the host's Dirty memory while the {acc} "
-        "guest wrote, one line per cache mode", n=samp.groupby("mode").size(), unit="samples", warmup=0,
-        hosts=D.host_of(samp), ci=False, extra=f"One sample every {D.p['sample_ms']} ms")
+        "guest wrote, one line per cache mode",
+        n=samp.groupby("mode").size(),
+        unit="samples",
+        warmup=0,
+        hosts=D.host_of(samp),
+        ci=False,
+        extra=f"One sample every {D.p['sample_ms']} ms",
+    )
 
 
 def hosts(D):
@@ -143,18 +204,32 @@ def hosts(D):
     sd = A.seed_dd(D.ref)
     sd = sd[(sd.variant == "direct") & sd["mode"].isin(_M)].set_index("mode").reindex(_M)
     pos = {m: i for i, m in enumerate(_M)}
-    panels = [("qemu-img bench, raw writes, one in flight, no flushes", bsh.assign(pos=bsh["mode"].map(pos)))]
+    panels = [
+        (
+            "qemu-img bench, raw writes, one in flight, no flushes",
+            bsh.assign(pos=bsh["mode"].map(pos)),
+        )
+    ]
     if len(gdir):
         acc = gdir.groupby("host_id").accel.agg(lambda a: "/".join(sorted(set(a))).upper())
         gdir = gdir.assign(pos=gdir["mode"].map(pos), acc=gdir.host_id.map(acc))
         for a in sorted(set(acc)):
-            panels.append((f"guest dd bs=64k oflag=direct, {a} guests (n = {int((acc == a).sum())})",
-                           gdir[gdir.acc == a]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels) + 0.6, 4.4), squeeze=False,
-                             layout="constrained")
+            panels.append(
+                (
+                    f"guest dd bs=64k oflag=direct, {a} guests (n = {int((acc == a).sum())})",
+                    gdir[gdir.acc == a],
+                )
+            )
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.4 * len(panels) + 0.6, 4.4), squeeze=False, layout="constrained"
+    )
     drawn, seeded = [], False
     for ax, (title, d) in zip(axes[0], panels):
-        drawn.append(fv.points(ax, F.within(set(d.host_id.unique())), d, "pos", "median", "ci_low", "ci_high"))
+        drawn.append(
+            fv.points(
+                ax, F.within(set(d.host_id.unique())), d, "pos", "median", "ci_low", "ci_high"
+            )
+        )
         if ax is not axes[0, 0]:
             fv.seed_mark(ax, [k - 0.33 for k in range(len(_M))], sd.mb_per_s.to_numpy(float))
             seeded = True
@@ -169,7 +244,11 @@ def hosts(D):
     return fig, stats.caption(
         "Bench and guest dd per cache mode over the hosts (each host's shown dataset), with the seed's 2013 guest "
         "figures; the guest dd has one panel per accelerator of the guest",
-        n=list(bsh["n"]) + (list(gdir["n"]) if len(gdir) else []), unit="runs",
+        n=list(bsh["n"]) + (list(gdir["n"]) if len(gdir) else []),
+        unit="runs",
         warmup=sorted({int(m.parameters.get("bench_warmup", 1)) for m in D.manifests}),
         hosts=F.caption_hosts(),
-        extra=F.marks_text(d, "a host's median MB/s", seed="the seed's figures, single values with no repeat count"))
+        extra=F.marks_text(
+            d, "a host's median MB/s", seed="the seed's figures, single values with no repeat count"
+        ),
+    )

@@ -2,6 +2,7 @@
 the guest script's output, and the run time qemu-img bench and dd print. Also the chapter's
 vocabulary, which the collect, the parsers and the analysis share: the modes and parts, QEMU's
 documented mapping, the traced write and the phase markers."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,10 @@ KiB, MiB = 1024, 1024 * 1024
 
 # The documented mapping: qemu-system-x86_64(1), QEMU 7.2, -drive cache= (from qemu-options.hx).
 # mode -> (cache.writeback, cache.direct, cache.no-flush)
-DOC_SOURCE = ("qemu-system-x86_64(1) manual page of QEMU 7.2 (Debian qemu-system-x86 "
-              "1:7.2+dfsg-7), -drive cache=, generated from qemu-options.hx")
+DOC_SOURCE = (
+    "qemu-system-x86_64(1) manual page of QEMU 7.2 (Debian qemu-system-x86 "
+    "1:7.2+dfsg-7), -drive cache=, generated from qemu-options.hx"
+)
 DOC_MAPPING: dict[str, tuple[bool, bool, bool]] = {
     "writeback": (True, False, False),
     "none": (True, True, False),
@@ -67,8 +70,14 @@ def parse_strace(text: str) -> list[dict]:
         c = _CALL.match(rest)
         if not c:
             continue
-        ev = {"seq": len(events), "pid": int(pid), "syscall": c.group(1), "args": c.group(2),
-              "ret": None, "errno": None}
+        ev = {
+            "seq": len(events),
+            "pid": int(pid),
+            "syscall": c.group(1),
+            "args": c.group(2),
+            "ret": None,
+            "errno": None,
+        }
         if rest.endswith("<unfinished ...>"):
             ev["args"] = ev["args"][: -len("<unfinished ...>")].rstrip()
             pending[pid] = len(events)
@@ -109,12 +118,30 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
             if not m or not _is_image(m.group(1), image_name) or ev["ret"] is None or ev["ret"] < 0:
                 continue
             fd_flags[ev["ret"]] = m.group(2)
-            rows.append({**ev, "kind": "open", "fd": ev["ret"], "flags": m.group(2),
-                         "bytes": None, "offset": None, "dsync": False})
+            rows.append(
+                {
+                    **ev,
+                    "kind": "open",
+                    "fd": ev["ret"],
+                    "flags": m.group(2),
+                    "bytes": None,
+                    "offset": None,
+                    "dsync": False,
+                }
+            )
             continue
         if name == "io_uring_enter":
-            rows.append({**ev, "kind": "uring", "fd": None, "flags": None, "bytes": None, "offset": None,
-                         "dsync": False})
+            rows.append(
+                {
+                    **ev,
+                    "kind": "uring",
+                    "fd": None,
+                    "flags": None,
+                    "bytes": None,
+                    "offset": None,
+                    "dsync": False,
+                }
+            )
             continue
         if name == "io_submit":
             # one segment per iocb: strace prints FSYNC/FDSYNC iocbs without aio_offset
@@ -128,8 +155,15 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
                 op, fd = m.group(1), int(m.group(2))
                 if fd not in fd_flags:
                     continue
-                kind = ("write" if op.startswith("PWRITE") else "read" if op.startswith("PREAD")
-                        else "sync" if op in ("FSYNC", "FDSYNC") else "other")
+                kind = (
+                    "write"
+                    if op.startswith("PWRITE")
+                    else "read"
+                    if op.startswith("PREAD")
+                    else "sync"
+                    if op in ("FSYNC", "FDSYNC")
+                    else "other"
+                )
                 nb = off = None
                 if kind in ("write", "read"):
                     if op.endswith("V"):
@@ -139,9 +173,18 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
                         nb = int(mb.group(1)) if mb else None
                     mo = _IOCB_OFFSET.search(seg)
                     off = int(mo.group(1)) if mo else None
-                rows.append({**ev, "syscall": f"io_submit:{op}", "kind": kind, "fd": fd,
-                             "flags": fd_flags[fd], "bytes": nb, "offset": off,
-                             "dsync": bool(re.search(r"RWF_D?SYNC", seg))})
+                rows.append(
+                    {
+                        **ev,
+                        "syscall": f"io_submit:{op}",
+                        "kind": kind,
+                        "fd": fd,
+                        "flags": fd_flags[fd],
+                        "bytes": nb,
+                        "offset": off,
+                        "dsync": bool(re.search(r"RWF_D?SYNC", seg)),
+                    }
+                )
             continue
         m = re.match(r"\s*(\d+)", args)
         if not m:
@@ -149,9 +192,17 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
         fd = int(m.group(1))
         if fd not in fd_flags:
             continue
-        kind = {"pwrite64": "write", "pwritev": "write", "pwritev2": "write",
-                "pread64": "read", "preadv": "read", "preadv2": "read",
-                "fdatasync": "sync", "fsync": "sync", "sync_file_range": "sync"}.get(name)
+        kind = {
+            "pwrite64": "write",
+            "pwritev": "write",
+            "pwritev2": "write",
+            "pread64": "read",
+            "preadv": "read",
+            "preadv2": "read",
+            "fdatasync": "sync",
+            "fsync": "sync",
+            "sync_file_range": "sync",
+        }.get(name)
         if kind is None:
             continue
         nb = off = None
@@ -164,8 +215,17 @@ def classify(events: list[dict], image_name: str) -> list[dict]:
                 parts = [x.strip() for x in re.sub(r"\[.*\]", "[]", args).split(",")]
                 nb = sum(int(x) for x in _IOVLEN.findall(args))
                 off = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else None
-        rows.append({**ev, "kind": kind, "fd": fd, "flags": fd_flags[fd], "bytes": nb, "offset": off,
-                     "dsync": bool(re.search(r"RWF_D?SYNC", args))})
+        rows.append(
+            {
+                **ev,
+                "kind": kind,
+                "fd": fd,
+                "flags": fd_flags[fd],
+                "bytes": nb,
+                "offset": off,
+                "dsync": bool(re.search(r"RWF_D?SYNC", args)),
+            }
+        )
     return rows
 
 
@@ -217,9 +277,17 @@ def parse_guest(output: str) -> tuple[dict, list[dict]]:
             info[parts[0].lower()] = " ".join(parts[1:])
         elif parts[0] == "DD" and len(parts) >= 8:
             rnd, pos, variant, a, b, rc = parts[1:7]
-            rows.append({"round": int(rnd), "position": int(pos), "variant": variant,
-                         "t0_us": int(a), "t1_us": int(b), "rc": int(rc),
-                         "records_out": parts[7].replace("_", " ")})
+            rows.append(
+                {
+                    "round": int(rnd),
+                    "position": int(pos),
+                    "variant": variant,
+                    "t0_us": int(a),
+                    "t1_us": int(b),
+                    "rc": int(rc),
+                    "records_out": parts[7].replace("_", " "),
+                }
+            )
     return info, rows
 
 

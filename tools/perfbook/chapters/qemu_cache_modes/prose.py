@@ -1,11 +1,13 @@
 """qemu_cache_modes, prose: every value the prose quotes, formatted as it shows them (D: the
 chapter's analysis.CacheData). One function per section of the chapter; values() has them all.
 platform_notes() adds the guests' accelerator to the platform banner."""
+
 from __future__ import annotations
 
 from perfbook.analysis import stats
 from perfbook.analysis.findings import per_host_note, sections
 from perfbook.data import machine
+
 from . import analysis as A
 from . import tables as V
 from .parse import DD_BS, MODES, SEM_WRITE
@@ -18,40 +20,60 @@ def method(D) -> dict:
     default = D.chapter.profiles["default"]
     disk = facts.get("host_disk", {})
     return {
-        "seed_date": ref.date.iloc[0], "seed_year": ref.date.iloc[0][:4],
-        "n_datasets": len(D.manifests), "n_hosts": len(D.hosts), "rep_datasets": len(D.manifests),
-        "newest_host": h["host_id"], "newest_desc": h["description"],
-        "newest_kernel": h["kernel_release"], "newest_virt": h["virtualization"],
+        "seed_date": ref.date.iloc[0],
+        "seed_year": ref.date.iloc[0][:4],
+        "n_datasets": len(D.manifests),
+        "n_hosts": len(D.hosts),
+        "rep_datasets": len(D.manifests),
+        "newest_host": h["host_id"],
+        "newest_desc": h["description"],
+        "newest_kernel": h["kernel_release"],
+        "newest_virt": h["virtualization"],
         "newest_machine": dict(machine.facts(h))["machine"],
         "newest_date": man["started"][:10],
-        "qemu_img_version": tools.get("qemu-img", "?").split("(")[0].replace("qemu-img version", "").strip(),
+        "qemu_img_version": tools.get("qemu-img", "?")
+        .split("(")[0]
+        .replace("qemu-img version", "")
+        .strip(),
         "strace_version": tools.get("strace", "?").replace("strace -- version", "").strip(),
-        "p_sem_writes": p["sem_writes"], "p_sem_write_kib": SEM_WRITE // 1024,
-        "p_bench_size_kib": p["bench_size"] // 1024, "p_bench_count": p["bench_count"],
-        "p_bench_min_ms": p["bench_min_ms"], "p_bench_image_mib": p["bench_image_mib"],
-        "p_depths": " and ".join(map(str, p["bench_depths"])), "p_depth_max": max(p["bench_depths"]),
+        "p_sem_writes": p["sem_writes"],
+        "p_sem_write_kib": SEM_WRITE // 1024,
+        "p_bench_size_kib": p["bench_size"] // 1024,
+        "p_bench_count": p["bench_count"],
+        "p_bench_min_ms": p["bench_min_ms"],
+        "p_bench_image_mib": p["bench_image_mib"],
+        "p_depths": " and ".join(map(str, p["bench_depths"])),
+        "p_depth_max": max(p["bench_depths"]),
         "p_flush": " and ".join(str(x) for x in p["bench_flush_intervals"] if x),
         "p_bench_warmup": p["bench_warmup"],
-        "p_bench_target_pct": f'{100 * p.get("bench_target", default["bench_target"]):g}',
-        "p_bench_budget_default": f'{default["bench_budget_s"]:.0f}',
+        "p_bench_target_pct": f"{100 * p.get('bench_target', default['bench_target']):g}",
+        "p_bench_budget_default": f"{default['bench_budget_s']:.0f}",
         "p_bench_min_default": default["bench_min_runs"],
-        "p_host_dd_budget_default": f'{default["host_dd_budget_s"]:.0f}',
-        "p_dd_mib": p["dd_mib"], "p_dd_kib": DD_BS // 1024, "p_dd_count": p["dd_mib"] * 1024 * 1024 // DD_BS,
-        "p_dd_repeats": p["dd_repeats"], "p_dd_warmup": p["dd_warmup"],
-        "p_guest_mem": p["guest_memory_mib"], "p_sample_ms": p["sample_ms"],
+        "p_host_dd_budget_default": f"{default['host_dd_budget_s']:.0f}",
+        "p_dd_mib": p["dd_mib"],
+        "p_dd_kib": DD_BS // 1024,
+        "p_dd_count": p["dd_mib"] * 1024 * 1024 // DD_BS,
+        "p_dd_repeats": p["dd_repeats"],
+        "p_dd_warmup": p["dd_warmup"],
+        "p_guest_mem": p["guest_memory_mib"],
+        "p_sample_ms": p["sample_ms"],
         "scratch_fs": facts.get("scratch_fs", {}).get("fstype"),
-        "host_disk": f'{disk.get("device")} ({disk.get("driver")}, write cache: {disk.get("write_cache")})'}
+        "host_disk": f"{disk.get('device')} ({disk.get('driver')}, write cache: {disk.get('write_cache')})",
+    }
 
 
 def semantics(D) -> dict:
     """The traced semantics: agreement with the manual, syncs per phase, the seed's switches."""
     sem, raw = D.sem, D.raw
     chk = A.check_documented(sem)
-    out = {"n_sem_rows": len(sem), "n_sem_agree": int(chk["agrees"].sum()),
-           "n_o_dsync": int(sem["o_dsync"].sum() + sem["dsync_writes"].gt(0).sum()),
-           "n_fmt": sem.format.nunique()}
+    out = {
+        "n_sem_rows": len(sem),
+        "n_sem_agree": int(chk["agrees"].sum()),
+        "n_o_dsync": int(sem["o_dsync"].sum() + sem["dsync_writes"].gt(0).sum()),
+        "n_fmt": sem.format.nunique(),
+    }
     for m in MODES:
-        out[f"spw_{m}"] = f'{raw.loc[m, "syncs_per_write"]:.0f}'
+        out[f"spw_{m}"] = f"{raw.loc[m, 'syncs_per_write']:.0f}"
         out[f"sfl_{m}"] = int(raw.loc[m, "syncs_flush"])
         out[f"scl_{m}"] = int(raw.loc[m, "syncs_close"])
     cmp_sem = V.seed_semantics(D)
@@ -75,7 +97,8 @@ def bench_rates(D) -> dict:
         first.setdefault(k, i)
 
     def med(op, d, fi, m, f="raw"):
-        return bs.iloc[first.get((op, d, fi, m, f), len(bs))]    # none: IndexError, as before
+        return bs.iloc[first.get((op, d, fi, m, f), len(bs))]  # none: IndexError, as before
+
     d1, dn = min(p["bench_depths"]), max(p["bench_depths"])
     fmax = max(p["bench_flush_intervals"])
     out = {}
@@ -95,13 +118,22 @@ def bench_rates(D) -> dict:
         wb_flush_drop=f"{w['writeback']['median'] / med('write', d1, fmax, 'writeback')['median']:.1f}",
         none_depth_gain=f"{med('write', dn, 0, 'none')['median'] / w['none']['median']:.1f}",
         read_cache_gain=f"{med('read', d1, 0, 'writeback')['median'] / med('read', d1, 0, 'none')['median']:.1f}",
-        d1=d1, dn=dn, fmax=fmax, bench_cv_max=f"{bs.cv.max():.2f}", bench_cv_med=f"{bs.cv.median():.2f}",
+        d1=d1,
+        dn=dn,
+        fmax=fmax,
+        bench_cv_max=f"{bs.cv.max():.2f}",
+        bench_cv_med=f"{bs.cv.median():.2f}",
         bench_cv_said=cv_said(D, bs.cv.median()),
-        bench_n=int(bs.n.min()))
+        bench_n=int(bs.n.min()),
+    )
     if "qcow2" in set(bs.format):
         q = bs[(bs.op == "write") & (bs.depth == d1) & (bs.flush_interval == 0)].pivot(
-            index="mode", columns="format", values="median")
-        out.update(qcow2_ratio_lo=f"{(q.qcow2 / q.raw).min():.2f}", qcow2_ratio_hi=f"{(q.qcow2 / q.raw).max():.2f}")
+            index="mode", columns="format", values="median"
+        )
+        out.update(
+            qcow2_ratio_lo=f"{(q.qcow2 / q.raw).min():.2f}",
+            qcow2_ratio_hi=f"{(q.qcow2 / q.raw).max():.2f}",
+        )
     return out
 
 
@@ -109,16 +141,20 @@ def bench_tests(D) -> dict:
     """Each mode against none, per bench configuration (rank tests)."""
     CB = A.compare_modes(D.bench)
     main = V.main_bench(CB, min(D.p["bench_depths"]))
-    return {"compare_method": stats.COMPARE_METHOD, "sig_bench_text": stats.significance_text(CB),
-            "cmp_bench_main": "; ".join(main.verdict) if len(main) else
-            "not measured (fewer than two runs per mode)"}
+    return {
+        "compare_method": stats.COMPARE_METHOD,
+        "sig_bench_text": stats.significance_text(CB),
+        "cmp_bench_main": "; ".join(main.verdict)
+        if len(main)
+        else "not measured (fewer than two runs per mode)",
+    }
 
 
 def host_kind(D) -> tuple[dict, bool, str]:
     """The quoted host's facts, whether it is a guest, and its disk as the prose names it."""
     h, disk = D.quoted.host, D.quoted.facts.get("host_disk", {})
     guest = (h.get("virtualization") or "none") != "none"
-    return h, guest, f'{disk.get("device")}, {disk.get("driver")}'
+    return h, guest, f"{disk.get('device')}, {disk.get('driver')}"
 
 
 def virtual_disk(D) -> bool | None:
@@ -127,7 +163,11 @@ def virtual_disk(D) -> bool | None:
     h, guest, _ = host_kind(D)
     if not guest:
         return False
-    return True if str(D.quoted.facts.get("host_disk", {}).get("driver", "")).startswith("virtio") else None
+    return (
+        True
+        if str(D.quoted.facts.get("host_disk", {}).get("driver", "")).startswith("virtio")
+        else None
+    )
 
 
 def cv_said(D, cv_med) -> str:
@@ -135,10 +175,14 @@ def cv_said(D, cv_med) -> str:
     h, guest, disk = host_kind(D)
     where = f"on the quoted host ({dict(machine.facts(h))['machine']}; scratch disk {disk})"
     if cv_med >= 0.05:
-        return (f"Runs of one configuration vary this much {where}, so the intervals, not the points, are "
-                "what a comparison can rely on.")
-    return (f"Runs of one configuration agree closely {where}; still, a comparison rests on the intervals, "
-            "not on the points.")
+        return (
+            f"Runs of one configuration vary this much {where}, so the intervals, not the points, are "
+            "what a comparison can rely on."
+        )
+    return (
+        f"Runs of one configuration agree closely {where}; still, a comparison rests on the intervals, "
+        "not on the points."
+    )
 
 
 def accel_effect(D) -> dict:
@@ -147,27 +191,39 @@ def accel_effect(D) -> dict:
     h = D.quoted.host
     host_side = "the host side (pwrite, fdatasync and the page cache) runs at native speed"
     if accels == {"tcg"}:
-        lead = ("The guests ran under TCG: every guest instruction is translated and run by QEMU on the host "
-                "CPU, so the guest's own work (filling its page cache, building requests, the virtio "
-                f"notifications) is much slower than on hardware, while {host_side}.")
+        lead = (
+            "The guests ran under TCG: every guest instruction is translated and run by QEMU on the host "
+            "CPU, so the guest's own work (filling its page cache, building requests, the virtio "
+            f"notifications) is much slower than on hardware, while {host_side}."
+        )
     elif accels == {"kvm"}:
-        lead = ("The guests ran under KVM: their instructions run natively on the host CPU, and each virtio "
-                f"notification costs an exit to the hypervisor and QEMU, while {host_side}.")
+        lead = (
+            "The guests ran under KVM: their instructions run natively on the host CPU, and each virtio "
+            f"notification costs an exit to the hypervisor and QEMU, while {host_side}."
+        )
     else:
-        lead = (f"The guests ran under {D.acc}, differently from boot to boot: under TCG the guest's own work "
-                f"is emulated, under KVM it runs natively; either way {host_side}.")
+        lead = (
+            f"The guests ran under {D.acc}, differently from boot to boot: under TCG the guest's own work "
+            f"is emulated, under KVM it runs natively; either way {host_side}."
+        )
     note = D.boots["accel_note"].iloc[0]
     if "tcg" in accels and "fallback" in note.lower():
         own = dict(machine.facts(h))["its own KVM"]
-        kvm = (f"The quoted host ({dict(machine.facts(h))['machine']}; its own KVM: {own}) did not boot the "
-               "KVM guest in time, so tools/perfbook/qemu/guest.py fell back to TCG and labels every result.")
+        kvm = (
+            f"The quoted host ({dict(machine.facts(h))['machine']}; its own KVM: {own}) did not boot the "
+            "KVM guest in time, so tools/perfbook/qemu/guest.py fell back to TCG and labels every result."
+        )
     elif "tcg" in accels:
         kvm = "TCG was chosen for these guests, not forced by the host; every result is labelled with it."
     else:
         kvm = "No guest fell back to TCG."
-    return {"accel_effect": lead, "kvm_said": kvm,
-            "rk_2_note": "Under TCG that column measures the emulated CPU, as explained above."
-            if accels == {"tcg"} else "It compares the guest's whole write path, not the modes alone."}
+    return {
+        "accel_effect": lead,
+        "kvm_said": kvm,
+        "rk_2_note": "Under TCG that column measures the emulated CPU, as explained above."
+        if accels == {"tcg"}
+        else "It compares the guest's whole write path, not the modes alone.",
+    }
 
 
 def guest(D) -> dict:
@@ -180,10 +236,13 @@ def guest_rates(D) -> dict:
     platform note read only the rates and the accelerator)."""
     gs, boots, ref = D.gs, D.boots, D.ref
     tt = A.guest_dd_table(D.gdd)
-    out = {"accel": D.acc, "accel_note": boots["accel_note"].iloc[0],
-           "boot_s": f"{boots.boot_seconds.median():.1f}",
-           "stamp_ms": f"{tt.stamp_us.median() / 1000:.1f}",
-           "stamp_pct": f"{100 * (tt.stamp_us / (tt.t1_us - tt.t0_us)).median():.0f}"}
+    out = {
+        "accel": D.acc,
+        "accel_note": boots["accel_note"].iloc[0],
+        "boot_s": f"{boots.boot_seconds.median():.1f}",
+        "stamp_ms": f"{tt.stamp_us.median() / 1000:.1f}",
+        "stamp_pct": f"{100 * (tt.stamp_us / (tt.t1_us - tt.t0_us)).median():.0f}",
+    }
     G = gs.set_index(["mode", "variant"])["median"]
     S = A.seed_dd(ref).set_index(["mode", "variant"])["mb_per_s"]
     for m in MODES:
@@ -195,53 +254,84 @@ def guest_rates(D) -> dict:
     H = D.hs.set_index("variant")["median"]
     rng_ = A.seed_dd(ref).dropna(subset=["low"]).iloc[0]
     norm, dirg = gs[gs.variant == "normal"], gs[gs.variant == "direct"]
-    sp, op_ = S[("directsync", "direct")] / S[("none", "direct")], G[("directsync", "direct")] / G[("none", "direct")]
+    sp, op_ = (
+        S[("directsync", "direct")] / S[("none", "direct")],
+        G[("directsync", "direct")] / G[("none", "direct")],
+    )
     out.update(
-        h_normal=f"{H['normal']:,.0f}", h_direct=f"{H['direct']:,.0f}",
-        s_range=f"{rng_.low:g}–{rng_.high:g}", seed_pen=f"{sp:.2f}", our_pen=f"{op_:.2f}",
+        h_normal=f"{H['normal']:,.0f}",
+        h_direct=f"{H['direct']:,.0f}",
+        s_range=f"{rng_.low:g}–{rng_.high:g}",
+        seed_pen=f"{sp:.2f}",
+        our_pen=f"{op_:.2f}",
         seed_pen_wt=f"{S[('writethrough', 'direct')] / S[('none', 'direct')]:.2f}",
         our_pen_wt=f"{G[('writethrough', 'direct')] / G[('none', 'direct')]:.2f}",
         normal_spread=f"{norm['median'].max() / norm['median'].min():.2f}",
         direct_spread=f"{dirg['median'].max() / dirg['median'].min():.1f}",
         wbu_cv_max=f"{gs[gs['mode'].isin(['writeback', 'unsafe'])].cv.max():.2f}",
-        dd_n=int(gs.n.min()), guest_cpus=boots.qemu_cmdline.iloc[0].split("-smp ")[1].split()[0],
-        **seed_environment(ref))
+        dd_n=int(gs.n.min()),
+        guest_cpus=boots.qemu_cmdline.iloc[0].split("-smp ")[1].split()[0],
+        **seed_environment(ref),
+    )
     if op_ >= 1:
         pen = "On this host the per-write sync no longer makes directsync slower than none with oflag=direct."
     elif op_ > sp:
-        pen = (f"With oflag=direct the per-write sync still leaves directsync's median below none's, but the "
-               f"penalty shrank: directsync now keeps {op_:.0%} of none's rate instead of {sp:.0%}.")
+        pen = (
+            f"With oflag=direct the per-write sync still leaves directsync's median below none's, but the "
+            f"penalty shrank: directsync now keeps {op_:.0%} of none's rate instead of {sp:.0%}."
+        )
     else:
-        pen = f"The penalty of the per-write sync is as large as in {ref.date.iloc[0][:4]} or larger."
+        pen = (
+            f"The penalty of the per-write sync is as large as in {ref.date.iloc[0][:4]} or larger."
+        )
     s_norm = f"directsync {S[('directsync', 'normal')]:g}, none {S[('none', 'normal')]:g} MB/s"
-    spread_n = norm['median'].max() / norm['median'].min()
+    spread_n = norm["median"].max() / norm["median"].min()
     if spread_n >= 1.5:
-        normal = ("The modes differ this much even here, so the host side shows through the guest's own path; "
-                  f"the seed's normal-write column ({s_norm}) is set beside ours in the figure.")
+        normal = (
+            "The modes differ this much even here, so the host side shows through the guest's own path; "
+            f"the seed's normal-write column ({s_norm}) is set beside ours in the figure."
+        )
     elif set(gs.accel) == {"tcg"}:
-        normal = ("That is what a common bottleneck in the emulated CPU, the same in every mode, would produce, "
-                  f"so absolute guest throughput does not carry over: the seed's normal-write column ({s_norm}) "
-                  "cannot be compared with ours.")
+        normal = (
+            "That is what a common bottleneck in the emulated CPU, the same in every mode, would produce, "
+            f"so absolute guest throughput does not carry over: the seed's normal-write column ({s_norm}) "
+            "cannot be compared with ours."
+        )
     else:
-        normal = ("Without oflag=direct the modes share the guest's own path (its page cache and the virtio "
-                  f"queue), which hides their differences; the seed's normal-write column ({s_norm}) is set "
-                  "beside ours in the figure, not compared.")
+        normal = (
+            "Without oflag=direct the modes share the guest's own path (its page cache and the virtio "
+            f"queue), which hides their differences; the seed's normal-write column ({s_norm}) is set "
+            "beside ours in the figure, not compared."
+        )
     shrank = sp < op_ < 1
     vd = virtual_disk(D)
     _, _, disk = host_kind(D)
-    bare = sum(1 for hid in D.hosts if next((m.host.get("virtualization") for m in D.manifests
-                                              if m.host_id == hid), None) == "none")
-    measured = ("no bare-metal host has measured this chapter yet, so the cause is not measured" if not bare else
-                f"{bare} bare-metal host(s) measured this chapter (Hosts side by side, below)")
+    bare = sum(
+        1
+        for hid in D.hosts
+        if next((m.host.get("virtualization") for m in D.manifests if m.host_id == hid), None)
+        == "none"
+    )
+    measured = (
+        "no bare-metal host has measured this chapter yet, so the cause is not measured"
+        if not bare
+        else f"{bare} bare-metal host(s) measured this chapter (Hosts side by side, below)"
+    )
     if vd:
-        cause = (f"The quoted host's disk ({disk}) is a virtual disk whose flushes go to the hypervisor below "
-                 f"it. {'That may be why the penalty shrank; ' if shrank else ''}{measured}.")
+        cause = (
+            f"The quoted host's disk ({disk}) is a virtual disk whose flushes go to the hypervisor below "
+            f"it. {'That may be why the penalty shrank; ' if shrank else ''}{measured}."
+        )
     elif vd is False:
-        cause = (f"The quoted host runs on bare metal, so its fdatasync reaches a physical disk ({disk})"
-                 f"{'; the data do not say why the penalty shrank' if shrank else ''}.")
+        cause = (
+            f"The quoted host runs on bare metal, so its fdatasync reaches a physical disk ({disk})"
+            f"{'; the data do not say why the penalty shrank' if shrank else ''}."
+        )
     else:
-        cause = (f"Whether the quoted host's disk ({disk}) is emulated or passed through to it is not recorded"
-                 f"{', so the data do not say why the penalty shrank' if shrank else ''}.")
+        cause = (
+            f"Whether the quoted host's disk ({disk}) is emulated or passed through to it is not recorded"
+            f"{', so the data do not say why the penalty shrank' if shrank else ''}."
+        )
     out.update(normal_said=normal, pen_cause=cause, **accel_effect(D), **throttle(D))
     out.update(pen_sentence=pen)
     return out
@@ -260,21 +350,32 @@ def throttle(D) -> dict:
     vm = D.quoted.facts.get("vm_dirty") or {}
     ps, pc = D.samples, D.pc
     if not vm or ps is None or ps.empty or "memfree_kb" not in ps:
-        return {"throttle_said": "The dataset does not record the host's dirty-page limits, so whether they "
-                "throttled these writes is not known."}
+        return {
+            "throttle_said": "The dataset does not record the host's dirty-page limits, so whether they "
+            "throttled these writes is not known."
+        }
     bg = float(vm["dirty_background_ratio"])
     free = ps.memfree_kb.min() / 1024
     thr = bg / 100 * free
     peak = pc.dirty_peak_kb.max() / 1024
-    said = (f"Host Dirty peaked at {peak:,.0f} MiB during the guests' runs. The kernel starts background "
-            f"writeback at vm.dirty_background_ratio = {bg:g} % of its dirtyable memory (the free memory less "
-            "the kernel's reserves, plus the file cache), and throttles writers only above that: here about "
-            f"{thr:,.0f} MiB or more ({bg:g} % of the smallest MemFree sampled, {free:,.0f} MiB). ")
-    said += ("So the global dirty limits did not throttle these writes" if peak < thr / 2 else
-             "So the global dirty limits may have come into play; the chapter did not record throttling")
+    said = (
+        f"Host Dirty peaked at {peak:,.0f} MiB during the guests' runs. The kernel starts background "
+        f"writeback at vm.dirty_background_ratio = {bg:g} % of its dirtyable memory (the free memory less "
+        "the kernel's reserves, plus the file cache), and throttles writers only above that: here about "
+        f"{thr:,.0f} MiB or more ({bg:g} % of the smallest MemFree sampled, {free:,.0f} MiB). "
+    )
+    said += (
+        "So the global dirty limits did not throttle these writes"
+        if peak < thr / 2
+        else "So the global dirty limits may have come into play; the chapter did not record throttling"
+    )
     cont = D.quoted.host.get("container")
-    said += (f"; the host ran in a {cont} container, whose memory cgroup has dirty limits of its own that the "
-             "dataset does not record." if cont not in (None, "none") else ".")
+    said += (
+        f"; the host ran in a {cont} container, whose memory cgroup has dirty limits of its own that the "
+        "dataset does not record."
+        if cont not in (None, "none")
+        else "."
+    )
     return {"throttle_said": said}
 
 
@@ -284,8 +385,13 @@ def seed_environment(ref) -> dict:
 
     def after(key, end=","):
         return env.split(key)[1].split(end)[0] if key in env else "?"
-    return {"seed_qemu": after("qemu "), "seed_host_mem": after("host memory "),
-            "seed_guest_mem": after("guest memory "), "seed_dd_size": after("count=8K (", ")")}
+
+    return {
+        "seed_qemu": after("qemu "),
+        "seed_host_mem": after("host memory "),
+        "seed_guest_mem": after("guest memory "),
+        "seed_dd_size": after("count=8K (", ")"),
+    }
 
 
 def memory(D) -> dict:
@@ -297,25 +403,33 @@ def memory(D) -> dict:
         out[f"dirty_{m}"] = f"{mem.loc[m, 'dirty_growth_mib']:.1f}"
         out[f"wbk_{m}"] = f"{mem.loc[m, 'writeback_peak_mib']:.1f}"
         out[f"cg_{m}"] = f"{mem.loc[m, 'cached_growth_mib']:.1f}"
-    full = all(mem.loc[m, "image_resident_peak_mib"] >= 0.95 * mem.loc[m, "disk_mib"]
-               for m in ("writethrough", "writeback", "unsafe"))
+    full = all(
+        mem.loc[m, "image_resident_peak_mib"] >= 0.95 * mem.loc[m, "disk_mib"]
+        for m in ("writethrough", "writeback", "unsafe")
+    )
     ps = D.samples
     u = ps[ps["mode"] == "unsafe"]
     base = ps["mode"].map(mem["cached_base_kb"])
     noise = (ps.cached_kb - base - ps.image_resident_kb.fillna(0)).abs().max()
-    out.update(disk_mib=int(mem.disk_mib.max()), guest_copy=f"{(gb.guest_buffers_kb / 1024).median():.1f}",
-               pc_samples=int(pc.samples.min()),
-               res_note="in each case the whole disk" if full else "part of the disk",
-               dirty_last_unsafe=f"{(u.dirty_kb.iloc[-1] - mem.loc['unsafe', 'dirty_base_kb']) / 1024:.1f}",
-               cached_noise=f"{noise / 1024:.0f}")
+    out.update(
+        disk_mib=int(mem.disk_mib.max()),
+        guest_copy=f"{(gb.guest_buffers_kb / 1024).median():.1f}",
+        pc_samples=int(pc.samples.min()),
+        res_note="in each case the whole disk" if full else "part of the disk",
+        dirty_last_unsafe=f"{(u.dirty_kb.iloc[-1] - mem.loc['unsafe', 'dirty_base_kb']) / 1024:.1f}",
+        cached_noise=f"{noise / 1024:.0f}",
+    )
     return out
 
 
 def ranking(D) -> dict:
     """The three orderings, then and now, and the sentence on the speed orderings."""
     rk = V.rankings_table(D)
-    out = {"n_rk": len(rk), "rank_rel_pct": f"{100 * A.RANK_REL_TOL:g}",
-           "rank_mem_mib": f"{A.RANK_MEM_TOL_MIB:g}"}
+    out = {
+        "n_rk": len(rk),
+        "rank_rel_pct": f"{100 * A.RANK_REL_TOL:g}",
+        "rank_mem_mib": f"{A.RANK_MEM_TOL_MIB:g}",
+    }
     for i, r in rk.iterrows():
         out[f"rk_{i}_today"] = r["today"]
         out[f"rk_{i}_seed"] = r["2013 (seed)"]
@@ -332,7 +446,8 @@ def ranking(D) -> dict:
             f"In the two speed orderings that rest on the host's side (the guest's oflag=direct runs and the "
             f"host bench), {len(diffs)} pair comparisons differ from the seed's: {n_tie} where the seed saw "
             f"a step and today's figures are equal by the rule above, and {len(diffs) - n_tie} where today's "
-            f"order is reversed.")
+            f"order is reversed."
+        )
     return out
 
 
@@ -340,14 +455,20 @@ def hosts(D) -> dict:
     """The sentence on the hosts side by side."""
     CHB = V.host_compare(D)
     if len(CHB):
-        return {"host_cmp_sentence": (
-            f"Each host is compared with {CHB.baseline.iloc[0]} on the bench's raw writes per "
-            f"mode ({stats.COMPARE_METHOD}): {stats.significance_text(CHB)}. The environment diff above "
-            "lists the facts in which the hosts' manifests differ, QEMU's version among them.")}
-    return {"host_cmp_sentence": (
-        "Only one host has data for this chapter, so there is no second host to compare "
-        "with and no environment diff. Another host's dataset would appear in the figure and table above, "
-        "with a rank test per mode against this one.")}
+        return {
+            "host_cmp_sentence": (
+                f"Each host is compared with {CHB.baseline.iloc[0]} on the bench's raw writes per "
+                f"mode ({stats.COMPARE_METHOD}): {stats.significance_text(CHB)}. The environment diff above "
+                "lists the facts in which the hosts' manifests differ, QEMU's version among them."
+            )
+        }
+    return {
+        "host_cmp_sentence": (
+            "Only one host has data for this chapter, so there is no second host to compare "
+            "with and no environment diff. Another host's dataset would appear in the figure and table above, "
+            "with a rank test per mode against this one."
+        )
+    }
 
 
 def disk(D) -> dict:
@@ -360,16 +481,22 @@ def disk(D) -> dict:
     if wc == "write back":
         cache = f"The quoted host's disk reports a volatile write-back cache ({name}){below if vd else ''}."
     elif wc:
-        cache = (f"The quoted host's disk reports \"{wc}\" ({name}), that is, no volatile cache"
-                 f"{', though as a virtual disk it cannot show what the hypervisor below does' if vd else ''}.")
+        cache = (
+            f'The quoted host\'s disk reports "{wc}" ({name}), that is, no volatile cache'
+            f"{', though as a virtual disk it cannot show what the hypervisor below does' if vd else ''}."
+        )
     else:
         cache = "The dataset does not record whether the quoted host's disk has a volatile cache."
     if vd:
-        dur = (f"A sync that reaches the quoted host's disk ({name}) reaches a virtual disk. Whether the data "
-               "would survive a power cut depends on the hypervisor below, which cannot be seen from inside.")
+        dur = (
+            f"A sync that reaches the quoted host's disk ({name}) reaches a virtual disk. Whether the data "
+            "would survive a power cut depends on the hypervisor below, which cannot be seen from inside."
+        )
     elif vd is False:
-        dur = (f"A sync reaches the quoted host's physical disk ({name}); whether that disk's cache honours "
-               "it was not tested (no power was cut).")
+        dur = (
+            f"A sync reaches the quoted host's physical disk ({name}); whether that disk's cache honours "
+            "it was not tested (no power was cut)."
+        )
     else:
         dur = f"Whether the quoted host's disk ({name}) is virtual is not recorded, so where a sync lands is not known."
     return {"none_cache_said": cache, "durability_said": dur}
@@ -377,8 +504,16 @@ def disk(D) -> dict:
 
 def values(D) -> dict:
     """Every value the prose quotes."""
-    return {**method(D), **semantics(D), **bench(D), **guest(D), **memory(D), **ranking(D), **hosts(D),
-            **disk(D)}
+    return {
+        **method(D),
+        **semantics(D),
+        **bench(D),
+        **guest(D),
+        **memory(D),
+        **ranking(D),
+        **hosts(D),
+        **disk(D),
+    }
 
 
 # The sections the key findings and the platform banner read, not every value the prose quotes
@@ -388,5 +523,11 @@ key_values = sections(semantics, bench_rates, guest_rates, memory)
 
 def platform_notes(D) -> dict[str, list[str]]:
     """host_id -> the accelerator its QEMU guests ran under, for the platform banner."""
-    return per_host_note(D, key_values, lambda g: f"its QEMU guests ran under {g['accel']}"
-                         + (f" ({g['accel_note']})" if g.get("accel_note") else ""))
+    return per_host_note(
+        D,
+        key_values,
+        lambda g: (
+            f"its QEMU guests ran under {g['accel']}"
+            + (f" ({g['accel_note']})" if g.get("accel_note") else "")
+        ),
+    )

@@ -1,5 +1,6 @@
 """sched_callers: the analysis (frames in, frames out): callers per tracer, their agreement,
 the probe effect, and the chapter's Data subclass (CallersData)."""
+
 from __future__ import annotations
 
 import itertools
@@ -9,6 +10,7 @@ from scipy import stats as st
 
 from perfbook.analysis.stats import compare_frame, summarize_frame
 from perfbook.data.dataset import Data
+
 from .parse import TRACERS
 
 
@@ -38,18 +40,29 @@ def callers(stacks):
     """Per dataset, tracer, workload, entry and caller: switches and their share of the
     tracer's switches in that workload, and the top frames (the first stack seen)."""
     if stacks is None or not len(stacks):
-        return pd.DataFrame(columns=["dataset", "tracer", "workload", "entry", "caller", "count", "share", "top"])
+        return pd.DataFrame(
+            columns=["dataset", "tracer", "workload", "entry", "caller", "count", "share", "top"]
+        )
     df = stacks.copy()
-    df["stack"] = df["stack"].fillna("")   # a stack of tracing frames only is stored empty
+    df["stack"] = df["stack"].fillna("")  # a stack of tracing frames only is stored empty
     df[["entry", "caller"]] = pd.DataFrame([classify(s) for s in df["stack"]], index=df.index)
-    df["top"] = [" ← ".join([x for x in s.split(";") if x != "__schedule"][:4]) for s in df["stack"]]
+    df["top"] = [
+        " ← ".join([x for x in s.split(";") if x != "__schedule"][:4]) for s in df["stack"]
+    ]
     key = ["dataset", "tracer", "workload", "entry", "caller"]
-    top = (df.sort_values(["count", "top"], ascending=[False, True], kind="stable")   # ties: by name
-           .drop_duplicates(key).set_index(key)["top"])
+    top = (
+        df.sort_values(["count", "top"], ascending=[False, True], kind="stable")  # ties: by name
+        .drop_duplicates(key)
+        .set_index(key)["top"]
+    )
     g = df.groupby(key, as_index=False)["count"].sum()
     g["share"] = g["count"] / g.groupby(["dataset", "tracer", "workload"])["count"].transform("sum")
     g["top"] = [top.get(tuple(r)) for r in g[key].itertuples(index=False)]
-    return g.sort_values(["dataset", "tracer", "workload", "count"], ascending=[True, True, True, False], kind="stable")
+    return g.sort_values(
+        ["dataset", "tracer", "workload", "count"],
+        ascending=[True, True, True, False],
+        kind="stable",
+    )
 
 
 def callers_of(D):
@@ -78,7 +91,12 @@ def callers_wide(D, workload: str, n: int = 10, dataset: str | None = None):
     if c.empty:
         return c
     c = c.assign(caller_of=[label(e, k) for e, k in zip(c.entry, c.caller)])
-    w = c.pivot_table(index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0) * 100
+    w = (
+        c.pivot_table(
+            index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0
+        )
+        * 100
+    )
     w = w[[t for t in STACK_TRACERS if t in w.columns]]
     return w.loc[w.mean(axis=1).sort_values(ascending=False, kind="stable").index[:n]].round(1)
 
@@ -95,19 +113,45 @@ def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None =
     tracer never saw: 0)."""
     c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
-    c = c[(c.dataset == ds) & ((c.workload == workload) if workload else True)].assign(caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)])
+    c = c[(c.dataset == ds) & ((c.workload == workload) if workload else True)].assign(
+        caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)]
+    )
     rows = []
     for wl, g in c.groupby("workload"):
-        shares = g.pivot_table(index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0)
+        shares = g.pivot_table(
+            index="caller_of", columns="tracer", values="share", aggfunc="sum", fill_value=0.0
+        )
         for a, b in itertools.combinations([t for t in STACK_TRACERS if t in shares.columns], 2):
             keys = {*_largest(shares[a], n), *_largest(shares[b], n)}
             x, y = shares.loc[sorted(keys), a], shares.loc[sorted(keys), b]
             rho, tau = st.spearmanr(x, y).statistic, st.kendalltau(x, y).statistic
-            rows.append({"workload": wl, "tracer_a": a, "tracer_b": b, "callers": len(keys),
-                         "spearman": rho, "kendall": tau,
-                         "same_top": x.idxmax() == y.idxmax(), "top_a": x.idxmax(), "top_b": y.idxmax()})
-    return pd.DataFrame(rows, columns=["workload", "tracer_a", "tracer_b", "callers", "spearman", "kendall",
-                                       "same_top", "top_a", "top_b"])
+            rows.append(
+                {
+                    "workload": wl,
+                    "tracer_a": a,
+                    "tracer_b": b,
+                    "callers": len(keys),
+                    "spearman": rho,
+                    "kendall": tau,
+                    "same_top": x.idxmax() == y.idxmax(),
+                    "top_a": x.idxmax(),
+                    "top_b": y.idxmax(),
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "workload",
+            "tracer_a",
+            "tracer_b",
+            "callers",
+            "spearman",
+            "kendall",
+            "same_top",
+            "top_a",
+            "top_b",
+        ],
+    )
 
 
 def probe_effect(runs):
@@ -116,10 +160,29 @@ def probe_effect(runs):
     s = summarize_frame(runs, ["dataset", "tracer"], "seconds")
     c = compare_frame(runs, by="tracer", value="seconds", baseline="none", within="dataset")
     if len(c):
-        s = s.merge(c[["dataset", "tracer", "rel_shift", "rel_low", "rel_high", "p_value", "cliffs_delta",
-                       "significant", "verdict"]], on=["dataset", "tracer"], how="left")
+        s = s.merge(
+            c[
+                [
+                    "dataset",
+                    "tracer",
+                    "rel_shift",
+                    "rel_low",
+                    "rel_high",
+                    "p_value",
+                    "cliffs_delta",
+                    "significant",
+                    "verdict",
+                ]
+            ],
+            on=["dataset", "tracer"],
+            how="left",
+        )
     order = {t: i for i, t in enumerate(TRACERS)}
-    return s.sort_values(["dataset", "tracer"], key=lambda x: x.map(order) if x.name == "tracer" else x, kind="stable")
+    return s.sort_values(
+        ["dataset", "tracer"],
+        key=lambda x: x.map(order) if x.name == "tracer" else x,
+        kind="stable",
+    )
 
 
 def dataset_key(m) -> str:
@@ -129,7 +192,12 @@ def dataset_key(m) -> str:
 def top_caller(D, workload: str, tracer: str, dataset: str | None = None):
     c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
-    c = c[(c.dataset == ds) & (c.workload == workload) & (c.tracer == tracer) & (c.entry == "schedule")]
+    c = c[
+        (c.dataset == ds)
+        & (c.workload == workload)
+        & (c.tracer == tracer)
+        & (c.entry == "schedule")
+    ]
     if c.empty:
         return None
     r = c.sort_values("count", ascending=False, kind="stable").iloc[0]

@@ -31,6 +31,7 @@ perf, where it finds debug info for the kernel (--inline is on by default), list
 functions at that address first and that same out-of-line function after them. Dropping the
 inlined entries gives every tracer the same caller.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,10 +45,10 @@ from perfbook.probes import ftrace
 TRACERS: dict[str, str] = {
     "none": "nothing armed (the baseline of the probe effect)",
     "ftrace_function": "function tracer in a private instance, set_ftrace_filter=schedule, "
-                       "options/func_stack_trace",
+    "options/func_stack_trace",
     "ftrace_hist": "hist trigger on sched:sched_switch keyed on the kernel stack (in-kernel counting)",
     "ftrace_trigger": "`stacktrace` trigger on sched:sched_switch: one stack per switch into a "
-                      "private instance's ring buffer",
+    "private instance's ring buffer",
     "bpftrace": "bpftrace: tracepoint:sched:sched_switch { @[kstack(N)] = count(); }",
     "perf": "perf record -a -g -e sched:sched_switch, then perf script",
     "dynevent": "fprobe or kprobe dynamic event on schedule with a stack trace",
@@ -59,14 +60,24 @@ WORKLOADS: dict[str, str] = {
     "sleep": "sleep 1 (the seed's first workload: an idle machine for one second)",
     "dd": "dd of a few MiB from /dev/zero to a scratch file with conv=fsync (a write and a flush)",
     "hackbench": "hackbench -g N from rt-tests (the seed's second workload: N groups of 20 "
-                 "senders and 20 receivers over sockets)",
+    "senders and 20 receivers over sockets)",
 }
 EXPERIMENT = "hackbench seconds"
 
 # frames a tracer's own machinery puts above the scheduler: dropped before counting
-TRACING_FRAMES = ("trace_event_raw_event_", "__traceiter_", "perf_trace_", "__bpf_trace_",
-                  "bpf_trace_run", "__perf_event_overflow", "perf_tp_event", "event_triggers_call",
-                  "trace_event_buffer_commit", "stacktrace_trigger", "__trace_stack")
+TRACING_FRAMES = (
+    "trace_event_raw_event_",
+    "__traceiter_",
+    "perf_trace_",
+    "__bpf_trace_",
+    "bpf_trace_run",
+    "__perf_event_overflow",
+    "perf_tp_event",
+    "event_triggers_call",
+    "trace_event_buffer_commit",
+    "stacktrace_trigger",
+    "__trace_stack",
+)
 
 # entry points into __schedule(): the function that called it
 ENTRIES = {
@@ -84,7 +95,7 @@ UNKNOWN = "[unknown]"
 TRAMPOLINE = "[FTRACE TRAMPOLINE]"
 INLINED = " (inlined)"
 _OFFSET = re.compile(r"\+(?:0x[0-9a-f]+(?:/0x[0-9a-f]+)?|\d+)$")
-_SUFFIX = re.compile(r"\s+(?:\[[^\]]*\]|\([^)]*\))$")     # " [mod]" (kernel), " (dso)" (perf)
+_SUFFIX = re.compile(r"\s+(?:\[[^\]]*\]|\([^)]*\))$")  # " [mod]" (kernel), " (dso)" (perf)
 _ADDRESS = re.compile(r"^(?:0x[0-9a-f]+|\[0x[0-9a-f]+\]|\[unknown\])$")
 
 
@@ -109,7 +120,7 @@ def cut(frames, depth: int, traced: str | None = None) -> tuple[str, ...]:
     if traced is not None and names and names[0] != traced:
         names = [traced, *names]
     if "__schedule" in names:
-        names = names[names.index("__schedule"):]
+        names = names[names.index("__schedule") :]
     return tuple(names[:depth])
 
 
@@ -187,7 +198,7 @@ def perf_stacks(text: str, depth: int) -> Counter:
     out: Counter = Counter()
     frames, inside, kernel = [], False, False
     for line in text.splitlines() + [""]:
-        if not line.strip() or not line[0].isspace():    # a blank line or the next header
+        if not line.strip() or not line[0].isspace():  # a blank line or the next header
             if inside:
                 out[cut(frames, depth)] += 1
             frames, inside = [], bool(line.strip()) and "sched_switch" in line
@@ -196,7 +207,7 @@ def perf_stacks(text: str, depth: int) -> Counter:
             kernel = ip.lower().startswith("ffff")
             if kernel:
                 frames.append(sym)
-        elif inside and kernel and line.rstrip().endswith(INLINED) and frames:    # its srcline
+        elif inside and kernel and line.rstrip().endswith(INLINED) and frames:  # its srcline
             frames[-1] += INLINED
     return out
 

@@ -1,20 +1,38 @@
 """sched_callers: every value the prose quotes (values(D)), formatted as it shows."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from perfbook.data import machine
-from .analysis import STACK_TRACERS, agreement, callers_of, dataset_key, probe_effect, top_caller, tracers_with_stacks
+
+from .analysis import (
+    STACK_TRACERS,
+    agreement,
+    callers_of,
+    dataset_key,
+    probe_effect,
+    top_caller,
+    tracers_with_stacks,
+)
 
 
 def values(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     q = D.quoted
     ds, p = dataset_key(q), q["parameters"]
-    f = {"n_datasets": len(D), "n_hosts": len(D.hosts), "newest_host": q.host_id,
-         "newest_kernel": q["host"]["kernel_release"], "newest_date": q["started"][:10],
-         "p_groups": p["hackbench_groups"], "p_loops": p["hackbench_loops"], "p_runs": p["hackbench_runs"],
-         "p_depth": p["stack_depth"], "p_dd_mib": p["dd_mib"]}
+    f = {
+        "n_datasets": len(D),
+        "n_hosts": len(D.hosts),
+        "newest_host": q.host_id,
+        "newest_kernel": q["host"]["kernel_release"],
+        "newest_date": q["started"][:10],
+        "p_groups": p["hackbench_groups"],
+        "p_loops": p["hackbench_loops"],
+        "p_runs": p["hackbench_runs"],
+        "p_depth": p["stack_depth"],
+        "p_dd_mib": p["dd_mib"],
+    }
     have = tracers_with_stacks(D)
     f["tracers_used"] = ", ".join(have) or "none"
     f["tracers_skipped"] = ", ".join(k for k in q.get("skipped", {})) or "none"
@@ -28,12 +46,18 @@ def values(D) -> dict:
     idle = ent[ent.entry == "schedule_idle"]
     f["idle_callers"] = ", ".join(sorted(set(idle.caller))) or "not seen"
     f["idle_n"] = f"{int(idle['count'].sum()):,}"
-    f["idle_direct"] = int(ent[(ent.entry == "schedule") & ent.caller.isin(("do_idle", "cpu_startup_entry"))]["count"].sum())
+    f["idle_direct"] = int(
+        ent[(ent.entry == "schedule") & ent.caller.isin(("do_idle", "cpu_startup_entry"))][
+            "count"
+        ].sum()
+    )
     f["all_n"] = f"{int(ent['count'].sum()):,}"
     for wl in ("sleep", "dd", "hackbench"):
         tops = {t: top_caller(D, wl, t) for t in have}
         tops = {t: v for t, v in tops.items() if v}
-        f[f"top_{wl}"] = "; ".join(f"{t}: {c} ({100 * s:.0f} %)" for t, (c, s) in tops.items()) or "n/a"
+        f[f"top_{wl}"] = (
+            "; ".join(f"{t}: {c} ({100 * s:.0f} %)" for t, (c, s) in tops.items()) or "n/a"
+        )
     ag = agreement(D)
     for wl in ("sleep", "dd", "hackbench"):
         a = ag[ag.workload == wl]
@@ -45,8 +69,10 @@ def values(D) -> dict:
     for t in pe.index:
         if t != "none" and "rel_shift" in pe.columns:
             r = pe.loc[t]
-            f[f"slow_{t}"] = (f"{100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to "
-                              f"{100 * r.rel_high:+.1f} %)")
+            f[f"slow_{t}"] = (
+                f"{100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to "
+                f"{100 * r.rel_high:+.1f} %)"
+            )
     for part in (session_sizes, repetition_findings, host_findings, skipped_findings):
         f.update(part(D))
     ref = D.reference("sched_callers")
@@ -65,8 +91,13 @@ def session_sizes(D, dataset: str | None = None) -> dict:
     for wl in ("sleep", "dd", "hackbench"):
         g = ses[ses.workload == wl].groupby("tracer")[["events", "wall_s"]].median()
         order = [t for t in STACK_TRACERS if t in g.index]
-        out[f"sessions_{wl}"] = "; ".join(f"{t} {g.loc[t, 'events']:,.0f} switches in {g.loc[t, 'wall_s']:.1f} s"
-                                          for t in order) or "not measured"
+        out[f"sessions_{wl}"] = (
+            "; ".join(
+                f"{t} {g.loc[t, 'events']:,.0f} switches in {g.loc[t, 'wall_s']:.1f} s"
+                for t in order
+            )
+            or "not measured"
+        )
     return out
 
 
@@ -76,8 +107,12 @@ def repetition_findings(D) -> dict:
     p = q["parameters"]
     rep = D["repetition"]
     rep = rep[rep.dataset == dataset_key(q)]
-    out = {"p_rep_target": f"{100 * p['rep_target']:g}", "p_rep_min": p["rep_min_runs"],
-           "p_rep_max": p["rep_max_runs"], "p_rep_budget": f"{p['rep_budget_s']:.0f}"}
+    out = {
+        "p_rep_target": f"{100 * p['rep_target']:g}",
+        "p_rep_min": p["rep_min_runs"],
+        "p_rep_max": p["rep_max_runs"],
+        "p_rep_budget": f"{p['rep_budget_s']:.0f}",
+    }
     if len(rep):
         out["rep_stop"] = ", ".join(sorted(set(rep.stopped_by))).replace("_", " ")
         out["rep_width_range"] = interval_widths(rep)
@@ -93,13 +128,18 @@ def interval_widths(rep) -> str:
     are ordered by the tracer's name, so the rows' order does not matter. A width that could
     not be estimated is said to be so, with why, never printed as nan: a key with one round has
     no interval, and one whose median is 0 has no relative width."""
-    ok = rep[np.isfinite(rep.rel_ci_width.astype(float))].sort_values(["rel_ci_width", "key"], kind="stable")
+    ok = rep[np.isfinite(rep.rel_ci_width.astype(float))].sort_values(
+        ["rel_ci_width", "key"], kind="stable"
+    )
     parts = []
     if len(ok):
         lo, hi = ok.iloc[0], ok.iloc[-1]
-        parts.append(f"{100 * lo.rel_ci_width:.0f} % ({lo.key}) of the median" if len(ok) == 1 else
-                     f"from {100 * lo.rel_ci_width:.0f} % ({lo.key}) to {100 * hi.rel_ci_width:.0f} % "
-                     f"({hi.key}) of the median")
+        parts.append(
+            f"{100 * lo.rel_ci_width:.0f} % ({lo.key}) of the median"
+            if len(ok) == 1
+            else f"from {100 * lo.rel_ci_width:.0f} % ({lo.key}) to {100 * hi.rel_ci_width:.0f} % "
+            f"({hi.key}) of the median"
+        )
     bad = rep.drop(ok.index)
     for why, g in bad.groupby(bad.n < 2):
         reason = "one round: no interval" if why else "a median of 0: no relative width"
@@ -115,12 +155,16 @@ def host_findings(D) -> dict:
         hosts[m["host"]["host_id"]] = machine.short_kind(m["host"])
     names = ", ".join(f"{h} ({k})" for h, k in hosts.items())
     if len(hosts) < 2:
-        s = (f"So far only {names} has measured it; another host's dataset would add its own rows "
-             "to the probe-effect table and figure.")
+        s = (
+            f"So far only {names} has measured it; another host's dataset would add its own rows "
+            "to the probe-effect table and figure."
+        )
     else:
-        s = (f"{len(hosts)} hosts have measured this chapter: {names}. The table below lists the facts in "
-             "which their newest manifests differ. Each host's slowdowns are measured against its own untraced "
-             "runs.")
+        s = (
+            f"{len(hosts)} hosts have measured this chapter: {names}. The table below lists the facts in "
+            "which their newest manifests differ. Each host's slowdowns are measured against its own untraced "
+            "runs."
+        )
     return {"host_sentence": s}
 
 

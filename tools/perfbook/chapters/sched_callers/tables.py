@@ -1,5 +1,6 @@
 """sched_callers: the tables the page shows (D -> DataFrame), and the chapter's columns of the
 runs table."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -13,8 +14,11 @@ def run_columns(m, data) -> dict:
     q = m["parameters"]
     r = data["runs"]
     n = r[r.dataset == dataset_key(m)]["round"].nunique() if len(r) else 0
-    return {"rounds": n, "hackbench": f"-g {q['hackbench_groups']} -l {q['hackbench_loops']} "
-                                      f"× {q['hackbench_runs']} per round"}
+    return {
+        "rounds": n,
+        "hackbench": f"-g {q['hackbench_groups']} -l {q['hackbench_loops']} "
+        f"× {q['hackbench_runs']} per round",
+    }
 
 
 def callers_table(D, workload: str):
@@ -33,8 +37,16 @@ def entries_table(D, dataset: str | None = None):
     c = callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[c.dataset == ds]
-    t = c.pivot_table(index=["workload", "entry"], columns="tracer", values="share", aggfunc="sum",
-                      fill_value=0.0) * 100
+    t = (
+        c.pivot_table(
+            index=["workload", "entry"],
+            columns="tracer",
+            values="share",
+            aggfunc="sum",
+            fill_value=0.0,
+        )
+        * 100
+    )
     t = t[[x for x in STACK_TRACERS if x in t.columns]].round(1)
     t["what"] = [ENTRIES.get(e, "") for _, e in t.index]
     return t
@@ -42,13 +54,34 @@ def entries_table(D, dataset: str | None = None):
 
 def probe_table(D):
     t = probe_effect(D["runs"])
-    t = t[["dataset", "tracer", "n", "median", "ci_low", "ci_high", "rel_shift", "rel_low", "rel_high",
-           "cliffs_delta", "p_value"]].copy()
+    t = t[
+        [
+            "dataset",
+            "tracer",
+            "n",
+            "median",
+            "ci_low",
+            "ci_high",
+            "rel_shift",
+            "rel_low",
+            "rel_high",
+            "cliffs_delta",
+            "p_value",
+        ]
+    ].copy()
     for c in ("rel_shift", "rel_low", "rel_high"):
         t[c] = (t[c] * 100).round(1)
-    t = t.rename(columns={"median": "median_s", "rel_shift": "slowdown_%", "rel_low": "slowdown_lo_%",
-                          "rel_high": "slowdown_hi_%"})
-    return t.round({"median_s": 3, "ci_low": 3, "ci_high": 3, "cliffs_delta": 2, "p_value": 4}).reset_index(drop=True)
+    t = t.rename(
+        columns={
+            "median": "median_s",
+            "rel_shift": "slowdown_%",
+            "rel_low": "slowdown_lo_%",
+            "rel_high": "slowdown_hi_%",
+        }
+    )
+    return t.round(
+        {"median_s": 3, "ci_low": 3, "ci_high": 3, "cliffs_delta": 2, "p_value": 4}
+    ).reset_index(drop=True)
 
 
 def seed_beside_ours(D, dataset: str | None = None):
@@ -64,9 +97,16 @@ def seed_beside_ours(D, dataset: str | None = None):
         tot = g["count"].sum()
         ours = c[c.workload == wl]
         for r in g.to_dict("records"):
-            today = names.loc[r["caller"], "name_today"] if r["caller"] in names.index else r["caller"]
-            row = {"workload": wl, "caller (3.x)": r["caller"], "count 2012": int(r["count"]),
-                   "share 2012 %": round(100 * r["count"] / tot, 1), "today": today}
+            today = (
+                names.loc[r["caller"], "name_today"] if r["caller"] in names.index else r["caller"]
+            )
+            row = {
+                "workload": wl,
+                "caller (3.x)": r["caller"],
+                "count 2012": int(r["count"]),
+                "share 2012 %": round(100 * r["count"] / tot, 1),
+                "today": today,
+            }
             for t in STACK_TRACERS:
                 ot = ours[ours.tracer == t]
                 if len(ot):

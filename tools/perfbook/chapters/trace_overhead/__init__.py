@@ -1,13 +1,14 @@
 """Chapter 'trace_overhead': what one user-space trace point costs.
 
-  collect.py       measure(ctx): arms each mechanism around the C harness and times it
-  parse.py         the mechanisms and the sanity bound; the harness's and perf's output
-  analysis.py      costs, overheads, the step decomposition, the published benchmarks (TraceData)
-  figures.py       the costs, the seed comparison, the published benchmarks
-  tables.py        the tables, the runs table's columns
-  prose.py         every value the prose quotes
-  key_findings.py  the key findings
+collect.py       measure(ctx): arms each mechanism around the C harness and times it
+parse.py         the mechanisms and the sanity bound; the harness's and perf's output
+analysis.py      costs, overheads, the step decomposition, the published benchmarks (TraceData)
+figures.py       the costs, the seed comparison, the published benchmarks
+tables.py        the tables, the runs table's columns
+prose.py         every value the prose quotes
+key_findings.py  the key findings
 """
+
 from __future__ import annotations
 
 import os
@@ -15,6 +16,7 @@ import os
 from perfbook.core.errors import ParameterError
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.hoststate.tracefs import preflight as tracefs_preflight
+
 from .parse import DEFAULT_MECHANISMS, MECHANISMS
 
 _COMMON = {"mechanisms": None, "pin_cpu": "auto", "seed": 1, "rounds": None}
@@ -34,47 +36,97 @@ class TraceOverhead(Chapter):
     # 14 s budget gives 3 rounds (a fourth would overrun it) and the chapter about 15 s
     # (plan_s). No warm-up round: every run already starts with `warmup` untimed
     # batches; `full` keeps two.
-    plan_s = {"quick": 5, "default": 15}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 5,
+        "default": 15,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick":   {"iterations": 2000, "batches": 3, "warmup": 1, "rep_target": 0.05,
-                    "rep_min_runs": 2, "rep_max_runs": 2, "rep_budget_s": 30.0, "rep_warmup": 0, **_COMMON},
-        "default": {"iterations": 4000, "batches": 10, "warmup": 2, "rep_target": 0.05,
-                    "rep_min_runs": 6, "rep_max_runs": 30, "rep_budget_s": 14.0, "rep_warmup": 0, **_COMMON},
-        "full":    {"iterations": 100000, "batches": 20, "warmup": 3, "rep_target": 0.02,
-                    "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 600.0, "rep_warmup": 2, **_COMMON},
+        "quick": {
+            "iterations": 2000,
+            "batches": 3,
+            "warmup": 1,
+            "rep_target": 0.05,
+            "rep_min_runs": 2,
+            "rep_max_runs": 2,
+            "rep_budget_s": 30.0,
+            "rep_warmup": 0,
+            **_COMMON,
+        },
+        "default": {
+            "iterations": 4000,
+            "batches": 10,
+            "warmup": 2,
+            "rep_target": 0.05,
+            "rep_min_runs": 6,
+            "rep_max_runs": 30,
+            "rep_budget_s": 14.0,
+            "rep_warmup": 0,
+            **_COMMON,
+        },
+        "full": {
+            "iterations": 100000,
+            "batches": 20,
+            "warmup": 3,
+            "rep_target": 0.02,
+            "rep_min_runs": 10,
+            "rep_max_runs": 100,
+            "rep_budget_s": 600.0,
+            "rep_warmup": 2,
+            **_COMMON,
+        },
     }
     params = {
         "iterations": Param(int, min=1, help="calls per timed batch"),
         "batches": Param(int, min=1, help="timed batches per run"),
         "warmup": Param(int, min=0, help="untimed batches before the timed ones, in every run"),
         **repetition_params("rep_"),
-        "rounds": Param(int, min=1, nullable=True, help="a fixed number of rounds (sets both run bounds)"),
-        "mechanisms": Param(list, choices=tuple(MECHANISMS), nullable=True, help="a subset of the mechanisms"),
+        "rounds": Param(
+            int, min=1, nullable=True, help="a fixed number of rounds (sets both run bounds)"
+        ),
+        "mechanisms": Param(
+            list, choices=tuple(MECHANISMS), nullable=True, help="a subset of the mechanisms"
+        ),
         "pin_cpu": Param(object, nullable=True, help="'auto', -1 (no pinning) or a CPU number"),
         "seed": Param(int, help="seed of the shuffled mechanism order"),
     }
     tables = {
-        "samples": Table(round="int", position="int", mechanism="str", batch="int", iters="int",
-                         ns="int", timer_ns="int", ns_per_call="float"),
+        "samples": Table(
+            round="int",
+            position="int",
+            mechanism="str",
+            batch="int",
+            iters="int",
+            ns="int",
+            timer_ns="int",
+            ns_per_call="float",
+        ),
         "checks": Table(round="int", mechanism="str", expected_hits="int", observed_hits="int"),
         "repetition": REPETITION,
     }
     reference = ("trace_overhead",)
 
-    needs_tools = {"cc": "gcc"}   # the probench harness
+    needs_tools = {"cc": "gcc"}  # the probench harness
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: scipy (seconds); doctor imports every __init__
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
         repetition_settings(p, "rep_")
         mechs = p["mechanisms"] or list(DEFAULT_MECHANISMS)
-        p["mechanisms"] = list(dict.fromkeys(["none", *mechs]))  # every comparison needs the baseline
+        p["mechanisms"] = list(
+            dict.fromkeys(["none", *mechs])
+        )  # every comparison needs the baseline
         cpu, ncpu = p["pin_cpu"], os.cpu_count() or 1
         if cpu == "auto":
             cpu = ncpu - 1
-        if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or not -1 <= cpu < ncpu):
-            raise ParameterError(f"pin_cpu must be 'auto', -1 (no pinning) or a CPU in 0..{ncpu - 1}, got {cpu!r}")
+        if cpu is not None and (
+            isinstance(cpu, bool) or not isinstance(cpu, int) or not -1 <= cpu < ncpu
+        ):
+            raise ParameterError(
+                f"pin_cpu must be 'auto', -1 (no pinning) or a CPU in 0..{ncpu - 1}, got {cpu!r}"
+            )
         p["pin_cpu"] = -1 if cpu is None else cpu
 
     def preflight(self) -> list[str]:

@@ -1,6 +1,7 @@
 """trace_overhead: the analysis (frames in, frames out): per-call costs, overheads, the step
 decomposition, the host comparison, the published bare-metal benchmarks, and the chapter's Data
 subclass (TraceData)."""
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,11 @@ def summary_table(samples):
 def round_cv(samples):
     """Coefficient of variation of the per-round medians, per host and mechanism."""
     med = samples.groupby(["dataset", "mechanism", "round"])["ns_per_call"].median().reset_index()
-    return (med.groupby(["dataset", "mechanism"])["ns_per_call"]
-               .agg(rounds="count", cv=cv).reset_index())
+    return (
+        med.groupby(["dataset", "mechanism"])["ns_per_call"]
+        .agg(rounds="count", cv=cv)
+        .reset_index()
+    )
 
 
 def overhead_table(samples, baseline: str = "none"):
@@ -42,9 +46,12 @@ def overhead_table(samples, baseline: str = "none"):
     distribution-free 95 % CI, the Mann-Whitney p-value, Cliff's delta and a verdict
     that says "not significant" where it is not.
     """
-    t = compare_frame(samples, by="mechanism", value="ns_per_call", baseline=baseline,
-                      within="dataset")
-    return t.rename(columns={"shift": "overhead_ns", "shift_low": "ci_low", "shift_high": "ci_high"})
+    t = compare_frame(
+        samples, by="mechanism", value="ns_per_call", baseline=baseline, within="dataset"
+    )
+    return t.rename(
+        columns={"shift": "overhead_ns", "shift_low": "ci_low", "shift_high": "ci_high"}
+    )
 
 
 def dataset_key(m: dict) -> str:
@@ -76,13 +83,27 @@ def decompose(samples, keys=None):
     rows = []
     for key, step, expr in STEPS if keys is None else [s for s in STEPS if s[0] in keys]:
         a, b = (x.strip() for x in expr.split("-"))
-        row = {"key": key, "step": step, "computed as": expr, "ns": math.nan,
-               "ci_low": math.nan, "ci_high": math.nan, "p_value": math.nan, "verdict": "not measured"}
+        row = {
+            "key": key,
+            "step": step,
+            "computed as": expr,
+            "ns": math.nan,
+            "ci_low": math.nan,
+            "ci_high": math.nan,
+            "p_value": math.nan,
+            "verdict": "not measured",
+        }
         if a in by and b in by and len(by[a]) > 1 and len(by[b]) > 1:
             c = compare(by[a], by[b], names=(a, b))
-            row.update(ns=c.shift, ci_low=c.shift_low, ci_high=c.shift_high, p_value=c.p_value,
-                       verdict="not significant" if not c.significant else
-                       f"significant, {c.magnitude} effect")
+            row.update(
+                ns=c.shift,
+                ci_low=c.shift_low,
+                ci_high=c.shift_high,
+                p_value=c.p_value,
+                verdict="not significant"
+                if not c.significant
+                else f"significant, {c.magnitude} effect",
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -95,8 +116,14 @@ def host_comparison(samples, manifests, mechanisms=("marker", "uprobe")):
     ref = quoted(manifests)
     sel = only_shown(samples, manifests)
     sel = sel[sel.mechanism.isin(mechanisms)]
-    return compare_frame(sel, by="host_id", value="ns_per_call", baseline=ref["host"]["host_id"],
-                         within="mechanism", pair_check=host_pairs(manifests))
+    return compare_frame(
+        sel,
+        by="host_id",
+        value="ns_per_call",
+        baseline=ref["host"]["host_id"],
+        within="mechanism",
+        pair_check=host_pairs(manifests),
+    )
 
 
 def caption_for(samples, manifests, what: str, ci: bool = True, extra: str = "") -> str:
@@ -109,8 +136,15 @@ def caption_for(samples, manifests, what: str, ci: bool = True, extra: str = "")
         wr = q.get("rep_warmup", 0)
         # untimed batches of every run, and whole warm-up rounds (timed, then dropped)
         excluded.append((rounds + wr) * q["warmup"] + wr * q["batches"])
-    return caption(what, n=n.to_numpy(), unit="batches", warmup=excluded,
-                   hosts=hosts_of(manifests), ci=ci, extra=extra)
+    return caption(
+        what,
+        n=n.to_numpy(),
+        unit="batches",
+        warmup=excluded,
+        hosts=hosts_of(manifests),
+        ci=ci,
+        extra=extra,
+    )
 
 
 def rounds_of(D):
@@ -118,16 +152,25 @@ def rounds_of(D):
     return D["samples"].groupby("dataset")["round"].nunique()
 
 
-BAREMETAL = "trace_overhead_baremetal"   # data/reference/trace_overhead_baremetal.csv
+BAREMETAL = "trace_overhead_baremetal"  # data/reference/trace_overhead_baremetal.csv
 
 
 # the published benchmark's variant -> the row it is shown in (the probed instruction)
-VARIANTS = {"uprobe-ret": "uprobe on `ret`", "uprobe-push": "uprobe on `push %rbp`",
-            "uprobe-nop5": "uprobe on a 5-byte nop", "uretprobe-ret": "uretprobe on `ret`"}
+VARIANTS = {
+    "uprobe-ret": "uprobe on `ret`",
+    "uprobe-push": "uprobe on `push %rbp`",
+    "uprobe-nop5": "uprobe on a 5-byte nop",
+    "uretprobe-ret": "uretprobe on `ret`",
+}
 
 
-OUR_VARIANT = {"uprobe": "uprobe-ret", "uprobe_push": "uprobe-push", "uprobe_nop5": "uprobe-nop5",
-               "uretprobe": "uretprobe-ret", "bpf_uprobe": "uprobe-ret"}
+OUR_VARIANT = {
+    "uprobe": "uprobe-ret",
+    "uprobe_push": "uprobe-push",
+    "uprobe_nop5": "uprobe-nop5",
+    "uretprobe": "uretprobe-ret",
+    "bpf_uprobe": "uprobe-ret",
+}
 
 
 def host_runs(D, host_id: str) -> list:
@@ -159,8 +202,10 @@ def published(D):
     ref = D.reference(BAREMETAL, dtype={"our_mechanism": str, "value": str, "plus_minus": str})
     ref["our_mechanism"] = ref["our_mechanism"].fillna("")
     ref["rate"] = ref["value"].astype(float)
-    ref["ns_per_hit"] = 1000.0 / ref["rate"]                    # M hits/s -> ns per hit
-    ref["machine"] = [f"{c.split(' (')[0].split(' @')[0]} ({d[:4]})" for c, d in zip(ref.cpu, ref.date)]
+    ref["ns_per_hit"] = 1000.0 / ref["rate"]  # M hits/s -> ns per hit
+    ref["machine"] = [
+        f"{c.split(' (')[0].split(' @')[0]} ({d[:4]})" for c, d in zip(ref.cpu, ref.date)
+    ]
     return ref
 
 
@@ -173,8 +218,13 @@ def published_current(D):
     rows = []
     for (machine, source), g in ref.groupby(["machine", "source"], sort=False):
         ns = g.set_index("bench_mechanism").ns_per_hit
-        row = {"machine": machine, "source": source, "cpu": g.cpu.iloc[0], "date": g.date.iloc[0],
-               **{k: ns.get(k, float("nan")) for k in VARIANTS}}
+        row = {
+            "machine": machine,
+            "source": source,
+            "cpu": g.cpu.iloc[0],
+            "date": g.date.iloc[0],
+            **{k: ns.get(k, float("nan")) for k in VARIANTS},
+        }
         row["sstep"] = row["uprobe-ret"] - row["uprobe-push"]
         row["ret_push"] = row["uprobe-ret"] / row["uprobe-push"]
         rows.append(row)
@@ -182,9 +232,11 @@ def published_current(D):
 
 
 # rows of the comparison: (our mechanism or step, the published variant, what it is)
-COMPARED = [("bpf_uprobe", "uprobe-ret", "uprobe on ret, BPF count"),
-            ("uprobe", "uprobe-ret", "uprobe on ret, ftrace event"),
-            ("uprobe_push", "uprobe-push", "uprobe on push %rbp, ftrace event"),
-            ("uprobe_nop5", "uprobe-nop5", "uprobe on a 5-byte nop, ftrace event"),
-            ("uretprobe", "uretprobe-ret", "uretprobe on ret, ftrace event"),
-            ("sstep", "sstep", "single step (ret minus push)")]
+COMPARED = [
+    ("bpf_uprobe", "uprobe-ret", "uprobe on ret, BPF count"),
+    ("uprobe", "uprobe-ret", "uprobe on ret, ftrace event"),
+    ("uprobe_push", "uprobe-push", "uprobe on push %rbp, ftrace event"),
+    ("uprobe_nop5", "uprobe-nop5", "uprobe on a 5-byte nop, ftrace event"),
+    ("uretprobe", "uretprobe-ret", "uretprobe on ret, ftrace event"),
+    ("sstep", "sstep", "single step (ret minus push)"),
+]

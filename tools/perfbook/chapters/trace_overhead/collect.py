@@ -8,6 +8,7 @@ interleave the mechanisms in a shuffled order so that drift does not favour one 
 and repeat adaptively (perfbook.analysis.repetition.Repetition) until every mechanism's median is tight
 enough or the time budget is spent; the `repetition` table records which rule stopped them.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,13 +21,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfbook.hoststate import bpftrace
-from perfbook.probes import cbuild, elfsym
+from perfbook.analysis.repetition import repetition
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import kill_group, run_group
-from perfbook.analysis.repetition import repetition
+from perfbook.hoststate import bpftrace
 from perfbook.hoststate.tracefs import TraceSession
-from .parse import BASELINE_MAX_NS, EXPERIMENT, KERNEL_FEATURES, MECHANISMS, parse_harness, perf_count
+from perfbook.probes import cbuild, elfsym
+
+from .parse import (
+    BASELINE_MAX_NS,
+    EXPERIMENT,
+    KERNEL_FEATURES,
+    MECHANISMS,
+    parse_harness,
+    perf_count,
+)
 
 
 def _optional_tools() -> dict[str, str]:
@@ -56,13 +65,25 @@ class _Runner:
     def __init__(self, p: dict, session: TraceSession, binary: Path, log):
         self.p, self.s, self.bin, self.log = p, session, binary, log
         # read the ELF once, not before every run
-        self.offsets = {sym: elfsym.file_offset(binary, sym) for sym in ("pb_ret", "pb_push", "pb_nop5")}
+        self.offsets = {
+            sym: elfsym.file_offset(binary, sym) for sym in ("pb_ret", "pb_push", "pb_nop5")
+        }
 
     def harness_cmd(self, target: str, marker: Path | None = None) -> list[str]:
         p = self.p
-        cmd = [str(self.bin), "--target", target, "--iters", str(p["iterations"]),
-               "--batches", str(p["batches"]), "--warmup", str(p["warmup"]),
-               "--cpu", str(p["pin_cpu"])]
+        cmd = [
+            str(self.bin),
+            "--target",
+            target,
+            "--iters",
+            str(p["iterations"]),
+            "--batches",
+            str(p["batches"]),
+            "--warmup",
+            str(p["warmup"]),
+            "--cpu",
+            str(p["pin_cpu"]),
+        ]
         if marker is not None:
             cmd += ["--marker", str(marker)]
         return cmd
@@ -79,7 +100,9 @@ class _Runner:
         marker = self.s.file(spec["file"]) if "file" in spec else None
         probe = None
         if "probe" in spec:
-            probe = self.s.add_uprobe(f"{mech}", self.bin, self.offsets[spec["probe"]], ret=spec.get("ret", False))
+            probe = self.s.add_uprobe(
+                f"{mech}", self.bin, self.offsets[spec["probe"]], ret=spec.get("ret", False)
+            )
             if spec.get("tool") != "perf":
                 self.s.enable(probe)
         self.s.clear()
@@ -89,7 +112,9 @@ class _Runner:
                 cmd = ["perf", "stat", "-x", ",", "-e", probe.replace("/", ":"), "--", *cmd]
             r = run_group(cmd)
             if r.returncode != 0:
-                raise PerfbookError(f"probench ({mech}) failed: {r.stderr.strip().splitlines()[-1:]}")
+                raise PerfbookError(
+                    f"probench ({mech}) failed: {r.stderr.strip().splitlines()[-1:]}"
+                )
             df, timer = parse_harness(r.stdout)
             if spec.get("tool") == "perf":
                 hits = perf_count(r.stderr)
@@ -114,10 +139,10 @@ class _Runner:
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
             df, timer = parse_harness(r.stdout)
-        except BaseException:       # a failure or a signal: never an orphan attached to our harness
+        except BaseException:  # a failure or a signal: never an orphan attached to our harness
             kill_group(bt)
             raise
-        rest = bpftrace.stop(bt, self.log)   # its count of hits, as it exits
+        rest = bpftrace.stop(bt, self.log)  # its count of hits, as it exits
         m = re.search(r"@hits:\s*(\d+)", rest)
         return df, timer, int(m.group(1)) if m else None
 
@@ -152,19 +177,26 @@ def measure(ctx) -> None:
         if m in missing:
             w.skip(m, missing[m])
     w.extra["kernel_features"] = kernel_features()
-    w.extra["harness"] = {"source": "tools/c/probench.c", "cflags": cbuild.CFLAGS,
-                          "targets": {m: MECHANISMS[m]["what"] for m in mechs}}
+    w.extra["harness"] = {
+        "source": "tools/c/probench.c",
+        "cflags": cbuild.CFLAGS,
+        "targets": {m: MECHANISMS[m]["what"] for m in mechs},
+    }
     w.extra["_tool_cmds"] = {"bpftrace": ["bpftrace", "--version"]}
-    w.extra["symbols"] = {sym: {k: v for k, v in vars(elfsym.locate(binary, sym)).items()
-                                if k != "path"} for sym in ("pb_ret", "pb_push", "pb_nop5")}
+    w.extra["symbols"] = {
+        sym: {k: v for k, v in vars(elfsym.locate(binary, sym)).items() if k != "path"}
+        for sym in ("pb_ret", "pb_push", "pb_nop5")
+    }
     samples, checks = [], []
     rep = repetition(EXPERIMENT, mechs, p, "rep_")
     prog = ctx.progress((rep.warmup + rep.min_runs) * len(mechs))
     s = ctx.undo.enter_context(TraceSession("probench"))
     other = foreign_attachments(binary.resolve(), s.root)
     if other:
-        raise PerfbookError(f"another tracer is attached to {binary}: {', '.join(other)}; "
-                            "stop it (or run `make sweep`) and measure again")
+        raise PerfbookError(
+            f"another tracer is attached to {binary}: {', '.join(other)}; "
+            "stop it (or run `make sweep`) and measure again"
+        )
     s.set_option("buffer_size_kb", "1024")
     runner = _Runner(p, s, binary, prog.note)
     w.extra["perf_probe_check"] = _perf_probe_check(binary, s) if "perf_stat" in mechs else None
@@ -174,8 +206,11 @@ def measure(ctx) -> None:
         if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
             prog.total += len(mechs)
         rnd = rd.index - rep.warmup  # measured rounds are numbered from 0
-        label = (f"warm-up round {rd.index + 1}/{rep.warmup}" if rd.warmup
-                 else f"round {rnd + 1} (at most {rep.max_runs})")
+        label = (
+            f"warm-up round {rd.index + 1}/{rep.warmup}"
+            if rd.warmup
+            else f"round {rnd + 1} (at most {rep.max_runs})"
+        )
         order = mechs[:]
         rng.shuffle(order)
         for pos, m in enumerate(order):
@@ -187,8 +222,14 @@ def measure(ctx) -> None:
                 df.insert(0, "round", rnd)
                 df["timer_ns"] = timer
                 samples.append(df)
-                checks.append({"round": rnd, "mechanism": m, "expected_hits": runner.calls
-                               if m not in ("none", "syscall") else None, "observed_hits": hits})
+                checks.append(
+                    {
+                        "round": rnd,
+                        "mechanism": m,
+                        "expected_hits": runner.calls if m not in ("none", "syscall") else None,
+                        "observed_hits": hits,
+                    }
+                )
             prog.step(f"{label} {m}")
     prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * len(mechs)
     prog.note(f"stopped by {rep.stopped_by}: {rep.status()}")
@@ -196,7 +237,10 @@ def measure(ctx) -> None:
     table = pd.concat(samples, ignore_index=True)
     table["ns_per_call"] = table["ns"] / table["iters"]
     w.add_table("samples", table)
-    w.add_table("checks", pd.DataFrame(checks, columns=["round", "mechanism", "expected_hits", "observed_hits"]))
+    w.add_table(
+        "checks",
+        pd.DataFrame(checks, columns=["round", "mechanism", "expected_hits", "observed_hits"]),
+    )
     _sanity(w, p, table, checks, missing)
 
 
@@ -204,12 +248,16 @@ def _sanity(w, p, table, checks, missing) -> None:
     """A doubtful run is rejected (not published)."""
     base = table.loc[table.mechanism == "none", "ns_per_call"].median()
     if base > BASELINE_MAX_NS:
-        w.reject(f"the unprobed baseline costs {base:.0f} ns per call, far above a plain "
-                 f"function call (> {BASELINE_MAX_NS} ns): something is attached to the harness")
+        w.reject(
+            f"the unprobed baseline costs {base:.0f} ns per call, far above a plain "
+            f"function call (> {BASELINE_MAX_NS} ns): something is attached to the harness"
+        )
     bad = [c for c in checks if c["expected_hits"] and c["observed_hits"] != c["expected_hits"]]
     if bad:
-        w.reject(f"{len(bad)} run(s) where the tracer saw a different number of hits than calls "
-                 f"(first: {bad[0]})")
+        w.reject(
+            f"{len(bad)} run(s) where the tracer saw a different number of hits than calls "
+            f"(first: {bad[0]})"
+        )
     for m in p["mechanisms"]:
         if m not in missing and not (table.mechanism == m).any():
             w.reject(f"mechanism {m} was planned but has no samples")
@@ -221,8 +269,11 @@ def _perf_probe_check(binary: Path, s: TraceSession) -> dict:
     for sym in ("pb_ret", "pb_push", "pb_nop5"):
         ours = elfsym.file_offset(binary, sym)
         name = f"{s.group}:chk_{sym}"
-        r = subprocess.run(["perf", "probe", "-q", "-x", str(binary), "-a", f"{name}={sym}"],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["perf", "probe", "-q", "-x", str(binary), "-a", f"{name}={sym}"],
+            capture_output=True,
+            text=True,
+        )
         perf_off = None
         if r.returncode == 0:
             s.adopt_probe(name.replace(":", "/"))
@@ -230,6 +281,9 @@ def _perf_probe_check(binary: Path, s: TraceSession) -> dict:
                 if line.split()[0].endswith(f"/chk_{sym}"):
                     perf_off = int(line.split(":")[-1], 16)
             s.remove_uprobe(name.replace(":", "/"))
-        out[sym] = {"pyelftools": ours, "perf_probe": perf_off,
-                    "perf_error": r.stderr.strip()[-200:] if r.returncode else None}
+        out[sym] = {
+            "pyelftools": ours,
+            "perf_probe": perf_off,
+            "perf_error": r.stderr.strip()[-200:] if r.returncode else None,
+        }
     return out

@@ -1,7 +1,9 @@
 """Key findings of the trace-overhead chapter, computed per dataset (perfbook.analysis.findings)."""
+
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, once_each
+
 from .analysis import decompose, published_current, summary_table
 
 
@@ -28,14 +30,23 @@ def _ratio(a, b, what_a, what_b, threshold, run, seed_text=""):
     if m is None or a not in m or b not in m:
         return None
     r = m[a] / m[b]
-    return Outcome(bool(r > threshold), f"{what_a} {_ns(m[a])}, {what_b} {_ns(m[b])}: {r:.1f}×{seed_text}")
+    return Outcome(
+        bool(r > threshold), f"{what_a} {_ns(m[a])}, {what_b} {_ns(m[b])}: {r:.1f}×{seed_text}"
+    )
 
 
 def uprobe_vs_marker(run):
     seed = _seed(run)
-    return _ratio("uprobe", "marker", "uprobe on ret", "marker", 2.0, run,
-                  f" (2013: {_ns(seed['uprobe'])} and {_ns(seed['marker'])}, "
-                  f"{seed['uprobe'] / seed['marker']:.1f}×)")
+    return _ratio(
+        "uprobe",
+        "marker",
+        "uprobe on ret",
+        "marker",
+        2.0,
+        run,
+        f" (2013: {_ns(seed['uprobe'])} and {_ns(seed['marker'])}, "
+        f"{seed['uprobe'] / seed['marker']:.1f}×)",
+    )
 
 
 def marker_cheaper(run):
@@ -43,8 +54,10 @@ def marker_cheaper(run):
     if m is None or "marker" not in m:
         return None
     seed = _seed(run)["marker"]
-    return Outcome(bool(m["marker"] < seed), f"marker {_ns(m['marker'])} against 2013's {_ns(seed)} "
-                   f"({m['marker'] / seed:.2f}×)")
+    return Outcome(
+        bool(m["marker"] < seed),
+        f"marker {_ns(m['marker'])} against 2013's {_ns(seed)} ({m['marker'] / seed:.2f}×)",
+    )
 
 
 def nop5_cheap(run):
@@ -65,30 +78,54 @@ def sstep_dearer(run):
     if step != step:
         return None
     pub = published_current(run)
-    return Outcome(bool(step > pub.sstep.max()),
-                   f"single step {_ns(step)} (ret/push {m['uprobe'] / m['uprobe_push']:.1f}×), "
-                   f"published at most {_ns(pub.sstep.max())} ({pub.ret_push.max():.1f}×)")
+    return Outcome(
+        bool(step > pub.sstep.max()),
+        f"single step {_ns(step)} (ret/push {m['uprobe'] / m['uprobe_push']:.1f}×), "
+        f"published at most {_ns(pub.sstep.max())} ({pub.ret_push.max():.1f}×)",
+    )
 
 
 def bpf_cheaper(run):
     m = _medians(run)
     if m is None or "bpf_uprobe" not in m or "uprobe" not in m:
         return None
-    return Outcome(bool(m["bpf_uprobe"] < m["uprobe"]),
-                   f"BPF count {_ns(m['bpf_uprobe'])}, ftrace uprobe event {_ns(m['uprobe'])}")
+    return Outcome(
+        bool(m["bpf_uprobe"] < m["uprobe"]),
+        f"BPF count {_ns(m['bpf_uprobe'])}, ftrace uprobe event {_ns(m['uprobe'])}",
+    )
 
 
 FINDINGS = (
-    Finding("uprobe_vs_marker", "A uprobe on `ret` costs more than twice a marker write, as it did in 2013",
-            uprobe_vs_marker, contrary="A uprobe on `ret` no longer costs twice a marker write"),
-    Finding("marker_cheaper", "A marker write costs less than the 2013 article measured", marker_cheaper,
-            contrary="A marker write costs no less than the 2013 article measured"),
-    Finding("nop5_cheap", "A uprobe on a 5-byte nop costs less than half of one on `ret`", nop5_cheap,
-            contrary="A uprobe on a 5-byte nop costs as much as one on `ret` (no optimization)"),
-    Finding("sstep_dearer", "The single step of a uprobe on `ret` (its cost above one on `push %rbp`) is "
-            "dearer than in every published bare-metal benchmark", sstep_dearer,
-            contrary="The single step of a uprobe on `ret` is no dearer than in the published bare-metal "
-            "benchmarks"),
-    Finding("bpf_cheaper", "Counting hits in BPF costs less than recording a uprobe event in the ftrace buffer",
-            bpf_cheaper, contrary="Counting hits in BPF costs no less than recording a uprobe event"),
+    Finding(
+        "uprobe_vs_marker",
+        "A uprobe on `ret` costs more than twice a marker write, as it did in 2013",
+        uprobe_vs_marker,
+        contrary="A uprobe on `ret` no longer costs twice a marker write",
+    ),
+    Finding(
+        "marker_cheaper",
+        "A marker write costs less than the 2013 article measured",
+        marker_cheaper,
+        contrary="A marker write costs no less than the 2013 article measured",
+    ),
+    Finding(
+        "nop5_cheap",
+        "A uprobe on a 5-byte nop costs less than half of one on `ret`",
+        nop5_cheap,
+        contrary="A uprobe on a 5-byte nop costs as much as one on `ret` (no optimization)",
+    ),
+    Finding(
+        "sstep_dearer",
+        "The single step of a uprobe on `ret` (its cost above one on `push %rbp`) is "
+        "dearer than in every published bare-metal benchmark",
+        sstep_dearer,
+        contrary="The single step of a uprobe on `ret` is no dearer than in the published bare-metal "
+        "benchmarks",
+    ),
+    Finding(
+        "bpf_cheaper",
+        "Counting hits in BPF costs less than recording a uprobe event in the ftrace buffer",
+        bpf_cheaper,
+        contrary="Counting hits in BPF costs no less than recording a uprobe event",
+    ),
 )

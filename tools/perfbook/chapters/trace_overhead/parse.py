@@ -1,10 +1,13 @@
 """trace_overhead: what the chapter measures (the mechanisms, the sanity bound, the kernel's uprobe
 fast paths: shared by collect and analysis) and the parsers of the harness's and perf's output
 (pure text -> data)."""
+
 from __future__ import annotations
 
 import re
 from io import StringIO
+
+import pandas as pd
 
 from perfbook.core.errors import PerfbookError
 
@@ -13,24 +16,50 @@ from perfbook.core.errors import PerfbookError
 BASELINE_MAX_NS = 200
 # mechanism -> what the harness calls, and what is armed around it
 MECHANISMS: dict[str, dict] = {
-    "none":        {"target": "ret", "what": "empty function, nothing armed (harness cost)"},
-    "syscall":     {"target": "syscall", "what": "write(2) of 9 bytes to /dev/null"},
-    "marker":      {"target": "marker", "file": "trace_marker",
-                    "what": "write(2) of 9 bytes to trace_marker"},
-    "marker_raw":  {"target": "marker_raw", "file": "trace_marker_raw",
-                    "what": "write(2) of id + 4 bytes to trace_marker_raw"},
-    "uprobe":      {"target": "ret", "probe": "pb_ret",
-                    "what": "uprobe event on `ret` (single-stepped out of line)"},
-    "uprobe_push": {"target": "push", "probe": "pb_push",
-                    "what": "uprobe event on `push %rbp` (emulated)"},
-    "uprobe_nop5": {"target": "nop5", "probe": "pb_nop5",
-                    "what": "uprobe event on a 5-byte nop (optimizable)"},
-    "uretprobe":   {"target": "ret", "probe": "pb_ret", "ret": True,
-                    "what": "uretprobe event on pb_ret"},
-    "perf_stat":   {"target": "ret", "probe": "pb_ret", "tool": "perf",
-                    "what": "uprobe on `ret` counted by perf stat (no ftrace buffer)"},
-    "bpf_uprobe":  {"target": "ret", "tool": "bpftrace",
-                    "what": "bpftrace: BPF count() on a uprobe on `ret`"},
+    "none": {"target": "ret", "what": "empty function, nothing armed (harness cost)"},
+    "syscall": {"target": "syscall", "what": "write(2) of 9 bytes to /dev/null"},
+    "marker": {
+        "target": "marker",
+        "file": "trace_marker",
+        "what": "write(2) of 9 bytes to trace_marker",
+    },
+    "marker_raw": {
+        "target": "marker_raw",
+        "file": "trace_marker_raw",
+        "what": "write(2) of id + 4 bytes to trace_marker_raw",
+    },
+    "uprobe": {
+        "target": "ret",
+        "probe": "pb_ret",
+        "what": "uprobe event on `ret` (single-stepped out of line)",
+    },
+    "uprobe_push": {
+        "target": "push",
+        "probe": "pb_push",
+        "what": "uprobe event on `push %rbp` (emulated)",
+    },
+    "uprobe_nop5": {
+        "target": "nop5",
+        "probe": "pb_nop5",
+        "what": "uprobe event on a 5-byte nop (optimizable)",
+    },
+    "uretprobe": {
+        "target": "ret",
+        "probe": "pb_ret",
+        "ret": True,
+        "what": "uretprobe event on pb_ret",
+    },
+    "perf_stat": {
+        "target": "ret",
+        "probe": "pb_ret",
+        "tool": "perf",
+        "what": "uprobe on `ret` counted by perf stat (no ftrace buffer)",
+    },
+    "bpf_uprobe": {
+        "target": "ret",
+        "tool": "bpftrace",
+        "what": "bpftrace: BPF count() on a uprobe on `ret`",
+    },
 }
 DEFAULT_MECHANISMS = tuple(MECHANISMS)
 
@@ -48,7 +77,6 @@ KERNEL_FEATURES = {
 
 def parse_harness(text: str):
     """probench stdout -> (DataFrame[batch, iters, ns], timer_ns)."""
-    import pandas as pd  # lazy: __init__ imports parse, measure/doctor every __init__ (pandas ~2 s here)
     m = re.search(r"timer_ns=(\d+)", text)
     if not m:
         raise PerfbookError("probench output has no header line")

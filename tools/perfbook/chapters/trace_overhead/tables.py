@@ -1,5 +1,6 @@
 """trace_overhead: the tables the page shows (D -> DataFrame), and the chapter's columns of the
 runs table."""
+
 from __future__ import annotations
 
 import math
@@ -7,26 +8,45 @@ import math
 import pandas as pd
 
 from perfbook.data.machine import legend
-from .analysis import (COMPARED, dataset_key, decompose, host_comparison, host_runs, overhead_table,
-                       published_current, round_cv, rounds_of, run_medians, run_steps, summary_table)
+
+from .analysis import (
+    COMPARED,
+    dataset_key,
+    decompose,
+    host_comparison,
+    host_runs,
+    overhead_table,
+    published_current,
+    round_cv,
+    rounds_of,
+    run_medians,
+    run_steps,
+    summary_table,
+)
 from .parse import KERNEL_FEATURES, MECHANISMS
 
 
 def run_columns(m, data) -> dict:
     """The chapter's columns of the shared runs table for dataset m (data: the Data of m alone)."""
     q = m["parameters"]
-    return {"rounds x batches x calls": f'{rounds_of(data).get(dataset_key(m), 0)} x {q["batches"]} x {q["iterations"]}',
-            "rounds": "adaptive" if "rep_target" in q else "fixed"}
+    return {
+        "rounds x batches x calls": f"{rounds_of(data).get(dataset_key(m), 0)} x {q['batches']} x {q['iterations']}",
+        "rounds": "adaptive" if "rep_target" in q else "fixed",
+    }
 
 
 def symbols_table(D):
     """Where the harness's probe targets are in its ELF file, and where `perf probe` put them."""
     q = D.quoted
-    sym = pd.DataFrame(q.facts["symbols"]).T[["elf_type", "vaddr", "seg_vaddr", "seg_offset", "file_offset"]]
+    sym = pd.DataFrame(q.facts["symbols"]).T[
+        ["elf_type", "vaddr", "seg_vaddr", "seg_offset", "file_offset"]
+    ]
     sym = sym.map(lambda v: hex(v) if isinstance(v, int) else v)
     chk = q.facts.get("perf_probe_check") or {}
-    sym["perf probe put it at"] = [hex(chk[s]["perf_probe"]) if chk.get(s, {}).get("perf_probe") is not None
-                                   else "n/a" for s in sym.index]
+    sym["perf probe put it at"] = [
+        hex(chk[s]["perf_probe"]) if chk.get(s, {}).get("perf_probe") is not None else "n/a"
+        for s in sym.index
+    ]
     return sym
 
 
@@ -34,14 +54,35 @@ def cost_table(D):
     """Per dataset and mechanism: the median cost per call with its CI and tail, and the
     overhead above the unprobed baseline with its CI."""
     summary, over = summary_table(D["samples"]), overhead_table(D["samples"])
-    table = summary.merge(over[["dataset", "mechanism", "overhead_ns", "ci_low", "ci_high", "verdict"]],
-                          on=["dataset", "mechanism"], how="left", suffixes=("", "_over"))
+    table = summary.merge(
+        over[["dataset", "mechanism", "overhead_ns", "ci_low", "ci_high", "verdict"]],
+        on=["dataset", "mechanism"],
+        how="left",
+        suffixes=("", "_over"),
+    )
     table = table.rename(columns={"ci_low_over": "over_ci_low", "ci_high_over": "over_ci_high"})
-    table = table[["dataset", "mechanism", "n", "median", "ci_low", "ci_high", "p5", "p95", "p99",
-                   "overhead_ns", "over_ci_low", "over_ci_high"]]
+    table = table[
+        [
+            "dataset",
+            "mechanism",
+            "n",
+            "median",
+            "ci_low",
+            "ci_high",
+            "p5",
+            "p95",
+            "p99",
+            "overhead_ns",
+            "over_ci_low",
+            "over_ci_high",
+        ]
+    ]
     order = {m: i for i, m in enumerate(MECHANISMS)}
-    table = table.sort_values(["dataset", "mechanism"],
-                              key=lambda s: s.map(order) if s.name == "mechanism" else s, kind="stable")
+    table = table.sort_values(
+        ["dataset", "mechanism"],
+        key=lambda s: s.map(order) if s.name == "mechanism" else s,
+        kind="stable",
+    )
     return table.round(1).reset_index(drop=True)
 
 
@@ -56,36 +97,60 @@ def cost_view(D):
     """cost_table() as shown: the key columns only, each estimate with its 95 % interval in one
     cell (the percentiles p5/p95/p99 stay in cost_table; the batches are in samples.csv)."""
     t = cost_table(D)
-    return pd.DataFrame({
-        "dataset": t["dataset"], "mechanism": t["mechanism"], "n": t["n"],
-        "median ns (95 % CI)": [_with_ci(*r) for r in zip(t["median"], t["ci_low"], t["ci_high"])],
-        "overhead ns (95 % CI)": [_with_ci(*r) for r in zip(t["overhead_ns"], t["over_ci_low"],
-                                                          t["over_ci_high"])]})
+    return pd.DataFrame(
+        {
+            "dataset": t["dataset"],
+            "mechanism": t["mechanism"],
+            "n": t["n"],
+            "median ns (95 % CI)": [
+                _with_ci(*r) for r in zip(t["median"], t["ci_low"], t["ci_high"])
+            ],
+            "overhead ns (95 % CI)": [
+                _with_ci(*r) for r in zip(t["overhead_ns"], t["over_ci_low"], t["over_ci_high"])
+            ],
+        }
+    )
 
 
 def steps_table(D):
     """decompose() of the quoted dataset, as shown."""
     steps = decompose(D["samples"][D["samples"].dataset == dataset_key(D.quoted)])
     return steps[["step", "computed as", "ns", "ci_low", "ci_high", "p_value", "verdict"]].round(
-        {"ns": 0, "ci_low": 0, "ci_high": 0})
+        {"ns": 0, "ci_low": 0, "ci_high": 0}
+    )
 
 
 def features_table(D):
     """Which uprobe fast paths each host's kernel has (from /proc/kallsyms at run time)."""
     feat = pd.DataFrame({"what it enables": KERNEL_FEATURES})
     for m in D.manifests:
-        col = f'{m.host_id} (Linux {m["host"]["kernel_release"]})'
+        col = f"{m.host_id} (Linux {m['host']['kernel_release']})"
         feat[col] = [("yes" if m.facts["kernel_features"].get(k) else "no") for k in feat.index]
     return feat
 
 
 def mitigations_table(D):
     """Each host's virtualization, KVM modules and the CPU mitigations that apply to it."""
-    return pd.DataFrame([{"host": m.host_id, "virtualization": m["host"]["virtualization"],
-                          "kvm_modules": " ".join(m["host"].get("kvm_modules", [])) or "not recorded",
-                          **{k: v for k, v in m["host"]["mitigations"].items()
-                             if not v.startswith("Not affected")}}
-                         for m in D.manifests]).drop_duplicates("host").set_index("host").T
+    return (
+        pd.DataFrame(
+            [
+                {
+                    "host": m.host_id,
+                    "virtualization": m["host"]["virtualization"],
+                    "kvm_modules": " ".join(m["host"].get("kvm_modules", [])) or "not recorded",
+                    **{
+                        k: v
+                        for k, v in m["host"]["mitigations"].items()
+                        if not v.startswith("Not affected")
+                    },
+                }
+                for m in D.manifests
+            ]
+        )
+        .drop_duplicates("host")
+        .set_index("host")
+        .T
+    )
 
 
 def cv_table(D):
@@ -96,8 +161,21 @@ def host_table(D):
     hc = host_comparison(D["samples"], D.manifests)
     if not len(hc):
         return "no host comparison (see the text above)"
-    return hc[["mechanism", "host_id", "baseline", "median_a", "median_b", "shift", "shift_low",
-               "shift_high", "cliffs_delta", "p_value", "verdict"]].round(3)
+    return hc[
+        [
+            "mechanism",
+            "host_id",
+            "baseline",
+            "median_a",
+            "median_b",
+            "shift",
+            "shift_low",
+            "shift_high",
+            "cliffs_delta",
+            "p_value",
+            "verdict",
+        ]
+    ].round(3)
 
 
 def host_label(D, host_id: str) -> str:
@@ -116,11 +194,15 @@ def spread_table(D):
         g = med[(med.host_id == h) & med.run_id.isin(runs)]
         label = host_label(D, h)
         out[f"{label}: per-run medians, ns"] = [
-            _range(dict(zip(x.run_id, x["median"]))) for x in (g[g.mechanism == m] for m in order)]
+            _range(dict(zip(x.run_id, x["median"]))) for x in (g[g.mechanism == m] for m in order)
+        ]
         last = g[g.run_id == runs[-1]].set_index("mechanism").reindex(order)
         out[f"{label}: run {runs[-1]}, median (95 % CI)"] = [
-            "n/a" if r["median"] != r["median"] else f"{r['median']:,.0f} ({r.ci_low:,.0f}–{r.ci_high:,.0f})"
-            for _, r in last.iterrows()]
+            "n/a"
+            if r["median"] != r["median"]
+            else f"{r['median']:,.0f} ({r.ci_low:,.0f}–{r.ci_high:,.0f})"
+            for _, r in last.iterrows()
+        ]
     return out
 
 

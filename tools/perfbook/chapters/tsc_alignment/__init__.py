@@ -19,13 +19,14 @@ is traced by kvm:kvm_write_tsc_offset.
   prose.py          values(D): every value the prose quotes
   key_findings.py   FINDINGS: the chapter's conclusions
 """
+
 from __future__ import annotations
 
 import os
 import platform
 
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.core.errors import ParameterError
+from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 
 # The KVM_RUN brackets repeat in rounds (every variant, on every CPU, in a rotating
 # order) adaptively (perfbook.analysis.repetition.Repetition): after rep_warmup flagged rounds, until
@@ -33,55 +34,125 @@ from perfbook.core.errors import ParameterError
 # rep_target (relative), or rep_budget_s runs out, or rep_max_runs rounds are in.
 # Skew and frequency are fixed counts: a skew bound comes from the extreme exchanges,
 # not from a median, and the frequency is a calibration that agrees to ppm.
-_SAMPLES = dict(variant="str", round="int", cpu="int", idx="int", warmup="int",
-                before="int", guest="int", after="int", warmup_round="bool")
+_SAMPLES = dict(
+    variant="str",
+    round="int",
+    cpu="int",
+    idx="int",
+    warmup="int",
+    before="int",
+    guest="int",
+    after="int",
+    warmup_round="bool",
+)
 # offsets are unsigned 64-bit: stored as their decimal text, exact (int columns are int64)
-_OPS = dict(seq="int", kind="str", variant="str", round="int", tsc_before="int", tsc_after="int",
-            requested="str", readback="str", readback_signed="int")
+_OPS = dict(
+    seq="int",
+    kind="str",
+    variant="str",
+    round="int",
+    tsc_before="int",
+    tsc_after="int",
+    requested="str",
+    readback="str",
+    readback_signed="int",
+)
 
 
 class TscAlignment(Chapter):
     name = "tsc_alignment"
     title = "Guest/host TSC alignment with KVM"
-    plan_s = {"quick": 2, "default": 3}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 2,
+        "default": 3,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {"samples": 100, "warmup": 20, "pristine": 100,
-                  "rep_target": 0.05, "rep_min_runs": 2, "rep_max_runs": 3, "rep_budget_s": 10.0,
-                  "rep_warmup": 0, "skew_rounds": 2, "skew_iters": 1000, "timeline_samples": 12,
-                  "freq_reps": 3, "freq_ms": 50, "cpus": None},
+        "quick": {
+            "samples": 100,
+            "warmup": 20,
+            "pristine": 100,
+            "rep_target": 0.05,
+            "rep_min_runs": 2,
+            "rep_max_runs": 3,
+            "rep_budget_s": 10.0,
+            "rep_warmup": 0,
+            "skew_rounds": 2,
+            "skew_iters": 1000,
+            "timeline_samples": 12,
+            "freq_reps": 3,
+            "freq_ms": 50,
+            "cpus": None,
+        },
         # default: 200 readings per block and at most 20 rounds keep the bracket table under
         # about 2 MB for the repository; `full` is for a closer look on your own machine.
         # A round takes ~0.05 s: the committed default runs reached the CI target within 1 s
         # (about 2 s for the whole chapter), so 5 s of rounds is a real bound, not a target.
-        "default": {"samples": 200, "warmup": 20, "pristine": 500,
-                    "rep_target": 0.05, "rep_min_runs": 6, "rep_max_runs": 20, "rep_budget_s": 5.0,
-                    "rep_warmup": 1, "skew_rounds": 5, "skew_iters": 2000, "timeline_samples": 30,
-                    "freq_reps": 5, "freq_ms": 200, "cpus": None},
-        "full": {"samples": 1000, "warmup": 100, "pristine": 1000,
-                 "rep_target": 0.02, "rep_min_runs": 10, "rep_max_runs": 100, "rep_budget_s": 120.0,
-                 "rep_warmup": 1, "skew_rounds": 10, "skew_iters": 5000, "timeline_samples": 60,
-                 "freq_reps": 10, "freq_ms": 500, "cpus": None},
+        "default": {
+            "samples": 200,
+            "warmup": 20,
+            "pristine": 500,
+            "rep_target": 0.05,
+            "rep_min_runs": 6,
+            "rep_max_runs": 20,
+            "rep_budget_s": 5.0,
+            "rep_warmup": 1,
+            "skew_rounds": 5,
+            "skew_iters": 2000,
+            "timeline_samples": 30,
+            "freq_reps": 5,
+            "freq_ms": 200,
+            "cpus": None,
+        },
+        "full": {
+            "samples": 1000,
+            "warmup": 100,
+            "pristine": 1000,
+            "rep_target": 0.02,
+            "rep_min_runs": 10,
+            "rep_max_runs": 100,
+            "rep_budget_s": 120.0,
+            "rep_warmup": 1,
+            "skew_rounds": 10,
+            "skew_iters": 5000,
+            "timeline_samples": 60,
+            "freq_reps": 10,
+            "freq_ms": 500,
+            "cpus": None,
+        },
     }
     params = {
-        "samples": Param(int, min=10, max=100000, help="bracketed guest readings per variant, round and CPU"),
+        "samples": Param(
+            int, min=10, max=100000, help="bracketed guest readings per variant, round and CPU"
+        ),
         "warmup": Param(int, min=0, max=10000, help="readings discarded before each block"),
         "pristine": Param(int, min=0, max=100000, help="readings before any offset write"),
         **repetition_params("rep_"),
         "skew_rounds": Param(int, min=1, max=100, help="ping-pong rounds"),
-        "skew_iters": Param(int, min=100, max=200000, help="exchanges per ping-pong round and direction"),
+        "skew_iters": Param(
+            int, min=100, max=200000, help="exchanges per ping-pong round and direction"
+        ),
         "timeline_samples": Param(int, min=1, max=1000, help="readings of the traced timeline run"),
         "freq_reps": Param(int, min=1, max=100, help="TSC frequency measurements"),
-        "freq_ms": Param(int, min=10, max=5000, help="ms of CLOCK_MONOTONIC_RAW per frequency measurement"),
+        "freq_ms": Param(
+            int, min=10, max=5000, help="ms of CLOCK_MONOTONIC_RAW per frequency measurement"
+        ),
         "cpus": Param(object, nullable=True, help="CPUs, e.g. '0,1' (None: the first two usable)"),
     }
     tables = {
-        "bracket": Table(**_SAMPLES, optional=("warmup_round",)),   # no flag before adaptive rounds
+        "bracket": Table(**_SAMPLES, optional=("warmup_round",)),  # no flag before adaptive rounds
         "timeline_samples": Table(**_SAMPLES, optional=("warmup_round",)),
         "kvm_ops": Table(**_OPS),
         "timeline_ops": Table(**_OPS, optional=("readback_signed",)),
         "tsc_offset_events": Table(ts="int", cpu="int", vcpu="int", prev="str", next="str"),
-        "skew_pingpong": Table(cpu_a="int", cpu_b="int", direction="int", round="int", i="int",
-                               t2_minus_t1="int", t3_minus_t2="int"),
+        "skew_pingpong": Table(
+            cpu_a="int",
+            cpu_b="int",
+            direction="int",
+            round="int",
+            i="int",
+            t2_minus_t1="int",
+            t3_minus_t2="int",
+        ),
         "tsc_freq": Table(rep="int", ns="int", cycles="int", khz="float"),
         "tsc_facts": Table(key="str", value="str", source="str"),
         "timeline_events": Table(pid="int", cpu="int", ts="int", event="str", detail="str"),
@@ -89,10 +160,14 @@ class TscAlignment(Chapter):
     }
     reference = ("tsc_alignment",)
     needs_text = "/dev/kvm (the KVM API, no QEMU)"
-    quote_needs = ("bracket",)   # the prose quotes the KVM brackets: a run without KVM can't be quoted
+    quote_needs = (
+        "bracket",
+    )  # the prose quotes the KVM brackets: a run without KVM can't be quoted
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: it imports numpy and scipy (~3 s here; the declaration ~0.1 s)
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         repetition_settings(p, "rep_")
         p["cpus"] = _parse_cpus(p["cpus"]) or sorted(os.sched_getaffinity(0))[:2]
 
@@ -117,11 +192,15 @@ def _parse_cpus(value) -> list[int] | None:
     try:
         cpus = [int(x) for x in parts]
     except (TypeError, ValueError):
-        raise ParameterError(f"cpus must be a list of CPU numbers like '0,1', got {value!r}") from None
+        raise ParameterError(
+            f"cpus must be a list of CPU numbers like '0,1', got {value!r}"
+        ) from None
     allowed = sorted(os.sched_getaffinity(0))
     bad = [c for c in cpus if c not in allowed]
     if bad or not cpus:
-        raise ParameterError(f"cpus {value!r}: CPU(s) {bad or value} not usable here; allowed: {allowed}")
+        raise ParameterError(
+            f"cpus {value!r}: CPU(s) {bad or value} not usable here; allowed: {allowed}"
+        )
     return cpus
 
 

@@ -1,5 +1,6 @@
 """Frames in, frames out: brackets, offsets, skew bounds, the timeline, comparisons (no I/O
 beyond D, no plotting)."""
+
 from __future__ import annotations
 
 import re
@@ -8,9 +9,10 @@ import numpy as np
 import pandas as pd
 
 from perfbook.analysis.stats import compare_frame, summarize_frame
+
 from .parse import U64, VARIANTS, fact_rank, signed
 
-ORDER = ("created",) + VARIANTS   # every offset state, in the order the helper runs them
+ORDER = ("created",) + VARIANTS  # every offset state, in the order the helper runs them
 
 
 # -- brackets -----------------------------------------------------------------------------
@@ -20,8 +22,8 @@ def bracket_frame(df):
     for c in ("before", "guest", "after"):
         d[c] = d[c].astype("int64")
     d["width"] = d["after"] - d["before"]
-    d["entry"] = d["guest"] - d["before"]       # KVM_RUN start -> guest RDTSC
-    d["exit"] = d["after"] - d["guest"]         # guest RDTSC -> back in userspace
+    d["entry"] = d["guest"] - d["before"]  # KVM_RUN start -> guest RDTSC
+    d["exit"] = d["after"] - d["guest"]  # guest RDTSC -> back in userspace
     d["inside"] = (d["before"] <= d["guest"]) & (d["guest"] <= d["after"])
     return d
 
@@ -46,11 +48,14 @@ def inside_summary(b):
     """Per variant: n, share of guest readings inside their host bracket."""
     m = b[b["warmup"] == 0]
     g = m.groupby("variant", sort=False)
-    out = g.agg(n=("inside", "size"), inside=("inside", "sum"),
-                median_distance=("entry", "median")).reset_index()
+    out = g.agg(
+        n=("inside", "size"), inside=("inside", "sum"), median_distance=("entry", "median")
+    ).reset_index()
     out["inside_share"] = out["inside"] / out["n"]
     order = {v: i for i, v in enumerate(ORDER)}
-    return out.sort_values("variant", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    return out.sort_values("variant", key=lambda s: s.map(order), kind="stable").reset_index(
+        drop=True
+    )
 
 
 def width_summary(b, by=("variant",)):
@@ -79,8 +84,13 @@ def round_medians(b):
 
 def variant_comparison(b, baseline: str = "default"):
     """Each offset variant's round-trip width against `baseline`, per dataset (compare)."""
-    return compare_frame(round_medians(b), by="variant", value="width", baseline=baseline,
-                         within=["host_id", "run_id"])
+    return compare_frame(
+        round_medians(b),
+        by="variant",
+        value="width",
+        baseline=baseline,
+        within=["host_id", "run_id"],
+    )
 
 
 def host_comparison(D):
@@ -89,7 +99,9 @@ def host_comparison(D):
     if len(D.shown) < 2 or len(D["bracket"]) == 0:
         return pd.DataFrame()
     rm = D.of_shown(round_medians(brackets(D)))
-    return compare_frame(rm, by="host_id", value="width", baseline=D.quoted.host_id, within="variant")
+    return compare_frame(
+        rm, by="host_id", value="width", baseline=D.quoted.host_id, within="variant"
+    )
 
 
 # -- offsets: the API against the tracepoint ------------------------------------------------
@@ -123,24 +135,46 @@ def offset_check(ops, events):
                 ktsc = (int(op["requested"]) - nxt) % U64
             else:
                 ktsc = None
-            rows.append({"host_id": host, "run_id": run, "seq": int(op["seq"]),
-                         "kind": op["kind"], "variant": op["variant"],
-                         "api_offset": signed(op["readback"]),
-                         "requested_signed": signed(op["requested"]) if op["kind"] == "set_attr" else None,
-                         "trace_prev": signed(ev["prev"]), "trace_next": signed(nxt),
-                         "event_ts": int(ev["ts"]), "tsc_before": int(op["tsc_before"]),
-                         "tsc_after": int(op["tsc_after"]), "kernel_tsc": ktsc})
+            rows.append(
+                {
+                    "host_id": host,
+                    "run_id": run,
+                    "seq": int(op["seq"]),
+                    "kind": op["kind"],
+                    "variant": op["variant"],
+                    "api_offset": signed(op["readback"]),
+                    "requested_signed": signed(op["requested"])
+                    if op["kind"] == "set_attr"
+                    else None,
+                    "trace_prev": signed(ev["prev"]),
+                    "trace_next": signed(nxt),
+                    "event_ts": int(ev["ts"]),
+                    "tsc_before": int(op["tsc_before"]),
+                    "tsc_after": int(op["tsc_after"]),
+                    "kernel_tsc": ktsc,
+                }
+            )
         if len(o) != len(e):
-            rows.append({"host_id": host, "run_id": run, "seq": -1, "kind": "count_mismatch",
-                         "variant": f"{len(o)} ops vs {len(e)} events"})
+            rows.append(
+                {
+                    "host_id": host,
+                    "run_id": run,
+                    "seq": -1,
+                    "kind": "count_mismatch",
+                    "variant": f"{len(o)} ops vs {len(e)} events",
+                }
+            )
     d = pd.DataFrame(rows)
     if len(d):
-        d["same_as_prev"] = d.groupby(["host_id", "run_id"])["trace_next"].shift() == d["trace_next"]
+        d["same_as_prev"] = (
+            d.groupby(["host_id", "run_id"])["trace_next"].shift() == d["trace_next"]
+        )
         d["match"] = d["api_offset"] == d["trace_next"]
         d["event_in_ioctl"] = (d["tsc_before"] <= d["event_ts"]) & (d["event_ts"] <= d["tsc_after"])
         d["kernel_tsc_in_ioctl"] = [
             (None if k is None or k != k else bool(b0 <= k <= b1))
-            for k, b0, b1 in zip(d["kernel_tsc"], d["tsc_before"], d["tsc_after"])]
+            for k, b0, b1 in zip(d["kernel_tsc"], d["tsc_before"], d["tsc_after"])
+        ]
     return d
 
 
@@ -163,25 +197,38 @@ def skew_bounds(pp):
     frame filter per round and direction cost most of the chapter's key findings).
     """
 
-    def ext(f, x):          # a Series' max/min: NaN where it has no value
+    def ext(f, x):  # a Series' max/min: NaN where it has no value
         return f(x) if len(x) else np.nan
+
     rows = []
     for key, g in pp.groupby(["host_id", "run_id"], sort=False):
         rnd, d = g["round"].to_numpy(), g["direction"].to_numpy()
         t21, t32 = g["t2_minus_t1"].to_numpy(), g["t3_minus_t2"].to_numpy()
         ca, cb = g["cpu_a"].to_numpy(), g["cpu_b"].to_numpy()
-        for r, at in [(r, np.flatnonzero(rnd == r)) for r in np.unique(rnd).tolist()] + [("all", np.arange(len(g)))]:
+        for r, at in [(r, np.flatnonzero(rnd == r)) for r in np.unique(rnd).tolist()] + [
+            ("all", np.arange(len(g)))
+        ]:
             a, b = at[d[at] == 0], at[d[at] == 1]
             lo0, hi0 = ext(np.max, -t32[a]), ext(np.min, t21[a])
             lo1, hi1 = ext(np.max, -t32[b]), ext(np.min, t21[b])
             lo, hi = max(lo0, -hi1), min(hi0, -lo1)
             rtt = pd.Series(np.concatenate([t21[a] + t32[a], t21[b] + t32[b]]))
-            rows.append({"host_id": key[0], "run_id": key[1], "round": r,
-                         "cpu_a": int(ca[at[0]]), "cpu_b": int(cb[at[0]]),
-                         "n": len(at), "lo": int(lo), "hi": int(hi),
-                         "consistent": bool(lo <= 0 <= hi),
-                         "bound": int(max(abs(lo), abs(hi))),
-                         "rtt_median": float(rtt.median()), "rtt_min": int(rtt.min())})
+            rows.append(
+                {
+                    "host_id": key[0],
+                    "run_id": key[1],
+                    "round": r,
+                    "cpu_a": int(ca[at[0]]),
+                    "cpu_b": int(cb[at[0]]),
+                    "n": len(at),
+                    "lo": int(lo),
+                    "hi": int(hi),
+                    "consistent": bool(lo <= 0 <= hi),
+                    "bound": int(max(abs(lo), abs(hi))),
+                    "rtt_median": float(rtt.median()),
+                    "rtt_min": int(rtt.min()),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -194,9 +241,13 @@ def timeline_frame(events, samples, window: int = 4):
     t0, t1 = int(s["before"].min()), int(s["after"].max())
     rows = []
     for r in s.itertuples():
-        rows.append({"ts": int(r.before), "source": "host user", "what": "before KVM_RUN", "sample": r.idx})
+        rows.append(
+            {"ts": int(r.before), "source": "host user", "what": "before KVM_RUN", "sample": r.idx}
+        )
         rows.append({"ts": int(r.guest), "source": "guest", "what": "guest RDTSC", "sample": r.idx})
-        rows.append({"ts": int(r.after), "source": "host user", "what": "after KVM_RUN", "sample": r.idx})
+        rows.append(
+            {"ts": int(r.after), "source": "host user", "what": "after KVM_RUN", "sample": r.idx}
+        )
     ev = events[(events["ts"] >= t0) & (events["ts"] <= t1)]
     for r in ev.itertuples():
         what = r.event
@@ -205,7 +256,9 @@ def timeline_frame(events, samples, window: int = 4):
             what = f"emulate {m.group(2)}" if m else what
             if "failed" in r.detail:
                 what += " (failed)"
-        rows.append({"ts": int(r.ts), "source": "host kernel (ftrace)", "what": what, "sample": None})
+        rows.append(
+            {"ts": int(r.ts), "source": "host kernel (ftrace)", "what": what, "sample": None}
+        )
     d = pd.DataFrame(rows).sort_values("ts", kind="stable").reset_index(drop=True)
     d["t_cycles"] = d["ts"] - t0
     return d
@@ -213,7 +266,9 @@ def timeline_frame(events, samples, window: int = 4):
 
 def timeline(D, window: int = 2):
     """timeline_frame of the quoted dataset's short traced run."""
-    return timeline_frame(D.of_quoted(D["timeline_events"]), D.of_quoted(D["timeline_samples"]), window)
+    return timeline_frame(
+        D.of_quoted(D["timeline_events"]), D.of_quoted(D["timeline_samples"]), window
+    )
 
 
 # -- the facts -------------------------------------------------------------------------------

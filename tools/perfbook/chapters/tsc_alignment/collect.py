@@ -12,6 +12,7 @@ The kvmtsc helper (tools/c/kvmtsc.c) runs once, or round by round under adaptive
 in a process group of its own that dies with us; on any exception (a signal's
 KeyboardInterrupt included) the group is killed before it propagates.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,19 @@ from perfbook.data import hostinfo
 from perfbook.hoststate.tracefs import TraceSession
 from perfbook.hoststate.tracefs import preflight as trace_preflight
 from perfbook.probes.cbuild import binary
+
 from .analysis import bracket_frame
-from .parse import (EXPERIMENT, HELPER, KVM_FACTS, TIMELINE_EVENTS, VARIANTS, parse_helper, parse_trace, signed,
-                    tsc_offset_events)
+from .parse import (
+    EXPERIMENT,
+    HELPER,
+    KVM_FACTS,
+    TIMELINE_EVENTS,
+    VARIANTS,
+    parse_helper,
+    parse_trace,
+    signed,
+    tsc_offset_events,
+)
 
 
 def kvm_problem() -> str | None:
@@ -80,9 +91,15 @@ def run_adaptive(args: list[str], rep, prog) -> dict:
     so every analysis that drops warm-up readings drops them too.
     """
     with tempfile.TemporaryFile(mode="w+") as errf:
-        proc = subprocess.Popen([_exe(), *args, "--interactive", "1"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=errf, text=True,
-                                start_new_session=True, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(
+            [_exe(), *args, "--interactive", "1"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errf,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         lines: list[str] = []
         warm: set[int] = set()
         try:
@@ -134,8 +151,9 @@ def measure(ctx) -> None:
     prog = ctx.progress(2 + (0 if kvm_why else 2))
     t_start = time.monotonic()
     # 1. TSC facts and frequency
-    facts = parse_helper(run_helper(["facts", "--freq-ms", str(p["freq_ms"]),
-                                     "--freq-reps", str(p["freq_reps"])]))
+    facts = parse_helper(
+        run_helper(["facts", "--freq-ms", str(p["freq_ms"]), "--freq-reps", str(p["freq_reps"])])
+    )
     freq = facts["freq"]
     freq["khz"] = freq["cycles"] / freq["ns"] * 1e6
     w.add_table("tsc_freq", freq)
@@ -143,8 +161,19 @@ def measure(ctx) -> None:
 
     # 2. cross-CPU skew
     if len(cpus) >= 2:
-        pp = parse_helper(run_helper(["skew", "--cpus", f"{cpus[0]},{cpus[1]}", "--rounds",
-                                      str(p["skew_rounds"]), "--iters", str(p["skew_iters"])]))["pingpong"]
+        pp = parse_helper(
+            run_helper(
+                [
+                    "skew",
+                    "--cpus",
+                    f"{cpus[0]},{cpus[1]}",
+                    "--rounds",
+                    str(p["skew_rounds"]),
+                    "--iters",
+                    str(p["skew_iters"]),
+                ]
+            )
+        )["pingpong"]
         pp.insert(0, "cpu_b", cpus[1])
         pp.insert(0, "cpu_a", cpus[0])
         w.add_table("skew_pingpong", pp)
@@ -159,9 +188,21 @@ def measure(ctx) -> None:
     else:
         rep = repetition(EXPERIMENT, VARIANTS, p, "rep_")
         # the helper's own limit is never reached: rep says stop first
-        run_args = ["run", "--cpus", ",".join(map(str, cpus)), "--rounds", str(rep.warmup + rep.max_runs + 1),
-                    "--samples", str(p["samples"]), "--warmup", str(p["warmup"]),
-                    "--pristine", str(p["pristine"]), "--variants", ",".join(VARIANTS)]
+        run_args = [
+            "run",
+            "--cpus",
+            ",".join(map(str, cpus)),
+            "--rounds",
+            str(rep.warmup + rep.max_runs + 1),
+            "--samples",
+            str(p["samples"]),
+            "--warmup",
+            str(p["warmup"]),
+            "--pristine",
+            str(p["pristine"]),
+            "--variants",
+            ",".join(VARIANTS),
+        ]
         if trace_why:
             res = run_adaptive(run_args, rep, prog)
             w.skip("tracepoint", trace_why)
@@ -176,16 +217,29 @@ def measure(ctx) -> None:
         ops["readback_signed"] = ops["readback"].map(signed)
         w.add_table("kvm_ops", ops)
         meta.update({f"kvm_{k}": v for k, v in res["meta"].items() if k != "pid"})
-    w.add_table("tsc_facts", facts_table(
-        facts["facts"], {k[4:]: v for k, v in meta.items() if k.startswith("kvm_")}, freq))
+    w.add_table(
+        "tsc_facts",
+        facts_table(
+            facts["facts"], {k[4:]: v for k, v in meta.items() if k.startswith("kvm_")}, freq
+        ),
+    )
     nested = "hypervisor" in hostinfo.cpuinfo()["flags"]
-    w.extra["tsc_alignment"] = {"kvm_vendor_modules": kvm_vendor_modules(), "nested": nested,
-                                "cpus": cpus, "duration_s": round(time.monotonic() - t_start, 1), **meta}
-    w.notes.append("guest code: real mode, RDTSC -> store EDX:EAX at 0x2000 -> OUT 0x10; "
-                   "one I/O exit per reading; host brackets are LFENCE;RDTSC;LFENCE")
+    w.extra["tsc_alignment"] = {
+        "kvm_vendor_modules": kvm_vendor_modules(),
+        "nested": nested,
+        "cpus": cpus,
+        "duration_s": round(time.monotonic() - t_start, 1),
+        **meta,
+    }
+    w.notes.append(
+        "guest code: real mode, RDTSC -> store EDX:EAX at 0x2000 -> OUT 0x10; "
+        "one I/O exit per reading; host brackets are LFENCE;RDTSC;LFENCE"
+    )
     if nested:
-        w.notes.append("this host is itself a virtual machine: the 'host' TSC is the L1 "
-                       "guest's TSC and the test VM is nested")
+        w.notes.append(
+            "this host is itself a virtual machine: the 'host' TSC is the L1 "
+            "guest's TSC and the test VM is nested"
+        )
 
 
 def _traced(ctx, run_args, rep, prog, meta) -> dict:
@@ -193,14 +247,29 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
     private ftrace instance (x86-tsc clock) that the with-block removes on every exit path
     before this returns (a signal's KeyboardInterrupt included)."""
     w, cpus = ctx.writer, ctx.p["cpus"]
-    tl_args = ["run", "--cpus", str(cpus[-1]), "--rounds", "1", "--samples", str(ctx.p["timeline_samples"]),
-               "--warmup", "3", "--pristine", "0", "--variants", "attr"]
+    tl_args = [
+        "run",
+        "--cpus",
+        str(cpus[-1]),
+        "--rounds",
+        "1",
+        "--samples",
+        str(ctx.p["timeline_samples"]),
+        "--warmup",
+        "3",
+        "--pristine",
+        "0",
+        "--variants",
+        "attr",
+    ]
     with TraceSession(tag="tsc_align", log=prog.note) as ts:
         ts.set_option("trace_clock", "x86-tsc")  # stamps are raw TSC
         ts.set_option("buffer_size_kb", "4096")
         ts.enable("kvm/kvm_write_tsc_offset")
         ts.set_option("tracing_on", "1")
-        prog.note("private ftrace instance ready (x86-tsc, kvm_write_tsc_offset); KVM brackets start")
+        prog.note(
+            "private ftrace instance ready (x86-tsc, kvm_write_tsc_offset); KVM brackets start"
+        )
         res = run_adaptive(run_args, rep, prog)
         tr = parse_trace(ts.file("trace").read_text(), int(res["meta"]["pid"]))
         events = tsc_offset_events(tr)
@@ -229,13 +298,15 @@ def facts_table(facts: dict, meta: dict, freq_df):
     hf = hostinfo.host_facts()
     cs = hf["clocksource"]
     flags = hostinfo.cpuinfo()["flags"]
-    rows = [("cpu_model", hf["cpu_model"], "/proc/cpuinfo"),
-            ("virtualization", hf["virtualization"], "systemd-detect-virt"),
-            ("clocksource_current", cs["current"], "sysfs clocksource0"),
-            ("clocksources_available", " ".join(cs["available"]), "sysfs clocksource0"),
-            ("kvm_vendor_modules", " ".join(kvm_vendor_modules()) or "none", "/sys/module"),
-            ("cpu_flag_svm", int("svm" in flags), "/proc/cpuinfo"),
-            ("cpu_flag_vmx", int("vmx" in flags), "/proc/cpuinfo")]
+    rows = [
+        ("cpu_model", hf["cpu_model"], "/proc/cpuinfo"),
+        ("virtualization", hf["virtualization"], "systemd-detect-virt"),
+        ("clocksource_current", cs["current"], "sysfs clocksource0"),
+        ("clocksources_available", " ".join(cs["available"]), "sysfs clocksource0"),
+        ("kvm_vendor_modules", " ".join(kvm_vendor_modules()) or "none", "/sys/module"),
+        ("cpu_flag_svm", int("svm" in flags), "/proc/cpuinfo"),
+        ("cpu_flag_vmx", int("vmx" in flags), "/proc/cpuinfo"),
+    ]
     for f in hostinfo.TSC_FLAGS + ("hypervisor",):
         rows.append((f"cpu_flag_{f}", int(f in flags), "/proc/cpuinfo"))
     for k, v in facts.items():
@@ -246,8 +317,14 @@ def facts_table(facts: dict, meta: dict, freq_df):
     for i, line in enumerate(_dmesg_tsc()):
         rows.append((f"dmesg_tsc_{i}", line, "dmesg"))
     if len(freq_df):
-        khz = (freq_df["cycles"] / freq_df["ns"] * 1e6)
-        rows.append(("measured_tsc_khz_median", f"{khz.median():.0f}", "kvmtsc facts vs CLOCK_MONOTONIC_RAW"))
+        khz = freq_df["cycles"] / freq_df["ns"] * 1e6
+        rows.append(
+            (
+                "measured_tsc_khz_median",
+                f"{khz.median():.0f}",
+                "kvmtsc facts vs CLOCK_MONOTONIC_RAW",
+            )
+        )
     return pd.DataFrame(rows, columns=["key", "value", "source"])
 
 
@@ -259,7 +336,8 @@ def _dmesg_tsc() -> list[str]:
     out = []
     for line in r.stdout.splitlines():
         body = re.sub(r"^\[\s*[\d.]+\]\s*", "", line)
-        if re.match(r"(tsc|clocksource): ", body) and ("MHz" in body or "Switched" in body
-                                                      or "unstable" in body or "calibrat" in body):
+        if re.match(r"(tsc|clocksource): ", body) and (
+            "MHz" in body or "Switched" in body or "unstable" in body or "calibrat" in body
+        ):
             out.append(body)
     return out[:8]

@@ -1,7 +1,9 @@
 """Key findings of the TSC alignment chapter, from the chapter's values for one dataset."""
+
 from __future__ import annotations
 
 from perfbook.analysis.findings import Finding, Outcome, from_glue, num
+
 from .analysis import skew_bounds
 from .prose import key_values, tcg_equal_reads
 
@@ -23,24 +25,34 @@ def skew(run):
     tcg = ""
     if run.manifest["host"].get("virtualization") == "qemu":
         eq, n = tcg_equal_reads(pp)
-        tcg = (f" (TCG: an emulator artefact, not synchronisation; QEMU serves every vCPU's TSC from one "
-               f"counter it never lets go backwards, so the bounds contain 0 by construction, and in {eq:,} of "
-               f"{n:,} exchanges the second vCPU read the first one's value again)")
-    return Outcome(bool(a["consistent"]), f"CPU {a['cpu_b']} minus CPU {a['cpu_a']}: between {int(a['lo']):+,} "
-                   f"and {int(a['hi']):+,} cycles over {int(a['n']):,} exchanges{tcg}")
+        tcg = (
+            f" (TCG: an emulator artefact, not synchronisation; QEMU serves every vCPU's TSC from one "
+            f"counter it never lets go backwards, so the bounds contain 0 by construction, and in {eq:,} of "
+            f"{n:,} exchanges the second vCPU read the first one's value again)"
+        )
+    return Outcome(
+        bool(a["consistent"]),
+        f"CPU {a['cpu_b']} minus CPU {a['cpu_a']}: between {int(a['lo']):+,} "
+        f"and {int(a['hi']):+,} cycles over {int(a['n']):,} exchanges{tcg}",
+    )
 
 
 def freq(g):
     d = num(g["khz_diff_ppm"])
-    return Outcome(abs(d) < 10, f"KVM {g['khz_kvm']} kHz, measured {g['khz_measured']} kHz ({d:g} ppm)")
+    return Outcome(
+        abs(d) < 10, f"KVM {g['khz_kvm']} kHz, measured {g['khz_measured']} kHz ({d:g} ppm)"
+    )
 
 
 def honoured(g):
     ok = g["honoured_word"] == "honours"
-    return Outcome(ok, f"KVM_SET_TSC offset: the guest's reads {'follow' if ok else 'ignore'} it "
-                   f"(KVM module: {g['vendor']}); {g['inside_created']} % of the readings with the offset KVM "
-                   "chose at vCPU creation lie inside their host brackets"
-                   + ("" if ok else ", so the before/after alignment check cannot fail here"))
+    return Outcome(
+        ok,
+        f"KVM_SET_TSC offset: the guest's reads {'follow' if ok else 'ignore'} it "
+        f"(KVM module: {g['vendor']}); {g['inside_created']} % of the readings with the offset KVM "
+        "chose at vCPU creation lie inside their host brackets"
+        + ("" if ok else ", so the before/after alignment check cannot fail here"),
+    )
 
 
 def roundtrip(g):
@@ -49,10 +61,26 @@ def roundtrip(g):
 
 
 FINDINGS = (
-    Finding("skew", "No TSC skew between this machine's CPUs is detectable (the ping-pong bounds contain 0)",
-            skew, contrary="This machine's CPUs' TSCs are skewed: the ping-pong bounds exclude 0"),
-    Finding("freq", "KVM reports the TSC frequency within 10 ppm of the measured one", from_glue(_g, freq)),
-    Finding("honoured", "The TSC offset set through the KVM API changes what the guest reads", from_glue(_g, honoured),
-            contrary="The TSC offset set through the KVM API does not change what the guest reads"),
-    Finding("roundtrip", "A KVM_RUN round trip into the guest takes less than 20 µs", from_glue(_g, roundtrip)),
+    Finding(
+        "skew",
+        "No TSC skew between this machine's CPUs is detectable (the ping-pong bounds contain 0)",
+        skew,
+        contrary="This machine's CPUs' TSCs are skewed: the ping-pong bounds exclude 0",
+    ),
+    Finding(
+        "freq",
+        "KVM reports the TSC frequency within 10 ppm of the measured one",
+        from_glue(_g, freq),
+    ),
+    Finding(
+        "honoured",
+        "The TSC offset set through the KVM API changes what the guest reads",
+        from_glue(_g, honoured),
+        contrary="The TSC offset set through the KVM API does not change what the guest reads",
+    ),
+    Finding(
+        "roundtrip",
+        "A KVM_RUN round trip into the guest takes less than 20 µs",
+        from_glue(_g, roundtrip),
+    ),
 )

@@ -1,5 +1,6 @@
 """What the chapter measures, by name (variants, events, the helper, the facts' order), and
 text -> frames: the kvmtsc helper's CSV-like lines and the x86-tsc ftrace text."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -10,8 +11,14 @@ from perfbook.probes import ftrace
 U64 = 1 << 64
 EXPERIMENT = "KVM_RUN bracket width"
 VARIANTS = ("default", "msr", "attr")
-TIMELINE_EVENTS = ("kvm/kvm_write_tsc_offset", "kvm/kvm_entry", "kvm/kvm_exit",
-                   "kvm/kvm_emulate_insn", "kvm/kvm_pio", "kvm/kvm_userspace_exit")
+TIMELINE_EVENTS = (
+    "kvm/kvm_write_tsc_offset",
+    "kvm/kvm_entry",
+    "kvm/kvm_exit",
+    "kvm/kvm_emulate_insn",
+    "kvm/kvm_pio",
+    "kvm/kvm_userspace_exit",
+)
 HELPER = "kvmtsc"
 
 
@@ -22,11 +29,19 @@ def signed(u) -> int:
 
 
 # the order collect writes the tsc_facts rows in (kvmtsc.c prints its cpuid facts in this order)
-FACT_ORDER = (("cpu_model", "virtualization", "clocksource_current", "clocksources_available",
-               "kvm_vendor_modules", "cpu_flag_svm", "cpu_flag_vmx")
-              + tuple(f"cpu_flag_{f}" for f in TSC_FLAGS + ("hypervisor",))
-              + ("cpuid_hypervisor_bit", "hypervisor_signature", "hypervisor_max_leaf",
-                 "cpuid_invariant_tsc"))
+FACT_ORDER = (
+    (
+        "cpu_model",
+        "virtualization",
+        "clocksource_current",
+        "clocksources_available",
+        "kvm_vendor_modules",
+        "cpu_flag_svm",
+        "cpu_flag_vmx",
+    )
+    + tuple(f"cpu_flag_{f}" for f in TSC_FLAGS + ("hypervisor",))
+    + ("cpuid_hypervisor_bit", "hypervisor_signature", "hypervisor_max_leaf", "cpuid_invariant_tsc")
+)
 KVM_FACTS = ("kvm_get_tsc_khz", "cap_vcpu_attributes", "cap_tsc_control", "api_version")
 
 
@@ -40,13 +55,16 @@ def fact_rank(key: str) -> tuple:
         return (3, int(key[10:]), "")
     if key == "measured_tsc_khz_median":
         return (4, 0, "")
-    return (1, 0, key)              # another cpuid fact: after the known ones, by name
+    return (1, 0, key)  # another cpuid fact: after the known ones, by name
 
 
 # kvmtsc line kind -> (result name, columns); every column but variant/kind is an integer
 HELPER_LINES = {
     "s": ("samples", ["variant", "round", "cpu", "idx", "warmup", "before", "guest", "after"]),
-    "op": ("ops", ["seq", "kind", "variant", "round", "tsc_before", "tsc_after", "requested", "readback"]),
+    "op": (
+        "ops",
+        ["seq", "kind", "variant", "round", "tsc_before", "tsc_after", "requested", "readback"],
+    ),
     "pp": ("pingpong", ["direction", "round", "i", "t2_minus_t1", "t3_minus_t2"]),
     "freq": ("freq", ["rep", "ns", "cycles"]),
 }
@@ -96,6 +114,13 @@ def tsc_offset_events(trace_df):
     for r in trace_df[trace_df["event"] == "kvm_write_tsc_offset"].itertuples():
         f = ftrace.parse_kv(r.detail)
         if {"vcpu", "prev", "next"} <= f.keys():
-            rows.append({"ts": r.ts, "cpu": r.cpu, "vcpu": int(f["vcpu"]),
-                         "prev": int(f["prev"]), "next": int(f["next"])})
+            rows.append(
+                {
+                    "ts": r.ts,
+                    "cpu": r.cpu,
+                    "vcpu": int(f["vcpu"]),
+                    "prev": int(f["prev"]),
+                    "next": int(f["next"]),
+                }
+            )
     return pd.DataFrame(rows, columns=["ts", "cpu", "vcpu", "prev", "next"])

@@ -16,6 +16,7 @@ CPU time of each of QEMU's threads (/proc/<pid>/task).
   figures.py       IOPS and effects, CPU per thread class, the effects over every host
   key_findings.py  the key findings
 """
+
 from __future__ import annotations
 
 from perfbook.core.errors import ParameterError
@@ -25,10 +26,23 @@ from perfbook.qemu import guest
 RW = ("randread", "randwrite", "read", "write")
 VARIANTS = ("off", "on")
 STORM_COMMANDS = ("query-block", "query-status", "query-qmp-schema")
-_COMMON = {"variants": None, "cache": "none", "aio": "native", "num_queues": None, "guest_cpus": 1,
-           "guest_memory_mib": 512, "storm_command": "query-block", "accel": "auto",
-           "kvm_boot_timeout": 4.0, "boot_timeout": 150.0, "seed": 1, "rep_warmup": 0,
-           "stall_seconds": 30.0, "stall_reboots": 2, "event_idx": "auto"}
+_COMMON = {
+    "variants": None,
+    "cache": "none",
+    "aio": "native",
+    "num_queues": None,
+    "guest_cpus": 1,
+    "guest_memory_mib": 512,
+    "storm_command": "query-block",
+    "accel": "auto",
+    "kvm_boot_timeout": 4.0,
+    "boot_timeout": 150.0,
+    "seed": 1,
+    "rep_warmup": 0,
+    "stall_seconds": 30.0,
+    "stall_reboots": 2,
+    "event_idx": "auto",
+}
 
 
 class VirtioBlkIothread(Chapter):
@@ -41,88 +55,247 @@ class VirtioBlkIothread(Chapter):
     # twice per boot (n = 2 per job and variant, within one boot), about 60 s (plan_s); full runs
     # rounds until the intervals are tight. Quick is one round of 2 boots of 4 short jobs each
     # (300 ms under TCG still holds hundreds of requests at queue depth 1), about 15 s.
-    plan_s = {"quick": 15, "default": 60}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 15,
+        "default": 60,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {"rw": ["randread"], "depths": [1, 32], "storm": ["randread_qd1"], "runtime_ms": 300,
-                  "ramp_ms": 100, "fio_warmup_ms": 200, "repeats": 1, "disk_mib": 64, "bonnie_mib": 32,
-                  "bonnie_rounds": 0, "rep_target": 0.10, "rep_min_runs": 1, "rep_max_runs": 1,
-                  "rep_budget_s": 60.0, **_COMMON, "kvm_boot_timeout": 3.0},   # as every quick guest chapter's
-        "default": {"rw": ["randread", "randwrite"], "depths": [1, 32], "storm": ["randread_qd1"],
-                    "runtime_ms": 700, "ramp_ms": 200, "fio_warmup_ms": 400, "repeats": 2, "disk_mib": 128,
-                    "bonnie_mib": 32, "bonnie_rounds": 1, "rep_target": 0.05, "rep_min_runs": 1,
-                    "rep_max_runs": 1, "rep_budget_s": 90.0, **_COMMON},
-        "full": {"rw": list(RW), "depths": [1, 4, 32], "storm": ["randread_qd1", "randread_qd32", "randwrite_qd1"],
-                 "runtime_ms": 3000, "ramp_ms": 500, "fio_warmup_ms": 1000, "repeats": 2, "disk_mib": 512,
-                 "bonnie_mib": 256, "bonnie_rounds": 3, "rep_target": 0.03, "rep_min_runs": 4,
-                 "rep_max_runs": 10, "rep_budget_s": 1800.0, **_COMMON,
-                 "stall_seconds": 300.0, "stall_reboots": 4},   # bonnie++'s 256 MiB prints nothing for minutes
+        "quick": {
+            "rw": ["randread"],
+            "depths": [1, 32],
+            "storm": ["randread_qd1"],
+            "runtime_ms": 300,
+            "ramp_ms": 100,
+            "fio_warmup_ms": 200,
+            "repeats": 1,
+            "disk_mib": 64,
+            "bonnie_mib": 32,
+            "bonnie_rounds": 0,
+            "rep_target": 0.10,
+            "rep_min_runs": 1,
+            "rep_max_runs": 1,
+            "rep_budget_s": 60.0,
+            **_COMMON,
+            "kvm_boot_timeout": 3.0,
+        },  # as every quick guest chapter's
+        "default": {
+            "rw": ["randread", "randwrite"],
+            "depths": [1, 32],
+            "storm": ["randread_qd1"],
+            "runtime_ms": 700,
+            "ramp_ms": 200,
+            "fio_warmup_ms": 400,
+            "repeats": 2,
+            "disk_mib": 128,
+            "bonnie_mib": 32,
+            "bonnie_rounds": 1,
+            "rep_target": 0.05,
+            "rep_min_runs": 1,
+            "rep_max_runs": 1,
+            "rep_budget_s": 90.0,
+            **_COMMON,
+        },
+        "full": {
+            "rw": list(RW),
+            "depths": [1, 4, 32],
+            "storm": ["randread_qd1", "randread_qd32", "randwrite_qd1"],
+            "runtime_ms": 3000,
+            "ramp_ms": 500,
+            "fio_warmup_ms": 1000,
+            "repeats": 2,
+            "disk_mib": 512,
+            "bonnie_mib": 256,
+            "bonnie_rounds": 3,
+            "rep_target": 0.03,
+            "rep_min_runs": 4,
+            "rep_max_runs": 10,
+            "rep_budget_s": 1800.0,
+            **_COMMON,
+            "stall_seconds": 300.0,
+            "stall_reboots": 4,
+        },  # bonnie++'s 256 MiB prints nothing for minutes
     }
     params = {
-        "variants": Param(list, choices=VARIANTS, nullable=True, help="iothread off and/or on (None: both)"),
+        "variants": Param(
+            list, choices=VARIANTS, nullable=True, help="iothread off and/or on (None: both)"
+        ),
         "rw": Param(list, choices=RW, help="fio patterns (random: 4 KiB, sequential: 128 KiB)"),
-        "depths": Param(object, help="fio queue depths: a list (or comma-separated string) of 1..256"),
-        "storm": Param(object, help="jobs (e.g. randread_qd1) run again under a QMP storm; [] for none"),
-        "storm_command": Param(str, choices=STORM_COMMANDS, help="the QMP command the storm repeats"),
+        "depths": Param(
+            object, help="fio queue depths: a list (or comma-separated string) of 1..256"
+        ),
+        "storm": Param(
+            object, help="jobs (e.g. randread_qd1) run again under a QMP storm; [] for none"
+        ),
+        "storm_command": Param(
+            str, choices=STORM_COMMANDS, help="the QMP command the storm repeats"
+        ),
         "runtime_ms": Param(int, min=200, max=600_000, help="fio's measured time per job"),
         "ramp_ms": Param(int, min=0, max=60_000, help="fio's ramp (unmeasured) before each job"),
-        "fio_warmup_ms": Param(int, min=0, max=600_000, help="an unrecorded fio job at the start of each boot"),
+        "fio_warmup_ms": Param(
+            int, min=0, max=600_000, help="an unrecorded fio job at the start of each boot"
+        ),
         "repeats": Param(int, min=1, max=20, help="runs of each job per boot (shuffled)"),
-        "disk_mib": Param(int, min=16, max=4096, help="fio's disk (a scratch image, written in full first)"),
-        "bonnie_mib": Param(int, min=0, max=2048, help="bonnie++'s file size, on a second disk with ext4 (0: no bonnie++)"),
+        "disk_mib": Param(
+            int, min=16, max=4096, help="fio's disk (a scratch image, written in full first)"
+        ),
+        "bonnie_mib": Param(
+            int,
+            min=0,
+            max=2048,
+            help="bonnie++'s file size, on a second disk with ext4 (0: no bonnie++)",
+        ),
         "bonnie_rounds": Param(int, min=0, help="rounds whose boots run bonnie++"),
-        "cache": Param(str, choices=("none", "writeback", "writethrough", "directsync", "unsafe"),
-                       help="-drive cache="),
+        "cache": Param(
+            str,
+            choices=("none", "writeback", "writethrough", "directsync", "unsafe"),
+            help="-drive cache=",
+        ),
         "aio": Param(str, choices=("native", "threads", "io_uring"), help="-drive aio="),
-        "num_queues": Param(int, min=1, max=16, nullable=True, help="virtio-blk num-queues (None: QEMU's default)"),
-        "event_idx": Param(str, choices=("auto", "on", "off"), help="virtio-blk event_idx (auto: off under TCG, "
-                           "where an iothread-off guest stalls with it, QEMU's default under KVM)"),
+        "num_queues": Param(
+            int, min=1, max=16, nullable=True, help="virtio-blk num-queues (None: QEMU's default)"
+        ),
+        "event_idx": Param(
+            str,
+            choices=("auto", "on", "off"),
+            help="virtio-blk event_idx (auto: off under TCG, "
+            "where an iothread-off guest stalls with it, QEMU's default under KVM)",
+        ),
         "guest_cpus": Param(int, min=1, max=8, help="the guest's vCPUs"),
-        "guest_memory_mib": Param(int, min=256, max=4096, help="the guest's memory (fio's libraries take ~90 MiB)"),
+        "guest_memory_mib": Param(
+            int, min=256, max=4096, help="the guest's memory (fio's libraries take ~90 MiB)"
+        ),
         **guest.boot_params(3600),
-        "stall_seconds": Param(float, min=5, max=3600, help="a guest that prints nothing for this long "
-                               "(no job began or ended) is stopped and booted again"),
-        "stall_reboots": Param(int, min=0, max=20, help="stalled guests booted again in one run; one more fails the run"),
+        "stall_seconds": Param(
+            float,
+            min=5,
+            max=3600,
+            help="a guest that prints nothing for this long "
+            "(no job began or ended) is stopped and booted again",
+        ),
+        "stall_reboots": Param(
+            int,
+            min=0,
+            max=20,
+            help="stalled guests booted again in one run; one more fails the run",
+        ),
         **repetition_params("rep_"),
         "seed": Param(int, min=0, help="seed of the shuffled orders"),
     }
     tables = {
-        "fio": Table(round="int", boot="int", variant="str", position="int", job="str", rw="str", depth="int",
-                     storm="bool", rep="int", iops="float", bw_kib_s="float", lat_mean_us="float",
-                     clat_p50_us="float", clat_p90_us="float", clat_p99_us="float", clat_p999_us="float",
-                     guest_usr_pct="float", guest_sys_pct="float", ios="int"),
-        "threads": Table(round="int", boot="int", variant="str", job="str", storm="bool", rep="int", cls="str",
-                         threads="int", user_s="float", sys_s="float", wall_s="float"),
-        "storm": Table(round="int", boot="int", variant="str", job="str", rep="int", command="str",
-                       commands="int", seconds="float", client_cpu_s="float"),
-        "bonnie": Table(round="int", boot="int", variant="str", item="str", value="float", unit="str",
-                        cpu_pct="float", latency_us="float"),
-        "boots": Table(round="int", boot="int", variant="str", accel="str", accel_note="str",
-                       boot_seconds="float", total_seconds="float", queues="int", scheduler="str",
-                       guest_cpus="int", qemu_version="str", guest_kernel="str", qemu_cmdline="str"),
+        "fio": Table(
+            round="int",
+            boot="int",
+            variant="str",
+            position="int",
+            job="str",
+            rw="str",
+            depth="int",
+            storm="bool",
+            rep="int",
+            iops="float",
+            bw_kib_s="float",
+            lat_mean_us="float",
+            clat_p50_us="float",
+            clat_p90_us="float",
+            clat_p99_us="float",
+            clat_p999_us="float",
+            guest_usr_pct="float",
+            guest_sys_pct="float",
+            ios="int",
+        ),
+        "threads": Table(
+            round="int",
+            boot="int",
+            variant="str",
+            job="str",
+            storm="bool",
+            rep="int",
+            cls="str",
+            threads="int",
+            user_s="float",
+            sys_s="float",
+            wall_s="float",
+        ),
+        "storm": Table(
+            round="int",
+            boot="int",
+            variant="str",
+            job="str",
+            rep="int",
+            command="str",
+            commands="int",
+            seconds="float",
+            client_cpu_s="float",
+        ),
+        "bonnie": Table(
+            round="int",
+            boot="int",
+            variant="str",
+            item="str",
+            value="float",
+            unit="str",
+            cpu_pct="float",
+            latency_us="float",
+        ),
+        "boots": Table(
+            round="int",
+            boot="int",
+            variant="str",
+            accel="str",
+            accel_note="str",
+            boot_seconds="float",
+            total_seconds="float",
+            queues="int",
+            scheduler="str",
+            guest_cpus="int",
+            qemu_version="str",
+            guest_kernel="str",
+            qemu_cmdline="str",
+        ),
         "repetition": REPETITION,
     }
     reference = ("virtio_blk_iothread",)
     quote_needs = ("fio", "threads", "boots")
-    needs_tools = {"qemu-system-x86_64": "qemu-system-x86", "fio": "fio", "bonnie++": "bonnie++",
-                   "ldd": "libc-bin", "mkfs.ext4": "e2fsprogs"}
-    needs_text = "a QEMU guest (KVM where it boots, TCG otherwise); qemu.qmp for the main-loop storm"
+    needs_tools = {
+        "qemu-system-x86_64": "qemu-system-x86",
+        "fio": "fio",
+        "bonnie++": "bonnie++",
+        "ldd": "libc-bin",
+        "mkfs.ext4": "e2fsprogs",
+    }
+    needs_text = (
+        "a QEMU guest (KVM where it boots, TCG otherwise); qemu.qmp for the main-loop storm"
+    )
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: numpy+scipy; doctor imports every __init__
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         repetition_settings(p, "rep_")
         p["variants"] = [v for v in VARIANTS if v in (p["variants"] or VARIANTS)]
         d = p["depths"]
-        d = [int(x) for x in d.split(",") if x.strip()] if isinstance(d, str) else ([d] if isinstance(d, int) else d)
-        if (not isinstance(d, (list, tuple)) or not d
-                or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 256 for x in d)):
-            raise ParameterError(f"depths must be a non-empty list of integers in 1..256, got {p['depths']!r}")
+        d = (
+            [int(x) for x in d.split(",") if x.strip()]
+            if isinstance(d, str)
+            else ([d] if isinstance(d, int) else d)
+        )
+        if (
+            not isinstance(d, (list, tuple))
+            or not d
+            or not all(isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 256 for x in d)
+        ):
+            raise ParameterError(
+                f"depths must be a non-empty list of integers in 1..256, got {p['depths']!r}"
+            )
         p["depths"] = sorted(set(d))
         s = p["storm"]
         s = [x.strip() for x in s.split(",") if x.strip()] if isinstance(s, str) else list(s or [])
         jobs = [f"{rw}_qd{q}" for rw in p["rw"] for q in p["depths"]]
         bad = [x for x in s if x not in jobs]
         if bad:
-            raise ParameterError(f"storm job(s) {', '.join(bad)} are not among this run's jobs ({', '.join(jobs)})")
+            raise ParameterError(
+                f"storm job(s) {', '.join(bad)} are not among this run's jobs ({', '.join(jobs)})"
+            )
         p["storm"] = s
         if p["aio"] == "native" and p["cache"] not in ("none", "directsync"):
             raise ParameterError("aio=native needs cache=none or directsync")

@@ -1,5 +1,6 @@
 """virtio_blk_iothread: the analysis (frames in, frames out): medians and their intervals, the
 on/off effects, CPU per thread class, the seed's bonnie++ figures beside ours."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,20 @@ import pandas as pd
 
 from perfbook.analysis import stats
 
-JOB_ORDER = ("randread_qd1", "randread_qd4", "randread_qd32", "randwrite_qd1", "randwrite_qd4", "randwrite_qd32",
-             "read_qd1", "read_qd4", "read_qd32", "write_qd1", "write_qd4", "write_qd32")
+JOB_ORDER = (
+    "randread_qd1",
+    "randread_qd4",
+    "randread_qd32",
+    "randwrite_qd1",
+    "randwrite_qd4",
+    "randwrite_qd32",
+    "read_qd1",
+    "read_qd4",
+    "read_qd32",
+    "write_qd1",
+    "write_qd4",
+    "write_qd32",
+)
 
 
 def dataset_key(m) -> str:
@@ -25,8 +38,11 @@ def table(D, name: str):
 def in_job_order(df, col="job"):
     """df sorted by dataset, job (in JOB_ORDER), storm and variant."""
     rank = {j: i for i, j in enumerate(JOB_ORDER)}
-    return df.sort_values([c for c in ("dataset", col, "storm", "variant") if c in df.columns],
-                          key=lambda s: s.map(lambda x: rank.get(x, 99)) if s.name == col else s, kind="stable")
+    return df.sort_values(
+        [c for c in ("dataset", col, "storm", "variant") if c in df.columns],
+        key=lambda s: s.map(lambda x: rank.get(x, 99)) if s.name == col else s,
+        kind="stable",
+    )
 
 
 def fio_summary(fio):
@@ -34,14 +50,17 @@ def fio_summary(fio):
     storm and variant."""
     s = stats.summarize_frame(fio, ["dataset", "job", "storm", "variant"], "iops")
     lat = fio.groupby(["dataset", "job", "storm", "variant"], as_index=False)[
-        ["clat_p50_us", "clat_p99_us", "guest_sys_pct"]].median()
+        ["clat_p50_us", "clat_p99_us", "guest_sys_pct"]
+    ].median()
     return in_job_order(s.merge(lat, on=["dataset", "job", "storm", "variant"]))
 
 
 def effects(fio, value: str = "iops"):
     """iothread on against off per dataset, job and storm: the Hodges-Lehmann shift relative to
     off's median (on/off - 1) with its distribution-free CI, Mann-Whitney p, Cliff's delta."""
-    c = stats.compare_frame(fio, by="variant", value=value, baseline="off", within=["dataset", "job", "storm"])
+    c = stats.compare_frame(
+        fio, by="variant", value=value, baseline="off", within=["dataset", "job", "storm"]
+    )
     return in_job_order(c) if len(c) else c
 
 
@@ -53,8 +72,12 @@ def every_effect(D):
 def storm_effects(fio):
     """Per variant: the storm's relative change of IOPS (storm against no storm, same job)."""
     stormed = fio[fio.storm].job.unique() if len(fio) else []
-    f = fio[fio.job.isin(stormed)].assign(load=lambda d: d.storm.map({True: "storm", False: "quiet"}))
-    c = stats.compare_frame(f, by="load", value="iops", baseline="quiet", within=["dataset", "job", "variant"])
+    f = fio[fio.job.isin(stormed)].assign(
+        load=lambda d: d.storm.map({True: "storm", False: "quiet"})
+    )
+    c = stats.compare_frame(
+        f, by="load", value="iops", baseline="quiet", within=["dataset", "job", "variant"]
+    )
     return in_job_order(c) if len(c) else c
 
 
@@ -63,7 +86,8 @@ def cpu_rates(threads):
     variant, job and storm."""
     t = threads.assign(rate=(threads.user_s + threads.sys_s) / threads.wall_s)
     g = t.groupby(["dataset", "job", "storm", "variant", "cls"], as_index=False).agg(
-        rate=("rate", "median"), threads=("threads", "max"), n=("rate", "size"))
+        rate=("rate", "median"), threads=("threads", "max"), n=("rate", "size")
+    )
     return in_job_order(g)
 
 
@@ -71,19 +95,42 @@ def bonnie_beside_seed(D, dataset: str | None = None):
     """The seed's bonnie++ figures (data plane off and on) beside ours (iothread off and on,
     medians), with each side's on/off ratio."""
     ref = D.reference("virtio_blk_iothread")
-    ref = ref[ref.kind == "bonnie_io"].pivot_table(index="item", columns="variant", values="value", aggfunc="first")
+    ref = ref[ref.kind == "bonnie_io"].pivot_table(
+        index="item", columns="variant", values="value", aggfunc="first"
+    )
     b = table(D, "bonnie")
     b = b[b.dataset == (dataset or dataset_key(D.quoted))] if len(b) else b
-    ours = b.pivot_table(index="item", columns="variant", values="value", aggfunc="median") if len(b) else None
+    ours = (
+        b.pivot_table(index="item", columns="variant", values="value", aggfunc="median")
+        if len(b)
+        else None
+    )
     rows = []
     for item in ref.index:
-        row = {"test": item, "2013 off": ref.loc[item, "off"], "2013 on": ref.loc[item, "on"],
-               "2013 on/off": round(ref.loc[item, "on"] / ref.loc[item, "off"], 2)}
+        row = {
+            "test": item,
+            "2013 off": ref.loc[item, "off"],
+            "2013 on": ref.loc[item, "on"],
+            "2013 on/off": round(ref.loc[item, "on"] / ref.loc[item, "off"], 2),
+        }
         if ours is not None and item in ours.index and {"off", "on"} <= set(ours.columns):
             o = ours.loc[item]
-            row.update({"ours off": o["off"], "ours on": o["on"],
-                        "ours on/off": round(o["on"] / o["off"], 2) if o["off"] else math.nan})
+            row.update(
+                {
+                    "ours off": o["off"],
+                    "ours on": o["on"],
+                    "ours on/off": round(o["on"] / o["off"], 2) if o["off"] else math.nan,
+                }
+            )
         rows.append(row)
-    order = {k: i for i, k in enumerate(("per_chr_output", "block_output", "rewrite", "per_chr_input",
-                                         "block_input", "seeks"))}
-    return pd.DataFrame(rows).sort_values("test", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    order = {
+        k: i
+        for i, k in enumerate(
+            ("per_chr_output", "block_output", "rewrite", "per_chr_input", "block_input", "seeks")
+        )
+    }
+    return (
+        pd.DataFrame(rows)
+        .sort_values("test", key=lambda s: s.map(order), kind="stable")
+        .reset_index(drop=True)
+    )

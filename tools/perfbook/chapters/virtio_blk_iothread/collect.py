@@ -10,6 +10,7 @@ storm. So the thread times cover the job's I/O (ramp and measured time) and noth
 JSON and bonnie++'s CSV line travel over the serial port after the tools have finished. QEMU, its scratch directory and the guest are owned by
 perfbook.qemu.guest.Runner; the storm thread is stopped on every exit path.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -31,30 +32,49 @@ from perfbook.core.guard import check_interrupted
 from perfbook.core.proc import run_group
 from perfbook.probes import blockdev
 from perfbook.qemu import guest, guest_image
+
 from .parse import bonnie_rows, fio_rows, split_output
 
 try:
     from qemu.qmp import QMPClient
-except ImportError:          # measure() then skips the storm
+except ImportError:  # measure() then skips the storm
     QMPClient = None
 
 IO_RE, IODONE_RE = re.compile(r"@@JOB-IO (\S+)@@"), re.compile(r"@@JOB-IODONE (\S+)@@")
 
 MiB = 1 << 20
-BONNIE_SPARE_MIB = 64      # bonnie++'s disk: its file plus room for ext4's metadata and journal
+BONNIE_SPARE_MIB = 64  # bonnie++'s disk: its file plus room for ext4's metadata and journal
 
 
 def job_plan(p: dict, rng) -> list[dict]:
     """One boot's fio jobs: the warm-up, then each job `repeats` times, plain and under the
     storm, in a seeded shuffle."""
-    jobs = [{"job": f"{rw}_qd{q}", "rw": rw, "depth": q, "storm": st, "rep": r}
-            for rw in p["rw"] for q in p["depths"] for st in (False, True)
-            if not st or f"{rw}_qd{q}" in p["storm"] for r in range(p["repeats"])]
+    jobs = [
+        {"job": f"{rw}_qd{q}", "rw": rw, "depth": q, "storm": st, "rep": r}
+        for rw in p["rw"]
+        for q in p["depths"]
+        for st in (False, True)
+        if not st or f"{rw}_qd{q}" in p["storm"]
+        for r in range(p["repeats"])
+    ]
     rng.shuffle(jobs)
     for i, j in enumerate(jobs):
         j.update(id=f"j{i}", position=i)
-    warm = [{"job": "warmup", "rw": "randread", "depth": max(p["depths"]), "storm": False, "rep": 0,
-             "id": "warmup", "position": -1}] if p["fio_warmup_ms"] else []
+    warm = (
+        [
+            {
+                "job": "warmup",
+                "rw": "randread",
+                "depth": max(p["depths"]),
+                "storm": False,
+                "rep": 0,
+                "id": "warmup",
+                "position": -1,
+            }
+        ]
+        if p["fio_warmup_ms"]
+        else []
+    )
     return warm + jobs
 
 
@@ -63,15 +83,30 @@ def fio_jobfile(p: dict, plan: list[dict]) -> str:
     exec_prerun right before its I/O and exec_postrun right after it (their output goes to a
     file, so each writes its marker to the serial port itself): the host samples QEMU's threads,
     and starts and stops the storm, at these markers."""
-    out = ["[global]", "filename=/dev/vda", "direct=1", "ioengine=libaio", "thread", "time_based",
-           "norandommap", "randrepeat=0", "percentile_list=50:90:99:99.9", f"ramp_time={p['ramp_ms']}ms"]
+    out = [
+        "[global]",
+        "filename=/dev/vda",
+        "direct=1",
+        "ioengine=libaio",
+        "thread",
+        "time_based",
+        "norandommap",
+        "randrepeat=0",
+        "percentile_list=50:90:99:99.9",
+        f"ramp_time={p['ramp_ms']}ms",
+    ]
     for j in plan:
         seq = j["rw"] in ("read", "write")
-        out += [f"[{j['id']}]", "stonewall", f"rw={j['rw']}", f"bs={'128k' if seq else '4k'}",
-                f"iodepth={j['depth']}",
-                f"runtime={p['fio_warmup_ms'] if j['job'] == 'warmup' else p['runtime_ms']}ms",
-                f"exec_prerun=sh -c 'echo @@JOB-IO {j['id']}@@ >/dev/ttyS1'",
-                f"exec_postrun=sh -c 'echo @@JOB-IODONE {j['id']}@@ >/dev/ttyS1'"]
+        out += [
+            f"[{j['id']}]",
+            "stonewall",
+            f"rw={j['rw']}",
+            f"bs={'128k' if seq else '4k'}",
+            f"iodepth={j['depth']}",
+            f"runtime={p['fio_warmup_ms'] if j['job'] == 'warmup' else p['runtime_ms']}ms",
+            f"exec_prerun=sh -c 'echo @@JOB-IO {j['id']}@@ >/dev/ttyS1'",
+            f"exec_postrun=sh -c 'echo @@JOB-IODONE {j['id']}@@ >/dev/ttyS1'",
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -79,19 +114,29 @@ def guest_script(p: dict, plan: list[dict], with_bonnie: bool) -> str:
     """busybox sh: the facts, fio with every job, then bonnie++; each tool's output between
     markers after it has finished."""
     mib = p["bonnie_mib"]
-    lines = ["set -u", "echo none > /sys/block/vda/queue/scheduler 2>/dev/null",
-             'echo "INFO queues $(ls /sys/block/vda/mq | wc -l)"',
-             'echo "INFO scheduler $(cat /sys/block/vda/queue/scheduler)"', 'echo "INFO cpus $(nproc)"',
-             "out() { echo \"@@JOB-END $1 rc=$2@@\"; echo \"@@OUT-BEGIN $1@@\"; cat $3; "
-             "echo \"@@OUT-END $1@@\"; [ $2 = 0 ] || echo \"@@ERR $1 $(tail -c 300 /tmp/err | tr '\\n@' '  ')@@\"; }",
-             "cat > /tmp/jobs.fio <<'EOF'", fio_jobfile(p, plan).rstrip("\n"), "EOF",
-             "cd /tmp && fio --output-format=json --output=/tmp/out.json /tmp/jobs.fio >/tmp/err 2>&1; rc=$?",
-             "out fio $rc /tmp/out.json"]
+    lines = [
+        "set -u",
+        "echo none > /sys/block/vda/queue/scheduler 2>/dev/null",
+        'echo "INFO queues $(ls /sys/block/vda/mq | wc -l)"',
+        'echo "INFO scheduler $(cat /sys/block/vda/queue/scheduler)"',
+        'echo "INFO cpus $(nproc)"',
+        'out() { echo "@@JOB-END $1 rc=$2@@"; echo "@@OUT-BEGIN $1@@"; cat $3; '
+        "echo \"@@OUT-END $1@@\"; [ $2 = 0 ] || echo \"@@ERR $1 $(tail -c 300 /tmp/err | tr '\\n@' '  ')@@\"; }",
+        "cat > /tmp/jobs.fio <<'EOF'",
+        fio_jobfile(p, plan).rstrip("\n"),
+        "EOF",
+        "cd /tmp && fio --output-format=json --output=/tmp/out.json /tmp/jobs.fio >/tmp/err 2>&1; rc=$?",
+        "out fio $rc /tmp/out.json",
+    ]
     if with_bonnie:
-        lines += [": >/tmp/out.csv; mkdir -p /mnt", "mount -t ext4 /dev/vdb /mnt 2>/tmp/err; mrc=$?",
-                  f"if [ $mrc = 0 ]; then bonnie++ -d /mnt -s {mib} -r {mib // 2} -n 0 -f -D -u root -q "
-                  "-m guest -x 1 >/tmp/out.csv 2>/tmp/err; rc=$?; else rc=90; fi",
-                  "out bonnie $rc /tmp/out.csv", "umount /mnt 2>/dev/null"]
+        lines += [
+            ": >/tmp/out.csv; mkdir -p /mnt",
+            "mount -t ext4 /dev/vdb /mnt 2>/tmp/err; mrc=$?",
+            f"if [ $mrc = 0 ]; then bonnie++ -d /mnt -s {mib} -r {mib // 2} -n 0 -f -D -u root -q "
+            "-m guest -x 1 >/tmp/out.csv 2>/tmp/err; rc=$?; else rc=90; fi",
+            "out bonnie $rc /tmp/out.csv",
+            "umount /mnt 2>/dev/null",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -130,7 +175,9 @@ class Storm(threading.Thread):
         self._halt.set()
         self.join(timeout=20)
         if self.error or self.is_alive():
-            raise PerfbookError(f"the QMP storm failed: {self.error or 'it did not stop within 20 s'}")
+            raise PerfbookError(
+                f"the QMP storm failed: {self.error or 'it did not stop within 20 s'}"
+            )
 
 
 class Sampler:
@@ -145,7 +192,7 @@ class Sampler:
         self.storm: Storm | None = None
 
     def on_line(self, line: str, live: guest.LiveGuest):
-        if m := IO_RE.fullmatch(line):          # fio's I/O starts (ramp, then the measured time)
+        if m := IO_RE.fullmatch(line):  # fio's I/O starts (ramp, then the measured time)
             if self.jobs[m.group(1)]["storm"]:
                 self.storm = Storm(live.qmp, self.p["storm_command"])
                 self.storm.start()
@@ -182,29 +229,62 @@ def bonnie_image(path, mib: int) -> None:
     direct, where ext2's block maps fall back to buffered writes), its inode tables and journal
     written now rather than by the guest's lazy-init thread during the test."""
     fill_image(path, mib)
-    r = run_group(["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0", str(path)],
-                  timeout=300)
+    r = run_group(
+        [
+            "mkfs.ext4",
+            "-q",
+            "-F",
+            "-E",
+            "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+            str(path),
+        ],
+        timeout=300,
+    )
     if r.returncode != 0:
-        raise PerfbookError(f"mkfs.ext4 of bonnie++'s image failed: {(r.stderr or r.stdout).strip()[-200:]}")
+        raise PerfbookError(
+            f"mkfs.ext4 of bonnie++'s image failed: {(r.stderr or r.stdout).strip()[-200:]}"
+        )
 
 
 def _redact(cmd: list[str]) -> str:
-    return " ".join(re.sub(r"/(?:[^/\s,=]+/)*(?:guest|virtio_blk_iothread)-\d+-[^/]+/(?:run-[^/]+/)?", "SCRATCH/",
-                           a.replace(str(guest.guest_root()), "build/guest")) for a in cmd[1:])
+    return " ".join(
+        re.sub(
+            r"/(?:[^/\s,=]+/)*(?:guest|virtio_blk_iothread)-\d+-[^/]+/(?:run-[^/]+/)?",
+            "SCRATCH/",
+            a.replace(str(guest.guest_root()), "build/guest"),
+        )
+        for a in cmd[1:]
+    )
 
 
 def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot):
     """One guest: run the plan, parse, append to the tables; returns {job key: IOPS values}.
     `images` are the fio disk (vda) and bonnie++'s (vdb), both on io0 when iothread is on."""
-    disks = [guest.DiskSpec(label=label, path=img, cache=p["cache"], aio=p["aio"],
-                            iothread="io0" if variant == "on" else None, num_queues=p["num_queues"],
-                            event_idx={"on": True, "off": False}.get(p["event_idx"]),
-                            tcg_extra={"event_idx": "off"} if p["event_idx"] == "auto" else {})
-             for label, img in zip(("data", "bonnie"), images)]
+    disks = [
+        guest.DiskSpec(
+            label=label,
+            path=img,
+            cache=p["cache"],
+            aio=p["aio"],
+            iothread="io0" if variant == "on" else None,
+            num_queues=p["num_queues"],
+            event_idx={"on": True, "off": False}.get(p["event_idx"]),
+            tcg_extra={"event_idx": "off"} if p["event_idx"] == "auto" else {},
+        )
+        for label, img in zip(("data", "bonnie"), images)
+    ]
     s = Sampler(p, plan)
-    cfg = guest.GuestConfig(disks=disks, iothreads=["io0"], cpus=p["guest_cpus"], memory_mib=p["guest_memory_mib"],
-                            files=files, thread_names=True, qmp=bool(p["storm"]), on_line=s.on_line,
-                            stall_seconds=p["stall_seconds"])
+    cfg = guest.GuestConfig(
+        disks=disks,
+        iothreads=["io0"],
+        cpus=p["guest_cpus"],
+        memory_mib=p["guest_memory_mib"],
+        files=files,
+        thread_names=True,
+        qmp=bool(p["storm"]),
+        on_line=s.on_line,
+        stall_seconds=p["stall_seconds"],
+    )
     try:
         res = r.run(guest_script(p, plan, with_bonnie), cfg)
     finally:
@@ -212,36 +292,74 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
     if res.rc != 0:
         raise PerfbookError(f"the guest script failed with status {res.rc} (iothread {variant})")
     info, out = split_output(res.output)
-    tables["boots"].append({"round": rnd, "boot": boot, "variant": variant, "accel": res.accel,
-                            "accel_note": res.accel_note, "boot_seconds": res.boot_seconds,
-                            "total_seconds": res.total_seconds, "queues": int(info.get("queues") or 0),
-                            "scheduler": info.get("scheduler", ""), "guest_cpus": int(info.get("cpus") or 0),
-                            "qemu_version": res.qemu_version, "guest_kernel": res.kernel,
-                            "qemu_cmdline": _redact(res.cmdline)})
+    tables["boots"].append(
+        {
+            "round": rnd,
+            "boot": boot,
+            "variant": variant,
+            "accel": res.accel,
+            "accel_note": res.accel_note,
+            "boot_seconds": res.boot_seconds,
+            "total_seconds": res.total_seconds,
+            "queues": int(info.get("queues") or 0),
+            "scheduler": info.get("scheduler", ""),
+            "guest_cpus": int(info.get("cpus") or 0),
+            "qemu_version": res.qemu_version,
+            "guest_kernel": res.kernel,
+            "qemu_cmdline": _redact(res.cmdline),
+        }
+    )
     key = {"round": rnd, "boot": boot, "variant": variant}
     for tool in ("fio", "bonnie") if with_bonnie else ("fio",):
         o = out.get(tool)
         if o is None or o.get("rc") != 0:
-            raise PerfbookError(f"{tool} in the guest (iothread {variant}) failed: {((o or {}).get('err') or 'no output')[:200]}")
-    lines = [ln for ln in out.get("bonnie", {}).get("out", "").splitlines() if ln.startswith("1.98,")]
+            raise PerfbookError(
+                f"{tool} in the guest (iothread {variant}) failed: {((o or {}).get('err') or 'no output')[:200]}"
+            )
+    lines = [
+        ln for ln in out.get("bonnie", {}).get("out", "").splitlines() if ln.startswith("1.98,")
+    ]
     if with_bonnie and not lines:
         raise PerfbookError(f"bonnie++ printed no CSV line: {out['bonnie']['out'][-200:]!r}")
     tables["bonnie"] += [{**key, **row} for row in bonnie_rows(lines[-1])] if lines else []
     rows, got = fio_rows(out["fio"]["out"]), {}
     for j in plan:
         if j["id"] not in rows or j["id"] not in s.deltas:
-            raise PerfbookError(f"fio job {j['job']} (iothread {variant}) left no result or no markers")
+            raise PerfbookError(
+                f"fio job {j['job']} (iothread {variant}) left no result or no markers"
+            )
         if j["job"] == "warmup":
             continue
         row = rows[j["id"]]
-        tables["fio"].append({**key, **{k: j[k] for k in ("position", "job", "rw", "depth", "storm", "rep")}, **row})
+        tables["fio"].append(
+            {**key, **{k: j[k] for k in ("position", "job", "rw", "depth", "storm", "rep")}, **row}
+        )
         delta, wall = s.deltas[j["id"]]
-        tables["threads"] += [{**key, "job": j["job"], "storm": j["storm"], "rep": j["rep"], "cls": c,
-                               **v, "wall_s": wall} for c, v in delta.items()]
+        tables["threads"] += [
+            {
+                **key,
+                "job": j["job"],
+                "storm": j["storm"],
+                "rep": j["rep"],
+                "cls": c,
+                **v,
+                "wall_s": wall,
+            }
+            for c, v in delta.items()
+        ]
         if j["storm"]:
             st = s.storms[j["id"]]
-            tables["storm"].append({**key, "job": j["job"], "rep": j["rep"], "command": st.command,
-                                    "commands": st.commands, "seconds": st.seconds, "client_cpu_s": st.cpu})
+            tables["storm"].append(
+                {
+                    **key,
+                    "job": j["job"],
+                    "rep": j["rep"],
+                    "command": st.command,
+                    "commands": st.commands,
+                    "seconds": st.seconds,
+                    "client_cpu_s": st.cpu,
+                }
+            )
         got.setdefault(experiment(j), []).append(row["iops"])
     return got
 
@@ -260,9 +378,13 @@ def boot_until_done(r, p, variant, plan, with_bonnie, images, files, tables, rnd
                 rows.clear()
             stalls.append({"round": rnd, "boot": boot, "variant": variant, "why": str(e)[:500]})
             if len(stalls) > p["stall_reboots"]:
-                raise PerfbookError(f"{len(stalls)} guests stalled, more than stall_reboots ({p['stall_reboots']}) "
-                                    f"allows; the last: {e}") from None
-            prog.note(f"round {rnd + 1} iothread {variant}: the guest stalled; booting it again ({e})")
+                raise PerfbookError(
+                    f"{len(stalls)} guests stalled, more than stall_reboots ({p['stall_reboots']}) "
+                    f"allows; the last: {e}"
+                ) from None
+            prog.note(
+                f"round {rnd + 1} iothread {variant}: the guest stalled; booting it again ({e})"
+            )
 
 
 def experiment(j: dict) -> str:
@@ -275,15 +397,21 @@ def measure(ctx) -> None:
     rng = random.Random(p["seed"])
     if QMPClient is None:
         if p["storm"]:
-            w.skip("storm", "the Python package qemu.qmp is missing (tools/setup.sh installs environment.yml's pins)")
+            w.skip(
+                "storm",
+                "the Python package qemu.qmp is missing (tools/setup.sh installs environment.yml's pins)",
+            )
         p["storm"] = []
     scratch = ctx.scratch()
     images = [scratch.path("disk.img")]
-    files = {**guest_image.binary_bundle({"fio": _which("fio"), "bonnie++": _which("bonnie++")}),
-             "etc/passwd": b"root:x:0:0:root:/:/bin/sh\n", "etc/group": b"root:x:0:\n"}
+    files = {
+        **guest_image.binary_bundle({"fio": _which("fio"), "bonnie++": _which("bonnie++")}),
+        "etc/passwd": b"root:x:0:0:root:/:/bin/sh\n",
+        "etc/group": b"root:x:0:\n",
+    }
     w.extra["_tool_cmds"] = {"qemu-system": [guest.QEMU, "--version"], "fio": ["fio", "--version"]}
     w.extra["scratch_fs"] = blockdev.mount_of(scratch.dir.parent)
-    w.extra["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]   # other work on the host
+    w.extra["loadavg_start"] = [round(x, 2) for x in os.getloadavg()]  # other work on the host
     if not ctx.p["storm"]:
         w.skip("storm", "no storm jobs were asked for (storm=[])")
     if not p["bonnie_mib"] or not p["bonnie_rounds"]:
@@ -296,11 +424,15 @@ def measure(ctx) -> None:
     keys = sorted({experiment(j) for j in probe if j["job"] != "warmup"})
     reps = {e: repetition(e, p["variants"], p, "rep_") for e in keys}
     tables = {k: [] for k in ("fio", "threads", "storm", "bonnie", "boots")}
-    w.extra["stalled_boots"] = []   # guests stopped by the stall watchdog and booted again
+    w.extra["stalled_boots"] = []  # guests stopped by the stall watchdog and booted again
     prog = ctx.progress(len(p["variants"]) * (p["rep_min_runs"] + p["rep_warmup"]))
     boot = 0
-    with guest.Runner(accel=p["accel"], kvm_boot_timeout=p["kvm_boot_timeout"], timeout=p["boot_timeout"],
-                      progress=prog.note) as r:
+    with guest.Runner(
+        accel=p["accel"],
+        kvm_boot_timeout=p["kvm_boot_timeout"],
+        timeout=p["boot_timeout"],
+        progress=prog.note,
+    ) as r:
         w.extra["guest_artefacts"] = {k: v for k, v in (r.artefacts or {}).items() if k != "dir"}
         for rounds in interleave(reps.values()):
             first = next(iter(rounds.values()))
@@ -311,25 +443,34 @@ def measure(ctx) -> None:
             rng.shuffle(order)
             for v in order:
                 check_interrupted()
-                plan = [j for j in job_plan(p, rng) if j["job"] == "warmup" or experiment(j) in rounds]
+                plan = [
+                    j for j in job_plan(p, rng) if j["job"] == "warmup" or experiment(j) in rounds
+                ]
                 bon = 0 <= rnd < p["bonnie_rounds"] and p["bonnie_mib"] > 0
                 t = {k: [] for k in tables}
                 got = boot_until_done(r, p, v, plan, bon, images, files, t, rnd, boot, w, prog)
-                for e, vals in got.items():   # one value per boot: rounds, not repeats, are n
+                for e, vals in got.items():  # one value per boot: rounds, not repeats, are n
                     reps[e].add(v, statistics.median(vals))
                 if rnd >= 0:
                     for k in tables:
                         tables[k] += t[k]
-                prog.step(f"round {rnd + 1} iothread {v}: {len(plan)} jobs, "
-                          f"{t['boots'][0]['accel']}, {t['boots'][0]['total_seconds']:.0f} s")
+                prog.step(
+                    f"round {rnd + 1} iothread {v}: {len(plan)} jobs, "
+                    f"{t['boots'][0]['accel']}, {t['boots'][0]['total_seconds']:.0f} s"
+                )
                 boot += 1
     for name, rows in (("fio", tables["fio"]), ("storm", tables["storm"])):
         empty = [x for x in rows if not x.get("ios" if name == "fio" else "commands")]
         if empty:
-            w.reject(f"{len(empty)} {name} run(s) did nothing (first: {empty[0]['job']}, iothread {empty[0]['variant']})")
+            w.reject(
+                f"{len(empty)} {name} run(s) did nothing (first: {empty[0]['job']}, iothread {empty[0]['variant']})"
+            )
     w.extra["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     stopped = [x.stopped_by for x in reps.values()]
-    prog.note("repetition stopped: " + ", ".join(f"{stopped.count(x)} by {x}" for x in sorted(set(stopped))))
+    prog.note(
+        "repetition stopped: "
+        + ", ".join(f"{stopped.count(x)} by {x}" for x in sorted(set(stopped)))
+    )
     w.add_table("repetition", pd.DataFrame([x for rp in reps.values() for x in rp.records()]))
     for k, rows in tables.items():
         w.add_table(k, pd.DataFrame(rows, columns=list(ctx.chapter.tables[k].columns)))

@@ -1,5 +1,6 @@
 """virtio_blk_iothread: the figures. iops() and cpu() show the quoted dataset; hosts() shows the
 on/off effect over every host (perfbook.analysis.fleetview)."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,6 +8,7 @@ import matplotlib.pyplot as plt
 from perfbook.analysis import fleetview as fv
 from perfbook.analysis.stats import caption, hl_ci_label
 from perfbook.data.machine import legend
+
 from . import analysis as A
 
 COLORS = {"off": "tab:gray", "on": "tab:blue"}
@@ -28,32 +30,60 @@ def iops(D):
     s = A.fio_summary(fio)
     e = A.effects(fio)
     cells = list(dict.fromkeys(zip(s.job, s.storm)))
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 0.45 * len(cells) + 1.6), sharey=True,
-                                 gridspec_kw={"width_ratios": [3, 2]})
+    fig, (a1, a2) = plt.subplots(
+        1,
+        2,
+        figsize=(9, 0.45 * len(cells) + 1.6),
+        sharey=True,
+        gridspec_kw={"width_ratios": [3, 2]},
+    )
     for k, v in enumerate(("off", "on")):
         g = s[s.variant == v].set_index(["job", "storm"]).reindex(cells)
         y = [i + (k - 0.5) * 0.3 for i in range(len(cells))]
-        a1.errorbar(g["median"], y, xerr=[g["median"] - g.ci_low, g.ci_high - g["median"]], fmt="o",
-                    color=COLORS[v], capsize=3, label=f"iothread {v}")
+        a1.errorbar(
+            g["median"],
+            y,
+            xerr=[g["median"] - g.ci_low, g.ci_high - g["median"]],
+            fmt="o",
+            color=COLORS[v],
+            capsize=3,
+            label=f"iothread {v}",
+        )
     a1.set_xscale("log")
     a1.set_xlabel("IOPS (median and CI)")
     a1.set_yticks(range(len(cells)), [_label(*c) for c in cells])
     a1.invert_yaxis()
-    a1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2 - 0.5 / max(len(cells), 1)), ncol=2, fontsize="small")
+    a1.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.2 - 0.5 / max(len(cells), 1)),
+        ncol=2,
+        fontsize="small",
+    )
     if len(e):
         g = e.set_index(["job", "storm"]).reindex(cells)
-        a2.errorbar(100 * g.rel_shift, range(len(cells)), xerr=[100 * (g.rel_shift - g.rel_low),
-                    100 * (g.rel_high - g.rel_shift)], fmt="s", color="tab:blue", capsize=3)
+        a2.errorbar(
+            100 * g.rel_shift,
+            range(len(cells)),
+            xerr=[100 * (g.rel_shift - g.rel_low), 100 * (g.rel_high - g.rel_shift)],
+            fmt="s",
+            color="tab:blue",
+            capsize=3,
+        )
     a2.axvline(0, color="k", lw=0.8)
     a2.set_xlabel("iothread on against off (%)")
     fig.tight_layout()
     n = fio.groupby(["job", "storm", "variant"]).size().to_numpy()
     pairs = [(int(r.n_a), int(r.n_b)) for r in e.itertuples()] if len(e) else []
-    return fig, caption(f"fio inside the guest, per job: IOPS with iothread off and on (left), and on against off "
-                        f"(right: Hodges–Lehmann shift relative to off, with its {hl_ci_label(pairs) if pairs else 'CI'}). Host {legend(D.quoted['host'])}, run {D.quoted['run_id']}; guests under "
-                        f"{', '.join(sorted(set(D.of_quoted(A.table(D, 'boots')).accel)))}",
-                        n=n, unit="runs", warmup=0, hosts=_hosts(D),
-                        extra="Each boot ran an unrecorded warm-up job first")
+    return fig, caption(
+        f"fio inside the guest, per job: IOPS with iothread off and on (left), and on against off "
+        f"(right: Hodges–Lehmann shift relative to off, with its {hl_ci_label(pairs) if pairs else 'CI'}). Host {legend(D.quoted['host'])}, run {D.quoted['run_id']}; guests under "
+        f"{', '.join(sorted(set(D.of_quoted(A.table(D, 'boots')).accel)))}",
+        n=n,
+        unit="runs",
+        warmup=0,
+        hosts=_hosts(D),
+        extra="Each boot ran an unrecorded warm-up job first",
+    )
 
 
 def cpu(D):
@@ -62,25 +92,54 @@ def cpu(D):
     cells = list(dict.fromkeys(zip(r.job, r.storm, r.variant)))
     fig, ax = plt.subplots(figsize=(9, 0.33 * len(cells) + 1.6))
     left = [0.0] * len(cells)
-    colors = {"vcpu": "tab:orange", "main": "tab:red", "iothread": "tab:blue", "monitor": "tab:purple",
-              "worker": "tab:green",
-              "other": "tab:gray", "exited": "tab:olive"}
+    colors = {
+        "vcpu": "tab:orange",
+        "main": "tab:red",
+        "iothread": "tab:blue",
+        "monitor": "tab:purple",
+        "worker": "tab:green",
+        "other": "tab:gray",
+        "exited": "tab:olive",
+    }
     for c in ("main", "iothread", "monitor", "worker", "other", "exited", "vcpu"):
         g = r[r.cls == c].set_index(["job", "storm", "variant"])["rate"].reindex(cells).fillna(0.0)
         if g.sum() <= 0:
             continue
-        ax.barh(range(len(cells)), g, left=left, color=colors[c], label={"main": "main loop", "vcpu": "vCPU",
-                                                                            "iothread": "I/O thread", "monitor": "QMP monitor thread"}.get(c, c))
+        ax.barh(
+            range(len(cells)),
+            g,
+            left=left,
+            color=colors[c],
+            label={
+                "main": "main loop",
+                "vcpu": "vCPU",
+                "iothread": "I/O thread",
+                "monitor": "QMP monitor thread",
+            }.get(c, c),
+        )
         left = [a + b for a, b in zip(left, g)]
-    ax.set_yticks(range(len(cells)), [f"{_label(j, s)}, iothread {v}" for j, s, v in cells], fontsize="small")
+    ax.set_yticks(
+        range(len(cells)), [f"{_label(j, s)}, iothread {v}" for j, s, v in cells], fontsize="small"
+    )
     ax.invert_yaxis()
     ax.set_xlabel("QEMU CPU time per second of job (s/s), median over runs")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.6 / max(len(cells), 1)), ncol=4, fontsize="small")
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.12 - 0.6 / max(len(cells), 1)),
+        ncol=4,
+        fontsize="small",
+    )
     fig.tight_layout()
-    return fig, caption("Where QEMU's CPU time goes during each fio job: user plus system time of each class of "
-                        "QEMU thread between the job's two markers, from /proc/<pid>/task/<tid>/stat",
-                        n=r.n.to_numpy(), unit="runs", warmup=0, hosts=_hosts(D), ci=False,
-                        extra="'exited' is time of threads that ended during the job")
+    return fig, caption(
+        "Where QEMU's CPU time goes during each fio job: user plus system time of each class of "
+        "QEMU thread between the job's two markers, from /proc/<pid>/task/<tid>/stat",
+        n=r.n.to_numpy(),
+        unit="runs",
+        warmup=0,
+        hosts=_hosts(D),
+        ci=False,
+        extra="'exited' is time of threads that ended during the job",
+    )
 
 
 def hosts(D):
@@ -92,18 +151,35 @@ def hosts(D):
         fig, ax = plt.subplots(figsize=(6, 1.5))
         ax.axis("off")
         ax.text(0.5, 0.5, "no dataset has two runs of a job per variant", ha="center", va="center")
-        return fig, "No host has a dataset with at least two runs of a job per variant, so no effect is drawn."
-    e = e.assign(host_id=e.dataset.str.split("/").str[0], run_id=e.dataset.str.split("/").str[1],
-                 value=100 * e.rel_shift, lo=100 * e.rel_low, hi=100 * e.rel_high)
+        return (
+            fig,
+            "No host has a dataset with at least two runs of a job per variant, so no effect is drawn.",
+        )
+    e = e.assign(
+        host_id=e.dataset.str.split("/").str[0],
+        run_id=e.dataset.str.split("/").str[1],
+        value=100 * e.rel_shift,
+        lo=100 * e.rel_low,
+        hi=100 * e.rel_high,
+    )
     F = fv.fleet(D, set(e.host_id.unique()))
     keep = fv.runs(D, F)
     e = fv.of_runs(e, keep)
     cells = list(dict.fromkeys(zip(e.job, e.storm)))
     e = e.assign(pos=[cells.index(c) for c in zip(e.job, e.storm)])
     panels = fv.facets(F, "kind")
-    fig, axes = plt.subplots(1, len(panels), figsize=(min(4.6 * len(panels) + 2.2, 14), 0.45 * len(cells) + 2.2),
-                             sharey=True, squeeze=False, layout="constrained")
-    drawn = [fv.points(ax, Fk, e, "pos", "value", "lo", "hi", orient="h") for ax, (_, Fk) in zip(axes[0], panels)]
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(min(4.6 * len(panels) + 2.2, 14), 0.45 * len(cells) + 2.2),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    drawn = [
+        fv.points(ax, Fk, e, "pos", "value", "lo", "hi", orient="h")
+        for ax, (_, Fk) in zip(axes[0], panels)
+    ]
     for ax, (title, _) in zip(axes[0], panels):
         ax.axvline(0, color="k", lw=0.8)
         ax.set_xlabel("IOPS, iothread on against off (%)")
@@ -115,9 +191,18 @@ def hosts(D):
     fv.legend(fig, F, d)
     mans = [m for m in D.manifests if (m.host_id, m["run_id"]) in keep]
     pairs = [(int(r.n_a), int(r.n_b)) for r in e.itertuples()]
-    cap = caption("fio IOPS with iothread on against off, per job: the Hodges–Lehmann shift relative to off",
-                  n=e.n_a.to_numpy(), unit="runs", warmup=0, hosts=[(m.host_id, m["host"].get("description"))
-                                                                      for m in mans], ci=False,
-                  extra=F.marks_text(d, "one dataset's shift", f"its {hl_ci_label(pairs)}" if pairs else None,
-                                     panels=len(panels) > 1))
+    cap = caption(
+        "fio IOPS with iothread on against off, per job: the Hodges–Lehmann shift relative to off",
+        n=e.n_a.to_numpy(),
+        unit="runs",
+        warmup=0,
+        hosts=[(m.host_id, m["host"].get("description")) for m in mans],
+        ci=False,
+        extra=F.marks_text(
+            d,
+            "one dataset's shift",
+            f"its {hl_ci_label(pairs)}" if pairs else None,
+            panels=len(panels) > 1,
+        ),
+    )
     return fig, fv.recaption(cap, mans, F)

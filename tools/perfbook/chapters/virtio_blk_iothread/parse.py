@@ -1,4 +1,5 @@
 """virtio_blk_iothread: the guest's output, fio's JSON and bonnie++'s CSV line -> rows."""
+
 from __future__ import annotations
 
 import json
@@ -48,13 +49,22 @@ def fio_rows(text: str) -> dict[str, dict]:
         d = j["write" if "write" in rw else "read"]
         pct = d.get("clat_ns", {}).get("percentile", {})
 
-        def p(q: str) -> float:
+        def p(q: str, pct=pct) -> float:
             v = next((v for k, v in pct.items() if math.isclose(float(k), float(q))), None)
             return v / 1000 if v is not None else math.nan
-        out[j["jobname"]] = {"iops": float(d["iops"]), "bw_kib_s": float(d["bw"]),
-                             "lat_mean_us": d["lat_ns"]["mean"] / 1000, "clat_p50_us": p("50"), "clat_p90_us": p("90"),
-                             "clat_p99_us": p("99"), "clat_p999_us": p("99.9"), "guest_usr_pct": float(j["usr_cpu"]),
-                             "guest_sys_pct": float(j["sys_cpu"]), "ios": int(d["total_ios"])}
+
+        out[j["jobname"]] = {
+            "iops": float(d["iops"]),
+            "bw_kib_s": float(d["bw"]),
+            "lat_mean_us": d["lat_ns"]["mean"] / 1000,
+            "clat_p50_us": p("50"),
+            "clat_p90_us": p("90"),
+            "clat_p99_us": p("99"),
+            "clat_p999_us": p("99.9"),
+            "guest_usr_pct": float(j["usr_cpu"]),
+            "guest_sys_pct": float(j["sys_cpu"]),
+            "ios": int(d["total_ios"]),
+        }
     return out
 
 
@@ -78,8 +88,15 @@ def bonnie_rows(line: str) -> list[dict]:
     for i, item in enumerate(BONNIE_IO):
         val, cpu, lat = f[9 + 2 * i], f[10 + 2 * i], f[38 + i]
         if val == "" and lat == "":
-            continue   # not run (-f skips the per-character tests)
-        num = (lambda x: float(x) if re.fullmatch(r"[\d.]+", x) else math.nan)
-        rows.append({"item": item, "value": num(val), "unit": "/s" if item == "seeks" else "KiB/s",
-                     "cpu_pct": num(cpu), "latency_us": _latency_us(lat)})
+            continue  # not run (-f skips the per-character tests)
+        num = lambda x: float(x) if re.fullmatch(r"[\d.]+", x) else math.nan
+        rows.append(
+            {
+                "item": item,
+                "value": num(val),
+                "unit": "/s" if item == "seeks" else "KiB/s",
+                "cpu_pct": num(cpu),
+                "latency_us": _latency_us(lat),
+            }
+        )
     return rows

@@ -48,16 +48,34 @@ by perfbook.hoststate.tracefs.TraceSession; all are on the framework's undo stac
   figures.py       the delta bars, the per-layer CDFs, the request timeline
   key_findings.py  the chapter's conclusions, decided per host
 """
+
 from __future__ import annotations
 
 from perfbook.core.errors import ParameterError
-from perfbook.framework.contract import REPETITION, Chapter, Param, Table, choose_list, repetition_params
+from perfbook.framework.contract import (
+    REPETITION,
+    Chapter,
+    Param,
+    Table,
+    choose_list,
+    repetition_params,
+)
 from perfbook.qemu import guest
+
 from .parse import AIO, PATTERNS, STAMPS_G, STAMPS_H, STAMPS_Q, VARIANTS
 
-_COMMON = {"patterns": None, "image_mib": 64, "accel": "auto", "boot_timeout": 300.0,
-           "guest_memory_mib": 256, "guest_buffer_kb": 16384, "host_buffer_kb": 8192,
-           "calib_samples": 30, "seed": 1, "rounds": None}
+_COMMON = {
+    "patterns": None,
+    "image_mib": 64,
+    "accel": "auto",
+    "boot_timeout": 300.0,
+    "guest_memory_mib": 256,
+    "guest_buffer_kb": 16384,
+    "host_buffer_kb": 8192,
+    "calib_samples": 30,
+    "seed": 1,
+    "rounds": None,
+}
 
 # whole-number stamps (cycles, µs), missing where a boot did not trace the layer: float, so
 # that the analysis keeps numpy's NaN arithmetic (float64 is exact below 2**53)
@@ -65,10 +83,29 @@ _STAMPS = {c: "float" for c in ("h_anchor", "q_anchor") + STAMPS_G + STAMPS_H + 
 # what only some boots have (a run without such boots has no such column)
 # off_consistent and qc_consistent are true/false, missing where a boot has no bracket; they are
 # declared "float" (1.0/0.0/NaN) because Table.check refuses a bool column with missing values
-_TRACED_ONLY = ("guest_tsc_hz", "guest_entries", "guest_overrun", "matched_guest", "qemu_lines",
-                "matched_qemu", "host_lost", "host_events", "matched_host", "off_lo", "off_hi",
-                "off_n_lo", "off_n_hi", "off_consistent", "off_lo_from", "qc_lo", "qc_hi",
-                "qc_consistent", "qc", "h_base", "q_base")
+_TRACED_ONLY = (
+    "guest_tsc_hz",
+    "guest_entries",
+    "guest_overrun",
+    "matched_guest",
+    "qemu_lines",
+    "matched_qemu",
+    "host_lost",
+    "host_events",
+    "matched_host",
+    "off_lo",
+    "off_hi",
+    "off_n_lo",
+    "off_n_hi",
+    "off_consistent",
+    "off_lo_from",
+    "qc_lo",
+    "qc_hi",
+    "qc_consistent",
+    "qc",
+    "h_base",
+    "q_base",
+)
 
 
 class VirtioBlkLatency(Chapter):
@@ -82,76 +119,193 @@ class VirtioBlkLatency(Chapter):
     # after the first round (n = 1: each aio mode's boot-to-boot spread is not measured; every
     # boot still has its 2 x 300 requests) and the chapter takes about 40 s (plan_s), with kvm_boot_timeout spent first where /dev/kvm exists but a KVM guest never
     # reaches init. On a machine whose boots are fast the same budget holds more rounds.
-    plan_s = {"quick": 8, "default": 40}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 8,
+        "default": 40,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {"requests": 100, "warmup": 10, "aio": ["threads"], "variants": ["plain", "all"],
-                  "layer_runs": [], "host_requests": 100, "kvm_boot_timeout": 3.0,
-                  "rep_target": 0.1, "rep_min_runs": 1, "rep_max_runs": 1, "rep_budget_s": 60.0,
-                  "rep_warmup": 0, **_COMMON},
-        "default": {"requests": 300, "warmup": 20, "aio": None, "variants": ["plain", "all"],
-                    "layer_runs": ["threads"], "host_requests": 300, "kvm_boot_timeout": 4.0,
-                    "rep_target": 0.1, "rep_min_runs": 4, "rep_max_runs": 8, "rep_budget_s": 30.0,
-                    "rep_warmup": 0, **_COMMON},
-        "full": {"requests": 1000, "warmup": 50, "aio": None, "variants": ["plain", "all"],
-                 "layer_runs": ["threads", "native", "io_uring"], "host_requests": 1000,
-                 "kvm_boot_timeout": 20.0, "rep_target": 0.05, "rep_min_runs": 8, "rep_max_runs": 30,
-                 "rep_budget_s": 1200.0, "rep_warmup": 0, **_COMMON},
+        "quick": {
+            "requests": 100,
+            "warmup": 10,
+            "aio": ["threads"],
+            "variants": ["plain", "all"],
+            "layer_runs": [],
+            "host_requests": 100,
+            "kvm_boot_timeout": 3.0,
+            "rep_target": 0.1,
+            "rep_min_runs": 1,
+            "rep_max_runs": 1,
+            "rep_budget_s": 60.0,
+            "rep_warmup": 0,
+            **_COMMON,
+        },
+        "default": {
+            "requests": 300,
+            "warmup": 20,
+            "aio": None,
+            "variants": ["plain", "all"],
+            "layer_runs": ["threads"],
+            "host_requests": 300,
+            "kvm_boot_timeout": 4.0,
+            "rep_target": 0.1,
+            "rep_min_runs": 4,
+            "rep_max_runs": 8,
+            "rep_budget_s": 30.0,
+            "rep_warmup": 0,
+            **_COMMON,
+        },
+        "full": {
+            "requests": 1000,
+            "warmup": 50,
+            "aio": None,
+            "variants": ["plain", "all"],
+            "layer_runs": ["threads", "native", "io_uring"],
+            "host_requests": 1000,
+            "kvm_boot_timeout": 20.0,
+            "rep_target": 0.05,
+            "rep_min_runs": 8,
+            "rep_max_runs": 30,
+            "rep_budget_s": 1200.0,
+            "rep_warmup": 0,
+            **_COMMON,
+        },
     }
     params = {
-        "requests": Param(int, min=20, max=100000, help="timed requests per access pattern and boot"),
+        "requests": Param(
+            int, min=20, max=100000, help="timed requests per access pattern and boot"
+        ),
         "warmup": Param(int, min=0, max=10000, help="untimed requests before them, in every boot"),
-        "host_requests": Param(int, min=20, max=100000, help="timed requests of the host benchmark"),
+        "host_requests": Param(
+            int, min=20, max=100000, help="timed requests of the host benchmark"
+        ),
         "aio": Param(list, choices=AIO, nullable=True, help="QEMU aio modes (None: all)"),
-        "patterns": Param(list, choices=PATTERNS, nullable=True, help="access patterns (None: all)"),
-        "variants": Param(list, choices=tuple(VARIANTS), help="which layers each aio mode's boots trace"),
-        "layer_runs": Param(object, help="aio modes that also boot once per single layer ([] or 'none': no mode)"),
+        "patterns": Param(
+            list, choices=PATTERNS, nullable=True, help="access patterns (None: all)"
+        ),
+        "variants": Param(
+            list, choices=tuple(VARIANTS), help="which layers each aio mode's boots trace"
+        ),
+        "layer_runs": Param(
+            object, help="aio modes that also boot once per single layer ([] or 'none': no mode)"
+        ),
         "image_mib": Param(int, min=8, max=4096, help="size of the benchmark image"),
-        "accel": Param(str, choices=("auto", "kvm", "tcg"), help="KVM if the guest boots in time (auto), KVM or TCG"),
-        "kvm_boot_timeout": Param(float, min=1, max=1800, help="seconds a KVM guest gets to reach init (auto)"),
+        "accel": Param(
+            str,
+            choices=("auto", "kvm", "tcg"),
+            help="KVM if the guest boots in time (auto), KVM or TCG",
+        ),
+        "kvm_boot_timeout": Param(
+            float, min=1, max=1800, help="seconds a KVM guest gets to reach init (auto)"
+        ),
         "boot_timeout": Param(float, min=1, max=1800, help="seconds a boot may take in all"),
         "guest_memory_mib": Param(int, min=128, max=2048, help="the guest's memory"),
-        "guest_buffer_kb": Param(int, min=1024, max=262144, help="the guest's ftrace buffer per CPU"),
-        "host_buffer_kb": Param(int, min=1024, max=262144, help="the host's ftrace buffers per CPU"),
-        "calib_samples": Param(int, min=10, max=10000, help="TSC/clock samples before and after every boot"),
+        "guest_buffer_kb": Param(
+            int, min=1024, max=262144, help="the guest's ftrace buffer per CPU"
+        ),
+        "host_buffer_kb": Param(
+            int, min=1024, max=262144, help="the host's ftrace buffers per CPU"
+        ),
+        "calib_samples": Param(
+            int, min=10, max=10000, help="TSC/clock samples before and after every boot"
+        ),
         "seed": Param(int, min=0, help="seed of the image, the offsets and the shuffled order"),
         **repetition_params("rep_"),
-        "rounds": Param(int, min=1, max=50, nullable=True, help="a fixed number of rounds (sets both run bounds)"),
+        "rounds": Param(
+            int,
+            min=1,
+            max=50,
+            nullable=True,
+            help="a fixed number of rounds (sets both run bounds)",
+        ),
     }
     tables = {
-        "requests": Table(job="int", pattern="str", idx="int", warm="int", offset="int",
-                          bench_cyc="int", t0="int", h_sub_call="str", h_sub_thread="str", **_STAMPS),
-        "jobs": Table(job="int", round="int", position="int", kind="str", aio="str", variant="str",
-                      layers="str", patterns="str", qemu_events="int", accel="str", accel_note="str",
-                      boot_seconds="float", total_seconds="float", requests="int", warmup="int",
-                      tsc_hz="float", q_tsc_ref="float", q_real_ref_us="float", q_slope="float",
-                      calib_resid_cyc="float", notes="str", guest_tsc_hz="float", guest_entries="int",
-                      guest_overrun="int", matched_guest="int", qemu_lines="int", matched_qemu="int",
-                      host_lost="int", host_events="int", matched_host="int", off_lo="float",
-                      off_hi="float", off_n_lo="int", off_n_hi="int", off_consistent="float",
-                      off_lo_from="str", qc_lo="float", qc_hi="float", qc_consistent="float", qc="float",
-                      t0_base="int", h_base="float", q_base="float", optional=_TRACED_ONLY),
+        "requests": Table(
+            job="int",
+            pattern="str",
+            idx="int",
+            warm="int",
+            offset="int",
+            bench_cyc="int",
+            t0="int",
+            h_sub_call="str",
+            h_sub_thread="str",
+            **_STAMPS,
+        ),
+        "jobs": Table(
+            job="int",
+            round="int",
+            position="int",
+            kind="str",
+            aio="str",
+            variant="str",
+            layers="str",
+            patterns="str",
+            qemu_events="int",
+            accel="str",
+            accel_note="str",
+            boot_seconds="float",
+            total_seconds="float",
+            requests="int",
+            warmup="int",
+            tsc_hz="float",
+            q_tsc_ref="float",
+            q_real_ref_us="float",
+            q_slope="float",
+            calib_resid_cyc="float",
+            notes="str",
+            guest_tsc_hz="float",
+            guest_entries="int",
+            guest_overrun="int",
+            matched_guest="int",
+            qemu_lines="int",
+            matched_qemu="int",
+            host_lost="int",
+            host_events="int",
+            matched_host="int",
+            off_lo="float",
+            off_hi="float",
+            off_n_lo="int",
+            off_n_hi="int",
+            off_consistent="float",
+            off_lo_from="str",
+            qc_lo="float",
+            qc_hi="float",
+            qc_consistent="float",
+            qc="float",
+            t0_base="int",
+            h_base="float",
+            q_base="float",
+            optional=_TRACED_ONLY,
+        ),
         "calib": Table(tsc0="int", tsc1="int", real_ns="int", raw_ns="int", phase="str", job="int"),
         "repetition": REPETITION,
     }
     reference = ("virtio_blk_latency",)
     quote_needs = ("requests", "jobs")
 
-    needs_tools = {"cc": "gcc"}   # the benchmark
-    needs_text = ("root for the host layer's tracepoints; with a working /dev/kvm the kvm.ko row is filled "
-                  "and the figures say KVM instead of TCG")
+    needs_tools = {"cc": "gcc"}  # the benchmark
+    needs_text = (
+        "root for the host layer's tracepoints; with a working /dev/kvm the kvm.ko row is filled "
+        "and the figures say KVM instead of TCG"
+    )
 
     def check(self, p: dict) -> None:
-        from perfbook.analysis.repetition import repetition_settings  # lazy: numpy+scipy; doctor imports every __init__
+        # lazy: scipy.stats, 0.67 s on top of the declaration's 0.35 s (-X importtime)
+        from perfbook.analysis.repetition import repetition_settings
+
         if p["rounds"] is not None:
             p["rep_min_runs"] = p["rep_max_runs"] = p["rounds"]
         repetition_settings(p, "rep_")
-        p["aio"] = [a for a in AIO if a in (p["aio"] or AIO)]              # the book's order
+        p["aio"] = [a for a in AIO if a in (p["aio"] or AIO)]  # the book's order
         p["patterns"] = [x for x in PATTERNS if x in (p["patterns"] or PATTERNS)]
         lr = p["layer_runs"]
         if lr is not None and not isinstance(lr, (str, list, tuple)):
             raise ParameterError(f"layer_runs must be a list of aio modes or 'none', got {lr!r}")
-        p["layer_runs"] = [] if lr in ([], (), "", "none") else [
-            a for a in AIO if a in choose_list(lr, AIO, "layer_runs aio backend")]
+        p["layer_runs"] = (
+            []
+            if lr in ([], (), "", "none")
+            else [a for a in AIO if a in choose_list(lr, AIO, "layer_runs aio backend")]
+        )
 
     def preflight(self) -> list[str]:
         """Why collect can't run here at all ([] = it can; a missing layer is only a skip)."""

@@ -3,6 +3,7 @@ layer latencies, every stamp on the host's time axis, the seed's cumulative and 
 the lifecycle of one request, percentiles and per-boot summaries; and the chapter's Data
 (VirtioData), with the quoted dataset's frames every table, figure and prose value starts from,
 computed once."""
+
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ from scipy import stats as st
 
 from perfbook.analysis.stats import ci_label, cv, hodges_lehmann, summarize
 from perfbook.data.dataset import Data
+
 from .parse import BASES, STAMPS_G, STAMPS_H, STAMPS_Q
 
 
@@ -22,7 +24,9 @@ def _with_job_cols(requests, jobs):
     off (guest->host TSC offset, middle of the bracket), qc (QEMU clock correction, 0 if none;
     see qemu_correction)
     and the QEMU clock fit."""
-    cols = ["tsc_hz", "off_lo", "off_hi", "qc", "q_tsc_ref", "q_real_ref_us", "q_slope"] + list(BASES.values())
+    cols = ["tsc_hz", "off_lo", "off_hi", "qc", "q_tsc_ref", "q_real_ref_us", "q_slope"] + list(
+        BASES.values()
+    )
     j = jobs[["host_id", "run_id", "job"] + [c for c in cols if c in jobs]].copy()
     for c in cols:
         if c not in j:
@@ -31,8 +35,12 @@ def _with_job_cols(requests, jobs):
     for col, base in BASES.items():  # back to absolute stamps (float64 is exact below 2**53)
         if col in d:
             d[col] = d[col].astype("float64") + d[base].astype("float64")
-    if d["tsc_hz"].isna().any():   # grouping by the string keys costs more than the rest; rarely needed
-        d["tsc_hz"] = d["tsc_hz"].fillna(d.groupby(["host_id", "run_id"])["tsc_hz"].transform("median"))
+    if (
+        d["tsc_hz"].isna().any()
+    ):  # grouping by the string keys costs more than the rest; rarely needed
+        d["tsc_hz"] = d["tsc_hz"].fillna(
+            d.groupby(["host_id", "run_id"])["tsc_hz"].transform("median")
+        )
     d["off"] = (d.off_lo + d.off_hi) / 2
     d["qc"] = d["qc"].fillna(0.0) if "qc" in d else 0.0
     return d
@@ -49,11 +57,29 @@ def layer_intervals(requests, jobs):
     (vCPU kick -> apic_deliver_irq) maps QEMU's clock onto the host's TSC."""
     d = _with_job_cols(requests, jobs)
     ns = 1e9 / d.tsc_hz
-    out = d[[c for c in ("host_id", "run_id", "job", "kind", "round", "aio", "variant", "accel",
-                         "pattern", "idx", "warm") if c in d]].copy()
+    out = d[
+        [
+            c
+            for c in (
+                "host_id",
+                "run_id",
+                "job",
+                "kind",
+                "round",
+                "aio",
+                "variant",
+                "accel",
+                "pattern",
+                "idx",
+                "warm",
+            )
+            if c in d
+        ]
+    ].copy()
 
     def col(c):
         return d[c].astype("float64") if c in d else np.nan
+
     bench = d.bench_cyc * ns
     out["guest_benchmark"] = np.where(d.kind == "guest", bench, np.nan)
     out["host_benchmark"] = np.where(d.kind == "host", bench, np.nan)
@@ -66,12 +92,13 @@ def layer_intervals(requests, jobs):
     else:
         tcg = np.nan
     out["host_kvm"] = np.where(np.isfinite(kvm), kvm, tcg)
-    out["host_kvm_source"] = np.where(np.isfinite(kvm), "kvm.ko",
-                                      np.where(np.isfinite(out["host_kvm"]), "TCG stand-in", ""))
-    out["qemu_virtio"] = col("q_irq") * 1000.0          # relative to virtio_queue_notify
+    out["host_kvm_source"] = np.where(
+        np.isfinite(kvm), "kvm.ko", np.where(np.isfinite(out["host_kvm"]), "TCG stand-in", "")
+    )
+    out["qemu_virtio"] = col("q_irq") * 1000.0  # relative to virtio_queue_notify
     out["qemu_aio"] = (col("q_rw") - col("q_read")) * 1000.0
     out["qemu_pool"] = (col("q_cb") - col("q_submit")) * 1000.0
-    out["host_block"] = col("h_complete") * ns           # relative to block_rq_issue
+    out["host_block"] = col("h_complete") * ns  # relative to block_rq_issue
     out["host_syscall"] = (col("h_sub_exit") - col("h_sub")) * ns
     out["host_sub_call"] = d["h_sub_call"] if "h_sub_call" in d else None
     return out
@@ -111,18 +138,28 @@ def aligned(requests, jobs):
 LAYER_ROWS = [
     ("guest_benchmark", "Guest benchmark", "seqread in the guest: TSC around pread()"),
     ("guest_virtio_pci", "Guest virtio-pci", "guest ftrace: vp_notify -> vring_interrupt"),
-    ("host_kvm", "Host kvm.ko", "KVM: kvm_mmio/kvm_fast_mmio/kvm_pio (notify) -> kvm_msi_set_irq/kvm_set_irq; "
-     "TCG stand-in: the vCPU thread's ioeventfd write -> QEMU's apic_deliver_irq"),
+    (
+        "host_kvm",
+        "Host kvm.ko",
+        "KVM: kvm_mmio/kvm_fast_mmio/kvm_pio (notify) -> kvm_msi_set_irq/kvm_set_irq; "
+        "TCG stand-in: the vCPU thread's ioeventfd write -> QEMU's apic_deliver_irq",
+    ),
     ("qemu_virtio", "QEMU virtio", "QEMU log: virtio_queue_notify -> virtio_notify(_irqfd)"),
     ("qemu_aio", "QEMU aio", "QEMU log: virtio_blk_handle_read -> virtio_blk_rw_complete"),
-    ("host_block", "Host block device", "host ftrace: block_rq_issue -> block_rq_complete (the image's disk)"),
+    (
+        "host_block",
+        "Host block device",
+        "host ftrace: block_rq_issue -> block_rq_complete (the image's disk)",
+    ),
     ("host_benchmark", "Host benchmark", "seqread on the host, same image file"),
 ]
-DELTA_ROWS = [("Guest", "guest_benchmark", "guest_virtio_pci"),
-              ("Host/guest switching", "guest_virtio_pci", "host_kvm"),
-              ("Host/QEMU switching", "host_kvm", "qemu_virtio"),
-              ("QEMU", "qemu_virtio", "qemu_aio"),
-              ("Host I/O", "qemu_aio", None)]
+DELTA_ROWS = [
+    ("Guest", "guest_benchmark", "guest_virtio_pci"),
+    ("Host/guest switching", "guest_virtio_pci", "host_kvm"),
+    ("Host/QEMU switching", "host_kvm", "qemu_virtio"),
+    ("QEMU", "qemu_virtio", "qemu_aio"),
+    ("Host I/O", "qemu_aio", None),
+]
 
 
 def cumulative_table(iv, method: str = "one_run", aio: str = "threads", pattern: str = "seq"):
@@ -138,17 +175,29 @@ def cumulative_table(iv, method: str = "one_run", aio: str = "threads", pattern:
     # each row's requests are boolean masks over the timed requests of `pattern`, and its boots
     # one integer per (host, run, job) numbered in their sorted order: filtering the whole frame
     # and grouping by its string columns once per row cost more than the statistics
-    d = iv.loc[(iv.warm == 0) & (iv.pattern == pattern),
-               ["host_id", "run_id", "job", "kind", "aio", "variant"] + [k for k, _, _ in LAYER_ROWS]]
+    d = iv.loc[
+        (iv.warm == 0) & (iv.pattern == pattern),
+        ["host_id", "run_id", "job", "kind", "aio", "variant"] + [k for k, _, _ in LAYER_ROWS],
+    ]
     guest = ((d.kind == "guest") & (d.aio == aio)).to_numpy()
     host = (d.kind == "host").to_numpy()
     variants, var_of = pd.factorize(d.variant)
     code = {v: i for i, v in enumerate(var_of)}
-    boot = d.groupby(["host_id", "run_id", "job"]).ngroup().to_numpy() if len(d) else np.zeros(0, int)
+    boot = (
+        d.groupby(["host_id", "run_id", "job"]).ngroup().to_numpy() if len(d) else np.zeros(0, int)
+    )
     gb = d["guest_benchmark"].to_numpy()
-    src = {"one_run": {k: "all" for k, _, _ in LAYER_ROWS},
-           "seed": {"guest_benchmark": "plain", "guest_virtio_pci": "guest", "host_kvm": "boundary",
-                    "qemu_virtio": "qemu", "qemu_aio": "qemu", "host_block": "host"}}[method]
+    src = {
+        "one_run": {k: "all" for k, _, _ in LAYER_ROWS},
+        "seed": {
+            "guest_benchmark": "plain",
+            "guest_virtio_pci": "guest",
+            "host_kvm": "boundary",
+            "qemu_virtio": "qemu",
+            "qemu_aio": "qemu",
+            "host_block": "host",
+        },
+    }[method]
     rows = []
     for key, label, how in LAYER_ROWS:
         if key == "host_benchmark":
@@ -161,18 +210,33 @@ def cumulative_table(iv, method: str = "one_run", aio: str = "threads", pattern:
         x = v[ok]
         ctrl = gb[sel] if key != "host_benchmark" and sel.any() else None
         s = summarize(x) if len(x) else None
-        c = summarize(ctrl[~np.isnan(ctrl)]) if ctrl is not None and (~np.isnan(ctrl)).any() else None
+        c = (
+            summarize(ctrl[~np.isnan(ctrl)])
+            if ctrl is not None and (~np.isnan(ctrl)).any()
+            else None
+        )
         boots = pd.Series(x).groupby(boot[ok]).mean() if len(x) else x
-        rows.append({"key": key, "layer": label, "measured by": how, "from": variant,
-                     "n": s.n if s else 0, "mean_ns": s.mean if s else math.nan,
-                     "median_ns": s.median if s else math.nan, "ci_low": s.ci_low if s else math.nan,
-                     "ci_high": s.ci_high if s else math.nan,
-                     "control_mean_ns": c.mean if c else math.nan, "boots": len(boots),
-                     "boot_cv_pct": 100 * cv(boots) if len(boots) > 1 else math.nan})
+        rows.append(
+            {
+                "key": key,
+                "layer": label,
+                "measured by": how,
+                "from": variant,
+                "n": s.n if s else 0,
+                "mean_ns": s.mean if s else math.nan,
+                "median_ns": s.median if s else math.nan,
+                "ci_low": s.ci_low if s else math.nan,
+                "ci_high": s.ci_high if s else math.nan,
+                "control_mean_ns": c.mean if c else math.nan,
+                "boots": len(boots),
+                "boot_cv_pct": 100 * cv(boots) if len(boots) > 1 else math.nan,
+            }
+        )
     t = pd.DataFrame(rows)
     if method == "one_run":
-        t["control_mean_ns"] = [math.nan if k == "host_benchmark" else v
-                                for k, v in zip(t.key, t.control_mean_ns)]
+        t["control_mean_ns"] = [
+            math.nan if k == "host_benchmark" else v for k, v in zip(t.key, t.control_mean_ns)
+        ]
     return t
 
 
@@ -192,29 +256,45 @@ def delta_table(cum, value: str = "mean_ns"):
         j = have[pos + 1] if pos + 1 < len(have) else None
         low = v[CHAIN[j]] if j is not None else 0.0
         delta = v[CHAIN[i]] - low
-        rows.append({"layer": " + ".join(names[i:j] if j is not None else names[i:]),
-                     "delta_ns": delta, "delta_pct": 100 * delta / total if total else math.nan})
+        rows.append(
+            {
+                "layer": " + ".join(names[i:j] if j is not None else names[i:]),
+                "delta_ns": delta,
+                "delta_pct": 100 * delta / total if total else math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=["layer", "delta_ns", "delta_pct"])
 
 
 def seed_cumulative(reference):
     r = reference[reference.kind == "cumulative"].sort_values("order", kind="stable")
     c = reference[reference.kind == "control"].set_index("item")["value"]
-    return pd.DataFrame({"layer": r["item"].to_numpy(), "mean_ns": pd.to_numeric(r["value"]).to_numpy(),
-                         "control_mean_ns": [pd.to_numeric(c.get(i), errors="coerce") for i in r["item"]]})
+    return pd.DataFrame(
+        {
+            "layer": r["item"].to_numpy(),
+            "mean_ns": pd.to_numeric(r["value"]).to_numpy(),
+            "control_mean_ns": [pd.to_numeric(c.get(i), errors="coerce") for i in r["item"]],
+        }
+    )
 
 
 def seed_delta(reference):
     r = reference[reference.kind == "delta"].sort_values("order", kind="stable")
     pct = reference[reference.kind == "delta_pct"].set_index("item")["value"]
-    return pd.DataFrame({"layer": r["item"].to_numpy(), "delta_ns": pd.to_numeric(r["value"]).to_numpy(),
-                         "delta_pct": [float(pct[i]) for i in r["item"]]})
+    return pd.DataFrame(
+        {
+            "layer": r["item"].to_numpy(),
+            "delta_ns": pd.to_numeric(r["value"]).to_numpy(),
+            "delta_pct": [float(pct[i]) for i in r["item"]],
+        }
+    )
 
 
 def breakdown(delta, source: str):
     """Delta rows as shares (stacked-bar input): source, layer, share_pct, ns."""
-    return pd.DataFrame({"source": source, "layer": delta.layer, "ns": delta.delta_ns,
-                         "share_pct": delta.delta_pct})
+    return pd.DataFrame(
+        {"source": source, "layer": delta.layer, "ns": delta.delta_ns, "share_pct": delta.delta_pct}
+    )
 
 
 def lifecycle(a, job: int, n: int = 1, pattern: str = "seq"):
@@ -229,8 +309,11 @@ def lifecycle(a, job: int, n: int = 1, pattern: str = "seq"):
     # nearest to the median first; of two as near (an even count's two middle requests), the
     # earlier request: a tie must not be left to the sort's algorithm, whose order of equal keys
     # differs between numpy's AVX-512 and AVX2 builds
-    pick = (d.assign(_from_median=(d.bench_ns - med).abs())
-            .sort_values(["_from_median", "idx"], kind="stable").head(n))
+    pick = (
+        d.assign(_from_median=(d.bench_ns - med).abs())
+        .sort_values(["_from_median", "idx"], kind="stable")
+        .head(n)
+    )
     where = LIFECYCLE_EVENTS
     rows = []
     for _, r in pick.iterrows():
@@ -247,7 +330,15 @@ def lifecycle(a, job: int, n: int = 1, pattern: str = "seq"):
             if col in ("h_sub_ns", "h_sub_exit_ns"):
                 event = f"{event} ({r.get('h_sub_call')})"
                 runs = f"QEMU {thread_sub} thread (host kernel)"
-            rows.append({"request": int(r.idx), "event": event, "layer": layer, "runs in": runs, "t_ns": float(t)})
+            rows.append(
+                {
+                    "request": int(r.idx),
+                    "event": event,
+                    "layer": layer,
+                    "runs in": runs,
+                    "t_ns": float(t),
+                }
+            )
     out = pd.DataFrame(rows).sort_values(["request", "t_ns"], kind="stable")
     out["since_prev_ns"] = out.groupby("request")["t_ns"].diff().fillna(0.0)
     return out.reset_index(drop=True)
@@ -272,7 +363,11 @@ LIFECYCLE_EVENTS = {
     "q_req_ns": ("virtio_blk_req_complete", "QEMU", "QEMU main loop"),
     "q_flush_ns": ("virtqueue_flush", "QEMU", "QEMU main loop"),
     "q_irq_ns": ("virtio_notify(_irqfd)", "QEMU", "QEMU main loop"),
-    "h_notifier_ns": ("guest notifier eventfd write", "host/QEMU boundary", "QEMU main thread (host kernel)"),
+    "h_notifier_ns": (
+        "guest notifier eventfd write",
+        "host/QEMU boundary",
+        "QEMU main thread (host kernel)",
+    ),
     "h_kvm_irq_ns": ("MSI injection", "host kvm.ko", "host kernel"),
     "q_apic_ns": ("apic_deliver_irq", "QEMU (TCG APIC)", "QEMU main loop"),
     "g_irq_ns": ("vring_interrupt", "guest", "guest kernel (interrupt)"),
@@ -289,36 +384,62 @@ def accel_label(jobs) -> str:
 def alignment_table(jobs):
     """Per boot that traced the guest and the host: the guest->host offset bracket (µs wide),
     which host event gave its lower bound, and the QEMU clock check (µs)."""
-    j = jobs[jobs.get("off_lo", pd.Series(dtype=float)).notna()] if "off_lo" in jobs else jobs.iloc[:0]
+    j = (
+        jobs[jobs.get("off_lo", pd.Series(dtype=float)).notna()]
+        if "off_lo" in jobs
+        else jobs.iloc[:0]
+    )
     us = 1e6 / j.tsc_hz
-    out = pd.DataFrame({"round": j["round"], "aio": j.aio, "variant": j.variant, "accel": j.accel.str.upper(),
-                        "requests matched": j.off_n_hi.astype(int),
-                        "bracket width (µs)": (j.off_hi - j.off_lo) * us,
-                        "lower bound from": j.get("off_lo_from"),
-                        "consistent": j.off_consistent.astype(bool),
-                        "QEMU clock check low (µs)": j.qc_lo * us, "QEMU clock check high (µs)": j.qc_hi * us,
-                        "QEMU correction (µs)": j.qc * us})
+    out = pd.DataFrame(
+        {
+            "round": j["round"],
+            "aio": j.aio,
+            "variant": j.variant,
+            "accel": j.accel.str.upper(),
+            "requests matched": j.off_n_hi.astype(int),
+            "bracket width (µs)": (j.off_hi - j.off_lo) * us,
+            "lower bound from": j.get("off_lo_from"),
+            "consistent": j.off_consistent.astype(bool),
+            "QEMU clock check low (µs)": j.qc_lo * us,
+            "QEMU clock check high (µs)": j.qc_hi * us,
+            "QEMU correction (µs)": j.qc * us,
+        }
+    )
     return out.sort_values(["aio", "round"], kind="stable").reset_index(drop=True)
 
 
 def side_by_side_cumulative(cum, reference):
     """Our cumulative table beside the seed's (the seed's 'QEMU paio' sits in our 'QEMU aio' row)."""
     s = seed_cumulative(reference)
-    seed_key = {"Guest benchmark": "guest_benchmark", "Guest virtio-pci": "guest_virtio_pci",
-                "Host kvm.ko": "host_kvm", "QEMU virtio": "qemu_virtio", "QEMU paio": "qemu_aio",
-                "Host benchmark": "host_benchmark"}
+    seed_key = {
+        "Guest benchmark": "guest_benchmark",
+        "Guest virtio-pci": "guest_virtio_pci",
+        "Host kvm.ko": "host_kvm",
+        "QEMU virtio": "qemu_virtio",
+        "QEMU paio": "qemu_aio",
+        "Host benchmark": "host_benchmark",
+    }
     s = s.assign(key=s.layer.map(seed_key)).set_index("key")
     ci_col = f"median {ci_label(cum['n'])} (ns)"  # real coverage of the rows' median CIs
     rows = []
     for r in cum.to_dict("records"):
-        rows.append({"layer": r["layer"],
-                     "seed 2010 (ns)": s.mean_ns.get(r["key"], math.nan),
-                     "seed control (ns)": s.control_mean_ns.get(r["key"], math.nan),
-                     "ours, mean (ns)": r["mean_ns"], "ours, median (ns)": r["median_ns"],
-                     ci_col: (f"{r['ci_low']:,.0f}–{r['ci_high']:,.0f}"
-                                             if math.isfinite(r["ci_low"]) else ""),
-                     "ours, control (ns)": r["control_mean_ns"], "n": r["n"], "boots": r["boots"],
-                     "boot-to-boot CV (%)": r["boot_cv_pct"], "measured by": r["measured by"]})
+        rows.append(
+            {
+                "layer": r["layer"],
+                "seed 2010 (ns)": s.mean_ns.get(r["key"], math.nan),
+                "seed control (ns)": s.control_mean_ns.get(r["key"], math.nan),
+                "ours, mean (ns)": r["mean_ns"],
+                "ours, median (ns)": r["median_ns"],
+                ci_col: (
+                    f"{r['ci_low']:,.0f}–{r['ci_high']:,.0f}" if math.isfinite(r["ci_low"]) else ""
+                ),
+                "ours, control (ns)": r["control_mean_ns"],
+                "n": r["n"],
+                "boots": r["boots"],
+                "boot-to-boot CV (%)": r["boot_cv_pct"],
+                "measured by": r["measured by"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -329,16 +450,30 @@ def side_by_side_delta(delta, reference):
         names = r.layer.split(" + ")
         seed_ns = sum(s.delta_ns.get(n, math.nan) for n in names)
         seed_pct = sum(s.delta_pct.get(n, math.nan) for n in names)
-        rows.append({"layer": r.layer, "seed 2010 (ns)": seed_ns, "seed 2010 (%)": seed_pct,
-                     "ours (ns)": r.delta_ns, "ours (%)": r.delta_pct})
+        rows.append(
+            {
+                "layer": r.layer,
+                "seed 2010 (ns)": seed_ns,
+                "seed 2010 (%)": seed_pct,
+                "ours (ns)": r.delta_ns,
+                "ours (%)": r.delta_pct,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-LAYER_LABELS = {"guest_benchmark": "guest benchmark", "guest_virtio_pci": "guest virtio-pci",
-                "host_kvm": "host boundary (kvm.ko / TCG stand-in)", "qemu_virtio": "QEMU virtio",
-                "qemu_aio": "QEMU aio", "qemu_pool": "QEMU aio submit -> callback",
-                "host_syscall": "host submission syscall", "host_block": "host block device",
-                "guest_block": "guest block layer", "host_benchmark": "host benchmark"}
+LAYER_LABELS = {
+    "guest_benchmark": "guest benchmark",
+    "guest_virtio_pci": "guest virtio-pci",
+    "host_kvm": "host boundary (kvm.ko / TCG stand-in)",
+    "qemu_virtio": "QEMU virtio",
+    "qemu_aio": "QEMU aio",
+    "qemu_pool": "QEMU aio submit -> callback",
+    "host_syscall": "host submission syscall",
+    "host_block": "host block device",
+    "guest_block": "guest block layer",
+    "host_benchmark": "host benchmark",
+}
 
 
 def percentiles(iv, keys, by=("aio",)):
@@ -351,9 +486,18 @@ def percentiles(iv, keys, by=("aio",)):
             if not len(x):
                 continue
             grp = grp if isinstance(grp, tuple) else (grp,)
-            rows.append({**dict(zip(by, grp)), "layer": LAYER_LABELS.get(key, key), "n": len(x),
-                         "p5": x.quantile(0.05), "median": x.median(), "p95": x.quantile(0.95),
-                         "p99": x.quantile(0.99), "mean": x.mean()})
+            rows.append(
+                {
+                    **dict(zip(by, grp)),
+                    "layer": LAYER_LABELS.get(key, key),
+                    "n": len(x),
+                    "p5": x.quantile(0.05),
+                    "median": x.median(),
+                    "p95": x.quantile(0.95),
+                    "p99": x.quantile(0.99),
+                    "mean": x.mean(),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -363,8 +507,17 @@ def syscall_summary(iv):
     rows = []
     for (aio, call), g in d.groupby(["aio", "host_sub_call"]):
         s = summarize(g.host_syscall / 1000)
-        rows.append({"aio": aio, "syscall": call, "n": s.n, "median (µs)": s.median,
-                     "CI": f"{s.ci_low:.1f}–{s.ci_high:.1f}", "mean (µs)": s.mean, "p95 (µs)": s.p95})
+        rows.append(
+            {
+                "aio": aio,
+                "syscall": call,
+                "n": s.n,
+                "median (µs)": s.median,
+                "CI": f"{s.ci_low:.1f}–{s.ci_high:.1f}",
+                "mean (µs)": s.mean,
+                "p95 (µs)": s.p95,
+            }
+        )
     t = pd.DataFrame(rows)
     # the column says the real coverage of the median CIs (below 95 % for n < 6)
     return t.rename(columns={"CI": ci_label(t["n"])}) if len(t) else t
@@ -375,8 +528,11 @@ def boot_medians(iv, key: str):
     the boot's round, aio mode and variant. Requests inside one boot share its conditions, so
     comparisons between modes count boots, not requests."""
     d = iv[(iv.warm == 0) & iv[key].notna()]
-    return (d.groupby(["host_id", "run_id", "job", "round", "aio", "variant", "kind"])[key].median()
-            .reset_index())
+    return (
+        d.groupby(["host_id", "run_id", "job", "round", "aio", "variant", "kind"])[key]
+        .median()
+        .reset_index()
+    )
 
 
 def order_text(values: dict, unit: str = "µs", fmt: str = "{:.1f}") -> str:
@@ -388,11 +544,18 @@ def order_text(values: dict, unit: str = "µs", fmt: str = "{:.1f}") -> str:
 def compare_cumulative(reference, tables: dict):
     """The seed's cumulative table beside ours, one column group per method: {label: cumulative}."""
     s = seed_cumulative(reference)
-    seed_key = {"Guest benchmark": "guest_benchmark", "Guest virtio-pci": "guest_virtio_pci",
-                "Host kvm.ko": "host_kvm", "QEMU virtio": "qemu_virtio", "QEMU paio": "qemu_aio",
-                "Host benchmark": "host_benchmark"}
+    seed_key = {
+        "Guest benchmark": "guest_benchmark",
+        "Guest virtio-pci": "guest_virtio_pci",
+        "Host kvm.ko": "host_kvm",
+        "QEMU virtio": "qemu_virtio",
+        "QEMU paio": "qemu_aio",
+        "Host benchmark": "host_benchmark",
+    }
     s = s.assign(key=s.layer.map(seed_key)).set_index("key")
-    out = pd.DataFrame({"layer": [label for _k, label, _h in LAYER_ROWS]}, index=[k for k, _l, _h in LAYER_ROWS])
+    out = pd.DataFrame(
+        {"layer": [label for _k, label, _h in LAYER_ROWS]}, index=[k for k, _l, _h in LAYER_ROWS]
+    )
     out["seed 2010 (ns)"] = s.mean_ns.reindex(out.index)
     out["seed control (ns)"] = s.control_mean_ns.reindex(out.index)
     for label, cum in tables.items():
@@ -421,10 +584,12 @@ def compare_delta(reference, deltas: dict):
 
 
 # -- how many boots would resolve the aio modes ---------------------------------------------------
-ARE_MANN_WHITNEY = 3 / math.pi   # asymptotic relative efficiency of Mann-Whitney against the t test
+ARE_MANN_WHITNEY = 3 / math.pi  # asymptotic relative efficiency of Mann-Whitney against the t test
 
 
-def boots_needed(a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000, seed: int = 18) -> dict:
+def boots_needed(
+    a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000, seed: int = 18
+) -> dict:
     """Boots per group at which a two-sided Mann-Whitney test of `a` against `b` (per-boot medians)
     reaches `alpha` with `power`, if the observed Hodges-Lehmann shift and boot-to-boot spread were
     the truth. Normal approximation: n_t = 2 (z_{1-alpha/2} + z_power)^2 sd^2 / shift^2 for the
@@ -437,17 +602,26 @@ def boots_needed(a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000
     sd = float(np.sqrt((a.var(ddof=1) + b.var(ddof=1)) / 2))
     z = st.norm.ppf(1 - alpha / 2) + st.norm.ppf(power)
     n = math.ceil(2 * z * z * sd * sd / (shift * shift) / ARE_MANN_WHITNEY) if shift else math.inf
-    out = {"shift": shift, "sd": sd, "n": n, "n_have": min(len(a), len(b)), "sim_power": math.nan,
-           "n_sim": math.inf}
+    out = {
+        "shift": shift,
+        "sd": sd,
+        "n": n,
+        "n_have": min(len(a), len(b)),
+        "sim_power": math.nan,
+        "n_sim": math.inf,
+    }
     if not math.isfinite(n) or n > 2000:
         return out
+
     def sim_power(k: int) -> float:
-        rng = np.random.default_rng([seed, k])       # one stream per sample size: reproducible
+        rng = np.random.default_rng([seed, k])  # one stream per sample size: reproducible
         xa, xb = rng.choice(a, size=(reps, k)), rng.choice(b, size=(reps, k))
-        return float((st.mannwhitneyu(xa, xb, alternative="two-sided", axis=1).pvalue < alpha).mean())
+        return float(
+            (st.mannwhitneyu(xa, xb, alternative="two-sided", axis=1).pvalue < alpha).mean()
+        )
 
     out["sim_power"] = sim_power(n)
-    lo, hi = 2, max(n, 4)                # the smallest k with sim_power(k) >= power, by bisection
+    lo, hi = 2, max(n, 4)  # the smallest k with sim_power(k) >= power, by bisection
     while sim_power(hi) < power:
         lo, hi = hi, hi * 2
         if hi > 4000:
@@ -461,12 +635,20 @@ def boots_needed(a, b, alpha: float = 0.05, power: float = 0.8, reps: int = 2000
 
 # ---- the chapter's Data -----------------------------------------------------------------------
 # the layers of the distribution figure and the percentile table, top to bottom
-KEYS = ["guest_benchmark", "guest_virtio_pci", "host_kvm", "qemu_virtio", "qemu_aio", "host_syscall",
-        "host_block", "host_benchmark"]
+KEYS = [
+    "guest_benchmark",
+    "guest_virtio_pci",
+    "host_kvm",
+    "qemu_virtio",
+    "qemu_aio",
+    "host_syscall",
+    "host_block",
+    "host_benchmark",
+]
 
 # natural keys: the analysis must not depend on the order rows were written in
 ORDER = {"requests": ["job", "t0"], "jobs": ["job"], "calib": ["job", "tsc0"]}
-PER_JOB = ["kind", "round", "aio", "variant", "accel"]   # what a request takes from its boot
+PER_JOB = ["kind", "round", "aio", "variant", "accel"]  # what a request takes from its boot
 
 
 class VirtioData(Data):

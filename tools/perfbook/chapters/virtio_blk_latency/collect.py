@@ -10,6 +10,7 @@ instances of a boot. The framework (perfbook.framework.sequence.collect) owns pa
 preflight, lock, signals and the dataset writer; everything changed here is registered on
 ctx.undo.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -29,12 +30,30 @@ from perfbook.hoststate import tracefs
 from perfbook.probes.blockdev import device_of, kernel_dev_t
 from perfbook.probes.cbuild import binary
 from perfbook.qemu import guest
-from .parse import (BENCH, BLOCK, EXPERIMENT, HOST_SYSCALLS, KVM_IRQ, KVM_NOTIFY, MiB, OUT_DISK_MIB,
-                    QEMU_CORE_EVENTS, QEMU_EVENTS, REGION_START, SINGLE, VARIANTS, parse_bench, parse_calib,
-                    parse_ftrace, parse_qemu_log, ring_stats, split_output)
+
+from .parse import (
+    BENCH,
+    BLOCK,
+    EXPERIMENT,
+    HOST_SYSCALLS,
+    KVM_IRQ,
+    KVM_NOTIFY,
+    OUT_DISK_MIB,
+    QEMU_CORE_EVENTS,
+    QEMU_EVENTS,
+    REGION_START,
+    SINGLE,
+    VARIANTS,
+    MiB,
+    parse_bench,
+    parse_calib,
+    parse_ftrace,
+    parse_qemu_log,
+    ring_stats,
+    split_output,
+)
 from .timeline.align import alignment_summary, fit_clock, relative_to_bases
 from .timeline.match import guest_stamps, host_issues, match_in_order, qemu_segments
-
 
 # ---- the benchmark image: its extents (FIEMAP), the disk that holds it ---------------------
 FS_IOC_FIEMAP = 0xC020660B
@@ -65,19 +84,25 @@ def fiemap(path: Path) -> list[tuple[int, int, int]]:
     fd = os.open(path, os.O_RDONLY)
     try:
         while True:
-            buf = bytearray(struct.pack("=QQIIII", start, (1 << 64) - 1 - start, FIEMAP_FLAG_SYNC, 0,
-                                        count, 0) + b"\0" * (56 * count))
+            buf = bytearray(
+                struct.pack("=QQIIII", start, (1 << 64) - 1 - start, FIEMAP_FLAG_SYNC, 0, count, 0)
+                + b"\0" * (56 * count)
+            )
             try:
                 fcntl.ioctl(fd, FS_IOC_FIEMAP, buf)
             except OSError as e:
-                raise MissingPrerequisite(f"FIEMAP is not supported for {path} ({e.strerror})") from None
+                raise MissingPrerequisite(
+                    f"FIEMAP is not supported for {path} ({e.strerror})"
+                ) from None
             mapped = struct.unpack_from("=I", buf, 20)[0]
             last = False
             for i in range(mapped):
                 lo, ph, ln, _r1, _r2, flags = struct.unpack_from("=QQQQQI", buf, 32 + 56 * i)
                 if flags & FIEMAP_BAD:
-                    raise MissingPrerequisite(f"the image's extents can't be mapped to disk sectors "
-                                              f"(extent flags {flags:#x})")
+                    raise MissingPrerequisite(
+                        f"the image's extents can't be mapped to disk sectors "
+                        f"(extent flags {flags:#x})"
+                    )
                 out.append((lo, ph, ln))
                 last = bool(flags & FIEMAP_EXTENT_LAST)
             if last or mapped == 0:
@@ -94,12 +119,24 @@ def block_device(path: Path) -> dict:
     name, major, minor = device_of(path)  # MissingPrerequisite when not on a block device
     st = os.stat(path)
     real = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}").resolve()
-    if (real / "dm").exists() or (real / "md").exists() or real.name.startswith(("dm-", "md", "loop")):
-        raise MissingPrerequisite(f"the image sits on a stacked device ({real.name}); "
-                                  "its sectors can't be mapped to the disk's requests")
+    if (
+        (real / "dm").exists()
+        or (real / "md").exists()
+        or real.name.startswith(("dm-", "md", "loop"))
+    ):
+        raise MissingPrerequisite(
+            f"the image sits on a stacked device ({real.name}); "
+            "its sectors can't be mapped to the disk's requests"
+        )
     start = int((real / "start").read_text()) if (real / "partition").exists() else 0
-    return {"name": name, "part": real.name, "major": major, "minor": minor,
-            "dev_t": kernel_dev_t(major, minor), "part_start": start}
+    return {
+        "name": name,
+        "part": real.name,
+        "major": major,
+        "minor": minor,
+        "dev_t": kernel_dev_t(major, minor),
+        "part_start": start,
+    }
 
 
 # ---- the host's ftrace instances of one boot: each a perfbook.hoststate.tracefs.TraceSession,
@@ -121,7 +158,7 @@ class HostTrace:
                 t.set_option("tracing_on", "0")
                 t.set_option("trace_clock", "x86-tsc")
                 t.set_option("buffer_size_kb", str(self.p["host_buffer_kb"]))
-            self.q.set_trace_options(event_fork=True)   # children of the traced pid are traced too
+            self.q.set_trace_options(event_fork=True)  # children of the traced pid are traced too
             ev = self.q.buffer / "events" / "syscalls"
             for call in HOST_SYSCALLS:
                 for side in ("enter", "exit"):
@@ -130,12 +167,16 @@ class HostTrace:
                         self.notes.append(f"host syscall event {name} is missing")
                         continue
                     if call == "write":
-                        self.q.set_option(f"events/syscalls/{name}/filter",
-                                          "count == 8" if side == "enter" else "ret == 8")
+                        self.q.set_option(
+                            f"events/syscalls/{name}/filter",
+                            "count == 8" if side == "enter" else "ret == 8",
+                        )
                     self.q.enable(f"syscalls/{name}")
             if self.blockdev is not None:
                 for name in ("block_rq_issue", "block_rq_complete"):
-                    self.b.set_option(f"events/block/{name}/filter", f"dev == {self.blockdev['dev_t']}")
+                    self.b.set_option(
+                        f"events/block/{name}/filter", f"dev == {self.blockdev['dev_t']}"
+                    )
                     self.b.enable(f"block/{name}")
             # kvm.ko's events of *our* QEMU only: the notify exit runs in its vCPU thread and the
             # irqfd injection in the thread that signals the eventfd; other VMs on this host
@@ -164,8 +205,10 @@ class HostTrace:
             self.q.clear()
             self.b.clear()
             self.b.set_option("tracing_on", "1")
-            self.notes.append("QEMU restarted within one boot (accelerator fallback); the first attempt's "
-                              "host trace was discarded")
+            self.notes.append(
+                "QEMU restarted within one boot (accelerator fallback); the first attempt's "
+                "host trace was discarded"
+            )
         self.pid = pid
         self.q.set_trace_options(event_fork=False)
         self.q.set_option("set_event_pid", str(pid))
@@ -182,8 +225,11 @@ class HostTrace:
         for t in (self.q, self.b):
             t.set_option("tracing_on", "0")
         stats = {"qemu": self.q.buffer_stats(), "disk": self.b.buffer_stats()}
-        return (self.q.file("trace").read_text(errors="replace"),
-                self.b.file("trace").read_text(errors="replace"), stats)
+        return (
+            self.q.file("trace").read_text(errors="replace"),
+            self.b.file("trace").read_text(errors="replace"),
+            stats,
+        )
 
     def close(self):
         for t in (self.b, self.q):
@@ -217,8 +263,14 @@ def plan_round(p: dict, rng, rnd: int) -> list[dict]:
     for pos, j in enumerate(jobs):
         pats = list(p["patterns"])
         rng.shuffle(pats)
-        j.update({"round": rnd, "position": pos, "patterns": pats,
-                  "seeds": {x: rng.randrange(1, 1 << 30) for x in pats}})
+        j.update(
+            {
+                "round": rnd,
+                "position": pos,
+                "patterns": pats,
+                "seeds": {x: rng.randrange(1, 1 << 30) for x in pats},
+            }
+        )
     return jobs
 
 
@@ -228,18 +280,41 @@ def rep_variant(p: dict) -> str:
 
 
 def bench_args(p: dict, pattern: str, seed: int, n: int, out: str, target: str) -> list[str]:
-    return ["read", "-f", target, "-n", str(n), "-w", str(p["warmup"]), "-b", str(BLOCK),
-            "-m", pattern, "-s", str(p["image_mib"] * MiB - REGION_START), "-p", str(REGION_START),
-            "-S", str(seed), "-t", pattern, "-o", out]
+    return [
+        "read",
+        "-f",
+        target,
+        "-n",
+        str(n),
+        "-w",
+        str(p["warmup"]),
+        "-b",
+        str(BLOCK),
+        "-m",
+        pattern,
+        "-s",
+        str(p["image_mib"] * MiB - REGION_START),
+        "-p",
+        str(REGION_START),
+        "-S",
+        str(seed),
+        "-t",
+        pattern,
+        "-o",
+        out,
+    ]
 
 
 def guest_script(p: dict, job: dict, traced: bool) -> str:
     """busybox sh for one boot: (tracing set up,) the benchmark passes, the results (and the
     trace) written to the second disk, /dev/vdb."""
     T = "/sys/kernel/tracing"
-    lines = ["set -u", f"T={T}",
-             "dev=$(cat /sys/block/vda/dev); maj=${dev%:*}; min=${dev#*:}",
-             'echo "DEV $dev"']
+    lines = [
+        "set -u",
+        f"T={T}",
+        "dev=$(cat /sys/block/vda/dev); maj=${dev%:*}; min=${dev#*:}",
+        'echo "DEV $dev"',
+    ]
     if traced:
         lines += [
             'mount -t tracefs nodev $T || { echo "ERR tracefs"; exit 3; }',
@@ -253,9 +328,13 @@ def guest_script(p: dict, job: dict, traced: bool) -> str:
             "echo 1 > $T/events/perfbook/enable",
             "echo 1 > $T/events/block/block_rq_issue/enable",
             "echo 1 > $T/events/block/block_rq_complete/enable",
-            "echo > $T/trace", "echo 1 > $T/tracing_on"]
+            "echo > $T/trace",
+            "echo 1 > $T/tracing_on",
+        ]
     for pat in job["patterns"]:
-        args = " ".join(bench_args(p, pat, job["seeds"][pat], p["requests"], f"/tmp/b-{pat}.txt", "/dev/vda"))
+        args = " ".join(
+            bench_args(p, pat, job["seeds"][pat], p["requests"], f"/tmp/b-{pat}.txt", "/dev/vda")
+        )
         lines.append(f'/bin/seqread {args} || {{ echo "ERR bench {pat} $?"; exit 5; }}')
     if traced:
         lines.append("echo 0 > $T/tracing_on")
@@ -263,10 +342,12 @@ def guest_script(p: dict, job: dict, traced: bool) -> str:
     if traced:
         dump += ['echo "@@STATS"', "cat $T/per_cpu/cpu0/stats", 'echo "@@TRACE"', "cat $T/trace"]
     dump.append('echo "@@END"')
-    lines += ["{ " + "; ".join(dump) + "; } > /tmp/out.txt",
-              'echo "OUT $(wc -c < /tmp/out.txt)"',
-              "cat /tmp/out.txt > /dev/vdb && sync",
-              'echo "DONE"']
+    lines += [
+        "{ " + "; ".join(dump) + "; } > /tmp/out.txt",
+        'echo "OUT $(wc -c < /tmp/out.txt)"',
+        "cat /tmp/out.txt > /dev/vdb && sync",
+        'echo "DONE"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -308,11 +389,14 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
         extra += ["-name", "perfbook,debug-threads=on"]
     cal_before = calibrate(exe, p["calib_samples"])
     ht = HostTrace(p, blockdev, say) if "host" in layers else None
-    disks = [guest.DiskSpec(label="bench", cache="none", aio=job["aio"], readonly=True, path=image),
-             guest.DiskSpec(label="out", cache="writeback", path=out_img)]
+    disks = [
+        guest.DiskSpec(label="bench", cache="none", aio=job["aio"], readonly=True, path=image),
+        guest.DiskSpec(label="out", cache="writeback", path=out_img),
+    ]
     traced = "guest" in layers
-    cfg = guest.GuestConfig(disks=disks, memory_mib=p["guest_memory_mib"], extra_args=extra,
-                            files={"bin/seqread": exe})
+    cfg = guest.GuestConfig(
+        disks=disks, memory_mib=p["guest_memory_mib"], extra_args=extra, files={"bin/seqread": exe}
+    )
     htext = btext = ""
     hstats = {}
     if ht is not None:
@@ -326,8 +410,10 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
     cal_after = calibrate(exe, p["calib_samples"])
     if res.rc != 0:
         tail = " | ".join(res.output.strip().splitlines()[-3:])
-        raise PerfbookError(f"the guest's script failed with status {res.rc} ({job['aio']}, "
-                            f"{job['variant']}): {tail}")
+        raise PerfbookError(
+            f"the guest's script failed with status {res.rc} ({job['aio']}, "
+            f"{job['variant']}): {tail}"
+        )
     sect = split_output(out_img.read_bytes())
     out_img.unlink()
     bench, loops = parse_bench(sect.get("BENCH", ""))
@@ -335,19 +421,33 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
     if len(bench) != want:
         raise PerfbookError(f"the guest returned {len(bench)} benchmark rows, expected {want}")
     bench = bench.sort_values("t0", kind="stable").reset_index(drop=True)
-    calib = pd.concat([cal_before.assign(phase="before"), cal_after.assign(phase="after")],
-                      ignore_index=True)
+    calib = pd.concat(
+        [cal_before.assign(phase="before"), cal_after.assign(phase="after")], ignore_index=True
+    )
     fit = fit_clock(calib)
-    jrow = {**{k: job[k] for k in ("round", "position", "kind", "aio", "variant")},
-            "layers": "+".join(sorted(layers)) or "none", "patterns": ",".join(job["patterns"]),
-            "qemu_events": len(qevents) if "qemu" in layers else 0,
-            "accel": res.accel, "accel_note": res.accel_note, "boot_seconds": res.boot_seconds,
-            "total_seconds": res.total_seconds, "requests": p["requests"], "warmup": p["warmup"],
-            "tsc_hz": fit["tsc_hz"], "q_tsc_ref": fit["tsc_ref"], "q_real_ref_us": fit["real_ref_us"],
-            "q_slope": fit["slope"], "calib_resid_cyc": fit["resid_max"], "notes": "; ".join(notes)}
+    jrow = {
+        **{k: job[k] for k in ("round", "position", "kind", "aio", "variant")},
+        "layers": "+".join(sorted(layers)) or "none",
+        "patterns": ",".join(job["patterns"]),
+        "qemu_events": len(qevents) if "qemu" in layers else 0,
+        "accel": res.accel,
+        "accel_note": res.accel_note,
+        "boot_seconds": res.boot_seconds,
+        "total_seconds": res.total_seconds,
+        "requests": p["requests"],
+        "warmup": p["warmup"],
+        "tsc_hz": fit["tsc_hz"],
+        "q_tsc_ref": fit["tsc_ref"],
+        "q_real_ref_us": fit["real_ref_us"],
+        "q_slope": fit["slope"],
+        "calib_resid_cyc": fit["resid_max"],
+        "notes": "; ".join(notes),
+    }
     if len(loops):
         mono = (loops.mono_end - loops.mono_start).sum()
-        jrow["guest_tsc_hz"] = float((loops.tsc_end - loops.tsc_start).sum() / mono * 1e9) if mono else math.nan
+        jrow["guest_tsc_hz"] = (
+            float((loops.tsc_end - loops.tsc_start).sum() / mono * 1e9) if mono else math.nan
+        )
     req = bench.copy()
     req["bench_cyc"] = req.t1 - req.t0
     # guest layer
@@ -372,20 +472,42 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
         jrow["matched_qemu"] = int((m >= 0).sum())
         anchor = qseg.q_notify.to_numpy(dtype="float64")
         req["q_anchor"] = [anchor[k] if k >= 0 else math.nan for k in m]
-        for c in ("q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req", "q_flush", "q_irq", "q_apic"):
+        for c in (
+            "q_pop",
+            "q_read",
+            "q_submit",
+            "q_cb",
+            "q_rw",
+            "q_req",
+            "q_flush",
+            "q_irq",
+            "q_apic",
+        ):
             col = qseg[c].to_numpy(dtype="float64")
             req[c] = [col[k] - anchor[k] if k >= 0 else math.nan for k in m]
     # host layer
     if ht is not None:
-        jrow["host_lost"] = int(sum(s.get("overrun", 0) + s.get("dropped events", 0) for s in hstats.values()))
+        jrow["host_lost"] = int(
+            sum(s.get("overrun", 0) + s.get("dropped events", 0) for s in hstats.values())
+        )
         qev_h, bev_h = parse_ftrace(htext), parse_ftrace(btext)
         jrow["host_events"] = int(len(qev_h) + len(bev_h))
-        hi = host_issues(qev_h, bev_h, res.qemu_pid, extents or [], blockdev["part_start"] if blockdev else 0)
+        hi = host_issues(
+            qev_h, bev_h, res.qemu_pid, extents or [], blockdev["part_start"] if blockdev else 0
+        )
         m = match_in_order(bench.offset.to_numpy(), hi.offset.to_numpy())
         jrow["matched_host"] = int((m >= 0).sum())
         anchor = hi.h_issue.to_numpy(dtype="float64")
         req["h_anchor"] = [anchor[k] if k >= 0 else math.nan for k in m]
-        for c in ("h_complete", "h_sub", "h_sub_exit", "h_kick", "h_kvm_notify", "h_notifier", "h_kvm_irq"):
+        for c in (
+            "h_complete",
+            "h_sub",
+            "h_sub_exit",
+            "h_kick",
+            "h_kvm_notify",
+            "h_notifier",
+            "h_kvm_irq",
+        ):
             col = hi[c].to_numpy(dtype="float64")
             req[c] = [col[k] - anchor[k] if k >= 0 else math.nan for k in m]
         for c in ("h_sub_call", "h_sub_thread"):
@@ -418,10 +540,14 @@ def host_job(p, job, exe, image):
     b.insert(0, "kind", "host")
     b["accel"] = ""
     bases = relative_to_bases(b)
-    return b, {**{k: job[k] for k in ("round", "position", "kind", "aio", "variant")},
-               "layers": "none", "patterns": ",".join(job["patterns"]), "requests": p["host_requests"],
-               "warmup": p["warmup"], **bases}
-
+    return b, {
+        **{k: job[k] for k in ("round", "position", "kind", "aio", "variant")},
+        "layers": "none",
+        "patterns": ",".join(job["patterns"]),
+        "requests": p["host_requests"],
+        "warmup": p["warmup"],
+        **bases,
+    }
 
 
 def measure(ctx) -> None:
@@ -430,7 +556,7 @@ def measure(ctx) -> None:
     exe = binary(BENCH)
     rng = random.Random(p["seed"])
     per_round = len(plan_round(p, random.Random(0), 0))
-    scratch = ctx.scratch().dir                    # removed by the framework's undo stack
+    scratch = ctx.scratch().dir  # removed by the framework's undo stack
     rep = repetition(EXPERIMENT, p["aio"], p, "rep_")
     prog = ctx.progress((rep.warmup + rep.min_runs) * per_round + 1)
     prog.note(f"scratch directory {scratch}")
@@ -455,13 +581,22 @@ def measure(ctx) -> None:
     if missing:
         w.notes.append(f"QEMU {guest.qemu_version()} has no trace events {', '.join(missing)}")
     w.extra["virtio_blk_latency"] = {
-        "qemu_events": qevents, "qemu_trace_backend": "log (-trace, -D, -msg timestamp=on)",
+        "qemu_events": qevents,
+        "qemu_trace_backend": "log (-trace, -D, -msg timestamp=on)",
         "host_block_device": {k: v for k, v in (blockdev or {}).items()},
-        "image_extents": len(extents or []), "region": [REGION_START, p["image_mib"] * MiB - REGION_START],
-        "block": BLOCK}
+        "image_extents": len(extents or []),
+        "region": [REGION_START, p["image_mib"] * MiB - REGION_START],
+        "block": BLOCK,
+    }
     # QEMU and the guest runner's scratch directory: stopped and removed when the undo unwinds
-    runner = ctx.undo.enter_context(guest.Runner(accel=p["accel"], kvm_boot_timeout=p["kvm_boot_timeout"],
-                                                 timeout=p["boot_timeout"], progress=say))
+    runner = ctx.undo.enter_context(
+        guest.Runner(
+            accel=p["accel"],
+            kvm_boot_timeout=p["kvm_boot_timeout"],
+            timeout=p["boot_timeout"],
+            progress=say,
+        )
+    )
     w.extra["guest_artefacts"] = {k: v for k, v in (runner.artefacts or {}).items() if k != "dir"}
     reqs, jobs, cals = [], [], []
     accel_seen = set()
@@ -469,14 +604,25 @@ def measure(ctx) -> None:
     for rd in rep.rounds():
         if rd.index:
             prog.note(f"after {rd.index} round(s): {rep.status()}")
-        rnd = rd.index - rep.warmup   # measured rounds are numbered from 0
+        rnd = rd.index - rep.warmup  # measured rounds are numbered from 0
         for job in plan_round(p, rng, rnd):
             if job["kind"] == "host":
                 r, j = host_job(p, job, exe, image)
                 cal = None
             else:
-                r, j, cal = guest_job(p, job, runner, exe, image, scratch, host_why is None,
-                                      blockdev, extents, qevents, say)
+                r, j, cal = guest_job(
+                    p,
+                    job,
+                    runner,
+                    exe,
+                    image,
+                    scratch,
+                    host_why is None,
+                    blockdev,
+                    extents,
+                    qevents,
+                    say,
+                )
                 accel_seen.add(j["accel"])
             if job["kind"] == "guest" and job["variant"] == rep_variant(p):
                 ok = r[r.warm == 0]
@@ -495,11 +641,15 @@ def measure(ctx) -> None:
     prog.total = prog.done
     prog.note(f"stopped by {rep.stopped_by}: {rep.status()}")
     if "kvm" not in accel_seen:
-        w.skip("host_kvm", "no KVM guest ran (the guests ran under "
-               + "/".join(sorted(a.upper() for a in accel_seen)) + "): kvm.ko's exit and "
-               "injection tracepoints only fire for KVM guests; under TCG the notify is an "
-               "MMIO write that QEMU's vCPU thread turns into an ioeventfd write, and the "
-               "interrupt is delivered to QEMU's emulated APIC")
+        w.skip(
+            "host_kvm",
+            "no KVM guest ran (the guests ran under "
+            + "/".join(sorted(a.upper() for a in accel_seen))
+            + "): kvm.ko's exit and "
+            "injection tracepoints only fire for KVM guests; under TCG the notify is an "
+            "MMIO write that QEMU's vCPU thread turns into an ioeventfd write, and the "
+            "interrupt is delivered to QEMU's emulated APIC",
+        )
     req = pd.concat(reqs, ignore_index=True)
     w.add_table("requests", compact(req))
     w.add_table("jobs", pd.DataFrame(jobs))
@@ -511,15 +661,42 @@ def measure(ctx) -> None:
 def compact(req):
     """Integers where the values are whole (CSV size), the request columns in a fixed order; what
     is the same for a whole boot (kind, round, aio, variant, accel) lives in the jobs table."""
-    order = ["job", "pattern", "idx", "warm", "offset",
-             "bench_cyc", "t0", "g_issue", "g_notify", "g_irq", "g_complete", "h_anchor", "h_kick",
-             "h_kvm_notify", "h_sub", "h_sub_exit", "h_complete", "h_notifier", "h_kvm_irq",
-             "h_sub_call", "h_sub_thread", "q_anchor", "q_pop", "q_read", "q_submit", "q_cb", "q_rw",
-             "q_req", "q_flush", "q_irq", "q_apic"]
+    order = [
+        "job",
+        "pattern",
+        "idx",
+        "warm",
+        "offset",
+        "bench_cyc",
+        "t0",
+        "g_issue",
+        "g_notify",
+        "g_irq",
+        "g_complete",
+        "h_anchor",
+        "h_kick",
+        "h_kvm_notify",
+        "h_sub",
+        "h_sub_exit",
+        "h_complete",
+        "h_notifier",
+        "h_kvm_irq",
+        "h_sub_call",
+        "h_sub_thread",
+        "q_anchor",
+        "q_pop",
+        "q_read",
+        "q_submit",
+        "q_cb",
+        "q_rw",
+        "q_req",
+        "q_flush",
+        "q_irq",
+        "q_apic",
+    ]
     d = req.reindex(columns=order)
     for c in order:
         if c in ("pattern", "h_sub_call", "h_sub_thread"):
             continue
         d[c] = pd.to_numeric(d[c], errors="coerce").round().astype("Int64")
     return d
-

@@ -3,16 +3,15 @@ measured: aio modes, variants, trace events, the stamp columns). The traces of e
 (ftrace of the guest and the host, QEMU's log backend), the benchmark's and the calibration's
 output, and the guest's output disk. Pure: tested on the fixtures in
 tests/fixtures/virtio_blk_latency."""
+
 from __future__ import annotations
 
 import re
 
+import pandas as pd
+
 from perfbook.core.errors import PerfbookError
 from perfbook.probes import ftrace
-
-# pandas is imported in the functions that build frames: __init__ imports this module for its
-# constants, and `perfbook measure` and `doctor` import every chapter's __init__ (pandas alone
-# takes seconds to import on the book's 2-CPU host)
 
 # ---- what the chapter measures (shared by collect and analysis) ------------------------------
 SEED = "001_44860ac07de981e7.txt"
@@ -20,26 +19,49 @@ SEED_TEXT = "001_44860ac07de981e7.virtio-blk-latency.txt"
 AIO = ("threads", "native", "io_uring")
 PATTERNS = ("seq", "rand")
 LAYERS = ("guest", "qemu", "host")
-VARIANTS = {"plain": (), "guest": ("guest",), "qemu": ("qemu",), "host": ("host",),
-            "boundary": ("qemu", "host"), "all": ("guest", "qemu", "host")}
+VARIANTS = {
+    "plain": (),
+    "guest": ("guest",),
+    "qemu": ("qemu",),
+    "host": ("host",),
+    "boundary": ("qemu", "host"),
+    "all": ("guest", "qemu", "host"),
+}
 # the seed's method: one layer per boot; 'boundary' is the host/QEMU edge, which the kvm.ko row's
 # TCG stand-in needs (the vCPU's kick is a host event, the APIC delivery a QEMU one)
 SINGLE = ("guest", "qemu", "host", "boundary")
 BENCH = "seqread"
 BLOCK = 4096
 MiB = 1024 * 1024
-REGION_START = MiB        # the benchmark stays clear of the partition-table reads at both ends
+REGION_START = MiB  # the benchmark stays clear of the partition-table reads at both ends
 OUT_DISK_MIB = 96
 
-QEMU_EVENTS = ("virtio_queue_notify", "virtqueue_pop", "virtio_blk_handle_read",
-               "thread_pool_submit", "thread_pool_complete", "luring_co_submit",
-               "luring_process_completion", "virtio_blk_rw_complete", "virtio_blk_req_complete",
-               "virtqueue_flush", "virtio_notify", "virtio_notify_irqfd", "apic_deliver_irq")
+QEMU_EVENTS = (
+    "virtio_queue_notify",
+    "virtqueue_pop",
+    "virtio_blk_handle_read",
+    "thread_pool_submit",
+    "thread_pool_complete",
+    "luring_co_submit",
+    "luring_process_completion",
+    "virtio_blk_rw_complete",
+    "virtio_blk_req_complete",
+    "virtqueue_flush",
+    "virtio_notify",
+    "virtio_notify_irqfd",
+    "apic_deliver_irq",
+)
 # The single-layer boots ('qemu', 'boundary') log only what their rows and the matching need, as
 # the seed enabled only virtio_queue_notify and virtio_notify for its QEMU row: the log backend
 # writes every event with its own write(), so each event costs the main loop time.
-QEMU_CORE_EVENTS = ("virtio_queue_notify", "virtio_blk_handle_read", "virtio_blk_rw_complete",
-                    "virtio_notify", "virtio_notify_irqfd", "apic_deliver_irq")
+QEMU_CORE_EVENTS = (
+    "virtio_queue_notify",
+    "virtio_blk_handle_read",
+    "virtio_blk_rw_complete",
+    "virtio_notify",
+    "virtio_notify_irqfd",
+    "apic_deliver_irq",
+)
 SUBMIT_CALLS = ("preadv", "pread64", "preadv2", "io_submit", "io_uring_enter")
 HOST_SYSCALLS = SUBMIT_CALLS + ("io_getevents", "write")
 KVM_NOTIFY = ("kvm_fast_mmio", "kvm_mmio", "kvm_pio")
@@ -54,7 +76,15 @@ EXPERIMENT = "guest benchmark, untraced boot"
 
 # the stamps of a request, per layer (relative to the layer's anchor in the requests table)
 STAMPS_G = ("g_issue", "g_notify", "g_irq", "g_complete")
-STAMPS_H = ("h_kick", "h_kvm_notify", "h_sub", "h_sub_exit", "h_complete", "h_notifier", "h_kvm_irq")
+STAMPS_H = (
+    "h_kick",
+    "h_kvm_notify",
+    "h_sub",
+    "h_sub_exit",
+    "h_complete",
+    "h_notifier",
+    "h_kvm_irq",
+)
 STAMPS_Q = ("q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req", "q_flush", "q_irq", "q_apic")
 # absolute anchors (guest TSC, host TSC, QEMU µs) are stored relative to the boot's smallest
 BASES = {"t0": "t0_base", "h_anchor": "h_base", "q_anchor": "q_base"}
@@ -73,7 +103,6 @@ def parse_ftrace(text: str):
     perfbook.probes.ftrace (host or guest kernel, any trace options); ts is the raw count for the
     x86-tsc clock we set (int), float seconds if a kernel fell back to a ns clock.
     attrs['lost'] / attrs['lost_lines'] say whether the ring buffer dropped events."""
-    import pandas as pd  # lazy: __init__ imports this module (see above)
     rows = []
     st = ftrace.new_stats()
     for r in ftrace.records(text, st):
@@ -103,8 +132,13 @@ def block_fields(detail: str) -> dict | None:
     m = _BLOCK.match(detail)
     if not m:
         return None
-    return {"major": int(m[1]), "minor": int(m[2]), "rwbs": m[3], "sector": int(m[6]),
-            "nr_sector": int(m[7])}
+    return {
+        "major": int(m[1]),
+        "minor": int(m[2]),
+        "rwbs": m[3],
+        "sector": int(m[6]),
+        "nr_sector": int(m[7]),
+    }
 
 
 _QLOG = re.compile(r"^(\d+)@(\d+)\.(\d{6}):(\w+)\s?(.*)$")
@@ -113,7 +147,6 @@ _QLOG = re.compile(r"^(\d+)@(\d+)\.(\d{6}):(\w+)\s?(.*)$")
 def parse_qemu_log(text: str):
     """QEMU 'log' trace backend with -msg timestamp=on -> frame: line, tid, us (gettimeofday
     microseconds since the epoch), name, detail."""
-    import pandas as pd  # lazy: __init__ imports this module (see above)
     rows = []
     for i, line in enumerate(text.splitlines()):
         m = _QLOG.match(line)
@@ -129,23 +162,35 @@ def qemu_fields(detail: str) -> dict[str, str]:
 
 def parse_bench(text: str):
     """seqread output -> (requests frame, loop frame)."""
-    import pandas as pd  # lazy: __init__ imports this module (see above)
     req, loops = [], []
     for line in text.splitlines():
         parts = line.strip().split(",")
         if parts[0] == "r" and len(parts) == 7:
-            req.append((parts[1], int(parts[2]), int(parts[3]), int(parts[4]), int(parts[5]), int(parts[6])))
+            req.append(
+                (
+                    parts[1],
+                    int(parts[2]),
+                    int(parts[3]),
+                    int(parts[4]),
+                    int(parts[5]),
+                    int(parts[6]),
+                )
+            )
         elif parts[0] == "loop" and len(parts) == 7:
             loops.append((parts[1], *map(int, parts[2:])))
     r = pd.DataFrame(req, columns=["pattern", "idx", "warm", "offset", "t0", "t1"])
-    lp = pd.DataFrame(loops, columns=["pattern", "tsc_start", "tsc_end", "mono_start", "mono_end", "n"])
+    lp = pd.DataFrame(
+        loops, columns=["pattern", "tsc_start", "tsc_end", "mono_start", "mono_end", "n"]
+    )
     return r, lp
 
 
 def parse_calib(text: str):
-    import pandas as pd  # lazy: __init__ imports this module (see above)
-    rows = [tuple(int(x) for x in line.split(",")[1:5]) for line in text.splitlines()
-            if line.startswith("c,") and len(line.split(",")) == 5]
+    rows = [
+        tuple(int(x) for x in line.split(",")[1:5])
+        for line in text.splitlines()
+        if line.startswith("c,") and len(line.split(",")) == 5
+    ]
     return pd.DataFrame(rows, columns=["tsc0", "tsc1", "real_ns", "raw_ns"])
 
 
@@ -174,4 +219,3 @@ def ring_stats(text: str) -> dict[str, int]:
         if v.isdigit():
             out[k.strip()] = int(v)
     return out
-

@@ -2,6 +2,7 @@
 
 Each `*_table(D)` is what a notebook cell shows; the frames behind them (same names without
 `_table`) also feed the prose values (prose.py); the costly ones are computed once per D."""
+
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import math
 import pandas as pd
 
 from perfbook.analysis import stats
+
 from . import analysis as A
 
 
@@ -31,15 +33,27 @@ def by_method(D) -> dict:
 def cumulative_table(D):
     cumc = A.compare_cumulative(D.ref, by_method(D))
     # a fixed uuid: the table's HTML ids (T_<uuid>_...) stay the same at every refresh
-    return cumc.style.set_uuid("vbl-cumulative").format(
-        {k: "{:,.0f}" for k in cumc.columns if k.endswith("(ns)")}, na_rep="—").hide(axis="index")
+    return (
+        cumc.style.set_uuid("vbl-cumulative")
+        .format({k: "{:,.0f}" for k in cumc.columns if k.endswith("(ns)")}, na_rep="—")
+        .hide(axis="index")
+    )
 
 
 def delta_table(D):
     delc = A.compare_delta(D.ref, {k: A.delta_table(t) for k, t in by_method(D).items()})
-    return delc.style.set_uuid("vbl-delta").format(
-        {k: ("{:,.0f}" if k.endswith("(ns)") else "{:.1f}") for k in delc.columns if k != "layer"},
-        na_rep="—").hide(axis="index")
+    return (
+        delc.style.set_uuid("vbl-delta")
+        .format(
+            {
+                k: ("{:,.0f}" if k.endswith("(ns)") else "{:.1f}")
+                for k in delc.columns
+                if k != "layer"
+            },
+            na_rep="—",
+        )
+        .hide(axis="index")
+    )
 
 
 def control(D):
@@ -55,14 +69,19 @@ def control_table(D):
 
 def boot_benchmarks(D):
     """Every guest boot's median guest benchmark (ns)."""
-    return D.once("tables:boot_benchmarks", lambda: A.boot_medians(D.iv[D.iv.kind == "guest"], "guest_benchmark"))
+    return D.once(
+        "tables:boot_benchmarks",
+        lambda: A.boot_medians(D.iv[D.iv.kind == "guest"], "guest_benchmark"),
+    )
 
 
 # -- per-request distributions -----------------------------------------------------------------
 def percentiles(D):
     allv = D.all_layers
     pct = A.percentiles(allv[allv.kind == "guest"], A.KEYS[:-1], by=("aio",))
-    return pd.concat([pct, A.percentiles(allv[allv.kind == "host"].assign(aio="(host)"), ["host_benchmark"])])
+    return pd.concat(
+        [pct, A.percentiles(allv[allv.kind == "host"].assign(aio="(host)"), ["host_benchmark"])]
+    )
 
 
 def percentile_table(D):
@@ -82,8 +101,15 @@ def aio(D):
     rows = []
     for a in D.p["aio"]:
         s_ = stats.summarize(plain_b[plain_b.aio == a].us)
-        rows.append({"aio": a, "untraced boots": s_.n, "guest benchmark, median of boot medians (µs)": s_.median,
-                     "CI": f"{s_.ci_low:.1f}–{s_.ci_high:.1f}", "boot-to-boot CV (%)": 100 * s_.cv})
+        rows.append(
+            {
+                "aio": a,
+                "untraced boots": s_.n,
+                "guest benchmark, median of boot medians (µs)": s_.median,
+                "CI": f"{s_.ci_low:.1f}–{s_.ci_high:.1f}",
+                "boot-to-boot CV (%)": 100 * s_.cv,
+            }
+        )
         for k in ("qemu_virtio", "qemu_aio", "host_syscall", "host_block"):
             bk = A.boot_medians(iv[(iv.kind == "guest") & (iv.variant == "all") & (iv.aio == a)], k)
             rows[-1][f"{A.LAYER_LABELS[k]} (µs)"] = bk[k].median() / 1000 if len(bk) else math.nan
@@ -99,15 +125,31 @@ def aio_tests(D):
     """Each aio mode against threads on the untraced boots' medians (empty: too few boots)."""
     plain_b = untraced(D)
     enough = plain_b.groupby("aio").size().min() >= 2
-    return stats.compare_frame(plain_b, "aio", "us", baseline="threads") if enough else pd.DataFrame()
+    return (
+        stats.compare_frame(plain_b, "aio", "us", baseline="threads") if enough else pd.DataFrame()
+    )
 
 
 def aio_tests_table(D):
     cmps = aio_tests(D)
     if not len(cmps):
         return "fewer than 2 untraced boots per aio mode"
-    return cmps[["aio", "baseline", "n_a", "n_b", "median_a", "median_b", "shift", "shift_low", "shift_high",
-                 "p_value", "cliffs_delta", "verdict"]].round(3)
+    return cmps[
+        [
+            "aio",
+            "baseline",
+            "n_a",
+            "n_b",
+            "median_a",
+            "median_b",
+            "shift",
+            "shift_low",
+            "shift_high",
+            "p_value",
+            "cliffs_delta",
+            "verdict",
+        ]
+    ].round(3)
 
 
 def syscalls(D):
@@ -135,8 +177,17 @@ def lifecycle_table(D):
 
 def seed_lifecycle(D):
     ref = D.ref
-    sl = ref[ref.kind == "lifecycle"].sort_values("order", kind="stable")[["item", "thread", "value"]].rename(
-        columns={"item": "seed event (2010, aio=native)", "thread": "thread", "value": "since previous (µs)"})
+    sl = (
+        ref[ref.kind == "lifecycle"]
+        .sort_values("order", kind="stable")[["item", "thread", "value"]]
+        .rename(
+            columns={
+                "item": "seed event (2010, aio=native)",
+                "thread": "thread",
+                "value": "since previous (µs)",
+            }
+        )
+    )
     sl["t (µs)"] = sl["since previous (µs)"].astype(float).cumsum()
     return sl
 
@@ -151,9 +202,21 @@ def patterns(D):
     rows = []
     for pat in D.p["patterns"]:
         cm = A.cumulative_table(D.iv, "one_run", aio="threads", pattern=pat).set_index("key")
-        rows.append({"pattern": pat, **{A.LAYER_LABELS[k]: cm.loc[k, "median_ns"] / 1000 for k in
-                                        ("guest_benchmark", "guest_virtio_pci", "qemu_aio", "host_block",
-                                         "host_benchmark")}})
+        rows.append(
+            {
+                "pattern": pat,
+                **{
+                    A.LAYER_LABELS[k]: cm.loc[k, "median_ns"] / 1000
+                    for k in (
+                        "guest_benchmark",
+                        "guest_virtio_pci",
+                        "qemu_aio",
+                        "host_block",
+                        "host_benchmark",
+                    )
+                },
+            }
+        )
     return pd.DataFrame(rows).set_index("pattern")
 
 

@@ -12,11 +12,13 @@ inside tiny QEMU guests whose virtio-blk disks are offered with different option
   figures.py       the two heatmaps
   key_findings.py  the key findings
 """
+
 from __future__ import annotations
 
 from perfbook.core.errors import ParameterError
 from perfbook.framework.contract import Chapter, Param, Table
 from perfbook.qemu import guest
+
 from .parse import GUEST_CONFIGS, OPTION_KEYS, SYSFS_VIRTIO, config_list
 
 # the configs table's opt_<key> columns: only those of the configs a run booted are present;
@@ -32,32 +34,76 @@ class VirtioFeatures(Chapter):
     # never reaches init (this host), kvm_boot_timeout passes before the TCG fallback; a KVM
     # guest reaches init within about a second, so 4 s (quick: 3 s) is margin, not 10 s. About
     # 17 s in all (plan_s).
-    plan_s = {"quick": 5, "default": 17}   # seconds a collect should take here (perfbook.book.summary)
+    plan_s = {
+        "quick": 5,
+        "default": 17,
+    }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
-        "quick": {"guest": True, "configs": "default,writethrough+config-wce=off,legacy+scsi=on,packed=on",
-                  "accel": "auto", "kvm_boot_timeout": 3.0, "boot_timeout": 90.0, "separate_boots": False},
-        "default": {"guest": True, "configs": "all", "accel": "auto", "kvm_boot_timeout": 4.0,
-                    "boot_timeout": 150.0, "separate_boots": False},
-        "full": {"guest": True, "configs": "all", "accel": "auto", "kvm_boot_timeout": 20.0,
-                 "boot_timeout": 180.0, "separate_boots": True},
+        "quick": {
+            "guest": True,
+            "configs": "default,writethrough+config-wce=off,legacy+scsi=on,packed=on",
+            "accel": "auto",
+            "kvm_boot_timeout": 3.0,
+            "boot_timeout": 90.0,
+            "separate_boots": False,
+        },
+        "default": {
+            "guest": True,
+            "configs": "all",
+            "accel": "auto",
+            "kvm_boot_timeout": 4.0,
+            "boot_timeout": 150.0,
+            "separate_boots": False,
+        },
+        "full": {
+            "guest": True,
+            "configs": "all",
+            "accel": "auto",
+            "kvm_boot_timeout": 20.0,
+            "boot_timeout": 180.0,
+            "separate_boots": True,
+        },
     }
     params = {
         "guest": Param(bool, help="boot the tiny guests (false: only this host's snapshot)"),
         "configs": Param(str, help='"all" or a comma-separated list of guest disk configs'),
-        "accel": Param(str, choices=("auto", "kvm", "tcg"),
-                       help="auto: KVM if the guest boots in time, else TCG"),
-        "kvm_boot_timeout": Param(float, min=1, max=900, help="seconds a KVM guest gets to reach its init"),
+        "accel": Param(
+            str,
+            choices=("auto", "kvm", "tcg"),
+            help="auto: KVM if the guest boots in time, else TCG",
+        ),
+        "kvm_boot_timeout": Param(
+            float, min=1, max=900, help="seconds a KVM guest gets to reach its init"
+        ),
         "boot_timeout": Param(float, min=1, max=900, help="seconds a guest gets to run its script"),
-        "separate_boots": Param(bool, help="one guest per disk config instead of one per vCPU count"),
+        "separate_boots": Param(
+            bool, help="one guest per disk config instead of one per vCPU count"
+        ),
     }
     tables = {
         "sysfs": Table(source="str", boot="int", path="str", value="str"),
-        "configs": Table(boot="int", config="str", serial="str", cpus="int", qemu_options="str",
-                         **{f"opt_{k}": _OPTION_TYPES.get(k, "bool") for k in OPTION_KEYS},
-                         optional=tuple(f"opt_{k}" for k in OPTION_KEYS)),
-        "boots": Table(boot="int", cpus="int", n_disks="int", accel="str", accel_note="str",
-                       boot_seconds="float", total_seconds="float", rc="int", guest_kernel="str",
-                       qemu_version="str", qemu_cmdline="str"),
+        "configs": Table(
+            boot="int",
+            config="str",
+            serial="str",
+            cpus="int",
+            qemu_options="str",
+            **{f"opt_{k}": _OPTION_TYPES.get(k, "bool") for k in OPTION_KEYS},
+            optional=tuple(f"opt_{k}" for k in OPTION_KEYS),
+        ),
+        "boots": Table(
+            boot="int",
+            cpus="int",
+            n_disks="int",
+            accel="str",
+            accel_note="str",
+            boot_seconds="float",
+            total_seconds="float",
+            rc="int",
+            guest_kernel="str",
+            qemu_version="str",
+            qemu_cmdline="str",
+        ),
     }
     reference = ("virtio_features",)
     needs_text = "QEMU for the guest part, with KVM where /dev/kvm works and TCG elsewhere"
@@ -66,8 +112,10 @@ class VirtioFeatures(Chapter):
         names = config_list(p["configs"])
         unknown = [c for c in names if c not in GUEST_CONFIGS]
         if unknown or not names:
-            raise ParameterError(f"unknown guest config(s) {unknown or p['configs']!r}; "
-                                 f"known: all, {', '.join(GUEST_CONFIGS)}")
+            raise ParameterError(
+                f"unknown guest config(s) {unknown or p['configs']!r}; "
+                f"known: all, {', '.join(GUEST_CONFIGS)}"
+            )
 
     def preflight(self) -> list[str]:
         """The host snapshot needs only sysfs; without virtio devices and QEMU there is nothing."""

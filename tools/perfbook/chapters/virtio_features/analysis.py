@@ -5,6 +5,7 @@ bit matrices.
 Feature strings are exact readouts: nothing here is statistical. The prose quotes the
 quoted dataset (D.quoted); "every host" views use each host's shown dataset (D.of_shown).
 """
+
 from __future__ import annotations
 
 from functools import cached_property
@@ -13,20 +14,25 @@ import numpy as np
 import pandas as pd
 
 from perfbook.data.dataset import Data
+
 from .featurebits.decode import decode, table_rows
 from .parse import GUEST_CONFIGS, bits_from_dump, blocks_from_dump, devices_from_dump
 
-
 # ---- decoding the committed dumps -----------------------------------------------------------
+
 
 def dumps_by_column(sysfs) -> list[dict]:
     """Split the tidy sysfs table into per-(host, run, source, boot) dumps."""
     out = []
     if sysfs is None or sysfs.empty:
         return out
-    for (host, run, source, boot), g in sysfs.groupby(["host_id", "run_id", "source", "boot"], sort=True):
+    for (host, run, source, boot), g in sysfs.groupby(
+        ["host_id", "run_id", "source", "boot"], sort=True
+    ):
         dump = dict(zip(g["path"], g["value"].fillna("").astype(str)))
-        out.append({"host_id": host, "run_id": run, "source": source, "boot": int(boot), "dump": dump})
+        out.append(
+            {"host_id": host, "run_id": run, "source": source, "boot": int(boot), "dump": dump}
+        )
     return out
 
 
@@ -36,15 +42,22 @@ def decoded_tables(sysfs, configs=None, boots=None):
     cfg_by_serial = {}
     if configs is not None and not configs.empty:
         for r in configs.to_dict("records"):
-            cfg_by_serial[(r["host_id"], r["run_id"], int(r["boot"]), str(r["serial"]))] = r["config"]
+            cfg_by_serial[(r["host_id"], r["run_id"], int(r["boot"]), str(r["serial"]))] = r[
+                "config"
+            ]
     accel = {}
     if boots is not None and not boots.empty:
         for r in boots.to_dict("records"):
             accel[(r["host_id"], r["run_id"], int(r["boot"]))] = r["accel"]
     for d in dumps_by_column(sysfs):
         key = (d["host_id"], d["run_id"], d["boot"])
-        base = {"host_id": d["host_id"], "run_id": d["run_id"], "source": d["source"],
-                "boot": d["boot"], "accel": accel.get(key, "" if d["source"] == "guest" else "host")}
+        base = {
+            "host_id": d["host_id"],
+            "run_id": d["run_id"],
+            "source": d["source"],
+            "boot": d["boot"],
+            "accel": accel.get(key, "" if d["source"] == "guest" else "host"),
+        }
         blocks = blocks_from_dump(d["dump"])
         serial_of = {b["device"]: str(b["serial"]) for b in blocks}
         for r in devices_from_dump(d["dump"]):
@@ -96,8 +109,9 @@ def host_bit_diff(bits, shown: dict, source: str = "host"):
         b = b[[shown.get(h) == r for h, r in zip(b["host_id"], b["run_id"])]]
         b = b[b["source"] == source]
     if b is None or b.empty or b["host_id"].nunique() < 2:
-        return pd.DataFrame(columns=["host_id", "baseline", "type", "only on this host",
-                                     "only on the baseline"])
+        return pd.DataFrame(
+            columns=["host_id", "baseline", "type", "only on this host", "only on the baseline"]
+        )
     hosts_ = sorted(b["host_id"].unique())
     base = hosts_[0]
     per = {h: {t: set(g["name"]) for t, g in b[b["host_id"] == h].groupby("type")} for h in hosts_}
@@ -105,11 +119,19 @@ def host_bit_diff(bits, shown: dict, source: str = "host"):
     for h in hosts_[1:]:
         for t in sorted(set(per[h]) | set(per[base])):
             mine, theirs = per[h].get(t), per[base].get(t)
-            rows.append({"host_id": h, "baseline": base, "type": t,
-                         "only on this host": "(no such device)" if mine is None else
-                         " ".join(sorted(mine - (theirs or set()))) or "-",
-                         "only on the baseline": "(no such device)" if theirs is None else
-                         " ".join(sorted(theirs - (mine or set()))) or "-"})
+            rows.append(
+                {
+                    "host_id": h,
+                    "baseline": base,
+                    "type": t,
+                    "only on this host": "(no such device)"
+                    if mine is None
+                    else " ".join(sorted(mine - (theirs or set()))) or "-",
+                    "only on the baseline": "(no such device)"
+                    if theirs is None
+                    else " ".join(sorted(theirs - (mine or set()))) or "-",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -122,12 +144,21 @@ def seed_bits(D):
     rows = []
     for r in D.seed.itertuples():
         for b in decode(r.features, r.device_type):
-            rows.append({"string": r.label, "bit": b.bit, "char from left": b.bit + 1, "name today": b.name,
-                         "2013 name": b.old_name or b.name, "kind": b.kind})
+            rows.append(
+                {
+                    "string": r.label,
+                    "bit": b.bit,
+                    "char from left": b.bit + 1,
+                    "name today": b.name,
+                    "2013 name": b.old_name or b.name,
+                    "kind": b.kind,
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # ---- the guests' disks and the two bit matrices --------------------------------------------
+
 
 def quoted(D, df, source: str | None = None):
     """The rows of a decoded frame from the quoted dataset (and of one source)."""
@@ -155,7 +186,9 @@ def block_matrix(D):
     hball = host_block_bits(D)
     cols = []
     for (hid, dev), g in hball.groupby(["host_id", "device"]):
-        cols.append((("this host " if hid == D.quoted.host_id else f"host {hid} ") + dev, set(g.name)))
+        cols.append(
+            (("this host " if hid == D.quoted.host_id else f"host {hid} ") + dev, set(g.name))
+        )
     for c in order:
         cols.append(("guest " + c, per[c]))
     for r in D.seed.itertuples():
@@ -165,9 +198,13 @@ def block_matrix(D):
         for n in s:
             allb[n] = None
     bitno = {r["name"]: r["bit"] for r in table_rows() if r["device_type"] in ("(all)", "block")}
-    rows_ = sorted(allb, key=lambda n: bitno.get(n, int(n.split("_")[-1]) if n.startswith("UNKNOWN_") else 999))
-    return pd.DataFrame({lab: [int(n in s) for n in rows_] for lab, s in cols},
-                        index=[f"{bitno.get(n, '?'):>2} {n}" for n in rows_])
+    rows_ = sorted(
+        allb, key=lambda n: bitno.get(n, int(n.split("_")[-1]) if n.startswith("UNKNOWN_") else 999)
+    )
+    return pd.DataFrame(
+        {lab: [int(n in s) for n in rows_] for lab, s in cols},
+        index=[f"{bitno.get(n, '?'):>2} {n}" for n in rows_],
+    )
 
 
 def host_block_bits(D):
@@ -180,12 +217,27 @@ def type_matrix(D):
     """Negotiated bits of every device type (rows: 'bit type:NAME') of the quoted dataset's
     host and of its first guest's default disk and other devices (columns)."""
     bits = quoted(D, D.bits)
-    sel = bits[(bits.source == "host") |
-               ((bits.source == "guest") & ((bits.config == "default") | (bits.type != "block")))]
+    sel = bits[
+        (bits.source == "host")
+        | ((bits.source == "guest") & ((bits.config == "default") | (bits.type != "block")))
+    ]
     sel = sel[(sel.source == "host") | (sel.boot == sel[sel.source == "guest"].boot.min())]
     sel = sel.assign(col=np.where(sel.source == "host", "host ", "guest ") + sel.type)
-    sel = sel.assign(row=sel.bit.map("{:>3}".format) + " " + sel.type.where(sel.kind == "device", "transport")
-                     + ":" + sel.name)
+    sel = sel.assign(
+        row=sel.bit.map("{:>3}".format)
+        + " "
+        + sel.type.where(sel.kind == "device", "transport")
+        + ":"
+        + sel.name
+    )
     H = pd.crosstab(sel.row, sel.col).clip(upper=1)
-    return H.loc[sorted(H.index, key=lambda s: (s.split()[1].split(":")[0] != "transport",
-                                                 s.split()[1].split(":")[0], int(s.split()[0])))]
+    return H.loc[
+        sorted(
+            H.index,
+            key=lambda s: (
+                s.split()[1].split(":")[0] != "transport",
+                s.split()[1].split(":")[0],
+                int(s.split()[0]),
+            ),
+        )
+    ]

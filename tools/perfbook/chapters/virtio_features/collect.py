@@ -4,6 +4,7 @@ It snapshots this host's virtio devices from sysfs, then boots tiny guests (perf
 whose virtio-blk disks QEMU offers with different options, and stores the guests' sysfs
 dumps raw. Decoding happens in analysis, from the committed text.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,19 @@ import pandas as pd
 
 from perfbook.core.errors import MissingPrerequisite, PerfbookError
 from perfbook.qemu import guest
+
 from .featurebits.bits import SOURCES
-from .parse import (BLOCK_ATTRS, DEVICE_ATTRS, GUEST_CONFIGS, QUEUE_ATTRS, SYSFS_VIRTIO, boot_plan,
-                    config_list, natural_key, parse_dump)
+from .parse import (
+    BLOCK_ATTRS,
+    DEVICE_ATTRS,
+    GUEST_CONFIGS,
+    QUEUE_ATTRS,
+    SYSFS_VIRTIO,
+    boot_plan,
+    config_list,
+    natural_key,
+    parse_dump,
+)
 
 
 def _read(p: Path) -> str | None:
@@ -125,8 +136,14 @@ def plan_of(p: dict) -> list[tuple[int, list[str]]]:
 
 def _cmdline(args: list[str]) -> str:
     """QEMU's arguments with the machine-specific paths replaced by placeholders."""
-    return " ".join(re.sub(r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/", "SCRATCH/",
-                           a.replace(str(guest.guest_root()), "build/guest")) for a in args)
+    return " ".join(
+        re.sub(
+            r"/(?:[^/\s,=]+/)*guest-\d+-[^/]+/run-[^/]+/",
+            "SCRATCH/",
+            a.replace(str(guest.guest_root()), "build/guest"),
+        )
+        for a in args
+    )
 
 
 def measure(ctx) -> None:
@@ -143,37 +160,64 @@ def measure(ctx) -> None:
     runner = None
     if not p["guest"]:
         w.skip("guests", "guest=False was asked for")
-    elif (g := guest.preflight()):
+    elif g := guest.preflight():
         w.skip("guests", g[0])
     else:
-        runner = guest.Runner(accel=p["accel"], kvm_boot_timeout=p["kvm_boot_timeout"],
-                              timeout=p["boot_timeout"], progress=prog.note)
+        runner = guest.Runner(
+            accel=p["accel"],
+            kvm_boot_timeout=p["kvm_boot_timeout"],
+            timeout=p["boot_timeout"],
+            progress=prog.note,
+        )
         try:  # fetches/builds the guest kernel once; QEMU and its scratch go with the undo stack
             ctx.undo.enter_context(runner)
         except MissingPrerequisite as e:  # e.g. Debian's kernel package can't be fetched
             w.skip("guests", str(e))
             runner = None
     if runner is not None:
-        w.extra["guest_artefacts"] = {k: v for k, v in (runner.artefacts or {}).items() if k != "dir"}
+        w.extra["guest_artefacts"] = {
+            k: v for k, v in (runner.artefacts or {}).items() if k != "dir"
+        }
         script = dump_script() + toggle_script()
         for bi, (cpus, cfgs) in enumerate(plan):
             disks = [disk(c) for c in cfgs]
-            res = runner.run(script, guest.GuestConfig(disks=disks, cpus=cpus, rng=True, balloon=True))
+            res = runner.run(
+                script, guest.GuestConfig(disks=disks, cpus=cpus, rng=True, balloon=True)
+            )
             if res.rc != 0:
                 raise PerfbookError(f"the guest script failed with status {res.rc} (boot {bi})")
             for k, v in parse_dump(res.output).items():
                 sysfs_rows.append({"source": "guest", "boot": bi, "path": k, "value": v})
             for c, d in zip(cfgs, disks):
-                cfg_rows.append({"boot": bi, "config": c, "serial": d.label, "cpus": cpus,
-                                 "qemu_options": d.describe(),
-                                 **{f"opt_{k}": v for k, v in GUEST_CONFIGS[c].items()}})
-            boot_rows.append({"boot": bi, "cpus": cpus, "n_disks": len(disks), "accel": res.accel,
-                              "accel_note": res.accel_note, "boot_seconds": res.boot_seconds,
-                              "total_seconds": res.total_seconds, "rc": res.rc,
-                              "guest_kernel": res.kernel, "qemu_version": res.qemu_version,
-                              "qemu_cmdline": _cmdline(res.cmdline[1:])})
-            prog.step(f"boot {bi + 1}/{len(plan)}: {res.accel}, {len(disks)} disk(s), "
-                      f"{res.total_seconds:.1f} s")
+                cfg_rows.append(
+                    {
+                        "boot": bi,
+                        "config": c,
+                        "serial": d.label,
+                        "cpus": cpus,
+                        "qemu_options": d.describe(),
+                        **{f"opt_{k}": v for k, v in GUEST_CONFIGS[c].items()},
+                    }
+                )
+            boot_rows.append(
+                {
+                    "boot": bi,
+                    "cpus": cpus,
+                    "n_disks": len(disks),
+                    "accel": res.accel,
+                    "accel_note": res.accel_note,
+                    "boot_seconds": res.boot_seconds,
+                    "total_seconds": res.total_seconds,
+                    "rc": res.rc,
+                    "guest_kernel": res.kernel,
+                    "qemu_version": res.qemu_version,
+                    "qemu_cmdline": _cmdline(res.cmdline[1:]),
+                }
+            )
+            prog.step(
+                f"boot {bi + 1}/{len(plan)}: {res.accel}, {len(disks)} disk(s), "
+                f"{res.total_seconds:.1f} s"
+            )
     w.add_table("sysfs", pd.DataFrame(sysfs_rows, columns=["source", "boot", "path", "value"]))
     if cfg_rows:
         w.add_table("configs", pd.DataFrame(cfg_rows))

@@ -5,22 +5,43 @@ A sysfs dump is a flat {path relative to /sys/bus/virtio/devices: value} dict, r
 host (collect.dump_sysfs) or printed by a guest as 'path<TAB>value' lines (parse_dump).
 The functions below decode one dump into device, bit and block-disk records.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 from perfbook.core.errors import ParameterError
-from .featurebits.decode import cache_type_from_features, decode, decode_status, device_type, parse_bits
+
+from .featurebits.decode import (
+    cache_type_from_features,
+    decode,
+    decode_status,
+    device_type,
+    parse_bits,
+)
 
 SYSFS_VIRTIO = Path("/sys/bus/virtio/devices")
 
 # block attributes we record (relative to /sys/block/<disk>/)
 BLOCK_ATTRS = ("cache_type", "serial", "size", "ro")
-QUEUE_ATTRS = ("write_cache", "fua", "nr_requests", "max_segments", "max_segment_size",
-               "max_hw_sectors_kb", "max_sectors_kb", "logical_block_size",
-               "physical_block_size", "minimum_io_size", "optimal_io_size",
-               "discard_max_hw_bytes", "write_zeroes_max_bytes", "rotational", "scheduler")
+QUEUE_ATTRS = (
+    "write_cache",
+    "fua",
+    "nr_requests",
+    "max_segments",
+    "max_segment_size",
+    "max_hw_sectors_kb",
+    "max_sectors_kb",
+    "logical_block_size",
+    "physical_block_size",
+    "minimum_io_size",
+    "optimal_io_size",
+    "discard_max_hw_bytes",
+    "write_zeroes_max_bytes",
+    "rotational",
+    "scheduler",
+)
 DEVICE_ATTRS = ("device", "vendor", "status", "features")
 
 # Guest disk configurations: name -> DiskSpec keyword arguments. Every disk is
@@ -95,16 +116,25 @@ def devices_from_dump(dump: dict[str, str]) -> list[dict]:
             err = ""
         except ParameterError as e:
             bits, err = [], str(e)
-        rows.append({
-            "device": n, "device_id": int(dev_id, 0) if dev_id else None, "type": dtype,
-            "vendor": dump.get(f"{n}/vendor"), "driver": dump.get(f"{n}/driver", ""),
-            "status": dump.get(f"{n}/status"),
-            "status_flags": "|".join(decode_status(dump[f"{n}/status"])) if dump.get(f"{n}/status") else "",
-            "features": feats, "n_chars": len(feats), "n_set": len(bits),
-            "names": " ".join(b.name for b in bits),
-            "unknown_bits": " ".join(str(b.bit) for b in bits if not b.known),
-            "decode_error": err,
-        })
+        rows.append(
+            {
+                "device": n,
+                "device_id": int(dev_id, 0) if dev_id else None,
+                "type": dtype,
+                "vendor": dump.get(f"{n}/vendor"),
+                "driver": dump.get(f"{n}/driver", ""),
+                "status": dump.get(f"{n}/status"),
+                "status_flags": "|".join(decode_status(dump[f"{n}/status"]))
+                if dump.get(f"{n}/status")
+                else "",
+                "features": feats,
+                "n_chars": len(feats),
+                "n_set": len(bits),
+                "names": " ".join(b.name for b in bits),
+                "unknown_bits": " ".join(str(b.bit) for b in bits if not b.known),
+                "decode_error": err,
+            }
+        )
     return rows
 
 
@@ -122,26 +152,36 @@ def bits_from_dump(dump: dict[str, str]) -> list[dict]:
 def blocks_from_dump(dump: dict[str, str]) -> list[dict]:
     """One record per virtio block disk: cache_type, write_cache, queues, limits."""
     rows = []
-    disks = sorted({tuple(k.split("/")[:3]) for k in dump if "/block/" in k}, key=lambda t: natural_key(t[0]))
+    disks = sorted(
+        {tuple(k.split("/")[:3]) for k in dump if "/block/" in k}, key=lambda t: natural_key(t[0])
+    )
     for dev, _, disk in disks:
         pre = f"{dev}/block/{disk}"
         feats = dump.get(f"{dev}/features", "")
         bits = set(parse_bits(feats)) if feats else set()
-        row = {"device": dev, "disk": disk, "serial": dump.get(f"{pre}/serial", ""),
-               "cache_type": dump.get(f"{pre}/cache_type"),
-               "flush": 9 in bits, "config_wce": 11 in bits, "mq_feature": 12 in bits,
-               "nr_queues": int(dump[f"{pre}/mq"]) if dump.get(f"{pre}/mq") else None,
-               "size_sectors": _int(dump.get(f"{pre}/size")),
-               "ro": _int(dump.get(f"{pre}/ro"))}
+        row = {
+            "device": dev,
+            "disk": disk,
+            "serial": dump.get(f"{pre}/serial", ""),
+            "cache_type": dump.get(f"{pre}/cache_type"),
+            "flush": 9 in bits,
+            "config_wce": 11 in bits,
+            "mq_feature": 12 in bits,
+            "nr_queues": int(dump[f"{pre}/mq"]) if dump.get(f"{pre}/mq") else None,
+            "size_sectors": _int(dump.get(f"{pre}/size")),
+            "ro": _int(dump.get(f"{pre}/ro")),
+        }
         for a in QUEUE_ATTRS:
             v = dump.get(f"{pre}/queue/{a}")
             row[a] = _int(v) if a not in ("write_cache", "scheduler") else v
         exp = cache_type_from_features(feats) if feats else None
-        row["cache_type_rule"] = ("config wce byte (CONFIG_WCE)" if 11 in bits
-                                  else "FLUSH bit (no CONFIG_WCE)")
+        row["cache_type_rule"] = (
+            "config wce byte (CONFIG_WCE)" if 11 in bits else "FLUSH bit (no CONFIG_WCE)"
+        )
         row["cache_type_expected"] = exp
-        row["cache_type_consistent"] = (None if exp is None or row["cache_type"] is None
-                                        else exp == row["cache_type"])
+        row["cache_type_consistent"] = (
+            None if exp is None or row["cache_type"] is None else exp == row["cache_type"]
+        )
         tw = dump.get(f"{pre}/cache_type_write")
         if tw:
             r, _, after = tw.partition("\t")

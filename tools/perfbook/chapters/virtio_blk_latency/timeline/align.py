@@ -1,6 +1,7 @@
 """virtio_blk_latency: one time axis. The guest's TSC is put on the host's with a causality
 bracket (the TSC alignment chapter's method), QEMU's gettimeofday() stamps with a calibration
 line checked by another bracket. Pure: arrays and frames in, numbers out."""
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,15 @@ def offset_bracket(g_notify, h_after_notify, g_irq, h_before_irq) -> dict:
     a, b = a[~np.isnan(a)], b[~np.isnan(b)]
     hi = float(a.min()) if len(a) else math.nan
     lo = float(b.max()) if len(b) else math.nan
-    return {"lo": lo, "hi": hi, "width": hi - lo, "mid": (lo + hi) / 2, "n_lo": int(len(b)),
-            "n_hi": int(len(a)), "consistent": bool(lo <= hi) if len(a) and len(b) else None}
+    return {
+        "lo": lo,
+        "hi": hi,
+        "width": hi - lo,
+        "mid": (lo + hi) / 2,
+        "n_lo": int(len(b)),
+        "n_hi": int(len(a)),
+        "consistent": bool(lo <= hi) if len(a) and len(b) else None,
+    }
 
 
 def fit_clock(calib) -> dict:
@@ -38,15 +46,22 @@ def fit_clock(calib) -> dict:
     tsc_ref, raw_ref = int(c.tsc0.iloc[0]), int(c.raw_ns.iloc[0])
     real_ref_us = int(c.real_ns.iloc[0]) // 1000
     real_ref = real_ref_us * 1000
-    mid = np.array([(int(a) + int(b)) / 2 - tsc_ref for a, b in zip(c.tsc0, c.tsc1)], dtype="float64")
+    mid = np.array(
+        [(int(a) + int(b)) / 2 - tsc_ref for a, b in zip(c.tsc0, c.tsc1)], dtype="float64"
+    )
     real = np.array([int(x) - real_ref for x in c.real_ns], dtype="float64")
     raw = np.array([int(x) - raw_ref for x in c.raw_ns], dtype="float64")
     s_real, i_real = np.polyfit(real, mid, 1)
     s_raw, _ = np.polyfit(raw, mid, 1)
     resid = mid - (s_real * real + i_real)
-    return {"tsc_ref": tsc_ref + i_real, "real_ref_us": real_ref_us, "slope": float(s_real),
-            "tsc_hz": float(s_raw * 1e9), "resid_max": float(np.abs(resid).max()),
-            "span_s": float(real.max() - real.min()) / 1e9}
+    return {
+        "tsc_ref": tsc_ref + i_real,
+        "real_ref_us": real_ref_us,
+        "slope": float(s_real),
+        "tsc_hz": float(s_raw * 1e9),
+        "resid_max": float(np.abs(resid).max()),
+        "span_s": float(real.max() - real.min()) / 1e9,
+    }
 
 
 def real_to_tsc(us, fit: dict):
@@ -64,8 +79,15 @@ def qemu_bracket(q_after, h_before, q_before, h_after, res_cyc: float) -> dict:
     lo_v, hi_v = lo_v[~np.isnan(lo_v)], hi_v[~np.isnan(hi_v)]
     lo = float(lo_v.max()) if len(lo_v) else math.nan
     hi = float(hi_v.min()) if len(hi_v) else math.nan
-    return {"lo": lo, "hi": hi, "mid": (lo + hi) / 2, "width": hi - lo, "n_lo": int(len(lo_v)),
-            "n_hi": int(len(hi_v)), "consistent": bool(lo <= hi) if len(lo_v) and len(hi_v) else None}
+    return {
+        "lo": lo,
+        "hi": hi,
+        "mid": (lo + hi) / 2,
+        "width": hi - lo,
+        "n_lo": int(len(lo_v)),
+        "n_hi": int(len(hi_v)),
+        "consistent": bool(lo <= hi) if len(lo_v) and len(hi_v) else None,
+    }
 
 
 def qemu_correction(b: dict) -> float:
@@ -78,27 +100,56 @@ def qemu_correction(b: dict) -> float:
     return float(min(max(0.0, lo), hi))
 
 
-
 def alignment_summary(req, jrow: dict) -> dict:
     """The guest->host offset bracket and the QEMU clock correction bracket of one boot."""
     out = {}
     need_g = {"g_notify", "g_irq"} <= set(req.columns)
     has_h = "h_anchor" in req.columns
-    fit = {"tsc_ref": jrow.get("q_tsc_ref"), "real_ref_us": jrow.get("q_real_ref_us"), "slope": jrow.get("q_slope")}
+    fit = {
+        "tsc_ref": jrow.get("q_tsc_ref"),
+        "real_ref_us": jrow.get("q_real_ref_us"),
+        "slope": jrow.get("q_slope"),
+    }
     if need_g and has_h:
-        kick = req.h_anchor + req.h_kick if req.h_kick.notna().any() else req.h_anchor + req.h_kvm_notify
-        before = req.h_anchor + req.h_notifier if req.h_notifier.notna().any() else req.h_anchor + req.h_kvm_irq
+        kick = (
+            req.h_anchor + req.h_kick
+            if req.h_kick.notna().any()
+            else req.h_anchor + req.h_kvm_notify
+        )
+        before = (
+            req.h_anchor + req.h_notifier
+            if req.h_notifier.notna().any()
+            else req.h_anchor + req.h_kvm_irq
+        )
         b = offset_bracket(req.t0 + req.g_notify, kick, req.t0 + req.g_irq, before)
-        out.update({"off_lo": b["lo"], "off_hi": b["hi"], "off_n_lo": b["n_lo"], "off_n_hi": b["n_hi"],
-                    "off_consistent": b["consistent"], "off_lo_from": "host notifier write"})
+        out.update(
+            {
+                "off_lo": b["lo"],
+                "off_hi": b["hi"],
+                "off_n_lo": b["n_lo"],
+                "off_n_hi": b["n_hi"],
+                "off_consistent": b["consistent"],
+                "off_lo_from": "host notifier write",
+            }
+        )
         if "q_apic" in req.columns and req.q_apic.notna().any():
             # QEMU's apic_deliver_irq is closer to the guest's handler; its microsecond stamp
             # starts no later than the event, so it is a valid lower bound too
-            qb = offset_bracket(req.t0 + req.g_notify, kick, req.t0 + req.g_irq,
-                                real_to_tsc(req.q_anchor + req.q_apic, fit))
+            qb = offset_bracket(
+                req.t0 + req.g_notify,
+                kick,
+                req.t0 + req.g_irq,
+                real_to_tsc(req.q_anchor + req.q_apic, fit),
+            )
             if math.isfinite(qb["lo"]) and qb["lo"] > b["lo"]:
-                out.update({"off_lo": qb["lo"], "off_n_lo": qb["n_lo"], "off_lo_from": "QEMU apic_deliver_irq",
-                            "off_consistent": bool(qb["lo"] <= b["hi"])})
+                out.update(
+                    {
+                        "off_lo": qb["lo"],
+                        "off_n_lo": qb["n_lo"],
+                        "off_lo_from": "QEMU apic_deliver_irq",
+                        "off_consistent": bool(qb["lo"] <= b["hi"]),
+                    }
+                )
     if has_h and "q_anchor" in req.columns:
         qa = req.q_anchor
         res_cyc = 1000.0 * jrow["q_slope"]
@@ -111,10 +162,15 @@ def alignment_summary(req, jrow: dict) -> dict:
         q_before = real_to_tsc(qa, fit)
         h_after = h + req.h_sub
         b = qemu_bracket(q_after, h_before, q_before, h_after, res_cyc)
-        out.update({"qc_lo": b["lo"], "qc_hi": b["hi"], "qc_consistent": b["consistent"],
-                    "qc": qemu_correction(b)})
+        out.update(
+            {
+                "qc_lo": b["lo"],
+                "qc_hi": b["hi"],
+                "qc_consistent": b["consistent"],
+                "qc": qemu_correction(b),
+            }
+        )
     return out
-
 
 
 def relative_to_bases(req) -> dict:

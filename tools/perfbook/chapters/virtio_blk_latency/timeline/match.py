@@ -1,6 +1,7 @@
 """virtio_blk_latency: one request across the layers. Each layer's events (parsed frames) are
 cut into one row per request and matched to the benchmark's requests by the offset they read.
 Pure: frames in, frames out."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ def sector_to_offset(sectors, extents: list[tuple[int, int, int]], part_start: i
     ln = np.array([e[2] for e in ext], dtype="float64")
     byte = (s - part_start) * 512
     i = np.searchsorted(ph, byte, side="right") - 1
-    ok = (i >= 0)
+    ok = i >= 0
     i = np.clip(i, 0, len(ph) - 1)
     ok &= byte < ph[i] + ln[i]
     return np.where(ok, lo[i] + (byte - ph[i]), np.nan)
@@ -64,6 +65,7 @@ def guest_stamps(bench, events):
     def sectors(df):
         f = [block_fields(d) for d in df.detail]
         return np.array([x["sector"] if x else -1 for x in f], dtype="int64")
+
     iss_ts, iss_sec = iss.ts.to_numpy(), sectors(iss)
     cmp_by = {}
     for t, s in zip(cmp_.ts.to_numpy(), sectors(cmp_)):
@@ -104,11 +106,17 @@ def qemu_segments(ev):
     vdev = max(set(vdevs), key=vdevs.count)
     vq = None
     segs, cur = [], None
-    first = {"virtqueue_pop": "q_pop", "thread_pool_submit": "q_submit", "luring_co_submit": "q_submit",
-             "thread_pool_complete": "q_cb", "luring_process_completion": "q_cb",
-             "virtio_blk_req_complete": "q_req"}
-    for name, us, tid, det in zip(ev.name.to_numpy(), ev.us.to_numpy(), ev.tid.to_numpy(),
-                                  ev.detail.to_numpy()):
+    first = {
+        "virtqueue_pop": "q_pop",
+        "thread_pool_submit": "q_submit",
+        "luring_co_submit": "q_submit",
+        "thread_pool_complete": "q_cb",
+        "luring_process_completion": "q_cb",
+        "virtio_blk_req_complete": "q_req",
+    }
+    for name, us, tid, det in zip(
+        ev.name.to_numpy(), ev.us.to_numpy(), ev.tid.to_numpy(), ev.detail.to_numpy()
+    ):
         f = qemu_fields(det) if name.startswith(("virtio", "virtqueue")) else {}
         if name == "virtio_queue_notify":
             if f.get("vdev") != vdev:
@@ -138,8 +146,21 @@ def qemu_segments(ev):
                 cur.setdefault("q_apic", int(us))
         elif name in first:
             cur.setdefault(first[name], int(us))
-    cols = ["q_notify", "notify_tid", "offset", "q_pop", "q_read", "q_submit", "q_cb", "q_rw", "q_req",
-            "q_flush", "q_irq", "irq_tid", "q_apic"]
+    cols = [
+        "q_notify",
+        "notify_tid",
+        "offset",
+        "q_pop",
+        "q_read",
+        "q_submit",
+        "q_cb",
+        "q_rw",
+        "q_req",
+        "q_flush",
+        "q_irq",
+        "irq_tid",
+        "q_apic",
+    ]
     d = pd.DataFrame(segs)
     for c in cols:
         if c not in d.columns:
@@ -193,7 +214,9 @@ def host_issues(qev, bev, pid: int | None, extents, part_start: int):
     sub = q[(q.kind == "enter") & q.name.isin(SUBMIT_CALLS)]
     sub_ts = sub.ts.to_numpy()
     exits = {}
-    for (tid, name), g in q[(q.kind == "exit") & q.name.isin(SUBMIT_CALLS)].groupby(["tid", "name"]):
+    for (tid, name), g in q[(q.kind == "exit") & q.name.isin(SUBMIT_CALLS)].groupby(
+        ["tid", "name"]
+    ):
         exits[(int(tid), name)] = np.sort(g.ts.to_numpy())
     w = q[(q.kind == "enter") & (q.name == "write")].copy()
     if len(w):
@@ -224,8 +247,9 @@ def host_issues(qev, bev, pid: int | None, extents, part_start: int):
             r["h_sub"] = int(srow.ts)
             r["h_sub_call"] = srow["name"]
             r["h_sub_thread"] = thread_kind(srow.comm, int(srow.tid), pid)
-            e = _first_at_or_after(exits.get((int(srow.tid), srow["name"]), np.array([], dtype="int64")),
-                                   srow.ts)
+            e = _first_at_or_after(
+                exits.get((int(srow.tid), srow["name"]), np.array([], dtype="int64")), srow.ts
+            )
             r["h_sub_exit"] = None if e is None else int(e)
         before = r["h_sub"] if r["h_sub"] is not None else int(ts)
         kk = _last_at_or_before(kick, before)
@@ -233,14 +257,28 @@ def host_issues(qev, bev, pid: int | None, extents, part_start: int):
         kn_ = _last_at_or_before(kvm_notify, before)
         r["h_kvm_notify"] = None if kn_ is None else int(kn_)
         done = r["h_complete"]
-        if done is not None and r["h_sub_call"] in ("preadv", "pread64", "preadv2") and r["h_sub_exit"]:
+        if (
+            done is not None
+            and r["h_sub_call"] in ("preadv", "pread64", "preadv2")
+            and r["h_sub_exit"]
+        ):
             done = max(done, r["h_sub_exit"])
         nt = _first_at_or_after(main_w, done) if done is not None else None
         r["h_notifier"] = None if nt is None else int(nt)
         ki = _first_at_or_after(kvm_irq, r["h_complete"]) if r["h_complete"] is not None else None
         r["h_kvm_irq"] = None if ki is None else int(ki)
         rows.append(r)
-    cols = ["h_issue", "offset", "h_complete", "h_sub", "h_sub_exit", "h_sub_call", "h_sub_thread",
-            "h_kick", "h_kvm_notify", "h_notifier", "h_kvm_irq"]
+    cols = [
+        "h_issue",
+        "offset",
+        "h_complete",
+        "h_sub",
+        "h_sub_exit",
+        "h_sub_call",
+        "h_sub_thread",
+        "h_kick",
+        "h_kvm_notify",
+        "h_notifier",
+        "h_kvm_irq",
+    ]
     return pd.DataFrame(rows, columns=cols)
-

@@ -24,6 +24,7 @@ Each entry says where the name comes from:
 
 Device ids are from include/uapi/linux/virtio_ids.h (uapi-6.1).
 """
+
 from __future__ import annotations
 
 SOURCES = {
@@ -34,13 +35,45 @@ SOURCES = {
 
 # VIRTIO_ID_* (include/uapi/linux/virtio_ids.h, uapi-6.1)
 DEVICE_IDS: dict[int, str] = {
-    1: "net", 2: "block", 3: "console", 4: "rng", 5: "balloon", 6: "iomem", 7: "rpmsg",
-    8: "scsi", 9: "9p", 10: "mac80211-wlan", 11: "rproc-serial", 12: "caif",
-    13: "memory-balloon", 16: "gpu", 17: "clock", 18: "input", 19: "vsock", 20: "crypto",
-    21: "signal-dist", 22: "pstore", 23: "iommu", 24: "mem", 25: "sound", 26: "fs",
-    27: "pmem", 28: "rpmb", 29: "mac80211-hwsim", 30: "video-encoder", 31: "video-decoder",
-    32: "scmi", 33: "nitro-sec-mod", 34: "i2c-adapter", 35: "watchdog", 36: "can",
-    37: "dmabuf", 38: "param-serv", 39: "audio-policy", 40: "bt", 41: "gpio",
+    1: "net",
+    2: "block",
+    3: "console",
+    4: "rng",
+    5: "balloon",
+    6: "iomem",
+    7: "rpmsg",
+    8: "scsi",
+    9: "9p",
+    10: "mac80211-wlan",
+    11: "rproc-serial",
+    12: "caif",
+    13: "memory-balloon",
+    16: "gpu",
+    17: "clock",
+    18: "input",
+    19: "vsock",
+    20: "crypto",
+    21: "signal-dist",
+    22: "pstore",
+    23: "iommu",
+    24: "mem",
+    25: "sound",
+    26: "fs",
+    27: "pmem",
+    28: "rpmb",
+    29: "mac80211-hwsim",
+    30: "video-encoder",
+    31: "video-decoder",
+    32: "scmi",
+    33: "nitro-sec-mod",
+    34: "i2c-adapter",
+    35: "watchdog",
+    36: "can",
+    37: "dmabuf",
+    38: "param-serv",
+    39: "audio-policy",
+    40: "bt",
+    41: "gpio",
 }
 
 # Transport / reserved bits, valid for every device type.
@@ -75,7 +108,13 @@ DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
         (7, "SCSI", "VIRTIO_BLK_F_SCSI", "legacy; SCSI passthrough", "uapi-6.1"),
         (9, "FLUSH", "VIRTIO_BLK_F_FLUSH", "legacy; called WCE in 3.x headers", "uapi-6.1"),
         (10, "TOPOLOGY", "VIRTIO_BLK_F_TOPOLOGY", "", "uapi-6.1"),
-        (11, "CONFIG_WCE", "VIRTIO_BLK_F_CONFIG_WCE", "legacy; writeback mode in config", "uapi-6.1"),
+        (
+            11,
+            "CONFIG_WCE",
+            "VIRTIO_BLK_F_CONFIG_WCE",
+            "legacy; writeback mode in config",
+            "uapi-6.1",
+        ),
         (12, "MQ", "VIRTIO_BLK_F_MQ", "more than one virtqueue", "uapi-6.1"),
         (13, "DISCARD", "VIRTIO_BLK_F_DISCARD", "", "uapi-6.1"),
         (14, "WRITE_ZEROES", "VIRTIO_BLK_F_WRITE_ZEROES", "", "uapi-6.1"),
@@ -119,10 +158,34 @@ DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
         (61, "RSC_EXT", "VIRTIO_NET_F_RSC_EXT", "", "uapi-6.1"),
         (62, "STANDBY", "VIRTIO_NET_F_STANDBY", "", "uapi-6.1"),
         (63, "SPEED_DUPLEX", "VIRTIO_NET_F_SPEED_DUPLEX", "", "uapi-6.1"),
-        (65, "GUEST_UDP_TUNNEL_GSO", "VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO", "128-bit features", "upstream"),
-        (66, "GUEST_UDP_TUNNEL_GSO_CSUM", "VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM", "128-bit features", "upstream"),
-        (67, "HOST_UDP_TUNNEL_GSO", "VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO", "128-bit features", "upstream"),
-        (68, "HOST_UDP_TUNNEL_GSO_CSUM", "VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO_CSUM", "128-bit features", "upstream"),
+        (
+            65,
+            "GUEST_UDP_TUNNEL_GSO",
+            "VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO",
+            "128-bit features",
+            "upstream",
+        ),
+        (
+            66,
+            "GUEST_UDP_TUNNEL_GSO_CSUM",
+            "VIRTIO_NET_F_GUEST_UDP_TUNNEL_GSO_CSUM",
+            "128-bit features",
+            "upstream",
+        ),
+        (
+            67,
+            "HOST_UDP_TUNNEL_GSO",
+            "VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO",
+            "128-bit features",
+            "upstream",
+        ),
+        (
+            68,
+            "HOST_UDP_TUNNEL_GSO_CSUM",
+            "VIRTIO_NET_F_HOST_UDP_TUNNEL_GSO_CSUM",
+            "128-bit features",
+            "upstream",
+        ),
     ],
     "console": [
         (0, "SIZE", "VIRTIO_CONSOLE_F_SIZE", "", "uapi-6.1"),
@@ -167,7 +230,10 @@ DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
         (0, "ACPI_PXM", "VIRTIO_MEM_F_ACPI_PXM", "", "uapi-6.1"),
         (1, "UNPLUGGED_INACCESSIBLE", "VIRTIO_MEM_F_UNPLUGGED_INACCESSIBLE", "", "uapi-6.1"),
     ],
-    "input": [], "pmem": [], "crypto": [], "sound": [],
+    "input": [],
+    "pmem": [],
+    "crypto": [],
+    "sound": [],
 }
 
 # Names a bit had in older headers (the seed quotes the 3.x virtio_blk.h)
@@ -178,5 +244,11 @@ OLD_NAMES: dict[tuple[str, int], str] = {
 }
 
 # virtio status byte (virtio_config.h)
-STATUS_BITS = [(1, "ACKNOWLEDGE"), (2, "DRIVER"), (4, "DRIVER_OK"), (8, "FEATURES_OK"),
-               (0x40, "NEEDS_RESET"), (0x80, "FAILED")]
+STATUS_BITS = [
+    (1, "ACKNOWLEDGE"),
+    (2, "DRIVER"),
+    (4, "DRIVER_OK"),
+    (8, "FEATURES_OK"),
+    (0x40, "NEEDS_RESET"),
+    (0x80, "FAILED"),
+]

@@ -3,11 +3,13 @@
 The names come from the tables in bits.py; a bit that no table names is reported as
 UNKNOWN_<n>, never dropped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from perfbook.core.errors import ParameterError
+
 from .bits import DEVICE_BITS, DEVICE_IDS, OLD_NAMES, STATUS_BITS, TRANSPORT_BITS, TRANSPORT_RANGE
 
 
@@ -20,7 +22,9 @@ def device_type(device_id) -> str:
         try:
             device_id = int(s, 0)
         except ValueError:
-            raise ParameterError(f"device {device_id!r} is neither a virtio device id nor a type name") from None
+            raise ParameterError(
+                f"device {device_id!r} is neither a virtio device id nor a type name"
+            ) from None
     return DEVICE_IDS.get(int(device_id), f"unknown-{int(device_id)}")
 
 
@@ -29,7 +33,9 @@ def parse_bits(features: str) -> list[int]:
     s = (features or "").strip()
     bad = set(s) - {"0", "1"}
     if bad:
-        raise ParameterError(f"a virtio feature string has only 0 and 1, got {''.join(sorted(bad))!r}")
+        raise ParameterError(
+            f"a virtio feature string has only 0 and 1, got {''.join(sorted(bad))!r}"
+        )
     return [i for i, c in enumerate(s) if c == "1"]
 
 
@@ -51,10 +57,10 @@ class Bit:
     bit: int
     name: str
     macro: str
-    kind: str       # 'device', 'transport', 'reserved'
+    kind: str  # 'device', 'transport', 'reserved'
     known: bool
     note: str
-    table_source: str   # which SOURCES entry named it
+    table_source: str  # which SOURCES entry named it
     old_name: str
 
     def as_dict(self) -> dict:
@@ -73,13 +79,29 @@ def lookup(dtype: str, bit: int) -> Bit:
     """The name of one bit for a device type; an unknown bit gets UNKNOWN_<n>."""
     for b, name, macro, note, src in TRANSPORT_BITS:
         if b == bit:
-            return Bit(bit, name, macro, "transport", True, note, src,
-                       OLD_NAMES.get(("transport", bit), ""))
+            return Bit(
+                bit,
+                name,
+                macro,
+                "transport",
+                True,
+                note,
+                src,
+                OLD_NAMES.get(("transport", bit), ""),
+            )
     for b, name, macro, note, src in DEVICE_BITS.get(dtype, []):
         if b == bit:
             return Bit(bit, name, macro, "device", True, note, src, OLD_NAMES.get((dtype, bit), ""))
-    return Bit(bit, f"UNKNOWN_{bit}", "", _kind(bit), False,
-               "not in this book's table for " + dtype, "", OLD_NAMES.get((dtype, bit), ""))
+    return Bit(
+        bit,
+        f"UNKNOWN_{bit}",
+        "",
+        _kind(bit),
+        False,
+        "not in this book's table for " + dtype,
+        "",
+        OLD_NAMES.get((dtype, bit), ""),
+    )
 
 
 def decode(features: str, device) -> list[Bit]:
@@ -118,17 +140,39 @@ def diff(a: str, b: str, device) -> dict[str, list[str]]:
     """Names of bits set in b but not a ('added') and in a but not b ('removed')."""
     sa, sb = set(parse_bits(a)), set(parse_bits(b))
     dtype = device_type(device)
-    return {"added": [lookup(dtype, x).name for x in sorted(sb - sa)],
-            "removed": [lookup(dtype, x).name for x in sorted(sa - sb)]}
+    return {
+        "added": [lookup(dtype, x).name for x in sorted(sb - sa)],
+        "removed": [lookup(dtype, x).name for x in sorted(sa - sb)],
+    }
 
 
 def table_rows() -> list[dict]:
     """The whole bit table, one row per (device type, bit), for the book."""
-    rows = [{"device_type": "(all)", "bit": b, "name": n, "macro": m, "kind": "transport",
-             "note": note, "source": src, "old_name": OLD_NAMES.get(("transport", b), "")}
-            for b, n, m, note, src in TRANSPORT_BITS]
+    rows = [
+        {
+            "device_type": "(all)",
+            "bit": b,
+            "name": n,
+            "macro": m,
+            "kind": "transport",
+            "note": note,
+            "source": src,
+            "old_name": OLD_NAMES.get(("transport", b), ""),
+        }
+        for b, n, m, note, src in TRANSPORT_BITS
+    ]
     for dt, bits in DEVICE_BITS.items():
-        rows += [{"device_type": dt, "bit": b, "name": n, "macro": m, "kind": "device",
-                  "note": note, "source": src, "old_name": OLD_NAMES.get((dt, b), "")}
-                 for b, n, m, note, src in bits]
+        rows += [
+            {
+                "device_type": dt,
+                "bit": b,
+                "name": n,
+                "macro": m,
+                "kind": "device",
+                "note": note,
+                "source": src,
+                "old_name": OLD_NAMES.get((dt, b), ""),
+            }
+            for b, n, m, note, src in bits
+        ]
     return rows
