@@ -209,3 +209,19 @@ def test_the_linter_and_the_formatter_are_clean(command):
         [str(BIN / "ruff"), *command, "--no-cache"], cwd=ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+def test_every_chapter_has_the_one_shape():
+    """Each chapter package holds the contract's parts (perfbook.framework.contract.PARTS) and
+    nothing else at its top; a one-off lives inside a part or in a subfolder named for what it
+    does. parse.py may be absent where a chapter parses no text (the example writes its rows
+    directly); every other part is there even when short."""
+    from perfbook.framework.contract import PARTS
+
+    for pkg in sorted(d for d in (PKG / "chapters").iterdir() if (d / "__init__.py").exists()):
+        modules = {p.stem for p in pkg.glob("*.py")}
+        assert modules <= {"__init__", *PARTS}, (
+            f"{pkg.name}: {sorted(modules - {'__init__', *PARTS})}"
+        )
+        missing = {"__init__", *PARTS} - modules - {"parse"}
+        assert not missing, f"{pkg.name} lacks {sorted(missing)}"
