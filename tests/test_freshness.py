@@ -283,7 +283,7 @@ def _parallel(monkeypatch, tmp_path, secs=0.4, failing=(), pages=("summary",)):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     entries = [chapters.Entry(n, "x", f"{n}.ipynb") for n in ("a", "b", "c", "d", *pages)]
-    monkeypatch.setattr(chapters, "PAGES", [e for e in entries if e.name in pages])
+    monkeypatch.setattr(M, "PAGES", [e for e in entries if e.name in pages])
     monkeypatch.setattr(
         M,
         "_refresh_child",
@@ -339,7 +339,7 @@ def test_the_biggest_stored_notebooks_start_first(monkeypatch, tmp_path):
         p = tmp_path / f"{e.name}.ipynb"
         p.write_bytes(b"x" * sizes.get(e.name, 1))
     entries = [chapters.Entry(e.name, "x", str(tmp_path / f"{e.name}.ipynb")) for e in entries]
-    monkeypatch.setattr(chapters, "PAGES", [e for e in entries if e.name == "summary"])
+    monkeypatch.setattr(M, "PAGES", [e for e in entries if e.name == "summary"])
     assert M._refresh_in_parallel(entries, 1) == 0
     assert [n for k, n, *_ in _events(log) if k == "start"] == ["b", "d", "c", "a", "summary"]
 

@@ -1,163 +1,105 @@
 """Stored outputs must read the same whichever machine re-executes them.
 
-nbval re-executes every notebook on this machine and compares its outputs with the stored ones,
-which were made on another. The pass here re-executes them once more on a machine made to look
-as unlike the one that stored them as this one allows:
-
-* every loaded table's rows shuffled (perfbook.data.dataset.read_table, PERFBOOK_SHUFFLE_ROWS): the
-  analysis must not depend on the order rows were written in;
-* numpy's baseline code path (NPY_DISABLE_CPU_FEATURES turns off each SIMD target numpy would
-  dispatch to here) and another OpenBLAS kernel set (OPENBLAS_CORETYPE): the analysis must not
-  depend on the CPU's vector units. numpy's default sort is an introsort whose AVX-512 and
-  AVX2 builds order equal keys differently: a "first" of tied rows changed a stored lifecycle
-  table from one machine to the next (issue #43);
-* another host id (PERFBOOK_HOST_ID): the machine that builds the book is not a host of it;
-* another clock and time zone (libfaketime, TZ): nothing stored may depend on when it was built.
-
+nbval re-executes every notebook and compares its outputs with the stored ones, which were made
+on another machine. Its kernels run as a machine made to look as unlike this one as it allows
+(perfbook.book.jupyter.othermachine, set by perfbook.book.jupyter.nbval_plugin): rows shuffled,
+numpy's baseline code path, another OpenBLAS kernel set, another host id, clock and time zone.
+The notebooks are executed once per test run, and that one pass is the portability check; the
+tests here check that each knob takes in a kernel started the way nbval starts one, and that
+an nbval session turns them on.
 test_every_sort_is_stable is the static half: a sort that leaves ties to its algorithm is the
 defect class the CPU path finds, and it is cheaper to refuse it where it is written.
 """
 
 import ast
+import json
 import os
-import subprocess
-import sys
-import warnings
+import time
 from pathlib import Path
 
+import nbformat
+from nbclient import NotebookClient
+
+from perfbook.book.jupyter import nbval_plugin
+from perfbook.book.jupyter.kernel import KERNEL_ENV
+from perfbook.book.jupyter.othermachine import openblas_core, other_machine_env
+
 ROOT = Path(__file__).resolve().parent.parent
-FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's libfaketime
+
+PROBE = """
+import json, os, time
+from numpy._core._multiarray_umath import __cpu_features__ as f
+from perfbook.book.jupyter.othermachine import openblas_core
+from perfbook.data import hostinfo
+print(json.dumps({
+    "on": [k for k in (os.environ.get("NPY_DISABLE_CPU_FEATURES") or "").split() if f.get(k)],
+    "core": openblas_core(), "now": time.time(), "host": hostinfo.host_id(),
+    "tz": time.strftime("%z"), "shuffle": os.environ.get("PERFBOOK_SHUFFLE_ROWS"),
+    "leaked": os.environ.get("KERNEL_ENV")}))
+""".replace("KERNEL_ENV", KERNEL_ENV)
 
 
-def numpy_baseline_env() -> dict[str, str]:
-    """NPY_DISABLE_CPU_FEATURES naming every SIMD target numpy dispatches to on this CPU (its
-    build's baseline stays: it cannot be turned off), or {} when it dispatches to none."""
-    from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-
-    on = [t for t in __cpu_dispatch__ if __cpu_features__.get(t)]
-    return {"NPY_DISABLE_CPU_FEATURES": " ".join(on)} if on else {}
-
-
-def openblas_core() -> str | None:
-    """The kernel set numpy's OpenBLAS chose here (a DYNAMIC_ARCH build), None if unknown."""
-    import ctypes
-    import glob
-
-    import numpy
-
-    for lib in glob.glob(str(Path(numpy.__file__).parent.parent / "numpy.libs" / "*openblas*")):
-        for name in (
-            "scipy_openblas_get_corename64_",
-            "scipy_openblas_get_corename",
-            "openblas_get_corename",
-        ):
-            fn = getattr(ctypes.CDLL(lib), name, None)
-            if fn is not None:
-                fn.restype = ctypes.c_char_p
-                return fn().decode()
-    return None
-
-
-def other_machine_env() -> tuple[dict[str, str], list[str]]:
-    """The environment of the pass, and what it changed (for the failure message)."""
-    env = {
-        "PERFBOOK_SHUFFLE_ROWS": "7",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "PERFBOOK_HOST_ID": "h-0123456789ab",
-        "TZ": "Pacific/Kiritimati",
-    }
-    said = ["rows shuffled (seed 7)", "host id h-0123456789ab", "time zone UTC+14"]
-    npy = numpy_baseline_env()
-    if npy:
-        env.update(npy)
-        said.append(f"numpy without {npy['NPY_DISABLE_CPU_FEATURES']}")
-    core = openblas_core()
-    if core:
-        # SSE4.2 kernels where numpy's are AVX2 or AVX-512, else AVX2 ones
-        other = "Nehalem" if core != "Nehalem" else "Haswell"
-        env["OPENBLAS_CORETYPE"] = other
-        said.append(f"OpenBLAS {other} kernels instead of {core}")
-    if FAKETIME.is_file():
-        # three years and a day on, every clock (an offset, not a speed: timeouts keep their
-        # length). Faking the wall clock alone hangs the kernels: libfaketime then converts the
-        # monotonic deadlines of pthread_cond_timedwait as if they were faked too.
-        env.update(LD_PRELOAD=str(FAKETIME), FAKETIME="+1096d")
-        said.append("the wall clock 1096 days ahead")
+def _in_a_kernel(monkeypatch, env: dict | None) -> dict:
+    """PROBE's answer from a kernel started as nbval starts one (nbclient, the python3
+    kernelspec, perfbook's provisioner), with `env` as PERFBOOK_KERNEL_ENV."""
+    if env is None:
+        monkeypatch.delenv(KERNEL_ENV, raising=False)
     else:
-        warnings.warn(
-            f"{FAKETIME} is missing (apt-get install faketime; tools/setup.sh installs "
-            "it as root): the portability pass keeps this machine's clock",
-            stacklevel=2,
-        )
-    return env, said
+        monkeypatch.setenv(KERNEL_ENV, json.dumps(env))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
+    return json.loads(nb.cells[0].outputs[0]["text"].strip().splitlines()[-1])
 
 
-def test_nbval_passes_on_another_machine():
+def test_nbvals_kernels_run_as_another_machine(monkeypatch):
+    """The knobs take in the kernel: numpy reports the SIMD targets off, OpenBLAS the other
+    kernel set, the clock, zone, host id and row shuffling are the ones given (else nbval could
+    not fail on them), and the variable itself does not reach the notebook's code."""
     env, said = other_machine_env()
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "chapters",
-            "summary.ipynb",
-            "hosts.ipynb",
-            "--nbval",
-            "--nbval-current-env",
-            "--nbval-sanitize-with",
-            "tests/nbval_sanitize.cfg",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "perfbook.book.jupyter.nbval_plugin",
-        ],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    failed = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-    assert r.returncode == 0, f"nbval fails on another machine ({'; '.join(said)}):\n" + "\n".join(
-        failed or [r.stdout[-4000:], r.stderr[-2000:]]
-    )
-
-
-def test_the_pass_changes_what_it_says(tmp_path):
-    """The knobs take: numpy reports the SIMD targets off, OpenBLAS the other kernel set, the
-    clock and the host id are the ones given (else the pass above could not fail on them)."""
-    env, _ = other_machine_env()
-    probe = (
-        "import json, time, numpy\n"
-        "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
-        "from perfbook.data import hostinfo\n"
-        "import tests.test_portability as t\n"
-        "print(json.dumps({'on': [k for k in (t.os.environ.get('NPY_DISABLE_CPU_FEATURES') or '').split() if f.get(k)],"
-        " 'core': t.openblas_core(), 'now': time.time(), 'host': hostinfo.host_id(),"
-        " 'tz': time.strftime('%z')}))\n"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    import json
-    import time
-
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    got = _in_a_kernel(monkeypatch, env)
     assert got["on"] == [], f"numpy still dispatches to {got['on']}"
     if "OPENBLAS_CORETYPE" in env:
         assert got["core"] == env["OPENBLAS_CORETYPE"], got["core"]
     if "FAKETIME" in env:
         assert got["now"] - time.time() > 1000 * 86400
     assert got["host"] == env["PERFBOOK_HOST_ID"] and got["tz"] == "+1400"
+    assert got["shuffle"] == env["PERFBOOK_SHUFFLE_ROWS"] and got["leaked"] is None
+
+
+def test_without_it_a_kernel_is_this_machine(monkeypatch):
+    """The same probe without the variable: the knobs above are the variable's doing."""
+    got = _in_a_kernel(monkeypatch, None)
+    assert got["shuffle"] is None and abs(got["now"] - time.time()) < 3600
+    assert got["host"] != "h-0123456789ab"
+
+
+def test_an_nbval_session_turns_it_on(monkeypatch):
+    """pytest --nbval (make test) sets the variable and says so in its header; without --nbval,
+    or with --nbval-this-machine, it is left alone."""
+
+    class Config:
+        def __init__(self, nbval, this):
+            self.option = type("O", (), {"nbval": nbval})()
+            self._this = this
+
+        def getoption(self, name):
+            return self._this
+
+    for nbval, this, on in ((True, False, True), (False, False, False), (True, True, False)):
+        monkeypatch.delenv(KERNEL_ENV, raising=False)
+        monkeypatch.setattr(nbval_plugin, "_CHANGED", [])
+        nbval_plugin.pytest_configure(Config(nbval, this))
+        assert (KERNEL_ENV in os.environ) == on
+        header = nbval_plugin.pytest_report_header(None)
+        assert (header is not None and "another machine" in header) == on
+        if on:
+            assert json.loads(os.environ[KERNEL_ENV]) == other_machine_env()[0]
+
+
+def test_the_openblas_probe_names_a_kernel_set():
+    assert openblas_core() is None or openblas_core().isidentifier()
 
 
 # -- the static half -----------------------------------------------------------------------------

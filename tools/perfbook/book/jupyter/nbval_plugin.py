@@ -10,11 +10,18 @@ names no kernel provisioner: jupyter_client then takes its default, which this p
 perfbook's (perfbook.book.jupyter.provisioner, through jupyter_client's JUPYTER_DEFAULT_PROVISIONER_NAME), so
 that nbval's kernels, too, are reached over Unix sockets in the private state directory and
 never listen on TCP. Processes the tests start inherit it.
+
+With --nbval, the kernels run as another machine (perfbook.book.jupyter.othermachine: rows
+shuffled, numpy's baseline code path, another OpenBLAS kernel set, host id, clock and time zone),
+so the one nbval pass also checks that the stored outputs are portable; the report's header says
+what was changed. --nbval-this-machine keeps this machine's environment (to tell a portability
+failure from any other).
 """
 
+import json
 import os
 
-from perfbook.book.jupyter.kernel import PROVISIONER
+from perfbook.book.jupyter.kernel import KERNEL_ENV, PROVISIONER
 
 GLUED_IMAGES = ("application/papermill.record/image/png", "application/papermill.record/image/jpeg")
 
@@ -27,5 +34,28 @@ def pytest_collection_modifyitems(items):
             parent.skip_compare = tuple(skip) + GLUED_IMAGES
 
 
+_CHANGED: list[str] = []
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--nbval-this-machine",
+        action="store_true",
+        help="run nbval's kernels in this machine's environment, not as another machine",
+    )
+
+
 def pytest_configure(config):
     os.environ.setdefault("JUPYTER_DEFAULT_PROVISIONER_NAME", PROVISIONER)
+    if getattr(config.option, "nbval", False) and not config.getoption("nbval_this_machine"):
+        # lazy: numpy and ctypes probes, for a session that runs notebooks only
+        from perfbook.book.jupyter.othermachine import other_machine_env
+
+        env, said = other_machine_env()
+        os.environ[KERNEL_ENV] = json.dumps(env)
+        _CHANGED[:] = said
+
+
+def pytest_report_header(config):
+    if _CHANGED:
+        return "nbval's kernels run as another machine: " + "; ".join(_CHANGED)

@@ -21,6 +21,7 @@ serves the process (`python -m perfbook refresh`), a kernel of ours is forked fr
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import weakref
 from pathlib import Path
@@ -29,7 +30,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_core.utils import ensure_async, run_sync
 
-from perfbook.book.jupyter.kernel import PROVISIONER
+from perfbook.book.jupyter.kernel import KERNEL_ENV, PROVISIONER
 from perfbook.book.jupyter.zygote import fork_kernel
 from perfbook.core.errors import PerfbookError
 from perfbook.core.guard import restoring
@@ -90,6 +91,17 @@ class PrivateProvisioner(LocalProvisioner):
             _unfinished.add(self)
         return await super().pre_launch(**kwargs)
 
+    def _finalize_env(self, env: dict) -> None:
+        """The kernel's environment: its parent's, with PERFBOOK_KERNEL_ENV's on top (nbval's
+        kernels run as another machine: perfbook.book.jupyter.othermachine)."""
+        super()._finalize_env(env)
+        extra = env.pop(KERNEL_ENV, None)
+        if extra:
+            try:
+                env.update(json.loads(extra))
+            except (ValueError, TypeError) as e:
+                raise PerfbookError(f"{KERNEL_ENV} is not a JSON object of strings: {e}") from None
+
     async def cleanup(self, restart=False):
         await super().cleanup(restart)
         if not restart:  # jupyter_client removed the file and the sockets
@@ -97,7 +109,8 @@ class PrivateProvisioner(LocalProvisioner):
 
     async def launch_kernel(self, cmd, **kwargs):
         with restoring():  # a signal can't fall between the fork and our record of it
-            proc = fork_kernel(cmd, kwargs)
+            # a zygote's fork would keep the zygote's numpy and clock: another machine needs exec
+            proc = None if os.environ.get(KERNEL_ENV) else fork_kernel(cmd, kwargs)
             if proc is not None:
                 self.process, self.pid, self.pgid = proc, proc.pid, proc.pid  # its own session
         if proc is None:
