@@ -3,6 +3,10 @@
 PY = $(shell cat build/python 2>/dev/null || echo .venv/bin/python)
 # the perfbook command (pyproject.toml [project.scripts]), beside the interpreter the setup chose
 PERFBOOK = $(dir $(PY))perfbook
+# pytest caches each test module's assertion rewrite as bytecode; with PYTHONDONTWRITEBYTECODE set
+# (as some shells export it) it rewrites all of them on every run: collecting the unit tier took
+# 19 s against 9.5 s here
+unexport PYTHONDONTWRITEBYTECODE
 PROFILE ?= default
 PYTEST_ARGS ?=
 # CHAPTERS=a,b measures only those; MEASURE_ARGS passes more, e.g. --param data_dir=/tmp/d
@@ -12,7 +16,7 @@ MEASURE = $(PERFBOOK) measure --profile $(PROFILE) $(if $(CHAPTERS),--chapters $
 NOTEBOOKS = $(PERFBOOK) refresh --changed
 BOOK = $(PERFBOOK) book
 
-.PHONY: all setup measure notebooks notebooks-all book summary compare test test-fleet test-unit test-notebooks clean sweep doctor
+.PHONY: all setup measure notebooks notebooks-all book summary compare test test-fleet test-unit test-notebooks test-site test-live clean sweep doctor
 
 ## all: set up, measure this machine (PROFILE=default), refresh the chapters, build the site.
 ## A failed chapter still gets the book built and the summary printed, then `make` fails;
@@ -52,10 +56,29 @@ summary:
 compare:
 	$(PERFBOOK) compare
 
-## test: set up, then unit tests, quick collect runs (root), nbval, book build
+NBVAL = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+NOTEBOOK_FILES = chapters summary.ipynb hosts.ipynb
+
+## test: set up, then every tier below in one run (the README's command; .ci/run calls it)
 test: setup
-	$(PY) -m pytest tests chapters summary.ipynb hosts.ipynb --nbval --nbval-current-env \
-	  --nbval-sanitize-with tests/nbval_sanitize.cfg $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(NOTEBOOK_FILES) $(NBVAL) $(PYTEST_ARGS)
+
+## test-unit: pure tests on fixtures, in under a minute (no root, no notebook, no book build)
+test-unit: setup
+	$(PY) -m pytest tests -m unit -q $(PYTEST_ARGS)
+
+## test-notebooks: each notebook executed once, as another machine, against its stored
+## outputs (nbval), and the tests that execute notebooks on other data
+test-notebooks: setup
+	$(PY) -m pytest tests $(NOTEBOOK_FILES) $(NBVAL) -m notebooks $(PYTEST_ARGS)
+
+## test-site: the book built once, then opened in a browser
+test-site: setup
+	$(PY) -m pytest tests -m site $(PYTEST_ARGS)
+
+## test-live: collect runs and kernel state (run as root: sudo make test-live)
+test-live: setup
+	$(PY) -m pytest tests -m live $(PYTEST_ARGS)
 
 ## test-fleet: the hosts page and the site in a browser with a 100-host synthetic fleet (~15 min)
 test-fleet: setup

@@ -665,3 +665,25 @@ def stop_with(p, sig: int, target: str, timeout: float = 90) -> tuple[str, str]:
     )
     assert len(err.splitlines()) == 1 and f"interrupted by {name}" in err, err
     return out, err
+
+
+# ---- tiers (pyproject.toml's markers; `make test-unit`, `test-notebooks`, `test-site`, `test-live`)
+NOTEBOOK_TESTS = {"test_rerun_story.py"}  # files whose every test executes notebooks
+SITE_TESTS = {"test_book.py", "test_site_browser.py"}  # the book built, or opened in a browser
+OTHER_TIERS = {"notebooks", "site", "live", "slow"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test gets its tier: nbval's items and NOTEBOOK_TESTS are notebooks, SITE_TESTS site,
+    a test marked root is live; a test marked with none of those is unit."""
+    for item in items:
+        name = item.path.name
+        if item.path.suffix == ".ipynb" or name in NOTEBOOK_TESTS:
+            item.add_marker(pytest.mark.notebooks)
+        elif name in SITE_TESTS:
+            item.add_marker(pytest.mark.site)
+        marks = {m.name for m in item.iter_markers()}
+        if "root" in marks:
+            item.add_marker(pytest.mark.live)
+        elif not marks & OTHER_TIERS:
+            item.add_marker(pytest.mark.unit)
