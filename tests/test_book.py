@@ -20,6 +20,26 @@ def test_every_registered_chapter_is_in_the_toc():
         assert ch.path.is_file()
 
 
+def test_every_chapter_package_and_notebook_is_registered():
+    """The registry (perfbook.chapters.CHAPTERS, and EXAMPLE) names every chapter package and
+    every notebook in chapters/, and the book's chapter pages are the registered chapters': a
+    chapter copied from the example but not registered is walked by none of the tests."""
+    from perfbook.chapters import CHAPTERS, EXAMPLE
+
+    registered = CHAPTERS + [EXAMPLE]
+    pkgs = ROOT / "tools" / "perfbook" / "chapters"
+    packages = {
+        f"perfbook.chapters.{d.name}" for d in pkgs.iterdir() if (d / "__init__.py").exists()
+    }
+    assert packages == {c.module for c in registered}, packages ^ {c.module for c in registered}
+    notebooks = {f"chapters/{p.name}" for p in (ROOT / "chapters").glob("*.ipynb")}
+    assert notebooks == {c.notebook for c in registered}, notebooks ^ {
+        c.notebook for c in registered
+    }
+    pages = {f for f in _chapters() if f.startswith("chapters/")}
+    assert pages == {c.notebook.removesuffix(".ipynb") for c in CHAPTERS}
+
+
 @pytest.mark.slow
 def test_book_builds_without_warnings(built_book):
     """The session's one build of the book (conftest.built_book), also used by the browser test."""

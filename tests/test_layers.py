@@ -37,14 +37,39 @@ def test_the_layers_point_down():
 
 
 def test_every_layer_and_chapter_is_under_contract():
-    """A new layer or chapter is covered without anyone remembering to list it."""
+    """Every layer is listed, and the independence contract's expressions (a wildcard,
+    perfbook.chapters.*) match every chapter package, as lint-imports expands them: a new
+    chapter is covered without anyone listing it."""
     layers = {d.name for d in PKG.iterdir() if d.is_dir() and (d / "__init__.py").exists()}
     layers |= {p.stem for p in PKG.glob("*.py") if p.stem not in ("__init__", "__main__")}
     assert {m.removeprefix("perfbook.") for m in _contract("layers")["layers"]} == layers
     chapters = {d.name for d in (PKG / "chapters").iterdir() if (d / "__init__.py").exists()}
-    assert {
-        m.removeprefix("perfbook.chapters.") for m in _contract("independence")["modules"]
-    } == chapters
+    graph = grimp.build_graph("perfbook", cache_dir=None)
+    matched = set()
+    for expr in _contract("independence")["modules"]:
+        matched |= graph.find_matching_modules(expr) if "*" in expr else {expr}
+    assert {m.removeprefix("perfbook.chapters.") for m in matched} == chapters
+
+
+def test_a_chapter_that_imports_another_breaks_the_contract(tmp_path):
+    """The independence contract is not a list that a new chapter can miss: in a copy of the
+    package, one chapter importing another (even a part of it) fails lint-imports."""
+    shutil.copytree(
+        PKG, tmp_path / "tools" / "perfbook", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    tables = tmp_path / "tools" / "perfbook" / "chapters" / "tsc_alignment" / "tables.py"
+    tables.write_text(tables.read_text() + "\nfrom perfbook.chapters.example import analysis\n")
+    out = subprocess.run(
+        [str(BIN / "lint-imports"), "--no-cache"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path / "tools"), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-1000:]
+    assert "no chapter imports another BROKEN" in out.stdout, out.stdout[-2000:]
+    assert "perfbook.chapters.tsc_alignment.tables -> perfbook.chapters.example" in out.stdout
 
 
 def circles(graph) -> list[list[str]]:

@@ -45,7 +45,7 @@ pytestmark = pytest.mark.slow
 
 
 def _chapters() -> dict[str, str]:
-    """docname -> chapter name for the registered chapters (tools/chapters.py)."""
+    """docname -> chapter name for the registered chapters (perfbook.chapters.CHAPTERS)."""
     from perfbook.book.sphinx_site import chapter_docnames
 
     return chapter_docnames()

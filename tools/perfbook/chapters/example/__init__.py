@@ -33,6 +33,10 @@ class Example(Chapter):
         "default": {"rounds": 10, "calls": 20000, "hold_s": 0, "fail_after": 0},
         "full": {"rounds": 30, "calls": 100000, "hold_s": 0, "fail_after": 0},
     }
+    # seconds a collect is planned to take on the book's 2-CPU host (`perfbook measure` prints
+    # the plan beside the time taken; every book chapter has one, tests/test_summary.py): both
+    # profiles took about 1 s here, default with ten times quick's calls
+    plan_s = {"quick": 1, "default": 2}
     params = {
         "rounds": Param(int, min=1, help="timed rounds"),
         "calls": Param(int, min=1, help="getppid() calls per round"),
