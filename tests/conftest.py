@@ -671,11 +671,48 @@ def stop_with(p, sig: int, target: str, timeout: float = 90) -> tuple[str, str]:
 NOTEBOOK_TESTS = {"test_rerun_story.py"}  # files whose every test executes notebooks
 SITE_TESTS = {"test_book.py", "test_site_browser.py"}  # the book built, or opened in a browser
 OTHER_TIERS = {"notebooks", "site", "live", "slow"}
+# What a test reaches (its body, the functions of its module and of this file it calls, and the
+# fixtures defined there that it asks for) decides its tier when no marker does: a name of
+# LIVE makes it live (root, kernel state, a guest), one of SPAWN slow (a child process, a
+# notebook kernel, a copy of the checkout). Anything else runs in this process: unit.
+LIVE = {"need_root", "need_guest", "need_preflight", "root_tracefs", "measure_lock", "TraceSession"}
+SPAWN = {
+    "subprocess", "Popen", "check_output", "fork", "papermill", "NotebookClient", "nbclient",
+    "scratch_checkout", "run_cli", "as_nobody", "sleep", "_serve", "webdriver",
+}  # fmt: skip
+
+
+def _reach(path: Path, name: str, fixtures, cache={}) -> set[str]:  # noqa: B006 - a memo
+    """The identifiers test `name` of `path` reaches through its module's and this file's
+    functions and fixtures (ast; nothing is run)."""
+    import ast
+
+    def defs(p: Path) -> dict:
+        if p not in cache:
+            tree = ast.parse(p.read_text())
+            cache[p] = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        return cache[p]
+
+    scope = {**defs(Path(__file__)), **defs(path)}
+    seen, todo, names = set(), [name, *fixtures], set()
+    while todo:
+        fn = todo.pop()
+        if fn in seen or fn not in scope:
+            continue
+        seen.add(fn)
+        for node in ast.walk(scope[fn]):
+            ident = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+            if isinstance(node, ast.arg):
+                ident = node.arg
+            if ident:
+                names.add(ident)
+                todo.append(ident)
+    return names
 
 
 def pytest_collection_modifyitems(config, items):
     """Each test gets its tier: nbval's items and NOTEBOOK_TESTS are notebooks, SITE_TESTS site,
-    a test marked root is live; a test marked with none of those is unit."""
+    a test marked root, or reaching LIVE, live; one reaching SPAWN slow; the rest unit."""
     for item in items:
         name = item.path.name
         if item.path.suffix == ".ipynb" or name in NOTEBOOK_TESTS:
@@ -683,7 +720,14 @@ def pytest_collection_modifyitems(config, items):
         elif name in SITE_TESTS:
             item.add_marker(pytest.mark.site)
         marks = {m.name for m in item.iter_markers()}
-        if "root" in marks:
+        if marks & OTHER_TIERS:
+            continue
+        reach = set()
+        if item.path.suffix == ".py" and hasattr(item, "originalname"):
+            reach = _reach(item.path, item.originalname, getattr(item, "fixturenames", ()))
+        if "root" in marks or reach & LIVE:
             item.add_marker(pytest.mark.live)
-        elif not marks & OTHER_TIERS:
+        elif reach & SPAWN:
+            item.add_marker(pytest.mark.slow)
+        else:
             item.add_marker(pytest.mark.unit)

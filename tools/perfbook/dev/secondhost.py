@@ -85,6 +85,12 @@ from perfbook.qemu.secondhost_boot import (
     run_script,
 )
 
+# Re-exported: the guest's boot script runs `from perfbook.dev.secondhost import cpu_selfcheck`,
+# and the tests read the 9p tags here
+from perfbook.qemu.secondhost_boot import OUT_TAG as OUT_TAG
+from perfbook.qemu.secondhost_boot import ROOT_TAG as ROOT_TAG
+from perfbook.qemu.secondhost_boot import cpu_selfcheck as cpu_selfcheck
+
 KERNEL_META = "linux-image-amd64"
 # loaded in the guest's initramfs (with their dependencies), after perfbook.qemu.guest's base ones
 EXTRA_MODULES = (

@@ -219,7 +219,7 @@ class Context:
 
     p        the validated parameters of this run (profile merged with the overrides)
     profile  the profile's name
-    writer   the dataset writer (perfbook.data.dataset.DatasetWriter): add_table (checked against the
+    writer   the dataset writer (perfbook.data.writer.DatasetWriter): add_table (checked against the
              chapter's schemas), skip, reject, note, path, extra
     undo     the kernel-state guard: a stack. Register every change right after making it,
              with `ctx.undo.callback(fn, *args)` or `ctx.undo.enter_context(cm)`; the framework

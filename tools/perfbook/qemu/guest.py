@@ -94,8 +94,17 @@ from perfbook.qemu.guest_image import (
     ensure_artefacts,
 )
 
+# Re-exported: the chapters' collects and the tests reach QEMU's threads and the guest's root
+# through this module (perfbook.qemu.guest is the QEMU layer's face)
+from perfbook.qemu.guest_image import guest_root as guest_root
+from perfbook.qemu.guest_threads import THREAD_CLASSES as THREAD_CLASSES
+from perfbook.qemu.guest_threads import parse_task_stat as parse_task_stat
+
 # QEMU's threads seen from the host (/proc/<pid>/task): tools/perfbook/qemu/guest_threads.py
 from perfbook.qemu.guest_threads import stall_report
+from perfbook.qemu.guest_threads import thread_class as thread_class
+from perfbook.qemu.guest_threads import thread_delta as thread_delta
+from perfbook.qemu.guest_threads import thread_times as thread_times
 
 QEMU = "qemu-system-x86_64"
 
