@@ -242,10 +242,10 @@ def _matrix(
 
 
 def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
-    from perfbook.book import hostspage, summary
+    from perfbook.book import hostspage
 
     _fleet(tmp_path, 5)
-    monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(5))
+    monkeypatch.setattr(hostspage, "findings_matrix", lambda data_dir=None: _matrix(5))
     block = hostspage.findings_tables(tmp_path).data
     (h1, per_finding, _), (h2, per_host, cells) = _tables(block)
     first = dict(zip(h1, per_finding[0]))
@@ -268,10 +268,10 @@ def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
 
 def test_the_page_scales_to_a_hundred_hosts(tmp_path, monkeypatch):
     """100 hosts: one row each, and no table grows a column per host."""
-    from perfbook.book import hostspage, summary
+    from perfbook.book import hostspage
 
     _fleet(tmp_path, 100)
-    monkeypatch.setattr(summary, "findings_matrix", lambda data_dir=None: _matrix(100))
+    monkeypatch.setattr(hostspage, "findings_matrix", lambda data_dir=None: _matrix(100))
     recs = hosts.host_records(tmp_path)
     assert len(recs) == 100
     blocks = {

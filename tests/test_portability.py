@@ -87,6 +87,7 @@ def test_an_nbval_session_turns_it_on(monkeypatch):
         def getoption(self, name):
             return self._this
 
+    monkeypatch.setenv(KERNEL_ENV, "{}")  # recorded, so that the end restores the session's own
     for nbval, this, on in ((True, False, True), (False, False, False), (True, True, False)):
         monkeypatch.delenv(KERNEL_ENV, raising=False)
         monkeypatch.setattr(nbval_plugin, "_CHANGED", [])
