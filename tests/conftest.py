@@ -673,12 +673,16 @@ SITE_TESTS = {"test_book.py", "test_site_browser.py"}  # the book built, or open
 OTHER_TIERS = {"notebooks", "site", "live", "slow"}
 # What a test reaches (its body, the functions of its module and of this file it calls, and the
 # fixtures defined there that it asks for) decides its tier when no marker does: a name of
-# LIVE makes it live (root, kernel state, a guest), one of SPAWN slow (a child process, a
-# notebook kernel, a copy of the checkout). Anything else runs in this process: unit.
-LIVE = {"need_root", "need_guest", "need_preflight", "root_tracefs", "measure_lock", "TraceSession"}
+# LIVE makes it live (root, kernel state, a collect, a guest), one of SPAWN slow (a child
+# process, a notebook kernel, a copy of the checkout, a synthetic fleet). Anything else runs in this process: unit.
+LIVE = {
+    "need_root", "need_guest", "need_preflight", "root_tracefs", "measure_lock", "TraceSession",
+    "collect", "ensure_artefacts", "Runner",
+}  # fmt: skip
 SPAWN = {
     "subprocess", "Popen", "check_output", "fork", "papermill", "NotebookClient", "nbclient",
-    "scratch_checkout", "run_cli", "as_nobody", "sleep", "_serve", "webdriver",
+    "scratch_checkout", "run_cli", "as_nobody", "sleep", "_serve", "webdriver", "Zygote",
+    "execute_notebook", "synthfleet",
 }  # fmt: skip
 
 

@@ -76,6 +76,7 @@ def test_a_copy_that_would_run_the_checkouts_tools_is_refused(tmp_path):
         bench.check_copy(copy, env)
 
 
+@pytest.mark.slow  # re-executes notebooks or a measure in child processes
 def test_a_dry_run_at_n1_measures_a_copy_and_leaves_nothing(scratch_parent):
     before = digest.dir_digest(ROOT / "data")
     committed = sorted(p.name for p in (ROOT / "data" / "runs").iterdir() if p.is_dir())

@@ -165,6 +165,7 @@ def test_stored_notebook_follows_the_data(page):
     )
 
 
+@pytest.mark.slow  # re-executes notebooks or a measure in child processes
 def test_refresh_records_the_digest_of_the_data_it_read(tmp_path, monkeypatch, capsys):
     """`python -m perfbook refresh` stores the digest; the notebook then counts as fresh."""
     from perfbook.cli import main
@@ -211,6 +212,7 @@ def test_a_notebook_is_re_executed_only_when_its_data_or_code_changed(data, monk
     assert freshness.changed(nb, "trace_overhead", data) == "its data changed"
 
 
+@pytest.mark.slow  # re-executes notebooks or a measure in child processes
 def test_the_code_digest_follows_the_code_the_notebook_runs(tmp_path, monkeypatch):
     """A notebook's code digest covers its chapter's package and the perfbook modules that
     package imports (perfbook.core.codedigest): a shared module it uses changes it; another
@@ -358,6 +360,7 @@ def test_an_interrupted_parallel_refresh_leaves_no_child(monkeypatch, tmp_path):
     assert len(started) == 2 and not any(pid_alive(p) for p in started)
 
 
+@pytest.mark.slow  # re-executes notebooks or a measure in child processes
 def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_stored_version(
     tmp_path, monkeypatch, capsys
 ):
