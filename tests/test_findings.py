@@ -213,7 +213,6 @@ STORED = "trace_overhead"  # the cheapest chapter with datasets on three committ
 def forget():
     """What a new process holds: nothing."""
     for held in (
-        F._MEMO,
         F._CODE,
         F._DIGESTS,
         F._GLUE_CACHE,

@@ -317,8 +317,7 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # it imports (perfbook.core.codedigest), with the pinned environment, as for a
 # notebook. The chapter's Key findings block, the overview page and the hosts page all ask
 # for it, and the platform banner for each host's notes; at a hundred hosts, computing them
-# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value, in
-# memory and in
+# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value in
 #     build/verdicts/<data>/<chapter>__<host>__<run>__<slot>.json
 # (<data> names the data directory: perfbook.data.buildfiles.store_dir), under a key over those
 # digests, so a changed file, seed table or line of code recomputes it. The files follow
@@ -328,7 +327,6 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
 
 STORE_VERSION = 1
-_MEMO: dict = {}  # store file -> (key, value)
 _CODE: dict = {}  # (chapter, data dir) -> digest of its code and reference files
 _DIGESTS: dict = {}  # dataset directory -> (its files' stats, their digest)
 
@@ -409,8 +407,6 @@ def stored(D, m, slot: str, make, check):
         return json.loads(json.dumps(make()))
     path, runs = spot
     key = _store_key(D, m, slot)
-    if str(path) in _MEMO and _MEMO[str(path)][0] == key:
-        return _MEMO[str(path)][1]
     value, raw = None, read_private(path, runs)
     try:
         doc = json.loads(raw) if raw else None
@@ -439,7 +435,6 @@ def stored(D, m, slot: str, make, check):
         except OSError:
             pass  # a read-only checkout: computed again next time
         value = json.loads(text)["value"]
-    _MEMO[str(path)] = (key, value)
     return value
 
 
