@@ -327,7 +327,13 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
 
 STORE_VERSION = 1
-_CODE: dict = {}  # (chapter, data dir) -> digest of its code and reference files
+# (chapter, data dir) -> digest of its code and reference files, once per process: every
+# stored() asks for it. Measured 2026-11-28 on the project's machine (2 shared cores, Debian 12;
+# medians of 3 runs, CPU seconds of the page's cells, the verdict store filled): the summary
+# page at 103 hosts (the committed ones and 100 of perfbook synthfleet) 3.1 s with it, 7.5 s
+# without. `perfbook bench memo --memos code-digests --notebooks summary --data-dir FLEET`
+# prints it (FLEET: the committed data/ with `perfbook synthfleet 100`'s hosts added).
+_CODE: dict = {}
 _DIGESTS: dict = {}  # dataset directory -> (its files' stats, their digest)
 
 
