@@ -275,7 +275,12 @@ def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
     not as a benchmark that measures nothing."""
     monkeypatch.setattr(findings, "_CODE", findings._CODE)
     monkeypatch.setattr(codedigest, "_imports", codedigest._imports)
-    held = {"code-digests": lambda: findings._CODE, "module-imports": lambda: codedigest._imports}
+    monkeypatch.delenv("PERFBOOK_VERDICT_STORE", raising=False)
+    held = {
+        "code-digests": lambda: findings._CODE,
+        "module-imports": lambda: codedigest._imports,
+        "verdict-store": findings.store_enabled,
+    }
     assert set(bench.MEMOS) == set(held)
     for name, (_what, off) in bench.MEMOS.items():
         before = held[name]()

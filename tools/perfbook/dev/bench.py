@@ -28,6 +28,11 @@ python -m perfbook bench memo [--memos all] [--notebooks summary,...] [--data-di
     second `make notebooks`. Prints the median CPU and wall seconds of each and their ratio. A
     memo's docstring quotes the figure this printed on the project's machine.
 
+python -m perfbook bench validate [--data-dir D] [--runs 3]
+    `python -m perfbook validate` in a new process with each dataset's pass kept in the verdict
+    store (filled by a first run) and with PERFBOOK_VERDICT_STORE=off, in turn; prints the
+    median wall and CPU seconds of each (perfbook.book.validation quotes them).
+
 python -m perfbook bench zygote [--runs 3] [--chapters a,b]
     `python -m perfbook refresh` of every notebook (or of --chapters) in a scratch copy of the
     checkout, with kernels forked from the zygote (perfbook.book.jupyter.zygote) and with
@@ -596,7 +601,15 @@ def _no_module_imports():
     codedigest._imports = codedigest._imports.__wrapped__
 
 
+def _no_verdict_store():
+    os.environ["PERFBOOK_VERDICT_STORE"] = "off"
+
+
 MEMOS: dict = {
+    "verdict-store": (
+        "perfbook.analysis.findings.stored: each dataset's values kept in build/verdicts",
+        _no_verdict_store,
+    ),
     "code-digests": (
         "perfbook.analysis.findings._CODE: each chapter's code digest, once per process",
         _no_code_digests,
@@ -688,6 +701,16 @@ def memo(names, notebooks, data_dir: str = "", runs: int = 3, say=print) -> dict
 # -- zygote: a refresh with kernels forked from it and without ------------------------------
 
 
+def _timed(cmd: list[str], cwd: Path, env: dict, top: Path, what: str) -> tuple[float, float]:
+    """(wall, CPU seconds of cmd and every process it waited for), run_step'd in `cwd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, rc = run_step(cmd, cwd, env, top, f"[bench {what}]", say=lambda m: None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if rc:
+        raise PerfbookError(f"{what} in {cwd} exited {rc}")
+    return wall, sum(getattr(after, k) - getattr(before, k) for k in ("ru_utime", "ru_stime"))
+
+
 def zygote(runs: int = 3, chapters: str = "", say=print) -> dict:
     """`python -m perfbook refresh` in a scratch copy, warm kernels on and off in turn;
     {"on"|"off": [(wall, CPU of the refresh and every process it waited for)]}."""
@@ -704,21 +727,9 @@ def zygote(runs: int = 3, chapters: str = "", say=print) -> dict:
             cmd += ["--chapters", chapters] if chapters else []
             for i in range(runs):
                 for warm in ("on", "off"):
-                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    wall, rc = run_step(
-                        cmd,
-                        copy,
-                        dict(env, PERFBOOK_WARM_KERNELS=warm),
-                        s.dir,
-                        f"[bench zygote {warm} {i + 1}/{runs}]",
-                        say=lambda m: None,
+                    wall, cpu = _timed(
+                        cmd, copy, dict(env, PERFBOOK_WARM_KERNELS=warm), s.dir, "refresh"
                     )
-                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-                    cpu = sum(
-                        getattr(after, k) - getattr(before, k) for k in ("ru_utime", "ru_stime")
-                    )
-                    if rc:
-                        raise PerfbookError(f"the refresh in {copy} exited {rc}")
                     got[warm].append((wall, cpu))
                     say(f"[bench zygote] warm kernels {warm}: {wall:.0f} s wall, {cpu:.0f} s CPU")
         finally:
@@ -728,6 +739,33 @@ def zygote(runs: int = 3, chapters: str = "", say=print) -> dict:
             f"refresh{' --chapters ' + chapters if chapters else ''}, warm kernels {warm}: median "
             f"of {runs}: {statistics.median(w for w, _ in got[warm]):.1f} s wall, "
             f"{statistics.median(c for _, c in got[warm]):.1f} s CPU"
+        )
+    return got
+
+
+# -- validate: a validation with each dataset's pass stored and without -------------------
+
+
+def validate(data_dir: str = "", runs: int = 3, say=print) -> dict:
+    """`python -m perfbook validate` in a new process, with the verdict store (filled by a first
+    run: each dataset's pass, slot 'valid') and with PERFBOOK_VERDICT_STORE=off, in turn;
+    {"stored"|"off": [(wall, CPU)]}."""
+    got: dict = {"stored": [], "off": []}
+    with tempfile.TemporaryDirectory(prefix="perfbook-bench-validate-") as top:
+        env = dict(os.environ, PERFBOOK_BUILD=str(Path(top) / "build"))
+        cmd = [sys.executable, "-m", "perfbook", "validate"]
+        cmd += ["--data-dir", data_dir] if data_dir else []
+        say("[bench validate] filling the verdict store ...")
+        _timed(cmd, Path(top), env, Path(top), "validate")
+        for _ in range(runs):
+            got["stored"].append(_timed(cmd, Path(top), env, Path(top), "validate"))
+            off = dict(env, PERFBOOK_VERDICT_STORE="off")
+            got["off"].append(_timed(cmd, Path(top), off, Path(top), "validate"))
+    for k in got:
+        say(
+            f"validate ({data_dir or 'data/'}), each pass {k}: median of {runs}: "
+            f"{statistics.median(w for w, _ in got[k]):.1f} s wall, "
+            f"{statistics.median(c for _, c in got[k]):.1f} s CPU"
         )
     return got
 
@@ -757,8 +795,14 @@ def main(argv=None) -> int:
     z = sub.add_parser("zygote", help="refresh with kernels forked from the zygote and without")
     z.add_argument("--runs", type=int, default=3)
     z.add_argument("--chapters", default="")
+    v = sub.add_parser("validate", help="validate with each dataset's pass stored and without")
+    v.add_argument("--data-dir", default="")
+    v.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "validate":
+            validate(args.data_dir, args.runs, say=lambda x: print(x, flush=True))
+            return 0
         if args.cmd == "cells":
             if args.without != "-":
                 MEMOS[args.without][1]()
