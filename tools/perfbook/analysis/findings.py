@@ -35,7 +35,7 @@ import pandas as pd
 from perfbook.core import codedigest
 from perfbook.core.paths import repo_root, runs_dir
 from perfbook.data.buildfiles import read_private, store_dir, write_private
-from perfbook.data.dataset import REAL_PROFILES, data_depth, visible_files
+from perfbook.data.dataset import REAL_PROFILES, data_depth
 from perfbook.data.digest import dir_digest, reference_files, tree_digest
 from perfbook.framework.contract import explain_modules
 
@@ -98,9 +98,6 @@ def once_each(fn):
     return once
 
 
-_GLUE_CACHE: dict = {}
-
-
 def plain(v):
     """v with numpy scalars as Python ones (what JSON, and so the verdict store, holds)."""
     if isinstance(v, dict):
@@ -112,37 +109,27 @@ def plain(v):
 
 def glued(run, compute) -> dict | None:
     """compute(run.data): the chapter's own prose values for this one dataset, kept in the
-    verdict store (stored(): one slot per compute function) and per process; None when this
-    dataset can't give them (an older dataset without a table). The values are plain data
-    (numbers, strings, lists, dicts), as glue and JSON hold them. A page or chapter that
-    quotes every host's values (tsc_alignment's caveats) then computes each host's once."""
-    key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
-    if key not in _GLUE_CACHE:
+    verdict store (stored(): one slot per compute function); None when this dataset can't give
+    them (an older dataset without a table). The values are plain data (numbers, strings,
+    lists, dicts), as glue and JSON hold them. A page or chapter that quotes every host's values
+    (tsc_alignment's caveats) then computes each host's once."""
 
-        def make():
-            try:
-                return {"g": plain(compute(run.data))}
-            except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
-                return {"g": None}
+    def make():
+        try:
+            return {"g": plain(compute(run.data))}
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+            return {"g": None}
 
-        slot = (
-            "glue-"
-            + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[
-                :12
-            ]
-        )
-        _GLUE_CACHE[key] = stored(
-            run.D,
-            run.manifest,
-            slot,
-            make,
-            lambda v: (
-                isinstance(v, dict)
-                and set(v) == {"g"}
-                and (v["g"] is None or isinstance(v["g"], dict))
-            ),
-        )["g"]
-    return _GLUE_CACHE[key]
+    name = f"{compute.__module__}.{compute.__qualname__}"
+    return stored(
+        run.D,
+        run.manifest,
+        "glue-" + hashlib.sha256(name.encode()).hexdigest()[:12],
+        make,
+        lambda v: (
+            isinstance(v, dict) and set(v) == {"g"} and (v["g"] is None or isinstance(v["g"], dict))
+        ),
+    )["g"]
 
 
 def sections(*parts):
@@ -334,7 +321,6 @@ STORE_VERSION = 1
 # without. `perfbook bench memo --memos code-digests --notebooks summary --data-dir FLEET`
 # prints it (FLEET: the committed data/ with `perfbook synthfleet 100`'s hosts added).
 _CODE: dict = {}
-_DIGESTS: dict = {}  # dataset directory -> (its files' stats, their digest)
 
 
 def store_enabled() -> bool:
@@ -365,27 +351,6 @@ def _is_chapter(chapter) -> bool:
     return type(chapter).__module__ == f"perfbook.chapters.{getattr(chapter, 'name', '')}"
 
 
-def _dataset_digest(path) -> str:
-    """perfbook.data.digest.dir_digest of a dataset, hashed again only when a file's stat
-    changed (each finding and each note asks)."""
-    try:
-        sig = tuple(
-            sorted(
-                (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                for p in visible_files(path)
-                for st in [p.lstat()]
-            )
-        )
-    except OSError:
-        sig = None
-    held = _DIGESTS.get(str(path))
-    if sig is not None and held is not None and held[0] == sig:
-        return held[1]
-    digest = dir_digest(path)
-    _DIGESTS[str(path)] = (sig, digest)
-    return digest
-
-
 def _store_key(D, m, slot: str) -> str:
 
     name, data = D.chapter.name, getattr(D, "data_dir", None)
@@ -399,7 +364,7 @@ def _store_key(D, m, slot: str) -> str:
             code["tools/requirements.lock"] = lock
         refs = tree_digest(reference_files(name, data), data_depth)
         _CODE[(name, str(data))] = tree_digest(code) + " " + refs
-    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {_dataset_digest(m.path)}"
+    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {dir_digest(m.path)}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
