@@ -312,6 +312,13 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # stranger's file refused with one line). A file that is corrupt, of another key or another
 # format is recomputed; a build/ we cannot write only costs the time.
 # PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
+# Measured 2026-11-28 on the project's machine (2 cores shared with other work, Debian 12; CPU
+# seconds of the page's cells in a new process, medians of runs in turn): the summary page at
+# 103 hosts (the committed ones and 100 of perfbook synthfleet) 3.0 s with the store filled,
+# 122 s with PERFBOOK_VERDICT_STORE=off (2 runs each); a chapter notebook gains little
+# (trace_overhead at 103 hosts: 13.8 s against 14.7 s, 3 runs each). `perfbook bench memo
+# --memos verdict-store --notebooks summary --data-dir FLEET` prints it; `perfbook validate`'s
+# figure is in perfbook.book.validation.
 
 STORE_VERSION = 1
 # (chapter, data dir) -> digest of its code and reference files, once per process: every
