@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from perfbook.analysis import findings
+from perfbook.core import codedigest
 from perfbook.core.errors import PerfbookError
 from perfbook.data import digest
 from perfbook.dev import bench
@@ -267,3 +269,24 @@ def test_the_speed_probe_times_the_same_work_in_the_copy(tmp_path):
         bench.speed_probe(copy, dict(env, PYTHONPATH="/nonexistent", PYTHONHOME="/nonexistent"))
         is None
     )
+
+
+def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
+    """bench memo's switches reach the memo they name: a memo renamed or removed fails here,
+    not as a benchmark that measures nothing."""
+    monkeypatch.setattr(findings, "_CODE", findings._CODE)
+    monkeypatch.setattr(codedigest, "_imports", codedigest._imports)
+    monkeypatch.delenv("PERFBOOK_VERDICT_STORE", raising=False)
+    held = {
+        "code-digests": lambda: findings._CODE,
+        "module-imports": lambda: codedigest._imports,
+        "verdict-store": findings.store_enabled,
+    }
+    assert set(bench.MEMOS) == set(held)
+    for name, (_what, off) in bench.MEMOS.items():
+        before = held[name]()
+        off()
+        assert held[name]() is not before, name
+    findings._CODE["k"] = 1
+    assert "k" not in findings._CODE and findings._CODE.get("k") is None
+    assert not hasattr(codedigest._imports, "cache_info")

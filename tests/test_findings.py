@@ -212,14 +212,7 @@ STORED = "trace_overhead"  # the cheapest chapter with datasets on three committ
 
 def forget():
     """What a new process holds: nothing."""
-    for held in (
-        F._MEMO,
-        F._CODE,
-        F._DIGESTS,
-        F._GLUE_CACHE,
-        dataset._manifest_cache,
-        dataset._table_cache,
-    ):
+    for held in (F._CODE, dataset._table_cache):
         held.clear()
 
 

@@ -35,7 +35,7 @@ import pandas as pd
 from perfbook.core import codedigest
 from perfbook.core.paths import repo_root, runs_dir
 from perfbook.data.buildfiles import read_private, store_dir, write_private
-from perfbook.data.dataset import REAL_PROFILES, data_depth, visible_files
+from perfbook.data.dataset import REAL_PROFILES, data_depth
 from perfbook.data.digest import dir_digest, reference_files, tree_digest
 from perfbook.framework.contract import explain_modules
 
@@ -98,9 +98,6 @@ def once_each(fn):
     return once
 
 
-_GLUE_CACHE: dict = {}
-
-
 def plain(v):
     """v with numpy scalars as Python ones (what JSON, and so the verdict store, holds)."""
     if isinstance(v, dict):
@@ -112,37 +109,27 @@ def plain(v):
 
 def glued(run, compute) -> dict | None:
     """compute(run.data): the chapter's own prose values for this one dataset, kept in the
-    verdict store (stored(): one slot per compute function) and per process; None when this
-    dataset can't give them (an older dataset without a table). The values are plain data
-    (numbers, strings, lists, dicts), as glue and JSON hold them. A page or chapter that
-    quotes every host's values (tsc_alignment's caveats) then computes each host's once."""
-    key = (run.D.chapter.name, str(run.D.data_dir), run.host_id, run.run_id, compute.__qualname__)
-    if key not in _GLUE_CACHE:
+    verdict store (stored(): one slot per compute function); None when this dataset can't give
+    them (an older dataset without a table). The values are plain data (numbers, strings,
+    lists, dicts), as glue and JSON hold them. A page or chapter that quotes every host's values
+    (tsc_alignment's caveats) then computes each host's once."""
 
-        def make():
-            try:
-                return {"g": plain(compute(run.data))}
-            except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
-                return {"g": None}
+    def make():
+        try:
+            return {"g": plain(compute(run.data))}
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError, ZeroDivisionError):
+            return {"g": None}
 
-        slot = (
-            "glue-"
-            + hashlib.sha256(f"{compute.__module__}.{compute.__qualname__}".encode()).hexdigest()[
-                :12
-            ]
-        )
-        _GLUE_CACHE[key] = stored(
-            run.D,
-            run.manifest,
-            slot,
-            make,
-            lambda v: (
-                isinstance(v, dict)
-                and set(v) == {"g"}
-                and (v["g"] is None or isinstance(v["g"], dict))
-            ),
-        )["g"]
-    return _GLUE_CACHE[key]
+    name = f"{compute.__module__}.{compute.__qualname__}"
+    return stored(
+        run.D,
+        run.manifest,
+        "glue-" + hashlib.sha256(name.encode()).hexdigest()[:12],
+        make,
+        lambda v: (
+            isinstance(v, dict) and set(v) == {"g"} and (v["g"] is None or isinstance(v["g"], dict))
+        ),
+    )["g"]
 
 
 def sections(*parts):
@@ -317,8 +304,7 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # it imports (perfbook.core.codedigest), with the pinned environment, as for a
 # notebook. The chapter's Key findings block, the overview page and the hosts page all ask
 # for it, and the platform banner for each host's notes; at a hundred hosts, computing them
-# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value, in
-# memory and in
+# anew for each was most of `make notebooks`. stored() keeps such a per-dataset value in
 #     build/verdicts/<data>/<chapter>__<host>__<run>__<slot>.json
 # (<data> names the data directory: perfbook.data.buildfiles.store_dir), under a key over those
 # digests, so a changed file, seed table or line of code recomputes it. The files follow
@@ -326,11 +312,22 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # stranger's file refused with one line). A file that is corrupt, of another key or another
 # format is recomputed; a build/ we cannot write only costs the time.
 # PERFBOOK_VERDICT_STORE=off computes every value anew (a test compares both ways).
+# Measured 2026-11-28 on the project's machine (2 cores shared with other work, Debian 12; CPU
+# seconds of the page's cells in a new process, medians of runs in turn): the summary page at
+# 103 hosts (the committed ones and 100 of perfbook synthfleet) 3.0 s with the store filled,
+# 122 s with PERFBOOK_VERDICT_STORE=off (2 runs each); a chapter notebook gains little
+# (trace_overhead at 103 hosts: 13.8 s against 14.7 s, 3 runs each). `perfbook bench memo
+# --memos verdict-store --notebooks summary --data-dir FLEET` prints it; `perfbook validate`'s
+# figure is in perfbook.book.validation.
 
 STORE_VERSION = 1
-_MEMO: dict = {}  # store file -> (key, value)
-_CODE: dict = {}  # (chapter, data dir) -> digest of its code and reference files
-_DIGESTS: dict = {}  # dataset directory -> (its files' stats, their digest)
+# (chapter, data dir) -> digest of its code and reference files, once per process: every
+# stored() asks for it. Measured 2026-11-28 on the project's machine (2 shared cores, Debian 12;
+# medians of 3 runs, CPU seconds of the page's cells, the verdict store filled): the summary
+# page at 103 hosts (the committed ones and 100 of perfbook synthfleet) 3.1 s with it, 7.5 s
+# without. `perfbook bench memo --memos code-digests --notebooks summary --data-dir FLEET`
+# prints it (FLEET: the committed data/ with `perfbook synthfleet 100`'s hosts added).
+_CODE: dict = {}
 
 
 def store_enabled() -> bool:
@@ -361,27 +358,6 @@ def _is_chapter(chapter) -> bool:
     return type(chapter).__module__ == f"perfbook.chapters.{getattr(chapter, 'name', '')}"
 
 
-def _dataset_digest(path) -> str:
-    """perfbook.data.digest.dir_digest of a dataset, hashed again only when a file's stat
-    changed (each finding and each note asks)."""
-    try:
-        sig = tuple(
-            sorted(
-                (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                for p in visible_files(path)
-                for st in [p.lstat()]
-            )
-        )
-    except OSError:
-        sig = None
-    held = _DIGESTS.get(str(path))
-    if sig is not None and held is not None and held[0] == sig:
-        return held[1]
-    digest = dir_digest(path)
-    _DIGESTS[str(path)] = (sig, digest)
-    return digest
-
-
 def _store_key(D, m, slot: str) -> str:
 
     name, data = D.chapter.name, getattr(D, "data_dir", None)
@@ -395,7 +371,7 @@ def _store_key(D, m, slot: str) -> str:
             code["tools/requirements.lock"] = lock
         refs = tree_digest(reference_files(name, data), data_depth)
         _CODE[(name, str(data))] = tree_digest(code) + " " + refs
-    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {_dataset_digest(m.path)}"
+    text = f"{STORE_VERSION} {slot} {_CODE[(name, str(data))]} {dir_digest(m.path)}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -409,8 +385,6 @@ def stored(D, m, slot: str, make, check):
         return json.loads(json.dumps(make()))
     path, runs = spot
     key = _store_key(D, m, slot)
-    if str(path) in _MEMO and _MEMO[str(path)][0] == key:
-        return _MEMO[str(path)][1]
     value, raw = None, read_private(path, runs)
     try:
         doc = json.loads(raw) if raw else None
@@ -439,7 +413,6 @@ def stored(D, m, slot: str, make, check):
         except OSError:
             pass  # a read-only checkout: computed again next time
         value = json.loads(text)["value"]
-    _MEMO[str(path)] = (key, value)
     return value
 
 

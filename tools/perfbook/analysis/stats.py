@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -45,7 +44,6 @@ def median_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     return (float(x[best_k - 1]), float(x[n - best_k]), float(best_cov))
 
 
-@functools.cache  # a pure function of (n, confidence), asked for thousands of times a page
 def _median_ci_rank(n: int, confidence: float) -> tuple[int, float]:
     # the coverage of [x(k), x(n-k+1)] for every k = 1 .. n//2 in one call (it falls as k grows):
     # the largest k that still covers `confidence`, else k = 1 ([min, max]) with what it covers
@@ -244,10 +242,8 @@ def _hl_rank(n: int, m: int, confidence: float) -> int:
     return int(math.floor(nm / 2 - z * math.sqrt(nm * (n + m + 1) / 12.0) - 0.5))
 
 
-@functools.cache
 def _z(confidence: float) -> float:
-    """The normal quantile of a two-sided `confidence` (worked out once: compare() asks for it
-    at each of a fleet's thousands of comparisons, and scipy's ppf costs more than the test)."""
+    """The normal quantile of a two-sided `confidence`."""
     return float(_st.norm.ppf(0.5 + confidence / 2))
 
 

@@ -31,9 +31,14 @@ def validate_all(data_dir: Path | None = None, names=None, tables: bool = True) 
 
     A dataset whose tables passed before, with the same files and the same code, is not read
     again: its pass is kept in the verdict store (perfbook.analysis.findings.stored, slot 'valid'), whose key
-    covers the dataset's files and the code. Its manifest is always checked. The datasets to
-    read are read side by side, one process per CPU, when there are many (a fleet's first
-    validation).
+    covers the dataset's files and the code. Its manifest is always checked. Measured
+    2026-11-28 on the project's machine (2 shared cores, Debian 12; medians of 3 runs in turn,
+    whole process): `perfbook validate` of the committed data with 100 synthetic hosts added
+    (perfbook synthfleet) took 3.2 s CPU / 6.4 s wall with the passes stored, 40.6 s / 63.7 s
+    with PERFBOOK_VERDICT_STORE=off; `perfbook bench validate --data-dir FLEET` prints it.
+
+    The datasets to read are read side by side, one process per CPU, when there are many (a
+    fleet's first validation).
 
     Every file of a dataset must be a regular file (perfbook.data.dataset.visible_files: no link, no
     FIFO, anywhere in it), and a table must stay within perfbook.data.dataset's limits as it is read.

@@ -270,7 +270,7 @@ def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
 
 def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Manifest"]]:
     """(directory, Manifest) of every dataset of a chapter (list_runs, load_manifests), its
-    directories listed every time, its manifests read (or taken from _manifest_cache)."""
+    directories listed and its manifests read every time."""
     base = runs_dir(data_dir)
     seen: dict[tuple, Path] = {}
     out = []
@@ -297,9 +297,6 @@ def _read_manifest(p: str) -> tuple[os.stat_result, bytes]:
     return read_data(Path(p), RUN_DEPTH, MAX_MANIFEST_BYTES)
 
 
-_manifest_cache: dict[tuple, dict] = {}
-
-
 def load_manifest(run: Path) -> dict:
     """A dataset's manifest, checked: valid JSON, the required fields, a schema this code
     reads, and a run id and host id that match its directory. One line names the file."""
@@ -308,24 +305,14 @@ def load_manifest(run: Path) -> dict:
 
 
 def _load(run: Path, rel: str) -> "Manifest":
-    """load_manifest, given the dataset's name (<host>/<chapter>/<run>). A manifest whose
-    file has the stat it had when read (inode, size, mtime, ctime) comes from _manifest_cache."""
+    """load_manifest, given the dataset's name (<host>/<chapter>/<run>)."""
     p = os.path.join(run, MANIFEST)   # strings, not Paths: this runs for every dataset
-    try:
-        st = os.lstat(p)
-    except OSError as e:
-        raise DatasetError(f"{p}: cannot read it ({e.strerror})") from None
-    key = (p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key in _manifest_cache:
-        return _manifest_cache[key]
-    st, data = _read_manifest(p)
+    _, data = _read_manifest(p)
     try:
         raw = json.loads(data)
     except ValueError as e:
         raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git or remove the dataset") from None
-    man = _checked(raw, run, p, rel)
-    _manifest_cache[(p, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)] = man
-    return man
+    return _checked(raw, run, p, rel)
 
 
 def _checked(m, run: Path, p: str, rel: str) -> "Manifest":

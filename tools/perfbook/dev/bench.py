@@ -19,24 +19,50 @@ python -m perfbook bench fleet [--sizes 1,10,100] [--seed 1] [--dry-run]
     rows). --dry-run skips the notebooks and the book.
     Everything happens in a scratch directory (perfbook.hoststate.scratch) that is removed at the
     end, on Ctrl-C, SIGTERM or SIGHUP as well; the checkout is only read.
+
+python -m perfbook bench memo [--memos all] [--notebooks summary,...] [--data-dir D] [--runs 3]
+    What each memo that perfbook keeps (MEMOS) saves where it is meant to: each notebook's code
+    cells are executed in a new process (an IPython shell; inline figures are rendered, as in a
+    kernel), once with every memo and once with the memo turned off, in turn, `--runs` times
+    each; the verdict store (build/verdicts) is filled by a first execution and kept, as in a
+    second `make notebooks`. Prints the median CPU and wall seconds of each and their ratio. A
+    memo's docstring quotes the figure this printed on the project's machine.
+
+python -m perfbook bench validate [--data-dir D] [--runs 3]
+    `python -m perfbook validate` in a new process with each dataset's pass kept in the verdict
+    store (filled by a first run) and with PERFBOOK_VERDICT_STORE=off, in turn; prints the
+    median wall and CPU seconds of each (perfbook.book.validation quotes them).
+
+python -m perfbook bench zygote [--runs 3] [--chapters a,b]
+    `python -m perfbook refresh` of every notebook (or of --chapters) in a scratch copy of the
+    checkout, with kernels forked from the zygote (perfbook.book.jupyter.zygote) and with
+    PERFBOOK_WARM_KERNELS=off, in turn; prints the median wall and CPU seconds of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
+import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from perfbook.analysis import stats
+import nbformat
+from IPython.core.interactiveshell import InteractiveShell
+
+from perfbook.analysis import findings, stats
+from perfbook.chapters import by_name
 from perfbook.chapters.trace_overhead import chapter as T
-from perfbook.core import guard
+from perfbook.core import codedigest, guard
 from perfbook.core.errors import PerfbookError, one_line
 from perfbook.core.paths import repo_root
 from perfbook.core.proc import kill_group
@@ -548,6 +574,202 @@ def fleet(sizes: list[int], seed: int = 1, dry_run: bool = False, say=print) -> 
     return rows
 
 
+# -- memo: what each memo kept in perfbook saves --------------------------------------------
+
+
+class _Forgetful(dict):
+    """A memo's dict that never finds what was put in it: the code runs as it would without."""
+
+    def __contains__(self, key):
+        return False
+
+    def get(self, key, default=None):
+        return default
+
+    def pop(self, key, *default):
+        super().pop(key, None)
+        return default[0] if default else None
+
+
+# name -> (what it is, a function that turns it off in this process). Each one's docstring (or
+# comment) quotes what `bench memo` printed for it on the project's machine.
+def _no_code_digests():
+    findings._CODE = _Forgetful()
+
+
+def _no_module_imports():
+    codedigest._imports = codedigest._imports.__wrapped__
+
+
+def _no_verdict_store():
+    os.environ["PERFBOOK_VERDICT_STORE"] = "off"
+
+
+MEMOS: dict = {
+    "verdict-store": (
+        "perfbook.analysis.findings.stored: each dataset's values kept in build/verdicts",
+        _no_verdict_store,
+    ),
+    "code-digests": (
+        "perfbook.analysis.findings._CODE: each chapter's code digest, once per process",
+        _no_code_digests,
+    ),
+    "module-imports": (
+        "perfbook.core.codedigest._imports: each module's imports, parsed once per process",
+        _no_module_imports,
+    ),
+}
+
+MEMO_NOTEBOOKS = ("summary", "trace_overhead")
+
+
+def run_cells(notebook: Path, data_dir: str = "") -> tuple[float, float]:
+    """Execute a notebook's code cells in this process, as its kernel would (an IPython shell,
+    figures rendered by the inline backend), its parameter data_dir set; (wall, CPU) seconds."""
+    shell = InteractiveShell.instance()
+    shell.enable_gui = lambda gui=None: None  # no event loop: the inline backend needs none
+    shell.enable_matplotlib("inline")
+    nb = nbformat.read(notebook, as_version=4)
+    os.chdir(Path(notebook).parent)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        src = cell.source
+        if "parameters" in cell.metadata.get("tags", []):
+            src += f"\ndata_dir = {data_dir!r}\n"
+        with contextlib.redirect_stdout(io.StringIO()):
+            r = shell.run_cell(src, store_history=False)
+        if not r.success:
+            err = r.error_in_exec or r.error_before_exec
+            raise PerfbookError(f"{notebook}: a cell failed: {type(err).__name__}: {err}")
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _cells_child(notebook: Path, data_dir: str, without: str, env: dict) -> tuple[float, float]:
+    """run_cells in a new process with memo `without` turned off ('-': none)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "perfbook", "bench", "cells", str(notebook), data_dir, without],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    try:
+        wall, cpu = (float(x) for x in out.stdout.split()[-2:])
+    except ValueError:
+        raise PerfbookError(
+            f"{notebook} (without {without}): {one_line(out.stderr.strip()) or 'no figures'}"
+        ) from None
+    return wall, cpu
+
+
+def memo(names, notebooks, data_dir: str = "", runs: int = 3, say=print) -> dict:
+    """The memo benchmark (module doc): {(notebook, memo or '-'): [(wall, CPU), ...]}."""
+    unknown = [n for n in names if n not in MEMOS]
+    if unknown:
+        raise PerfbookError(f"unknown memo(s) {', '.join(unknown)}; known: {', '.join(MEMOS)}")
+    got: dict = {}
+    with tempfile.TemporaryDirectory(prefix="perfbook-bench-memo-") as top:
+        env = dict(os.environ, PERFBOOK_BUILD=str(Path(top) / "build"))
+        for name in notebooks:
+            nb = by_name(name).path
+            say(f"[bench memo] {name}: filling the verdict store ...")
+            _cells_child(nb, data_dir, "-", env)
+            for i in range(runs):
+                for without in ["-", *names]:
+                    got.setdefault((name, without), []).append(
+                        _cells_child(nb, data_dir, without, env)
+                    )
+                say(f"[bench memo] {name}: round {i + 1}/{runs} done")
+    say(
+        f"median of {runs} runs each, in turn; seconds of the notebook's cells in a new process "
+        f"(data: {data_dir or 'data/'}; the verdict store filled)"
+    )
+    say(f"{'notebook':<16} {'without':<16} {'CPU s':>7} {'wall s':>7} {'CPU x with':>10}")
+    for name in notebooks:
+        base = statistics.median(c for _, c in got[(name, "-")])
+        for without in ["-", *names]:
+            ws = [w for w, _ in got[(name, without)]]
+            cs = [c for _, c in got[(name, without)]]
+            say(
+                f"{name:<16} {without:<16} {statistics.median(cs):>7.2f} "
+                f"{statistics.median(ws):>7.2f} {statistics.median(cs) / base:>10.2f}"
+            )
+    return got
+
+
+# -- zygote: a refresh with kernels forked from it and without ------------------------------
+
+
+def _timed(cmd: list[str], cwd: Path, env: dict, top: Path, what: str) -> tuple[float, float]:
+    """(wall, CPU seconds of cmd and every process it waited for), run_step'd in `cwd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, rc = run_step(cmd, cwd, env, top, f"[bench {what}]", say=lambda m: None)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if rc:
+        raise PerfbookError(f"{what} in {cwd} exited {rc}")
+    return wall, sum(getattr(after, k) - getattr(before, k) for k in ("ru_utime", "ru_stime"))
+
+
+def zygote(runs: int = 3, chapters: str = "", say=print) -> dict:
+    """`python -m perfbook refresh` in a scratch copy, warm kernels on and off in turn;
+    {"on"|"off": [(wall, CPU of the refresh and every process it waited for)]}."""
+    got: dict = {"on": [], "off": []}
+    with (
+        guard.interruptible(),
+        Scratch("bench_zygote", say=lambda m: say(f"[bench zygote] {m}")) as s,
+    ):
+        try:
+            copy = scratch_checkout(s.dir / "copy")
+            env = copy_env(copy)
+            check_copy(copy, env)
+            cmd = [_python(copy), "-m", "perfbook", "refresh"]
+            cmd += ["--chapters", chapters] if chapters else []
+            for i in range(runs):
+                for warm in ("on", "off"):
+                    wall, cpu = _timed(
+                        cmd, copy, dict(env, PERFBOOK_WARM_KERNELS=warm), s.dir, "refresh"
+                    )
+                    got[warm].append((wall, cpu))
+                    say(f"[bench zygote] warm kernels {warm}: {wall:.0f} s wall, {cpu:.0f} s CPU")
+        finally:
+            kill_inside(s.dir)
+    for warm in ("on", "off"):
+        say(
+            f"refresh{' --chapters ' + chapters if chapters else ''}, warm kernels {warm}: median "
+            f"of {runs}: {statistics.median(w for w, _ in got[warm]):.1f} s wall, "
+            f"{statistics.median(c for _, c in got[warm]):.1f} s CPU"
+        )
+    return got
+
+
+# -- validate: a validation with each dataset's pass stored and without -------------------
+
+
+def validate(data_dir: str = "", runs: int = 3, say=print) -> dict:
+    """`python -m perfbook validate` in a new process, with the verdict store (filled by a first
+    run: each dataset's pass, slot 'valid') and with PERFBOOK_VERDICT_STORE=off, in turn;
+    {"stored"|"off": [(wall, CPU)]}."""
+    got: dict = {"stored": [], "off": []}
+    with tempfile.TemporaryDirectory(prefix="perfbook-bench-validate-") as top:
+        env = dict(os.environ, PERFBOOK_BUILD=str(Path(top) / "build"))
+        cmd = [sys.executable, "-m", "perfbook", "validate"]
+        cmd += ["--data-dir", data_dir] if data_dir else []
+        say("[bench validate] filling the verdict store ...")
+        _timed(cmd, Path(top), env, Path(top), "validate")
+        for _ in range(runs):
+            got["stored"].append(_timed(cmd, Path(top), env, Path(top), "validate"))
+            off = dict(env, PERFBOOK_VERDICT_STORE="off")
+            got["off"].append(_timed(cmd, Path(top), off, Path(top), "validate"))
+    for k in got:
+        say(
+            f"validate ({data_dir or 'data/'}), each pass {k}: median of {runs}: "
+            f"{statistics.median(w for w, _ in got[k]):.1f} s wall, "
+            f"{statistics.median(c for _, c in got[k]):.1f} s CPU"
+        )
+    return got
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m perfbook bench")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -561,8 +783,40 @@ def main(argv=None) -> int:
     )
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--dry-run", action="store_true", help="skip the notebooks and the book")
+    m = sub.add_parser("memo", help="what each memo saves: notebooks run with it and without")
+    m.add_argument("--memos", default="all", help="comma-separated names (default: every one)")
+    m.add_argument("--notebooks", default=",".join(MEMO_NOTEBOOKS))
+    m.add_argument("--data-dir", default="", help="a data directory (e.g. a synthetic fleet)")
+    m.add_argument("--runs", type=int, default=3)
+    c = sub.add_parser("cells", help="(bench memo's child) one notebook's cells, timed")
+    c.add_argument("notebook")
+    c.add_argument("data_dir")
+    c.add_argument("without", help="a memo to turn off first, or -")
+    z = sub.add_parser("zygote", help="refresh with kernels forked from the zygote and without")
+    z.add_argument("--runs", type=int, default=3)
+    z.add_argument("--chapters", default="")
+    v = sub.add_parser("validate", help="validate with each dataset's pass stored and without")
+    v.add_argument("--data-dir", default="")
+    v.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "validate":
+            validate(args.data_dir, args.runs, say=lambda x: print(x, flush=True))
+            return 0
+        if args.cmd == "cells":
+            if args.without != "-":
+                MEMOS[args.without][1]()
+            wall, cpu = run_cells(Path(args.notebook), args.data_dir)
+            print(f"{wall:.3f} {cpu:.3f}")
+            return 0
+        if args.cmd == "memo":
+            names = list(MEMOS) if args.memos == "all" else args.memos.split(",")
+            notebooks = [n for n in args.notebooks.split(",") if n]
+            memo(names, notebooks, args.data_dir, args.runs, say=lambda x: print(x, flush=True))
+            return 0
+        if args.cmd == "zygote":
+            zygote(args.runs, args.chapters, say=lambda x: print(x, flush=True))
+            return 0
         if args.cmd == "fleet":
             try:
                 sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
