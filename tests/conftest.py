@@ -735,3 +735,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         else:
             item.add_marker(pytest.mark.unit)
+
+
+@pytest.fixture(autouse=True)
+def _environment_leak_check():
+    """A test leaves perfbook's environment variables as it found them: code under test that
+    sets one (a benchmark's switch, the nbval plugin's configure) would otherwise change every
+    later test (a verdict store off, kernels never forked from the zygote)."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("PERFBOOK_")}
+    yield
+    after = {k: v for k, v in os.environ.items() if k.startswith("PERFBOOK_")}
+    if after != before:
+        for k in set(after) - set(before):
+            del os.environ[k]
+        os.environ.update(before)
+        changed = sorted(set(before.items()) ^ set(after.items()))
+        pytest.fail(f"the test left perfbook's environment changed: {changed}")

@@ -70,7 +70,19 @@ def refresh(names: str = "", changed: bool = False, jobs: int = 0, validated: bo
 
 
 def _refresh_each(chapters) -> int:
-    """refresh(), one notebook after the other, in this process."""
+    """refresh(), one notebook after the other, in this process (which it leaves with the
+    environment it found)."""
+    held = os.environ.get(REFRESHING)
+    try:
+        return _refresh_each_with_name(chapters)
+    finally:
+        if held is None:
+            os.environ.pop(REFRESHING, None)
+        else:
+            os.environ[REFRESHING] = held
+
+
+def _refresh_each_with_name(chapters) -> int:
     failed = []
     for ch in chapters:
         t0 = time.monotonic()
