@@ -247,7 +247,11 @@ def _dataset(
     d = base / host / chapter / run_id
     shutil.copytree(list_runs(chapter)[0], d)
     m = json.loads((d / "manifest.json").read_text())
-    m["host"].update(host_id=host, note=note)
+    # one machine's facts for every copy: after a reader's `make all` the first dataset of one
+    # chapter may be theirs and of another a committed host's
+    one = json.loads((list_runs("trace_overhead")[0] / "manifest.json").read_text())["host"]
+    m["host"] = {**one, "host_id": host, "note": note}
+    m["host"]["machine"] = dict(one.get("machine", {}))
     m["host"]["machine"]["id_override"] = True  # an explicit label, as PERFBOOK_HOST_ID gives
     m.update(run_id=run_id, notes=[f"content {rows}"])
     (d / "manifest.json").write_text(json.dumps(m))
