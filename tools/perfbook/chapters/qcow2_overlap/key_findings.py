@@ -40,8 +40,8 @@ def all_snapshots(g):
     a, c, lo = num(g["sn_all_us"]), num(g["sn_cached_us"]), num(g["sn_all_lo_us"])
     return Outcome(
         a > 10 * max(abs(c), 1.0) and lo > 0,
-        f"per write with {g['sn_snapshots']} snapshots: all +{a:g} µs (interval {g['sn_all_lo_us']} to "
-        f"{g['sn_all_hi_us']} µs), cached +{c:g} µs",
+        f"per write with {g['sn_snapshots']} snapshots: all {a:+g} µs (interval {g['sn_all_lo_us']} to "
+        f"{g['sn_all_hi_us']} µs), cached {c:+g} µs",
     )
 
 

@@ -26,7 +26,7 @@ def tracing_cost(g):
     c = num(g["trace_cost_pct"])
     return Outcome(
         c > 10,
-        f"all layers traced: {g['ctrl_all_us']} µs, untraced {g['ctrl_plain_us']} µs (+{c:g} %)",
+        f"all layers traced: {g['ctrl_all_us']} µs, untraced {g['ctrl_plain_us']} µs ({c:+g} %)",
     )
 
 
