@@ -20,8 +20,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from perfbook.book.jupyter import nbval_plugin
-from perfbook.book.jupyter.kernel import KERNEL_ENV
+from perfbook.book.jupyter import nbval_plugin, provisioner
 from perfbook.book.jupyter.othermachine import openblas_core, other_machine_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,17 +34,14 @@ print(json.dumps({
     "on": [k for k in (os.environ.get("NPY_DISABLE_CPU_FEATURES") or "").split() if f.get(k)],
     "core": openblas_core(), "now": time.time(), "host": hostinfo.host_id(),
     "tz": time.strftime("%z"), "shuffle": os.environ.get("PERFBOOK_SHUFFLE_ROWS"),
-    "leaked": os.environ.get("KERNEL_ENV")}))
-""".replace("KERNEL_ENV", KERNEL_ENV)
+    "leaked": os.environ.get("PERFBOOK_KERNEL_ENV")}))
+"""
 
 
 def _in_a_kernel(monkeypatch, env: dict | None) -> dict:
-    """PROBE's answer from a kernel started as nbval starts one (nbclient, the python3
-    kernelspec, perfbook's provisioner), with `env` as PERFBOOK_KERNEL_ENV."""
-    if env is None:
-        monkeypatch.delenv(KERNEL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(KERNEL_ENV, json.dumps(env))
+    """PROBE's answer from a kernel started as nbval starts one (nbclient in this process, the
+    python3 kernelspec, perfbook's provisioner), with `env` as the provisioner's EXTRA_ENV."""
+    monkeypatch.setattr(provisioner, "EXTRA_ENV", dict(env or {}))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
     NotebookClient(
         nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(ROOT)}}
@@ -76,8 +72,10 @@ def test_without_it_a_kernel_is_this_machine(monkeypatch):
 
 
 def test_an_nbval_session_turns_it_on(monkeypatch):
-    """pytest --nbval (make test) sets the variable and says so in its header; without --nbval,
-    or with --nbval-this-machine, it is left alone."""
+    """pytest --nbval (make test) gives nbval's kernels the other machine and says so in its
+    header; without --nbval, or with --nbval-this-machine, it is left alone. Its own environment
+    stays as it was: a process a test starts (a papermill collect, and the kernel that runs it)
+    is this machine (a collect that inherited libfaketime hung in a futex)."""
 
     class Config:
         def __init__(self, nbval, this):
@@ -87,16 +85,17 @@ def test_an_nbval_session_turns_it_on(monkeypatch):
         def getoption(self, name):
             return self._this
 
-    monkeypatch.setenv(KERNEL_ENV, "{}")  # recorded, so that the end restores the session's own
     for nbval, this, on in ((True, False, True), (False, False, False), (True, True, False)):
-        monkeypatch.delenv(KERNEL_ENV, raising=False)
+        monkeypatch.setattr(provisioner, "EXTRA_ENV", {})
         monkeypatch.setattr(nbval_plugin, "_CHANGED", [])
+        environ = dict(os.environ)
         nbval_plugin.pytest_configure(Config(nbval, this))
-        assert (KERNEL_ENV in os.environ) == on
+        assert bool(provisioner.EXTRA_ENV) == on
+        assert dict(os.environ) == environ
         header = nbval_plugin.pytest_report_header(None)
         assert (header is not None and "another machine" in header) == on
         if on:
-            assert json.loads(os.environ[KERNEL_ENV]) == other_machine_env()[0]
+            assert provisioner.EXTRA_ENV == other_machine_env()[0]
 
 
 def test_the_openblas_probe_names_a_kernel_set():

@@ -24,9 +24,6 @@ from pathlib import Path
 PROVISIONER = (
     "perfbook-private"  # the entry point of perfbook.book.jupyter.provisioner.PrivateProvisioner
 )
-# JSON of the environment a kernel gets on top of its parent's (nbval's kernels run as another
-# machine: perfbook.book.jupyter.othermachine; the provisioner applies it)
-KERNEL_ENV = "PERFBOOK_KERNEL_ENV"
 
 
 def install_kernelspec(prefix: str | None = None) -> Path:

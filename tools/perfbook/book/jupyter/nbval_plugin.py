@@ -18,10 +18,9 @@ what was changed. --nbval-this-machine keeps this machine's environment (to tell
 failure from any other).
 """
 
-import json
 import os
 
-from perfbook.book.jupyter.kernel import KERNEL_ENV, PROVISIONER
+from perfbook.book.jupyter.kernel import PROVISIONER
 
 GLUED_IMAGES = ("application/papermill.record/image/png", "application/papermill.record/image/jpeg")
 
@@ -48,11 +47,12 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     os.environ.setdefault("JUPYTER_DEFAULT_PROVISIONER_NAME", PROVISIONER)
     if getattr(config.option, "nbval", False) and not config.getoption("nbval_this_machine"):
-        # lazy: numpy and ctypes probes, for a session that runs notebooks only
-        from perfbook.book.jupyter.othermachine import other_machine_env
+        # lazy: numpy and jupyter_client, for a session that runs notebooks only
+        from perfbook.book.jupyter import provisioner  # lazy: jupyter_client
+        from perfbook.book.jupyter.othermachine import other_machine_env  # lazy: numpy
 
         env, said = other_machine_env()
-        os.environ[KERNEL_ENV] = json.dumps(env)
+        provisioner.EXTRA_ENV.update(env)  # nbval's kernels, started in this process
         _CHANGED[:] = said
 
 

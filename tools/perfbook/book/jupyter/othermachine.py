@@ -3,7 +3,7 @@
 Stored outputs must read the same whichever machine re-executes them. nbval re-executes every
 notebook and compares its outputs with the stored ones; its kernels (started through
 perfbook.book.jupyter.provisioner) get this environment on top of the test's own
-(perfbook.book.jupyter.nbval_plugin sets PERFBOOK_KERNEL_ENV), so the one pass checks both that
+(perfbook.book.jupyter.nbval_plugin sets provisioner.EXTRA_ENV), so the one pass checks both that
 a notebook reproduces its outputs and that it does so on a machine unlike the one that stored them:
 * every loaded table's rows shuffled (perfbook.data.dataset.read_table, PERFBOOK_SHUFFLE_ROWS): the
   analysis must not depend on the order rows were written in;

@@ -21,7 +21,6 @@ serves the process (`python -m perfbook refresh`), a kernel of ours is forked fr
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import weakref
 from pathlib import Path
@@ -30,7 +29,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_core.utils import ensure_async, run_sync
 
-from perfbook.book.jupyter.kernel import KERNEL_ENV, PROVISIONER
+from perfbook.book.jupyter.kernel import PROVISIONER
 from perfbook.book.jupyter.zygote import fork_kernel
 from perfbook.core.errors import PerfbookError
 from perfbook.core.guard import restoring
@@ -73,6 +72,13 @@ def check_kernelspec(name: str) -> None:
         )
 
 
+# The environment the kernels this process starts get on top of its own: set by the nbval plugin
+# for nbval's kernels, in the pytest process only. A variable of this process, not of its
+# environment: a papermill collect a test starts, and the kernel that runs it, stay this machine
+# (an environment variable here once gave a collect libfaketime, which hung it in a futex).
+EXTRA_ENV: dict[str, str] = {}
+
+
 class PrivateProvisioner(LocalProvisioner):
     """jupyter_client's LocalProvisioner, with the kernel on ipc sockets in the private state
     directory, and forked from the zygote that serves this process if one does."""
@@ -92,15 +98,10 @@ class PrivateProvisioner(LocalProvisioner):
         return await super().pre_launch(**kwargs)
 
     def _finalize_env(self, env: dict) -> None:
-        """The kernel's environment: its parent's, with PERFBOOK_KERNEL_ENV's on top (nbval's
-        kernels run as another machine: perfbook.book.jupyter.othermachine)."""
+        """The kernel's environment: its parent's, with EXTRA_ENV on top (nbval's kernels run
+        as another machine: perfbook.book.jupyter.othermachine)."""
         super()._finalize_env(env)
-        extra = env.pop(KERNEL_ENV, None)
-        if extra:
-            try:
-                env.update(json.loads(extra))
-            except (ValueError, TypeError) as e:
-                raise PerfbookError(f"{KERNEL_ENV} is not a JSON object of strings: {e}") from None
+        env.update(EXTRA_ENV)
 
     async def cleanup(self, restart=False):
         await super().cleanup(restart)
@@ -110,7 +111,7 @@ class PrivateProvisioner(LocalProvisioner):
     async def launch_kernel(self, cmd, **kwargs):
         with restoring():  # a signal can't fall between the fork and our record of it
             # a zygote's fork would keep the zygote's numpy and clock: another machine needs exec
-            proc = None if os.environ.get(KERNEL_ENV) else fork_kernel(cmd, kwargs)
+            proc = None if EXTRA_ENV else fork_kernel(cmd, kwargs)
             if proc is not None:
                 self.process, self.pid, self.pgid = proc, proc.pid, proc.pid  # its own session
         if proc is None:
