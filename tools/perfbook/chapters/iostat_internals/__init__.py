@@ -21,6 +21,7 @@ from pathlib import Path
 
 from perfbook.core.errors import ParameterError
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
+from perfbook.probes.diskstats import COLUMNS
 
 from .parse import PHASES, QUICK_PHASES
 
@@ -57,30 +58,7 @@ _SNAPSHOT = {
     "fields_present": "int",
     **{c: "int" for c in _COUNTERS},
 }
-_SYSSTAT = (
-    "r/s",
-    "rkB/s",
-    "rrqm/s",
-    "%rrqm",
-    "r_await",
-    "rareq-sz",
-    "w/s",
-    "wkB/s",
-    "wrqm/s",
-    "%wrqm",
-    "w_await",
-    "wareq-sz",
-    "d/s",
-    "dkB/s",
-    "drqm/s",
-    "%drqm",
-    "d_await",
-    "dareq-sz",
-    "f/s",
-    "f_await",
-    "aqu-sz",
-    "%util",
-)
+_SYSSTAT = COLUMNS  # the columns sysstat's iostat -x prints, in its order
 _FIO = {
     "fio_version": "str",
     **{
