@@ -39,7 +39,9 @@ def test_knobs_are_restored_after_an_exception(tmp_path):
 
 
 KNOB_RUN = r"""
-import sys, time
+import signal, sys, time
+# Ctrl-C as at a terminal, also when the tests run as a background job (whose SIGINT is ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from perfbook.chapters.cpu_pinning.collect import SchedKnobs
 with SchedKnobs(root=Path(sys.argv[1]), mount=False) as k:

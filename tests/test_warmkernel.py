@@ -47,6 +47,15 @@ def _start_kernel(zygote, cwd) -> KernelManager:
     return km
 
 
+@pytest.fixture(autouse=True)
+def _this_machine(monkeypatch):
+    """The zygote serves refresh, which runs as this machine; an nbval session (make test) gives
+    its own kernels another machine's environment, and those are never forked."""
+    from perfbook.book.jupyter import provisioner
+
+    monkeypatch.setattr(provisioner, "EXTRA_ENV", {})
+
+
 @pytest.fixture
 def zygote():
     z = warmkernel.Zygote.start()

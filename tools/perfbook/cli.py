@@ -102,8 +102,7 @@ def cmd_measure(args) -> int:
     nothing. Exit 0 only if no chapter failed; 130/143/129 when a signal stopped the run.
     Each chapter's planned time (each chapter's plan_s) is printed before it, and all of them
     beside the time taken at the end."""
-    from perfbook.book.summary import plan_seconds
-    from perfbook.chapters import CHAPTERS, PAGES, by_name
+    from perfbook.chapters import CHAPTERS, PAGES, by_name, plan_seconds
     from perfbook.core import guard
     from perfbook.core.errors import ParameterError
     from perfbook.framework.sequence import collect

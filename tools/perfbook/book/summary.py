@@ -28,7 +28,7 @@ from perfbook.analysis.repetition import (
 )
 from perfbook.analysis.stats import coverage_text
 from perfbook.book.notebook import host_kinds
-from perfbook.chapters import CHAPTERS, by_name
+from perfbook.chapters import CHAPTERS, plan_seconds
 from perfbook.data.dataset import load_manifest, read_csv, table_path
 from perfbook.data.machine import facts
 
@@ -89,14 +89,6 @@ def platforms(data_dir=None):
 
 
 # -- what a profile costs: the measure plan, and how each dataset's repetition stopped ------------
-
-
-def plan_seconds(chapter, profile: str) -> int | None:
-    """The seconds `chapter` (a Chapter or its name) is planned to take under `profile`: its
-    `plan_s` (perfbook.framework.contract.Chapter); None for "full", which takes as long as its targets need."""
-    if isinstance(chapter, str):
-        chapter = by_name(chapter).load()
-    return (getattr(chapter, "plan_s", None) or {}).get(profile)
 
 
 def _pct(x: float) -> str:

@@ -79,3 +79,14 @@ def by_name(name: str) -> Entry:
         if c.name == name:
             return c
     raise ParameterError(f"unknown chapter {name!r}; known: {', '.join(c.name for c in CHAPTERS)}")
+
+
+def plan_seconds(chapter, profile: str) -> int | None:
+    """The seconds `chapter` (a Chapter or its name) is planned to take under `profile`: its
+    `plan_s` (perfbook.framework.contract.Chapter); None for "full", which takes as long as its
+    targets need. Here, beside the registry, so that `perfbook measure` reads it without loading
+    the summary page (pandas, IPython: an IPython in the measure process printed a traceback
+    when a signal landed in its exit hook)."""
+    if isinstance(chapter, str):
+        chapter = by_name(chapter).load()
+    return (getattr(chapter, "plan_s", None) or {}).get(profile)
