@@ -58,10 +58,15 @@ compare:
 
 NBVAL = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 NOTEBOOK_FILES = chapters summary.ipynb hosts.ipynb
+# the tests run on every CPU, at most 4 workers (pytest-xdist): tests/conftest.py keeps the live
+# tests in one group, the site's in another, and each other file in one; TEST_WORKERS=0 runs
+# them in this process, one after another
+TEST_WORKERS ?= auto
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --no-loadscope-reorder)
 
 ## test: set up, then every tier below in one run (the README's command; .ci/run calls it)
 test: setup
-	$(PY) -m pytest tests $(NOTEBOOK_FILES) $(NBVAL) $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(NOTEBOOK_FILES) $(NBVAL) $(XDIST) $(PYTEST_ARGS)
 
 ## test-unit: pure tests on fixtures, in under a minute (no root, no notebook, no book build)
 test-unit: setup

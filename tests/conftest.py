@@ -686,6 +686,21 @@ SPAWN = {
 }  # fmt: skip
 
 
+def _runs_a_collect(node) -> bool:
+    """A literal that starts a collect in a child: a command line holding `measure` or `collect`
+    (`perfbook measure ...`), a notebook's `{"mode": "collect"}`, the fleet playbook."""
+    import ast
+
+    def s(n):
+        return n.value if isinstance(n, ast.Constant) and isinstance(n.value, str) else None
+
+    if isinstance(node, ast.List | ast.Tuple):
+        return any(s(e) in ("measure", "collect") for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return any(s(k) == "mode" and s(v) == "collect" for k, v in zip(node.keys, node.values))
+    return s(node) == "ansible-playbook"
+
+
 def _reach(path: Path, name: str, fixtures, cache={}) -> set[str]:  # noqa: B006 - a memo
     """The identifiers test `name` of `path` reaches through its module's and this file's
     functions and fixtures (ast; nothing is run)."""
@@ -708,15 +723,46 @@ def _reach(path: Path, name: str, fixtures, cache={}) -> set[str]:  # noqa: B006
             ident = node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
             if isinstance(node, ast.arg):
                 ident = node.arg
+            if _runs_a_collect(node):
+                ident = "collect"
             if ident:
                 names.add(ident)
                 todo.append(ident)
     return names
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Each test gets its tier: nbval's items and NOTEBOOK_TESTS are notebooks, SITE_TESTS site,
-    a test marked root, or reaching LIVE, live; one reaching SPAWN slow; the rest unit."""
+    a test marked root, or reaching LIVE, live; one reaching SPAWN slow; the rest unit. Then
+    its group for pytest-xdist (_group), and the groups are put in the order they should start."""
+    _tiers(items)
+    rank = {}
+    for item in items:
+        group = _group(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        rank[group] = min(rank.get(group, 9), _RANK.get(_tier(item), 9))
+    items.sort(key=lambda item: rank[_group(item)])  # stable: a group keeps its order
+
+
+# `make test` runs the tests on every CPU (pytest-xdist, --dist loadgroup): a group runs on one
+# worker, in its order, and the groups start in this order of their tiers: the live tests first,
+# as one group (one at a time: they change the kernel's state and take the machine-wide lock,
+# and they take the longest), then the site's (the session's book builds, made once), then the
+# others, a group per file (its fixtures made once, a notebook's cells in one kernel).
+_RANK = {"live": 0, "site": 1, "notebooks": 2, "slow": 3, "unit": 4}
+
+
+def _tier(item) -> str:
+    return next(m.name for m in item.iter_markers() if m.name in _RANK)
+
+
+def _group(item) -> str:
+    tier = _tier(item)
+    return tier if tier in ("live", "site") else item.nodeid.split("::")[0]
+
+
+def _tiers(items) -> None:
     for item in items:
         name = item.path.name
         if item.path.suffix == ".ipynb" or name in NOTEBOOK_TESTS:

@@ -279,14 +279,14 @@ CHECKS = [
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg"]
 
 
-@pytest.mark.slow
+@pytest.mark.live  # its fixture measures a dataset as root
 def test_the_new_chapter_passes_the_chapter_tests(added):
     repo, env = added
     out = _pytest(repo, env, *CHECKS, f"chapters/{NAME}.ipynb", *NBVAL)
     assert re.search(r"\b\d+ passed\b", out) and " skipped" not in out, out[-3000:]
 
 
-@pytest.mark.slow
+@pytest.mark.live  # its fixture measures a dataset as root
 def test_the_new_chapter_renders_in_the_book(added):
     """The copy's book builds with warnings as errors, and the new page opens in chromium with
     its figure, Key findings, banner, rerun box, Datasets section and Binder button."""
