@@ -88,14 +88,35 @@ def test_an_nbval_session_turns_it_on(monkeypatch):
     for nbval, this, on in ((True, False, True), (False, False, False), (True, True, False)):
         monkeypatch.setattr(provisioner, "EXTRA_ENV", {})
         monkeypatch.setattr(nbval_plugin, "_CHANGED", [])
+        monkeypatch.setattr(nbval_plugin, "_OTHER", {})
         environ = dict(os.environ)
         nbval_plugin.pytest_configure(Config(nbval, this))
-        assert bool(provisioner.EXTRA_ENV) == on
         assert dict(os.environ) == environ
         header = nbval_plugin.pytest_report_header(None)
         assert (header is not None and "another machine" in header) == on
-        if on:
-            assert provisioner.EXTRA_ENV == other_machine_env()[0]
+        assert provisioner.EXTRA_ENV == {}, "only while an nbval cell runs"
+        for item, other in ((NbvalCell(), on), (NotACell(), False)):
+            for hook in (nbval_plugin.pytest_runtest_setup, nbval_plugin.pytest_runtest_call):
+                during = hook(item)
+                next(during)
+                assert provisioner.EXTRA_ENV == (other_machine_env()[0] if other else {})
+                next(during, None)
+                assert provisioner.EXTRA_ENV == {}
+
+
+class IPyNbFile:  # stands for nbval's notebook collector (its module is nbval's)
+    pass
+
+
+IPyNbFile.__module__ = "nbval.plugin"
+
+
+class NbvalCell:
+    parent = IPyNbFile()
+
+
+class NotACell:
+    parent = object()
 
 
 def test_the_openblas_probe_names_a_kernel_set():

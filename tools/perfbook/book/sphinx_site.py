@@ -8,7 +8,7 @@ Two things the published site needs that no chapter notebook should have to carr
   in two archives and no raw copy sits beside them. The archives are deterministic (sorted
   members, fixed timestamps) and their paths start with ``data/``, so that unzipping one at the
   top of a clone puts it where the notebooks read it.
-* **Datasets on every chapter page.** Each chapter registered in tools/chapters.py gets a
+* **Datasets on every chapter page.** Each chapter registered in perfbook.chapters (CHAPTERS) gets a
   "Datasets" section at its end that links its datasets' archives, host by host, and its
   reference archive; the hosts page (tools/perfbook/book/hostspage.py) links every host's, through the same
   names (``dataset_url``).

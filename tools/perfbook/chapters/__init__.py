@@ -3,7 +3,7 @@
 Each package defines `chapter`, an instance of a perfbook.framework.contract.Chapter subclass (the
 contract: declared parameters and tables, preflight(), measure(ctx), load()). The measure
 CLI, the tests and the site walk CHAPTERS. No chapter imports another: what two chapters
-need lives in tools/ (the shared layer).
+need lives in the layers below (perfbook.analysis and down).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The chapter contract, in code: what a chapter declares and the steps it implements.
+"""The chapter contract, in code: what a chapter declares and the parts it brings.
 
-A chapter is a package `tools/perfbook/chapters/<name>/` whose `__init__.py` defines a subclass of
-`Chapter` and one instance of it called `chapter`:
+A chapter is a package `tools/perfbook/chapters/<name>/` whose `__init__.py` only declares: a
+subclass of `Chapter` and one instance of it called `chapter`:
 
     class Example(Chapter):
         name = "example"                                   # data/runs/<host>/<name>/<run>/
@@ -9,16 +9,18 @@ A chapter is a package `tools/perfbook/chapters/<name>/` whose `__init__.py` def
         profiles = {"quick": {...}, "default": {...}, "full": {...}}
         params = {"rounds": Param(int, min=1, help="..."), ...}   # types and bounds
         tables = {"calls": Table(round="int", ns_per_call="float")}  # column schemas
-        def preflight(self) -> list[str]: ...              # why it can't run here
-        def measure(self, ctx: Context) -> None: ...       # the only step that touches the host
-        def load(self, data_dir=None) -> Data: ...         # optional: extra frames/reference
+        needs_tools = {"hackbench": "rt-tests"}            # program -> Debian package
+        def preflight(self) -> list[str]: ...              # optional: why it can't run here
     chapter = Example()
 
-The rest of the package is split by concern: `collect.py` (kernel, QEMU, network), `parse.py`
-(text -> DataFrame, tested on fixtures), `analysis.py` (frames -> frames and one `findings`
-dict for the prose) and `figures.py` (frames -> figures). `perfbook.framework.sequence.collect` owns the
-sequence around `measure`: parameters -> preflight -> lock -> dataset writer -> kernel-state
-guard -> progress -> publish.
+The rest of the package is one file per part, the same in every chapter (tools/README.md):
+`collect.py` (`measure(ctx)`: the only code that touches the kernel, QEMU or the network),
+`parse.py` (text -> DataFrame, tested on fixtures; absent where nothing is parsed),
+`analysis.py` (frames -> frames), `figures.py`, `tables.py`, `prose.py` (`values(D)`: the values
+the text quotes) and `key_findings.py` (FINDINGS, the chapter's `key_findings`): PARTS below.
+`Chapter.measure` calls the collect part;
+`perfbook.framework.sequence.collect` owns the sequence around it: parameters -> preflight ->
+lock -> sweep -> cgroup -> undo stack -> collect -> publish.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ perfbook's (perfbook.book.jupyter.provisioner, through jupyter_client's JUPYTER_
 that nbval's kernels, too, are reached over Unix sockets in the private state directory and
 never listen on TCP. Processes the tests start inherit it.
 
-With --nbval, the kernels run as another machine (perfbook.book.jupyter.othermachine: rows
+With --nbval, nbval's kernels (and only they) run as another machine (perfbook.book.jupyter.othermachine: rows
 shuffled, numpy's baseline code path, another OpenBLAS kernel set, host id, clock and time zone),
 so the one nbval pass also checks that the stored outputs are portable; the report's header says
 what was changed. --nbval-this-machine keeps this machine's environment (to tell a portability
@@ -19,6 +19,9 @@ failure from any other).
 """
 
 import os
+from contextlib import contextmanager
+
+import pytest
 
 from perfbook.book.jupyter.kernel import PROVISIONER
 
@@ -34,6 +37,7 @@ def pytest_collection_modifyitems(items):
 
 
 _CHANGED: list[str] = []
+_OTHER: dict[str, str] = {}  # the other machine's environment, for nbval's kernels
 
 
 def pytest_addoption(parser):
@@ -47,13 +51,47 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     os.environ.setdefault("JUPYTER_DEFAULT_PROVISIONER_NAME", PROVISIONER)
     if getattr(config.option, "nbval", False) and not config.getoption("nbval_this_machine"):
-        # lazy: numpy and jupyter_client, for a session that runs notebooks only
-        from perfbook.book.jupyter import provisioner  # lazy: jupyter_client
         from perfbook.book.jupyter.othermachine import other_machine_env  # lazy: numpy
 
         env, said = other_machine_env()
-        provisioner.EXTRA_ENV.update(env)  # nbval's kernels, started in this process
+        _OTHER.update(env)
         _CHANGED[:] = said
+
+
+def _nbval_cell(item) -> bool:
+    return type(getattr(item, "parent", None)).__module__.startswith("nbval")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    """nbval starts a notebook's kernel in its first cell's setup (IPyNbFile.setup): only
+    while an nbval cell is set up or run do the kernels this process starts run as the other
+    machine. The kernels of the other tests (papermill's in the rerun story, which is about
+    another host's data, not another machine) are this machine's, and may be forked from the
+    zygote. (One of those, under libfaketime, died before it answered in a full run.)"""
+    with _as_other_machine(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    with _as_other_machine(item):
+        yield
+
+
+@contextmanager
+def _as_other_machine(item):
+    if not (_OTHER and _nbval_cell(item)):
+        yield
+        return
+    from perfbook.book.jupyter import provisioner  # lazy: jupyter_client
+
+    provisioner.EXTRA_ENV.update(_OTHER)
+    try:
+        yield
+    finally:
+        for k in _OTHER:
+            provisioner.EXTRA_ENV.pop(k, None)
 
 
 def pytest_report_header(config):
