@@ -249,7 +249,6 @@ def cheap_chapter():
 
 
 @pytest.mark.root
-@pytest.mark.slow
 def test_playbook_measures_localhost_and_brings_the_dataset_home(tmp_path, cheap_chapter):
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True

@@ -25,6 +25,7 @@ import pytest
 from conftest import ROOT, debris
 from perfbook import chapters
 from perfbook.book import freshness
+from perfbook.book.jupyter import zygote
 from perfbook.data.dataset import MANIFEST, list_runs, table_path, write_table
 from perfbook.dev import synthfleet
 
@@ -40,6 +41,20 @@ def _sanitizers():
 
 
 SANITIZE = _sanitizers()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kernels_as_refresh_starts_them():
+    """The notebooks here run as a reader's `perfbook refresh` runs them: their kernels forked
+    from one zygote (perfbook.book.jupyter.zygote), which has imported numpy, pandas and
+    matplotlib once. (nbval's kernels can't be: they run as another machine, which needs an exec.)"""
+    z = zygote.Zygote.start() if zygote.enabled() else None
+    try:
+        with zygote.serving(z):
+            yield
+    finally:
+        if z is not None:
+            z.close()
 
 
 @pytest.fixture(scope="module")

@@ -255,10 +255,11 @@ def table_name(run: Path, table: str) -> Path:
     return table_path(run, table) or Path(run) / f"{table}{TABLE_EXT}"
 
 
-def write_table(base: Path, df) -> Path:
-    """Write `df` as base + '.csv.xz' (deterministic bytes for the same frame)."""
+def write_table(base: Path, df, preset: int = 6) -> Path:
+    """Write `df` as base + '.csv.xz' (deterministic bytes for the same frame and preset; the
+    book's datasets use xz's default, 6)."""
     p = Path(f"{base}{TABLE_EXT}")
-    p.write_bytes(lzma.compress(df.to_csv(index=False).encode()))
+    p.write_bytes(lzma.compress(df.to_csv(index=False).encode(), preset=preset))
     return p
 
 
