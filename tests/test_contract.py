@@ -87,6 +87,7 @@ def test_bad_parameters_are_one_line_and_write_nothing(ch, scratch_data):
     assert _datasets(scratch_data) == []
 
 
+@pytest.mark.slow  # a measure refused at its parameters: nothing is measured
 @pytest.mark.parametrize("ch", ALL, ids=IDS)
 def test_measure_cli_rejects_a_bad_value_with_one_line(ch, scratch_data):
     mod = ch.load()

@@ -430,6 +430,7 @@ def _papermill_error(tmp_path, **params):
     return ei.value
 
 
+@pytest.mark.slow  # a collect refused at its parameters: it starts papermill, never measures
 @pytest.mark.parametrize(
     "params,text",
     [

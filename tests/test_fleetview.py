@@ -1,4 +1,4 @@
-"""Figures that scale (tools/perfbook/analysis/fleetview.py): with 25 synthetic hosts beside the committed ones,
+"""Figures that scale (tools/perfbook/analysis/fleetview.py): with 12 synthetic hosts beside the committed ones (15 hosts: more than a legend lists),
 every chapter figure keeps a legend of at most 10 entries, draws this host and the reference host
 in their styles, and names no more hosts in its caption than those two (tests/test_new_host.py
 draws every figure on each state of the book's own data). Plus the primitives on their own
@@ -52,7 +52,7 @@ def test_every_notebook_figure_is_covered():
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    """25 synthetic hosts beside the committed ones (the reference host among them); one synthetic
+    """12 synthetic hosts beside the committed ones (the reference host among them); one synthetic
     host's datasets get the newest run id, so that it is this host and the two roles differ."""
     from perfbook.dev import synthfleet
 
@@ -64,7 +64,7 @@ def fleet(tmp_path_factory):
     dest = tmp_path_factory.mktemp("fleetview") / "data"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(synthfleet, "write_table", plain)
-        ids = synthfleet.generate(25, dest, seed=11, say=lambda *_: None)
+        ids = synthfleet.generate(12, dest, seed=11, say=lambda *_: None)
     for real in (ROOT / "data" / "runs").iterdir():  # copies: a link in data/ is refused
         if real.is_dir() and not real.name.startswith("."):
             shutil.copytree(real, dest / "runs" / real.name)
@@ -88,7 +88,7 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
     dest, this, ref, synthetic = fleet
     D = entry.load().load(dest)
     F = fv.fleet(D)
-    assert len(F.hosts) >= 25 and F.this == this and F.reference == ref
+    assert len(F.hosts) >= 12 and F.this == this and F.reference == ref
     assert fv.roles(D)[this] == fv.THIS and fv.roles(D)[ref] == fv.REFERENCE
     own = (
         None  # a figure of the quoted dataset only: its legend is the one the committed data gives

@@ -102,6 +102,7 @@ def test_machine_spec_validation():
             sh.MachineSpec(**kw).validate()
 
 
+@pytest.mark.slow  # parses measure's command line; nothing is measured
 def test_measure_cli_param_parsing():
     from perfbook.cli import _measure_params, main
 
