@@ -737,13 +737,16 @@ def pytest_collection_modifyitems(config, items):
     a test marked root, or reaching LIVE, live; one reaching SPAWN slow; the rest unit. Then
     its group for pytest-xdist (_group), and the groups are put in the order they should start."""
     _tiers(items)
-    rank, grouped = {}, getattr(config.option, "loadgroup", False)  # a --dist loadgroup worker
-    for item in items:
-        group = _group(item)
-        rank[group] = min(rank.get(group, 9), _RANK.get(_tier(item), 9))
+    grouped = getattr(config.option, "loadgroup", False)  # a --dist loadgroup worker
+    tiers = [_tier(item) for item in items]
+    groups = [_group(item, tier) for item, tier in zip(items, tiers)]
+    rank = {}
+    for item, tier, group in zip(items, tiers, groups):
+        rank[group] = min(rank.get(group, 9), _RANK[tier])
         if grouped:
             _join(item, group)
-    items.sort(key=lambda item: rank[_group(item)])  # stable: a group keeps its order
+    order = sorted(range(len(items)), key=lambda i: rank[groups[i]])  # stable: groups keep order
+    items[:] = [items[i] for i in order]
 
 
 def _join(item, group: str) -> None:
@@ -778,11 +781,10 @@ def _tier(item) -> str:
 BESIDE_LIVE = {"test_new_chapter.py", "test_fleet.py"}
 
 
-def _group(item) -> str:
-    tier = _tier(item)
-    if tier == "live" and item.path.name in BESIDE_LIVE:
-        return item.path.name
-    return tier if tier in ("live", "site") else item.path.name
+def _group(item, tier: str) -> str:
+    if tier == "site" or (tier == "live" and item.path.name not in BESIDE_LIVE):
+        return tier
+    return item.path.name
 
 
 def _tiers(items) -> None:
