@@ -439,7 +439,9 @@ def start(argv, chapter: str, ready: str, timeout: float = 240):
 
 
 def entry(kind: str, chapter: str, data: Path, tmp: Path, extra: dict) -> list[str]:
-    if kind == "collect":  # what a notebook's collect mode runs (perfbook.book.notebook.run_mode)
+    if (
+        kind == "collect"
+    ):  # what a notebook's collect mode runs (perfbook.book.collect_mode.run_mode)
         import json
 
         return [

@@ -380,7 +380,7 @@ def test_a_notebook_that_meets_a_cut_table_fails_in_one_line_and_keeps_its_store
             nbformat.v4.new_code_cell(
                 "from perfbook.book import notebook as nb\n"
                 "from perfbook.chapters import trace_overhead as T\n"
-                f"D = nb.start(T.chapter, 'explain', 'default', {str(tmp_path / 'data')!r})\n"
+                f"D = nb.start(T.chapter, {str(tmp_path / 'data')!r})\n"
                 "D['samples']"
             )
         ]

@@ -1,28 +1,24 @@
 """What a chapter notebook calls: a notebook is prose plus short calls.
 
     # cell 1, tagged 'parameters': mode, profile, data_dir and the chapter's overrides
-    D = nb.start(T.chapter, mode, profile, data_dir, rounds=rounds)   # measure or explain
-    nb.glue_all(T.findings(D))           # every number the prose quotes
-    nb.show(T.figures.costs(D))          # a figure and its caption
+    run_mode(chapter, mode, profile, data_dir, rounds=rounds)   # collect mode measures first
+    D = nb.start(chapter, data_dir)      # the plot style, and the chapter's datasets
+    nb.glue_all(prose.values(D))         # every number the prose quotes
+    nb.figure("costs", figures.costs(D)) # a figure and its caption
     nb.runs_table(D)                     # shared sections: runs, repetition, hosts,
     nb.repetition(D); nb.hosts(D); nb.not_measured(D)   # what was not measured
 
-start() measures only in collect mode (run_mode) and otherwise just says that it reads the
-committed data; either way it returns the chapter's datasets (perfbook.data.dataset.Data).
+run_mode (perfbook.book.collect_mode) measures before this module is imported: its plotting
+stack is not needed to measure. start() returns the chapter's datasets (perfbook.data.dataset.Data).
 """
 
 from __future__ import annotations
 
 import html
 import inspect
-import json
 import re
-import signal
 import statistics
-import subprocess
-import sys
 from datetime import datetime
-from pathlib import Path
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -46,11 +42,9 @@ from perfbook.analysis.repetition import (
     FIXED_REPETITION,  # noqa: E402  (a dataset older than adaptive repetition)
     repetition_summary,
 )
-from perfbook.core.errors import ParameterError, PerfbookError, install_notebook_handler
-from perfbook.core.paths import repo_root, resolve_data_dir
-from perfbook.core.proc import term_with_parent
+from perfbook.core.errors import install_notebook_handler
+from perfbook.core.paths import resolve_data_dir
 from perfbook.data.dataset import (
-    check_writable,
     list_runs,
     load_manifest,
     load_manifests,
@@ -61,8 +55,6 @@ from perfbook.data.dataset import (
 from perfbook.data.machine import NOT_RECORDED, facts, short_kind
 from perfbook.framework.contract import Chapter
 from perfbook.hoststate.monitor import verdict_text
-
-MODES = ("explain", "collect")
 
 
 def setup_plots():
@@ -83,67 +75,6 @@ def init():
     setup_plots()
     pd.set_option("display.width", 120)
     pd.set_option("display.max_columns", 30)
-
-
-def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Path | None:
-    """Measure this host in collect mode; do nothing in explain mode.
-
-    The measurement does not run in the notebook kernel: jupyter_client SIGKILLs a kernel's
-    process group a few seconds after a Ctrl-C to papermill, whatever it is doing. It runs in
-    `python -m perfbook collect` (perfbook.framework.sequence.collect, as `measure` does), in a session of
-    its own with PR_SET_PDEATHSIG = SIGTERM: however the kernel ends, that process gets an
-    ordinary SIGTERM, restores what it changed and publishes nothing. The kernel asks for
-    SIGTERM when papermill dies as well, so the chain papermill -> kernel -> helper is
-    immediate."""
-    if mode not in MODES:
-        raise ParameterError(f"mode must be one of {MODES}, got {mode!r}")
-    chapter.parameters(profile, **overrides)  # validates the profile and overrides in every mode
-    data = resolve_data_dir(data_dir)
-    if mode == "explain":
-        print("explain mode: reading the committed datasets; nothing is measured.")
-        return None
-    check_writable(data)  # DatasetError here, in the notebook, before anything starts
-    term_with_parent()  # this kernel, too, gets SIGTERM the moment papermill dies (and
-    # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish
-    # and publish in the second ipykernel's parent poller takes to notice
-    given = {k: v for k, v in overrides.items() if v is not None}
-    p = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfbook",
-            "collect",
-            chapter.name,
-            "--profile",
-            profile,
-            "--data-dir",
-            str(data),
-            "--params",
-            json.dumps(given),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        cwd=repo_root(),
-        start_new_session=True,
-        preexec_fn=term_with_parent,
-    )
-    last = ""
-    try:
-        for line in p.stdout:
-            print(line, end="", flush=True)
-            last = line.strip() or last
-        rc = p.wait()
-    except BaseException:  # the kernel was interrupted: the collect stops, restores, and we wait
-        p.send_signal(signal.SIGTERM)
-        p.wait()
-        raise
-    if rc == 3:
-        return None
-    if rc != 0 or not last.startswith("new dataset: "):
-        raise PerfbookError(f"{chapter.name} collect failed (exit {rc}): {last}")
-    return Path(last.removeprefix("new dataset: "))
 
 
 def show_figure(fig, caption: str) -> None:
@@ -256,10 +187,10 @@ def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
 # -- the thin-notebook API ---------------------------------------------------------------
 
 
-def start(chapter, mode: str, profile: str, data_dir: str = "", **overrides):
-    """init(), then run_mode(), then every dataset of the chapter (perfbook.data.dataset.Data)."""
+def start(chapter, data_dir: str = ""):
+    """init(), then every dataset of the chapter (perfbook.data.dataset.Data). In collect mode the
+    notebook has measured already (perfbook.book.collect_mode.run_mode, its first call)."""
     init()
-    run_mode(chapter, mode, profile, data_dir, **overrides)
     return chapter.load(data_dir or None)
 
 

@@ -6,7 +6,7 @@ stayed). With this engine SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt whi
 runs (perfbook.book.jupyter.execute, with perfbook.core.guard as in `python -m perfbook measure`); nbclient shuts the kernel
 down and removes its files, and papermill's CLI ends with one line and exit status 128 + the signal's number. A
 collect's measurement runs in `python -m perfbook collect`, a process of its own that restores what
-it changed when its kernel ends, and publishes nothing (perfbook.book.notebook.run_mode); a later signal
+it changed when its kernel ends, and publishes nothing (perfbook.book.collect_mode.run_mode); a later signal
 only waits for the cleanup. An error of ours before or while the kernel starts (a kernelspec
 that does not name our provisioner, an unsafe state directory) is one line and exit status 2,
 as with `python -m perfbook`.
