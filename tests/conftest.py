@@ -425,48 +425,23 @@ def toc_pages() -> list[str]:
     return [p.removesuffix(".md").removesuffix(".ipynb") for p in pages]
 
 
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory):
-    """The whole book built once per session with Sphinx warnings as errors (the `make book`
-    flags); returns (returncode, log, html dir, repository url used for the launch buttons)."""
-    import subprocess
-    import sys
-    from types import SimpleNamespace
-
-    out = tmp_path_factory.mktemp("book")
-    env = dict(os.environ)
-    env.setdefault("PERFBOOK_REPOSITORY_URL", TEST_REPOSITORY_URL)
-    env.setdefault("PERFBOOK_REPOSITORY_BRANCH", "main")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    r = subprocess.run(
-        [str(jb), "build", str(ROOT), "--path-output", str(out), "-W", "-n", "--keep-going"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    return SimpleNamespace(
-        returncode=r.returncode,
-        log=(r.stdout + r.stderr),
-        html=out / "_build" / "html",
-        repository_url=env["PERFBOOK_REPOSITORY_URL"].rstrip("/").removesuffix(".git"),
-        branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main",
-    )
-
-
-# A synthetic fleet (perfbook.dev.synthfleet) for the scaling checks of the site: how many hosts.
+# The synthetic fleet (perfbook.dev.synthfleet) in the copy the book is built in: how many hosts.
 # 12 in `make test` (more hosts than a legend or a drop-down may list, in a few minutes);
 # `make test-fleet` builds the 100-host fleet (about 15 minutes on 2 cores).
 FLEET_HOSTS = int(os.environ.get("PERFBOOK_TEST_FLEET", "12"))
 
 
 @pytest.fixture(scope="session")
-def fleet_book(tmp_path_factory, pytestconfig):
-    """The book built once per session in a SCRATCH COPY of this checkout (perfbook.dev.bench's
-    scratch_checkout: never this checkout's data/, build/ or _build/) whose data/runs also
-    holds FLEET_HOSTS synthetic hosts (`python -m perfbook synthfleet N DEST`, then moved in),
-    with hosts.ipynb re-executed there on that data (papermill, in place). The chapters keep
-    their stored outputs: only their Datasets sections and the hosts page follow data/.
-    Returns (returncode, log, html dir, the copy, number of synthetic hosts, failed step)."""
+def built_book(tmp_path_factory, pytestconfig):
+    """The book, built once per session with Sphinx warnings as errors (the `make book` flags),
+    in a SCRATCH COPY of this checkout (perfbook.dev.bench's scratch_checkout: never this
+    checkout's data/, build/ or _build/) whose data/runs also holds FLEET_HOSTS synthetic hosts
+    (`python -m perfbook synthfleet N DEST`, then moved in), with hosts.ipynb re-executed there
+    on that data (papermill, in place). The chapters keep their stored outputs: only their
+    Datasets sections and the hosts page follow data/, so every page is checked as committed
+    and the hosts page and the archives at a fleet's scale, from one build (tests/test_book.py,
+    tests/test_site_browser.py). Returns (returncode, log, html dir, the copy, its data dir,
+    number of synthetic hosts, failed step, repository url and branch of the launch buttons)."""
     import subprocess
     import sys
     from types import SimpleNamespace
@@ -487,7 +462,7 @@ def fleet_book(tmp_path_factory, pytestconfig):
 
     def step(what, cmd):
         if say:
-            say.write_line(f"[fleet book] {what} ...")
+            say.write_line(f"[the book] {what} ...")
         r = subprocess.run([str(c) for c in cmd], cwd=repo, env=env, capture_output=True, text=True)
         killed = f"(killed by signal {-r.returncode})\n" if r.returncode < 0 else ""
         log.append(f"$ {' '.join(map(str, cmd))}\n{r.stdout}{r.stderr}{killed}")
@@ -499,8 +474,11 @@ def fleet_book(tmp_path_factory, pytestconfig):
             log="\n".join(log),
             html=out / "_build" / "html",
             repo=repo,
+            data=repo / "data",
             hosts=FLEET_HOSTS,
             failed=failed,
+            repository_url=env["PERFBOOK_REPOSITORY_URL"].rstrip("/").removesuffix(".git"),
+            branch=env["PERFBOOK_REPOSITORY_BRANCH"] or "main",
         )
 
     if step(
@@ -770,7 +748,9 @@ _RANK = {"live": 0, "site": 1, "notebooks": 2, "slow": 3, "unit": 4}
 
 
 def _tier(item) -> str:
-    return next(m.name for m in item.iter_markers() if m.name in _RANK)
+    """The first of its tiers in _RANK's order: test_book.py's build test, marked slow and
+    given site by _tiers, is site (in the site group, which builds the book once), not slow."""
+    return min((m.name for m in item.iter_markers() if m.name in _RANK), key=_RANK.get)
 
 
 # Live tests that measure in a scratch copy or data directory of their own, through the

@@ -42,7 +42,8 @@ def test_every_chapter_package_and_notebook_is_registered():
 
 @pytest.mark.slow
 def test_book_builds_without_warnings(built_book):
-    """The session's one build of the book (conftest.built_book), also used by the browser test."""
+    """The session's one build of the book (conftest.built_book: in a scratch copy that also holds
+    a synthetic fleet), also used by the browser test."""
     assert built_book.returncode == 0, built_book.log[-4000:]
     html = built_book.html
     assert (html / "index.html").is_file()
@@ -60,7 +61,8 @@ def test_book_builds_without_warnings(built_book):
 @pytest.mark.slow
 def test_the_site_holds_each_dataset_once(built_book):
     """Every dataset file in data/runs and every reference figure of a chapter is in exactly
-    one archive under datasets/, and nothing else is there (no raw copies beside them)."""
+    one archive under datasets/, and nothing else is there (no raw copies beside them): the
+    committed datasets and the synthetic fleet's of the copy the book was built in."""
     import zipfile
 
     from perfbook.book.sphinx_site import SITE_DIR, chapter_data, run_chapters
@@ -76,7 +78,8 @@ def test_the_site_holds_each_dataset_once(built_book):
         with zipfile.ZipFile(f) as z:
             members += z.namelist()
     assert others == [], f"files beside the archives: {others[:5]}"
-    chapters = sorted({c.name for c in CHAPTERS} | set(run_chapters()))
-    want = sorted(f"data/{rel}" for c in chapters for _, rel in chapter_data(c).members())
+    data = built_book.data
+    chapters = sorted({c.name for c in CHAPTERS} | set(run_chapters(data)))
+    want = sorted(f"data/{rel}" for c in chapters for _, rel in chapter_data(c, data).members())
     assert len(members) == len(set(members)), "a file is in two archives"
     assert sorted(members) == want

@@ -6,9 +6,9 @@ broken, no glue reference is left unresolved, and every chapter page has figures
 button, and a Datasets section whose links (one archive per dataset, one for the reference
 figures) download the committed data byte for byte, each file once. The hosts page filters its
 rows as one types in its search box, narrows by a facet, and sorts numeric columns as numbers;
-it links every dataset the site holds. The same checks run on a site built in a scratch copy of
-the repository with a synthetic fleet (conftest.fleet_book: 12 hosts in make test, 100 in make
-test-fleet). Every
+it links every dataset the site holds. The book is built in a scratch copy of the repository
+whose data/ also holds a synthetic fleet (conftest.built_book: 12 hosts in make test, 100 in make
+test-fleet), so the hosts page and the archives are checked at a fleet's scale. Every
 chapter reads like a book: Key findings before the first section, the platform banner, the rerun
 box, no visible code cell longer than 10 lines, math rendered with the network cut, numbered
 figures with real alt text. Screenshots of two chapters (top and first figure) are kept in
@@ -232,7 +232,7 @@ def _zip_members(url: str) -> dict[str, bytes]:
 def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
     from perfbook.book.sphinx_site import SITE_DIR, chapter_data
 
-    data = chapter_data(_chapters()[page])
+    data = chapter_data(_chapters()[page], site.book.data)
     _open(browser, site, page)
 
     # one link per dataset (and one to the reference figures), each to its own archive; together
@@ -389,39 +389,28 @@ def _hosts_page_checks(browser, url_base: str, html: Path, n_hosts: int) -> None
     assert not errors, f"hosts page: the browser reported errors: {errors}"
 
 
-def test_hosts_page_search_sort_and_links(browser, site):
+def test_hosts_page_with_a_fleet_searches_sorts_and_links(browser, site, capsys):
+    """The hosts page of the site, whose copy holds the committed hosts and a synthetic fleet (12
+    hosts in make test, 100 in make test-fleet): it loads, has a row per host, searches and
+    sorts, and a linked archive is the dataset it names, unzipping into a clone."""
     from perfbook.analysis.hosts import host_records
 
-    recs = host_records()
-    _hosts_page_checks(browser, site.url, site.html, len(recs))
-    # a linked archive is the dataset it names, unzipping into a clone
+    book = site.book
+    n = len([p for p in (book.data / "runs").iterdir() if p.is_dir()])
+    assert n >= book.hosts + 1 and len(host_records(book.data)) == n
+    _hosts_page_checks(browser, site.url, site.html, n)
     a = browser.find_element("css selector", "#pb-hosts a.pb-dataset")
     host, chapter, run = urlsplit(a.get_attribute("href")).path.removesuffix(".zip").split("/")[-3:]
     members = _zip_members(a.get_attribute("href"))
-    src = ROOT / "data" / "runs" / host / chapter / run
+    src = book.data / "runs" / host / chapter / run
     assert members and all(n.startswith(f"data/runs/{host}/{chapter}/{run}/") for n in members)
     for name, blob in members.items():
-        assert blob == (ROOT / name).read_bytes(), name
+        assert blob == (book.repo / name).read_bytes(), name
     assert f"data/runs/{host}/{chapter}/{run}/manifest.json" in members and src.is_dir()
-
-
-def test_hosts_page_with_a_fleet(browser, fleet_book, capsys):
-    """The hosts page of a site built in a scratch copy with a synthetic fleet (12 hosts in
-    make test, 100 in make test-fleet): it loads, has a row per host, and searches and sorts
-    as with three."""
-    if fleet_book.returncode != 0:
-        pytest.fail(f"the fleet book failed at {fleet_book.failed}:\n" + fleet_book.log[-4000:])
-    html = fleet_book.html
-    n = len([p for p in (fleet_book.repo / "data" / "runs").iterdir() if p.is_dir()])
-    assert n >= fleet_book.hosts + 1
-    with _serve(html) as url:
-        _hosts_page_checks(browser, url, html, n)
-    mb = sum(p.stat().st_size for p in html.rglob("*") if p.is_file()) / 1e6
-    data_mb = (
-        sum(p.stat().st_size for p in (fleet_book.repo / "data").rglob("*") if p.is_file()) / 1e6
-    )
+    mb = sum(p.stat().st_size for p in site.html.rglob("*") if p.is_file()) / 1e6
+    data_mb = sum(p.stat().st_size for p in book.data.rglob("*") if p.is_file()) / 1e6
     with capsys.disabled():
-        print(f"\nfleet site ({n} hosts): {mb:.0f} MB in {html}, for {data_mb:.0f} MB of data/")
+        print(f"\nthe site ({n} hosts): {mb:.0f} MB in {site.html}, for {data_mb:.0f} MB of data/")
 
 
 _HASHLIKE = re.compile(r"^(?:\.\./)*(?:_images/)?[0-9a-f]{16,}(?:\.png|\.svg|\.jpg)?$")
