@@ -48,13 +48,8 @@ def _kernels_as_refresh_starts_them():
     """The notebooks here run as a reader's `perfbook refresh` runs them: their kernels forked
     from one zygote (perfbook.book.jupyter.zygote), which has imported numpy, pandas and
     matplotlib once. (nbval's kernels can't be: they run as another machine, which needs an exec.)"""
-    z = zygote.Zygote.start() if zygote.enabled() else None
-    try:
-        with zygote.serving(z):
-            yield
-    finally:
-        if z is not None:
-            z.close()
+    with zygote.warm_kernels():
+        yield
 
 
 @pytest.fixture(scope="module")

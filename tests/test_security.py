@@ -432,10 +432,8 @@ def _kernel_clients(nb: Path, out: Path) -> dict:
         import nbformat
         from perfbook.book.jupyter import execute as nbrun, zygote as warmkernel
         nb = nbformat.read({str(nb)!r}, as_version=4)
-        zygote = warmkernel.Zygote.start()
-        with nbrun.interruptible(), warmkernel.serving(zygote):
+        with warmkernel.warm_kernels(), nbrun.interruptible():
             nbrun.execute(nb, {str(nb.parent)!r})
-        zygote.close()
         """)
     return {
         "papermill": [

@@ -58,15 +58,9 @@ def refresh(names: str = "", changed: bool = False, jobs: int = 0, validated: bo
     jobs = refresh_jobs(jobs)
     if jobs > 1 and len(chapters) > 1:
         return _refresh_in_parallel(chapters, jobs)
-    zygote = warmkernel.Zygote.from_env()  # our parent's (_refresh_in_parallel), else ours
-    if zygote is None and warmkernel.enabled() and chapters:
-        zygote = warmkernel.Zygote.start()
-    try:
-        with nbrun.interruptible(), warmkernel.serving(zygote):
-            return _refresh_each(chapters)
-    finally:
-        if zygote is not None:
-            zygote.close()
+    parents = warmkernel.Zygote.from_env()  # our parent's (_refresh_in_parallel), else ours
+    with warmkernel.warm_kernels(parents, wanted=bool(chapters)), nbrun.interruptible():
+        return _refresh_each(chapters)
 
 
 def _refresh_each(chapters) -> int:

@@ -207,6 +207,21 @@ def serving(zygote: Zygote | None):
         _serving = before
 
 
+@contextmanager
+def warm_kernels(zygote: Zygote | None = None, wanted: bool = True):
+    """While the block runs, this process's kernels fork from `zygote` (a parent's, from
+    Zygote.from_env), else from one started here when `wanted` and enabled(), which ends with
+    the block; yields the zygote that serves (None: kernels start the usual way). What refresh,
+    the rerun story and the security test use."""
+    own = Zygote.start() if zygote is None and wanted and enabled() else None
+    try:
+        with serving(zygote or own):
+            yield zygote or own
+    finally:
+        if own is not None:
+            own.close()
+
+
 def fork_kernel(cmd: list[str], launch: dict) -> _Forked | None:
     """The kernel for `cmd` forked by the zygote serving this process, with the env and cwd of
     jupyter_client's launch arguments; None when none serves, the command is not perfbook.book.jupyter.kernel's,
