@@ -217,6 +217,27 @@ def test_parse_ftrace_record_tgid_irq_info_off_and_ns_clock():
     assert f.comm.iloc[0] == "CPU 0/TCG" and f.attrs["lost"] == 5
 
 
+def test_host_loss_places_an_overrun_before_or_inside_the_measured_span():
+    """The host buffers run from QEMU's start in overwrite mode: a CPU that overran kept its
+    newest events. Its overrun is the boot's if its oldest kept event precedes the first
+    measured request, and may be the span's otherwise; 'dropped events' can't be placed."""
+    text = textwrap.dedent("""\
+        ##### CPU 0 buffer started ####
+               CPU 0/TCG-24283   [000] ..... 1000: sys_write(fd: 0xd, buf: 0x1, count: 8)
+        ##### CPU 1 buffer started ####
+                  worker-24284   [001] ..... 5000: sys_pread64(fd: 3, buf: 0x7fc3, count: 0x1000, pos: 0x100000)
+        """)
+    f = P.parse_ftrace(text)
+    assert f.cpu.tolist() == [0, 1]
+    frames = {"qemu": f, "disk": f.iloc[:0]}
+    stats = {"qemu": {0: {"overrun": 7}, 1: {"overrun": 3}}, "disk": {0: {"overrun": 0}}}
+    assert P.host_loss(stats, frames, 2000) == (3, 7)  # cpu1 kept nothing older than the span
+    assert P.host_loss(stats, frames, 6000) == (0, 10)  # both kept events older than it
+    assert P.host_loss(stats, frames, math.nan) == (10, 0)  # no request matched: can't tell
+    stats["disk"] = {1: {"overrun": 2, "dropped events": 4}}  # no kept event on cpu1 of disk
+    assert P.host_loss(stats, frames, 6000) == (6, 10)
+
+
 def test_parse_qemu_log():
     q = P.parse_qemu_log(
         "24281@1795324725.564124:virtio_queue_notify vdev 0x5 n 0 vq 0x7\n"

@@ -439,14 +439,25 @@ class TraceSession:
     def buffer_stats(self) -> dict:
         """Summed per-CPU ring-buffer statistics of this session's buffer."""
         tot: dict[str, int] = {}
-        per_cpu = self.buffer / "per_cpu"
-        for cpu in sorted(per_cpu.glob("cpu*")):
+        for stats in self.cpu_buffer_stats().values():
+            for k, v in stats.items():
+                tot[k] = tot.get(k, 0) + v
+        return tot
+
+    def cpu_buffer_stats(self) -> dict[int, dict[str, int]]:
+        """Each CPU's ring-buffer statistics of this session's buffer (per_cpu/cpuN/stats: the
+        integer ones, such as entries, overrun and dropped events), by CPU number."""
+        out: dict[int, dict[str, int]] = {}
+        for cpu in sorted((self.buffer / "per_cpu").glob("cpu*")):
+            if not cpu.name[3:].isdigit():
+                continue
+            stats = out.setdefault(int(cpu.name[3:]), {})
             for line in _read_lines(cpu / "stats"):
                 k, _, v = line.partition(":")
                 v = v.strip().split()[0] if v.strip() else ""
                 if v.isdigit():
-                    tot[k.strip()] = tot.get(k.strip(), 0) + int(v)
-        return tot
+                    stats[k.strip()] = int(v)
+        return out
 
     def uprobe_hits(self) -> dict[str, int]:
         """Hit counts of our probes from uprobe_profile ('path event hits')."""

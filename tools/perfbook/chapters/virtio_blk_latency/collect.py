@@ -45,6 +45,7 @@ from .parse import (
     SINGLE,
     VARIANTS,
     MiB,
+    host_loss,
     parse_bench,
     parse_calib,
     parse_ftrace,
@@ -224,7 +225,7 @@ class HostTrace:
     def read(self) -> tuple[str, str, dict]:
         for t in (self.q, self.b):
             t.set_option("tracing_on", "0")
-        stats = {"qemu": self.q.buffer_stats(), "disk": self.b.buffer_stats()}
+        stats = {"qemu": self.q.cpu_buffer_stats(), "disk": self.b.cpu_buffer_stats()}
         return (
             self.q.file("trace").read_text(errors="replace"),
             self.b.file("trace").read_text(errors="replace"),
@@ -487,9 +488,6 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
             req[c] = [col[k] - anchor[k] if k >= 0 else math.nan for k in m]
     # host layer
     if ht is not None:
-        jrow["host_lost"] = int(
-            sum(s.get("overrun", 0) + s.get("dropped events", 0) for s in hstats.values())
-        )
         qev_h, bev_h = parse_ftrace(htext), parse_ftrace(btext)
         jrow["host_events"] = int(len(qev_h) + len(bev_h))
         hi = host_issues(
@@ -497,6 +495,19 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
         )
         m = match_in_order(bench.offset.to_numpy(), hi.offset.to_numpy())
         jrow["matched_host"] = int((m >= 0).sum())
+        # host_lost: events lost inside the measured requests' span (a boot's overrun is not)
+        cols = [
+            c for c in hi.columns if c.startswith("h_") and c not in ("h_sub_call", "h_sub_thread")
+        ]
+        span = hi.iloc[m[m >= 0]][cols].to_numpy(dtype="float64")
+        start = float(span[~pd.isna(span)].min()) if (~pd.isna(span)).any() else math.nan
+        jrow["host_lost"], before = host_loss(hstats, {"qemu": qev_h, "disk": bev_h}, start)
+        if before:
+            notes.append(
+                f"host trace: {before} events of QEMU's start and boot overwritten in the ring "
+                "buffer before the first measured request (none of the measured span)"
+            )
+            jrow["notes"] = "; ".join(notes)
         anchor = hi.h_issue.to_numpy(dtype="float64")
         req["h_anchor"] = [anchor[k] if k >= 0 else math.nan for k in m]
         for c in (

@@ -6,6 +6,7 @@ tests/fixtures/virtio_blk_latency."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pandas as pd
@@ -99,28 +100,59 @@ _ARG = re.compile(r"(\w+): (0x[0-9a-fA-F]+|-?\d+)")
 
 def parse_ftrace(text: str):
     """ftrace 'trace' text -> frame: ts, tid, comm, kind (enter/exit/event), name, detail,
-    ret. Syscall events print as 'sys_x(args)' and 'sys_x -> ret'. Lines are split by
+    ret, cpu. Syscall events print as 'sys_x(args)' and 'sys_x -> ret'. Lines are split by
     perfbook.probes.ftrace (host or guest kernel, any trace options); ts is the raw count for the
     x86-tsc clock we set (int), float seconds if a kernel fell back to a ns clock.
     attrs['lost'] / attrs['lost_lines'] say whether the ring buffer dropped events."""
     rows = []
     st = ftrace.new_stats()
     for r in ftrace.records(text, st):
-        ts, tid, comm = r.ts, r.pid, r.task
+        ts, tid, comm, cpu = r.ts, r.pid, r.task, r.cpu
         if r.event is not None:
-            rows.append((ts, tid, comm, "event", r.event, r.body, None))
+            rows.append((ts, tid, comm, "event", r.event, r.body, None, cpu))
             continue
         body = r.body
         s = _SYS_EXIT.match(body)
         if s:
-            rows.append((ts, tid, comm, "exit", s[1], "", int(s[2], 0)))
+            rows.append((ts, tid, comm, "exit", s[1], "", int(s[2], 0), cpu))
             continue
         s = _SYS_ENTER.match(body)
         if s:
-            rows.append((ts, tid, comm, "enter", s[1], s[2], None))
-    df = pd.DataFrame(rows, columns=["ts", "tid", "comm", "kind", "name", "detail", "ret"])
+            rows.append((ts, tid, comm, "enter", s[1], s[2], None, cpu))
+    df = pd.DataFrame(rows, columns=["ts", "tid", "comm", "kind", "name", "detail", "ret", "cpu"])
     df.attrs.update(st)
     return df
+
+
+def host_loss(cpu_stats: dict, frames: dict, start) -> tuple[int, int]:
+    """(events lost inside the measured span, events lost before it) of the host's ftrace
+    buffers. `cpu_stats`: buffer -> CPU -> ring-buffer stats (TraceSession.cpu_buffer_stats);
+    `frames`: buffer -> its parse_ftrace frame; `start`: the earliest host event of a matched
+    request (nan: none matched).
+
+    The host buffers run from QEMU's start, in ftrace's overwrite mode: a full CPU buffer drops
+    its *oldest* events (its overrun count). A TCG boot is long, and longer on a busy machine,
+    so a CPU may overrun with the boot's syscalls and still hold every event of the benchmark
+    that follows. A CPU's overrun is lost before the span if the CPU's oldest kept event is
+    older than `start`, else it may fall inside the span and counts there. Events refused
+    when a buffer was not in overwrite mode ('dropped events') can't be placed: inside."""
+    inside = before = 0
+    for buf, cpus in cpu_stats.items():
+        df = frames.get(buf)
+        for cpu, st in cpus.items():
+            inside += st.get("dropped events", 0)
+            over = st.get("overrun", 0)
+            if not over:
+                continue
+            kept = (
+                df.ts[df.cpu == cpu] if df is not None and len(df) else pd.Series([], dtype=float)
+            )
+            oldest = float(kept.min()) if len(kept) else math.nan
+            if not math.isnan(oldest) and not math.isnan(float(start)) and oldest <= float(start):
+                before += over
+            else:
+                inside += over
+    return int(inside), int(before)
 
 
 def syscall_args(detail: str) -> dict[str, int]:
