@@ -294,7 +294,7 @@ def test_the_new_chapter_renders_in_the_book(added):
     page = f"chapters/{NAME}"
     out = _pytest(
         repo,
-        env,
+        {**env, "PERFBOOK_TEST_FLEET": "0"},  # its page, not a fleet's hosts page (conftest)
         "tests/test_book.py::test_book_builds_without_warnings",
         *(
             f"tests/test_site_browser.py::{t}[{page}]"
