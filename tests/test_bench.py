@@ -4,10 +4,12 @@ on success and on Ctrl-C."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,7 +17,7 @@ from conftest import ROOT
 from perfbook.analysis import findings
 from perfbook.core import codedigest
 from perfbook.core.errors import PerfbookError
-from perfbook.data import digest
+from perfbook.data import dataset, digest
 from perfbook.dev import bench
 
 
@@ -276,12 +278,18 @@ def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
     not as a benchmark that measures nothing."""
     monkeypatch.setattr(findings, "_CODE", findings._CODE)
     monkeypatch.setattr(codedigest, "_imports", codedigest._imports)
+    monkeypatch.setattr(dataset, "_table_cache", dataset._table_cache)
+    monkeypatch.setattr(dataset.Data, "__init__", dataset.Data.__init__)
+    monkeypatch.setattr(functools, "cached_property", functools.cached_property)
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "on")  # recorded: the end restores the session's
     monkeypatch.delenv("PERFBOOK_VERDICT_STORE")
     held = {
         "code-digests": lambda: findings._CODE,
         "module-imports": lambda: codedigest._imports,
         "verdict-store": findings.store_enabled,
+        "table-cache": lambda: dataset._table_cache,
+        "data-memos": lambda: dataset.Data.__init__,
+        "cached-properties": lambda: functools.cached_property,
     }
     assert set(bench.MEMOS) == set(held)
     for name, (_what, off) in bench.MEMOS.items():
@@ -291,3 +299,16 @@ def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
     findings._CODE["k"] = 1
     assert "k" not in findings._CODE and findings._CODE.get("k") is None
     assert not hasattr(codedigest._imports, "cache_info")
+    D = dataset.Data(SimpleNamespace(name="none"), manifests=[])
+    D._once["k"] = 1
+    assert "k" not in D._once and D.once("k", lambda: 2) == 2 and D.once("k", lambda: 3) == 3
+    calls = []
+
+    class Derived:
+        @functools.cached_property
+        def value(self):
+            calls.append(1)
+            return len(calls)
+
+    d = Derived()
+    assert (d.value, d.value) == (1, 2)  # computed at every access

@@ -433,17 +433,3 @@ def test_iostat_host_summaries_stored_or_computed_give_the_same_views(
     for a, b in zip(off, stored):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
     forget()
-
-
-def test_a_value_several_findings_read_is_worked_out_once_per_run():
-    calls = []
-
-    @F.once_each
-    def value(run):
-        calls.append(run)
-        return len(calls)
-
-    D = _Data([("h-a", "r1", 2.0), ("h-a", "r2", 3.0)], {})
-    a, b = F.Run(D, D.manifests[0]), F.Run(D, D.manifests[1])
-    assert (value(a), value(a), value(b), value(a)) == (1, 1, 2, 1)
-    assert calls == [a, b]

@@ -19,14 +19,12 @@ is never shown without the dataset it comes from, and the spread between runs is
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import json
 import math
 import os
 import re
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -82,20 +80,6 @@ class Run:
 
     def reference(self, name: str, dtype=None):
         return self.D.reference(name, dtype)
-
-
-def once_each(fn):
-    """fn(run) worked out once for each Run while it lives: a value several of a dataset's key
-    findings read (outcomes() hands them all one Run). A Data's own: Data.once."""
-    memo: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    @functools.wraps(fn)
-    def once(x):
-        if x not in memo:
-            memo[x] = fn(x)
-        return memo[x]
-
-    return once
 
 
 def plain(v):

@@ -26,7 +26,9 @@ python -m perfbook bench memo [--memos all] [--notebooks summary,...] [--data-di
     kernel), once with every memo and once with the memo turned off, in turn, `--runs` times
     each; the verdict store (build/verdicts) is filled by a first execution and kept, as in a
     second `make notebooks`. Prints the median CPU and wall seconds of each and their ratio. A
-    memo's docstring quotes the figure this printed on the project's machine.
+    memo's docstring quotes the figure this printed on the project's machine. `--memos
+    verdict-store+table-cache` turns both off together: a memo that helps where the verdict
+    store has nothing yet (a new host's first `make notebooks`) shows there.
 
 python -m perfbook bench validate [--data-dir D] [--runs 3]
     `python -m perfbook validate` in a new process with each dataset's pass kept in the verdict
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import re
@@ -66,6 +69,7 @@ from perfbook.core import codedigest, guard
 from perfbook.core.errors import PerfbookError, one_line
 from perfbook.core.paths import repo_root
 from perfbook.core.proc import kill_group
+from perfbook.data import dataset
 from perfbook.dev import synthfleet
 from perfbook.framework.sequence import collect
 from perfbook.hoststate.scratch import Scratch
@@ -605,6 +609,35 @@ def _no_verdict_store():
     os.environ["PERFBOOK_VERDICT_STORE"] = "off"
 
 
+def _no_table_cache():
+    dataset._table_cache = _Forgetful()
+
+
+def _no_data_memos():
+    init = dataset.Data.__init__
+
+    def forgetful(self, *a, **kw):
+        init(self, *a, **kw)
+        self._views, self._rows, self._once = _Forgetful(), _Forgetful(), _Forgetful()
+
+    dataset.Data.__init__ = forgetful
+
+
+class _Recomputed:
+    """functools.cached_property without the cache: computed at every access."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, cls=None):
+        return self if obj is None else self.fn(obj)
+
+
+def _no_cached_properties():
+    functools.cached_property = _Recomputed  # before a chapter's analysis is imported
+
+
 MEMOS: dict = {
     "verdict-store": (
         "perfbook.analysis.findings.stored: each dataset's values kept in build/verdicts",
@@ -617,6 +650,18 @@ MEMOS: dict = {
     "module-imports": (
         "perfbook.core.codedigest._imports: each module's imports, parsed once per process",
         _no_module_imports,
+    ),
+    "table-cache": (
+        "perfbook.data.dataset._table_cache: parsed tables shared by a process's Data objects",
+        _no_table_cache,
+    ),
+    "data-memos": (
+        "perfbook.data.dataset.Data's once(), view_of() and rows_of() memos",
+        _no_data_memos,
+    ),
+    "cached-properties": (
+        "the chapters' functools.cached_property values (their analysis classes)",
+        _no_cached_properties,
     ),
 }
 
@@ -665,7 +710,7 @@ def _cells_child(notebook: Path, data_dir: str, without: str, env: dict) -> tupl
 
 def memo(names, notebooks, data_dir: str = "", runs: int = 3, say=print) -> dict:
     """The memo benchmark (module doc): {(notebook, memo or '-'): [(wall, CPU), ...]}."""
-    unknown = [n for n in names if n not in MEMOS]
+    unknown = [n for name in names for n in name.split("+") if n not in MEMOS]
     if unknown:
         raise PerfbookError(f"unknown memo(s) {', '.join(unknown)}; known: {', '.join(MEMOS)}")
     got: dict = {}
@@ -784,14 +829,18 @@ def main(argv=None) -> int:
     f.add_argument("--seed", type=int, default=1)
     f.add_argument("--dry-run", action="store_true", help="skip the notebooks and the book")
     m = sub.add_parser("memo", help="what each memo saves: notebooks run with it and without")
-    m.add_argument("--memos", default="all", help="comma-separated names (default: every one)")
+    m.add_argument(
+        "--memos",
+        default="all",
+        help="comma-separated names (default: every one); a+b turns a and b off together",
+    )
     m.add_argument("--notebooks", default=",".join(MEMO_NOTEBOOKS))
     m.add_argument("--data-dir", default="", help="a data directory (e.g. a synthetic fleet)")
     m.add_argument("--runs", type=int, default=3)
     c = sub.add_parser("cells", help="(bench memo's child) one notebook's cells, timed")
     c.add_argument("notebook")
     c.add_argument("data_dir")
-    c.add_argument("without", help="a memo to turn off first, or -")
+    c.add_argument("without", help="memos to turn off first (a+b), or -")
     z = sub.add_parser("zygote", help="refresh with kernels forked from the zygote and without")
     z.add_argument("--runs", type=int, default=3)
     z.add_argument("--chapters", default="")
@@ -804,8 +853,8 @@ def main(argv=None) -> int:
             validate(args.data_dir, args.runs, say=lambda x: print(x, flush=True))
             return 0
         if args.cmd == "cells":
-            if args.without != "-":
-                MEMOS[args.without][1]()
+            for name in args.without.split("+") if args.without != "-" else ():
+                MEMOS[name][1]()
             wall, cpu = run_cells(Path(args.notebook), args.data_dir)
             print(f"{wall:.3f} {cpu:.3f}")
             return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, once_each
+from perfbook.analysis.findings import Finding, Outcome
 from perfbook.analysis.stats import compare
 
 from . import analysis as A
@@ -67,7 +67,6 @@ def seed_top_hackbench(run):
     )
 
 
-@once_each
 def _slowdowns(run):
     """Each tracer's effect on hackbench's time (two findings read it)."""
     D = _D(run)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, once_each
+from perfbook.analysis.findings import Finding, Outcome
 
 from .analysis import decompose, published_current, summary_table
 
 
-@once_each
 def _medians(run):
-    """Each mechanism's median ns per call in this dataset (once for all its key findings)."""
+    """Each mechanism's median ns per call in this dataset (its key findings read it)."""
     s = run["samples"]
     if s is None or s.empty:
         return None

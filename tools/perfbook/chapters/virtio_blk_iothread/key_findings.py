@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, once_each
+from perfbook.analysis.findings import Finding, Outcome
 
 from .analysis import bonnie_beside_seed, cpu_rates, effects, storm_effects, table
 
@@ -18,7 +18,6 @@ def _effect(run, job: str, storm: bool = False):
     return e.iloc[0] if len(e) else None
 
 
-@once_each
 def _rates(run):
     """CPU seconds per second of each thread class, outside the storm (two findings read it)."""
     t = table(run.data, "threads")
