@@ -209,17 +209,18 @@ def serving(zygote: Zygote | None):
 
 @contextmanager
 def warm_kernels(zygote: Zygote | None = None, wanted: bool = True):
-    """While the block runs, this process's kernels fork from `zygote` (a parent's, from
-    Zygote.from_env), else from one started here when `wanted` and enabled(), which ends with
-    the block; yields the zygote that serves (None: kernels start the usual way). What refresh,
-    the rerun story and the security test use."""
-    own = Zygote.start() if zygote is None and wanted and enabled() else None
+    """While the block runs, this process's kernels fork from `zygote` (this process's
+    connection to a parent's, from Zygote.from_env), else from one started here when `wanted`
+    and enabled(); either is closed when the block ends. Yields the zygote that serves (None:
+    kernels start the usual way). What refresh, the rerun story and the security test use."""
+    if zygote is None and wanted and enabled():
+        zygote = Zygote.start()
     try:
-        with serving(zygote or own):
-            yield zygote or own
+        with serving(zygote):
+            yield zygote
     finally:
-        if own is not None:
-            own.close()
+        if zygote is not None:
+            zygote.close()
 
 
 def fork_kernel(cmd: list[str], launch: dict) -> _Forked | None:
