@@ -116,20 +116,19 @@ def test_a_fleet_keeps_legends_fixed_and_highlights_this_and_the_reference_host(
                     r"([^;.]*): no mark, (?:it has|they have) nothing to draw here", caption
                 )
                 for role, host in ((fv.THIS, this), (fv.REFERENCE, ref)):
-                    word = role  # "this host", "reference host": the legend's words
                     if absent and f"({host})" in absent.group(1):
-                        assert not any(t.startswith(word) for t in legend_texts(fig)), (
+                        assert not any(t.startswith(role) for t in legend_texts(fig)), (
                             entry.name,
                             key,
-                            f"{word} has a legend entry but the caption says it has no mark",
+                            f"{role} has a legend entry but the caption says it has no mark",
                         )
                         continue
                     assert rgb(fv.STYLE[role]["color"]) in colours, (
                         entry.name,
                         key,
-                        f"{word} not drawn",
+                        f"{role} not drawn",
                     )
-                    assert word in legend_text, (entry.name, key, legend_text)
+                    assert role in legend_text, (entry.name, key, legend_text)
                 assert "other hosts (n = " in legend_text, (entry.name, key, legend_text)
             if (entry.name, key) in HEATMAP:
                 labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
