@@ -58,10 +58,13 @@ compare:
 
 NBVAL = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 NOTEBOOK_FILES = chapters summary.ipynb hosts.ipynb
-# the tests run on every CPU, at most 4 workers (pytest-xdist): tests/conftest.py keeps the live
-# tests in one group, the site's in another, and each other file in one; TEST_WORKERS=0 runs
-# them in this process, one after another
-TEST_WORKERS ?= auto
+# the tests run in one worker more than there are CPUs, at most 4 (pytest-xdist):
+# tests/conftest.py keeps the live tests in one group, the site's in another, and each other
+# file in one; TEST_WORKERS=0 runs them in this process, one after another. One worker more
+# because the live group runs one test at a time and much of it waits (a kernel's start, a
+# signal's restore), and it is the longest lane: a fresh clone's `make test` here (2 CPUs,
+# 2026-11-28) took 678 s with 3 workers, 701 s with 4 and 722-802 s with 2
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --maxprocesses 4 --dist loadgroup --no-loadscope-reorder)
 
 ## test: set up, then every tier below in one run (the README's command; .ci/run calls it)

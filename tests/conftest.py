@@ -740,11 +740,12 @@ def _join(item, group: str) -> None:
     item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
-# `make test` runs the tests on every CPU (pytest-xdist, --dist loadgroup): a group runs on one
-# worker, in its order, and the groups start in this order of their tiers: the live tests first,
-# as one group (one at a time: they change the kernel's state and take the machine-wide lock,
-# and they take the longest), then the site's (the session's book builds, made once), then the
-# others, a group per file (its fixtures made once, a notebook's cells in one kernel).
+# `make test` runs the tests in parallel (pytest-xdist, --dist loadgroup; the Makefile says how
+# many workers): a group runs on one worker, in its order, and the groups start in this order of
+# their tiers: the live tests first, as one group (one at a time: they change the kernel's state
+# and take the machine-wide lock, and they take the longest), then the site's (the session's
+# book builds, made once), then the others, a group per file (its fixtures made once, a
+# notebook's cells in one kernel).
 _RANK = {"live": 0, "site": 1, "notebooks": 2, "slow": 3, "unit": 4}
 
 
