@@ -278,7 +278,6 @@ def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
     not as a benchmark that measures nothing."""
     monkeypatch.setattr(findings, "_CODE", findings._CODE)
     monkeypatch.setattr(codedigest, "_imports", codedigest._imports)
-    monkeypatch.setattr(dataset, "_table_cache", dataset._table_cache)
     monkeypatch.setattr(dataset.Data, "__init__", dataset.Data.__init__)
     monkeypatch.setattr(functools, "cached_property", functools.cached_property)
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "on")  # recorded: the end restores the session's
@@ -287,7 +286,6 @@ def test_each_memo_the_memo_benchmark_names_is_turned_off(monkeypatch):
         "code-digests": lambda: findings._CODE,
         "module-imports": lambda: codedigest._imports,
         "verdict-store": findings.store_enabled,
-        "table-cache": lambda: dataset._table_cache,
         "data-memos": lambda: dataset.Data.__init__,
         "cached-properties": lambda: functools.cached_property,
     }

@@ -483,7 +483,6 @@ def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeyp
     from perfbook.chapters import by_name
 
     ch = by_name("trace_overhead").load()
-    dataset._table_cache.clear()
     D = ch.load(book_data.data_dir)
     q = D.quoted
     read, real = [], dataset.read_table
@@ -498,7 +497,6 @@ def test_a_view_of_its_own_files_reads_only_them_and_gives_the_same_rows(monkeyp
     again = D.view([q], own_files=True)["samples"]  # the whole table is loaded now: cut from it
     assert len(read) == 1 + len(D.manifests)
     pd.testing.assert_frame_equal(again, whole, check_exact=True)
-    dataset._table_cache.clear()
 
 
 def test_a_refresh_checks_the_manifests_first_and_leaves_the_tables_to_its_notebooks(tmp_path):

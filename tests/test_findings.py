@@ -18,7 +18,6 @@ import pytest
 from conftest import ROOT
 from perfbook.analysis import findings as F
 from perfbook.chapters import CHAPTERS, by_name
-from perfbook.data import dataset
 from perfbook.data.buildfiles import store_dir
 from perfbook.data.dataset import Data, Manifest
 from perfbook.hoststate.statedir import UnsafePath
@@ -212,8 +211,7 @@ STORED = "trace_overhead"  # the cheapest chapter with datasets on three committ
 
 def forget():
     """What a new process holds: nothing."""
-    for held in (F._CODE, dataset._table_cache):
-        held.clear()
+    F._CODE.clear()
 
 
 @pytest.fixture

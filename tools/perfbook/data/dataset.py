@@ -362,53 +362,30 @@ def read_table(run: Path, table: str, manifest: dict | None = None, schema=None)
 
 def load_table(chapter: str, table: str, data_dir: Path | None = None, schema=None):
     """Concatenate table `table` of every run of `chapter`, with host_id/run_id columns."""
-    frame, _ = _table_rows(chapter, table, data_dir, schema)
-    return frame.copy(deep=False) if len(frame.columns) else pd.DataFrame()
-
-
-# The tables a process read last, each as one frame of every dataset's rows: a chapter's Data
-# and each one-dataset view of it (perfbook.analysis.findings.Run.data, once per dataset and finding) cut
-# their rows from it instead of reading every dataset again, which made evaluating a fleet's
-# findings quadratic in its hosts. An entry holds while the listing, the manifests' row
-# counts and every table file's stat are the same; frames are shared copy-on-write (pandas 3).
-TABLE_CACHE = 16
-_table_cache: dict[tuple, tuple] = {}
+    return _table_rows(chapter, table, data_dir, schema)[0]
 
 
 def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=None):
     """(frame of table `table` of every dataset of `chapter` (or of the datasets whose keys
     are in `only`), {(host, run): (first row, end)}): what load_table returns, and where each
-    dataset's rows are in it."""
-    parts = []
+    dataset's rows are in it. A Data reads each table once and shares it with its views (its
+    _source); a cache of these frames across a process's Data objects was measured and removed:
+    no gain (`perfbook bench memo --memos table-cache,verdict-store+table-cache`, 33 hosts,
+    2026-11-28: netperf_latency 9.52 s of CPU with it against 9.56 without, 16.68 against 16.03
+    with the verdict store off; summary 2.35 against 2.05, 70.2 against 71.5)."""
+    frames, spans, at = [], {}, 0
     for run, man in _listed(chapter, data_dir):
         if only is not None and man.key not in only:
             continue
-        p = table_path(run, table)
-        if p is None:
+        if table_path(run, table) is None:
             continue
-        try:
-            st = os.lstat(p)
-        except OSError:
-            continue
-        parts.append((run, man, p, (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns,
-                                    man.key, man["tables"].get(table))))
-    key = (chapter, table, str(runs_dir(data_dir)), schema, os.environ.get("PERFBOOK_SHUFFLE_ROWS"),
-           tuple(sig for *_, sig in parts), None if only is None else tuple(sorted(only)))
-    hit = _table_cache.pop(key, None)
-    if hit is None:
-        frames, spans, at = [], {}, 0
-        for run, man, _p, _sig in parts:
-            df = read_table(run, table, man, schema)
-            df.insert(0, "run_id", man["run_id"])
-            df.insert(0, "host_id", man["host"]["host_id"])
-            frames.append(df)
-            spans[man.key] = (at, at + len(df))
-            at += len(df)
-        hit = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(), spans)
-        while len(_table_cache) >= TABLE_CACHE:
-            _table_cache.pop(next(iter(_table_cache)))
-    _table_cache[key] = hit      # the most recently used last
-    return hit
+        df = read_table(run, table, man, schema)
+        df.insert(0, "run_id", man["run_id"])
+        df.insert(0, "host_id", man["host"]["host_id"])
+        frames.append(df)
+        spans[man.key] = (at, at + len(df))
+        at += len(df)
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), spans
 
 
 def load_manifests(chapter: str, data_dir: Path | None = None) -> list[dict]:
@@ -553,7 +530,7 @@ class Data:
             if self.chapter.tables and name not in self.chapter.tables:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
             schema = self.chapter.tables.get(name)
-            if self._only is not None and self._own_files and not self._whole_loaded(name, schema):
+            if self._only is not None and self._own_files and name not in self._source:
                 full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema, self._only)
             else:
                 if name not in self._source:
@@ -606,10 +583,6 @@ class Data:
             hit = self._rows[name] = (df, df.groupby(["host_id", "run_id"], sort=False, observed=True).indices)
         at = hit[1].get(key)
         return df.iloc[at] if at is not None else df.iloc[0:0]
-
-    def _whole_loaded(self, name: str, schema) -> bool:
-        return any(k[:4] == (self.chapter.name, name, str(runs_dir(self.data_dir)), schema) and k[-1] is None
-                   for k in _table_cache)
 
     def prepare(self, name: str, df):
         """A chapter's Data subclass puts a table in its natural row order, or adds derived

@@ -27,7 +27,7 @@ python -m perfbook bench memo [--memos all] [--notebooks summary,...] [--data-di
     each; the verdict store (build/verdicts) is filled by a first execution and kept, as in a
     second `make notebooks`. Prints the median CPU and wall seconds of each and their ratio. A
     memo's docstring quotes the figure this printed on the project's machine. `--memos
-    verdict-store+table-cache` turns both off together: a memo that helps where the verdict
+    verdict-store+data-memos` turns both off together: a memo that helps where the verdict
     store has nothing yet (a new host's first `make notebooks`) shows there.
 
 python -m perfbook bench validate [--data-dir D] [--runs 3]
@@ -609,10 +609,6 @@ def _no_verdict_store():
     os.environ["PERFBOOK_VERDICT_STORE"] = "off"
 
 
-def _no_table_cache():
-    dataset._table_cache = _Forgetful()
-
-
 def _no_data_memos():
     init = dataset.Data.__init__
 
@@ -650,10 +646,6 @@ MEMOS: dict = {
     "module-imports": (
         "perfbook.core.codedigest._imports: each module's imports, parsed once per process",
         _no_module_imports,
-    ),
-    "table-cache": (
-        "perfbook.data.dataset._table_cache: parsed tables shared by a process's Data objects",
-        _no_table_cache,
     ),
     "data-memos": (
         "perfbook.data.dataset.Data's once(), view_of() and rows_of() memos",
