@@ -10,12 +10,20 @@ import pandas as pd
 import papermill as pm
 import pytest
 
-from conftest import ROOT, need_preflight, need_root, need_tool, nobody_requests, others_listen
+from conftest import (
+    ROOT,
+    debris,
+    need_preflight,
+    need_root,
+    need_tool,
+    nobody_requests,
+    others_listen,
+)
 from perfbook.chapters.cpu_pinning import analysis as A
 from perfbook.chapters.cpu_pinning import chapter as CH
 from perfbook.chapters.cpu_pinning import collect as C
 from perfbook.chapters.cpu_pinning import parse as PA
-from perfbook.chapters.cpu_pinning import prose
+from perfbook.chapters.cpu_pinning import prose, tables
 from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import table_path
 from perfbook.hoststate import knobs, tracefs
@@ -228,6 +236,22 @@ def test_committed_datasets_reproduce_the_quoted_run(book_data):
     assert f["n_trials"] == len(d.TL) == d.quoted.tables["trials"]
     assert f["n_datasets"] == len(d.manifests) and f["host"] == d.quoted.host_id
     assert not any(isinstance(v, float) for v in f.values())
+
+
+def test_a_variant_without_a_comparable_trial_reads_n_a(book_data):
+    """A run whose fixed-rate trials of a variant were all disturbed or fell behind the rate
+    (a one-round run on a busy machine: a `make all`'s new host in the rerun story) has no mean
+    latency for it: the prose and the seed table say n/a, never 'nan'."""
+    d = CH.load(book_data.data_dir)
+    if d.quoted is None:
+        pytest.skip("no committed cpu_pinning dataset")
+    # what medians() gives where no trial of the variant is comparable (a one-round new host
+    # may already lack it)
+    d.__dict__["M"] = d.M.drop(index=("rate", "pinned_tuned"), errors="ignore")
+    f = prose.seed(d)
+    assert f["lat_tu"] == "n/a" and f["lat_un"].endswith(" ms"), f
+    cell = tables.beside_seed(d).iloc[-1]["here (fixed rate, worker CPU per request)"]
+    assert cell.endswith("-> n/a (mean latency)") and not debris(cell), cell
 
 
 # ------------------------------------------------------- knob restoration --

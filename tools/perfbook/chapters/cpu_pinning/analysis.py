@@ -363,6 +363,12 @@ def host_summary(D):
     return summary(D.of_shown(D["trials"]), metrics=("cpu_per_req_us", "lat_p99_ms", "throughput"))
 
 
+def mean_ms(x: float) -> str:
+    """A mean latency of seed_claims in words: n/a where no comparable trial of the variant is
+    left at the fixed rate (every one disturbed, or behind the rate), as in a one-round run."""
+    return "n/a" if math.isnan(x) else f"{x:.3f} ms"
+
+
 def seed_claims(D) -> dict:
     """The seed's figures (data/reference/cpu_pinning.csv) and ours beside them."""
     ref = D.reference("cpu_pinning")

@@ -467,8 +467,8 @@ def seed(D) -> dict:
     out = {
         "seed_before": f"{c['before']:.0f}",
         "seed_after": f"{c['after']:.0f}",
-        "lat_un": f"{c['lat_un']:.3f}",
-        "lat_tu": f"{c['lat_tu']:.3f}",
+        "lat_un": A.mean_ms(c["lat_un"]),
+        "lat_tu": A.mean_ms(c["lat_tu"]),
     }
     checks = [
         ("pinned", claims["pinned"]),

@@ -214,7 +214,9 @@ def beside_seed(D):
         {
             "claim": "mean response time, before -> after both tunings",
             "seed": f"{c['before']:.0f} ms -> {c['after']:.0f} ms",
-            "here (fixed rate, worker CPU per request)": f"{lat_un:.3f} ms -> {lat_tu:.3f} ms (mean latency)",
+            "here (fixed rate, worker CPU per request)": (
+                f"{A.mean_ms(lat_un)} -> {A.mean_ms(lat_tu)} (mean latency)"
+            ),
             "here (fixed rate, busy % of all CPUs)": "",
         }
     )
