@@ -6,6 +6,7 @@ root, or to the owner of that data directory; anything else in its place (a syml
 kind of file, another user's file) is refused with one line (UnsafePath). A file is replaced
 atomically: written to a temporary file beside it (O_EXCL | O_NOFOLLOW), then renamed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,7 +22,11 @@ def store_dir(kind: str, data_dir: Path | str | None = None) -> Path:
     """build/<kind>/<data>: `data` for the checkout's data/, data-<16 hex> for any other data
     directory (a scratch fleet, a test's copy)."""
     runs = runs_dir(data_dir).resolve()
-    name = "data" if runs == runs_dir().resolve() else f"data-{hashlib.sha256(str(runs).encode()).hexdigest()[:16]}"
+    name = (
+        "data"
+        if runs == runs_dir().resolve()
+        else f"data-{hashlib.sha256(str(runs).encode()).hexdigest()[:16]}"
+    )
     return build_dir() / kind / name
 
 
@@ -29,8 +34,10 @@ def trusted_owner(path: Path, st: os.stat_result, kind: str, runs: Path) -> None
     """Refuse a symlink, the wrong kind of file, or one owned by someone other than us, root
     or the owner of the data directory `runs` it was made from."""
     if stat.S_ISLNK(st.st_mode):
-        raise UnsafePath(f"{path} is a symlink; perfbook refuses to follow it "
-                         "(remove it: it is made again by itself)")
+        raise UnsafePath(
+            f"{path} is a symlink; perfbook refuses to follow it "
+            "(remove it: it is made again by itself)"
+        )
     if not (stat.S_ISDIR if kind == "directory" else stat.S_ISREG)(st.st_mode):
         raise UnsafePath(f"{path} is not a {kind}; perfbook refuses to use it (remove it)")
     if st.st_uid not in (os.geteuid(), 0):
@@ -39,8 +46,10 @@ def trusted_owner(path: Path, st: os.stat_result, kind: str, runs: Path) -> None
         except OSError:
             data_owner = None
         if st.st_uid != data_owner:
-            raise UnsafePath(f"{path} belongs to uid {st.st_uid}, neither us, root nor the owner of "
-                             f"{runs}; perfbook refuses to use it (remove it: it is made again by itself)")
+            raise UnsafePath(
+                f"{path} belongs to uid {st.st_uid}, neither us, root nor the owner of "
+                f"{runs}; perfbook refuses to use it (remove it: it is made again by itself)"
+            )
 
 
 def _check_dir(d: Path, create: bool, runs: Path) -> bool:
@@ -70,7 +79,7 @@ def read_private(path: Path, runs: Path) -> bytes | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as e:
-        if e.errno == 40:   # ELOOP: the last component is a symlink
+        if e.errno == 40:  # ELOOP: the last component is a symlink
             trusted_owner(path, os.lstat(path), "file", runs)
         return None
     try:
@@ -88,7 +97,7 @@ def write_private(path: Path, data: bytes, runs: Path) -> None:
     if not _check_dir(path.parent, create=True, runs=runs):
         raise PermissionError(f"cannot create {path.parent}")
     try:
-        trusted_owner(path, os.lstat(path), "file", runs)   # never replace a planted link silently
+        trusted_owner(path, os.lstat(path), "file", runs)  # never replace a planted link silently
     except FileNotFoundError:
         pass
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
@@ -97,7 +106,7 @@ def write_private(path: Path, data: bytes, runs: Path) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -5,33 +5,35 @@ the destination, which is renamed into place only when the run succeeded. An
 existing dataset is never overwritten. Reading gathers every run of a chapter,
 all hosts, into tidy pandas frames with host_id and run_id columns.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
 import io
 import json
+import lzma
 import os
 import re
 import stat
 from pathlib import Path
 
-from perfbook.core.errors import DatasetError
-from perfbook.data.manifest import FIELDS, REQUIRED, SCHEMA, Manifest, migrate  # noqa: F401  (the schema: tools/perfbook/data/manifest.py)
-from perfbook.core.paths import reference_dir, runs_dir
-from perfbook.hoststate.statedir import UnsafePath, open_file
-import lzma
-import pandas as pd
 import numpy as np
+import pandas as pd
+
+from perfbook.core.errors import DatasetError
+from perfbook.core.paths import reference_dir, runs_dir
+from perfbook.data.manifest import FIELDS, REQUIRED, SCHEMA, Manifest, migrate  # noqa: F401  (the schema: tools/perfbook/data/manifest.py)
+from perfbook.hoststate.statedir import UnsafePath, open_file
 
 MANIFEST = "manifest.json"
 
 
 def utc_now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
 def new_run_id() -> str:
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     return now.strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -46,7 +48,8 @@ def check_writable(data_dir: Path) -> None:
     except OSError as e:
         raise DatasetError(
             f"data directory {data_dir} is not writable ({e.strerror}); "
-            "pass a writable data_dir parameter") from None
+            "pass a writable data_dir parameter"
+        ) from None
 
 
 # -- what a data directory holds: regular files, read within limits, never through a link ----
@@ -71,17 +74,19 @@ def check_writable(data_dir: Path) -> None:
 # them (pandas parses what streams in until then): measured here, the 10-million-row bomb of
 # #43 (53 KB of xz, 270 MB of text) is refused at the line limit after 54 MB, ~0.45 s of CPU;
 # a bomb without a newline at the byte limit, ~0.65 s.
-MAX_FILE_BYTES = 128 << 20     # on disk, any file of data/; and a table's CSV text once
+MAX_FILE_BYTES = 128 << 20  # on disk, any file of data/; and a table's CSV text once
 #                                decompressed: 29x the largest committed table, 2.3x a full
 #                                profile's largest
-MAX_TABLE_LINES = 2_000_000    # 29x the longest committed table; 2.4x twelve times it (~830k).
+MAX_TABLE_LINES = 2_000_000  # 29x the longest committed table; 2.4x twelve times it (~830k).
 #                                Lines, not rows: a newline inside a quoted field counts too.
-MAX_MANIFEST_BYTES = 1 << 20   # a manifest or another JSON file of data/: 134x the largest
-RUN_DEPTH = 4                  # host/chapter/run/file: a dataset's file below runs/
-REF_DEPTH = 1                  # file: a reference file below reference/
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest or another JSON file of data/: 134x the largest
+RUN_DEPTH = 4  # host/chapter/run/file: a dataset's file below runs/
+REF_DEPTH = 1  # file: a reference file below reference/
 
-_NO_LINK = ("data/ holds regular files and directories only, and perfbook never follows a "
-            "link there (replace it with what it points to)")
+_NO_LINK = (
+    "data/ holds regular files and directories only, and perfbook never follows a "
+    "link there (replace it with what it points to)"
+)
 
 
 def _refused(path, what: str) -> DatasetError:
@@ -164,8 +169,10 @@ def open_data(path: Path, depth: int) -> int:
     size = os.fstat(fd).st_size
     if size > MAX_FILE_BYTES:
         os.close(fd)
-        raise DatasetError(f"{path}: {size / 2**20:,.0f} MiB on disk, more than the "
-                           f"{MAX_FILE_BYTES >> 20} MiB a file of data/ may have; not reading it")
+        raise DatasetError(
+            f"{path}: {size / 2**20:,.0f} MiB on disk, more than the "
+            f"{MAX_FILE_BYTES >> 20} MiB a file of data/ may have; not reading it"
+        )
     return fd
 
 
@@ -176,8 +183,10 @@ def read_data(path: Path, depth: int, limit: int | None = None) -> tuple[os.stat
     try:
         st = os.fstat(fd)
         if limit is not None and st.st_size > limit:
-            raise DatasetError(f"{path}: {st.st_size:,} bytes, more than the {limit:,} a file like "
-                               "it may have; not reading it")
+            raise DatasetError(
+                f"{path}: {st.st_size:,} bytes, more than the {limit:,} a file like "
+                "it may have; not reading it"
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             return st, f.read()
     except OSError as e:
@@ -191,6 +200,7 @@ class _Capped(io.RawIOBase):
     decompresses only what is asked for), CHUNK bytes at most at a time; DatasetError naming the
     file as soon as it passes MAX_FILE_BYTES or MAX_TABLE_LINES. `bytes` and `lines` say how
     far it got."""
+
     CHUNK = 1 << 20
 
     def __init__(self, source, path):
@@ -206,12 +216,16 @@ class _Capped(io.RawIOBase):
         self.bytes += len(data)
         self.lines += data.count(b"\n")
         if self.bytes > MAX_FILE_BYTES:
-            raise DatasetError(f"{self.path}: more than {MAX_FILE_BYTES >> 20} MiB of CSV text, the "
-                               "limit for a table; stopped reading it (a compression bomb?)")
+            raise DatasetError(
+                f"{self.path}: more than {MAX_FILE_BYTES >> 20} MiB of CSV text, the "
+                "limit for a table; stopped reading it (a compression bomb?)"
+            )
         if self.lines > MAX_TABLE_LINES:
-            raise DatasetError(f"{self.path}: more than {MAX_TABLE_LINES:,} lines, the limit for a "
-                               "table; stopped reading it (a compression bomb?)")
-        buf[:len(data)] = data
+            raise DatasetError(
+                f"{self.path}: more than {MAX_TABLE_LINES:,} lines, the limit for a "
+                "table; stopped reading it (a compression bomb?)"
+            )
+        buf[: len(data)] = data
         return len(data)
 
 
@@ -222,10 +236,15 @@ def read_csv(path: Path, depth: int = RUN_DEPTH, **kw):
     fd = open_data(path, depth)
     with os.fdopen(fd, "rb") as raw:
         try:
-            with (lzma.LZMAFile(raw) if str(path).endswith(".xz") else raw) as src:
+            with lzma.LZMAFile(raw) if str(path).endswith(".xz") else raw as src:
                 return pd.read_csv(io.BufferedReader(_Capped(src, path), _Capped.CHUNK), **kw)
-        except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError,
-                lzma.LZMAError, EOFError) as e:
+        except (
+            pd.errors.ParserError,
+            UnicodeDecodeError,
+            pd.errors.EmptyDataError,
+            lzma.LZMAError,
+            EOFError,
+        ) as e:
             msg = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise DatasetError(f"{path}: malformed CSV ({msg}); restore it from git") from None
 
@@ -269,13 +288,13 @@ def list_runs(chapter: str, data_dir: Path | None = None) -> list[Path]:
     return [run for run, _ in _listed(chapter, data_dir)]
 
 
-def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Manifest"]]:
+def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, Manifest]]:
     """(directory, Manifest) of every dataset of a chapter (list_runs, load_manifests), its
     directories listed and its manifests read every time."""
     base = runs_dir(data_dir)
     seen: dict[tuple, Path] = {}
     out = []
-    for host in subdirs(base):     # each a directory, never a link (a link is refused)
+    for host in subdirs(base):  # each a directory, never a link (a link is refused)
         if chapter not in subdirs(os.path.join(base, host)):
             continue
         top = base / host / chapter
@@ -286,8 +305,10 @@ def _listed(chapter: str, data_dir: Path | None = None) -> list[tuple[Path, "Man
             man = _load(run, f"{host}/{chapter}/{name}")
             key = (host, man["run_id"])
             if key in seen:
-                raise DatasetError(f"{run / MANIFEST}: run id {key[1]} is also the run id of "
-                                   f"{seen[key]}; a copied dataset must get its own run id")
+                raise DatasetError(
+                    f"{run / MANIFEST}: run id {key[1]} is also the run id of "
+                    f"{seen[key]}; a copied dataset must get its own run id"
+                )
             seen[key] = run
             out.append((run, man))
     return out
@@ -305,18 +326,20 @@ def load_manifest(run: Path) -> dict:
     return _load(run, "/".join(run.parts[-3:]))
 
 
-def _load(run: Path, rel: str) -> "Manifest":
+def _load(run: Path, rel: str) -> Manifest:
     """load_manifest, given the dataset's name (<host>/<chapter>/<run>)."""
-    p = os.path.join(run, MANIFEST)   # strings, not Paths: this runs for every dataset
+    p = os.path.join(run, MANIFEST)  # strings, not Paths: this runs for every dataset
     _, data = _read_manifest(p)
     try:
         raw = json.loads(data)
     except ValueError as e:
-        raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git or remove the dataset") from None
+        raise DatasetError(
+            f"{p}: not valid JSON ({e}); restore it from git or remove the dataset"
+        ) from None
     return _checked(raw, run, p, rel)
 
 
-def _checked(m, run: Path, p: str, rel: str) -> "Manifest":
+def _checked(m, run: Path, p: str, rel: str) -> Manifest:
     """A manifest as parsed from file `p`, checked against its directory `run` (named
     <host>/<chapter>/<run> in `rel`) and migrated."""
     host_dir, _, run_dir = rel.split("/")
@@ -326,15 +349,18 @@ def _checked(m, run: Path, p: str, rel: str) -> "Manifest":
     if missing:
         raise DatasetError(f"{p}: missing field(s) {', '.join(missing)}")
     if not isinstance(m["schema"], int) or not 1 <= m["schema"] <= SCHEMA:
-        raise DatasetError(f"{p}: schema {m['schema']!r} is not one this code reads (1..{SCHEMA}); "
-                           "update the checkout")
+        raise DatasetError(
+            f"{p}: schema {m['schema']!r} is not one this code reads (1..{SCHEMA}); "
+            "update the checkout"
+        )
     if m["run_id"] != run_dir:
-        raise DatasetError(f"{p}: run_id {m['run_id']!r} does not match its directory "
-                           f"{run_dir!r} (a copied dataset?)")
+        raise DatasetError(
+            f"{p}: run_id {m['run_id']!r} does not match its directory "
+            f"{run_dir!r} (a copied dataset?)"
+        )
     host = m["host"].get("host_id") if isinstance(m["host"], dict) else None
     if host != host_dir:
-        raise DatasetError(f"{p}: host_id {host!r} does not match its directory "
-                           f"{host_dir!r}")
+        raise DatasetError(f"{p}: host_id {host!r} does not match its directory {host_dir!r}")
     if not isinstance(m["tables"], dict):
         raise DatasetError(f"{p}: 'tables' must map table names to row counts")
     return Manifest(migrate(m), path=run)
@@ -353,8 +379,10 @@ def read_table(run: Path, table: str, manifest: dict | None = None, schema=None)
         df = df.sample(frac=1, random_state=int(seed)).reset_index(drop=True)
     want = man["tables"].get(table)
     if want is not None and len(df) != want:
-        raise DatasetError(f"{p}: {len(df)} rows, but its manifest lists {want} "
-                           "(truncated or edited); restore it from git")
+        raise DatasetError(
+            f"{p}: {len(df)} rows, but its manifest lists {want} "
+            "(truncated or edited); restore it from git"
+        )
     if schema is not None:
         df = schema.check(df, str(p))
     return df
@@ -369,10 +397,10 @@ def _table_rows(chapter: str, table: str, data_dir: Path | None, schema, only=No
     """(frame of table `table` of every dataset of `chapter` (or of the datasets whose keys
     are in `only`), {(host, run): (first row, end)}): what load_table returns, and where each
     dataset's rows are in it. A Data reads each table once and shares it with its views (its
-    _source); a cache of these frames across a process's Data objects was measured and removed:
-    no gain (`perfbook bench memo --memos table-cache,verdict-store+table-cache`, 33 hosts,
-    2026-11-28: netperf_latency 9.52 s of CPU with it against 9.56 without, 16.68 against 16.03
-    with the verdict store off; summary 2.35 against 2.05, 70.2 against 71.5)."""
+    _source). A cache of these frames across a process's Data objects was measured and removed,
+    with its `bench memo` switch: no gain at 33 hosts (2026-11-28, CPU s with it against
+    without: netperf_latency 9.52 against 9.56, 16.68 against 16.03 with the verdict store off;
+    summary 2.35 against 2.05, 70.2 against 71.5)."""
     frames, spans, at = [], {}, 0
     for run, man in _listed(chapter, data_dir):
         if only is not None and man.key not in only:
@@ -414,12 +442,14 @@ def reference_host(data_dir=None) -> dict:
     if not is_regular(p):
         p = reference_dir() / REFERENCE_FILE
     try:
-        d = json.loads(read_data(p, REF_DEPTH, MAX_MANIFEST_BYTES)[1])   # never through a link
+        d = json.loads(read_data(p, REF_DEPTH, MAX_MANIFEST_BYTES)[1])  # never through a link
     except ValueError as e:
         raise DatasetError(f"{p}: not valid JSON ({e}); restore it from git") from None
     if not isinstance(d, dict) or not HOST_ID.match(str(d.get("host_id", ""))) or not d.get("why"):
-        raise DatasetError(f"{p}: must be a JSON object with a host_id like h-0123456789ab and a "
-                           "'why'; restore it from git")
+        raise DatasetError(
+            f"{p}: must be a JSON object with a host_id like h-0123456789ab and a "
+            "'why'; restore it from git"
+        )
     return d
 
 
@@ -428,9 +458,13 @@ def skipped_table(manifests: list[dict]):
     rows = []
     for m in sorted(manifests, key=lambda m: m["run_id"]):
         for part, why in m.get("skipped", {}).items():
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why})
+            rows.append(
+                {"host": m["host"]["host_id"], "run": m["run_id"], "what": part, "why": why}
+            )
         for note in m.get("notes", []):
-            rows.append({"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note})
+            rows.append(
+                {"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note}
+            )
     return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
 
 
@@ -452,11 +486,12 @@ def quoted(manifests: list[dict], needs: tuple = ()) -> dict | None:
     return max(real or unknown or ms, key=lambda m: m["run_id"])
 
 
-
-def shown_datasets(manifests: list[dict], ref: dict | None = None, needs: tuple = ()) -> dict[str, str]:
+def shown_datasets(
+    manifests: list[dict], ref: dict | None = None, needs: tuple = ()
+) -> dict[str, str]:
     """host_id -> run_id of the one dataset per host a chapter shows side by side: the
     quoted dataset `ref` (default: quoted()) for its host, quoted() of each other host's."""
-    by_host: dict = {}      # each host's manifests, in their order (one pass, not one per host)
+    by_host: dict = {}  # each host's manifests, in their order (one pass, not one per host)
     for m in manifests:
         by_host.setdefault(m["host"]["host_id"], []).append(m)
     chosen = {h: quoted(by_host[h], needs)["run_id"] for h in sorted(by_host)}
@@ -466,8 +501,13 @@ def shown_datasets(manifests: list[dict], ref: dict | None = None, needs: tuple 
     return chosen
 
 
-def only_shown(df, manifests: list[dict], ref: dict | None = None, needs: tuple = (),
-               chosen: dict | None = None):
+def only_shown(
+    df,
+    manifests: list[dict],
+    ref: dict | None = None,
+    needs: tuple = (),
+    chosen: dict | None = None,
+):
     """The rows of a loaded table (host_id, run_id columns) from shown_datasets() (or
     `chosen`, its result where the caller has it)."""
     if df is None or len(df) == 0:
@@ -483,10 +523,17 @@ def in_order(df, keys, **ranks):
     order (values not in it last). The analysis must not depend on the order rows were written in."""
     if df is None or df.empty:
         return df
-    d = df.assign(**{k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
-                     for k, (c, o) in ranks.items()})
-    return (d.sort_values(["host_id", "run_id", *keys], kind="stable")
-            .drop(columns=list(ranks)).reset_index(drop=True))
+    d = df.assign(
+        **{
+            k: df[c].map({v: i for i, v in enumerate(o)}).fillna(len(o))
+            for k, (c, o) in ranks.items()
+        }
+    )
+    return (
+        d.sort_values(["host_id", "run_id", *keys], kind="stable")
+        .drop(columns=list(ranks))
+        .reset_index(drop=True)
+    )
 
 
 class Data:
@@ -504,22 +551,23 @@ class Data:
     def __init__(self, chapter, data_dir=None, manifests=None):
         self.chapter = chapter
         self.data_dir = Path(data_dir) if data_dir else None
-        self.manifests = (manifests if manifests is not None
-                          else load_manifests(chapter.name, self.data_dir))
+        self.manifests = (
+            manifests if manifests is not None else load_manifests(chapter.name, self.data_dir)
+        )
         # given manifests: this Data is those datasets only (a finding's view of one run)
         self._only = None if manifests is None else {(m.host_id, m["run_id"]) for m in manifests}
-        self._own_files = False      # a view that reads its datasets' files alone (view())
+        self._own_files = False  # a view that reads its datasets' files alone (view())
         self._tables: dict = {}
-        self._source: dict = {}      # table -> _table_rows of every dataset, shared with views
+        self._source: dict = {}  # table -> _table_rows of every dataset, shared with views
         # what view_of, rows_of and once worked out, for this Data's life. Measured here (CPU s
         # of a notebook's cells, medians of 3 runs, committed data, `perfbook bench memo --memos
         # verdict-store,verdict-store+data-memos`): with the verdict store off (a new host's
         # first refresh) netperf_latency 5.3 s with them against 8.5 s without, trace_overhead
         # 2.8 against 3.5, sched_callers 1.7 against 2.3; with the store filled netperf_latency
         # 5.0 against 5.7 (`--memos data-memos`)
-        self._views: dict = {}       # (host, run) -> view_of()
-        self._rows: dict = {}        # table -> (frame, {(host, run): row positions}): rows_of()
-        self._once: dict = {}        # once()
+        self._views: dict = {}  # (host, run) -> view_of()
+        self._rows: dict = {}  # table -> (frame, {(host, run): row positions}): rows_of()
+        self._once: dict = {}  # once()
 
     @classmethod
     def load(cls, chapter, data_dir=None):
@@ -531,7 +579,9 @@ class Data:
                 raise KeyError(f"{self.chapter.name} declares no table {name!r}")
             schema = self.chapter.tables.get(name)
             if self._only is not None and self._own_files and name not in self._source:
-                full, spans = _table_rows(self.chapter.name, name, self.data_dir, schema, self._only)
+                full, spans = _table_rows(
+                    self.chapter.name, name, self.data_dir, schema, self._only
+                )
             else:
                 if name not in self._source:
                     self._source[name] = _table_rows(self.chapter.name, name, self.data_dir, schema)
@@ -540,8 +590,10 @@ class Data:
                 df = pd.DataFrame()
             elif self._only is None:
                 df = full.copy(deep=False)
-            else:          # this Data's datasets' rows, in order: what a row filter would keep
-                cut = [full.iloc[a:b] for k, (a, b) in spans.items() if k in self._only] or [full.iloc[0:0]]
+            else:  # this Data's datasets' rows, in order: what a row filter would keep
+                cut = [full.iloc[a:b] for k, (a, b) in spans.items() if k in self._only] or [
+                    full.iloc[0:0]
+                ]
                 df = (cut[0] if len(cut) == 1 else pd.concat(cut)).reset_index(drop=True)
             self._tables[name] = self.prepare(name, df)
         return self._tables[name]
@@ -580,7 +632,10 @@ class Data:
             return df
         hit = self._rows.get(name)
         if hit is None or hit[0] is not df:
-            hit = self._rows[name] = (df, df.groupby(["host_id", "run_id"], sort=False, observed=True).indices)
+            hit = self._rows[name] = (
+                df,
+                df.groupby(["host_id", "run_id"], sort=False, observed=True).indices,
+            )
         at = hit[1].get(key)
         return df.iloc[at] if at is not None else df.iloc[0:0]
 
@@ -603,17 +658,21 @@ class Data:
     @property
     def shown(self) -> dict[str, str]:
         """shown_datasets() of this Data's manifests, worked out once (a copy each time)."""
-        return dict(self.once("shown", lambda: shown_datasets(self.manifests, None, self.chapter.quote_needs)))
+        return dict(
+            self.once(
+                "shown", lambda: shown_datasets(self.manifests, None, self.chapter.quote_needs)
+            )
+        )
 
     def of_quoted(self, df):
         q = self.quoted
         if q is None or df is None or len(df) == 0:
             return df
         key = (q.host_id, q["run_id"])
-        if self._only == {key}:     # a view of the quoted dataset alone: every row is quoted; a
-            return df.copy(deep=False)   # new frame (copy-on-write), as a row filter gives
+        if self._only == {key}:  # a view of the quoted dataset alone: every row is quoted; a
+            return df.copy(deep=False)  # new frame (copy-on-write), as a row filter gives
         name = next((n for n, t in self._tables.items() if t is df), None)
-        if name is not None:        # one of this Data's tables: its rows by position (rows_of)
+        if name is not None:  # one of this Data's tables: its rows by position (rows_of)
             return self.rows_of(name, key)
         return df[(df["host_id"] == key[0]) & (df["run_id"] == key[1])]
 

@@ -7,6 +7,7 @@ where the checkout lives, or on mtimes, and it ignores hidden entries (a dataset
 written, .tmp-*), which no reader loads. A link among the files is refused, never read through
 (perfbook.data.dataset).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,7 +15,14 @@ import os
 from pathlib import Path
 
 from perfbook.core.paths import reference_dir, resolve_data_dir, runs_dir
-from perfbook.data.dataset import REFERENCE_FILE, data_depth, is_regular, open_data, subdirs, visible_files
+from perfbook.data.dataset import (
+    REFERENCE_FILE,
+    data_depth,
+    is_regular,
+    open_data,
+    subdirs,
+    visible_files,
+)
 
 ALGO = "sha256"
 
@@ -23,7 +31,7 @@ def file_sha256(path: Path, depth: int = 0) -> str:
     """SHA-256 of a file's content. depth > 0: a file of a data directory, whose last `depth`
     components are opened without following a link (perfbook.data.dataset.open_data)."""
     h = hashlib.sha256()
-    with (os.fdopen(open_data(path, depth), "rb") if depth else open(path, "rb")) as f:
+    with os.fdopen(open_data(path, depth), "rb") if depth else open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -44,11 +52,15 @@ def dir_digest(top: Path) -> str:
     """Digest of a directory's visible files, named relative to it (datasets); none of them
     read through a link below `top`."""
     top = Path(top)
-    return tree_digest({p.relative_to(top).as_posix(): p for p in visible_files(top)},
-                       lambda name: name.count("/") + 1)
+    return tree_digest(
+        {p.relative_to(top).as_posix(): p for p in visible_files(top)},
+        lambda name: name.count("/") + 1,
+    )
 
 
-def data_files(name: str, data_dir: str | Path | None = None, chapter: bool = True) -> dict[str, Path]:
+def data_files(
+    name: str, data_dir: str | Path | None = None, chapter: bool = True
+) -> dict[str, Path]:
     """The files notebook `name` reads, keyed by their path relative to the data dir: a
     chapter's own datasets, or every dataset for a page that reads them all (chapter=False).
 
@@ -58,7 +70,7 @@ def data_files(name: str, data_dir: str | Path | None = None, chapter: bool = Tr
     data = resolve_data_dir(data_dir)
     runs = runs_dir(data)
     out: dict[str, Path] = {}
-    if chapter:     # host directories that hold one of this chapter (a link is refused)
+    if chapter:  # host directories that hold one of this chapter (a link is refused)
         tops = [runs / h / name for h in subdirs(runs) if name in subdirs(runs / h)]
     else:
         tops = [runs]
@@ -69,7 +81,9 @@ def data_files(name: str, data_dir: str | Path | None = None, chapter: bool = Tr
     return out
 
 
-def reference_files(name: str, data_dir: str | Path | None = None, chapter: bool = True) -> dict[str, Path]:
+def reference_files(
+    name: str, data_dir: str | Path | None = None, chapter: bool = True
+) -> dict[str, Path]:
     """The reference files notebook `name` reads (data_files without the datasets): its seed
     tables and the reference host's file, keyed as in data_files."""
     data = resolve_data_dir(data_dir)
@@ -77,8 +91,12 @@ def reference_files(name: str, data_dir: str | Path | None = None, chapter: bool
     out: dict[str, Path] = {}
     # every notebook marks the reference host (perfbook.analysis.fleetview), so its file counts for all
     patterns = (f"{name}*.csv" if chapter else "*.csv", REFERENCE_FILE)
-    found = {p.name: p for pat in patterns for p in (refs.glob(pat) if refs.is_dir() else [])
-             if is_regular(p)}
+    found = {
+        p.name: p
+        for pat in patterns
+        for p in (refs.glob(pat) if refs.is_dir() else [])
+        if is_regular(p)
+    }
     committed = reference_dir()
     if committed != refs and committed.is_dir():
         for p in (p for pat in patterns for p in committed.glob(pat)):
@@ -90,7 +108,9 @@ def reference_files(name: str, data_dir: str | Path | None = None, chapter: bool
     return out
 
 
-def data_digest(name: str, data_dir: str | Path | None = None, chapter: bool = True) -> tuple[str, int]:
+def data_digest(
+    name: str, data_dir: str | Path | None = None, chapter: bool = True
+) -> tuple[str, int]:
     """(digest, number of files) of the data notebook `name` reads."""
     files = data_files(name, data_dir, chapter)
     return tree_digest(files, data_depth), len(files)

@@ -3,6 +3,7 @@
 Nothing here records a hostname, an IP or MAC address, a user name or a home
 path unless the user opts in (PERFBOOK_HOST_LABEL names the host on purpose).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -12,16 +13,24 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
-from perfbook.hoststate.mounts import mounts  # noqa: F401  (hostinfo.mounts, as before)
 from perfbook.core.errors import ParameterError
-from perfbook.data import identity
 from perfbook.core.paths import repo_root
-from importlib import metadata
+from perfbook.data import identity
+from perfbook.hoststate.mounts import mounts  # noqa: F401  (hostinfo.mounts, as before)
 
-TSC_FLAGS = ("tsc", "constant_tsc", "nonstop_tsc", "tsc_known_freq", "tsc_adjust",
-             "rdtscp", "tsc_reliable", "tsc_deadline_timer")
+TSC_FLAGS = (
+    "tsc",
+    "constant_tsc",
+    "nonstop_tsc",
+    "tsc_known_freq",
+    "tsc_adjust",
+    "rdtscp",
+    "tsc_reliable",
+    "tsc_deadline_timer",
+)
 
 
 def _read(path: str | Path, default: str | None = None) -> str | None:
@@ -93,8 +102,13 @@ def pmu() -> dict:
     or an ARM/POWER core PMU): a guest without a virtual PMU has only software sources."""
     d = Path("/sys/bus/event_source/devices")
     names = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
-    hw = [n for n in names if n in ("cpu", "cpu_core", "cpu_atom") or n.startswith("armv8_pmuv3")
-          or n.startswith("power")]
+    hw = [
+        n
+        for n in names
+        if n in ("cpu", "cpu_core", "cpu_atom")
+        or n.startswith("armv8_pmuv3")
+        or n.startswith("power")
+    ]
     return {"hardware": bool(hw), "sources": names}
 
 
@@ -109,8 +123,10 @@ def lockdown() -> str:
 
 def clocksource() -> dict:
     base = "/sys/devices/system/clocksource/clocksource0"
-    return {"current": _read(f"{base}/current_clocksource"),
-            "available": (_read(f"{base}/available_clocksource") or "").split()}
+    return {
+        "current": _read(f"{base}/current_clocksource"),
+        "available": (_read(f"{base}/available_clocksource") or "").split(),
+    }
 
 
 def mitigations() -> dict:
@@ -136,8 +152,9 @@ def tool_version(cmd: list[str]) -> str | None:
     return out[0].strip() if out else None
 
 
-def python_packages(names=("pandas", "numpy", "seaborn", "papermill", "pyelftools",
-                           "jupyter-book", "scipy")) -> dict:
+def python_packages(
+    names=("pandas", "numpy", "seaborn", "papermill", "pyelftools", "jupyter-book", "scipy"),
+) -> dict:
     vers = {}
     for n in names:
         try:
@@ -149,8 +166,7 @@ def python_packages(names=("pandas", "numpy", "seaborn", "papermill", "pyelftool
 
 def machine_secret() -> str:
     """A stable per-machine string that never leaves this module un-hashed."""
-    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id",
-              "/sys/class/dmi/id/product_uuid"):
+    for p in ("/etc/machine-id", "/var/lib/dbus/machine-id", "/sys/class/dmi/id/product_uuid"):
         v = _read(p)
         if v:
             return v
@@ -169,16 +185,22 @@ def _id_override() -> str | None:
     env = os.environ.get("PERFBOOK_HOST_ID")
     if env and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", env):
         raise ParameterError(
-            f"PERFBOOK_HOST_ID={env!r} is not a valid id; use letters, digits, '.', '_' or '-'")
+            f"PERFBOOK_HOST_ID={env!r} is not a valid id; use letters, digits, '.', '_' or '-'"
+        )
     return env or None
 
 
 def machine() -> dict:
     """This machine's identity facts (perfbook.data.identity): the machine key plus stable hardware."""
     ci = cpuinfo()
-    base = {"machine_key": machine_key(), "cpu_model": ci["model"], "cpus_online": os.cpu_count(),
-            "mem_total_gib": mem_total_gib(), "arch": platform.machine(),
-            "tsc_flags": sorted(f for f in TSC_FLAGS if f in ci["flags"])}
+    base = {
+        "machine_key": machine_key(),
+        "cpu_model": ci["model"],
+        "cpus_online": os.cpu_count(),
+        "mem_total_gib": mem_total_gib(),
+        "arch": platform.machine(),
+        "tsc_flags": sorted(f for f in TSC_FLAGS if f in ci["flags"]),
+    }
     m = identity.local_machine(base, ci["fms"], kernel_log())
     if _id_override():
         m["id_override"] = True
@@ -224,9 +246,12 @@ def host_facts() -> dict:
         "host_id": _id_override() or identity.derive(mach),
         "machine_key": mach["machine_key"],
         "machine": mach,
-        "description": describe(label) if label else identity.with_tsc(describe(), {"machine": mach}),
+        "description": describe(label)
+        if label
+        else identity.with_tsc(describe(), {"machine": mach}),
         "label_opt_in": bool(label),
-        "note": os.environ.get("PERFBOOK_HOST_NOTE") or None,  # opt-in: what kind of machine this is
+        "note": os.environ.get("PERFBOOK_HOST_NOTE")
+        or None,  # opt-in: what kind of machine this is
         "cpu_model": ci["model"],
         "cpus_online": os.cpu_count(),
         "mem_total_gib": mem_total_gib(),
@@ -251,9 +276,19 @@ def host_facts() -> dict:
     }
 
 
-VIRTIO_DEVICE_NAMES = {1: "net", 2: "blk", 3: "console", 4: "rng", 5: "balloon",
-                       8: "scsi", 9: "9p", 16: "gpu", 18: "input", 19: "vsock",
-                       26: "fs"}
+VIRTIO_DEVICE_NAMES = {
+    1: "net",
+    2: "blk",
+    3: "console",
+    4: "rng",
+    5: "balloon",
+    8: "scsi",
+    9: "9p",
+    16: "gpu",
+    18: "input",
+    19: "vsock",
+    26: "fs",
+}
 
 
 def virtio_devices() -> list[dict]:
@@ -294,8 +329,7 @@ def _preempt() -> str | None:
 
 
 def tool_versions(extra: dict[str, list[str]] | None = None) -> dict:
-    cmds = {"gcc": ["gcc", "--version"], "perf": ["perf", "--version"],
-            "python": None}
+    cmds = {"gcc": ["gcc", "--version"], "perf": ["perf", "--version"], "python": None}
     if extra:
         cmds.update(extra)
     out = {}
@@ -309,11 +343,15 @@ def git_commit() -> dict:
     root = repo_root()
     if not shutil.which("git"):
         return {"commit": None, "dirty": None}
-    r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     commit = r.stdout.strip() if r.returncode == 0 else None
-    d = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                       capture_output=True, text=True)
+    d = subprocess.run(
+        ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+    )
     dirty = bool(d.stdout.strip()) if d.returncode == 0 else None
     return {"commit": commit, "dirty": dirty}
 

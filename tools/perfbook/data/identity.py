@@ -29,6 +29,7 @@ The DMI product UUID (root-only) enters only as a salted hash; the raw machine-i
 leaves perfbook.data.hostinfo. Older datasets are brought to this identity once, by
 `python -m perfbook identity migrate`, which records where each fact came from.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -37,10 +38,10 @@ import json
 import math
 import os
 import re
-import sys
-from pathlib import Path
-from perfbook.data.dataset import RUN_DEPTH, read_csv, read_data, table_path
 import shutil
+from pathlib import Path
+
+from perfbook.data.dataset import RUN_DEPTH, read_csv, read_data, table_path
 
 VERSION = 2
 ID_FACTS = ("cpu_model", "cpus", "mem_gib", "arch", "tsc_mhz")
@@ -48,8 +49,10 @@ CHECK_FACTS = ("cpu_family", "cpu_model_number", "cpu_stepping", "tsc_khz", "dmi
 _SALT = "perfbook-host-v2"
 
 _KVM_CREATE_VM, _KVM_CREATE_VCPU, _KVM_GET_TSC_KHZ = 0xAE01, 0xAE41, 0xAEA3
-_DMESG_TSC = (re.compile(r"tsc: Refined TSC clocksource calibration: ([0-9.]+) MHz"),
-              re.compile(r"tsc: Detected ([0-9.]+) MHz processor"))
+_DMESG_TSC = (
+    re.compile(r"tsc: Refined TSC clocksource calibration: ([0-9.]+) MHz"),
+    re.compile(r"tsc: Detected ([0-9.]+) MHz processor"),
+)
 
 
 def tsc_from_kernel_log(text: str) -> int | None:
@@ -116,11 +119,17 @@ def machine_facts(host: dict, khz: int | None, khz_source: str, extra: dict | No
     """The identity facts of a manifest's host block plus the TSC reading. The exact kHz is a
     check fact only where the kernel was told the frequency (the tsc_known_freq flag)."""
     known_freq = "tsc_known_freq" in (host.get("tsc_flags") or ())
-    m = {"version": VERSION, "machine_key": host.get("machine_key") or host.get("host_id"),
-         "cpu_model": host.get("cpu_model"), "cpus": host.get("cpus_online"),
-         "mem_gib": mem_gib(host.get("mem_total_gib")), "arch": host.get("arch"),
-         "tsc_mhz": tsc_mhz(khz), "tsc_source": khz_source,
-         "tsc_khz": int(khz) if (khz is not None and known_freq) else None}
+    m = {
+        "version": VERSION,
+        "machine_key": host.get("machine_key") or host.get("host_id"),
+        "cpu_model": host.get("cpu_model"),
+        "cpus": host.get("cpus_online"),
+        "mem_gib": mem_gib(host.get("mem_total_gib")),
+        "arch": host.get("arch"),
+        "tsc_mhz": tsc_mhz(khz),
+        "tsc_source": khz_source,
+        "tsc_khz": int(khz) if (khz is not None and known_freq) else None,
+    }
     m.update(extra or {})
     for k in CHECK_FACTS:
         m.setdefault(k, None)
@@ -155,14 +164,18 @@ def check(manifest: dict) -> str | None:
     host = manifest.get("host") or {}
     m = host.get("machine")
     if not isinstance(m, dict):
-        return ("its host block predates host identity v2 (no 'machine' facts); "
-                "run python -m perfbook identity migrate")
+        return (
+            "its host block predates host identity v2 (no 'machine' facts); "
+            "run python -m perfbook identity migrate"
+        )
     if m.get("id_override"):
         return None
     want = derive(m)
     if host.get("host_id") != want:
-        return (f"host_id {host.get('host_id')!r} does not follow from its machine facts "
-                f"(they give {want}): an edited or reused host id")
+        return (
+            f"host_id {host.get('host_id')!r} does not follow from its machine facts "
+            f"(they give {want}): an edited or reused host id"
+        )
     return None
 
 
@@ -175,8 +188,11 @@ def _disagree(manifests, names) -> dict[str, list[str]]:
         for k in names:
             if m.get(k) is not None:
                 facts.setdefault(k, set()).add(str(m[k]))
-    return {h: [f"{k}: {' vs '.join(sorted(v))}" for k, v in sorted(f.items()) if len(v) > 1]
-            for h, f in seen.items() if any(len(v) > 1 for v in f.values())}
+    return {
+        h: [f"{k}: {' vs '.join(sorted(v))}" for k, v in sorted(f.items()) if len(v) > 1]
+        for h, f in seen.items()
+        if any(len(v) > 1 for v in f.values())
+    }
 
 
 def conflicts(manifests) -> dict[str, list[str]]:
@@ -192,6 +208,7 @@ def clashes(manifests) -> dict[str, list[str]]:
 
 
 # -- migration of datasets written before identity v2 --------------------------------------
+
 
 def _tsc_evidence(runs_root: Path) -> dict[tuple[str, str], tuple[int, str]]:
     """(old host id, kernel release) -> (kHz, source) from tsc_alignment datasets:
@@ -216,9 +233,14 @@ def _tsc_evidence(runs_root: Path) -> dict[tuple[str, str], tuple[int, str]]:
         if not khz:
             continue
         key = (host.get("host_id"), host.get("kernel_release"))
-        ev.setdefault(key, (int(float(khz)),
-                            f"inferred from tsc_alignment/{run.name} ({src}): same machine key "
-                            f"and kernel build {host.get('kernel_release')}"))
+        ev.setdefault(
+            key,
+            (
+                int(float(khz)),
+                f"inferred from tsc_alignment/{run.name} ({src}): same machine key "
+                f"and kernel build {host.get('kernel_release')}",
+            ),
+        )
     return ev
 
 
@@ -237,8 +259,9 @@ def migrate(data_dir: Path, extra_evidence: dict | None = None, say=print) -> li
         if isinstance(host.get("machine"), dict):
             continue
         old = host["host_id"]
-        khz, source = ev.get((old, host.get("kernel_release")),
-                             (None, "not recorded (dataset predates this fact)"))
+        khz, source = ev.get(
+            (old, host.get("kernel_release")), (None, "not recorded (dataset predates this fact)")
+        )
         host["machine_key"] = old
         host["machine"] = machine_facts(host, khz, source, {"migrated_from": old})
         host["description"] = with_tsc(host.get("description"), host)

@@ -4,11 +4,19 @@ Half of this book's conclusions depend on it: a nested guest, a PVM-flavoured KV
 no hardware PMU, kernel lockdown, guests under TCG. Every chapter opens with this banner
 (perfbook.book.notebook.platform), and every legend names hosts by kind() as well as by id.
 """
+
 from __future__ import annotations
 
-VIRT = {"none": "bare metal", "kvm": "KVM guest", "qemu": "TCG guest (QEMU emulation, no KVM)",
-        "microsoft": "Hyper-V guest", "vmware": "VMware guest", "xen": "Xen guest",
-        "amazon": "AWS Nitro (KVM) guest", "oracle": "VirtualBox guest"}
+VIRT = {
+    "none": "bare metal",
+    "kvm": "KVM guest",
+    "qemu": "TCG guest (QEMU emulation, no KVM)",
+    "microsoft": "Hyper-V guest",
+    "vmware": "VMware guest",
+    "xen": "Xen guest",
+    "amazon": "AWS Nitro (KVM) guest",
+    "oracle": "VirtualBox guest",
+}
 
 
 def kind(host: dict) -> str:
@@ -31,7 +39,11 @@ def kernel_series(host: dict) -> str:
     """'Linux 6.1', 'Linux 6.18': the kernel's major.minor, the series a figure facets on."""
     rel = str(host.get("kernel_release") or "")
     parts = rel.split("-")[0].split(".")
-    return f"Linux {parts[0]}.{parts[1]}" if len(parts) >= 2 and parts[0].isdigit() else "kernel not recorded"
+    return (
+        f"Linux {parts[0]}.{parts[1]}"
+        if len(parts) >= 2 and parts[0].isdigit()
+        else "kernel not recorded"
+    )
 
 
 def cpu_vendor(host: dict) -> str:
@@ -42,8 +54,14 @@ def cpu_vendor(host: dict) -> str:
     if host.get("cpu_vendor"):
         return str(host["cpu_vendor"])
     model = str(host.get("cpu_model") or "").lower()
-    for word, name in (("amd", "AMD"), ("intel", "Intel"), ("neoverse", "ARM"), ("cortex", "ARM"),
-                       ("ampere", "ARM"), ("apple", "Apple")):
+    for word, name in (
+        ("amd", "AMD"),
+        ("intel", "Intel"),
+        ("neoverse", "ARM"),
+        ("cortex", "ARM"),
+        ("ampere", "ARM"),
+        ("apple", "Apple"),
+    ):
         if word in model:
             return name
     return "other CPU" if model else "CPU not recorded"
@@ -66,18 +84,29 @@ NOT_RECORDED = "not recorded"
 
 def facts(host: dict) -> list[tuple[str, str]]:
     """(what, value) pairs for the banner; a fact the dataset predates says so."""
+
     def rec(v):
         return f"{NOT_RECORDED} (dataset predates this fact)" if v is None else v
+
     pmu = host.get("pmu")
-    pmu_s = None if pmu is None else ("yes" if pmu.get("hardware") else
-                                      f"none (event sources: {', '.join(pmu.get('sources', []))})")
+    pmu_s = (
+        None
+        if pmu is None
+        else (
+            "yes"
+            if pmu.get("hardware")
+            else f"none (event sources: {', '.join(pmu.get('sources', []))})"
+        )
+    )
     cont = host.get("container")
-    return [("machine", kind(host) + ("" if cont in (None, "none") else f", in a {cont} container")),
-            ("CPU", f"{host.get('cpu_model')}, {host.get('cpus_online')} CPUs"),
-            ("kernel", f"Linux {host.get('kernel_release')}"),
-            ("hardware PMU", rec(pmu_s)),
-            ("kernel lockdown", rec(host.get("lockdown"))),
-            ("its own KVM", rec(_own_kvm(host)))]
+    return [
+        ("machine", kind(host) + ("" if cont in (None, "none") else f", in a {cont} container")),
+        ("CPU", f"{host.get('cpu_model')}, {host.get('cpus_online')} CPUs"),
+        ("kernel", f"Linux {host.get('kernel_release')}"),
+        ("hardware PMU", rec(pmu_s)),
+        ("kernel lockdown", rec(host.get("lockdown"))),
+        ("its own KVM", rec(_own_kvm(host))),
+    ]
 
 
 def comparable(a: dict, b: dict) -> tuple[bool, str]:
@@ -87,9 +116,11 @@ def comparable(a: dict, b: dict) -> tuple[bool, str]:
     ka, kb = a.get("virtualization"), b.get("virtualization")
     if (ka == "qemu") != (kb == "qemu"):
         tcg, other = (a, b) if ka == "qemu" else (b, a)
-        return False, (f"not compared: {tcg.get('host_id')} is a TCG guest (an emulated CPU) and "
-                       f"{other.get('host_id')} a {short_kind(other)}; a difference would measure "
-                       "QEMU's emulation, not the kernel or the machine")
+        return False, (
+            f"not compared: {tcg.get('host_id')} is a TCG guest (an emulated CPU) and "
+            f"{other.get('host_id')} a {short_kind(other)}; a difference would measure "
+            "QEMU's emulation, not the kernel or the machine"
+        )
     return True, ""
 
 
@@ -102,4 +133,5 @@ def host_pairs(manifests):
         if a in facts and b in facts:
             return comparable(facts[a], facts[b])
         return True, ""
+
     return check

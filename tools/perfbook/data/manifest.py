@@ -1,18 +1,34 @@
 """A dataset's manifest: its schema version, its fields, the migrations of older schemas,
 and the typed view every reader gets (perfbook.data.dataset.load_manifest checks a manifest against
 its directory, then migrates it here)."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
-SCHEMA = 3   # see Manifest and migrate() for what each version changed
+SCHEMA = 3  # see Manifest and migrate() for what each version changed
 
 REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "finished", "tables")
 
 
 # The manifest's own fields; everything a chapter records beyond them lives in "facts".
-FIELDS = ("schema", "chapter", "run_id", "host", "profile", "parameters", "tools", "git",
-          "started", "finished", "tables", "skipped", "notes", "facts", "disturbance")
+FIELDS = (
+    "schema",
+    "chapter",
+    "run_id",
+    "host",
+    "profile",
+    "parameters",
+    "tools",
+    "git",
+    "started",
+    "finished",
+    "tables",
+    "skipped",
+    "notes",
+    "facts",
+    "disturbance",
+)
 
 
 def migrate(m: dict) -> dict:

@@ -10,29 +10,42 @@ rename), which is one DatasetError line naming the file and the cause. It is rec
 private state directory before it is made (perfbook.hoststate.sweep.remember_dataset), so that after a
 SIGKILL the sweep removes it in whatever data directory the run wrote to.
 """
+
 from __future__ import annotations
 
 import errno
 import json
+import lzma
 import os
 import shutil
 import uuid
 from pathlib import Path
 
-from perfbook.data import hostinfo
-from perfbook.data.dataset import MANIFEST, PLAIN_EXT, RUN_DEPTH, TABLE_EXT, check_writable, is_regular, new_run_id, read_data, utc_now, write_table
-from perfbook.core.errors import DatasetError
-from perfbook.data.manifest import SCHEMA
-from perfbook.core.paths import runs_dir
-from perfbook.hoststate.sweep import remember_dataset
 from perfbook.core import guard
-from perfbook.hoststate.sweep import forget_dataset
-import lzma
+from perfbook.core.errors import DatasetError
+from perfbook.core.paths import runs_dir
+from perfbook.data import hostinfo
+from perfbook.data.dataset import (
+    MANIFEST,
+    PLAIN_EXT,
+    RUN_DEPTH,
+    TABLE_EXT,
+    check_writable,
+    is_regular,
+    new_run_id,
+    read_data,
+    utc_now,
+    write_table,
+)
+from perfbook.data.manifest import SCHEMA
+from perfbook.hoststate.sweep import forget_dataset, remember_dataset
 
-_CAUSES = {errno.ENOSPC: "no space left on device (the disk is full)",
-           errno.EDQUOT: "disk quota exceeded (the disk is full for this user)",
-           errno.EIO: "I/O error (the disk failed the write)",
-           errno.EROFS: "read-only file system"}
+_CAUSES = {
+    errno.ENOSPC: "no space left on device (the disk is full)",
+    errno.EDQUOT: "disk quota exceeded (the disk is full for this user)",
+    errno.EIO: "I/O error (the disk failed the write)",
+    errno.EROFS: "read-only file system",
+}
 
 
 def write_error(path: Path, e: OSError, action: str = "write") -> DatasetError:
@@ -48,8 +61,15 @@ class DatasetWriter:
     removed and nothing appears under data/runs.
     """
 
-    def __init__(self, chapter: str, data_dir: Path, parameters: dict,
-                 run_id: str | None = None, profile: str | None = None, schemas: dict | None = None):
+    def __init__(
+        self,
+        chapter: str,
+        data_dir: Path,
+        parameters: dict,
+        run_id: str | None = None,
+        profile: str | None = None,
+        schemas: dict | None = None,
+    ):
         self.chapter = chapter
         self.data_dir = Path(data_dir)
         self.parameters = dict(parameters)
@@ -64,7 +84,9 @@ class DatasetWriter:
         self.skipped: dict[str, str] = {}
         self.rejected: list[str] = []
         self.extra: dict = {}
-        self.disturbance: dict | None = None    # the run monitor's record (perfbook.hoststate.monitor)
+        self.disturbance: dict | None = (
+            None  # the run monitor's record (perfbook.hoststate.monitor)
+        )
         self.started = utc_now()
         self.published: Path | None = None
 
@@ -76,7 +98,7 @@ class DatasetWriter:
             self.tmp.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise write_error(self.tmp.parent, e) from None
-        remember_dataset(self.tmp)          # before it exists: a SIGKILL may come at any time
+        remember_dataset(self.tmp)  # before it exists: a SIGKILL may come at any time
         try:
             self.tmp.mkdir()
         except OSError as e:
@@ -89,7 +111,9 @@ class DatasetWriter:
             # a signal arrived but its KeyboardInterrupt was swallowed on the way (a thread,
             # a finalizer): the run was asked to stop, so it is not published either
             self._discard()
-            raise KeyboardInterrupt(f"{guard.interrupted_by()} arrived during the run; nothing was published")
+            raise KeyboardInterrupt(
+                f"{guard.interrupted_by()} arrived during the run; nothing was published"
+            )
         if etype is None:
             try:
                 self._publish()
@@ -126,7 +150,9 @@ class DatasetWriter:
             raise DatasetError(f"table name {name!r} must be alphanumeric")
         if self.schemas:
             if name not in self.schemas:
-                raise DatasetError(f"table {name!r} is not declared in the {self.chapter} chapter's tables")
+                raise DatasetError(
+                    f"table {name!r} is not declared in the {self.chapter} chapter's tables"
+                )
             self.schemas[name].check(df, f"{self.chapter} table {name}")  # raises on a mismatch
         try:
             p = write_table(self.tmp / name, df)
@@ -167,8 +193,10 @@ class DatasetWriter:
         """Write the manifest and rename the directory into place; the caller (__exit__)
         discards the temporary directory when this raises."""
         if self.rejected:
-            raise DatasetError("the run failed its sanity checks, so nothing was published: "
-                               + "; ".join(self.rejected))
+            raise DatasetError(
+                "the run failed its sanity checks, so nothing was published: "
+                + "; ".join(self.rejected)
+            )
         if not self.tables:
             raise DatasetError("the run produced no table; nothing was saved")
         try:
@@ -178,7 +206,9 @@ class DatasetWriter:
         except OSError as e:
             raise write_error(self.tmp / MANIFEST, e) from None
         if self.dest.exists():
-            raise DatasetError(f"dataset {self.dest} appeared during the run; refusing to overwrite it")
+            raise DatasetError(
+                f"dataset {self.dest} appeared during the run; refusing to overwrite it"
+            )
         try:
             os.rename(self.tmp, self.dest)
         except OSError as e:
@@ -198,7 +228,7 @@ def compact(data_dir: Path | None = None, say=print) -> tuple[int, int, int]:
             plain = run / f"{table}{PLAIN_EXT}"
             if not is_regular(plain) or os.path.lexists(run / f"{table}{TABLE_EXT}"):
                 continue
-            raw = read_data(plain, RUN_DEPTH)[1]    # never through a link
+            raw = read_data(plain, RUN_DEPTH)[1]  # never through a link
             packed = lzma.compress(raw)
             if lzma.decompress(packed) != raw:
                 raise DatasetError(f"{plain}: compression did not round-trip; left as it is")
