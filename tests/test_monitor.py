@@ -118,14 +118,32 @@ def test_a_frozen_cgroup_is_a_gap_the_monitor_sees_in_its_own_clock():
 # ---- the record from samples (no process) -------------------------------------------------
 
 
-def _raw(states, period_s=0.1, run_step=None, late_at=None, steal=0, cpu=100):
-    """A monitor output with one sample per state; run_step(i) -> ns run in tick i."""
+def _raw(states, period_s=0.1, run_step=None, late_at=None, steal=0, cpu=100, busy=0, own=0):
+    """A monitor output with one sample per state; run_step(i) -> ns run in tick i. Per
+    sample: `cpu` ticks of all CPU time (USER_HZ 100), `steal` and `busy` of them, `own`
+    ticks of it in the run's cgroup."""
     P = int(period_s * 1e9)
     t, run, rows = 0, 0, []
     for i, st in enumerate(states):
         t += P + (int(5e9) if late_at == i else 0)
         run += run_step(i) if run_step else P // 2
-        rows.append([t, 0, st, run, 0, 0.5, 2, cpu * i, steal * i, 1000 * i, None])
+        rows.append(
+            [
+                t,
+                0,
+                st,
+                run,
+                0,
+                0.5,
+                2,
+                cpu * i,
+                steal * i,
+                1000 * i,
+                None,
+                busy * i,
+                own * i * 10**4,
+            ]
+        )
     return {
         "pid": 1,
         "period_ns": P,
@@ -133,6 +151,7 @@ def _raw(states, period_s=0.1, run_step=None, late_at=None, steal=0, cpu=100):
         "samples": rows,
         "cpu_s": 0.05,
         "start_cpu_s": 0.03,
+        "hz": 100,
     }
 
 
@@ -173,6 +192,22 @@ def test_steal_marks_a_run_disturbed_only_beyond_its_threshold():
         and many["disturbed"]
         and "steal time was 40 %" in many["reasons"][0]
     )
+
+
+def test_a_busy_neighbour_marks_a_run_disturbed_and_the_runs_own_work_does_not():
+    """CPU time outside the run's cgroup (busy minus the cgroup's usage) is a neighbour's:
+    from FOREIGN_PCT of all CPU time on, the run is disturbed; however busy the run itself
+    keeps the CPUs, it is not."""
+    own = M.summarize(_raw(["S"] * 30, busy=95, own=90))  # the run's own children: 90 %
+    near = M.summarize(_raw(["S"] * 30, busy=40, own=15))  # 25 % outside
+    loud = M.summarize(_raw(["S"] * 30, busy=100, own=0))  # two busy loops, the run asleep
+    assert own["foreign_pct"] == 5 and not own["disturbed"]
+    assert near["foreign_pct"] == 25 and not near["disturbed"]
+    assert loud["foreign_pct"] == 100 and loud["disturbed"]
+    assert "work outside the run used 100 %" in loud["reasons"][0]
+    old = _raw(["S"] * 30)
+    old["samples"] = [r[:11] for r in old["samples"]]  # a record from before the field
+    assert "foreign_pct" not in M.summarize(old)
 
 
 def test_no_record_is_no_verdict():
@@ -220,3 +255,60 @@ def test_a_short_stop_is_a_gap_and_a_single_sample_is_not():
         "disturbed"
     ]
     assert one["gaps"] == [] and not one["disturbed"]
+
+
+def test_a_busy_neighbour_started_mid_run_marks_it_and_it_decides_nothing(tmp_path):
+    """Two busy loops outside the run, started once an example collect has begun its 4-second
+    hold: the dataset is published marked disturbed (work outside the run), the runs table
+    shows it, and its key finding does not decide on it, nor does the prose quote it where an
+    undisturbed run exists."""
+    import json
+    import sys
+
+    from conftest import ROOT, read_until
+    from perfbook.analysis import findings as F
+    from perfbook.chapters.example import chapter
+    from perfbook.data.dataset import quoted
+
+    need_root()
+    data = tmp_path / "data"
+    p = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "perfbook", "measure", "--chapters", "example"),
+            *("--profile", "default", "--param", "hold_s=4", "--param", f"data_dir={data}"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    loops = []
+    try:
+        seen, cued = read_until(p, "state changed", 600)
+        assert cued, "".join(seen)
+        loops = [
+            subprocess.Popen(["sh", "-c", "while :; do :; done"], start_new_session=True)
+            for _ in range(2)
+        ]
+        out, _ = p.communicate(timeout=120)
+    finally:
+        for q in loops:
+            q.kill()
+            q.wait()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 0, "".join(seen) + out
+    (man,) = [json.loads(m.read_text()) for m in data.glob("runs/*/example/*/manifest.json")]
+    rec = man["disturbance"]
+    assert rec["disturbed"] and rec["foreign_pct"] >= M.FOREIGN_PCT, rec
+    assert any(r.startswith("work outside the run used") for r in rec["reasons"]), rec["reasons"]
+    fp = rec["fingerprint"]  # the machine's speed before and after, for the host's distribution
+    assert all(fp[k]["syscall_ns"] > 0 and fp[k]["memcpy_gbs"] > 0 for k in ("before", "after"))
+    D = chapter.load(data)
+    v = F.evaluate(D, chapter.key_findings[0], D.hosts[0])
+    assert v.verdict == F.UNDECIDED and v.set_aside == ((man["run_id"], "disturbed"),), v
+    calm = {**man, "run_id": "20000101T000000Z", "disturbance": {**rec, "disturbed": False}}
+    assert quoted([man, calm])["run_id"] == calm["run_id"]  # older, but undisturbed

@@ -3,8 +3,9 @@
 
   parameters -> preflight -> sweep of dead runs' state -> lock -> signals -> a cgroup of
   its own (perfbook.hoststate.cgroup: no descendant outlives the run) -> the run monitor (perfbook.hoststate.monitor) ->
-  the chapter's measure(ctx) (writing through ctx.writer, registering every change on
-  ctx.undo, marking its measured windows with ctx.window) -> the monitor's record (the
+  a fingerprint (perfbook.hoststate.fingerprint) -> the chapter's measure(ctx) (writing
+  through ctx.writer, registering every change on ctx.undo, marking its measured windows
+  with ctx.window) -> a fingerprint -> the monitor's record with both fingerprints (the
   manifest's `disturbance`) -> undo -> publish -> status line.
 
 The chapter (tools/perfbook/framework/contract.py) brings only its parameters, preflight() and measure(ctx);
@@ -16,7 +17,7 @@ state dir or the scratch parent planted as a symlink or another user's) is a fai
 that names it, before anything is measured; Ctrl-C, SIGTERM or SIGHUP raise KeyboardInterrupt
 inside the collect, every `finally` restores what it changed, and nothing is published. A run
 that was stopped, frozen or starved (a gap, perfbook.hoststate.monitor), or lost much of its CPU time to
-steal, is published marked disturbed; a gap inside a window the chapter marked gap_rejects is a
+steal or to work outside the run (a busy neighbour), is published marked disturbed; a gap inside a window the chapter marked gap_rejects is a
 failed sanity check, and nothing is published.
 """
 
@@ -34,7 +35,7 @@ from perfbook.core.paths import resolve_data_dir
 from perfbook.data.dataset import check_writable
 from perfbook.data.writer import DatasetWriter
 from perfbook.framework.contract import Context
-from perfbook.hoststate import knobs, statedir
+from perfbook.hoststate import fingerprint, knobs, statedir
 from perfbook.hoststate.cgroup import RunGroup
 from perfbook.hoststate.lock import measure_lock
 from perfbook.hoststate.monitor import RunMonitor
@@ -105,8 +106,12 @@ def collect(
                         # of its own (a SIGSTOP of the run's process group does not)
                         monitor = RunMonitor().start()
                         try:
+                            before = fingerprint.take()  # 60 ms: the machine's speed today
                             chapter.measure(Context(chapter, p, profile, w, undo, say, monitor))
-                            _record_disturbance(w, monitor.stop(), say)
+                            after = fingerprint.take()
+                            rec = monitor.stop()
+                            rec["fingerprint"] = {"before": before, "after": after}
+                            _record_disturbance(w, rec, say)
                         finally:
                             with guard.restoring():  # a second signal cannot cut the restore short
                                 monitor.close()

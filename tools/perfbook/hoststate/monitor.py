@@ -49,6 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from perfbook.core.proc import die_with_parent
+from perfbook.hoststate import cgroup
 
 PERIOD_S = 0.1  # a tick every 100 ms: a gap's start and end are known to +-0.1 s
 SLOW_EVERY = 10  # /proc/stat and cpufreq every 10th tick (1 s): /proc/stat is the costly read
@@ -65,6 +66,8 @@ FIELDS = (
     "steal_ticks",
     "ctxt",
     "cpu_khz",
+    "busy_ticks",
+    "cg_usec",
 )
 
 # A gap is a stretch in which the run made no progress, at least GAP_S[kind] long: each well
@@ -87,28 +90,57 @@ STARVED_RAN = 0.01
 # since boot: a few percent is this VM's normal, not a disturbance. #42 compares it with the
 # host's own distribution.
 STEAL_PCT = 25.0
+# CPU time used outside the run's cgroup at or above this share of all CPU time (both CPUs of
+# the book's VM) marks the run disturbed: a busy neighbour competes for the CPUs the run
+# measures on, without stopping it (CFS shares the CPUs, so no gap shows). Measured on the
+# book's VM: FOREIGN_IDLE below; two busy loops `while :; do :; done` give about 100 %.
+FOREIGN_PCT = 30.0
 
 
 # -- the monitor process (python -S -m perfbook monitor PID PERIOD_S) ---------------------------
 
 
-def _proc_stat() -> tuple[int | None, int | None, int | None]:
-    """(all CPU time, steal time, context switches) from /proc/stat, in USER_HZ ticks."""
+def _proc_stat() -> tuple[int | None, int | None, int | None, int | None]:
+    """(all CPU time, steal time, context switches, busy time) from /proc/stat, in USER_HZ
+    ticks; busy is user + nice + system + irq + softirq (all but idle, iowait and steal)."""
     try:
         with open("/proc/stat", "rb") as f:
             text = f.read()
     except OSError:
-        return None, None, None
-    cpu = steal = ctxt = None
+        return None, None, None, None
+    cpu = steal = ctxt = busy = None
     for line in text.splitlines():
         if line.startswith(b"cpu "):
             nums = [int(x) for x in line.split()[1:]]
             # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time
             # is already in user/nice, so the total is the first eight
             cpu, steal = sum(nums[:8]), (nums[7] if len(nums) > 7 else None)
+            busy = sum(nums[:3]) + sum(nums[5:7])
         elif line.startswith(b"ctxt "):
             ctxt = int(line.split()[1])
-    return cpu, steal, ctxt
+    return cpu, steal, ctxt, busy
+
+
+def _own_cgroup_stat() -> str | None:
+    """The cpu.stat file of the cgroup v2 group this process is in (the run's: the monitor
+    starts in it; perfbook.hoststate.cgroup), None without one or where it can't be read.
+    cgroup v2 keeps usage_usec in every group, with or without the cpu controller."""
+    root, here = cgroup.mount(), cgroup.current()
+    if root is None or here is None:
+        return None
+    path = f"{root}{here.rstrip('/')}/cpu.stat"
+    return path if os.path.isfile(path) else None
+
+
+def _cg_usec(fd: int | None) -> int | None:
+    """usage_usec of a cgroup's cpu.stat: the CPU time of every task in the run's cgroup."""
+    raw = _pread(fd)
+    if not raw:
+        return None
+    for line in raw.splitlines():
+        if line.startswith(b"usage_usec "):
+            return int(line.split()[1])
+    return None
 
 
 def _freq_files() -> list[str]:
@@ -155,6 +187,8 @@ def _child(pid: int, period_s: float) -> None:
     full sample now (a window edge). Then print the samples as one JSON object."""
     stat_fd, sched_fd = _open(f"/proc/{pid}/stat"), _open(f"/proc/{pid}/schedstat")
     load_fd = _open("/proc/loadavg")
+    cg = _own_cgroup_stat()
+    cg_fd = _open(cg) if cg else None
     freqs = _freq_files()
     samples: list = []
     period = int(period_s * 1e9)
@@ -180,10 +214,14 @@ def _child(pid: int, period_s: float) -> None:
             None,
             None,
             None,
+            None,
+            None,
         ]
         if edge or done or tick % SLOW_EVERY == 0:
-            row[7:10] = _proc_stat()
+            cpu, steal, ctxt, busy = _proc_stat()
+            row[7:10] = cpu, steal, ctxt
             row[10] = _cpu_khz(freqs)
+            row[11], row[12] = busy, _cg_usec(cg_fd)
         samples.append(row)
         if start_cpu is None:
             ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -210,6 +248,7 @@ def _child(pid: int, period_s: float) -> None:
             "samples": samples,
             "cpu_s": ru.ru_utime + ru.ru_stime,
             "start_cpu_s": start_cpu,
+            "hz": os.sysconf("SC_CLK_TCK"),
         },
         sys.stdout,
     )
@@ -324,9 +363,10 @@ def _stats(vals: list) -> dict | None:
     return {"min": min(v), "mean": round(sum(v) / len(v), 3), "max": max(v)}
 
 
-def _over(rows: list[dict]) -> dict:
-    """Steal share, context-switch rate, load, runnable tasks, frequency and the measuring
-    thread's run-queue wait over the samples `rows` (first to last)."""
+def _over(rows: list[dict], hz: int | None = None) -> dict:
+    """Steal share, context-switch rate, the share of CPU time used outside the run's cgroup,
+    load, runnable tasks, frequency and the measuring thread's run-queue wait over the
+    samples `rows` (first to last; `hz`: USER_HZ, the ticks of /proc/stat)."""
     out: dict = {}
     slow = [r for r in rows if r["cpu_ticks"] is not None]
     if len(slow) >= 2:
@@ -337,6 +377,11 @@ def _over(rows: list[dict]) -> dict:
         dt = (b["t_ns"] - a["t_ns"]) / 1e9
         if dt > 0 and a["ctxt"] is not None:
             out["ctxt_per_s"] = round((b["ctxt"] - a["ctxt"]) / dt)
+        if dcpu > 0 and hz and a.get("busy_ticks") is not None and a.get("cg_usec") is not None:
+            # CPU time spent outside the run's cgroup, as a share of all CPU time: another
+            # user's work, a busy neighbour (the run's own children are in its cgroup)
+            other = (b["busy_ticks"] - a["busy_ticks"]) / hz - (b["cg_usec"] - a["cg_usec"]) / 1e6
+            out["foreign_pct"] = round(max(0.0, 100 * other * hz / dcpu), 2)
     out["load1"] = _stats([r["load1"] for r in rows])
     out["runnable"] = _stats([r["runnable"] for r in rows])
     out["cpu_khz"] = _stats([r["cpu_khz"] for r in rows])
@@ -409,7 +454,14 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
     """The manifest's `disturbance` record from the monitor's output `raw` and the windows the
     chapter marked: the run's figures, each window's, the gaps, and the verdict
     (`disturbed`, `reasons`; `rejects`: gaps inside windows marked gap_rejects)."""
-    base = {"thresholds": {"gap_s": GAP_S, "starved_ran": STARVED_RAN, "steal_pct": STEAL_PCT}}
+    base = {
+        "thresholds": {
+            "gap_s": GAP_S,
+            "starved_ran": STARVED_RAN,
+            "steal_pct": STEAL_PCT,
+            "foreign_pct": FOREIGN_PCT,
+        }
+    }
     if not raw or not raw.get("samples"):
         return {
             **base,
@@ -419,6 +471,7 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
             "rejects": [],
         }
     rows = [dict(zip(raw["fields"], s)) for s in raw["samples"]]
+    hz = raw.get("hz")
     t0 = rows[0]["t_ns"]
     span = (rows[-1]["t_ns"] - t0) / 1e9
     gaps = find_gaps(rows, raw["period_ns"])
@@ -445,7 +498,7 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
                 "name": w["name"],
                 "at_s": at(w["start_ns"]),
                 "seconds": round((end - w["start_ns"]) / 1e9, 3),
-                **_over(before + inside + after),
+                **_over(before + inside + after, hz),
                 "gaps": hit,
                 "gap_rejects": w["gap_rejects"],
             }
@@ -453,11 +506,16 @@ def summarize(raw: dict | None, windows: list[dict] = ()) -> dict:
     for i, g in enumerate(gaps):
         g["windows"] = [w["name"] for w in wins if i in w["gaps"]]
     reasons = [_gap_text(g, at(g["start_ns"])) for g in gaps]
-    run = _over(rows)
+    run = _over(rows, hz)
     if run.get("steal_pct") is not None and run["steal_pct"] >= STEAL_PCT:
         reasons.append(
             f"steal time was {run['steal_pct']:g} % of all CPU time over the run "
             f"(a disturbance from {STEAL_PCT:g} %)"
+        )
+    if run.get("foreign_pct") is not None and run["foreign_pct"] >= FOREIGN_PCT:
+        reasons.append(
+            f"work outside the run used {run['foreign_pct']:g} % of all CPU time over the run "
+            f"(a busy neighbour; a disturbance from {FOREIGN_PCT:g} %)"
         )
     rejects = [
         f"{_gap_text(gaps[i], at(gaps[i]['start_ns']))}, inside the measured window "
