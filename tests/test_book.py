@@ -83,3 +83,41 @@ def test_the_site_holds_each_dataset_once(built_book):
     want = sorted(f"data/{rel}" for c in chapters for _, rel in chapter_data(c, data).members())
     assert len(members) == len(set(members)), "a file is in two archives"
     assert sorted(members) == want
+
+
+def page_text(html: str) -> str:
+    """What a reader sees of a built page: its text without scripts, styles, code blocks and
+    inline code (a Python literal in a code sample is not debris), tags dropped."""
+    import html as H
+    import re
+
+    html = re.sub(r"(?is)<(script|style|pre|code|head)\b.*?</\1>", " ", html)
+    return H.unescape(re.sub(r"(?s)<[^>]+>", " ", html))
+
+
+@pytest.mark.slow
+def test_no_built_page_shows_debris(built_book):
+    """#42: every page of the built site (chapters, overview, hosts, methods, glossary) reads
+    without a missing number printed as such (nan, inf, <NA>), a sign without its number
+    (+-), or a Python repr (a numpy scalar, a list or dict, a string in its quotes)."""
+    from conftest import debris
+
+    assert built_book.returncode == 0, built_book.log[-4000:]
+    found = {}
+    for f in sorted(built_book.html.rglob("*.html")):
+        rel = f.relative_to(built_book.html).as_posix()
+        if rel.startswith(("_", "genindex", "search")):
+            continue
+        bad = debris(page_text(f.read_text()))
+        if bad:
+            found[rel] = bad[:3]
+    assert not found, f"pages with debris: {found}"
+
+
+def test_the_page_scan_finds_debris_in_text_and_not_in_code():
+    """The scan itself: a NaN in a table cell or a '+-' in prose is found; the same in a code
+    block is not."""
+    from conftest import debris
+
+    assert debris(page_text("<td>NaN</td><p>cached +-23.6 µs</p>"))
+    assert not debris(page_text("<pre>x = float('nan')</pre><p>a <code>['a']</code></p>"))

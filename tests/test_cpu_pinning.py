@@ -5,6 +5,7 @@ matrix of tests/test_contract.py covers processes, tracefs, scratch and datasets
 import os
 import re
 import subprocess
+from types import SimpleNamespace
 
 import pandas as pd
 import papermill as pm
@@ -19,9 +20,11 @@ from conftest import (
     nobody_requests,
     others_listen,
 )
+from perfbook.analysis.findings import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, evaluate
 from perfbook.chapters.cpu_pinning import analysis as A
 from perfbook.chapters.cpu_pinning import chapter as CH
 from perfbook.chapters.cpu_pinning import collect as C
+from perfbook.chapters.cpu_pinning import key_findings as KF
 from perfbook.chapters.cpu_pinning import parse as PA
 from perfbook.chapters.cpu_pinning import prose, tables
 from perfbook.core.errors import ParameterError, PerfbookError
@@ -615,3 +618,128 @@ def test_a_run_on_a_busy_machine_is_not_published():
     busy = t.assign(busy_ticks=t["total_ticks"])  # every tick busy: others used the rest
     assert "the machine was busy" in too_disturbed(busy)
     assert too_disturbed(t.iloc[:0]) == "no trial completed"
+
+
+# ---------------------------------------------------------------- key findings
+# Each finding is a ratio of two variants' per-round values at the fixed rate, from the trials
+# the summaries use. A stand-in Run with made-up trials decides each one both ways and leaves
+# it open; the design (workers against CPUs) says which pinning finding a dataset answers.
+POOL, ONE, BATCH = KF.FINDINGS
+
+
+class _Run:
+    """What a finding's measure reads of a dataset: its trials (derived columns), its
+    manifest's workers and CPUs, and the seed table."""
+
+    def __init__(self, trials: pd.DataFrame, workers: int = 4, cpus: int = 2):
+        self.trials = trials
+        self.manifest = SimpleNamespace(parameters={"workers": workers}, host={"cpus_online": cpus})
+
+    def __getitem__(self, name):
+        assert name == "trials"
+        return self.trials
+
+    def __contains__(self, name):
+        return name == "trials"
+
+    def reference(self, name, dtype=None):
+        from perfbook.data.dataset import load_reference
+
+        return load_reference(name)
+
+
+def _trials(metric: str, load: str = "rate", **variants) -> pd.DataFrame:
+    """A trial per round and variant: variants maps a variant to its per-round values."""
+    return pd.DataFrame(
+        [
+            {
+                "round": r,
+                "variant": v,
+                "load": load,
+                metric: float(x),
+                "other_cpu_pct": 1.0,
+                "rate_saturated": False,
+            }
+            for v, xs in variants.items()
+            for r, x in enumerate(xs)
+        ]
+    )
+
+
+def _decide(finding, run):
+    return finding.outcome(finding.measure(run))
+
+
+def test_key_findings_are_the_claims_not_the_checks():
+    """That pinned workers do not migrate (an affinity of one CPU allows none) and that the two
+    migration counters agree are checks the chapter states where it shows them, not findings."""
+    assert [f.key for f in CH.key_findings] == ["pin_cpu_pool", "pin_cpu", "batch"]
+    assert (POOL.side, POOL.threshold) == (ONE.side, ONE.threshold) == ("<", 1.0)
+    assert (BATCH.side, BATCH.threshold) == ("<", 0.5)
+
+
+def test_pinning_findings_answer_their_design_only():
+    un = [300, 302, 298, 301, 303, 299]
+    t = _trials("cpu_per_req_us", pinned=[270, 272, 268, 271, 273, 269], unpinned=un)
+    o = _decide(POOL, _Run(t, workers=4, cpus=2))
+    assert o.verdict == HOLDS and o.estimate.high < 1 and "4 workers on 2 CPUs" in o.evidence
+    assert "2015: \u221220 %" in o.evidence, o.evidence
+    assert ONE.measure(_Run(t, workers=4, cpus=2)) is None  # the other design: not measured
+    assert _decide(ONE, _Run(t, workers=2, cpus=2)).verdict == HOLDS
+    assert POOL.measure(_Run(t, workers=2, cpus=2)) is None
+    worse = _trials("cpu_per_req_us", pinned=[320, 322, 318, 321, 323, 319], unpinned=un)
+    assert _decide(POOL, _Run(worse)).verdict == FAILS
+    mixed = _trials("cpu_per_req_us", pinned=[280, 330, 290, 315, 300, 296], unpinned=un)
+    o = _decide(POOL, _Run(mixed))
+    assert o.verdict == UNDECIDED and "straddles" in o.why, o.evidence
+    # a disturbed trial is left out, as in the summaries: 5 against 6 rounds
+    dist = t.copy()
+    dist.loc[(dist.variant == "pinned") & (dist["round"] == 0), "other_cpu_pct"] = 90.0
+    assert "5 against 6 rounds" in _decide(POOL, _Run(dist)).estimate.basis
+    # three rounds of each: 90 % at best, short of 95 %
+    few = _trials("cpu_per_req_us", pinned=[270, 272, 268], unpinned=[300, 302, 298])
+    o = _decide(POOL, _Run(few))
+    assert o.verdict == UNDECIDED and "n too small" in o.why, o.why
+    # no fixed-rate trials of the pinned variant: not measured
+    assert POOL.measure(_Run(_trials("cpu_per_req_us", unpinned=un))) is None
+    assert POOL.measure(_Run(_trials("cpu_per_req_us", "sat", pinned=un, unpinned=un))) is None
+
+
+def test_batch_ratio_takes_rounds_without_a_switch():
+    un = [1.0, 1.05, 0.95, 1.1, 0.9, 1.02]
+    t = _trials("invol_per_req", batch=[0.005, 0.0, 0.004, 0.0, 0.006, 0.003], unpinned=un)
+    o = _decide(BATCH, _Run(t))
+    assert o.verdict == HOLDS and o.estimate.high < 0.01, o.evidence
+    assert "2 of them 0" in o.estimate.basis and o.estimate.coverage > 0.95
+    assert A.round_ratio([0.0, 0.0], [1.0, 2.0]).value == 0.0
+    with pytest.raises(ValueError):
+        A.round_ratio([1.0], [0.0])
+    # with every count positive it is decide.ratio's estimate
+    from perfbook.analysis import decide
+
+    assert A.round_ratio([1.0, 2.0, 3.0], [2.0, 2.5, 4.0]) == decide.ratio(
+        [1.0, 2.0, 3.0], [2.0, 2.5, 4.0], what="rounds"
+    )
+    o = _decide(
+        BATCH, _Run(_trials("invol_per_req", batch=[0.7, 0.8, 0.75, 0.9, 0.72, 0.8], unpinned=un))
+    )
+    assert o.verdict == FAILS, o.evidence
+    o = _decide(
+        BATCH, _Run(_trials("invol_per_req", batch=[0.3, 0.8, 0.4, 0.9, 0.35, 0.7], unpinned=un))
+    )
+    assert o.verdict == UNDECIDED and "straddles" in o.why, o.evidence
+
+
+def test_key_findings_on_the_committed_data(monkeypatch):
+    """The pool design was measured on one host only; SCHED_BATCH resolvably halves the
+    switches where there are six rounds or more, and three rounds decide nothing."""
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    D = CH.load(None)
+    v = {(f.key, h): evaluate(D, f, h) for f in CH.key_findings for h in D.hosts}
+    assert v["pin_cpu_pool", "h-82250967b8b9"].verdict == NOT_MEASURED
+    assert v["pin_cpu", "h-5ab5c186a54f"].verdict == NOT_MEASURED
+    assert v["batch", "h-5ab5c186a54f"].verdict == HOLDS
+    assert v["batch", "h-82250967b8b9"].verdict == HOLDS
+    tcg = v["batch", "h-83526585f90e"]
+    assert tcg.verdict == UNDECIDED and "n too small" in tcg.why, tcg.why
+    assert v["pin_cpu_pool", "h-5ab5c186a54f"].verdict == UNDECIDED

@@ -620,3 +620,16 @@ def test_a_full_tmpfs_data_dir_fails_the_run_in_one_line_and_leaves_nothing(tmp_
         assert list(mnt.rglob(".tmp-*")) == [], "the half-written dataset was left"
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+def test_a_notes_python_literal_reads_as_words():
+    """Datasets measured before 2026-11-29 put a Python list or dict into a note; the page
+    shows its words, and a note without one is left as it is."""
+    from perfbook.data.dataset import plain_note, skipped_table
+
+    assert plain_note("left: ['perf.txt', 'x']") == "left: perf.txt, x"
+    first = "(first: {'variant': 'slice_10ms', 'load': 'sat'})"
+    assert plain_note(first) == "(first: variant slice_10ms, load sat)"
+    assert plain_note("a [b] and {c} stay") == "a [b] and {c} stay"
+    m = {"run_id": "r1", "host": {"host_id": "h-a"}, "notes": ["left: ['perf.txt']"]}
+    assert skipped_table([m])["why"].tolist() == ["left: perf.txt"]

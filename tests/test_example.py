@@ -16,15 +16,16 @@ import papermill as pm
 import pytest
 
 from conftest import ROOT
-from perfbook.analysis.findings import FAILS, HOLDS, evaluate
+from perfbook.analysis.decide import Estimate
+from perfbook.analysis.findings import FAILS, HOLDS, UNDECIDED, Measured, evaluate
 from perfbook.book.notebook import frame_glue
 from perfbook.chapters import EXAMPLE
-from perfbook.chapters.example import chapter, figures, key_findings, prose, tables
+from perfbook.chapters.example import analysis, chapter, figures, key_findings, prose, tables
 from perfbook.framework import sequence as framework
 
 matplotlib.use("Agg")
 NB = ROOT / EXAMPLE.notebook
-PART = key_findings.under_a_microsecond
+FINDING = key_findings.FINDINGS[0]
 
 
 def _collect(data, profile="quick"):
@@ -57,32 +58,40 @@ def test_without_a_dataset_the_parts_say_so(scratch_data):
     assert "no dataset" in tables.per_call(D)
     fig, caption = figures.per_round(D)
     assert not fig.axes[0].lines and "0 dataset" in caption
-    assert PART(prose.values(D)) is None, "no data is 'not measured', not a verdict"
+    assert not D.hosts, "no data: no host, so no verdict either"
 
 
-@pytest.mark.parametrize("ci_high,holds", [("999.9", True), ("1000.0", False), ("4321.0", False)])
-def test_the_key_finding_is_decided_on_the_interval(ci_high, holds):
-    """The claim holds only where the whole interval of the median lies below 1000 ns; a median
-    below it with an interval that reaches it does not make it hold."""
-    g = {
-        "n_datasets": 1,
-        "median_ns": "800.0",
-        "ci": f"700.0–{ci_high} ns (96.09 %)",
-        "ci_high_ns": ci_high,
-    }
-    out = PART(g)
-    assert out.holds is holds and "800.0 ns" in out.evidence
+@pytest.mark.parametrize(
+    "low,high,verdict",
+    [(700.0, 999.9, HOLDS), (1000.0, 1400.0, FAILS), (700.0, 1000.0, UNDECIDED)],
+)
+def test_the_key_finding_is_decided_on_the_interval(low, high, verdict):
+    """The claim holds only where the whole interval of the median lies below 1000 ns, does not
+    hold where all of it lies at or above, and a median below it with an interval that reaches
+    it leaves the claim undecided."""
+    out = FINDING.outcome(Measured(Estimate(800.0, low, high, 0.96, "median of 12 rounds")))
+    assert out.verdict == verdict and out.evidence.startswith("median cost per call 800 ns")
 
 
 def test_the_key_finding_of_a_real_profile_run(scratch_data):
     """Chapter.key_findings reads key_findings.FINDINGS, and a default-profile dataset gets a
-    verdict whose direction is the interval's (a quick run is a test: no verdict)."""
+    verdict whose direction is the interval's (a quick or disturbed run decides nothing)."""
     assert chapter.key_findings == key_findings.FINDINGS and len(chapter.key_findings) == 1
     _collect(scratch_data, "default")
     D = chapter.load(scratch_data)
-    v = evaluate(D, key_findings.FINDINGS[0], D.quoted.host_id)
-    below = float(prose.values(D)["ci_high_ns"]) < key_findings.LIMIT_NS
-    assert v.verdict == (HOLDS if below else FAILS), v
+    v = evaluate(D, FINDING, D.quoted.host_id)
+    row = analysis.quoted(D)
+    want = (
+        UNDECIDED  # a busy machine (a test run beside others): shown, and it decides nothing
+        if (D.quoted.get("disturbance") or {}).get("disturbed")
+        else HOLDS
+        if row["ci_high"] < key_findings.LIMIT_NS
+        else FAILS
+        if row["ci_low"] >= key_findings.LIMIT_NS
+        else UNDECIDED
+    )
+    (run_id, out), *_ = v.runs  # the run's own number, whether or not it decides
+    assert v.verdict == want and out.estimate.high == row["ci_high"], v
 
 
 def test_the_notebook_runs_on_a_dataset_and_glues_what_prose_gives(tmp_path, scratch_data):

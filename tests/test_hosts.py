@@ -231,7 +231,7 @@ def _matrix(
             f"h-{i:012x}": (
                 "holds",
                 "does not hold",
-                "mixed: holds in 1 of 2 runs",
+                "undecided",
                 "not measured",
                 "no data",
             )[(i + k) % 5]
@@ -252,16 +252,16 @@ def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
     assert (
         first["#"] == "F1" and first["chapter"] == "demo" and "A ret is <fast>" in first["finding"]
     )
-    assert [first[v] for v in ("holds", "does not hold", "mixed", "not measured", "no data")] == [
-        "1"
-    ] * 5
+    assert [
+        first[v] for v in ("holds", "does not hold", "undecided", "not measured", "no data")
+    ] == ["1"] * 5
     assert (
         "h-000000000001" in first["does not hold on"] and "(KVM guest)" in first["does not hold on"]
     )
     assert "<code>ret</code>" in block and "&lt;fast&gt;" in block  # markdown code, escaped text
     assert h2[-2:] == ["F1", "F2"] and len(per_host) == 5
     row = dict(zip(h2, per_host[1]))
-    assert (row["holds"], row["does not hold"], row["F1"], row["F2"]) == ("0", "1", "✗", "±")
+    assert (row["holds"], row["does not hold"], row["F1"], row["F2"]) == ("0", "1", "✗", "?")
     f1 = cells[1][h2.index("F1")]
     assert "pb-rank-0" in f1["class"] and f1["title"] == "F1 on h-000000000001: does not hold"
 

@@ -877,3 +877,162 @@ def test_two_hosts_with_one_run_id_are_analysed_apart():
         return A.analyse(D)["ours"].reset_index(drop=True)
 
     pd.testing.assert_frame_equal(ours(pd.concat([alone, twin], ignore_index=True)), ours(alone))
+
+
+# ---- the key findings: each decided on one number with its interval --------------------
+
+KF = {f.key: f for f in I.chapter.key_findings}
+
+
+class _Run:
+    """A dataset as a finding's measure() sees it: its manifest's phases and tables, and the
+    chapter's analysis of it (run.data.analysis())."""
+
+    def __init__(self, analysis, phases=tuple(PA.PHASES), tables=("intervals", "trace_windows")):
+        self.manifest = {"parameters": {"phases": list(phases)}, "tables": list(tables)}
+        self.data = type("Data", (), {"analysis": staticmethod(lambda: analysis)})()
+
+    def __contains__(self, name):
+        return name in self.manifest["tables"]
+
+
+def _ours(per_round: dict, aqu: dict | None = None, secs=(1.0, 1.0, 1.0)):
+    """Steady intervals of our columns: phase -> per-round IOPS (and aqu-sz), each round three
+    intervals of `secs` seconds with that rate, plus a transition interval that must not count."""
+    rows = []
+    for phase, rates in per_round.items():
+        for rnd, iops in enumerate(rates):
+            for s in secs:
+                q = (aqu or {}).get(phase, [1.0] * len(rates))[rnd]
+                rows.append(
+                    {
+                        "round": rnd,
+                        "phase": phase,
+                        "interval_s": s,
+                        "n_rd_ios": iops * s,
+                        "n_wr_ios": 0,
+                        "n_dc_ios": 0,
+                        "aqu-sz": q,
+                        "%util": 90.0,
+                    }
+                )
+    rows.append({**rows[-1], "phase": "transition", "n_rd_ios": 10**9, "aqu-sz": 99.0})
+    return pd.DataFrame(rows)
+
+
+def test_per_round_columns_weigh_each_interval_by_its_seconds():
+    ours = pd.DataFrame(
+        [
+            {"round": 0, "phase": "p", "interval_s": s, "n_rd_ios": n, "n_wr_ios": 1,
+             "n_dc_ios": 0, "aqu-sz": q, "%util": u}
+            for s, n, q, u in ((1.0, 99, 2.0, 50.0), (3.0, 299, 6.0, 100.0))
+        ]
+        + [{"round": -1, "phase": "p", "interval_s": 1.0, "n_rd_ios": 10**6, "n_wr_ios": 0,
+            "n_dc_ios": 0, "aqu-sz": 50.0, "%util": 100.0}]
+    )  # fmt: skip
+    r = A.per_round_columns(ours, "p")
+    assert list(r["round"]) == [0], "a warm-up round (-1) is no measured round"
+    row = r.iloc[0]
+    assert row["iops"] == pytest.approx(400 / 4) and row["aqu"] == pytest.approx(5.0)
+    assert row["util"] == pytest.approx(87.5) and row["intervals"] == 2
+    assert A.per_round_columns(ours, "absent").empty
+
+
+@pytest.mark.parametrize(
+    "qd16,verdict",
+    [
+        ([3.0] * 6, "holds"),
+        ([1.5] * 6, "does not hold"),
+        ([1.2, 1.6, 1.9, 2.1, 2.4, 3.0], "undecided"),  # the interval straddles 2
+    ],
+)
+def test_util_is_the_ratio_of_per_round_iops(qd16, verdict):
+    base = [10_000 + 150 * i for i in range(6)]
+    ours = _ours({"randread_4k_qd1": base,
+                  "randread_4k_qd16": [b * k for b, k in zip(base, qd16)]})  # fmt: skip
+    f = KF["util"]
+    got = f.measure(_Run({"ours": ours}))
+    assert got.estimate.basis.endswith("6 against 6 rounds"), got.estimate.basis
+    assert f.outcome(got).verdict == verdict, f.outcome(got)
+
+
+def test_util_of_two_rounds_is_undecided_however_far_apart():
+    """Two rounds against two give the Hodges-Lehmann ratio an interval of 66.67 % coverage:
+    not enough for a 95 % verdict, even at ten times the threshold."""
+    ours = _ours({"randread_4k_qd1": [1000, 1100], "randread_4k_qd16": [20_000, 21_000]})
+    o = KF["util"].outcome(KF["util"].measure(_Run({"ours": ours})))
+    assert o.verdict == "undecided" and "n too small" in o.why
+    assert o.estimate.value == pytest.approx(20_000 / 1050, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    "aqu,verdict",
+    [([4.0, 4.2, 4.4, 4.1, 3.9, 4.3], "holds"), ([9.0, 9.5, 10, 11, 9.2, 9.8], "does not hold"),
+     ([6.0, 7.0, 7.5, 8.5, 9.0, 10.0], "undecided")],
+)  # fmt: skip
+def test_aqu_is_the_median_of_per_round_aqu(aqu, verdict):
+    ours = _ours({"randread_4k_qd16": [50_000] * 6}, {"randread_4k_qd16": aqu})
+    f = KF["aqu"]
+    o = f.outcome(f.measure(_Run({"ours": ours})))
+    assert o.verdict == verdict and o.estimate.basis == "median of 6 rounds", o
+
+
+def _trace_windows(empty_preflush, flush_requests, windows=2):
+    rows = []
+    for w in range(windows):
+        n_d2c = 500
+        rows += [
+            {"window": w, "round": w, "phase": "fsync_4k", "op": "write",
+             "n": n_d2c + empty_preflush // windows, "n_d2c": n_d2c, "flush_without_start": None},
+            {"window": w, "round": w, "phase": "fsync_4k", "op": "all",
+             "n": n_d2c + empty_preflush // windows, "n_d2c": n_d2c,
+             "flush_without_start": flush_requests // windows},
+        ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "empty,flushes,verdict",
+    [(1000, 1000, "holds"), (1000, 1200, "does not hold"), (20, 22, "undecided")],
+)
+def test_fsync_is_the_share_of_flush_requests_beyond_the_empty_preflushes(empty, flushes, verdict):
+    f = KF["fsync"]
+    got = f.measure(_Run({"trace_windows_raw": _trace_windows(empty, flushes)}))
+    extra = flushes - empty
+    assert got.estimate.value == pytest.approx(100 * extra / flushes)
+    assert f"{extra} of {flushes} flush requests in 2 trace windows" in got.estimate.basis
+    assert f.outcome(got).verdict == verdict
+
+
+def test_a_phase_the_dataset_did_not_run_is_not_measured():
+    ours = _ours({"randread_4k_qd1": [1000] * 6})
+    no_fsync = [p for p in PA.PHASES if p != "fsync_4k"]
+    assert KF["util"].measure(_Run({"ours": ours}, phases=["randread_4k_qd1"])) is None
+    assert KF["aqu"].measure(_Run({"ours": ours}, tables=("phases",))) is None
+    tw = {"trace_windows_raw": _trace_windows(10, 10)}
+    assert KF["fsync"].measure(_Run(tw, phases=no_fsync)) is None
+    assert KF["fsync"].measure(_Run(tw, tables=("intervals",))) is None
+
+
+def test_the_checks_are_not_key_findings():
+    """Our columns against sysstat and await against the tracepoints are checks the chapter
+    shows, not key findings."""
+    assert set(KF) == {"util", "aqu", "fsync"}
+
+
+def test_key_findings_of_the_committed_data(book_data):
+    """Every finding gives every host a verdict on the committed data, each dataset's number
+    resting on its rounds (util, aqu) or its counted flush requests (fsync)."""
+    from perfbook.analysis.findings import VERDICTS, evaluate
+
+    D = I.chapter.load(book_data.data_dir)
+    if not D.hosts:
+        pytest.skip("no committed iostat_internals dataset yet")
+    for f in I.chapter.key_findings:
+        for h in D.hosts:
+            v = evaluate(D, f, h)
+            assert v.verdict in VERDICTS, v
+            for _, o in v.runs:
+                if o is not None:
+                    want = {"util": "rounds", "aqu": "rounds", "fsync": "flush requests"}[f.key]
+                    assert want in o.estimate.basis and 0 <= o.estimate.coverage <= 1, o

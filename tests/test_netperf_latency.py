@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -25,10 +26,12 @@ from conftest import (
     nobody_requests,
     others_listen,
 )
+from perfbook.analysis.findings import FAILS, HOLDS, UNDECIDED, evaluate
 from perfbook.chapters import netperf_latency as X
 from perfbook.chapters.netperf_latency import analysis as A
 from perfbook.chapters.netperf_latency import collect as C
 from perfbook.chapters.netperf_latency import figures, prose, tables
+from perfbook.chapters.netperf_latency import key_findings as KF
 from perfbook.chapters.netperf_latency import parse as P
 from perfbook.chapters.netperf_latency.parse import CELL, LATENCY_KEYS
 from perfbook.core.errors import ParameterError, PerfbookError
@@ -752,3 +755,147 @@ def test_a_server_on_every_interface_is_refused():
     )
     assert P.wildcard_listeners(ours) == []
     assert P.wildcard_listeners(wide) == ["0.0.0.0:12865", "[::]:12866", "*:12867"]
+
+
+# ---------------------------------------------------------------- key findings
+# Each finding is decided on the rounds of one dataset (a row of the runs table per tool, cell
+# and round). A stand-in Run with made-up rounds decides each one both ways and leaves it open.
+FASTER, PIN_SAME, VETH, TAIL = KF.FINDINGS
+
+
+class _Run:
+    """What a finding's measure reads of a dataset: its runs rows, the seed table and the
+    pooled ladder of its view (run.data.ladder)."""
+
+    def __init__(self, runs: pd.DataFrame, ladder_ratio: float = 2.0):
+        from perfbook.data.dataset import load_reference
+
+        self.runs, self._ref = runs, load_reference(CH.name)
+        lad = pd.DataFrame(
+            [{"path": "loopback", "proto": "udp", "pin": "none", "P50": 10.0, "max": 900.0}]
+        )
+        self.data = SimpleNamespace(ladder=lad.assign(P99=10.0 * ladder_ratio))
+
+    def __getitem__(self, name):
+        assert name == "runs"
+        return self.runs
+
+    def __contains__(self, name):
+        return name == "runs"
+
+    def reference(self, name, dtype=None):
+        return self._ref
+
+
+def _rounds(**cells) -> pd.DataFrame:
+    """Rows of the runs table: cells maps 'tool path proto pin col' to the per-round values."""
+    rows = {}
+    for key, vals in cells.items():
+        tool, path, proto, pin, col = key.split("__")
+        for rep, v in enumerate(vals):
+            rows.setdefault((tool, path, proto, pin, rep), {})[col] = float(v)
+    return pd.DataFrame(
+        [
+            dict(tool=t, path=pa, proto=pr, pin=pi, rep=rep, **cols)
+            for (t, pa, pr, pi, rep), cols in rows.items()
+        ]
+    )
+
+
+def _decide(finding, runs, **kw):
+    return finding.outcome(finding.measure(_Run(runs, **kw)))
+
+
+def _p50(path="loopback", pin="none"):
+    return f"rrbench__{path}__udp__{pin}__p50_us"
+
+
+def test_key_findings_are_the_claims_not_the_crossval_check():
+    """netperf agreeing with our histogram is a check of the instruments (its table shows
+    it), not a finding; every finding has a threshold on one side."""
+    assert [f.key for f in CH.key_findings] == ["faster", "pin_same", "veth", "tail"]
+    assert (FASTER.side, FASTER.threshold) == ("<", 0.5)
+    assert (PIN_SAME.side, PIN_SAME.threshold) == ("<", 0.9)
+    assert (VETH.side, VETH.threshold, VETH.unit) == ("<", 2.0, "µs")
+    assert (TAIL.side, TAIL.threshold) == ("<", 3.0)
+
+
+def test_faster_is_netperfs_mean_over_the_seeds_exact_figure():
+    seed = KF.seed_mean_us(_Run(pd.DataFrame()))
+    assert seed == 44.34  # the median of the seed's three runs' MEAN_LATENCY
+    key = "netperf__loopback__udp__none__mean_us"
+    o = _decide(FASTER, _rounds(**{key: [12.0, 12.5, 11.8, 12.2, 13.0, 12.1]}))
+    assert o.verdict == HOLDS and abs(o.estimate.value - 12.15 / 44.34) < 1e-9, o.evidence
+    assert "against 2013's 44.3 µs" in o.evidence
+    assert _decide(FASTER, _rounds(**{key: [30, 31, 29, 30, 32, 30]})).verdict == FAILS
+    # five rounds: the median's [min, max] covers 93.75 %, short of the 95 % asked for
+    o = _decide(FASTER, _rounds(**{key: [12.0, 12.5, 11.8, 12.2, 13.0]}))
+    assert o.verdict == UNDECIDED and "n too small" in o.why, o.why
+    # an rrbench-only dataset has no netperf mean: not measured
+    rr_only = _rounds(**{"rrbench__loopback__udp__none__mean_us": [10] * 6})
+    assert FASTER.measure(_Run(rr_only)) is None
+
+
+def test_pin_same_is_a_ratio_of_the_rounds_medians():
+    none = [11.0, 11.2, 10.9, 11.1, 11.3, 11.0]
+    o = _decide(
+        PIN_SAME, _rounds(**{_p50(pin="same"): [9.0, 9.1, 8.9, 9.2, 9.0, 9.1], _p50(): none})
+    )
+    assert o.verdict == HOLDS and o.estimate.scale == "log" and o.estimate.high < 0.9, o.evidence
+    o = _decide(
+        PIN_SAME, _rounds(**{_p50(pin="same"): [10.8, 11.0, 10.9, 11.2, 10.7, 11.0], _p50(): none})
+    )
+    assert o.verdict == FAILS and o.estimate.low >= 0.9, o.evidence
+    # one unpinned round far off: the interval reaches both sides of 0.9
+    wide = [11.0, 62.0, 11.1, 11.0, 12.7, 9.0]
+    o = _decide(
+        PIN_SAME, _rounds(**{_p50(pin="same"): [10.0, 10.2, 9.6, 10.1, 9.9, 10.3], _p50(): wide})
+    )
+    assert o.verdict == UNDECIDED and "straddles" in o.why, o.evidence
+    # a dataset without the `same` mode (the quick profile) did not measure it
+    assert PIN_SAME.measure(_Run(_rounds(**{_p50(): none}))) is None
+
+
+def test_veth_is_the_shift_of_the_paths_medians():
+    lo = [11.0, 11.2, 10.9, 11.1, 11.3, 11.0]
+    o = _decide(VETH, _rounds(**{_p50("veth"): [11.7, 11.9, 11.6, 11.8, 12.0, 11.7], _p50(): lo}))
+    assert o.verdict == HOLDS and 0.5 < o.estimate.value < 0.9, o.evidence
+    o = _decide(VETH, _rounds(**{_p50("veth"): [14.0, 14.2, 13.9, 14.1, 14.3, 14.0], _p50(): lo}))
+    assert o.verdict == FAILS and o.estimate.low >= 2, o.evidence
+    o = _decide(VETH, _rounds(**{_p50("veth"): [12.0, 13.5, 12.4, 14.0, 12.9, 13.1], _p50(): lo}))
+    assert o.verdict == UNDECIDED and o.estimate.low < 2 < o.estimate.high, o.evidence
+    assert VETH.measure(_Run(_rounds(**{_p50(): lo}))) is None  # loopback only
+
+
+def test_tail_is_decided_on_each_rounds_ratio_not_the_pooled_one():
+    """The pooled ladder's P99 / P50 is context: one round with a high median moves the pooled
+    P99 without any round having a long tail, so the rounds' own ratios decide."""
+    p50 = [10.0, 10.1, 9.9, 10.0, 10.2, 10.0]
+    p99 = "rrbench__loopback__udp__none__p99_us"
+    o = _decide(TAIL, _rounds(**{_p50(): p50, p99: [15, 16, 14, 15, 15.5, 16]}), ladder_ratio=6.0)
+    assert o.verdict == HOLDS and o.estimate.high < 3, o.evidence
+    assert (
+        "pooled over the rounds P99 / P50 6.00×" in o.evidence and "max / P50 90.0×" in o.evidence
+    )
+    o = _decide(TAIL, _rounds(**{_p50(): p50, p99: [40, 41, 39, 45, 42, 40]}))
+    assert o.verdict == FAILS and o.estimate.low >= 3, o.evidence
+    o = _decide(TAIL, _rounds(**{_p50(): p50, p99: [15, 41, 14, 45, 42, 16]}))
+    assert o.verdict == UNDECIDED and "straddles" in o.why, o.evidence
+    o = _decide(TAIL, _rounds(**{_p50(): p50[:5], p99: [15, 16, 14, 15, 15.5]}))
+    assert o.verdict == UNDECIDED and "n too small" in o.why, o.why
+
+
+def test_key_findings_on_the_committed_data(monkeypatch):
+    """The committed datasets decide on their rounds: the TCG guest's pinned and veth medians
+    are resolvably higher; the KVM guest with a disturbed loopback round stays open, with the
+    pooled P99 / P50 its disturbed round inflates only in the context."""
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    D = CH.load(None)
+    v = {(f.key, h): evaluate(D, f, h) for f in CH.key_findings for h in D.hosts}
+    assert v["pin_same", "h-83526585f90e"].verdict == FAILS
+    assert v["veth", "h-83526585f90e"].verdict == FAILS
+    assert v["veth", "h-82250967b8b9"].verdict == HOLDS
+    t = v["tail", "h-5ab5c186a54f"]
+    assert t.verdict == UNDECIDED and "5 rounds' P99 / P50" in t.evidence, t.evidence
+    assert "pooled over the rounds P99 / P50 5.96×" in t.evidence
+    assert all(x.verdict != FAILS for (k, _), x in v.items() if k == "tail")

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_preflight, need_tool
+from perfbook.analysis.decide import FAILS, HOLDS, UNDECIDED
 from perfbook.chapters import qcow2_overlap as qo
 from perfbook.chapters.qcow2_overlap import analysis, collect, figures, parse, prose, tables
+from perfbook.chapters.qcow2_overlap import key_findings as kf
 from perfbook.chapters.qcow2_overlap.parse import parse_perf_report
 from perfbook.core.errors import ParameterError, PerfbookError
 from perfbook.data.dataset import Data, table_path
@@ -875,3 +877,177 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
     assert f["ow_n"] == h["al_n"] == h["sn_n"] == 1 and f["pre_max_mib"] == h["pre_max_mib"] > 0
     fig, cap = figures.prealloc(D)  # this host has no shift to draw, and the caption says so
     assert f"({D.quoted.host_id}): no mark, it has nothing to draw here" in cap
+
+
+# --- the key findings, each decided on one number with its interval ------------------------------
+
+KF = {f.key: f for f in kf.FINDINGS}
+
+
+class _Run:
+    """What a finding's measure() reads of one dataset: its tables and the seed's table."""
+
+    def __init__(self, **tables):
+        self.tables = tables
+        self.manifest = {"host": {}}
+
+    def __getitem__(self, name):
+        return self.tables[name]
+
+    def __contains__(self, name):
+        return name in self.tables
+
+    def reference(self, name, dtype=None):
+        return pd.read_csv(ROOT / "data" / "reference" / f"{name}.csv")
+
+
+def _pre(runs: dict, cluster_size=512):
+    """prealloc rows: {(image size, mode): [cpu_s of each round]}."""
+    return pd.DataFrame(
+        [
+            {
+                "command": "resize_no_flush",
+                "cluster_size": cluster_size,
+                "image_size": size,
+                "mode": mode,
+                "repeat": i,
+                "cpu_s": v,
+            }
+            for (size, mode), vals in runs.items()
+            for i, v in enumerate(vals)
+        ]
+    )
+
+
+def _outcome(key, run):
+    f = KF[key]
+    return f.outcome(f.measure(run))
+
+
+@pytest.mark.parametrize(
+    "cached,none,verdict",
+    [
+        ([1.50, 1.52], [1.00, 1.01], UNDECIDED),  # 2 against 2: Mann-Whitney p = 0.33, 66.67 %
+        ([1.50, 1.51, 1.52, 1.53, 1.54], [1.00, 1.01, 1.02, 1.03, 1.04], HOLDS),
+        ([1.00, 1.01, 1.02, 1.03, 1.04], [1.00, 1.01, 1.02, 1.03, 1.04], FAILS),
+        ([1.00, 1.60, 1.10, 1.50, 1.20], [1.00, 1.05, 1.10, 1.03, 1.02], UNDECIDED),
+    ],
+    ids=["2v2", "holds", "fails", "straddles"],
+)
+def test_prealloc_share_is_decided_on_the_ratio_of_rounds(cached, none, verdict):
+    """cached / none CPU time at the largest size compared, from the rounds' runs: two rounds
+    against two (the old test called that significant where the share was large) cannot give
+    a 95 % interval, so the claim stays open whatever the medians say."""
+    size = 256 * MiB
+    o = _outcome(
+        "prealloc_share",
+        _Run(prealloc=_pre({(size, "cached"): cached, (size, "none"): none})),
+    )
+    assert o.verdict == verdict, o
+    assert o.evidence.startswith("cached / none CPU time ") and "256 MiB" in o.evidence
+    if cached[:2] == [1.50, 1.52]:
+        assert "n too small" in o.why and "66.66 %" in o.why
+    if verdict == UNDECIDED and len(cached) == 5:
+        assert "straddles 1.10" in o.why
+
+
+def test_prealloc_share_takes_the_largest_size_with_two_rounds():
+    rows = {
+        (64 * MiB, "cached"): [1.5, 1.51, 1.52, 1.53],
+        (64 * MiB, "none"): [1.0, 1.01, 1.02, 1.03],
+        (128 * MiB, "cached"): [3.0],  # one round each: not compared
+        (128 * MiB, "none"): [2.0],
+    }
+    rs = _pre(rows)
+    assert analysis.largest_compared(rs, "cached") == 64 * MiB
+    assert analysis.largest_compared(rs[rs.image_size == 128 * MiB], "cached") == 128 * MiB
+    assert analysis.largest_compared(rs[rs["mode"] == "none"], "cached") is None
+    o = _outcome("prealloc_share", _Run(prealloc=rs))
+    assert o.verdict == HOLDS and o.evidence.count("64 MiB") == 1
+    assert KF["prealloc_share"].measure(_Run(writes=pd.DataFrame())) is None
+
+
+@pytest.mark.parametrize("power,verdict", [(2.0, HOLDS), (0.5, FAILS)])
+def test_superlinear_is_decided_on_the_fitted_exponent(power, verdict):
+    """Extra CPU growing as size^2 (or size^0.5), three rounds per mode and size with a little
+    jitter: the exponent's t interval lies above (below) 1."""
+    rows = {}
+    for j, mib in enumerate((64, 128, 256, 512)):
+        none = 0.5 * mib / 64
+        extra = 0.05 * (mib / 64) ** power * (1 + 0.01 * (-1) ** j)
+        rows[(mib * MiB, "none")] = [none, none + 0.001, none + 0.002]
+        rows[(mib * MiB, "cached")] = [none + extra + d for d in (0.0, 0.001, 0.002)]
+    o = _outcome("superlinear", _Run(prealloc=_pre(rows)))
+    assert o.verdict == verdict and o.estimate.coverage == 0.95, o
+    assert abs(o.estimate.value - power) < 0.05
+    # through two sizes the line has no interval: open, not decided either way
+    two = _pre({k: v for k, v in rows.items() if k[0] <= 128 * MiB})
+    o2 = _outcome("superlinear", _Run(prealloc=two))
+    assert o2.verdict == UNDECIDED and "no interval" in o2.evidence
+    # one run per mode at every size: the exponent of the differences, with no interval
+    single = _outcome("superlinear", _Run(prealloc=_pre({k: v[:1] for k, v in rows.items()})))
+    assert single.verdict == UNDECIDED and "one run per mode" in single.evidence
+    assert abs(single.estimate.value - power) < 0.05 and "n too small" in single.why
+    one = _pre({k: v for k, v in rows.items() if k[0] == 64 * MiB})
+    assert KF["superlinear"].measure(_Run(prealloc=one)) is None  # one size: nothing to fit
+
+
+def _snap_writes(extra_us: dict, n: int):
+    """writes after snapshots: none at 300 µs per write, each mode `extra_us` more, n rounds."""
+    reqs = 1000
+    return pd.DataFrame(
+        [
+            {
+                "workload": prose.SNAPSHOTS,
+                "mode": mode,
+                "snapshots": 4,
+                "requests": reqs,
+                "repeat": i,
+                "cpu_s": (300 + extra + 0.5 * i) * reqs / 1e6,
+            }
+            for mode, extra in {"none": 0, **extra_us}.items()
+            for i in range(n)
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "extra,n,verdict",
+    [
+        ({"all": 400, "cached": 5}, 6, HOLDS),
+        ({"all": 400, "cached": 60}, 6, FAILS),
+        ({"all": 400, "cached": 5}, 2, UNDECIDED),
+    ],
+)
+def test_all_snapshots_is_all_minus_ten_times_cached(extra, n, verdict):
+    o = _outcome("all_snapshots", _Run(writes=_snap_writes(extra, n)))
+    assert o.verdict == verdict, o
+    want = extra["all"] - 10 * extra["cached"]
+    assert o.estimate.value == pytest.approx(want, abs=1e-3)
+    assert "union bound" in o.estimate.basis and "4 snapshots" in o.evidence
+    if n == 6:  # each shift's 97.5 % interval: together at least 95 %
+        assert o.estimate.coverage >= 0.95
+    no_all = _snap_writes({"cached": 5}, 6)
+    assert KF["all_snapshots"].measure(_Run(writes=no_all)) is None
+
+
+def test_key_findings_on_the_book_data(book_data):
+    """Every finding gives every host a verdict from the book's data, and the numbers are the
+    chapter's: the formula's miss is the table's, the share's ratio the quoted rows'."""
+    from perfbook.analysis.findings import VERDICTS, Run, evaluate
+
+    D = _book(book_data)
+    assert CH.key_findings == kf.FINDINGS
+    for f in kf.FINDINGS:
+        for h in D.hosts:
+            assert evaluate(D, f, h).verdict in VERDICTS
+    run = Run(D, D.quoted)
+    ft = analysis.formula_table(D.of_quoted(D["metadata"]))
+    r = ft.measured_clusters / ft.formula_virtual
+    got = kf.formula(run).estimate
+    assert got.exact and got.value == pytest.approx(100 * (r - 1).abs().max())
+    m = kf.prealloc_share(run)
+    if m is not None:
+        rs = kf._resizes(run)
+        size = analysis.largest_compared(rs, "cached")
+        assert f"{size // MiB} MiB" in m.context and m.estimate.scale == "log"

@@ -545,3 +545,153 @@ def test_rankings_state_the_real_coverage_of_the_overlapping_cis():
     assert any("equal if the 75 % CIs overlap" in e for e in ev)  # n = 3: [min, max]
     assert any("equal if the 96.87 % CIs overlap" in e for e in ev)  # n = 6
     assert not any("95 %" in e for e in ev)
+
+
+# ---------------------------------------------------------------- the key findings
+KF = {f.key: f for f in Q.chapter.key_findings}
+
+
+class _Run:
+    """A dataset as a finding's measure() sees it: its parameters, its tables, the seed."""
+
+    def __init__(self, tables: dict, guest_modes=P.MODES):
+        self.tables = tables
+        self.manifest = {"parameters": {"guest_modes": list(guest_modes)}, "tables": list(tables)}
+
+    def __contains__(self, name):
+        return name in self.tables
+
+    def __getitem__(self, name):
+        return self.tables[name]
+
+    def reference(self, name, dtype=None):
+        from perfbook.data.dataset import load_reference
+
+        return load_reference(name, None, dtype)
+
+
+def _guest_dd(rates: dict, mib=16):
+    """guest_dd rows: mode -> MB/s of each timed oflag=direct round (and a stamps round of
+    zero cost per boot, and a warm-up round that must not count)."""
+    rows = []
+    for boot, (mode, rs) in enumerate(rates.items()):
+        base = {"host_id": "h", "run_id": "r", "boot": boot, "mode": mode, "accel": "kvm"}
+        for rnd, mbs in [(-1, 1.0), *enumerate(rs)]:
+            us = int(mib * 2**20 / mbs)  # bytes / (MB/s) = microseconds
+            rows += [
+                {**base, "round": rnd, "variant": "direct", "t0_us": 0, "t1_us": us,
+                 "bytes": mib * 2**20},
+                {**base, "round": rnd, "variant": "stamps", "t0_us": 0, "t1_us": 0, "bytes": 0},
+            ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "directsync,verdict",
+    [
+        ([80, 82, 79, 81, 83, 80], "holds"),
+        ([30, 31, 29, 32, 30, 28], "does not hold"),
+        ([35, 42, 48, 52, 58, 66], "undecided"),  # the ratio's interval straddles 0.5
+    ],
+)
+def test_direct_penalty_is_the_ratio_of_the_dd_rounds(directsync, verdict):
+    f = KF["direct_penalty"]
+    got = f.measure(_Run({"guest_dd": _guest_dd({"directsync": directsync, "none": [100] * 6})}))
+    assert "6 against 6 dd rounds, one guest boot per mode" in got.estimate.basis
+    assert "2013: 0.0886×" in got.context and "KVM guests" in got.context
+    assert f.outcome(got).verdict == verdict, f.outcome(got)
+
+
+def test_direct_penalty_of_two_rounds_is_undecided_and_a_profile_without_the_mode_not_measured():
+    f = KF["direct_penalty"]
+    two = _Run({"guest_dd": _guest_dd({"directsync": [80, 81], "none": [100, 101]})})
+    o = f.outcome(f.measure(two))
+    assert o.verdict == "undecided" and "n too small" in o.why
+    quick = _Run({"guest_dd": _guest_dd({"none": [100] * 6})}, guest_modes=["none", "writeback"])
+    assert f.measure(quick) is None
+
+
+def _bench(rates: dict):
+    """bench rows: mode -> MB/s per round of raw 64 KiB writes at depth 1 without flushes
+    (plus depth-16 rows, which the finding must not read)."""
+    rows = []
+    for mode, rs in rates.items():
+        for rnd, mbs in enumerate(rs):
+            for depth, k in ((1, 1), (16, 10)):
+                rows.append(
+                    {"round": rnd, "format": "raw", "op": "write", "depth": depth,
+                     "flush_interval": 0, "mode": mode, "mb_per_s": mbs * k}
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "writeback,verdict",
+    [
+        ([1000, 1100, 1050, 990, 1200, 1020], "holds"),
+        ([200, 210, 190, 220, 205, 195], "does not hold"),
+        ([200, 250, 290, 310, 350, 420], "undecided"),
+    ],
+)
+def test_wb_over_wt_is_the_ratio_of_the_bench_rounds(writeback, verdict):
+    f = KF["wb_over_wt"]
+    got = f.measure(_Run({"bench": _bench({"writeback": writeback, "writethrough": [100] * 6})}))
+    assert got.estimate.basis.endswith("6 against 6 bench rounds")
+    assert f.outcome(got).verdict == verdict, f.outcome(got)
+
+
+def test_semantics_counts_the_traced_runs_that_differ_from_the_manual():
+    f = KF["semantics"]
+    ev = _fixture_events()
+    good = f.outcome(f.measure(_Run({"trace": ev})))
+    assert good.verdict == "holds" and good.estimate.exact and good.estimate.value == 0
+    broken = ev[~((ev["mode"] == "writethrough") & (ev["kind"] == "sync"))]
+    bad = f.outcome(f.measure(_Run({"trace": broken})))
+    assert bad.verdict == "does not hold" and bad.estimate.value == 1, bad
+    assert f.measure(_Run({})) is None
+
+
+def _pagecache(resident_mib: dict, disk=32):
+    return pd.DataFrame(
+        [
+            {"boot": i, "mode": m, "disk_mib": disk, "image_resident_peak_kb": int(r * 1024),
+             "cached_base_kb": 0, "cached_peak_kb": 0, "dirty_base_kb": 0, "dirty_peak_kb": 0,
+             "writeback_peak_kb": 0}
+            for i, (m, r) in enumerate(resident_mib.items())
+        ]
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "unsafe,verdict", [(32, "holds"), (17, "holds"), (16, "does not hold"), (3, "does not hold")]
+)
+def test_pagecache_is_the_least_share_the_caching_modes_left(unsafe, verdict):
+    f = KF["pagecache"]
+    res = {"none": 0, "directsync": 0, "writethrough": 32, "writeback": 32, "unsafe": unsafe}
+    got = f.measure(_Run({"pagecache": _pagecache(res)}))
+    assert got.estimate.value == pytest.approx(100 * unsafe / 32) and got.estimate.exact
+    assert "none 0 %, directsync 0 %" in got.context
+    assert f.outcome(got).verdict == verdict
+    quick = _Run({"pagecache": _pagecache(res)}, guest_modes=["none", "writeback"])
+    assert f.measure(quick) is None
+
+
+def test_key_findings_of_the_committed_data(book_data):
+    """Every finding gives every host a verdict on the committed data; the rates rest on their
+    rounds, the semantics and the page cache are exact facts of the dataset."""
+    from perfbook.analysis.findings import VERDICTS, evaluate
+
+    D = Q.chapter.load(book_data.data_dir)
+    if not D.hosts:
+        pytest.skip("no committed qemu_cache_modes dataset yet")
+    for f in Q.chapter.key_findings:
+        for h in D.hosts:
+            v = evaluate(D, f, h)
+            assert v.verdict in VERDICTS, v
+            for _, o in v.runs:
+                if o is None:
+                    continue
+                if f.key in ("direct_penalty", "wb_over_wt"):
+                    assert "rounds" in o.estimate.basis and o.estimate.scale == "log", o
+                else:
+                    assert o.estimate.exact, o

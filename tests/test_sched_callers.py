@@ -403,3 +403,125 @@ def test_interval_widths_name_their_tracers_whatever_the_row_order():
     want = "from 20 % (none) to 30 % (perf) of the median; not estimable for ftrace_trigger (one round: no interval)"
     for seed in range(4):
         assert PR.interval_widths(rep.sample(frac=1, random_state=seed)) == want
+
+
+# -- the key findings: decided on sessions and rounds, with intervals ---------------------------
+
+
+class _Run:
+    """A stand-in for perfbook.analysis.findings.Run: one dataset's tables and manifest."""
+
+    def __init__(self, tracers=("bpftrace", "perf"), skipped=None, **tables):
+        self.tables = tables
+        self.manifest = {"parameters": {"tracers": list(tracers)}, "skipped": skipped or {}}
+
+    def __contains__(self, name):
+        return name in self.tables
+
+    def __getitem__(self, name):
+        return self.tables[name]
+
+    def reference(self, name, dtype=None):
+        return load_reference(name)
+
+
+def _finding(key):
+    return next(f for f in chapter.key_findings if f.key == key)
+
+
+def _runs(medians: dict, rounds: int = 6, spread: float = 0.01, seed: int = 0):
+    """hackbench seconds: `rounds` rounds of 4 runs per tracer around its median."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        [
+            {"round": r, "tracer": t, "run": i, "seconds": v * (1 + rng.normal(0, spread))}
+            for r in range(rounds)
+            for t, v in medians.items()
+            for i in range(4)
+        ]
+    )
+
+
+def _stacks(counts: dict, rounds: int = 3, tracers=("bpftrace", "perf")):
+    """hackbench stacks: per session, `counts` {caller of schedule(): switches}."""
+    return pd.DataFrame(
+        [
+            {"round": r, "tracer": t, "workload": "hackbench", "stack": f"__schedule;schedule;{c}"}
+            | {"count": n + r}
+            for r in range(rounds)
+            for t in tracers
+            for c, n in counts.items()
+        ]
+    )
+
+
+def test_the_probe_effect_findings_rest_on_rounds_and_can_straddle():
+    from perfbook.chapters.sched_callers.key_findings import (
+        bpf_cheaper_than_perf,
+        every_tracer_slows,
+    )
+
+    slows, cheaper = _finding("every_tracer_slows"), _finding("bpf_cheaper_than_perf")
+    slow = _Run(runs=_runs({"none": 1.0, "bpftrace": 1.2, "perf": 1.5}))
+    assert slows.outcome(every_tracer_slows(slow)).verdict == "holds"
+    got = cheaper.outcome(bpf_cheaper_than_perf(slow))
+    assert got.verdict == "holds" and "6 against 6 per-round medians" in got.estimate.basis
+    # one tracer that costs nothing, measured precisely: not every tracer slows hackbench
+    free = _Run(runs=_runs({"none": 1.0, "bpftrace": 0.9, "perf": 1.5}, spread=0.001))
+    f = slows.outcome(every_tracer_slows(free))
+    assert f.verdict == "does not hold" and f.estimate.value == pytest.approx(0.9, rel=0.01)
+    # the least of two intervals, each at 97.5 %: the union keeps 95 %
+    assert f.estimate.coverage >= 0.95 and "least of 2 tracers" in f.estimate.basis
+    # four rounds: each 4 against 4 covers 97.14 %, two of them 94.28 %: too few to decide
+    few = slows.outcome(
+        every_tracer_slows(_Run(runs=_runs({"none": 1, "bpftrace": 1.2, "perf": 1.5}, 4)))
+    )
+    assert few.verdict == "undecided" and "94.28 % coverage" in few.why
+    noisy = _Run(runs=_runs({"none": 1.0, "bpftrace": 1.0, "perf": 1.02}, spread=0.1))
+    assert "straddles 1" in cheaper.outcome(bpf_cheaper_than_perf(noisy)).why
+    # perf skipped on this host: bpftrace against perf was not measured
+    assert bpf_cheaper_than_perf(_Run(skipped={"perf": "no perf"}, runs=slow["runs"])) is None
+
+
+def test_the_seed_top_caller_is_decided_on_sessions():
+    from perfbook.chapters.sched_callers.key_findings import seed_top_hackbench
+
+    f = _finding("seed_top_hackbench")
+    top = {"schedule_timeout": 700, "exit_to_user_mode_loop": 200, "pipe_read": 50}
+    got = f.outcome(seed_top_hackbench(_Run(stacks=_stacks(top))))
+    assert got.verdict == "holds" and "median of 6 sessions" in got.estimate.basis
+    assert got.estimate.value == pytest.approx(702 / 202, rel=0.01)
+    assert "runner-up mostly exit_to_user_mode_loop" in got.evidence
+    second = {"schedule_timeout": 200, "exit_to_user_mode_loop": 700}
+    assert f.outcome(seed_top_hackbench(_Run(stacks=_stacks(second)))).verdict == "does not hold"
+    two = f.outcome(seed_top_hackbench(_Run(stacks=_stacks(top, rounds=1))))
+    assert two.verdict == "undecided" and "median of 2 sessions" in two.why
+    assert seed_top_hackbench(_Run(tracers=("bpftrace",), skipped={"bpftrace": "no"})) is None
+
+
+def test_the_idle_loop_finding_counts_its_calls_of_schedule():
+    from perfbook.chapters.sched_callers.key_findings import idle_not_schedule
+
+    f = _finding("idle_not_schedule")
+
+    def stacks(*rows):
+        return pd.DataFrame(
+            [
+                {"dataset": "h-a/r1", "round": 0, "tracer": "perf", "workload": "sleep"}
+                | {"stack": s, "count": n}
+                for s, n in rows
+            ]
+        )
+
+    idle = ("__schedule;schedule_idle;cpu_startup_entry", 40)
+    ok = f.outcome(idle_not_schedule(_Run(stacks=stacks(idle))))
+    assert ok.verdict == "holds" and ok.estimate.exact and "40 times" in ok.evidence
+    old = f.outcome(
+        idle_not_schedule(_Run(stacks=stacks(idle, ("__schedule;schedule;do_idle", 3))))
+    )
+    assert old.verdict == "does not hold" and old.estimate.value == 3
+    none = f.outcome(idle_not_schedule(_Run(stacks=stacks(("__schedule;schedule;pipe_read", 9)))))
+    assert none.verdict == "undecided" and "no idle-loop switch" in none.why
+    assert idle_not_schedule(_Run(runs=_runs({"none": 1.0}))) is None

@@ -15,9 +15,11 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_root
+from perfbook.analysis.decide import FAILS, HOLDS, UNDECIDED
 from perfbook.chapters import tsc_alignment as X
 from perfbook.chapters.tsc_alignment import analysis as A
 from perfbook.chapters.tsc_alignment import collect as C
+from perfbook.chapters.tsc_alignment import key_findings as KF
 from perfbook.chapters.tsc_alignment import parse as P
 from perfbook.chapters.tsc_alignment import prose
 from perfbook.chapters.tsc_alignment.parse import U64, fact_rank, signed
@@ -164,6 +166,126 @@ def test_skew_bounds_contain_a_known_skew():
     assert not allrow["consistent"]  # 0 is excluded: the skew is proven
 
 
+# ---------------------------------------------------------- key findings --
+FIND = {f.key: f for f in KF.FINDINGS}
+KHZ = 2_000_000  # KVM's TSC rate in the fake datasets
+
+
+class _Run:
+    """What a finding's measure() reads of one dataset: its tables and its manifest."""
+
+    def __init__(self, virtualization="kvm", khz=KHZ, **tables):
+        if khz is not None:
+            tables.setdefault(
+                "tsc_facts",
+                pd.DataFrame([{"key": "kvm_get_tsc_khz", "value": str(khz), "source": "t"}]),
+            )
+        self.tables = tables
+        self.manifest = {"host": {"virtualization": virtualization, "kvm_modules": ["kvm"]}}
+
+    def __getitem__(self, name):
+        return self.tables[name]
+
+    def __contains__(self, name):
+        return name in self.tables
+
+
+def _outcome(key, run):
+    f = FIND[key]
+    return f.outcome(f.measure(run))
+
+
+def _pingpong(skew: int):
+    """Exchanges with CPU b `skew` cycles ahead, one-way trips of 200..390 cycles."""
+    rows = []
+    for i, trip in enumerate(range(200, 400, 10)):
+        rows.append((0, 0, i, trip + skew, 2 * trip - (trip + skew)))
+        rows.append((1, 0, i, trip - skew, 2 * trip - (trip - skew)))
+    pp = pd.DataFrame(rows, columns=["direction", "round", "i", "t2_minus_t1", "t3_minus_t2"])
+    pp.insert(0, "cpu_b", 1)
+    pp.insert(0, "cpu_a", 0)
+    return _tagged(pp)
+
+
+@pytest.mark.parametrize(
+    "skew,verdict", [(0, HOLDS), (300, HOLDS), (5000, FAILS), (1000, UNDECIDED)]
+)
+def test_skew_is_decided_on_the_bounds_of_its_size(skew, verdict):
+    """|d| between the ping-pong bounds: below 1,000 cycles where the upper bound is, 1,000 or
+    more where the lower bound is (a skew proven), open where the bounds reach across."""
+    o = _outcome("skew", _Run(skew_pingpong=_pingpong(skew)))
+    assert o.verdict == verdict, o
+    assert o.estimate.low <= skew <= o.estimate.high and o.estimate.coverage == 1.0
+    if verdict == UNDECIDED:
+        assert "straddles 1,000" in o.why
+
+
+def test_skew_under_tcg_is_exact_and_says_why():
+    pp = _pingpong(0)
+    pp["t2_minus_t1"], pp["t3_minus_t2"] = 0, 5  # one never-decreasing counter: t1 = t2
+    o = _outcome("skew", _Run("qemu", None, skew_pingpong=pp))
+    assert o.verdict == HOLDS and o.estimate.exact and o.estimate.value == 0
+    assert "TCG" in o.evidence and "40 of 40" in o.evidence
+    assert FIND["skew"].measure(_Run()) is None
+
+
+@pytest.mark.parametrize(
+    "ppm,n,verdict",
+    [([0.5], 5, UNDECIDED), ([0.5], 6, HOLDS), ([50], 6, FAILS), ([-50], 6, FAILS)],
+    ids=["5-windows", "6-windows", "fast", "slow"],
+)
+def test_freq_is_the_median_window_against_kvm(ppm, n, verdict):
+    """Five timed windows give the median a 93.75 % interval at best: too few to decide."""
+    khz = [KHZ * (1 + (ppm[0] + 0.1 * i) / 1e6) for i in range(n)]
+    f = pd.DataFrame({"rep": range(n), "ns": 1, "cycles": 1, "khz": khz})
+    o = _outcome("freq", _Run(tsc_freq=f))
+    assert o.verdict == verdict, o
+    if n == 5:
+        assert "n too small" in o.why and "93.75 %" in o.why
+    assert FIND["freq"].measure(_Run(khz=None, tsc_freq=f)) is None  # no KVM: not measured
+
+
+def _brackets(width: int, rounds: int, created_inside: bool = True):
+    """Bracket readings: a 'created' block (round -1) inside or far outside its brackets, and
+    every variant in each round, `width` cycles wide (+- a little by round)."""
+    rows = []
+    t = 10_000_000
+    for i in range(20):
+        guest = t + 10 if created_inside else 5
+        rows.append(("created", -1, 0, i, 0, t, guest, t + width))
+        t += 100_000
+    for r in range(rounds):
+        for v in ("default", "msr", "attr"):
+            for i in range(10):
+                w = width + 50 * r
+                rows.append((v, r, 0, i, 0, t, t + w // 2, t + w))
+                t += 100_000
+    cols = ["variant", "round", "cpu", "idx", "warmup", "before", "guest", "after"]
+    return _tagged(pd.DataFrame(rows, columns=cols))
+
+
+@pytest.mark.parametrize("inside,verdict", [(False, HOLDS), (True, FAILS)])
+def test_honoured_is_the_share_of_creation_readings_outside(inside, verdict):
+    o = _outcome("honoured", _Run(bracket=_brackets(20_000, 6, inside)))
+    assert o.verdict == verdict, o
+    assert o.estimate.value == (0 if inside else 100) and "20 readings" in o.estimate.basis
+
+
+@pytest.mark.parametrize(
+    "width,rounds,verdict",
+    [(20_000, 6, HOLDS), (60_000, 6, FAILS), (20_000, 5, UNDECIDED)],
+)
+def test_roundtrip_is_the_median_of_the_rounds(width, rounds, verdict):
+    """One value per round (its median width) at KVM's rate: 20,000 cycles at 2 GHz is 10 µs;
+    five rounds cannot give the median a 95 % interval."""
+    o = _outcome("roundtrip", _Run(bracket=_brackets(width, rounds)))
+    assert o.verdict == verdict, o
+    assert f"{rounds} rounds" in o.estimate.basis
+    assert A.round_widths(A.bracket_frame(_brackets(width, rounds))).tolist() == [
+        width + 50 * r for r in range(rounds)
+    ]
+
+
 def test_fact_rank_restores_the_written_order():
     keys = [
         "measured_tsc_khz_median",
@@ -266,6 +388,24 @@ def test_findings_quote_one_dataset(book_data):
     sb = A.skew_bounds(D.of_quoted(D["skew_pingpong"]))
     assert f["skew_rtt_min"] == f"{int(sb[sb['round'] == 'all']['rtt_min'].iloc[0]):,}"
     assert f["n_skips"] == sum(len(m.skipped) for m in D.manifests)
+
+
+def test_key_findings_on_the_book_data(book_data):
+    """Every finding gives every host a verdict from the book's data; the round trip rests on
+    the quoted dataset's rounds and the skew on its ping-pong bounds."""
+    from perfbook.analysis.findings import VERDICTS, Run, evaluate
+
+    D = _committed(book_data)
+    assert X.chapter.key_findings == KF.FINDINGS
+    for f in KF.FINDINGS:
+        for h in D.hosts:
+            assert evaluate(D, f, h).verdict in VERDICTS
+    run = Run(D, D.quoted)
+    rt = KF.roundtrip(run).estimate
+    assert f"{A.measured_rounds(A.brackets(D, 'quoted'))[D.quoted.key]} rounds" in rt.basis
+    sb = A.skew_bounds(D.of_quoted(D["skew_pingpong"]))
+    a = sb[sb["round"] == "all"].iloc[0]
+    assert KF.skew(run).estimate.high == max(abs(a["lo"]), abs(a["hi"]))
 
 
 # ------------------------------------------------------------------ live --

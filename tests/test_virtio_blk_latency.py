@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from conftest import ROOT, need_root
 from conftest import scratch_owner as _owner
 from perfbook.analysis import stats as tools_stats
+from perfbook.analysis.findings import FAILS, HOLDS, UNDECIDED, Run
 from perfbook.chapters.virtio_blk_latency import analysis as A
 from perfbook.chapters.virtio_blk_latency import chapter, prose
 from perfbook.chapters.virtio_blk_latency import collect as C
@@ -837,6 +839,118 @@ def test_quick_collect_live(scratch_data):
         med
     )  # each layer nests in the one above
     assert cum.loc["host_benchmark", "n"] == p["host_requests"]
+
+
+# ---------------------------------------------------------------- key findings
+class _Run:
+    """What a finding's measure() reads of one dataset: run.data.iv (per-request layer
+    latencies), run.data.acc, the seed's table, and which tables the dataset has."""
+
+    def __init__(self, iv):
+        self.data = type("View", (), {"iv": iv, "acc": "TCG"})()
+
+    def __contains__(self, name):
+        return name == "requests"
+
+    def reference(self, name, dtype=None):
+        return load_reference(name)
+
+
+def _iv(boots: dict, spread: float = 0.02, n: int = 20, seed: int = 3) -> pd.DataFrame:
+    """Per-request layer latencies (ns) of synthetic boots: {(kind, aio, variant): [{column:
+    value}, ...]}, one dict per boot, each request within `spread` of its boot's values."""
+    rng = np.random.default_rng(seed)
+    rows, job = [], 0
+    for (kind, aio, variant), per_boot in boots.items():
+        for vals in per_boot:
+            for i in range(n):
+                r = {"job": job, "kind": kind, "aio": aio, "variant": variant, "warm": 0}
+                r["pattern"] = ("seq", "rand")[i % 2]
+                r.update({k: v * (1 + rng.uniform(-spread, spread)) for k, v in vals.items()})
+                if "host_syscall" in vals:
+                    r["host_sub_call"] = {"native": "io_submit", "threads": "pread64"}[aio]
+                rows.append(r)
+            job += 1
+    base = ["job", "kind", "aio", "variant", "warm", "pattern"]
+    cols = ["guest_benchmark", "host_benchmark", "qemu_aio", "host_syscall", "host_sub_call"]
+    return pd.DataFrame(rows).reindex(columns=base + cols)
+
+
+def _six(**v) -> list:
+    """Six boots whose values climb 3 % a boot from v."""
+    return [{k: x * (1 + 0.03 * i) for k, x in v.items()} for i in range(6)]
+
+
+def _kf(key):
+    return next(f for f in chapter.key_findings if f.key == key)
+
+
+def _verdict(key, iv):
+    f = _kf(key)
+    return f.outcome(f.measure(_Run(iv)))
+
+
+def test_guest_host_on_boots():
+    g = ("guest", "threads", "plain")
+    h = ("host", "", "host_bench")
+    iv = _iv({g: _six(guest_benchmark=300e3), h: _six(host_benchmark=50e3)})
+    o = _verdict("guest_host", iv)
+    assert o.verdict == HOLDS and o.estimate.value == pytest.approx(6, rel=0.05)
+    assert "boots" in o.estimate.basis and "2010: 1.53×" in o.evidence
+    # three boots each: 90 % at most, short of the finding's 95 %
+    iv3 = _iv({g: _six(guest_benchmark=300e3)[:3], h: _six(host_benchmark=50e3)[:3]})
+    assert _verdict("guest_host", iv3).verdict == UNDECIDED
+    iv_close = _iv({g: _six(guest_benchmark=75e3), h: _six(host_benchmark=50e3)})
+    assert _verdict("guest_host", iv_close).verdict == FAILS
+    assert _kf("guest_host").measure(_Run(_iv({g: _six(guest_benchmark=300e3)}))) is None
+
+
+def test_hostio_the_seeds_method_and_without_single_layer_boots():
+    q, p = ("guest", "threads", "qemu"), ("guest", "threads", "plain")
+    o = _verdict("hostio", _iv({q: _six(qemu_aio=100e3), p: _six(guest_benchmark=300e3)}))
+    assert o.verdict == HOLDS and o.estimate.value == pytest.approx(33.3, rel=0.05)
+    assert "as the seed's table" in o.estimate.basis
+    o = _verdict("hostio", _iv({q: _six(qemu_aio=200e3), p: _six(guest_benchmark=300e3)}))
+    assert o.verdict == FAILS
+    # no single-layer boots: each all-layer boot's own share
+    al = ("guest", "threads", "all")
+    o = _verdict("hostio", _iv({al: _six(qemu_aio=100e3, guest_benchmark=320e3)}))
+    assert o.verdict == HOLDS and "all-layer boots" in o.estimate.basis
+    # the same share straddling 50 % from boot to boot: undecided
+    mixed = [
+        {"qemu_aio": x, "guest_benchmark": 300e3}
+        for x in (120e3, 140e3, 150e3, 160e3, 170e3, 190e3)
+    ]
+    assert _verdict("hostio", _iv({al: mixed})).verdict == UNDECIDED
+
+
+def test_tracing_cost_and_submit_on_boots():
+    t, u = ("guest", "threads", "all"), ("guest", "threads", "plain")
+    untraced = _six(guest_benchmark=300e3)
+    for traced, want in (
+        (_six(guest_benchmark=400e3), HOLDS),
+        (_six(guest_benchmark=303e3), FAILS),
+        ([{"guest_benchmark": x} for x in (250e3, 290e3, 330e3, 370e3, 410e3, 450e3)], UNDECIDED),
+    ):
+        assert _verdict("tracing_cost", _iv({t: traced, u: untraced})).verdict == want
+    n, th = ("guest", "native", "all"), ("guest", "threads", "all")
+    o = _verdict("submit", _iv({n: _six(host_syscall=20e3), th: _six(host_syscall=80e3)}))
+    assert o.verdict == HOLDS and o.estimate.value == pytest.approx(0.25, rel=0.05)
+    assert re.search(r"io_submit 2\d\.\d µs, pread64 8\d\.\d µs", o.evidence), o.evidence
+    assert _kf("submit").measure(_Run(_iv({th: _six(host_syscall=80e3)}))) is None  # no aio=native
+
+
+def test_key_findings_of_the_committed_data_count_boots(book_data):
+    """Every finding's interval on every dataset rests on boots, never on the requests inside
+    them (tens of thousands of requests would give a falsely narrow interval)."""
+    D = chapter.load(book_data.data_dir)
+    if not len(D):
+        pytest.skip("no committed virtio_blk_latency dataset yet")
+    for m in D.manifests:
+        run = Run(D, m)
+        for f in chapter.key_findings:
+            got = f.measure(run)
+            assert got is not None and "boots" in got.estimate.basis, (f.key, m["run_id"])
 
 
 # ---------------------------------------------------------------- the committed data

@@ -7,17 +7,26 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, need_guest, owned_by, qemu_children
+from perfbook.analysis.findings import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, Run, evaluate
 from perfbook.chapters import virtio_features as V
-from perfbook.chapters.virtio_features import analysis, collect, parse, prose, tables
+from perfbook.chapters.virtio_features import (
+    analysis,
+    collect,
+    key_findings,
+    parse,
+    prose,
+    tables,
+)
 from perfbook.chapters.virtio_features.featurebits import decode as vf
 from perfbook.core.errors import ParameterError
-from perfbook.data.dataset import load_manifest, shown_datasets, table_path
+from perfbook.data.dataset import load_manifest, shown_datasets, table_path, write_table
 from perfbook.framework import sequence as framework
 from perfbook.qemu import guest
 
@@ -433,3 +442,122 @@ def test_accel_findings_compare_only_configs_measured_under_both():
     )
     s = prose.accel_findings(SimpleNamespace(bits=two))["accel_compare"]
     assert s.startswith("1 of the 2 disk configurations measured under both"), s
+
+
+# ---------------------------------------------------------------- key findings
+# Facts of one boot, each an exact count: a copy of a committed dataset, edited, decides them
+# both ways, and two runs of one build that disagree leave the host undecided.
+KF_HOST, KF_RUN = "h-5ab5c186a54f", "20261124T024333Z"
+KF_SRC = ROOT / "data" / "runs" / KF_HOST / "virtio_features" / KF_RUN
+LONGER, RULES = key_findings.FINDINGS
+
+
+def _kf_run(data: Path, run_id: str = KF_RUN, edit=None, guests: bool = True) -> Path:
+    """A copy of the committed dataset KF_SRC as run_id, its sysfs rows passed through edit()
+    and, with guests=False, without its guest part (as a collect without QEMU writes it)."""
+    import pandas as pd
+
+    dst = data / "runs" / KF_HOST / "virtio_features" / run_id
+    shutil.copytree(KF_SRC, dst)
+    man = json.loads((dst / "manifest.json").read_text())
+    man["run_id"] = run_id
+    s = pd.read_csv(table_path(dst, "sysfs"), dtype=str, keep_default_na=False)
+    if not guests:
+        s = s[s["source"] == "host"]
+        for t in ("configs", "boots"):
+            table_path(dst, t).unlink()
+            del man["tables"][t]
+        man["skipped"] = {"guests": "no QEMU"}
+    s = edit(s) if edit else s
+    table_path(dst, "sysfs").unlink()
+    write_table(dst / "sysfs", s)
+    man["tables"]["sysfs"] = len(s)
+    (dst / "manifest.json").write_text(json.dumps(man))
+    return dst
+
+
+def _measured(data: Path, finding):
+    D = V.chapter.load(data)
+    (m,) = D.manifests
+    return finding.outcome(finding.measure(Run(D, m)))
+
+
+def _short_host_files(s):
+    at = (s["source"] == "host") & s["path"].str.endswith("/features")
+    s.loc[at, "value"] = s.loc[at, "value"].str[:64]
+    return s
+
+
+def _broken_rule(s):
+    # the writethrough+config-wce=off disk (no FLUSH, no CONFIG_WCE) claims a write-back cache
+    at = (s["source"] == "guest") & (s["path"] == "virtio7/block/vdh/cache_type")
+    assert at.sum() == 1 and (s.loc[at, "value"] == "write through").all()
+    s.loc[at, "value"] = "write back"
+    return s
+
+
+def test_key_findings_are_the_boot_facts_not_the_checks():
+    """Two findings, each an exact count; the decoder's coverage and the CONFIG_WCE-gated
+    write are checks (the page states them), not findings. The threshold is the seed's length."""
+    import pandas as pd
+
+    assert [f.key for f in V.chapter.key_findings] == ["longer", "rules"]
+    ref = pd.read_csv(ROOT / "data" / "reference" / "virtio_features.csv", dtype=str)
+    assert {len(f) for f in ref["features"]} == {key_findings.SEED_BITS} == {LONGER.threshold}
+
+
+def test_key_findings_hold_on_the_committed_data(monkeypatch):
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    D = V.chapter.load(None)
+    for h in D.hosts:
+        longer, rules = (evaluate(D, f, h) for f in (LONGER, RULES))
+        assert longer.verdict == HOLDS and longer.estimate.exact, longer.evidence
+        assert longer.estimate.value == 128 and "2013: 64 bits" in longer.evidence
+        assert rules.verdict == HOLDS and rules.estimate.value == 0, rules.evidence
+        assert "3 disks without CONFIG_WCE checked" in rules.evidence
+
+
+def test_key_findings_decided_both_ways(scratch_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    _kf_run(scratch_data)
+    assert _measured(scratch_data, LONGER).verdict == HOLDS
+    assert _measured(scratch_data, RULES).verdict == HOLDS
+    short = tmp_path / "short"
+    (short / "runs").mkdir(parents=True)
+    _kf_run(short, edit=_short_host_files)
+    o = _measured(short, LONGER)
+    assert o.verdict == FAILS and o.estimate.value == 64, o.evidence
+    broken = tmp_path / "broken"
+    (broken / "runs").mkdir(parents=True)
+    _kf_run(broken, edit=_broken_rule)
+    o = _measured(broken, RULES)
+    assert o.verdict == FAILS and o.estimate.value == 1, o.evidence
+
+
+def test_key_findings_not_measured_without_the_part(scratch_data, tmp_path, monkeypatch):
+    """No guest booted: the cache rule was not measured; a host without virtio devices has
+    no features file of its own: its length was not measured (not a failure)."""
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    _kf_run(scratch_data, guests=False)
+    assert _measured(scratch_data, RULES) is None
+    assert _measured(scratch_data, LONGER).verdict == HOLDS
+    bare = tmp_path / "bare"
+    (bare / "runs").mkdir(parents=True)
+    _kf_run(bare, edit=lambda s: s[s["source"] == "guest"])
+    assert _measured(bare, LONGER) is None
+    assert _measured(bare, RULES).verdict == HOLDS
+    D = V.chapter.load(bare)
+    assert evaluate(D, LONGER, KF_HOST).verdict == NOT_MEASURED
+
+
+def test_two_runs_that_disagree_leave_the_host_undecided(scratch_data, monkeypatch):
+    """Two runs of one kernel build, one with a disk that breaks the rule: the runs are the
+    replicates, so their pooled interval straddles the threshold."""
+    monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
+    _kf_run(scratch_data)
+    _kf_run(scratch_data, "20261125T000000Z", edit=_broken_rule)
+    D = V.chapter.load(scratch_data)
+    v = evaluate(D, RULES, KF_HOST)
+    assert v.verdict == UNDECIDED and "straddles" in v.why, v.evidence
+    assert [o.verdict for _, o in v.runs] == [HOLDS, FAILS]
+    assert evaluate(D, LONGER, KF_HOST).verdict == HOLDS

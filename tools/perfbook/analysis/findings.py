@@ -1,20 +1,27 @@
-"""Key findings: a chapter's conclusions, computed from data, with a verdict per host.
+"""Key findings: a chapter's conclusions, each a claim about one number, decided per host.
 
-A chapter declares its findings (Chapter.key_findings). Each one is a claim and a test:
+A chapter declares its findings (Chapter.key_findings). Each one names its decisive quantity,
+the side of the threshold the claim puts it on, and the confidence it is decided at:
 
     Finding("uprobe_dearer",
             claim="A uprobe on `ret` costs more than twice a marker write",
-            test=lambda run: Outcome(ratio > 2, f"uprobe {u} ns, marker {m} ns: {r}×"))
+            measure=lambda run: Measured(decide.ratio(uprobe_ns, marker_ns, what="batches"),
+                                         f"uprobe {u} ns, marker {m} ns"),
+            quantity="uprobe / marker", side=">", threshold=2.0, unit="×")
 
-`test` gets one dataset (a `Run`: its manifest, and its tables through run[name]) and returns
-an Outcome (does the claim hold in this dataset, and the numbers behind that, formatted as
-shown), or None when the dataset did not measure what the claim needs.
+`measure` gets one dataset (a `Run`: its manifest, and its tables through run[name]) and
+returns the number as an Estimate (perfbook.analysis.decide: value, interval, the interval's
+real coverage) computed by the chapter's analysis, with the surrounding numbers as context
+text; None only where the dataset declares it did not measure that quantity (a table it does
+not have). Any other failure is a failure: it is raised with the finding and dataset named.
 
-A host's verdict combines its datasets measured with a real profile (a quick run is a test):
-"holds" or "does not hold" when they all agree, "mixed" with the count when they do not (the
-same host id can be different machines cloned from one image, or a noisy rerun), and
-"not measured" when none could say. Every run's evidence is kept with its run id, so a number
-is never shown without the dataset it comes from, and the spread between runs is visible.
+Each dataset gets a three-valued Outcome (decide.decide: holds, does not hold, undecided with
+why). A host's verdict pools its runs (decide.pool: the run is the unit of repetition) within
+one kernel build, from its undisturbed runs measured with a real profile; runs of another
+build are not replicates, so builds that disagree leave the host undecided and say so. A
+disturbed run (the run monitor's mark, perfbook.hoststate.monitor) is shown as evidence and
+never decides; quick-profile runs are smoke tests and decide nothing. Every run's evidence is
+kept with its run id, so a number is never shown without the dataset it comes from.
 """
 
 from __future__ import annotations
@@ -30,29 +37,83 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from perfbook.analysis import decide as dc
+from perfbook.analysis.decide import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, Estimate
 from perfbook.core import codedigest
 from perfbook.core.paths import repo_root, runs_dir
 from perfbook.data.buildfiles import read_private, store_dir, write_private
 from perfbook.data.dataset import REAL_PROFILES, data_depth
 from perfbook.data.digest import dir_digest, reference_files, tree_digest
 from perfbook.framework.contract import explain_modules
+from perfbook.hoststate import fingerprint
 
-HOLDS, FAILS, MIXED, NOT_MEASURED = "holds", "does not hold", "mixed", "not measured"
-VERDICTS = (HOLDS, FAILS, MIXED, NOT_MEASURED)
+VERDICTS = (HOLDS, FAILS, UNDECIDED, NOT_MEASURED)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a finding's measure() returns: the decisive number and the numbers around it."""
+
+    estimate: Estimate
+    context: str = ""  # the other numbers behind it, as the book shows them (not decisive)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    holds: bool
-    evidence: str  # the numbers behind the verdict, as the book shows them
+    """One dataset's verdict on one finding, with the number it was decided on."""
+
+    verdict: str  # HOLDS, FAILS or UNDECIDED
+    evidence: str  # the decisive number with its interval, then the context
+    estimate: Estimate
+    why: str = ""  # what keeps an undecided verdict open
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict == HOLDS
+
+    def as_doc(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "estimate": self.estimate.as_doc(),
+            "why": self.why,
+        }
+
+    @classmethod
+    def from_doc(cls, d) -> Outcome:
+        return cls(d["verdict"], d["evidence"], Estimate.from_doc(d["estimate"]), d["why"])
 
 
 @dataclass(frozen=True)
 class Finding:
     key: str  # glue name suffix: kf_<key>
     claim: str  # the statement, in the chapter's words, without numbers
-    test: Callable  # (Run) -> Outcome | None
+    measure: Callable  # (Run) -> Measured | None
+    quantity: str  # what the decisive number is, as the reader sees it ("uprobe / marker")
+    side: str  # ">" or "<": the claim is `quantity <side> threshold`
+    threshold: float
+    unit: str = ""  # "×", "%", "ns", "µs", ...
     contrary: str = ""  # what the prose says where it does not hold (default: "Not so: claim")
+    confidence: float = 0.95
+
+    def __post_init__(self):
+        if self.side not in (">", "<"):
+            raise ValueError(f"finding {self.key!r}: side must be '>' or '<'")
+
+    def outcome(self, got: Measured | None) -> Outcome | None:
+        """The dataset's Outcome from what measure() gave (None: not measured)."""
+        if got is None:
+            return None
+        if not isinstance(got, Measured):
+            raise TypeError(f"finding {self.key!r}: measure() gave {type(got).__name__}")
+        d = dc.decide(got.estimate, self.side, self.threshold, self.confidence)
+        if d.verdict == NOT_MEASURED:
+            return None
+        return Outcome(d.verdict, self.evidence(got.estimate, got.context), got.estimate, d.why)
+
+    def evidence(self, e: Estimate, context: str = "") -> str:
+        text = f"{self.quantity} {dc.interval_text(e, self.unit)}"
+        return f"{text}; {context}" if context else text
 
 
 class Run:
@@ -117,11 +178,11 @@ def glued(run, compute) -> dict | None:
 
 
 def sections(*parts):
-    """The compute function (for glued, from_glue, per_host_note) of a chapter's prose values
-    made of its section functions `parts` (each D -> dict), merged in order. A chapter's
-    findings() is every section; its key findings need a few, and at fleet scale each dataset's
-    values are computed once, so a verdict computes only the sections its test reads. The
-    function is named by its sections, which keeps one verdict-store slot per choice."""
+    """The compute function (for glued, per_host_note) of a chapter's prose values made of its
+    section functions `parts` (each D -> dict), merged in order. A chapter's findings() is
+    every section; a per-host note needs a few, and at fleet scale each dataset's values are
+    computed once, so a note computes only the sections it reads. The function is named by
+    its sections, which keeps one verdict-store slot per choice."""
 
     def compute(D) -> dict:
         out = {}
@@ -163,69 +224,111 @@ def per_host_note(D, compute, say) -> dict[str, list[str]]:
     return out
 
 
-def num(text) -> float:
-    """A number as the prose shows it ('1,927', '+122', '-4.4 % (CI ...)', '74%') as a float."""
-    t = str(text).strip().replace(",", "").replace("\u2212", "-").split()[0].rstrip("%")
-    return float(t)
+@dataclass(frozen=True)
+class BuildVerdict:
+    """A host's runs of one kernel build pooled (decide.pool) and decided."""
 
-
-def from_glue(compute, decide):
-    """A finding test from the chapter's prose values: decide(g) -> Outcome, where g is
-    glued(run, compute); a missing value means this dataset did not measure it."""
-
-    def test(run):
-        g = glued(run, compute)
-        if g is None:
-            return None
-        try:
-            return decide(g)
-        except (KeyError, ValueError, IndexError, TypeError):
-            return None
-
-    test.__name__ = getattr(decide, "__name__", "test")
-    test.compute, test.decide = compute, decide
-    return test
+    build: str  # kernel release and version
+    run_ids: tuple
+    estimate: Estimate | None
+    verdict: str
+    why: str = ""
 
 
 @dataclass(frozen=True)
 class HostVerdict:
     finding: Finding
     host_id: str
-    verdict: str
-    runs: tuple  # ((run_id, Outcome | None), ...) in run order
+    verdict: str  # HOLDS, FAILS, UNDECIDED or NOT_MEASURED
+    runs: tuple  # ((run_id, Outcome | None), ...) in run order: every counted run
+    why: str = ""  # what keeps it undecided
+    builds: tuple = ()  # (BuildVerdict, ...): the runs that decide, pooled per kernel build
+    set_aside: tuple = ()  # ((run_id, reason), ...): runs shown but not deciding
+
+    @property
+    def estimate(self) -> Estimate | None:
+        """The number the verdict rests on: the pooled estimate of the newest deciding build."""
+        return self.builds[-1].estimate if self.builds else None
 
     @property
     def evidence(self) -> str:
-        """Each run's numbers with its run id; one run: just its numbers."""
+        """The pooled number, then each run's numbers with its run id (one run: just its)."""
+        aside = dict(self.set_aside)
         told = [(r, o) for r, o in self.runs if o is not None]
-        if len(told) == 1:
-            return f"{told[0][1].evidence} (run {told[0][0]})"
-        return "; ".join(
-            f"run {r}: {o.evidence}{'' if o.holds else ' (does not hold)'}" for r, o in told
-        )
+        per_run = [
+            f"run {r}: {o.evidence} ({o.verdict}"
+            + (f"; {aside[r]}, not counted" if r in aside else "")
+            + ")"
+            for r, o in told
+        ]
+        parts = []
+        for b in self.builds:
+            if b.estimate is None:
+                continue
+            if len(b.run_ids) > 1:
+                where = f" on {b.build}" if len(self.builds) > 1 else ""
+                parts.append(
+                    f"pooled over {len(b.run_ids)} runs{where}: "
+                    f"{self.finding.evidence(b.estimate)} ({b.verdict})"
+                )
+        if len(told) == 1 and not parts:
+            r, o = told[0]
+            extra = f"; {aside[r]}, not counted" if r in aside else ""
+            text = f"{o.evidence} (run {r}{extra})"
+        else:
+            text = "; ".join(parts + per_run)
+        return f"{text}. Undecided: {self.why}" if self.verdict == UNDECIDED else text
 
     @property
     def label(self) -> str:
-        if self.verdict == MIXED:
-            told = [o for _, o in self.runs if o is not None]
-            return f"mixed: holds in {sum(o.holds for o in told)} of {len(told)} runs"
         return self.verdict
 
 
 def counted_runs(manifests) -> list:
-    """The datasets a host's verdict rests on: those measured with a real profile or with
-    none recorded (older datasets, measured before the profile was recorded); quick runs are
-    tests and count only where a host has nothing else."""
+    """The datasets shown under a host's verdict: those measured with a real profile or with
+    none recorded (older datasets, measured before the profile was recorded); quick runs
+    only where a host has nothing else (they are then shown, and decide nothing)."""
     counted = [
         m for m in manifests if m.get("profile") in REAL_PROFILES or m.get("profile") is None
     ]
     return sorted(counted or list(manifests), key=lambda m: m["run_id"])
 
 
+def set_aside_reason(m) -> str:
+    """Why dataset m is shown but does not decide: '' when it decides."""
+    if (m.get("disturbance") or {}).get("disturbed"):
+        return "disturbed"
+    if m.get("profile") not in REAL_PROFILES and m.get("profile") is not None:
+        return f"a {m.get('profile')} (smoke-test) run"
+    return ""
+
+
+def _aside_reasons(manifests) -> dict:
+    """run_id -> why it is set aside ('' where it decides): set_aside_reason(), or a
+    fingerprint that departs from its host's other runs of the same build (fingerprint.departs:
+    the machine was slower or faster than it usually is, whatever the monitor saw)."""
+    out = {m["run_id"]: set_aside_reason(m) for m in manifests}
+    by_build: dict = {}
+    for m in manifests:
+        by_build.setdefault(build_of(m), []).append(m)
+    for ms in by_build.values():
+        fps = {m["run_id"]: fingerprint.worst(m.get("disturbance")) for m in ms}
+        known = [f for f in fps.values() if f]
+        for rid, fp in fps.items():
+            if not out[rid]:
+                out[rid] = fingerprint.departs(fp, known)
+    return out
+
+
+def build_of(m) -> str:
+    h = m["host"]
+    return f"{h.get('kernel_release', '?')} {h.get('kernel_version', '')}".strip()
+
+
 def _test(D, finding: Finding, m, run: Run | None = None) -> Outcome | None:
     try:
-        return finding.test(run or Run(D, m))
-    except (KeyError, IndexError, ValueError, ZeroDivisionError) as e:
+        return finding.outcome(finding.measure(run or Run(D, m)))
+    except (KeyError, IndexError, ValueError, ZeroDivisionError, TypeError) as e:
         raise RuntimeError(
             f"finding {finding.key!r} on {m.host_id}/{m['run_id']}: {type(e).__name__}: {e}"
         ) from e
@@ -251,34 +354,67 @@ def _manifests_of(D, host_id: str) -> list:
 
 
 def _host_outcomes(D, host_id: str) -> list:
-    """(run_id, outcomes(D, m)) of each counted dataset of host_id, once per Data: every
+    """(manifest, outcomes(D, m)) of each counted dataset of host_id, once per Data: every
     declared finding's verdict on that host reads the same outcomes (one verdict-store lookup
     per dataset, not one per finding)."""
     return _once(
         D,
         ("findings:outcomes", host_id),
-        lambda: [(m["run_id"], outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))],
+        lambda: [(m, outcomes(D, m)) for m in counted_runs(_manifests_of(D, host_id))],
     )
+
+
+def judge(finding: Finding, host_id: str, runs: list) -> HostVerdict:
+    """The host verdict from [(manifest, Outcome | None)] in run order: the deciding runs
+    (set_aside_reason empty) pooled per kernel build, each build decided; builds that
+    disagree leave the host undecided."""
+    why_aside = _aside_reasons([m for m, _ in runs])
+    aside = tuple((m["run_id"], why_aside[m["run_id"]]) for m, _ in runs if why_aside[m["run_id"]])
+    out = tuple((m["run_id"], o) for m, o in runs)
+    groups: dict = {}
+    for m, o in runs:
+        if o is not None and not why_aside[m["run_id"]]:
+            groups.setdefault(build_of(m), []).append((m["run_id"], o))
+    builds = []
+    for build, got in groups.items():
+        est = dc.pool([o.estimate for _, o in got], finding.confidence)
+        if len(got) == 1:
+            verdict, why = got[0][1].verdict, got[0][1].why
+        else:
+            d = dc.decide(est, finding.side, finding.threshold, finding.confidence)
+            verdict, why = d.verdict, d.why
+        builds.append(BuildVerdict(build, tuple(r for r, _ in got), est, verdict, why))
+    told = [o for _, o in out if o is not None]
+    if not told:
+        return HostVerdict(finding, host_id, NOT_MEASURED, out, set_aside=aside)
+    if not builds:
+        reasons = sorted({r for _, r in aside})
+        return HostVerdict(
+            finding,
+            host_id,
+            UNDECIDED,
+            out,
+            "no run decides: every run measured was " + " or ".join(reasons),
+            set_aside=aside,
+        )
+    kinds = {b.verdict for b in builds}
+    if len(kinds) == 1:
+        b = builds[-1]
+        return HostVerdict(finding, host_id, b.verdict, out, b.why, tuple(builds), aside)
+    why = "it depends on the kernel build: " + "; ".join(
+        f"{b.verdict} on {b.build} ({len(b.run_ids)} run{'s' if len(b.run_ids) > 1 else ''})"
+        for b in builds
+    )
+    return HostVerdict(finding, host_id, UNDECIDED, out, why, tuple(builds), aside)
 
 
 def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
     declared = finding in getattr(D.chapter, "key_findings", ())
     if declared:
-        runs = [(rid, got[finding.key]) for rid, got in _host_outcomes(D, host_id)]
+        runs = [(m, got[finding.key]) for m, got in _host_outcomes(D, host_id)]
     else:
-        runs = [
-            (m["run_id"], _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))
-        ]
-    told = [o for _, o in runs if o is not None]
-    if not told:
-        verdict = NOT_MEASURED
-    elif all(o.holds for o in told):
-        verdict = HOLDS
-    elif not any(o.holds for o in told):
-        verdict = FAILS
-    else:
-        verdict = MIXED
-    return HostVerdict(finding, host_id, verdict, tuple(runs))
+        runs = [(m, _test(D, finding, m)) for m in counted_runs(_manifests_of(D, host_id))]
+    return judge(finding, host_id, runs)
 
 
 # -- each dataset's outcomes, computed once: the verdict store ---------------------------------
@@ -304,7 +440,7 @@ def evaluate(D, finding: Finding, host_id: str) -> HostVerdict:
 # --memos verdict-store --notebooks summary --data-dir FLEET` prints it; `perfbook validate`'s
 # figure is in perfbook.book.validation.
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 # (chapter, data dir) -> digest of its code and reference files, once per process: every
 # stored() asks for it. Measured 2026-11-28 on the project's machine (2 shared cores, Debian 12;
 # medians of 3 runs, CPU seconds of the page's cells, the verdict store filled): the summary
@@ -447,20 +583,16 @@ def stored_frames(D, m, slot: str, make) -> dict:
 
 
 def _is_outcomes(v, keys) -> bool:
-    return (
-        isinstance(v, dict)
-        and set(v) == set(keys)
-        and all(
-            o is None
-            or (
-                isinstance(o, list)
-                and len(o) == 2
-                and isinstance(o[0], bool)
-                and isinstance(o[1], str)
-            )
-            for o in v.values()
-        )
-    )
+    def ok(o):
+        if o is None:
+            return True
+        try:
+            Outcome.from_doc(o)
+        except (KeyError, TypeError, ValueError):
+            return False
+        return o["verdict"] in (HOLDS, FAILS, UNDECIDED) and isinstance(o["evidence"], str)
+
+    return isinstance(v, dict) and set(v) == set(keys) and all(ok(o) for o in v.values())
 
 
 def outcomes(D, m) -> dict:
@@ -472,10 +604,10 @@ def outcomes(D, m) -> dict:
     def make():
         run = Run(D, m)  # one view of the dataset for all of them (what they derive is shared)
         out = {f.key: _test(D, f, m, run) for f in findings}
-        return {k: None if o is None else [bool(o.holds), str(o.evidence)] for k, o in out.items()}
+        return {k: None if o is None else o.as_doc() for k, o in out.items()}
 
     got = stored(D, m, "outcomes", make, lambda v: _is_outcomes(v, keys))
-    return {k: None if o is None else Outcome(o[0], o[1]) for k, o in got.items()}
+    return {k: None if o is None else Outcome.from_doc(o) for k, o in got.items()}
 
 
 def verdicts(D) -> list[list[HostVerdict]]:
@@ -499,17 +631,17 @@ def matrix(D):
 
 
 def sentence(v: HostVerdict) -> str:
-    """What the prose says for one host: the claim or its contrary, and the numbers."""
+    """What the prose says for one host: the claim, its contrary or the open question, and
+    the numbers."""
     f = v.finding
     if v.verdict == NOT_MEASURED:
         return f"{f.claim}: not measured on {v.host_id}"
-    said = (
-        f.claim
-        if v.verdict == HOLDS
-        else (f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}")
-    )
-    if v.verdict == MIXED:
-        said = f"{f.claim}? It depends on the run ({v.label})"
+    if v.verdict == HOLDS:
+        said = f.claim
+    elif v.verdict == FAILS:
+        said = f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}"
+    else:
+        said = f"Undecided whether {f.claim[0].lower()}{f.claim[1:]}"
     return f"{said} ({v.evidence})"
 
 
@@ -535,7 +667,8 @@ def html_block(D, kinds: dict[str, str]) -> str:
         return ""
     return (
         '<div class="key-findings admonition"><p class="admonition-title">Key findings</p>'
-        f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is computed from the data '
-        "for every host: its verdict counts the host's datasets measured with a real "
-        "profile, and each number names the run it comes from.</p></div>"
+        f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is a claim about one '
+        "number, decided for every host on that number's interval: it holds, does not hold, "
+        "or stays undecided (and says why). A host's verdict pools its undisturbed runs of one "
+        "kernel build, and each number names the run it comes from.</p></div>"
     )

@@ -30,8 +30,8 @@ from perfbook.analysis.findings import _code
 from perfbook.book.sphinx_site import dataset_url
 from perfbook.book.summary import findings_matrix
 
-VERDICT_RANK = {"does not hold": 0, "mixed": 1, "holds": 2, "not measured": 3, "no data": 4}
-GLYPH = {"holds": "✓", "does not hold": "✗", "mixed": "±", "not measured": "–", "no data": "·"}
+VERDICT_RANK = {"does not hold": 0, "undecided": 1, "holds": 2, "not measured": 3, "no data": 4}
+GLYPH = {"holds": "✓", "does not hold": "✗", "undecided": "?", "not measured": "–", "no data": "·"}
 FOLD = 8  # a list of more than this many hosts or links is folded (.pb-more)
 
 
@@ -176,7 +176,7 @@ def coverage_table(data_dir=None, records: list[dict] | None = None, base: str =
 
 
 def _verdict(label: str) -> str:
-    return "mixed" if str(label).startswith("mixed") else str(label)
+    return str(label)
 
 
 def findings_tables(data_dir=None, records: list[dict] | None = None):

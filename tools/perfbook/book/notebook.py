@@ -24,6 +24,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
+from IPython import get_ipython
 from IPython.display import HTML, Markdown, display
 from myst_nb import glue
 
@@ -69,12 +70,35 @@ def setup_plots():
     sns.set_theme(style="whitegrid", context="notebook")
 
 
+NO_VALUE = "\u2014"  # what a table shows where a value does not apply or was not measured
+
+
 def init():
-    """Call first in every chapter: one-line errors and the plot style."""
+    """Call first in every chapter: one-line errors, the plot style, and tables that show a
+    missing value as NO_VALUE, never as 'NaN' (#42: a page without debris)."""
     install_notebook_handler()
     setup_plots()
     pd.set_option("display.width", 120)
     pd.set_option("display.max_columns", 30)
+    _tables_without_nan()
+
+
+def _tables_without_nan() -> None:
+    """DataFrames displayed by a cell (HTML and plain text) with NO_VALUE for a missing value."""
+    ip = get_ipython()
+    if ip is None:
+        return
+    f = ip.display_formatter.formatters
+    rows = pd.get_option("display.max_rows")
+    f["text/html"].for_type(
+        pd.DataFrame, lambda df: df.to_html(na_rep=NO_VALUE, max_rows=rows, max_cols=30)
+    )
+    f["text/plain"].for_type(
+        pd.DataFrame,
+        lambda df, p, cycle: p.text(
+            df.to_string(na_rep=NO_VALUE, max_rows=rows, max_cols=30, line_width=120)
+        ),
+    )
 
 
 def show_figure(fig, caption: str) -> None:

@@ -8,6 +8,7 @@ all hosts, into tidy pandas frames with host_id and run_id columns.
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import io
 import json
@@ -463,9 +464,36 @@ def skipped_table(manifests: list[dict]):
             )
         for note in m.get("notes", []):
             rows.append(
-                {"host": m["host"]["host_id"], "run": m["run_id"], "what": "note", "why": note}
+                {
+                    "host": m["host"]["host_id"],
+                    "run": m["run_id"],
+                    "what": "note",
+                    "why": plain_note(note),
+                }
             )
     return pd.DataFrame(rows, columns=["host", "run", "what", "why"])
+
+
+_LITERAL = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+
+
+def plain_note(text: str) -> str:
+    """A manifest note with any Python list or dict literal in it written as words: datasets
+    measured before 2026-11-29 put `['perf.txt']` or `{'variant': 'x', 'load': 'sat'}` in
+    their notes (the data stay as measured; the page reads 'perf.txt', 'variant x, load sat')."""
+
+    def words(m):
+        try:
+            v = ast.literal_eval(m.group(0))
+        except (ValueError, SyntaxError):
+            return m.group(0)
+        if isinstance(v, dict):
+            return ", ".join(f"{k} {x}" for k, x in v.items())
+        if isinstance(v, list):
+            return ", ".join(str(x) for x in v)
+        return m.group(0)
+
+    return _LITERAL.sub(words, str(text))
 
 
 # -- which dataset the prose quotes: defined once, here ------------------------------------
@@ -475,13 +503,15 @@ REAL_PROFILES = ("default", "full")
 
 def quoted(manifests: list[dict], needs: tuple = ()) -> dict | None:
     """The dataset a chapter's prose quotes: among those that have every table in `needs`,
-    the newest (by run id, a UTC timestamp) measured with a real profile (REAL_PROFILES),
-    so that a quick test run never replaces a real one; else the newest whose profile was
-    not recorded; else the newest of all."""
+    the newest (by run id, a UTC timestamp) measured with a real profile (REAL_PROFILES)
+    that the run monitor did not mark disturbed, so that neither a quick test run nor a
+    disturbed one replaces a real one in the prose; else the newest real one; else the
+    newest whose profile was not recorded; else the newest of all."""
     ms = [m for m in manifests if all(t in m["tables"] for t in needs)] or list(manifests)
     if not ms:
         return None
     real = [m for m in ms if m.get("profile") in REAL_PROFILES]
+    real = [m for m in real if not (m.get("disturbance") or {}).get("disturbed")] or real
     unknown = [m for m in ms if m.get("profile") is None]
     return max(real or unknown or ms, key=lambda m: m["run_id"])
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 from functools import cached_property
 
+import numpy as np
 import pandas as pd
 
+from perfbook.analysis import decide, stats
 from perfbook.analysis.stats import compare_frame, summarize
 from perfbook.data.dataset import Data
 from perfbook.data.machine import host_pairs
@@ -300,6 +302,39 @@ def effect_of(r) -> dict:
         "hi": float(r.ci_high),
         "n": int(r.n_rounds),
     }
+
+
+def round_values(trials, load: str, variant: str, metric: str):
+    """One variant's per-round values of `metric` under `load` from the comparable trials of
+    one dataset (a trial is one round's run of a variant: the unit of repetition)."""
+    t = comparable(trials)
+    at = (t["load"] == load) & (t["variant"] == variant)
+    return t.loc[at, metric].to_numpy(dtype=float)
+
+
+def round_ratio(a, b, what: str = "rounds") -> decide.Estimate:
+    """a / b of two variants' per-round values as decide.ratio gives it (exp of the
+    Hodges-Lehmann shift of the logs, Moses' interval), where `a` may hold zeros (a round
+    without a single event of a count): a zero is log 0 = -inf, the smallest of the pairwise
+    log ratios, so the ranks and the interval's coverage are those of decide.ratio. b > 0."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    if (a < 0).any() or (b <= 0).any():
+        raise ValueError("round_ratio() needs a >= 0 and b > 0")
+    if (a > 0).all():
+        return decide.ratio(a, b, what=what)
+    with np.errstate(divide="ignore"):
+        est, lo, hi = stats.hodges_lehmann(np.log(a), np.log(b))
+    cov, _ = stats.hodges_lehmann_coverage(len(a), len(b))
+    return decide.Estimate(
+        math.exp(est),
+        math.exp(lo),
+        math.exp(hi),
+        0.0 if math.isnan(cov) else cov,
+        f"ratio from the Hodges-Lehmann shift of logs, {len(a)} against {len(b)} {what} "
+        f"({int((a == 0).sum())} of them 0)",
+        "log",
+    )
 
 
 # -- per-core balance ----------------------------------------------------------------------

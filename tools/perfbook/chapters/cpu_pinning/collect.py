@@ -465,7 +465,8 @@ def _notes(w, p, tdf, session) -> None:
     if len(bad):
         w.notes.append(
             f"{len(bad)} trial(s) where a worker's policy or slice differed from the "
-            f"variant's request (first: {bad.iloc[0][['variant', 'load']].to_dict()})"
+            f"variant's request (first: variant {bad.iloc[0]['variant']}, "
+            f"load {bad.iloc[0]['load']})"
         )
     if session is not None and (tdf.get("trace_markers", pd.Series([2])) != 2).any():
         w.notes.append(

@@ -1,62 +1,89 @@
-"""Key findings of the CPU pinning chapter, from the chapter's values for one dataset.
+"""Key findings of the CPU pinning chapter, computed per dataset (perfbook.analysis.findings).
 
-The pinning effect depends on the design: with one worker per CPU an unpinned worker has
-little room to move, while the seed's prefork pools had more workers than cores. So the pinning
-finding is split by design, and a dataset answers only the one its design measured (the other
-is "not measured" for it)."""
+A trial is one round's run of one variant under one load, with a fresh pool: the unit of
+repetition. Each finding is a ratio of two variants' per-round values under the fixed-rate load,
+from the trials the chapter's summaries use (analysis.comparable: undisturbed, and keeping up
+with the rate), as the Hodges-Lehmann ratio with Moses' interval (analysis.round_ratio, which is
+decide.ratio where a count may be 0 in a round).
+
+The pinning effect depends on the design: with one worker per CPU an unpinned worker has little
+room to move, while the seed's prefork pools had more workers than cores. So the pinning finding
+is split by design, and a dataset answers only the one its design measured (the other is "not
+measured" for it).
+
+Two former findings are checks, not findings, and the chapter states them where it shows the
+numbers: pinned workers do not migrate (an affinity of one CPU allows none: it checks that the
+pinning took effect; the migrations table and figure), and /proc/<pid>/sched and the
+sched_migrate_task tracepoint count the same migrations (two instruments agree; trace_sentence).
+"""
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome, from_glue, num, sections
+import numpy as np
 
-from .prose import effects, run, seed, switches
+from perfbook.analysis.decide import fmt
+from perfbook.analysis.findings import Finding, Measured
 
-# what the tests below read, not every value the prose quotes
-_g = sections(run, effects, switches, seed)
+from .analysis import round_ratio, round_values
 
-
-def _ci_high(text):
-    return num(str(text).split(" to ")[1].rstrip(")"))
+LOAD = "rate"  # the fixed-rate load: the same requests per second for every variant
 
 
-def _pinning(g):
-    hi = _ci_high(g["cpu_pinned_rate"])
-    return Outcome(
-        hi < 0,
-        f"{g['workers']} workers on {g['ncpu']} CPUs; pinned, fixed rate: CPU per request "
-        f"{g['cpu_pinned_rate']}; 2015: {g['seed_pin']} %",
+def _rounds(run, metric: str, *variants):
+    """{variant: its per-round values of metric at the fixed rate} of this dataset; None (not
+    measured) where it has no trials or did not run the load or one of the variants."""
+    if "trials" not in run:
+        return None
+    t = run["trials"]
+    if t is None or t.empty:
+        return None
+    out = {v: round_values(t, LOAD, v, metric) for v in variants}
+    return out if all(len(x) for x in out.values()) else None
+
+
+def _design(run) -> tuple[int, int]:
+    return int(run.manifest.parameters["workers"]), int(run.manifest.host["cpus_online"])
+
+
+def _seed_pin(run) -> float:
+    """The seed's CPU usage change for pinning, in % (an exact published figure)."""
+    ref = run.reference("cpu_pinning")
+    return float(ref[ref.quantity == "cpu_usage_change"].set_index("applies_to").value["pinned"])
+
+
+def _pinning(run):
+    r = _rounds(run, "cpu_per_req_us", "pinned", "unpinned")
+    if r is None:
+        return None
+    w, c = _design(run)
+    return Measured(
+        round_ratio(r["pinned"], r["unpinned"]),
+        f"{w} workers on {c} CPUs, fixed rate: worker CPU per request "
+        f"{fmt(float(np.median(r['pinned'])))} µs pinned, "
+        f"{fmt(float(np.median(r['unpinned'])))} µs unpinned; 2015: {fmt(_seed_pin(run), 2)} %",
     )
 
 
-def pin_cpu(g):
+def pin_cpu(run):
     """One worker per CPU (the design of the first datasets)."""
-    return _pinning(g) if int(g["workers"]) == int(g["ncpu"]) else None
+    w, c = _design(run)
+    return _pinning(run) if w == c else None
 
 
-def pin_cpu_pool(g):
+def pin_cpu_pool(run):
     """More workers than CPUs, as in the seed's prefork pools."""
-    return _pinning(g) if int(g["workers"]) > int(g["ncpu"]) else None
+    w, c = _design(run)
+    return _pinning(run) if w > c else None
 
 
-def no_migration(g):
-    m = num(g["mig_pinned_rate"])
-    return Outcome(
-        m == 0,
-        f"pinned workers: {g['mig_pinned_rate']} migrations/s (unpinned {g['mig_unpinned_rate']})",
-    )
-
-
-def batch(g):
-    b, u = num(g["inv_batch_rate"]), num(g["inv_unpinned_rate"])
-    return Outcome(
-        b < 0.5 * u, f"involuntary switches per request: SCHED_BATCH {b:g}, default {u:g}"
-    )
-
-
-def counters(g):
-    d = num(g["trace_maxdiff"])
-    return Outcome(
-        d == 0, f"{g['trace_agree']} trials agree; largest difference {g['trace_maxdiff']}"
+def batch(run):
+    r = _rounds(run, "invol_per_req", "batch", "unpinned")
+    if r is None:
+        return None
+    return Measured(
+        round_ratio(r["batch"], r["unpinned"]),
+        f"involuntary switches per request at the fixed rate: SCHED_BATCH "
+        f"{fmt(float(np.median(r['batch'])))}, default {fmt(float(np.median(r['unpinned'])))}",
     )
 
 
@@ -65,26 +92,32 @@ FINDINGS = (
         "pin_cpu_pool",
         "With more workers than CPUs, as in the seed's prefork pool, pinning the workers "
         "lowers CPU time per request by a resolvable amount, as the seed reported",
-        from_glue(_g, pin_cpu_pool),
-        contrary="With more workers than CPUs, pinning the workers did not lower CPU time per request "
-        "resolvably",
+        pin_cpu_pool,
+        quantity="pinned / unpinned worker CPU per request",
+        side="<",
+        threshold=1.0,
+        unit="×",
+        contrary="With more workers than CPUs, pinning the workers did not lower CPU time per request",
     ),
     Finding(
         "pin_cpu",
         "With one worker per CPU, pinning the workers lowers CPU time per request by a "
         "resolvable amount",
-        from_glue(_g, pin_cpu),
-        contrary="With one worker per CPU, pinning the workers did not lower CPU time per request resolvably",
+        pin_cpu,
+        quantity="pinned / unpinned worker CPU per request",
+        side="<",
+        threshold=1.0,
+        unit="×",
+        contrary="With one worker per CPU, pinning the workers did not lower CPU time per request",
     ),
-    Finding("no_migration", "Pinned workers never migrate", from_glue(_g, no_migration)),
     Finding(
         "batch",
         "SCHED_BATCH cuts involuntary context switches to less than half",
-        from_glue(_g, batch),
-    ),
-    Finding(
-        "counters",
-        "/proc/<pid>/sched and the sched_migrate_task tracepoint count the same migrations",
-        from_glue(_g, counters),
+        batch,
+        quantity="SCHED_BATCH / default involuntary switches per request",
+        side="<",
+        threshold=0.5,
+        unit="×",
+        contrary="SCHED_BATCH does not cut involuntary context switches to less than half",
     ),
 )

@@ -378,6 +378,41 @@ def phase_summary(ours):
     return pd.DataFrame(rows).set_index("phase").loc[order].reset_index()
 
 
+def per_round_columns(ours, phase: str):
+    """Per measured round of `phase` (the chapter's unit of repetition): the device's IOPS,
+    aqu-sz and %util over the round's steady intervals, each the time-weighted mean of its
+    1-s values (so the round's completed requests over its seconds, its time_in_queue over
+    its seconds). Columns round, secs, intervals, iops, aqu, util; empty when the phase has
+    no steady interval."""
+    st = steady(ours) if len(ours) else ours
+    st = st[st["phase"] == phase] if len(st) else st
+    if not len(st):
+        return pd.DataFrame(columns=["round", "secs", "intervals", "iops", "aqu", "util"])
+    T = st["interval_s"]
+    w = st.assign(
+        _req=st["n_rd_ios"] + st["n_wr_ios"] + st["n_dc_ios"],
+        _aqu=st["aqu-sz"] * T,
+        _util=st["%util"] * T,
+    )
+    g = w.groupby("round").agg(
+        secs=("interval_s", "sum"),
+        intervals=("interval_s", "size"),
+        req=("_req", "sum"),
+        aqu=("_aqu", "sum"),
+        util=("_util", "sum"),
+    )
+    out = pd.DataFrame(
+        {
+            "secs": g["secs"],
+            "intervals": g["intervals"],
+            "iops": g["req"] / g["secs"],
+            "aqu": g["aqu"] / g["secs"],
+            "util": g["util"] / g["secs"],
+        }
+    )
+    return out.reset_index()
+
+
 def jiffy_check(ours, hz: int | None) -> dict:
     """Are io_ticks deltas whole jiffies? (io_ticks is kept in jiffies, printed in ms)."""
     if not hz:

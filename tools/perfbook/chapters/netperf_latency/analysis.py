@@ -471,8 +471,8 @@ class NetperfData(Data):
 
     @cached_property
     def versus_seed(self):
-        """versus_seed() of the quoted dataset, by metric (the seed section and the
-        key findings' seed_ratio read it)."""
+        """versus_seed() of the quoted dataset, by metric (the seed section and its
+        seed_ratio read it)."""
         return versus_seed(self.R, self.ref, self.quoted.host_id).set_index("metric")
 
     @property

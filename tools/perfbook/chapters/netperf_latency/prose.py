@@ -197,7 +197,7 @@ def decades(D) -> dict:
 
 def cells(D) -> dict:
     """The pooled ladder per cell, the spread between the lines, loopback UDP's tail and what
-    veth and TCP add to its median (the key findings read these, not the rest of distribution)."""
+    veth and TCP add to its median (the part of distribution() that needs no exceedance curve)."""
     lad = D.ladder
     L = lad.set_index(["path", "proto", "pin"])
     out = {
@@ -265,8 +265,8 @@ def spread(lad) -> dict:
 
 
 def pin_ratios(D) -> dict:
-    """Each pinning mode's pooled P50 and P99 over the unpinned ones (what the key findings read
-    of pinning, without its rank tests)."""
+    """Each pinning mode's pooled P50 and P99 over the unpinned ones (pinning()'s ratios,
+    without its rank tests)."""
     out = {}
     for _, r in A.pin_effect(D.ladder).iterrows():
         out[f"pin_{r.path}_{r.proto}_{r.pin}_p50"] = f"{r.P50_vs_none:.2f}"

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from perfbook.analysis import decide
 from perfbook.analysis.findings import counted_runs
 from perfbook.analysis.stats import (
     caption,
@@ -238,6 +239,51 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
             out["pred_lo"] = float(np.exp(b + k * np.log(at) - half))
             out["pred_hi"] = float(np.exp(b + k * np.log(at) + half))
     return out
+
+
+def exponent(ov, mode: str = "cached") -> decide.Estimate:
+    """fit_power_law()'s exponent as an Estimate: the least-squares slope in log-log space with
+    its 95 % t interval (n - 2 degrees of freedom), which rests on the scatter of the sizes'
+    shifts about the line (each shift from its size's rounds). Through two sizes the line has
+    no interval (coverage 0: undecided); with fewer than two positive shifts there is no
+    exponent (NaN)."""
+    f = fit_power_law(ov, mode)
+    n = f["n"]
+    if n >= 3:
+        return decide.Estimate(
+            f["k"],
+            f["k_lo"],
+            f["k_hi"],
+            0.95,
+            f"least-squares slope over {n} sizes' Hodges-Lehmann shifts, t interval ({n - 2} df)",
+        )
+    return decide.Estimate(f["k"], np.nan, np.nan, 0.0, f"a line through {n} sizes' shifts")
+
+
+def median_differences(rows, mode: str = "cached"):
+    """Each size's median CPU time of `mode` minus none's, in overhead()'s columns (mode,
+    extra) without an interval: what a dataset with one run per mode (nothing overhead() can
+    compare) says about how the extra CPU grows."""
+    med = rows.groupby(["cluster_size", "image_size", "mode"]).cpu_s.median().unstack("mode")
+    if mode not in med.columns or "none" not in med.columns:
+        return pd.DataFrame(columns=["cluster_size", "image_size", "mode", "extra"])
+    d = (med[mode] - med["none"]).dropna().rename("extra").reset_index()
+    return d.assign(mode=mode)
+
+
+def largest_compared(rows, mode: str):
+    """The largest image size in `rows` (one dataset's timed preallocations of one cluster
+    size) where `mode` and none each have two runs or more (what overhead() compares), else
+    the largest where each has one; None where `mode` and none never ran at one size."""
+    n = rows[rows["mode"].isin([mode, "none"])].groupby(["image_size", "mode"]).size().unstack()
+    if mode not in n.columns or "none" not in n.columns:
+        return None
+    both = n[[mode, "none"]].fillna(0).min(axis=1)
+    for least in (2, 1):
+        ok = both[both >= least]
+        if len(ok):
+            return int(ok.index.max())
+    return None
 
 
 def prealloc_fits(D, at: float | None = None):

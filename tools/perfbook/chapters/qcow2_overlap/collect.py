@@ -208,7 +208,7 @@ def measure(ctx) -> None:
         x.name for x in s.dir.iterdir() if not x.name.startswith(".") and x.name != "owner"
     ]
     if leftovers:
-        w.notes.append(f"scratch files still present before cleanup: {leftovers}")
+        w.notes.append(f"scratch files still present before cleanup: {', '.join(leftovers)}")
 
 
 def _meta_row(img: Path, experiment: str, **extra) -> dict:

@@ -12,7 +12,6 @@ import math
 import numpy as np
 
 from .analysis import (
-    PRE_KEYS,
     cluster_text,
     dataset_overhead,
     dataset_rows,
@@ -21,7 +20,6 @@ from .analysis import (
     formula_table,
     host_cases,
     host_comparison,
-    overhead,
     perf_check_pct,
     seed_size,
 )
@@ -270,25 +268,6 @@ def _cost(f: dict, key: str, mode: str):
         f[f"{key}_{mode}_us"],
         f"{f[f'{key}_{mode}_lo_us']} to {f[f'{key}_{mode}_hi_us']}",
         f[f"{key}_{mode}_sig"],
-    )
-
-
-def key_values(D) -> dict:
-    """What the key findings (key_findings.py) read, as values() shows it: the largest preallocation
-    and the fit of `cached` at 512-byte clusters, the formula, both checking modes after
-    snapshots and the seed's figures. Each dataset's verdicts need only these, so only the
-    modes they quote are compared with none (a comparison per mode and case is most of
-    headline()'s cost); the values are those headline() gives."""
-    ref = D.reference("qcow2_overlap")
-    rs = dataset_rows(D, "prealloc", D.quoted.key)
-    ov = overhead(rs[rs.cluster_size == 512], PRE_KEYS, modes=("cached",))
-    wr = dataset_rows(D, "writes", D.quoted.key)
-    sn = wr[wr.workload == SNAPSHOTS]
-    costs = _write_costs(
-        sn, overhead(sn, ["workload", "mode"], modes=("cached", "all")), SNAPSHOTS, "sn"
-    )
-    return formatted(
-        {**_prealloc(ov, rs, ref), **costs, **_snapshots(wr), **_metadata(D, ref), **_seed(ref)}
     )
 
 

@@ -209,3 +209,64 @@ def tracers_with_stacks(D, dataset: str | None = None) -> list[str]:
     s = D["stacks"]
     have = set(s[s.dataset == ds].tracer) if len(s) else set()
     return [t for t in STACK_TRACERS if t in have]
+
+
+# -- the key findings' numbers: one value per session (a tracer armed in one round) -------------
+
+
+def round_seconds(runs):
+    """Per round (rows) and tracer (columns): the median of that round's hackbench seconds.
+    A round arms each tracer once and runs hackbench several times under it, so those runs
+    share one session: a round's median is the unit of repetition (the key findings rest on it,
+    as the repetition table's medians do)."""
+    return runs.groupby(["round", "tracer"])["seconds"].median().unstack("tracer")
+
+
+def session_callers(stacks, workload: str):
+    """The callers of schedule() per session: one row per tracer, round and caller, with the
+    switches that session counted. Each tracer is armed for its own session, so each counts a
+    different stretch of time (the chapter's "Different windows")."""
+    s = stacks[stacks.workload == workload]
+    cols = ["tracer", "round", "caller", "count"]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    ec = [classify(x) for x in s["stack"].fillna("")]
+    s = s.assign(entry=[e for e, _ in ec], caller=[c for _, c in ec])
+    s = s[s.entry == "schedule"]
+    return s.groupby(cols[:3], as_index=False)["count"].sum()[cols]
+
+
+def top_margins(stacks, workload: str, caller: str):
+    """Per session (tracer and round): `caller`'s calls of schedule() over those of the next
+    largest caller (> 1: `caller` is that session's top caller), with the runner-up named."""
+    c = session_callers(stacks, workload)
+    rows = []
+    for (tracer, rnd), g in c.groupby(["tracer", "round"]):
+        mine = int(g.loc[g.caller == caller, "count"].sum())
+        others = g[g.caller != caller].sort_values(
+            ["count", "caller"], ascending=[False, True], kind="stable"
+        )
+        nxt = int(others["count"].iloc[0]) if len(others) else 0
+        rows.append(
+            {
+                "tracer": tracer,
+                "round": rnd,
+                "count": mine,
+                "runner_up": others.caller.iloc[0] if len(others) else "",
+                "runner_up_count": nxt,
+                "margin": mine / nxt if nxt else float("inf"),
+                "share": mine / g["count"].sum(),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "tracer",
+            "round",
+            "count",
+            "runner_up",
+            "runner_up_count",
+            "margin",
+            "share",
+        ],
+    )

@@ -1,54 +1,68 @@
-"""Key findings of the sched_callers chapter, computed per dataset (perfbook.analysis.findings)."""
+"""Key findings of the sched_callers chapter, computed per dataset (perfbook.analysis.findings).
+
+A round arms every tracer once (one session each) and runs hackbench several times under it;
+those runs share the session, so the unit of repetition is the round: hackbench's time is
+compared on per-round medians (analysis.round_seconds), and the callers on per-session counts
+(analysis.top_margins). Each tracer counts its own window of time (the chapter's "Different
+windows"): sessions of different tracers are not the same switches counted twice.
+
+The tracers' agreement with each other (Kendall's τ, the same top caller) is a check of the
+instruments, not a finding about the kernel: the chapter shows it in its agreement table."""
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome
-from perfbook.analysis.stats import compare
+import math
+
+import numpy as np
+
+from perfbook.analysis import decide
+from perfbook.analysis.decide import Estimate, fmt
+from perfbook.analysis.findings import Finding, Measured
 
 from . import analysis as A
+from .parse import DEFAULT_TRACERS
 
-
-def _D(run):
-    return run.data
-
-
+CONFIDENCE = 0.95
 IDLE = ("do_idle", "cpu_startup_entry")  # do_idle, or the function it is inlined into
+WHAT = "per-round medians"
+
+
+def _tracers(run, *, stacks: bool) -> list[str]:
+    """The tracers this dataset armed: its parameters' tracers less the ones it skipped (the
+    manifest says why), in the chapter's order; `stacks`: only those that record stacks."""
+    m = run.manifest
+    planned = m["parameters"].get("tracers") or DEFAULT_TRACERS
+    skipped = set(m.get("skipped") or {})
+    have = [t for t in planned if t not in skipped and t != "none"]
+    return [t for t in have if t in A.STACK_TRACERS] if stacks else have
 
 
 def idle_not_schedule(run):
-    D = _D(run)
-    c = A.callers_of(D)
+    """How often the idle loop called schedule(): a count of the switches every stack tracer
+    saw (exact); undecided where no tracer saw the idle loop enter the scheduler at all."""
+    if "stacks" not in run or not _tracers(run, stacks=True):
+        return None
+    c = A.callers(run["stacks"])
     idle = c[c.entry == "schedule_idle"]
     direct = int(c[(c.entry == "schedule") & c.caller.isin(IDLE)]["count"].sum())
+    k = c.tracer.nunique()
     if idle.empty and not direct:
-        return None
-    via = ", ".join(sorted(set(idle.caller)))
-    return Outcome(
-        direct == 0 and len(idle) > 0,
-        f"schedule_idle → __schedule {int(idle['count'].sum()):,} times (called from {via}), "
-        f"the idle loop → schedule() {direct} times, over {c.tracer.nunique()} tracer(s)",
-    )
-
-
-def tracers_agree(run):
-    D = _D(run)
-    ag = A.agreement(D, workload="hackbench")
-    if ag.empty:
-        return None
-    worst = ag.sort_values("kendall", kind="stable").iloc[0]
-    return Outcome(
-        bool(ag.kendall.min() >= 0.6 and ag.same_top.all()),
-        f"under hackbench, Kendall's τ between tracers {ag.kendall.min():.2f} to "
-        f"{ag.kendall.max():.2f} over {len(ag)} pair(s) (lowest: {worst.tracer_a} and "
-        f"{worst.tracer_b}); same top caller in {int(ag.same_top.sum())} of {len(ag)}",
+        return Measured(
+            Estimate(0.0, math.nan, math.nan, 0.0, f"no idle-loop switch seen by {k} tracer(s)")
+        )
+    via = ", ".join(sorted(set(idle.caller))) or "nowhere"
+    return Measured(
+        decide.exact(direct, f"switches counted by {k} tracer(s)"),
+        f"schedule_idle → __schedule {int(idle['count'].sum()):,} times (called from "
+        f"{via}), over {k} tracer(s)",
     )
 
 
 def seed_top_hackbench(run):
-    D = _D(run)
-    tops = {t: A.top_caller(D, "hackbench", t) for t in A.tracers_with_stacks(D)}
-    tops = {t: v for t, v in tops.items() if v}
-    if not tops:
+    """The 2012 top caller's calls of schedule() over the next caller's, per session (tracer
+    and round) under hackbench: the median session's margin with its order-statistic interval
+    (> 1: it is the top caller)."""
+    if "stacks" not in run or not _tracers(run, stacks=True):
         return None
     ref = run.reference("sched_callers")
     seed = (
@@ -57,52 +71,55 @@ def seed_top_hackbench(run):
         .iloc[0]
         .caller
     )
-    ok = all(c == seed for c, _ in tops.values())
-    return Outcome(
-        ok,
-        f"2012: {seed}; now "
-        + ", ".join(
-            f"{t}: {c} ({100 * s:.0f} % of schedule() calls)" for t, (c, s) in tops.items()
-        ),
+    m = A.top_margins(run["stacks"], "hackbench", seed)
+    if m.empty:
+        raise ValueError("no hackbench session counted a call of schedule()")
+    share = m.groupby("tracer", sort=False)["share"].median()
+    runner = m.runner_up.mode().iloc[0]
+    return Measured(
+        decide.location(m.margin, CONFIDENCE, what="sessions (tracer × round)"),
+        f"2012: {seed}; its share of schedule() calls "
+        + ", ".join(f"{t} {fmt(100 * s)} %" for t, s in share.items())
+        + f"; runner-up mostly {runner}",
     )
 
 
-def _slowdowns(run):
-    """Each tracer's effect on hackbench's time (two findings read it)."""
-    D = _D(run)
-    pe = A.probe_effect(D["runs"])
-    if "rel_shift" not in pe.columns:
+def _seconds(run):
+    if "runs" not in run:
         return None
-    return pe[pe.tracer != "none"].dropna(subset=["rel_shift"]).set_index("tracer")
+    return A.round_seconds(run["runs"])
 
 
 def every_tracer_slows(run):
-    pe = _slowdowns(run)
-    if pe is None or pe.empty:
+    """The least of the tracers' slowdowns (hackbench's per-round medians under the tracer over
+    the untraced ones, each at 1 - 0.05 / k so that the union bound keeps 95 %)."""
+    r = _seconds(run)
+    tracers = _tracers(run, stacks=False)
+    if r is None or not tracers:
         return None
-    return Outcome(
-        bool(pe.significant.all()),
-        "; ".join(
-            f"{t} {100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to {100 * r.rel_high:+.1f} %"
-            f", p = {r.p_value:.2g})"
-            for t, r in pe.iterrows()
-        ),
+    each = 1 - (1 - CONFIDENCE) / len(tracers)
+    ests = {t: decide.ratio(r[t].dropna(), r["none"].dropna(), each, WHAT) for t in tracers}
+    n = {len(r[t].dropna()) for t in tracers}
+    basis = (
+        f"the least of {len(ests)} tracers' ratios of {'/'.join(map(str, sorted(n)))} against "
+        f"{len(r['none'].dropna())} per-round medians, union bound"
+    )
+    return Measured(
+        decide.lesser(*ests.values(), basis=basis),
+        ", ".join(f"{t} {fmt(e.value)}×" for t, e in ests.items())
+        + f" (untraced {fmt(float(np.median(r['none'].dropna())))} s)",
     )
 
 
 def bpf_cheaper_than_perf(run):
-    pe = _slowdowns(run)
-    if pe is None or not {"bpftrace", "perf"} <= set(pe.index):
+    r = _seconds(run)
+    if r is None or not {"bpftrace", "perf"} <= set(_tracers(run, stacks=False)):
         return None
-    b, p = pe.loc["bpftrace"], pe.loc["perf"]
-    r = _D(run)["runs"]
-    c = compare(
-        r[r.tracer == "bpftrace"].seconds, r[r.tracer == "perf"].seconds, names=("bpftrace", "perf")
-    )
-    return Outcome(
-        bool(c.significant and c.shift < 0),
-        f"against the untraced runs bpftrace {100 * b.rel_shift:+.1f} %, perf {100 * p.rel_shift:+.1f} % "
-        f"on hackbench's time; directly, {c.verdict}",
+    med = {t: fmt(float(np.median(r[t].dropna()))) for t in ("bpftrace", "perf", "none")}
+    return Measured(
+        decide.ratio(r["bpftrace"].dropna(), r["perf"].dropna(), CONFIDENCE, WHAT),
+        f"hackbench {med['bpftrace']} s under bpftrace, {med['perf']} s under perf, "
+        f"{med['none']} s untraced",
     )
 
 
@@ -112,33 +129,40 @@ FINDINGS = (
         "The idle loop no longer calls schedule(): it reaches __schedule through "
         "schedule_idle, so the seed's cpu_idle has no counterpart among today's callers of schedule()",
         idle_not_schedule,
+        quantity="the idle loop's calls of schedule()",
+        side="<",
+        threshold=1,
         contrary="The idle loop still reaches the scheduler through schedule()",
-    ),
-    Finding(
-        "tracers_agree",
-        "The tracers agree on hackbench's callers: the same top caller, and "
-        "Kendall's τ of at least 0.6 between every pair",
-        tracers_agree,
-        contrary="The tracers disagree on hackbench's callers",
     ),
     Finding(
         "seed_top_hackbench",
         "schedule_timeout is still hackbench's top caller of schedule(), as in 2012",
         seed_top_hackbench,
+        quantity="2012's top caller / the next caller",
+        side=">",
+        threshold=1.0,
+        unit="×",
         contrary="hackbench's top caller of schedule() is no longer the seed's",
     ),
     Finding(
         "every_tracer_slows",
-        "Every tracer slows hackbench measurably (Mann–Whitney p < 0.05)",
+        "Every tracer slows hackbench",
         every_tracer_slows,
-        contrary="Not every tracer slows hackbench measurably",
+        quantity="hackbench time under the least costly tracer / untraced",
+        side=">",
+        threshold=1.0,
+        unit="×",
+        contrary="Not every tracer slows hackbench",
     ),
     Finding(
         "bpf_cheaper_than_perf",
-        "Counting stacks in a BPF map costs hackbench measurably less than perf "
-        "recording every switch (Mann–Whitney p < 0.05 between their runs)",
+        "Counting stacks in a BPF map costs hackbench less time than perf recording every switch",
         bpf_cheaper_than_perf,
-        contrary="Counting stacks in a BPF map was not measurably cheaper for hackbench than perf "
-        "recording every switch",
+        quantity="hackbench time under bpftrace / under perf",
+        side="<",
+        threshold=1.0,
+        unit="×",
+        contrary="Counting stacks in a BPF map costs hackbench no less time than perf recording "
+        "every switch",
     ),
 )

@@ -39,6 +39,13 @@ def round_cv(samples):
     )
 
 
+def round_medians(samples):
+    """Per round (rows) and mechanism (columns): the median ns per call of that round's batches.
+    Each mechanism runs once per round, in one harness process, so its batches share that
+    process: a round's median is the chapter's unit of repetition (key findings rest on it)."""
+    return samples.groupby(["round", "mechanism"])["ns_per_call"].median().unstack("mechanism")
+
+
 def overhead_table(samples, baseline: str = "none"):
     """Per dataset: each mechanism's cost above the baseline, from all its batches.
 

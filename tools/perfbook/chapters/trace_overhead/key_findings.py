@@ -1,96 +1,114 @@
-"""Key findings of the trace-overhead chapter, computed per dataset (perfbook.analysis.findings)."""
+"""Key findings of the trace-overhead chapter, computed per dataset (perfbook.analysis.findings).
+
+Each finding is decided on the rounds of one dataset: a mechanism runs once per round in one
+harness process, so its batches in that round share the process, and the round's median
+(analysis.round_medians) is the unit of repetition. Ratios are Hodges-Lehmann ratios of those
+per-round medians (decide.ratio); a comparison with a published figure scales our estimate by
+that exact figure (decide.scaled)."""
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome
+import numpy as np
 
-from .analysis import decompose, published_current, summary_table
+from perfbook.analysis import decide
+from perfbook.analysis.decide import fmt
+from perfbook.analysis.findings import Finding, Measured
+
+from .analysis import published_current, round_medians
+from .parse import DEFAULT_MECHANISMS
+
+WHAT = "per-round medians"
 
 
-def _medians(run):
-    """Each mechanism's median ns per call in this dataset (its key findings read it)."""
-    s = run["samples"]
-    if s is None or s.empty:
+def _rounds(run, *mechanisms):
+    """{mechanism: its per-round medians} of this dataset; None (not measured) where the
+    dataset declares it did not run one of `mechanisms`: no samples table, a subset of the
+    mechanisms in its parameters, or one skipped for a missing tool (the manifest's `skipped`).
+    A mechanism it planned and did not skip must have its samples (KeyError otherwise)."""
+    if "samples" not in run:
         return None
-    return summary_table(s).set_index("mechanism")["median"]
+    m = run.manifest
+    planned = set(m["parameters"].get("mechanisms") or DEFAULT_MECHANISMS)
+    if not set(mechanisms) <= planned - set(m.get("skipped") or {}):
+        return None
+    r = round_medians(run["samples"])
+    return {m: r[m].dropna().to_numpy() for m in mechanisms}
 
 
 def _seed(run):
+    """The 2013 article's ns per call of each mechanism (its uprobe-based event tracer run)."""
     ref = run.reference("trace_overhead")
     return ref[ref.run == "uprobe-based event tracer"].set_index("mechanism").per_call_us * 1000
 
 
-def _ns(x):
-    return f"{x:,.0f} ns"
+def _ns(x) -> str:
+    return f"{fmt(x)} ns"
 
 
-def _ratio(a, b, what_a, what_b, threshold, run, seed_text=""):
-    m = _medians(run)
-    if m is None or a not in m or b not in m:
-        return None
-    r = m[a] / m[b]
-    return Outcome(
-        bool(r > threshold), f"{what_a} {_ns(m[a])}, {what_b} {_ns(m[b])}: {r:.1f}×{seed_text}"
-    )
+def _med(x) -> float:
+    return float(np.median(x))
 
 
 def uprobe_vs_marker(run):
+    r = _rounds(run, "uprobe", "marker")
+    if r is None:
+        return None
     seed = _seed(run)
-    return _ratio(
-        "uprobe",
-        "marker",
-        "uprobe on ret",
-        "marker",
-        2.0,
-        run,
-        f" (2013: {_ns(seed['uprobe'])} and {_ns(seed['marker'])}, "
-        f"{seed['uprobe'] / seed['marker']:.1f}×)",
+    return Measured(
+        decide.ratio(r["uprobe"], r["marker"], what=WHAT),
+        f"uprobe {_ns(_med(r['uprobe']))}, marker {_ns(_med(r['marker']))}; 2013: "
+        f"{_ns(seed['uprobe'])} and {_ns(seed['marker'])}, "
+        f"{fmt(seed['uprobe'] / seed['marker'])}×",
     )
 
 
 def marker_cheaper(run):
-    m = _medians(run)
-    if m is None or "marker" not in m:
+    r = _rounds(run, "marker")
+    if r is None:
         return None
-    seed = _seed(run)["marker"]
-    return Outcome(
-        bool(m["marker"] < seed),
-        f"marker {_ns(m['marker'])} against 2013's {_ns(seed)} ({m['marker'] / seed:.2f}×)",
+    seed = float(_seed(run)["marker"])
+    est = decide.location(r["marker"], what="rounds' medians")
+    return Measured(
+        decide.scaled(est, seed),
+        f"marker {_ns(est.value)} against 2013's {_ns(seed)}",
     )
 
 
 def nop5_cheap(run):
-    out = _ratio("uprobe_nop5", "uprobe", "uprobe on a 5-byte nop", "on ret", 0, run)
-    if out is None:
+    r = _rounds(run, "uprobe_nop5", "uprobe")
+    if r is None:
         return None
-    m = _medians(run)
-    return Outcome(bool(m["uprobe_nop5"] < 0.5 * m["uprobe"]), out.evidence)
+    return Measured(
+        decide.ratio(r["uprobe_nop5"], r["uprobe"], what=WHAT),
+        f"uprobe on a 5-byte nop {_ns(_med(r['uprobe_nop5']))}, on `ret` {_ns(_med(r['uprobe']))}",
+    )
 
 
 def sstep_dearer(run):
-    """The single step (uprobe on `ret` minus on `push %rbp`, Hodges-Lehmann shift) against the
-    kernel developers' published bare-metal benchmarks (ns per hit = 1000 / the posted M/s)."""
-    m = _medians(run)
-    if m is None or "uprobe" not in m or "uprobe_push" not in m:
+    """The single step (uprobe on `ret` minus on `push %rbp`: the Hodges-Lehmann shift of their
+    per-round medians) over the dearest of the kernel developers' published bare-metal single
+    steps (ns per hit = 1000 / the posted M/s; an exact published figure)."""
+    r = _rounds(run, "uprobe", "uprobe_push")
+    if r is None:
         return None
-    step = decompose(run["samples"], keys=("sstep",)).set_index("key").loc["sstep", "ns"]
-    if step != step:
-        return None
+    step = decide.shift(r["uprobe"], r["uprobe_push"], what=WHAT)
     pub = published_current(run)
-    return Outcome(
-        bool(step > pub.sstep.max()),
-        f"single step {_ns(step)} (ret/push {m['uprobe'] / m['uprobe_push']:.1f}×), "
-        f"published at most {_ns(pub.sstep.max())} ({pub.ret_push.max():.1f}×)",
+    dearest = float(pub.sstep.max())
+    return Measured(
+        decide.scaled(step, dearest),
+        f"single step {_ns(step.value)}, published at most {_ns(dearest)} "
+        f"(ret/push here {fmt(_med(r['uprobe']) / _med(r['uprobe_push']))}×, "
+        f"published at most {fmt(pub.ret_push.max())}×)",
     )
 
 
 def bpf_cheaper(run):
-    m = _medians(run)
-    if m is None or "bpf_uprobe" not in m or "uprobe" not in m:
+    r = _rounds(run, "bpf_uprobe", "uprobe")
+    if r is None:
         return None
-    return Outcome(
-        bool(m["bpf_uprobe"] < m["uprobe"]),
-        f"BPF count {_ns(m['bpf_uprobe'])}, ftrace uprobe event {_ns(m['uprobe'])}",
+    return Measured(
+        decide.ratio(r["bpf_uprobe"], r["uprobe"], what=WHAT),
+        f"BPF count {_ns(_med(r['bpf_uprobe']))}, ftrace uprobe event {_ns(_med(r['uprobe']))}",
     )
 
 
@@ -99,25 +117,41 @@ FINDINGS = (
         "uprobe_vs_marker",
         "A uprobe on `ret` costs more than twice a marker write, as it did in 2013",
         uprobe_vs_marker,
+        quantity="uprobe / marker",
+        side=">",
+        threshold=2.0,
+        unit="×",
         contrary="A uprobe on `ret` no longer costs twice a marker write",
     ),
     Finding(
         "marker_cheaper",
         "A marker write costs less than the 2013 article measured",
         marker_cheaper,
+        quantity="marker / 2013's marker",
+        side="<",
+        threshold=1.0,
+        unit="×",
         contrary="A marker write costs no less than the 2013 article measured",
     ),
     Finding(
         "nop5_cheap",
         "A uprobe on a 5-byte nop costs less than half of one on `ret`",
         nop5_cheap,
-        contrary="A uprobe on a 5-byte nop costs as much as one on `ret` (no optimization)",
+        quantity="uprobe on nop5 / on `ret`",
+        side="<",
+        threshold=0.5,
+        unit="×",
+        contrary="A uprobe on a 5-byte nop costs at least half of one on `ret`",
     ),
     Finding(
         "sstep_dearer",
         "The single step of a uprobe on `ret` (its cost above one on `push %rbp`) is "
         "dearer than in every published bare-metal benchmark",
         sstep_dearer,
+        quantity="single step / dearest published",
+        side=">",
+        threshold=1.0,
+        unit="×",
         contrary="The single step of a uprobe on `ret` is no dearer than in the published bare-metal "
         "benchmarks",
     ),
@@ -125,6 +159,10 @@ FINDINGS = (
         "bpf_cheaper",
         "Counting hits in BPF costs less than recording a uprobe event in the ftrace buffer",
         bpf_cheaper,
+        quantity="BPF count / ftrace event",
+        side="<",
+        threshold=1.0,
+        unit="×",
         contrary="Counting hits in BPF costs no less than recording a uprobe event",
     ),
 )

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from perfbook.analysis import decide
 from perfbook.analysis.stats import compare_frame, summarize_frame
 
 from .parse import U64, VARIANTS, fact_rank, signed
@@ -80,6 +81,13 @@ def round_medians(b):
     """
     w = b[(b["warmup"] == 0) & b["variant"].isin(VARIANTS)]
     return w.groupby(["host_id", "run_id", "variant", "round"], as_index=False)["width"].median()
+
+
+def round_widths(b):
+    """The median bracket width (cycles) of each measured round of one dataset, over every
+    offset variant's readings in it: one value per round, the unit that repeats."""
+    w = b[(b["warmup"] == 0) & b["variant"].isin(VARIANTS) & (b["round"] >= 0)]
+    return w.groupby("round")["width"].median()
 
 
 def variant_comparison(b, baseline: str = "default"):
@@ -230,6 +238,34 @@ def skew_bounds(pp):
                 }
             )
     return pd.DataFrame(rows)
+
+
+def magnitude(e: decide.Estimate, basis: str = "") -> decide.Estimate:
+    """|x| of an estimate of x: the interval of |x| is [0, max(|low|, |high|)] where x's
+    interval contains 0, else its end nearer 0 to the farther one; same coverage."""
+    lo, hi = sorted((abs(e.low), abs(e.high)))
+    if e.low <= 0 <= e.high:
+        lo = 0.0
+    return decide.Estimate(abs(e.value), lo, hi, e.coverage, basis or e.basis)
+
+
+def skew_estimate(row) -> decide.Estimate:
+    """|TSC(cpu_b) - TSC(cpu_a)| from skew_bounds()'s 'all' row. The bounds are not a
+    confidence interval but hard limits (each exchange's reads are ordered in time), so the
+    interval of |d| has coverage 1; its value is the middle of the bounds, as the figure draws
+    it. Bounds that cross (no constant skew fits every exchange) give no interval."""
+    lo, hi, n = int(row["lo"]), int(row["hi"]), int(row["n"])
+    mid = (lo + hi) / 2
+    if lo > hi:
+        return decide.Estimate(
+            abs(mid), np.nan, np.nan, 1.0, f"bounds from {n:,} exchanges that cross"
+        )
+    if lo == hi:
+        return decide.exact(abs(lo), f"bounds from {n:,} exchanges that meet")
+    return magnitude(
+        decide.Estimate(mid, lo, hi, 1.0, ""),
+        f"hard bounds from the fastest of {n:,} exchanges (middle of the bounds)",
+    )
 
 
 # -- the timeline ---------------------------------------------------------------------------

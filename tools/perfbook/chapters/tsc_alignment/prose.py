@@ -34,9 +34,9 @@ def quoted_values(D) -> dict:
 
 
 def key_values(D) -> dict:
-    """The quoted dataset's values that the key findings and the per-host caveats read: its
-    facts, TSC frequency and brackets, not its skew, offsets, timeline or comparisons (each
-    host's are computed once, through this function, for both)."""
+    """The quoted dataset's values that the per-host caveats read: its facts, TSC frequency
+    and brackets, not its skew, offsets, timeline or comparisons (each host's are computed
+    once, through this function, and kept in the verdict store)."""
     b, fd, khz_kvm = _basics(D)
     return {**_dataset(D, b, fd, khz_kvm), **_brackets(D, b, khz_kvm)}
 

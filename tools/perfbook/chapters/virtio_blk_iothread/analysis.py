@@ -1,5 +1,7 @@
 """virtio_blk_iothread: the analysis (frames in, frames out): medians and their intervals, the
-on/off effects, CPU per thread class, the seed's bonnie++ figures beside ours."""
+on/off effects, CPU per thread class, the seed's bonnie++ figures beside ours; for the key
+findings, each comparison's values per unit of repetition (per_repetition) and the estimates
+that combine intervals are perfbook.analysis.decide's (lesser, greatest, fold)."""
 
 from __future__ import annotations
 
@@ -134,3 +136,48 @@ def bonnie_beside_seed(D, dataset: str | None = None):
         .sort_values("test", key=lambda s: s.map(order), kind="stable")
         .reset_index(drop=True)
     )
+
+
+# -- the key findings' units of repetition and the estimates they combine -----------------------
+
+PSEUDO = "inside one boot per variant (pseudo-replication: the spread between boots is not in it)"
+
+
+def per_repetition(rows, by, value: str, run: str = "fio run") -> tuple[dict, str]:
+    """({group of `by`: array of `value`, one per repetition}, what those values are).
+
+    The chapter repeats rounds, each booting every variant once: where every group has two boots
+    or more (or a boot has one `run` of each group), a repetition is a boot, its value the median
+    of its runs. A dataset of one round (the default profile) has only the runs inside that
+    boot; they are given back as they are, and `what` says so."""
+    keys = [by] if isinstance(by, str) else list(by)
+    runs = rows.groupby(keys + ["round", "boot"]).size()
+    boots = runs.groupby(level=keys).size()
+    if len(runs) and runs.max() <= 1:
+        v, what = rows, f"boots (one {run} each)"
+    elif len(boots) and boots.min() >= 2:
+        v = rows.groupby(keys + ["round", "boot"], as_index=False)[value].median()
+        what = f"boots (each the median of its {run}s)"
+    else:
+        v, what = rows, f"{run}s {PSEUDO}"
+    out = {}
+    for k, g in v.groupby(keys):
+        out[k[0] if isinstance(k, tuple) and len(k) == 1 else k] = g[value].to_numpy(float)
+    return out, what
+
+
+def thread_runs(threads):
+    """One row per fio run (round, boot, variant, job, storm, rep) with each thread class's CPU
+    seconds per second of the job as a column (0 where a class had no thread), and `io`: the
+    main loop, the I/O thread and the block layer's workers together."""
+    t = threads.assign(rate=(threads.user_s + threads.sys_s) / threads.wall_s)
+    w = t.pivot_table(
+        index=["round", "boot", "variant", "job", "storm", "rep"],
+        columns="cls",
+        values="rate",
+        aggfunc="sum",
+    ).fillna(0.0)
+    for c in ("main", "iothread", "worker", "vcpu"):
+        if c not in w.columns:
+            w[c] = 0.0
+    return w.assign(io=w.main + w.iothread + w.worker).reset_index()

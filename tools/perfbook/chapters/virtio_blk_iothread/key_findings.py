@@ -1,106 +1,154 @@
-"""Key findings of the virtio_blk_iothread chapter, computed per dataset (perfbook.analysis.findings)."""
+"""Key findings of the virtio_blk_iothread chapter, each decided on one number with its interval
+(perfbook.analysis.decide), computed per dataset (perfbook.analysis.findings).
+
+The unit of repetition is the boot: each round boots every variant once. Where a dataset has
+two boots or more per variant, each boot's median is one value; a dataset of one round (the
+default profile) has only the fio runs inside its one boot per variant, and the estimate's
+basis says so (analysis.per_repetition). A claim made of two parts, or of every job, is decided
+on the lesser or greatest of its parts' estimates (decide.lesser, decide.greatest), each
+computed at a confidence that keeps the union bound at the finding's."""
 
 from __future__ import annotations
 
-from perfbook.analysis.findings import Finding, Outcome
+import numpy as np
 
-from .analysis import bonnie_beside_seed, cpu_rates, effects, storm_effects, table
+from perfbook.analysis import decide
+from perfbook.analysis.decide import fmt
+from perfbook.analysis.findings import Finding, Measured
 
+from .analysis import per_repetition, table, thread_runs
 
-def _eff(r) -> str:
-    return f"{100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to {100 * r.rel_high:+.1f} %)"
-
-
-def _effect(run, job: str, storm: bool = False):
-    """effects() of one job (its rows alone: each job's comparison is its own)."""
-    fio = table(run.data, "fio")
-    e = effects(fio[(fio.job == job) & (fio.storm == storm)] if len(fio) else fio)
-    return e.iloc[0] if len(e) else None
+CONFIDENCE = 0.95  # every finding's (Finding's default)
+HALF = 1 - (1 - CONFIDENCE) / 2  # each of two estimates a union bound combines
 
 
-def _rates(run):
-    """CPU seconds per second of each thread class, outside the storm (two findings read it)."""
+def _med(x) -> str:
+    return fmt(float(np.median(x)))
+
+
+def _quiet_threads(run):
+    """thread_runs() of the dataset's jobs outside the storm; None where it has no thread
+    samples."""
+    if "threads" not in run:
+        return None
     t = table(run.data, "threads")
-    return cpu_rates(t[~t.storm]) if len(t) else None
+    t = t[~t.storm]
+    return thread_runs(t) if len(t) else None
 
 
 def io_leaves_main_loop(run):
-    r = _rates(run)
-    if r is None or not {"off", "on"} <= set(r.variant):
+    """At the deepest queue (random reads first): the main loop's drop from iothread off to on,
+    and the I/O thread's lead over the main loop with iothread on, both Hodges-Lehmann shifts in
+    CPU s/s; the claim is that both are positive, so the number is the lesser of the two."""
+    w = _quiet_threads(run)
+    if w is None or not {"off", "on"} <= set(w.variant):
         return None
-    job = max(set(r.job), key=lambda j: (int(j.rsplit("qd", 1)[1]), j.startswith("randread")))
-    g = r[r.job == job].set_index(["variant", "cls"])["rate"]
-    main_off, main_on, io_on = (
-        g.get(("off", "main"), 0.0),
-        g.get(("on", "main"), 0.0),
-        g.get(("on", "iothread"), 0.0),
-    )
-    return Outcome(
-        bool(main_on < main_off and io_on > main_on),
-        f"{job}: main loop {main_off:.2f} s/s with iothread off, {main_on:.2f} s/s on; "
-        f"the I/O thread {io_on:.2f} s/s",
+    job = max(set(w.job), key=lambda j: (int(j.rsplit("qd", 1)[1]), j.startswith("randread")))
+    w = w[w.job == job]
+    main, what = per_repetition(w, "variant", "main")
+    io_on = per_repetition(w[w.variant == "on"], "variant", "iothread")[0]["on"]
+    drop = decide.shift(main["off"], main["on"], HALF, what)
+    lead = decide.shift(io_on, main["on"], HALF, what)
+    return Measured(
+        decide.lesser(
+            drop, lead, basis=f"the lesser of two Hodges-Lehmann shifts over {what}, union bound"
+        ),
+        f"{job}: main loop {_med(main['off'])} s/s with iothread off, {_med(main['on'])} s/s on; "
+        f"the I/O thread {_med(io_on)} s/s (medians); drop {fmt(drop.value)}, "
+        f"lead {fmt(lead.value)} s/s",
     )
 
 
 def qd1_randread(run):
-    e = _effect(run, "randread_qd1")
-    if e is None:
+    """QD1 4 KiB random reads outside the storm: the on/off IOPS ratio, folded above 1 (the
+    claim is a change either way)."""
+    if "fio" not in run:
         return None
-    return Outcome(
-        bool(abs(e.rel_shift) > 0.05 and (e.rel_low > 0 or e.rel_high < 0)),
-        f"QD1 randread IOPS, iothread on against off: {_eff(e)}",
+    f = table(run.data, "fio")
+    f = f[(f.job == "randread_qd1") & ~f.storm]
+    if not {"off", "on"} <= set(f.variant):
+        return None
+    v, what = per_repetition(f, "variant", "iops")
+    r = decide.ratio(v["on"], v["off"], CONFIDENCE, what)
+    return Measured(
+        decide.fold(r),
+        f"on/off {fmt(r.value)}×: {'more' if r.value >= 1 else 'fewer'} with iothread on; "
+        f"median IOPS off {_med(v['off'])}, on {_med(v['on'])}",
     )
 
 
 def storm_hurts_off_more(run):
-    s = storm_effects(table(run.data, "fio"))
-    s = s[s.job == "randread_qd1"].set_index("variant") if len(s) else s
-    if not len(s) or not {"off", "on"} <= set(s.index):
+    """QD1 random reads under the QMP storm against without, per variant (storm / quiet IOPS);
+    the number is on's storm/quiet over off's (above 1: the storm takes more from the guest
+    without an iothread), the union bound of the two independent ratios."""
+    if "fio" not in run:
         return None
-    off, on = s.loc["off"], s.loc["on"]
-    return Outcome(
-        bool(off.rel_high < 0 and on.rel_shift > off.rel_high),
-        f"QD1 randread IOPS under the QMP storm against without: iothread off {_eff(off)}, "
-        f"on {_eff(on)}",
+    f = table(run.data, "fio")
+    f = f[f.job == "randread_qd1"]
+    if not f.storm.any() or not {"off", "on"} <= set(f[f.storm].variant):
+        return None
+    v, what = per_repetition(f, ["variant", "storm"], "iops")
+    r = {
+        x: decide.ratio(v[(x, True)], v[(x, False)], HALF, what)
+        for x in ("off", "on")
+        if (x, False) in v
+    }
+    if len(r) < 2:
+        return None
+    return Measured(
+        decide.divide(r["on"], r["off"], f"two ratios over {what}, union bound"),
+        f"storm/quiet IOPS with iothread off {fmt(r['off'].value)}×, on {fmt(r['on'].value)}×",
     )
 
 
 def bonnie_close(run):
-    b = bonnie_beside_seed(run.data)
-    b = b.set_index("test")
-    if "ours on/off" not in b.columns:
+    """bonnie++'s block write and block read, each as the on/off factor folded above 1; the
+    claim is that both stay below 1.25, so the number is the greater of the two. Not measured
+    where bonnie++ did not time one of them (it prints +++++ for a test too fast to time) or a
+    dataset ran no bonnie++."""
+    if "bonnie" not in run:
         return None
-    items = [
-        i
-        for i in ("block_output", "block_input")
-        if i in b.index and b.loc[i, "ours on/off"] == b.loc[i, "ours on/off"]
-    ]
-    if not items:
+    b = table(run.data, "bonnie")
+    b = b[b.item.isin(["block_output", "block_input"]) & b.value.notna()]
+    items = ("block_output", "block_input")
+    have = {(i, x) for i, x in zip(b.item, b.variant)}
+    if not all((i, x) in have for i in items for x in ("off", "on")):
         return None
-    ok = all(0.8 <= b.loc[i, "ours on/off"] <= 1.25 for i in items)
-    return Outcome(
-        ok,
-        "; ".join(
-            f"{i.replace('_', ' ')} on/off {b.loc[i, 'ours on/off']:.2f} "
-            f"(2013: {b.loc[i, '2013 on/off']:.2f})"
-            for i in items
+    v, what = per_repetition(b, ["item", "variant"], "value", "bonnie++ run")
+    r = {i: decide.ratio(v[(i, "on")], v[(i, "off")], HALF, what) for i in items}
+    seed = run.reference("virtio_blk_iothread")
+    seed = seed[seed.kind == "bonnie_io"].pivot_table(
+        index="item", columns="variant", values="value", aggfunc="first"
+    )
+    s = {i: seed.loc[i, "on"] / seed.loc[i, "off"] for i in items}
+    return Measured(
+        decide.greatest(
+            *[decide.fold(r[i]) for i in items],
+            basis=f"the greater of two ratios over {what}, union bound",
         ),
+        f"on/off block write {fmt(r['block_output'].value)}× (2013: {fmt(s['block_output'])}×), "
+        f"block read {fmt(r['block_input'].value)}× (2013: {fmt(s['block_input'])}×)",
     )
 
 
 def none_saturated(run):
-    r = _rates(run)
-    if r is None or not len(r):
+    """In every fio job and variant outside the storm, the busier of the vCPU thread(s) and
+    QEMU's I/O threads together (main loop, I/O thread, workers): its median CPU s/s, each
+    cell's interval at the Bonferroni share of the confidence; the number is the busiest
+    cell's (decide.greatest)."""
+    w = _quiet_threads(run)
+    if w is None:
         return None
-    w = r.pivot_table(
-        index=["job", "variant"], columns="cls", values="rate", aggfunc="first"
-    ).fillna(0.0)
-    io = sum(w[c] for c in ("main", "iothread", "worker") if c in w.columns)
-    vc = w["vcpu"] if "vcpu" in w.columns else 0.0 * io
-    return Outcome(
-        bool(vc.max() < 0.5 and io.max() < 0.5),
-        f"vCPU thread {vc.min():.2f} to {vc.max():.2f} s/s; main loop, I/O thread and workers together "
-        f"{io.min():.2f} to {io.max():.2f} s/s, over {len(w)} job × variant cells",
+    w = w.assign(busier=np.maximum(w.vcpu, w.io))
+    v, what = per_repetition(w, ["job", "variant"], "busier")
+    k = len(v)
+    each = 1 - (1 - CONFIDENCE) / k
+    cells = {c: decide.location(x, each, what) for c, x in v.items()}
+    top = max(cells, key=lambda c: cells[c].value)
+    return Measured(
+        decide.greatest(*cells.values(), basis=f"the greatest of {k} medians over {what}"),
+        f"busiest {top[0]} with iothread {top[1]}; vCPU thread up to {fmt(w.vcpu.max())}, "
+        f"QEMU's I/O threads together up to {fmt(w.io.max())} s/s in any run",
     )
 
 
@@ -110,35 +158,57 @@ FINDINGS = (
         "With iothread=on the disk's work leaves QEMU's main loop: at the deepest queue "
         "the main loop's CPU time falls, and the I/O thread's exceeds it",
         io_leaves_main_loop,
-        contrary="With iothread=on the main loop still does as much of the disk's work as the I/O thread",
+        quantity="the lesser of the main loop's drop (off − on) and the I/O thread's lead "
+        "over it (on)",
+        side=">",
+        threshold=0.0,
+        unit="s/s",
+        contrary="With iothread=on the main loop's CPU time does not fall, or the I/O thread "
+        "does no more of the disk's work than the main loop",
     ),
     Finding(
         "qd1_randread",
-        "An iothread changes QD1 4 KiB random-read IOPS by more than 5 %, with an interval "
-        "that excludes zero",
+        "An iothread changes QD1 4 KiB random-read IOPS by more than 5 %",
         qd1_randread,
-        contrary="An iothread does not change QD1 4 KiB random-read IOPS measurably (by more than 5 %)",
+        quantity="IOPS factor between iothread on and off (larger / smaller)",
+        side=">",
+        threshold=1.05,
+        unit="×",
+        contrary="An iothread changes QD1 4 KiB random-read IOPS by 5 % or less",
     ),
     Finding(
         "storm_hurts_off_more",
-        "A QMP storm on QEMU's main loop costs the guest without an iothread QD1 "
-        "random-read IOPS, and costs the guest with one less",
+        "A QMP storm on QEMU's main loop takes a larger share of QD1 random-read IOPS from "
+        "the guest without an iothread than from the guest with one",
         storm_hurts_off_more,
-        contrary="A QMP storm on QEMU's main loop does not cost the guest without an iothread measurably more "
-        "than the guest with one",
+        quantity="storm/quiet IOPS, iothread on ÷ off",
+        side=">",
+        threshold=1.0,
+        unit="×",
+        contrary="A QMP storm on QEMU's main loop does not take a larger share of QD1 "
+        "random-read IOPS from the guest without an iothread than from the guest with one",
     ),
     Finding(
         "bonnie_close",
         "As the 2013 article concluded, bonnie++'s block write and read rates differ by less "
         "than 20 % between iothread on and off",
         bonnie_close,
-        contrary="bonnie++'s block write or read rate differs by 20 % or more between iothread on and off",
+        quantity="the greater on/off factor of block write and read (larger / smaller)",
+        side="<",
+        threshold=1.25,
+        unit="×",
+        contrary="bonnie++'s block write or read rate differs by 20 % or more between iothread "
+        "on and off",
     ),
     Finding(
         "none_saturated",
         "In every fio job the vCPU thread, and QEMU's I/O threads together, each stay below half "
         "a CPU: no thread is saturated, and a request's time goes to hand-offs and waiting",
         none_saturated,
+        quantity="the busiest job's median CPU of the vCPU thread or QEMU's I/O threads",
+        side="<",
+        threshold=0.5,
+        unit="s/s",
         contrary="In some fio job the vCPU thread or QEMU's I/O threads use half a CPU or more",
     ),
 )
