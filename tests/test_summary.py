@@ -22,6 +22,7 @@ from test_stats import FakeClock as Clock
 class Demo(Chapter):
     name = "demo"
     tables = {"x": Table(v="int"), "repetition": REPETITION}
+    key_findings = ()  # a stand-in without a package of parts
 
 
 class NoRounds(Chapter):
@@ -157,12 +158,27 @@ def test_cost_lines_name_the_profile_the_time_and_the_plan(tmp_path, monkeypatch
         profile="quick",
     )
     monkeypatch.setattr(Demo, "plan_s", {"quick": 7, "default": 30}, raising=False)
-    head, cost = summary.cost_lines(Demo(), run)
+    head, cost, decided = summary.cost_lines(Demo(), run)
+    assert decided == "key findings: none declared"
     assert (
         head
         == "newest from this host: 20260101T000000Z, profile quick, 42 s (today's plan for quick: 7 s)"
     )
     assert cost.startswith("repetition stopped by: fixed rounds (2); n = 2")
+
+
+def test_a_datasets_decided_findings_are_counted_with_why_the_others_are_open(book_data):
+    """#40's precision per second, per dataset: how many key findings its own number decides,
+    in how many seconds, and why each other one is still open (on a committed dataset)."""
+    from perfbook.chapters import by_name
+
+    ch = by_name("trace_overhead").load()
+    run = max(
+        (ROOT / "data" / "runs").glob("h-5ab5c186a54f/trace_overhead/*"), key=lambda r: r.name
+    )
+    text = summary.decided_text(ch, run, 14.6)
+    assert text.startswith("key findings decided by this dataset alone: 0 of 5 in 15 s")
+    assert "uprobe_vs_marker (n too small: ratio" in text and "90 % coverage" in text
 
 
 def test_plan_report_puts_the_time_taken_beside_the_plan():

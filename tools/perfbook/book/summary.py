@@ -16,8 +16,8 @@ import pandas as pd
 from IPython.display import HTML
 
 from perfbook.analysis import stats
+from perfbook.analysis.findings import UNDECIDED, evaluate, matrix, outcomes
 from perfbook.analysis.findings import _code as esc
-from perfbook.analysis.findings import evaluate, matrix
 from perfbook.analysis.repetition import (
     NOT_RECORDED,
     STOP_BUDGET,
@@ -188,7 +188,8 @@ def cost_text(cost: dict) -> str:
 
 def cost_lines(chapter, run) -> list[str]:
     """The summary's lines on one dataset (`run`, a dataset directory) of `chapter` (a
-    perfbook.framework.contract.Chapter): its profile and time beside today's plan, and repetition_cost()."""
+    perfbook.framework.contract.Chapter): its profile and time beside today's plan, repetition_cost(),
+    and what it decided (decided_text)."""
 
     m = load_manifest(run)
     prof = m.get("profile") or "not recorded"
@@ -198,9 +199,33 @@ def cost_lines(chapter, run) -> list[str]:
         ).total_seconds()
         took_text = f"{took:.0f} s"
     except (KeyError, TypeError, ValueError):
-        took_text = "time not recorded"
+        took, took_text = None, "time not recorded"
     plan = plan_seconds(chapter, prof)
     head = f"newest from this host: {m['run_id']}, profile {prof}, {took_text}" + (
         f" (today's plan for {prof}: {plan} s)" if plan is not None else ""
     )
-    return [head, cost_text(repetition_cost(run, chapter))]
+    return [head, cost_text(repetition_cost(run, chapter)), decided_text(chapter, run, took)]
+
+
+def decided_text(chapter, run, seconds=None) -> str:
+    """What the dataset decided (#40: precision per second): how many of the chapter's key
+    findings its own number decides at their confidence, in how many seconds, and for each
+    that stays undecided, why (perfbook.analysis.findings.outcomes)."""
+    findings = getattr(chapter, "key_findings", ())
+    if not findings:
+        return "key findings: none declared"
+    D = chapter.load(run.parents[2].parent)
+    m = next(
+        (x for x in D.manifests if x["run_id"] == run.name and x.host_id == run.parts[-3]), None
+    )
+    if m is None:
+        return "key findings: the dataset did not load"
+    got = outcomes(D, m)
+    told = {k: o for k, o in got.items() if o is not None}
+    decided = [k for k, o in told.items() if o.verdict != UNDECIDED]
+    when = f" in {seconds:.0f} s" if seconds else ""
+    text = f"key findings decided by this dataset alone: {len(decided)} of {len(findings)}{when}"
+    if len(told) < len(findings):
+        text += f" ({len(findings) - len(told)} not measured)"
+    open_ = [f"{k} ({o.why})" for k, o in told.items() if o.verdict == UNDECIDED]
+    return text + ("; undecided: " + "; ".join(open_) if open_ else "")
