@@ -301,3 +301,31 @@ def test_a_kernelspec_without_our_provisioner_is_refused_in_one_line(tmp_path, m
     assert "\n" not in str(e.value)
     monkeypatch.delenv("JUPYTER_PATH")
     check_kernelspec("python3")
+
+
+def test_a_wake_up_sent_as_the_iopub_thread_stops_runs_the_function_instead():
+    """The race of a kernel's shutdown (perfbook.book.jupyter.kernel._quiet_schedule): the
+    IO thread looked alive, then stop() closed the caller's event pipe; ipykernel's own
+    schedule raises ENOTSOCK there, ours runs the function in the caller's thread."""
+    import zmq
+    from ipykernel.iostream import IOPubThread
+
+    from perfbook.book.jupyter import kernel
+
+    ctx = zmq.Context()
+    thread = IOPubThread(ctx.socket(zmq.PUB))  # not started: no IO loop to stop
+    try:
+        thread._event_pipe.close()  # what stop() does to every event pipe once it has joined
+        thread.thread.is_alive = lambda: True  # what schedule() saw just before
+        ran = []
+        original = IOPubThread.schedule
+        with pytest.raises(zmq.ZMQError):
+            original(thread, lambda: ran.append("upstream"))
+        kernel._quiet_schedule()
+        try:
+            IOPubThread.schedule(thread, lambda: ran.append("ours"))
+        finally:
+            IOPubThread.schedule = original
+        assert ran == ["ours"]
+    finally:
+        ctx.destroy(linger=0)

@@ -10,6 +10,13 @@ cell still runs waits for that cell's reply. jupyter_client interrupts a kernel 
 shut down at once (nbclient does so on Ctrl-C); ipykernel then closed its sockets under the
 interrupted cell, which printed a ZMQError traceback ("Socket operation on non-socket") when
 the cell ended. jupyter_client still SIGTERMs a kernel that takes too long.
+
+And one repair of ipykernel 7.4.0's IOPub thread (_quiet_schedule): a message flushed while
+the kernel shuts down (the control thread flushes stderr after the shutdown request) could
+find the thread still alive, then its event pipe closed by stop() before the wake-up was
+sent, and tornado printed a ZMQError traceback ("Socket operation on non-socket") into the
+collect's output. Seen once in a `make test` of 2026-11-29 (a SIGTERM of a papermill collect);
+ipykernel's pull request 1518 caught the same race in the send itself, not in this wake-up.
 """
 
 from __future__ import annotations
@@ -82,6 +89,29 @@ def _client_gone(argv: list[str]) -> bool:
     return False
 
 
+def _quiet_schedule() -> None:
+    """IOPubThread.schedule that, where stop() closed the calling thread's event pipe between
+    schedule's is_alive() check and its send (ENOTSOCK: the IO thread is stopping), runs the
+    function here, as schedule itself does once the thread has stopped."""
+    import zmq  # lazy: as launch()'s ipykernel
+    from ipykernel.iostream import IOPubThread  # lazy: as launch()'s
+
+    if getattr(IOPubThread.schedule, "perfbook_quiet", False):
+        return
+    schedule = IOPubThread.schedule
+
+    def quiet(self, f):
+        try:
+            schedule(self, f)
+        except zmq.ZMQError as e:
+            if e.errno != zmq.ENOTSOCK:
+                raise
+            f()
+
+    quiet.perfbook_quiet = True
+    IOPubThread.schedule = quiet
+
+
 def launch(**traits) -> None:
     """Start the kernel with sys.argv's options; `traits` set IPKernelApp's
     (perfbook.book.jupyter.zygote passes parent_handle)."""
@@ -91,6 +121,7 @@ def launch(**traits) -> None:
     # ipykernel at the top would cost each one 0.25 s (2 ms without)
     from ipykernel.kernelapp import IPKernelApp  # lazy: see above
 
+    _quiet_schedule()
     IPKernelApp.launch_instance(kernel_class=_kernel_class(), **traits)
 
 
