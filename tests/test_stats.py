@@ -1,4 +1,7 @@
+import math
+
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as st
 
@@ -69,6 +72,20 @@ def test_compare_says_not_significant_for_the_same_distribution():
     assert not c.significant
     assert "not significant" in c.verdict
     assert c.shift_low <= 0 <= c.shift_high
+
+
+def test_a_comparison_too_small_to_reach_alpha_is_not_tested():
+    """#42: 2 against 2 (smallest p 0.33) and 3 against 3 (0.1) cannot be significant at 0.05,
+    so the test is not run and the verdict says why; 4 against 4 (0.029) is tested."""
+    assert stats.min_p_value(2, 2) == pytest.approx(1 / 3)
+    assert stats.min_p_value(3, 3) == pytest.approx(0.1)
+    assert stats.min_p_value(4, 4) == pytest.approx(2 / 70)
+    c = stats.compare([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert math.isnan(c.p_value) and not c.significant and c.cliffs_delta == -1.0
+    assert "not tested (3 against 3 cannot reach p < 0.05" in c.verdict
+    assert stats.compare([1.0, 2, 3, 4], [5.0, 6, 7, 8]).significant
+    df = pd.DataFrame({"significant": [False, False], "p_value": [math.nan, math.nan]})
+    assert stats.significance_text(df).startswith("none of the 2 comparison(s) could be tested")
 
 
 def test_compare_false_positive_rate_is_near_alpha():

@@ -303,6 +303,13 @@ def hl_ci_label(pairs, confidence: float = 0.95) -> str:
     return f"{coverage_text([c for c, _ in covs])} CI"
 
 
+def min_p_value(n: int, m: int) -> float:
+    """The smallest two-sided p-value the Mann-Whitney test can give for n against m values
+    without ties: both extreme orders, 2 / C(n+m, n) (0.33 for 2 against 2, 0.1 for 3 against
+    3, 0.029 for 4 against 4). Where it is not below alpha, no data could be significant."""
+    return min(1.0, 2.0 / math.comb(n + m, n))
+
+
 def compare(
     a, b, alpha: float = 0.05, confidence: float = 0.95, names: tuple[str, str] = ("a", "b")
 ) -> Comparison:
@@ -311,7 +318,8 @@ def compare(
     Significance comes from the two-sided Mann-Whitney U test; the size of the
     difference from Cliff's delta (dominance) and from the Hodges-Lehmann shift
     with its CI, also relative to median(b). `verdict` says "not significant"
-    when p >= alpha, whatever the point estimates say.
+    when p >= alpha, whatever the point estimates say; where n against m cannot reach alpha
+    at all (min_p_value), the test is not run (p_value nan) and `verdict` says "not tested".
     """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
@@ -319,15 +327,21 @@ def compare(
     n, m = len(a), len(b)
     if n < 2 or m < 2:
         raise ValueError(f"compare needs at least 2 values per side, got {n} and {m}")
-    # scipy.stats costs 0.6 s of every perfbook process that imports this module (a collect's
-    # stopping rule needs only median_ci, whose binomial CDF scipy.special has)
-    from scipy.stats import mannwhitneyu  # lazy: 0.6 s of each collect's start (-X importtime)
-
-    res = mannwhitneyu(a, b, alternative="two-sided")
-    u = float(res.statistic)
-    p = float(res.pvalue)
-    delta = 2.0 * u / (n * m) - 1.0  # U counts (a > b) + 0.5 ties
+    # Cliff's delta from U = (a > b) + 0.5 ties over all pairs, whether or not a test is run
+    bs = np.sort(b)
+    lo, hi = np.searchsorted(bs, a, "left"), np.searchsorted(bs, a, "right")
+    u = float(lo.sum() + 0.5 * (hi - lo).sum())  # O((n + m) log m), as the test's own U
+    delta = 2.0 * u / (n * m) - 1.0
     mag = next(lbl for thr, lbl in _DELTA_LABELS if abs(delta) < thr)
+    testable = min_p_value(n, m) < alpha
+    if testable:
+        # scipy.stats costs 0.6 s of every perfbook process that imports this module (a
+        # collect's stopping rule needs only median_ci, whose binomial CDF scipy.special has)
+        from scipy.stats import mannwhitneyu  # lazy: 0.6 s of each collect's start
+
+        p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    else:
+        p = math.nan  # not run: no outcome of n against m could reach alpha (#42)
     est, lo, hi = hodges_lehmann(a, b, confidence)
     med_b = float(np.median(b))
     rel = lambda v: v / med_b if med_b else math.nan
@@ -338,6 +352,11 @@ def compare(
         verdict = (
             f"{na} is {abs(rel(est)) * 100:.1f} % {word} than {nb} "
             f"(p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})"
+        )
+    elif not testable:
+        verdict = (
+            f"{na} vs {nb}: not tested ({n} against {m} cannot reach p < {alpha:g}; "
+            f"Cliff's delta {delta:+.2f}, {mag})"
         )
     else:
         verdict = f"{na} vs {nb}: not significant (p = {p:.2g}, Cliff's delta {delta:+.2f}, {mag})"
@@ -531,6 +550,12 @@ def significance_text(comparisons, alpha: float = 0.05) -> str:
             f"no comparison was made ({skipped} pair(s) not comparable: a TCG guest against a real CPU)"
             if skipped
             else "no comparison could be made"
+        )
+    untested = int(comparisons["p_value"].isna().sum()) if "p_value" in comparisons else 0
+    if untested == n:
+        return (
+            f"none of the {n} comparison(s) could be tested: too few repetitions to reach "
+            f"p < {alpha:g}"
         )
     if k == n:
         return f"all {n} comparison(s) are significant at p < {alpha:g}"

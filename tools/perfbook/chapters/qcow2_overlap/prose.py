@@ -145,6 +145,10 @@ def _or_na(x: float, spec: str) -> str:
 def significance(row) -> str:
     """'significant (Mann–Whitney p = 0.008)' or 'not significant (… p = 0.34)' for an
     overhead() row."""
+    if row["p_value"] != row["p_value"]:  # not run: too few runs to reach p < 0.05
+        return (
+            f"not tested ({int(row['n_a'])} against {int(row['n_b'])} runs cannot reach p < 0.05)"
+        )
     word = "significant" if bool(row["significant"]) else "not significant"
     return f"{word} (Mann–Whitney p = {row['p_value']:.2g})"
 

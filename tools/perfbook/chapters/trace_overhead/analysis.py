@@ -107,9 +107,13 @@ def decompose(samples, keys=None):
                 ci_low=c.shift_low,
                 ci_high=c.shift_high,
                 p_value=c.p_value,
-                verdict="not significant"
-                if not c.significant
-                else f"significant, {c.magnitude} effect",
+                verdict=(
+                    f"significant, {c.magnitude} effect"
+                    if c.significant
+                    else "not tested (too few rounds)"
+                    if c.p_value != c.p_value
+                    else "not significant"
+                ),
             )
         rows.append(row)
     return pd.DataFrame(rows)
