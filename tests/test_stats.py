@@ -80,6 +80,7 @@ def test_a_comparison_too_small_to_reach_alpha_is_not_tested():
     assert stats.min_p_value(2, 2) == pytest.approx(1 / 3)
     assert stats.min_p_value(3, 3) == pytest.approx(0.1)
     assert stats.min_p_value(4, 4) == pytest.approx(2 / 70)
+    assert stats.min_p_value(20000, 20000) == 0.0  # C(40000, 20000) overflows a float
     c = stats.compare([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
     assert math.isnan(c.p_value) and not c.significant and c.cliffs_delta == -1.0
     assert "not tested (3 against 3 cannot reach p < 0.05" in c.verdict

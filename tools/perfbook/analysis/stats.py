@@ -307,7 +307,8 @@ def min_p_value(n: int, m: int) -> float:
     """The smallest two-sided p-value the Mann-Whitney test can give for n against m values
     without ties: both extreme orders, 2 / C(n+m, n) (0.33 for 2 against 2, 0.1 for 3 against
     3, 0.029 for 4 against 4). Where it is not below alpha, no data could be significant."""
-    return min(1.0, 2.0 / math.comb(n + m, n))
+    log_orders = math.lgamma(n + m + 1) - math.lgamma(n + 1) - math.lgamma(m + 1)
+    return min(1.0, 2.0 * math.exp(-log_orders))  # in logs: C(n+m, n) overflows a float
 
 
 def compare(

@@ -105,7 +105,7 @@ def overhead(df, by: list[str], metric: str = "cpu_s", modes=MODES):
     perfbook.analysis.stats.compare of the mode's runs against the 'none' runs: `extra` is the
     Hodges-Lehmann shift with its distribution-free interval (extra_ci_low/high; nominal
     95 %, real coverage from n and n_none: shift_ci_label),
-    `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not.
+    `p_value` the Mann-Whitney test's, `verdict` says "not significant" where it is not, "not tested" where the runs are too few to reach p < 0.05.
     Only the `modes` given are compared (each comparison is most of the cost).
     """
     rows = []

@@ -147,7 +147,7 @@ def significance(row) -> str:
     overhead() row."""
     if row["p_value"] != row["p_value"]:  # not run: too few runs to reach p < 0.05
         return (
-            f"not tested ({int(row['n_a'])} against {int(row['n_b'])} runs cannot reach p < 0.05)"
+            f"not tested ({int(row['n'])} against {int(row['n_none'])} runs cannot reach p < 0.05)"
         )
     word = "significant" if bool(row["significant"]) else "not significant"
     return f"{word} (Mann–Whitney p = {row['p_value']:.2g})"
