@@ -149,11 +149,10 @@ def test_the_sweep_keeps_the_record_of_a_mount_it_could_not_release(tmp_path, mo
     retried. Now the record stays until an unmount succeeds."""
     if os.geteuid() != 0:
         pytest.skip("mounting needs root")
-    from conftest import short_state_dir
-
-    # a state directory of this test's own: every run's first step sweeps the machine's, and a
-    # run of another test worker would take this record (and unmount) between our two sweeps
-    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(short_state_dir()))
+    # a state directory of this test's own (removed with tmp_path): every run's first step
+    # sweeps the machine's, and a run of another test worker would take this record (and
+    # unmount) between our two sweeps
+    monkeypatch.setenv("PERFBOOK_STATE_DIR", str(tmp_path / "state"))
     root = tmp_path / "dbg"
     root.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "none", str(root)], check=True)
