@@ -191,37 +191,31 @@ def _union(estimates) -> float:
     return max(0.0, 1.0 - sum(1.0 - e.coverage for e in estimates))
 
 
-def _scale(estimates) -> str:
-    return "log" if all(e.scale == "log" for e in estimates) else "linear"
+def _extreme(pick, word: str, estimates, basis: str) -> Estimate:
+    """pick (min or max) of several quantities, each estimated on its own: where every quantity
+    lies in its interval, the picked one lies in [pick of lows, pick of highs], so that
+    interval covers it with at least the union bound 1 - sum(1 - c_i) (the estimates need not
+    be independent)."""
+    return Estimate(
+        pick(e.value for e in estimates),
+        pick(e.low for e in estimates),
+        pick(e.high for e in estimates),
+        _union(estimates),
+        basis or f"the {word} of: " + "; ".join(e.basis for e in estimates) + " (union bound)",
+        "log" if all(e.scale == "log" for e in estimates) else "linear",
+    )
 
 
 def lesser(*estimates: Estimate, basis: str = "") -> Estimate:
-    """The least of several quantities, each estimated on its own: where every quantity lies
-    in its interval, the least lies in [least low, least high], so that interval covers it
-    with at least the union bound 1 - sum(1 - c_i) (the estimates need not be independent).
-    A claim that every one of them is above a threshold is decided on it; give each at
-    confidence 1 - (1 - c) / k for a union of c."""
-    return Estimate(
-        min(e.value for e in estimates),
-        min(e.low for e in estimates),
-        min(e.high for e in estimates),
-        _union(estimates),
-        basis or "the lesser of: " + "; ".join(e.basis for e in estimates) + " (union bound)",
-        _scale(estimates),
-    )
+    """The least of several quantities (_extreme): a claim that every one of them is above a
+    threshold is decided on it; give each at confidence 1 - (1 - c) / k for a union of c."""
+    return _extreme(min, "lesser", estimates, basis)
 
 
 def greatest(*estimates: Estimate, basis: str = "") -> Estimate:
-    """The greatest of several quantities, as lesser(): [greatest low, greatest high], with at
-    least the union bound; a claim that every one of them is below a threshold."""
-    return Estimate(
-        max(e.value for e in estimates),
-        max(e.low for e in estimates),
-        max(e.high for e in estimates),
-        _union(estimates),
-        basis or "the greatest of: " + "; ".join(e.basis for e in estimates) + " (union bound)",
-        _scale(estimates),
-    )
+    """The greatest of several quantities (_extreme): a claim that every one of them is below
+    a threshold."""
+    return _extreme(max, "greatest", estimates, basis)
 
 
 def fold(e: Estimate) -> Estimate:

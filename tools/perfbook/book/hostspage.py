@@ -175,10 +175,6 @@ def coverage_table(data_dir=None, records: list[dict] | None = None, base: str =
     return HTML(_table("pb-coverage", cols, rows, "pb-coverage"))
 
 
-def _verdict(label: str) -> str:
-    return str(label)
-
-
 def findings_tables(data_dir=None, records: list[dict] | None = None):
     """The findings x hosts verdicts as two tables that stay readable at any fleet size:
     per finding, how many hosts it holds on and where it does not; per host, one compact
@@ -196,7 +192,7 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
     ]
     rows = []
     for i, f in enumerate(mx.to_dict("records"), 1):
-        per = {h: _verdict(f[h]) for h in hids}
+        per = {h: str(f[h]) for h in hids}
         counts = {v: sum(1 for x in per.values() if x == v) for v in VERDICT_RANK}
         against = [
             f"<code>{_e(h)}</code> ({_e(kinds[h])})" for h in hids if per[h] == "does not hold"
@@ -225,7 +221,7 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
     for h in hids:
         r = recs.get(h, {})
         labels = [str(x) for x in mx[h]]  # in finding order: F1, F2, ...
-        verdicts = [_verdict(x) for x in labels]
+        verdicts = [str(x) for x in labels]
         cells = [
             f"<td><code>{_e(h)}</code></td>",
             _e(kinds[h]),
