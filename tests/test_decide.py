@@ -130,6 +130,8 @@ def test_texts_carry_the_real_coverage_and_never_nan():
     assert dc.interval_text(e, "×") == "2.35× (66.66 % interval 2.10–2.60×)"
     assert dc.fmt(math.nan) == "n/a" and dc.fmt(-1234.5) == "\u22121,234"
     assert "nan" not in dc.interval_text(dc.Estimate(1.0, math.nan, math.nan, 0.0, "1 run"))
+    none = dc.Estimate(3.36, 1.8, 6.29, 0.0, "runs inside one boot")
+    assert dc.interval_text(none, "×") == "3.36× (range 1.80–6.29×, no coverage claimed)"
 
 
 def test_combining_estimates_lesser_greatest_fold():

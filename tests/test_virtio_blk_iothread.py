@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
+from perfbook.analysis import decide
 from perfbook.analysis.findings import FAILS, HOLDS, NOT_MEASURED, UNDECIDED, Run, evaluate
 from perfbook.chapters.virtio_blk_iothread import analysis as A
 from perfbook.chapters.virtio_blk_iothread import chapter, prose
@@ -416,6 +417,29 @@ def test_key_findings_of_one_round_rest_on_runs_inside_one_boot(scratch_data):
         assert "inside one boot per variant (pseudo-replication" in m.estimate.basis, f.key
         assert m.estimate.coverage < 0.95
     assert set(_verdicts(D).values()) == {UNDECIDED}
+
+
+def test_runs_inside_one_boot_claim_no_coverage_however_many():
+    """Pseudo-replication: 40 fio runs against 40 inside one boot per variant give a tight
+    interval of nominal coverage, but not of the spread between boots: the finding's estimate
+    claims none, and the verdict stays undecided."""
+    import numpy as np
+
+    from perfbook.analysis.findings import Measured
+    from perfbook.chapters.virtio_blk_iothread import analysis as A
+    from perfbook.chapters.virtio_blk_iothread import key_findings as K
+
+    rng = np.random.default_rng(0)
+    est = decide.ratio(
+        rng.normal(1500, 10, 40), rng.normal(1000, 10, 40), what=f"fio runs {A.PSEUDO}"
+    )
+    assert est.coverage >= 0.95 and est.low > 1.05
+    got = K.boots_only(lambda run: Measured(est))(None)
+    assert got.estimate.coverage == 0.0 and got.estimate.value == est.value
+    f = next(f for f in chapter.key_findings if f.key == "qd1_randread")
+    assert f.outcome(got).verdict == UNDECIDED
+    boots = decide.ratio(rng.normal(1500, 10, 6), rng.normal(1000, 10, 6), what="boots")
+    assert K.boots_only(lambda run: Measured(boots))(None).estimate == boots
 
 
 def test_bonnie_close_not_measured_where_bonnie_printed_plus_signs(scratch_data):

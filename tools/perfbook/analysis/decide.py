@@ -264,6 +264,8 @@ def interval_text(e: Estimate, unit: str = "") -> str:
         return f"{fmt(e.value)}{u}"
     if not _finite(e.low, e.high):
         return f"{fmt(e.value)}{u} (no interval: {e.basis})"
+    if e.coverage <= 0:  # a range that covers nothing known (one value, pseudo-replication)
+        return f"{fmt(e.value)}{u} (range {fmt(e.low)}–{fmt(e.high)}{u}, no coverage claimed)"
     return f"{fmt(e.value)}{u} ({coverage_words(e)} {fmt(e.low)}–{fmt(e.high)}{u})"
 
 
