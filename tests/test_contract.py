@@ -249,6 +249,7 @@ def test_an_older_manifest_is_migrated_and_a_newer_one_refused(tmp_path):
     assert m["disturbance"] is None  # 2 -> 3: no run monitor before schema 3
     two = migrate({**old, "schema": 2, "parameters": {"n": 1}, "profile": "quick", "facts": {}})
     assert two["schema"] == SCHEMA and two["disturbance"] is None and "harness" not in two["facts"]
+    assert m["phases"] is None and two["phases"] is None  # 3 -> 4: no seconds by phase before
     run = tmp_path / "runs" / "h" / "c" / "r"
     run.mkdir(parents=True)
     (run / "manifest.json").write_text(json.dumps({**old, "schema": SCHEMA + 1}))

@@ -38,6 +38,9 @@ def test_the_example_chapter_from_measure_to_findings(scratch_data):
     D = chapter.load(scratch_data)
     assert len(D) == 1 and D.quoted.path == out and D.quoted.profile == "quick"
     assert str(D["calls"]["round"].dtype) == "int64" and len(D["calls"]) == 3
+    ph = D.quoted.phases  # where the seconds went (#40): the example's hold is its set-up
+    assert ph["setup"] >= chapter.parameters("quick")["hold_s"] - 0.1 and "measured" in ph
+    assert set(ph) <= {"framework", "setup", "measured", "other", "restore"}, ph
     f = prose.values(D)
     assert f["n_datasets"] == 1 and float(f["median_ns"]) > 0 and "%" in f["ci"]
     assert float(f["ci_high_ns"]) >= float(f["median_ns"])

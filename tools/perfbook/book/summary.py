@@ -29,6 +29,7 @@ from perfbook.analysis.repetition import (
 from perfbook.analysis.stats import coverage_text
 from perfbook.book.notebook import host_kinds
 from perfbook.chapters import CHAPTERS, plan_seconds
+from perfbook.core.phases import breakdown_text
 from perfbook.data.dataset import load_manifest, read_csv, table_path
 from perfbook.data.machine import facts
 
@@ -188,8 +189,9 @@ def cost_text(cost: dict) -> str:
 
 def cost_lines(chapter, run) -> list[str]:
     """The summary's lines on one dataset (`run`, a dataset directory) of `chapter` (a
-    perfbook.framework.contract.Chapter): its profile and time beside today's plan, repetition_cost(),
-    and what it decided (decided_text)."""
+    perfbook.framework.contract.Chapter): its profile and time beside today's plan, where those
+    seconds went (the manifest's `phases`, perfbook.core.phases), repetition_cost(), and what it
+    decided (decided_text)."""
 
     m = load_manifest(run)
     prof = m.get("profile") or "not recorded"
@@ -204,7 +206,9 @@ def cost_lines(chapter, run) -> list[str]:
     head = f"newest from this host: {m['run_id']}, profile {prof}, {took_text}" + (
         f" (today's plan for {prof}: {plan} s)" if plan is not None else ""
     )
-    return [head, cost_text(repetition_cost(run, chapter)), decided_text(chapter, run, took)]
+    phases = breakdown_text(m.get("phases"))
+    lines = [head, cost_text(repetition_cost(run, chapter)), decided_text(chapter, run, took)]
+    return lines[:1] + ([f"seconds by phase: {phases}"] if phases else []) + lines[1:]
 
 
 def decided_text(chapter, run, seconds=None) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SCHEMA = 3  # see Manifest and migrate() for what each version changed
+SCHEMA = 4  # see Manifest and migrate() for what each version changed
 
 REQUIRED = ("schema", "chapter", "run_id", "host", "parameters", "started", "finished", "tables")
 
@@ -28,6 +28,7 @@ FIELDS = (
     "notes",
     "facts",
     "disturbance",
+    "phases",
 )
 
 
@@ -40,6 +41,8 @@ def migrate(m: dict) -> dict:
             manifest's fields) move under "facts".
     2 -> 3: "disturbance", the run monitor's record (perfbook.hoststate.monitor: steal time, load, gaps
             and the verdict `disturbed`), None for a run that had no monitor.
+    3 -> 4: "phases", the seconds of the collect per kind (perfbook.core.phases: framework,
+            boot, setup, warmup, measured, other, restore), None for a run that did not say.
     """
     m = dict(m)
     if m["schema"] == 1:
@@ -51,10 +54,14 @@ def migrate(m: dict) -> dict:
     if m["schema"] == 2:
         m["disturbance"] = None
         m["schema"] = 3
+    if m["schema"] == 3:
+        m["phases"] = None
+        m["schema"] = 4
     m.setdefault("skipped", {})
     m.setdefault("notes", [])
     m.setdefault("tools", {})
     m.setdefault("disturbance", None)
+    m.setdefault("phases", None)
     return m
 
 

@@ -87,6 +87,7 @@ class DatasetWriter:
         self.disturbance: dict | None = (
             None  # the run monitor's record (perfbook.hoststate.monitor)
         )
+        self.phases: dict | None = None  # seconds per kind (perfbook.core.phases)
         self.started = utc_now()
         self.published: Path | None = None
 
@@ -187,6 +188,7 @@ class DatasetWriter:
             "notes": self.notes,
             "facts": extra,
             "disturbance": self.disturbance,
+            "phases": self.phases,
         }
 
     def _publish(self):

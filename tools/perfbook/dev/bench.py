@@ -30,6 +30,12 @@ python -m perfbook bench memo [--memos all] [--notebooks summary,...] [--data-di
     verdict-store+data-memos` turns both off together: a memo that helps where the verdict
     store has nothing yet (a new host's first `make notebooks`) shows there.
 
+python -m perfbook bench reproducibility [--runs 3] [--profile default] [--chapters a,b] [--from D]
+    Do the findings survive a rerun (#40)? Measures this host K times into a scratch data
+    directory (or reads this host's datasets from D), then prints per finding each run's
+    verdict and the pooled one, the decided fraction per run, every contradiction, and each
+    chapter's precision per second (perfbook.dev.reproducibility).
+
 python -m perfbook bench validate [--data-dir D] [--runs 3]
     `python -m perfbook validate` in a new process with each dataset's pass kept in the verdict
     store (filled by a first run) and with PERFBOOK_VERDICT_STORE=off, in turn; prints the
@@ -836,11 +842,32 @@ def main(argv=None) -> int:
     z = sub.add_parser("zygote", help="refresh with kernels forked from the zygote and without")
     z.add_argument("--runs", type=int, default=3)
     z.add_argument("--chapters", default="")
+    r = sub.add_parser(
+        "reproducibility", help="verdicts over K runs: decided, contradictions (#40)"
+    )
+    r.add_argument("--runs", type=int, default=3)
+    r.add_argument("--profile", default="default", choices=("quick", "default", "full"))
+    r.add_argument("--chapters", default="")
+    r.add_argument("--from", dest="source", default="", help="a data directory already measured")
+    r.add_argument("--host", default="", help="with --from: whose datasets (default: this host)")
     v = sub.add_parser("validate", help="validate with each dataset's pass stored and without")
     v.add_argument("--data-dir", default="")
     v.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "reproducibility":
+            # lazy: the analysis layer (scipy) only for this benchmark
+            from perfbook.dev.reproducibility import reproducibility
+
+            reproducibility(
+                args.runs,
+                args.profile,
+                args.chapters,
+                args.source,
+                args.host,
+                say=lambda x: print(x, flush=True),
+            )
+            return 0
         if args.cmd == "validate":
             validate(args.data_dir, args.runs, say=lambda x: print(x, flush=True))
             return 0

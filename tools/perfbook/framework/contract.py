@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from perfbook.core.errors import DatasetError, ParameterError
+from perfbook.core.phases import KINDS as PHASE_KINDS
 from perfbook.core.progress import Progress
 from perfbook.data.dataset import Data
 from perfbook.hoststate.scratch import Scratch
@@ -228,6 +229,7 @@ class Context:
              unwinds it (signals blocked) before anything is published, on every exit path.
     say      print a line of progress
     monitor  the run monitor (perfbook.hoststate.monitor.RunMonitor), or None; chapters use window()
+    clock    where the seconds go (perfbook.core.phases.PhaseClock), or None; chapters use phase()
     """
 
     chapter: Chapter
@@ -237,6 +239,17 @@ class Context:
     undo: ExitStack
     say: Callable[[str], None] = print
     monitor: Any = None
+    clock: Any = None
+
+    def phase(self, kind: str):
+        """`with ctx.phase("boot"):` around a part of the collect: "boot", "setup", "warmup" or
+        "measured" (perfbook.core.phases.KINDS; the innermost counts). The manifest's `phases`
+        then says where the run's seconds went, and `perfbook summary` prints it (#40)."""
+        if kind not in PHASE_KINDS:
+            raise ValueError(f"unknown phase {kind!r}: one of {', '.join(PHASE_KINDS)}")
+        if self.clock is None:
+            return nullcontext()
+        return self.clock.phase(kind)
 
     def window(self, name: str, gap_rejects: bool = False):
         """`with ctx.window("phase x round 2"):` around a part whose numbers the chapter

@@ -5,8 +5,9 @@
   its own (perfbook.hoststate.cgroup: no descendant outlives the run) -> the run monitor (perfbook.hoststate.monitor) ->
   a fingerprint (perfbook.hoststate.fingerprint) -> the chapter's measure(ctx) (writing
   through ctx.writer, registering every change on ctx.undo, marking its measured windows
-  with ctx.window) -> a fingerprint -> the monitor's record with both fingerprints (the
-  manifest's `disturbance`) -> undo -> publish -> status line.
+  with ctx.window and where its seconds go with ctx.phase) -> a fingerprint -> the monitor's
+  record with both fingerprints (the manifest's `disturbance`) -> undo -> the seconds by phase
+  (the manifest's `phases`, perfbook.core.phases) -> publish -> status line.
 
 The chapter (tools/perfbook/framework/contract.py) brings only its parameters, preflight() and measure(ctx);
 the framework opens the dataset writer and the undo stack (the kernel-state guard) around
@@ -32,6 +33,7 @@ from pathlib import Path
 from perfbook.core import guard
 from perfbook.core.errors import MissingPrerequisite
 from perfbook.core.paths import resolve_data_dir
+from perfbook.core.phases import PhaseClock
 from perfbook.data.dataset import check_writable
 from perfbook.data.writer import DatasetWriter
 from perfbook.framework.contract import Context
@@ -105,18 +107,27 @@ def collect(
                         # in the run's cgroup (a freeze of the group stops it too), in a session
                         # of its own (a SIGSTOP of the run's process group does not)
                         monitor = RunMonitor().start()
+                        clock = PhaseClock()
                         try:
                             before = fingerprint.take()  # 60 ms: the machine's speed today
-                            chapter.measure(Context(chapter, p, profile, w, undo, say, monitor))
+                            t1 = time.monotonic()
+                            clock.add("framework", t1 - t0)
+                            ctx = Context(chapter, p, profile, w, undo, say, monitor, clock)
+                            chapter.measure(ctx)
+                            t2 = time.monotonic()
                             after = fingerprint.take()
                             rec = monitor.stop()
                             rec["fingerprint"] = {"before": before, "after": after}
                             _record_disturbance(w, rec, say)
+                            clock.add("framework", time.monotonic() - t2)
                         finally:
+                            t3 = time.monotonic()
                             with guard.restoring():  # a second signal cannot cut the restore short
                                 monitor.close()
                                 group.end_children()  # first: no child may hold what is undone
                                 undo.close()
+                            clock.add("restore", time.monotonic() - t3)
+                            w.phases = clock.seconds(time.monotonic() - t0)
                 finally:
                     _release_mounts(debugfs_before, say)  # what a child held or mounted
         except MissingPrerequisite as e:
