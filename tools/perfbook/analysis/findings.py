@@ -279,10 +279,6 @@ class HostVerdict:
             text = "; ".join(parts + per_run)
         return f"{text}. Undecided: {self.why}" if self.verdict == UNDECIDED else text
 
-    @property
-    def label(self) -> str:
-        return self.verdict
-
 
 def counted_runs(manifests) -> list:
     """The datasets shown under a host's verdict: those measured with a real profile or with
@@ -624,7 +620,7 @@ def matrix(D):
                 "chapter": D.chapter.name,
                 "finding": f.key,
                 "claim": f.claim,
-                **{v.host_id: v.label for v in per_host},
+                **{v.host_id: v.verdict for v in per_host},
             }
         )
     return pd.DataFrame(rows)
@@ -656,7 +652,7 @@ def html_block(D, kinds: dict[str, str]) -> str:
     items = []
     for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
         hosts = "".join(
-            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> '
+            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.verdict)}</span> '
             f"on <code>{esc(v.host_id)}</code> ({esc(kinds.get(v.host_id, '?'))})"
             + (f": {esc(v.evidence)}" if v.verdict != NOT_MEASURED else "")
             + "</li>"

@@ -55,7 +55,7 @@ def report(host: str | None = None, data_dir=None, say=print) -> int:
             shared = tally[mine.verdict] - 1
             others = len(D.hosts) - 1
             told = f"; {mine.evidence}" if mine.evidence else ""
-            say(f"  {f.key}: {mine.label} here{told}")
+            say(f"  {f.key}: {mine.verdict} here{told}")
             say(
                 f"    {shared} of {others} other host(s) agree"
                 if others

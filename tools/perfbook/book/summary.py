@@ -60,7 +60,7 @@ def headlines(data_dir=None):
         f = ch.key_findings[0]
         kinds = host_kinds(D)
         cells = "".join(
-            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.label)}</span> on '
+            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.verdict)}</span> on '
             f"<code>{esc(h)}</code> ({esc(kinds[h])})"
             + (f": {esc(v.evidence)}" if v.evidence else "")
             + "</li>"
