@@ -166,7 +166,7 @@ def test_one_measured_round_always_runs_even_after_a_warmup_past_the_budget():
     clk = Clock()
     rep = _run(
         rep_mod.Repetition(
-            "w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5, warmup=1, clock=clk
+            "w", ["a", "b"], target=0.05, min_runs=1, max_runs=9, budget_s=5, warmup=1, clock=clk
         ),
         clk,
         [9, 9],
@@ -176,6 +176,20 @@ def test_one_measured_round_always_runs_even_after_a_warmup_past_the_budget():
     assert (
         rec["elapsed_s"] == 18 and rec["n"] == 1 and rec["rel_ci_width"] != rec["rel_ci_width"]
     )  # NaN
+
+
+def test_the_budget_never_stops_a_run_short_of_min_runs():
+    """min_runs is the n the findings' intervals need (#40): a run the budget cut short of it
+    would decide nothing, so the rounds go on to min_runs, then the budget stops them."""
+    clk = Clock()
+    rep = _run(
+        rep_mod.Repetition(
+            "w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5, warmup=1, clock=clk
+        ),
+        clk,
+        [9, 9],
+    )
+    assert rep.n == 3 and rep.elapsed_s == 36 and rep.stopped_by == rep_mod.STOP_BUDGET
 
 
 def test_stop_rule_tells_fixed_rounds_and_unrecorded_reasons_apart():

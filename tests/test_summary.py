@@ -93,7 +93,7 @@ def test_each_notebook_tells_its_reader_the_plan_of_each_profile():
 
 
 def test_cost_of_a_budget_stopped_and_a_fixed_rounds_experiment(tmp_path):
-    noisy = _records("noisy", ["a", "b"], 4, 10, 6, 50, lambda k, i: [10.0, 14.0, 11.0][i % 3])
+    noisy = _records("noisy", ["a", "b"], 4, 10, 2, 50, lambda k, i: [10.0, 14.0, 11.0][i % 3])
     fixed = _records("fixed", ["c"], 1, 100, 3, 3, lambda k, i: 5.0)
     run = _dataset(tmp_path, "20260101T000000Z", noisy + fixed)
     cost = summary.repetition_cost(run, Demo())
@@ -118,7 +118,7 @@ def test_cost_of_a_budget_stopped_and_a_fixed_rounds_experiment(tmp_path):
 
 
 def test_cost_without_an_interval_and_without_a_table(tmp_path):
-    one = _records("once", ["a"], 30, 20, 6, 12, lambda k, i: 1.0)
+    one = _records("once", ["a"], 30, 20, 1, 12, lambda k, i: 1.0)
     run = _dataset(tmp_path, "20260101T000000Z", one)
     text = summary.cost_text(summary.repetition_cost(run, Demo()))
     assert (

@@ -44,9 +44,11 @@ class Repetition:
     Stops after a round when (a) at least `min_runs` measured rounds are in and
     every key's relative CI width (high - low) / median is <= `target`
     ("ci_target"), or (b) the measured rounds reach `max_runs` ("max_runs"),
-    or (c) the time budget is spent ("time_budget"): `budget_s` seconds have passed
-    since the first round began, or the next round would end past them if it lasts as
-    long as the last one did. A round is never cut short, and no round is started that
+    or (c) at least `min_runs` measured rounds are in and the time budget is spent
+    ("time_budget"): `budget_s` seconds have passed since the first round began, or the next
+    round would end past them if it lasts as long as the last one did. The budget never stops
+    a run short of `min_runs` (#40): a chapter's min_runs is the n its findings' intervals need
+    for their coverage, and rounds cut short of it buy a run that decides nothing. A round is never cut short, and no round is started that
     the last one says would overrun, so the budget bounds the rounds' time (give or take
     how much one round differs from the next) instead of overrunning it by a round.
     Warm-up rounds count toward the time budget but never toward n, and at least one
@@ -116,6 +118,8 @@ class Repetition:
             return STOP_TARGET
         if self.n >= self.max_runs:
             return STOP_MAX
+        if self.n < self.min_runs:
+            return None  # the budget never stops a design short of the n its intervals need
         if self.elapsed_s + self.last_round_s > self.budget_s or self.elapsed_s >= self.budget_s:
             return STOP_BUDGET  # spent, or the next round (as long as the last) would overrun it
         return None
