@@ -150,3 +150,15 @@ def test_combining_estimates_lesser_greatest_fold():
     assert (
         dc.decide(dc.fold(dc.Estimate(1.01, 0.99, 1.03, 0.95, "t")), ">", 1.05).verdict == dc.FAILS
     )
+
+
+def test_an_estimate_without_an_interval_is_undecided_for_that_reason_and_never_pooled():
+    """A comparison its chapter found confounded (virtio_blk_iothread: variants at different
+    event_idx) keeps its number but has no interval: the why names the confound, not n, and
+    a host's pooled estimate leaves that run out."""
+    bad = dc.Estimate(2.0, math.nan, math.nan, 0.0, "no comparison at one event_idx")
+    d = dc.decide(bad, ">", 1.0)
+    assert d.verdict == dc.UNDECIDED and d.why == "no interval: no comparison at one event_idx"
+    good = [dc.Estimate(v, v - 0.1, v + 0.1, 0.95, "r") for v in (1.5, 1.6)]
+    assert dc.pool([bad, *good]) == dc.pool(good)
+    assert dc.pool([bad]) is None
