@@ -104,6 +104,32 @@ def test_sweep_empties_and_removes_the_group_of_a_dead_run():
         cgroup.remove(group)
 
 
+def test_sweep_removes_a_dead_runs_group_with_a_cgroup_of_its_chapter_inside():
+    """sched_callers runs its workloads in a cgroup of its own inside the run's: after a
+    SIGKILL, the process in it must die and both groups go (the run's group could not be
+    removed while the chapter's was there, nor its process seen from the run's group)."""
+    _need_cgroup()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    group = cgroup.mount() / f"{cgroup.PREFIX}{dead.pid}"
+    inner = group / "sched_callers"
+    os.mkdir(group)
+    os.mkdir(inner)
+    child = subprocess.Popen(["sleep", "4345"])
+    try:
+        (inner / "cgroup.procs").write_text(str(child.pid))
+        assert cgroup.procs(group) == [child.pid]
+        from perfbook.hoststate.sweep import sweep_all
+
+        removed = sweep_all(log=lambda s: None)
+        assert any(r.startswith(f"cgroup {group.name}") for r in removed), removed
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        assert not group.exists()
+    finally:
+        child.kill()
+        cgroup.remove(group)
+
+
 def test_the_group_of_a_live_run_is_left_alone():
     _need_cgroup()
     p, gc, group = _start(300)

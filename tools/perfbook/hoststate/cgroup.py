@@ -64,11 +64,22 @@ def current(pid: int | str = "self") -> str | None:
     return None
 
 
+def _subtree(group: Path) -> list[Path]:
+    """group and every cgroup below it (a chapter may make its own, as sched_callers does for its
+    workloads), deepest first: the order rmdir needs. Symlinks are not followed."""
+    below = [Path(d) for d, _, _ in os.walk(group, followlinks=False)]
+    return sorted(below, key=lambda d: len(d.parts), reverse=True)
+
+
 def procs(group: Path) -> list[int]:
-    try:
-        return [int(x) for x in (group / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
+    """Every process in group's subtree."""
+    out = []
+    for g in _subtree(group) or [group]:
+        try:
+            out += [int(x) for x in (g / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def kill_all(group: Path, spare: int | None = None, timeout: float = 10.0) -> None:
@@ -92,14 +103,17 @@ def kill_all(group: Path, spare: int | None = None, timeout: float = 10.0) -> No
 
 
 def remove(group: Path, timeout: float = 10.0) -> bool:
-    """rmdir the group once its last process is gone (a dying process lingers a moment)."""
+    """rmdir the group, and the cgroups below it first, once their last process is gone (a
+    dying process lingers a moment). A run killed by SIGKILL leaves a chapter's own cgroups
+    inside its group, and its group cannot go before they do."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            os.rmdir(group)
+            for g in _subtree(group):  # group itself last
+                os.rmdir(g)
             return True
         except FileNotFoundError:
-            return True
+            continue  # gone meanwhile (another sweep): look again
         except OSError:
             if time.monotonic() > deadline:
                 return False
