@@ -526,7 +526,7 @@ LIVE = {
     "virtio_blk_iothread": (r"\[virtio_blk_iothread\] booting a (TCG|KVM) guest", {}),
     # network namespaces with veth pairs, netserver and netperf running
     "netperf_latency": (
-        r"\[netperf_latency\] \d+/\d+ \(\d+%\) loopback round 1 ",
+        r"\[netperf_latency\] \d+/\d+ \(\d+%\) round 1 ",
         {"rep_target": 0.001, "rep_max_runs": 50, "rep_budget_s": 600},
     ),
     # debugfs mounted for the scheduler knobs, workers running, an ftrace instance armed

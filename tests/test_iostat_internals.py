@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_preflight, need_root, need_tool, read_until
+from perfbook.analysis import decide
 from perfbook.chapters import iostat_internals as I
 from perfbook.chapters.iostat_internals import analysis as A
 from perfbook.chapters.iostat_internals import collect as C
@@ -276,10 +277,41 @@ def test_params_repetition_settings_per_profile():
 
 
 def test_order_rotates_phases():
-    p = I.chapter.parameters("default", phases="fsync_4k,discard,randread_4k_qd1")
+    ph = "fsync_4k,discard,randread_4k_qd1"
+    p = I.chapter.parameters("default", phases=ph, repeat=ph)
     assert C._round_order(p, 0) == ["fsync_4k", "discard", "randread_4k_qd1"]
     assert C._round_order(p, 1) == ["discard", "randread_4k_qd1", "fsync_4k"]
     assert C._round_order(p, 3) == C._round_order(p, 0)
+
+
+def test_default_repeats_the_phases_the_findings_compare_and_runs_the_others_once():
+    p = I.chapter.parameters("default")
+    assert p["repeat"] == ["randread_4k_qd1", "randread_4k_qd16"]
+    assert {"fsync_4k", "seqread_1m_qd1", "seqwrite_4k_qd16"} <= set(p["phases"]) - set(p["repeat"])
+    assert C._round_order(p, 1) == ["randread_4k_qd16", "randread_4k_qd1"]  # interleaved, rotating
+    assert p["repeat_seconds"] < p["phase_seconds"]
+    full = I.chapter.parameters("full")
+    assert full["repeat"] == full["phases"] == list(PA.PHASES)
+    assert full["repeat_seconds"] == full["phase_seconds"]
+    # a narrower `phases`: the profile's repeated phases among them repeat, or else all of them
+    assert I.chapter.parameters("default", phases="fsync_4k,discard")["repeat"] == [
+        "fsync_4k",
+        "discard",
+    ]
+    with pytest.raises(ParameterError):
+        I.chapter.parameters("default", repeat_seconds=2.0, trace_window_s=1.0)
+
+
+def test_depth_1_and_depth_16_differ_in_iodepth_alone():
+    """util compares these two phases: the same engine, block size and pattern, not psync
+    against libaio."""
+
+    def args(name):
+        return {a.split("=")[0]: a for a in PA.PHASES[name]["fio"]}
+
+    qd1, qd16 = args("randread_4k_qd1"), args("randread_4k_qd16")
+    assert set(qd1) == set(qd16)
+    assert {k for k in qd1 if qd1[k] != qd16[k]} == {"--iodepth"}
 
 
 def test_steady_iops_counts_reads_writes_and_discards():
@@ -954,6 +986,96 @@ def test_util_is_the_ratio_of_per_round_iops(qd16, verdict):
     got = f.measure(_Run({"ours": ours}))
     assert got.estimate.basis.endswith("6 against 6 rounds"), got.estimate.basis
     assert f.outcome(got).verdict == verdict, f.outcome(got)
+
+
+def _windows(per_round: dict, aqu: dict | None = None, util: float = 90.0, secs: float = 0.55):
+    """The windows table of a dataset: phase -> per-round IOPS (and aqu-sz), each phase run one
+    window whose 'start' and 'phase_end' snapshots are `secs` apart (plus its 'end' snapshot of
+    the trace window, which the findings must not read, and a warm-up round that must not
+    count)."""
+    zero = dict.fromkeys(ds.FIELDS, 0)
+    rows, wid = [], 0
+    for phase, rates in per_round.items():
+        qs = (aqu or {}).get(phase, [1.0] * len(rates))
+        for rnd, (iops, q) in [(-1, (10**6, 99.0)), *enumerate(zip(rates, qs))]:
+            t0 = 10**9 * (1 + 10 * wid)
+            T = int(secs * 1e9)
+            end = {**zero, "rd_ios": 10**9, "time_in_queue": 10**9}  # a wrong 'end': not read
+            stop = {**zero, "rd_ios": round(iops * secs), "time_in_queue": round(q * secs * 1000),
+                    "io_ticks": round(util / 100 * secs * 1000)}  # fmt: skip
+            for edge, t, snap in (("start", t0, zero), ("end", t0 + T // 2, end),
+                                  ("phase_end", t0 + T, stop)):  # fmt: skip
+                rows.append({"window": wid, "round": rnd, "phase": phase, "edge": edge,
+                             "t_ns": t, **snap})  # fmt: skip
+            wid += 1
+    return pd.DataFrame(rows)
+
+
+def test_steady_columns_read_the_steady_part_between_our_snapshots():
+    w = _windows({"p": [1000.0, 2000.0]}, {"p": [2.0, 4.0]}, util=50.0, secs=0.5)
+    r = A.steady_columns(w, "p")
+    assert list(r["round"]) == [0, 1], "the warm-up round (-1) is no measured round"
+    assert list(r["iops"]) == pytest.approx([1000.0, 2000.0])
+    assert list(r["aqu"]) == pytest.approx([2.0, 4.0])
+    assert list(r["util"]) == pytest.approx([50.0, 50.0]) and list(r["secs"]) == [0.5, 0.5]
+    assert A.steady_columns(w, "absent").empty
+    no_end = w[w["edge"] != "phase_end"]
+    assert A.steady_columns(no_end, "p").empty
+    # a dataset without 'phase_end' snapshots falls back to its iostat intervals
+    ours = _ours({"p": [7.0, 8.0]})
+    assert list(A.round_columns({"windows": no_end, "ours": ours}, "p")["iops"]) == [7.0, 8.0]
+    assert list(A.round_columns({"windows": w, "ours": ours}, "p")["iops"]) == [1000.0, 2000.0]
+
+
+def _default_rounds() -> int:
+    """The measured rounds the default profile gives its repeated phases (fixed rounds)."""
+    p = I.chapter.parameters("default")
+    assert p["rep_min_runs"] == p["rep_max_runs"]
+    return p["rep_min_runs"]
+
+
+def test_default_rounds_reach_the_coverage_each_finding_needs():
+    """From decide.py's own coverage at the default's n: util is a ratio of the two repeated
+    phases' rounds, aqu a median of the depth-16 rounds."""
+    p = I.chapter.parameters("default")
+    n = _default_rounds()
+    assert {"randread_4k_qd1", "randread_4k_qd16"} <= set(p["repeat"])
+    x = [1.0 + 0.01 * i for i in range(n)]
+    assert decide.ratio(x, [0.5] * n).coverage >= 0.95
+    assert decide.location(x).coverage >= 0.95
+    # the old default: one round of every phase
+    assert decide.ratio(x[:1], [0.5]).coverage < 0.95 and decide.location(x[:1]).coverage < 0.95
+    # the budget is no limit a round of this design reaches: ~2.35 s per repeated phase
+    assert p["rep_budget_s"] >= 2 * n * len(p["repeat"]) * (p["repeat_seconds"] + 0.35)
+
+
+@pytest.mark.parametrize("k,verdict", [(3.9, "holds"), (1.5, "does not hold")])
+def test_util_decides_on_the_default_design_and_not_on_the_old(k, verdict):
+    """Synthetic steady parts of the default's design (n rounds of both phases, from the
+    windows table) decide; the old default's one round of the same rates does not."""
+    n = _default_rounds()
+    base = [16_000.0 + 100 * i for i in range(n)]
+    qd16 = [b * k * (1 + 0.01 * i) for i, b in enumerate(base)]
+    f = KF["util"]
+    w = _windows({"randread_4k_qd1": base, "randread_4k_qd16": qd16})
+    o = f.outcome(f.measure(_Run({"windows": w}, tables=("windows",))))
+    assert o.verdict == verdict and f"{n} against {n} rounds" in o.estimate.basis, o
+    w1 = _windows({"randread_4k_qd1": base[:1], "randread_4k_qd16": qd16[:1]})
+    o1 = f.outcome(f.measure(_Run({"windows": w1}, tables=("windows",))))
+    assert o1.verdict == "undecided" and "n too small" in o1.why, o1
+
+
+@pytest.mark.parametrize("q,verdict", [(10.5, "does not hold"), (4.0, "holds")])
+def test_aqu_decides_on_the_default_design_and_not_on_the_old(q, verdict):
+    n = _default_rounds()
+    aqu = [q * (1 + 0.01 * i) for i in range(n)]
+    f = KF["aqu"]
+    w = _windows({"randread_4k_qd16": [60_000.0] * n}, {"randread_4k_qd16": aqu})
+    o = f.outcome(f.measure(_Run({"windows": w}, tables=("windows",))))
+    assert o.verdict == verdict and o.estimate.basis == f"median of {n} rounds", o
+    w1 = _windows({"randread_4k_qd16": [60_000.0]}, {"randread_4k_qd16": aqu[:1]})
+    o1 = f.outcome(f.measure(_Run({"windows": w1}, tables=("windows",))))
+    assert o1.verdict == "undecided" and "n too small" in o1.why, o1
 
 
 def test_util_of_two_rounds_is_undecided_however_far_apart():

@@ -641,9 +641,13 @@ def test_a_netperf_warm_up_counts_transactions_and_a_measured_run_whole_seconds(
 
 def test_quick_counts_its_netperf_transactions_and_default_its_seconds():
     """quick's measured netperf runs are -l -N (a whole second each was most of its time);
-    default's stay -l 1; an explicit warm-up count wins over both."""
+    without a count a run is -l netperf_seconds (full; the default passes each run the count of
+    its cell's rrbench run, netperf_match); an explicit count wins over both."""
     q, d = CH.parameters("quick"), CH.parameters("default")
     assert q["netperf_transactions"] and d["netperf_transactions"] is None
+    assert (
+        d["netperf_match"] and not q["netperf_match"] and not CH.parameters("full")["netperf_match"]
+    )
     at = C.netperf_cmd("10.0.0.1", 9, "udp", "none", q).index("-l")
     assert C.netperf_cmd("10.0.0.1", 9, "udp", "none", q)[at + 1] == f"-{q['netperf_transactions']}"
     assert C.netperf_cmd("10.0.0.1", 9, "udp", "none", d)[at + 1] == str(d["netperf_seconds"])
@@ -655,12 +659,12 @@ def test_live_quick_collect(scratch_data):
     before = _pids("netserver")
     out = framework.collect(CH, "quick", scratch_data, say=lambda s: None, rep_warmup=1)
     assert (out / "manifest.json").is_file()
-    # the repetition table: one experiment per path, one key per cell and tool; the
-    # warm-up round is counted there and absent from the runs table
+    # the repetition table: one experiment for both paths (they share their rounds), one key
+    # per cell and tool; the warm-up round is counted there and absent from the runs table
     rep = pd.read_csv(table_path(out, "repetition"))
     runs = pd.read_csv(table_path(out, "runs"))
     p = CH.parameters("quick")
-    assert set(rep["experiment"]) == set(p["paths"])
+    assert set(rep["experiment"]) == {"rounds"}
     assert len(rep) == len(p["paths"]) * len(p["protos"]) * len(p["pins"]) * 2
     assert (rep["warmup"] == 1).all() and (rep["n"] == 1).all()
     assert set(rep["stopped_by"]) <= {"ci_target", "max_runs"}
@@ -844,7 +848,15 @@ def test_pin_same_is_a_ratio_of_the_rounds_medians():
     o = _decide(
         PIN_SAME, _rounds(**{_p50(pin="same"): [9.0, 9.1, 8.9, 9.2, 9.0, 9.1], _p50(): none})
     )
-    assert o.verdict == HOLDS and o.estimate.scale == "log" and o.estimate.high < 0.9, o.evidence
+    # six rounds of both cells: each round's ratio, their median (96.9 %)
+    assert o.verdict == HOLDS and o.estimate.high < 0.9, o.evidence
+    assert o.estimate.basis == "median of 6 rounds' P50 pinned / unpinned", o.estimate.basis
+    # four rounds (an older dataset): too few for the median of the ratios, so the two samples
+    # of rounds, Hodges-Lehmann (97.1 % with 4 against 4)
+    four = {_p50(pin="same"): [9.0, 9.1, 8.9, 9.2], _p50(): none[:4]}
+    o = _decide(PIN_SAME, _rounds(**four))
+    assert o.verdict == HOLDS and o.estimate.scale == "log", o.evidence
+    assert "4 against 4 rounds" in o.estimate.basis
     o = _decide(
         PIN_SAME, _rounds(**{_p50(pin="same"): [10.8, 11.0, 10.9, 11.2, 10.7, 11.0], _p50(): none})
     )
@@ -860,14 +872,22 @@ def test_pin_same_is_a_ratio_of_the_rounds_medians():
 
 
 def test_veth_is_the_shift_of_the_paths_medians():
+    """veth against loopback with both ends on one CPU (the scheduler's placement of an unpinned
+    pair is then the same on both paths); six rounds of datasets without the run order (or that
+    ran one path's rounds after the other's): the two samples' Hodges-Lehmann shift."""
     lo = [11.0, 11.2, 10.9, 11.1, 11.3, 11.0]
-    o = _decide(VETH, _rounds(**{_p50("veth"): [11.7, 11.9, 11.6, 11.8, 12.0, 11.7], _p50(): lo}))
+    ve = _p50("veth", pin="same")
+    lo_same = _p50(pin="same")
+    o = _decide(VETH, _rounds(**{ve: [11.7, 11.9, 11.6, 11.8, 12.0, 11.7], lo_same: lo}))
     assert o.verdict == HOLDS and 0.5 < o.estimate.value < 0.9, o.evidence
-    o = _decide(VETH, _rounds(**{_p50("veth"): [14.0, 14.2, 13.9, 14.1, 14.3, 14.0], _p50(): lo}))
+    assert "Hodges-Lehmann shift, 6 against 6" in o.estimate.basis, o.estimate.basis
+    o = _decide(VETH, _rounds(**{ve: [14.0, 14.2, 13.9, 14.1, 14.3, 14.0], lo_same: lo}))
     assert o.verdict == FAILS and o.estimate.low >= 2, o.evidence
-    o = _decide(VETH, _rounds(**{_p50("veth"): [12.0, 13.5, 12.4, 14.0, 12.9, 13.1], _p50(): lo}))
+    o = _decide(VETH, _rounds(**{ve: [12.0, 13.5, 12.4, 14.0, 12.9, 13.1], lo_same: lo}))
     assert o.verdict == UNDECIDED and o.estimate.low < 2 < o.estimate.high, o.evidence
-    assert VETH.measure(_Run(_rounds(**{_p50(): lo}))) is None  # loopback only
+    assert VETH.measure(_Run(_rounds(**{lo_same: lo}))) is None  # loopback only
+    # the unpinned cells are not what it compares
+    assert VETH.measure(_Run(_rounds(**{_p50("veth"): lo, _p50(): lo}))) is None
 
 
 def test_tail_is_decided_on_each_rounds_ratio_not_the_pooled_one():
@@ -889,16 +909,272 @@ def test_tail_is_decided_on_each_rounds_ratio_not_the_pooled_one():
 
 
 def test_key_findings_on_the_committed_data(monkeypatch):
-    """The committed datasets decide on their rounds: the TCG guest's pinned and veth medians
-    are resolvably higher; the KVM guest with a disturbed loopback round stays open, with the
+    """The committed datasets decide on their rounds: the TCG guest's pinned median is
+    resolvably higher; the KVM guest with a disturbed loopback round stays open, with the
     pooled P99 / P50 its disturbed round inflates only in the context."""
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
     D = CH.load(None)
     v = {(f.key, h): evaluate(D, f, h) for f in CH.key_findings for h in D.hosts}
     assert v["pin_same", "h-83526585f90e"].verdict == FAILS
-    assert v["veth", "h-83526585f90e"].verdict == FAILS
+    # veth with both ends on one CPU: the KVM guests' paths differ by < 1 µs (h-5ab5c186a54f's
+    # unpinned cells, one round placed apart at 62 µs, left it open), the TCG guest's by tens
+    # of µs either way
+    assert v["veth", "h-83526585f90e"].verdict == UNDECIDED
     assert v["veth", "h-82250967b8b9"].verdict == HOLDS
+    assert v["veth", "h-5ab5c186a54f"].verdict == HOLDS
     t = v["tail", "h-5ab5c186a54f"]
     assert t.verdict == UNDECIDED and "5 rounds' P99 / P50" in t.evidence, t.evidence
     assert "pooled over the rounds P99 / P50 5.96×" in t.evidence
     assert all(x.verdict != FAILS for (k, _), x in v.items() if k == "tail")
+
+
+# ------------------------------------------------------------- the default's design (#40)
+def _coverage_of_rounds(n: int) -> dict:
+    """The real coverage of each finding's interval with n rounds of each of its cells, from
+    decide.py's own coverage functions: a median of the rounds (faster, tail: the order-statistic
+    interval) and a two-sample Hodges-Lehmann ratio or shift (pin_same, veth: Moses')."""
+    from perfbook.analysis import decide, stats
+
+    median = decide.quantile_ci(np.arange(n, dtype=float), 0.5)[3]
+    two = stats.hodges_lehmann_coverage(n, n, 0.95)[0]
+    return {"faster": median, "tail": median, "pin_same": two, "veth": two}
+
+
+def test_default_rounds_reach_each_findings_coverage():
+    """The default's fixed rounds give every finding's cells enough rounds for a 95 % interval
+    (the old default's 2 rounds per path gave 50 % and 66.7 %), and the findings' cells run in
+    every round, the others only in the first context_rounds."""
+    p = CH.parameters("default")
+    assert p["rep_min_runs"] == p["rep_max_runs"], "fixed rounds: no stop rule can cut them"
+    n = p["rep_min_runs"]
+    cov = _coverage_of_rounds(n)
+    assert set(cov) == {f.key for f in CH.key_findings}
+    assert all(c >= 0.95 for c in cov.values()), cov
+    assert _coverage_of_rounds(2)["faster"] < 0.95 and _coverage_of_rounds(2)["veth"] < 0.95
+    core, context = C.split_cells(p, p["pins"])
+    assert sorted(core) == sorted(KF.FINDING_CELLS) and len(core) + len(context) == 12
+    assert 2 <= p["context_rounds"] < n  # the cross-validation's range needs two runs a cell
+    # the time budget is a cap for a machine far slower than planned, not what stops the rounds
+    assert p["rep_budget_s"] >= 2 * CH.plan_s["default"]
+    # quick and full run every cell in every round
+    for prof in ("quick", "full"):
+        q = CH.parameters(prof)
+        assert C.split_cells(q, q["pins"])[1] == []
+
+
+def _design_runs(p: dict, values) -> pd.DataFrame:
+    """A runs table of the default's design: every findings' cell with both tools in each of the
+    rep_min_runs rounds, the other cells in the first context_rounds. values(tool, cell, rnd)
+    gives a row's p50_us, p99_us and mean_us."""
+    core, context = C.split_cells(p, p["pins"])
+    rows = []
+    for rnd in range(p["rep_min_runs"]):
+        for cell in core + (context if rnd < p["context_rounds"] else []):
+            for tool in ("rrbench", "netperf"):
+                path, proto, pin = cell
+                rows.append(
+                    dict(
+                        tool=tool,
+                        path=path,
+                        proto=proto,
+                        pin=pin,
+                        rep=rnd,
+                        order=len(rows) + 1,
+                        **values(tool, cell, rnd),
+                    )
+                )
+    return pd.DataFrame(rows)
+
+
+def _typical(rng, slow_round=None):
+    """Loopback UDP near 11 µs, pinned to one CPU 10 % faster, veth 0.6 µs slower, P99 1.3x the
+    median; in slow_round the unpinned loopback cell ran at 62 µs (the scheduler put client and
+    server on two CPUs), as one round of a committed dataset did."""
+
+    def values(tool, cell, rnd):
+        base = {"loopback": 11.0, "veth": 11.6}[cell[0]] * (0.88 if cell[2] == "same" else 1.0)
+        if cell[2] == "split":
+            base = 35.0
+        if rnd == slow_round and cell == ("loopback", "udp", "none"):
+            base = 62.0
+        p50 = base * (1 + 0.02 * rng.standard_normal())
+        return {"p50_us": p50, "p99_us": p50 * 1.3, "mean_us": p50 * 1.05}
+
+    return values
+
+
+@pytest.mark.parametrize("slow_round", [None, 4])
+def test_findings_decide_on_synthetic_data_of_the_default_design(slow_round):
+    """On rounds of the default's design with plausible values every finding is decided, with
+    an interval of at least 95 % coverage; with 15 rounds one round of the unpinned cell at 62 µs
+    (a placement on two CPUs) leaves the medians' intervals (4th to 12th of 15) decided, where 6
+    rounds' [min, max] would straddle."""
+    p = CH.parameters("default")
+    runs = _design_runs(p, _typical(np.random.default_rng(1), slow_round))
+    for f in CH.key_findings:
+        o = _decide(f, runs)
+        assert o.verdict in (HOLDS, FAILS), (f.key, o.why, o.evidence)
+        assert o.estimate.coverage >= 0.95, (f.key, o.estimate)
+    expect = {"faster": HOLDS, "pin_same": HOLDS, "veth": HOLDS, "tail": HOLDS}
+    assert {f.key: _decide(f, runs).verdict for f in CH.key_findings} == expect
+    if slow_round is not None:  # six rounds of the same data: the median's [min, max]
+        six = runs[runs["rep"] < 6]
+        assert _decide(FASTER, six).verdict == UNDECIDED
+
+
+def test_findings_read_only_the_cells_every_round_runs(monkeypatch):
+    """Every finding reads only key_findings.FINDING_CELLS, the cells collect runs in every round:
+    a finding on a context cell would get context_rounds rounds, too few to decide."""
+    seen = set()
+    real, real_paired = KF.per_round, KF.paired
+
+    def spy(run, path, proto, pin, col, tool="rrbench"):
+        seen.add((path, proto, pin))
+        return real(run, path, proto, pin, col, tool)
+
+    def spy_paired(run, a, b, col, tool="rrbench"):
+        seen.update({a, b})
+        return real_paired(run, a, b, col, tool)
+
+    monkeypatch.setattr(KF, "per_round", spy)
+    monkeypatch.setattr(KF, "paired", spy_paired)
+    p = CH.parameters("default")
+    runs = _design_runs(p, _typical(np.random.default_rng(2)))
+    for f in CH.key_findings:
+        f.measure(_Run(runs))
+    assert seen == set(KF.FINDING_CELLS)
+
+
+class _Prog:
+    def __init__(self):
+        self.total, self.done = 0, 0
+
+    def note(self, s):
+        pass
+
+    def step(self, s=""):
+        self.done += 1
+
+
+def test_rounds_share_both_paths_and_match_netperfs_window(monkeypatch, tmp_path):
+    """collect._rounds with stand-in instruments: each round runs the findings' cells of both
+    paths in one shuffled order (a comparison of the paths is not one of two stretches of time),
+    the other cells in the first context_rounds only; in every cell rrbench goes first and netperf
+    counts the transactions it recorded (netperf_match), so both see a window of one size; after
+    the context rounds a findings' cell runs only the instruments its findings read."""
+    calls = []
+    n_rr = iter(range(20000, 30000, 37))
+
+    def rrbench(lab, binary, path, proto, pin, p, f, pids=None):
+        f.write_bytes(b"")
+        n = next(n_rr)
+        calls.append(("rrbench", path, proto, pin, n))
+        lat = np.full(n, 11_000, dtype=np.int64)
+        return {"n": n, "lost": 0, "elapsed_ns": 300_000_000}, lat, np.zeros(n, dtype=np.int64)
+
+    def netperf(lab, server, path, proto, pin, p, transactions=None):
+        calls.append(("netperf", path, proto, pin, transactions))
+        kv = dict(THROUGHPUT="90000", ELAPSED_TIME="0.3", MEAN_LATENCY="11", P50_LATENCY="11")
+        return kv
+
+    monkeypatch.setattr(C, "run_rrbench", rrbench)
+    monkeypatch.setattr(C, "run_netperf", netperf)
+    p = CH.parameters("default")
+    cells = C.split_cells(p, p["pins"])
+    prog = _Prog()
+    prog.total = planned = C.planned_runs(p, cells, ["rrbench", "netperf"])
+    rows, hist, kv, reps = C._rounds(
+        None,
+        None,
+        {"loopback": None, "veth": None},
+        p,
+        cells,
+        ["rrbench", "netperf"],
+        tmp_path,
+        prog,
+    )
+    runs = pd.DataFrame(rows)
+    assert prog.done == planned == prog.total == len(runs)
+    [rep] = reps
+    assert rep.experiment == "rounds" and rep.n == p["rep_min_runs"]
+    per_cell = runs.groupby(["path", "proto", "pin", "tool"])["rep"].apply(sorted)
+    assert len(per_cell) == 12 * 2
+    for (path, proto, pin, tool), rounds in per_cell.items():
+        every = tool in KF.FINDING_CELLS.get((path, proto, pin), ())
+        want = p["rep_min_runs"] if every else p["context_rounds"]
+        assert rounds == list(range(want)), (path, proto, pin, tool)
+    # both paths in every round, and within a round's order the paths are mixed
+    assert all(set(g["path"]) == {"loopback", "veth"} for _, g in runs.groupby("rep"))
+    firsts = [g.sort_values("order")["path"].tolist() for _, g in runs.groupby("rep")]
+    assert any(seq != sorted(seq) and seq != sorted(seq, reverse=True) for seq in firsts)
+    # rrbench, then netperf with rrbench's count, in every cell that runs both
+    for i, c in enumerate(calls):
+        if c[0] == "netperf":
+            assert calls[i - 1][0] == "rrbench" and calls[i - 1][1:4] == c[1:4]
+            assert c[4] == calls[i - 1][4]
+
+
+def test_rounds_that_share_a_slow_phase_are_compared_round_by_round():
+    """On this host the medians of whole rounds move between ~5.5 and ~8.5 µs (a state of the
+    machine that lasts seconds: frequency, a neighbour): a factor that differs between the two
+    samples of rounds, but not between two cells of one round. Compared round by round it drops
+    out and pin_same and veth decide; as two samples (the old estimators) they straddle."""
+    p = CH.parameters("default")
+    rng = np.random.default_rng(5)
+    level = [5.5, 8.5, 6.2, 7.9, 5.8, 8.8, 6.9, 5.4, 8.1, 7.3, 6.0, 8.6]
+
+    def values(tool, cell, rnd):
+        f = {("loopback", "udp", "same"): 0.98, ("veth", "udp", "same"): 1.04}.get(cell, 1.0)
+        p50 = level[rnd % len(level)] * f * (1 + 0.01 * rng.standard_normal())
+        return {"p50_us": p50, "p99_us": 1.3 * p50, "mean_us": 1.05 * p50}
+
+    runs = _design_runs(p, values)
+    assert KF.shared_rounds(runs[runs.tool == "rrbench"])
+    assert _decide(PIN_SAME, runs).verdict == FAILS  # ~0.98: not 10 % lower
+    assert _decide(VETH, runs).verdict == HOLDS  # ~0.4 µs
+    same, none = (
+        KF.per_round(_Run(runs), "loopback", "udp", pin, "p50_us") for pin in ("same", "none")
+    )
+    two = PIN_SAME.outcome(KF.Measured(KF.decide.ratio(same, none), ""))
+    assert two.verdict == UNDECIDED, two.estimate
+
+
+def test_paths_pair_only_where_they_shared_their_rounds():
+    """A dataset that ran one path's rounds after the other's (the design before #40) has a veth
+    round and a loopback round with the same number minutes apart: no pair, so the two samples;
+    the oldest datasets, which ran both paths in each round, pair."""
+    inter = pd.DataFrame({"rep": [0, 0, 0, 1, 1, 1], "order": [1, 2, 3, 4, 5, 6]})
+    apart = pd.DataFrame({"rep": [0, 1, 2, 0, 1, 2], "order": [1, 2, 3, 4, 5, 6]})
+    assert KF.shared_rounds(inter) and not KF.shared_rounds(apart)
+    assert not KF.shared_rounds(inter.drop(columns="order"))
+    assert KF.MIN_PAIRED == 6  # decide.location's [min, max] of 6 covers 96.9 %, of 5 93.75 %
+    D = CH.load(None)
+    for run_id, paired in (("20261122T030534Z", True), ("20261122T063102Z", False)):
+        r = D["runs"][D["runs"].run_id == run_id]
+        assert KF.shared_rounds(r[r.tool == "rrbench"]) is paired, run_id
+
+
+def test_crossval_compares_the_instruments_on_the_rounds_that_ran_both():
+    """A findings' cell runs rrbench alone after the context rounds: the cross-validation sets
+    netperf's two rounds against rrbench's same two, not against its fifteen."""
+    rows = []
+    for rep in range(15):
+        for tool in ("rrbench", "netperf") if rep < 2 else ("rrbench",):
+            v = 10.0 if rep < 2 else 80.0  # the later rounds sit elsewhere
+            rows.append(
+                dict(
+                    host_id="h",
+                    run_id="r",
+                    path="loopback",
+                    proto="udp",
+                    pin="none",
+                    rep=rep,
+                    tool=tool,
+                    p50_us=v,
+                    p90_us=v * 1.1,
+                    p99_us=v * 1.3,
+                )
+            )
+    cv = A.crossval(pd.DataFrame(rows))
+    assert len(cv) == 3 and (cv["ours_us"] == cv["netperf_us"]).all(), cv.to_string()
+    assert cv["agree"].all()

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, need_tool
+from perfbook.analysis import decide
 from perfbook.chapters import qemu_cache_modes as Q
 from perfbook.chapters.qemu_cache_modes import analysis as A
 from perfbook.chapters.qemu_cache_modes import collect as C
@@ -570,45 +571,73 @@ class _Run:
         return load_reference(name, None, dtype)
 
 
-def _guest_dd(rates: dict, mib=16):
-    """guest_dd rows: mode -> MB/s of each timed oflag=direct round (and a stamps round of
-    zero cost per boot, and a warm-up round that must not count)."""
-    rows = []
-    for boot, (mode, rs) in enumerate(rates.items()):
-        base = {"host_id": "h", "run_id": "r", "boot": boot, "mode": mode, "accel": "kvm"}
-        for rnd, mbs in [(-1, 1.0), *enumerate(rs)]:
-            us = int(mib * 2**20 / mbs)  # bytes / (MB/s) = microseconds
-            rows += [
-                {**base, "round": rnd, "variant": "direct", "t0_us": 0, "t1_us": us,
-                 "bytes": mib * 2**20},
-                {**base, "round": rnd, "variant": "stamps", "t0_us": 0, "t1_us": 0, "bytes": 0},
-            ]  # fmt: skip
+def _guest_dd(rates: dict, mib=16, rounds=4, accel="kvm"):
+    """guest_dd rows: mode -> MB/s of each boot of that mode, every boot `rounds` timed
+    oflag=direct rounds around its rate (and a stamps round of zero cost per boot, and a
+    warm-up round that must not count)."""
+    rows, boot = [], 0
+    for mode, per_boot in rates.items():
+        for rate in per_boot:
+            base = {"host_id": "h", "run_id": "r", "boot": boot, "mode": mode, "accel": accel}
+            boot += 1
+            for rnd, mbs in [(-1, 1.0), *((i, rate * (1 + 0.01 * i)) for i in range(rounds))]:
+                us = int(mib * 2**20 / mbs)  # bytes / (MB/s) = microseconds
+                rows += [
+                    {**base, "round": rnd, "variant": "direct", "t0_us": 0, "t1_us": us,
+                     "bytes": mib * 2**20},
+                    {**base, "round": rnd, "variant": "stamps", "t0_us": 0, "t1_us": 0,
+                     "bytes": 0},
+                ]  # fmt: skip
     return pd.DataFrame(rows)
 
 
 @pytest.mark.parametrize(
     "directsync,verdict",
     [
-        ([80, 82, 79, 81, 83, 80], "holds"),
-        ([30, 31, 29, 32, 30, 28], "does not hold"),
-        ([35, 42, 48, 52, 58, 66], "undecided"),  # the ratio's interval straddles 0.5
+        ([80, 82, 79, 81], "holds"),
+        ([30, 31, 29, 32], "does not hold"),
+        ([35, 42, 58, 66], "undecided"),  # the ratio's interval straddles 0.5
     ],
 )
-def test_direct_penalty_is_the_ratio_of_the_dd_rounds(directsync, verdict):
+def test_direct_penalty_is_the_ratio_of_the_guest_boots(directsync, verdict):
+    """One value per boot (the median of its dd rounds): 4 boots against 4 decide."""
     f = KF["direct_penalty"]
-    got = f.measure(_Run({"guest_dd": _guest_dd({"directsync": directsync, "none": [100] * 6})}))
-    assert "6 against 6 dd rounds, one guest boot per mode" in got.estimate.basis
+    got = f.measure(_Run({"guest_dd": _guest_dd({"directsync": directsync, "none": [100] * 4})}))
+    assert "4 against 4 guest boots (median of 4 dd rounds each)" in got.estimate.basis
     assert "2013: 0.0886×" in got.context and "KVM guests" in got.context
     assert f.outcome(got).verdict == verdict, f.outcome(got)
 
 
-def test_direct_penalty_of_two_rounds_is_undecided_and_a_profile_without_the_mode_not_measured():
+def test_direct_penalty_of_dd_rounds_inside_one_boot_per_mode_is_undecided():
+    """The old design: one boot per mode, its dd rounds taken as the repetitions. However many
+    rounds a boot runs they share it, so they are one value: 1 against 1 boots, no coverage."""
     f = KF["direct_penalty"]
-    two = _Run({"guest_dd": _guest_dd({"directsync": [80, 81], "none": [100, 101]})})
-    o = f.outcome(f.measure(two))
-    assert o.verdict == "undecided" and "n too small" in o.why
-    quick = _Run({"guest_dd": _guest_dd({"none": [100] * 6})}, guest_modes=["none", "writeback"])
+    one = _Run({"guest_dd": _guest_dd({"directsync": [80], "none": [100]}, rounds=15)})
+    o = f.outcome(f.measure(one))
+    assert o.verdict == "undecided" and "n too small" in o.why, o
+    assert "1 against 1 guest boots" in o.estimate.basis and o.estimate.coverage == 0
+    quick = _Run({"guest_dd": _guest_dd({"none": [100] * 4})}, guest_modes=["none", "writeback"])
     assert f.measure(quick) is None
+
+
+def test_direct_penalty_compares_boots_of_one_accelerator():
+    """Boots under KVM and under TCG are not mixed: where both modes booted under KVM, only
+    those boots count."""
+    kvm = _guest_dd({"directsync": [80, 82, 79, 81], "none": [100] * 4})
+    tcg = _guest_dd({"directsync": [5] * 4, "none": [400] * 4}, accel="tcg")
+    tcg["boot"] += 100
+    got = KF["direct_penalty"].measure(_Run({"guest_dd": pd.concat([kvm, tcg])}))
+    assert "4 against 4 guest boots" in got.estimate.basis and "KVM guests" in got.context
+    assert got.estimate.value == pytest.approx(0.805, rel=0.02)
+
+
+def test_profiles_boot_each_mode_often_enough_for_their_claims():
+    """full boots every mode 4 times, so direct_penalty can decide there; the default boots
+    once per mode (time), and its dd rounds claim no coverage."""
+    for prof, decides in (("full", True), ("default", False), ("quick", False)):
+        n = params(prof)["guest_boots"]
+        cov = decide.ratio([1.0 + 0.01 * i for i in range(n)], [2.0] * n).coverage
+        assert (cov >= 0.95) is decides, (prof, n, cov)
 
 
 def _bench(rates: dict):
@@ -638,6 +667,48 @@ def test_wb_over_wt_is_the_ratio_of_the_bench_rounds(writeback, verdict):
     got = f.measure(_Run({"bench": _bench({"writeback": writeback, "writethrough": [100] * 6})}))
     assert got.estimate.basis.endswith("6 against 6 bench rounds")
     assert f.outcome(got).verdict == verdict, f.outcome(got)
+
+
+def _main_rounds(prof: str) -> int:
+    """The measured rounds a profile gives the experiment wb_over_wt reads (collect's own
+    settings for it: Repetition runs min_runs at least, unless the budget runs out)."""
+    p = params(prof)
+    assert C.main_experiment(p) == "bench raw write d=1 fi=0"
+    return C.main_settings(p)["bench_min_runs"]
+
+
+def test_default_bench_rounds_cover_the_wb_over_wt_ratio():
+    """The default's rounds of raw writes at depth 1 without flushes reach 95 % coverage
+    (decide.ratio's own coverage at that n), the other experiments keep their 2 rounds; the
+    old design's 2 against 2 rounds did not reach it."""
+    n = _main_rounds("default")
+    cov = decide.ratio([1000.0 + i for i in range(n)], [100.0] * n).coverage
+    assert cov >= 0.95, (n, cov)
+    p = params("default")
+    assert p["bench_max_runs"] == 2 and C.main_settings(p)["bench_max_runs"] == n
+    old = decide.ratio([1000.0, 1001.0], [100.0, 100.0]).coverage
+    assert old < 0.95
+    assert _main_rounds("full") >= n
+
+
+def test_wb_over_wt_decides_on_the_default_design_and_not_on_the_old():
+    """Synthetic bench rounds of the default's design decide (holds, and does not hold);
+    the old design's 2 rounds of the same rates stay undecided."""
+    f = KF["wb_over_wt"]
+    n = _main_rounds("default")
+    wt = [100.0 + 3 * i for i in range(n)]
+    for k, verdict in ((10, "holds"), (1.5, "does not hold")):
+        wb = [k * 100.0 * (1 + 0.02 * i) for i in range(n)]
+        o = f.outcome(f.measure(_Run({"bench": _bench({"writeback": wb, "writethrough": wt})})))
+        assert o.verdict == verdict and f"{n} against {n} bench rounds" in o.estimate.basis, o
+        two = _Run({"bench": _bench({"writeback": wb[:2], "writethrough": wt[:2]})})
+        assert f.outcome(f.measure(two)).verdict == "undecided"
+
+
+def test_main_experiment_is_absent_where_the_profile_leaves_it_out():
+    assert C.main_experiment(params("default", bench_formats="qcow2")) is None
+    assert C.main_experiment(params("default", bench_flush_intervals="16")) is None
+    assert C.main_experiment(params("default", bench_depths="4,16")) == "bench raw write d=4 fi=0"
 
 
 def test_semantics_counts_the_traced_runs_that_differ_from_the_manual():

@@ -26,8 +26,10 @@ def test_the_report_on_committed_runs_gives_each_runs_verdict_and_the_pooled_one
     assert "marker_cheaper: holds, holds, holds | pooled: holds (0.353×" in text, text
     assert got["decided"] == {0: [5, 5], 1: [5, 5], 2: [5, 5]} and got["pooled"] == (5, 5)
     assert got["contradictions"] == [] and "contradictions" in text
-    med, seconds, projected = got["widths"]["trace_overhead"]
-    assert 0 < med < 0.05 and seconds > 10 and projected < seconds  # ±5 % is already reached
+    per, seconds = got["widths"]["trace_overhead"]
+    assert set(per) == {f.key for f in ch.key_findings} and seconds > 10
+    assert all(0 < r < 1 for r in per.values()), per  # every interval clears its threshold
+    assert "every finding clears its threshold" in text
 
 
 def test_a_finding_that_holds_in_one_run_and_not_in_another_is_a_contradiction(
@@ -56,22 +58,23 @@ def test_a_finding_that_holds_in_one_run_and_not_in_another_is_a_contradiction(
 
 
 @pytest.mark.parametrize(
-    "est,want",
+    "est,threshold,want",
     [
-        (Estimate(2.0, 1.0, 4.0, 0.95, "", "log"), 1.0),  # (4 / 1)^½ − 1
-        (Estimate(10.0, 9.0, 11.0, 0.95, ""), 0.1),
-        (Estimate(10.0, 10.0, 10.0, 1.0, "exact"), None),  # an exact value: no width
-        (Estimate(10.0, 9.0, 11.0, 0.0, "one boot"), None),  # no coverage claimed
-        (Estimate(0.0, -1.0, 1.0, 0.95, ""), None),  # relative to 0: meaningless
+        # a ratio: log scale; half-width log(4)/2 at 95 % over log(2 / 1)
+        (Estimate(2.0, 1.0, 4.0, 0.95, "", "log"), 1.0, math.log(4) / 2 / math.log(2)),
+        (Estimate(10.0, 9.0, 11.0, 0.95, ""), 8.0, 0.5),  # ±1 at 2 from the threshold
+        (Estimate(10.0, 9.0, 11.0, 0.95, ""), 10.0, math.inf),  # on the threshold: never
+        (Estimate(10.0, 10.0, 10.0, 1.0, "exact"), 8.0, 0.0),  # an exact value
+        (Estimate(10.0, 9.0, 11.0, 0.0, "one boot"), 8.0, None),  # no coverage claimed
+        (Estimate(10.0, math.nan, math.nan, 0.0, "confound"), 8.0, None),
     ],
 )
-def test_the_half_width_is_relative_and_only_for_intervals_that_claim_coverage(est, want):
-    got = rp._half_width(est)
-    assert got == want if want is None else math.isclose(got, want)
+def test_reach_is_the_half_width_over_the_distance_to_the_threshold(est, threshold, want):
+    got = rp.reach(est, threshold)
+    assert got == want if want in (None, 0.0, math.inf) else math.isclose(got, want)
 
 
-def test_the_projection_brings_a_66_percent_interval_to_95_and_scales_with_the_square():
-    at95 = rp._projected(0.05, 0.95, 10.0)
-    assert math.isclose(at95, 10.0, rel_tol=1e-9)  # already ±5 % at 95 %
-    assert math.isclose(rp._projected(0.10, 0.95, 10.0), 40.0, rel_tol=1e-9)
-    assert rp._projected(0.05, 0.6666, 10.0) > 30  # a 66 % interval is ~2x narrower than 95 %
+def test_a_narrower_coverage_is_brought_to_95_and_seconds_scale_with_the_square():
+    at66 = rp.reach(Estimate(10.0, 9.0, 11.0, 0.6666, ""), 8.0)
+    assert at66 > 2 * 0.5 * 0.9  # a 66 % interval is about half as wide as a 95 % one
+    assert rp.to_decide(2.0, 10.0) == 40.0 and rp.to_decide(0.5, 10.0) == 2.5

@@ -248,6 +248,9 @@ def test_quick_collect_through_papermill(tmp_path, scratch_data):
     assert p["rep_min_runs"] <= n <= p["rep_max_runs"]
     assert set(rep.stopped_by) <= {"ci_target", "time_budget", "max_runs"}
     assert sorted(s["round"].unique()) == list(range(n)), "warm-up rounds are not in the samples"
+    # rounds 0 and 1 are a mirrored pair: every mechanism's two positions add up to n - 1 (#40)
+    pos = s.groupby(["round", "mechanism"]).position.first().unstack("round")
+    assert n < 2 or (pos[0] + pos[1] == len(measured) - 1).all(), pos
     assert len(s) == len(measured) * n * p["batches"]
     med = s.groupby(["mechanism", "round"]).ns_per_call.median().groupby("mechanism").median()
     assert (abs(rep["median"] - med.reindex(rep.index)) <= 1e-6 * med.reindex(rep.index)).all()
@@ -472,3 +475,51 @@ def test_marker_against_2013_is_scaled_by_the_seed():
     assert f.outcome(marker_cheaper(_Run(_fake_samples({"marker": 2000.0})))).verdict == (
         "does not hold"
     )
+
+
+def _order_balance(orders):
+    """Each mechanism's summed position, and how often each pair ran in each order."""
+    import itertools
+
+    mechs = sorted(orders[0])
+    pos = {m: sum(o.index(m) for o in orders) for m in mechs}
+    before = {
+        (a, b): sum(o.index(a) < o.index(b) for o in orders)
+        for a, b in itertools.combinations(mechs, 2)
+    }
+    return pos, before
+
+
+def test_rounds_run_the_mechanisms_in_mirrored_pairs():
+    """Factors that differ between the things compared (#40): a mechanism's place in its round
+    (drift, the teardown of the run before it) must not favour it. Each pair of measured rounds
+    runs one shuffled order and then its reverse, so over whole pairs every mechanism's mean
+    position is the middle and every two mechanisms ran as often in one order as in the other.
+    Independent shuffles (the old design) miss that balance: with seed 1 and eight rounds the
+    spread of summed positions is wide, and some pair runs in one order 6 times out of 8."""
+    import random
+
+    from perfbook.chapters.trace_overhead.collect import round_order
+
+    mechs = list(MECHANISMS)
+    n = len(mechs)
+    rng, orders, prev = random.Random(1), [], None
+    for k in (-2, -1, *range(8)):  # two warm-up rounds, then eight measured ones
+        prev = round_order(mechs, rng, k, prev)
+        if k >= 0:
+            orders.append(prev)
+    assert all(sorted(o) == sorted(mechs) for o in orders)
+    for k in range(0, 8, 2):
+        assert orders[k + 1] == orders[k][::-1]
+    assert len({tuple(o) for o in orders[::2]}) == 4, "each pair starts from a fresh shuffle"
+    pos, before = _order_balance(orders)
+    assert set(pos.values()) == {4 * (n - 1)}
+    assert set(before.values()) == {4}
+    # the old design: an independent shuffle every round
+    rng, old = random.Random(1), []
+    for _ in range(8):
+        o = mechs[:]
+        rng.shuffle(o)
+        old.append(o)
+    pos, before = _order_balance(old)
+    assert len(set(pos.values())) > 1 and max(before.values()) >= 6

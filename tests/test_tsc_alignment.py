@@ -408,6 +408,32 @@ def test_key_findings_on_the_book_data(book_data):
     assert KF.skew(run).estimate.high == max(abs(a["lo"]), abs(a["hi"]))
 
 
+def test_claims_are_worded_for_their_unit_of_repetition(book_data):
+    """#40: a claim may not reach past what repeats under it. The skew and the TSC frequency are
+    fixed when the kernel boots (TSC synchronisation, calibration) and are measured in one boot;
+    the brackets' rounds and the creation offset's readings are windows of one kvmtsc process,
+    one VM whose vCPU is created once. So every claim, and its contrary, is scoped to this boot or
+    to this run's VM, and each interval's basis says what it was drawn from. The old wording
+    ("This machine's CPUs' TSCs agree ...", "A KVM_RUN round trip ... takes less than 20 µs")
+    claimed the machine from one boot and one VM."""
+    from perfbook.analysis.findings import Run
+
+    assert set(KF.SCOPE) == {f.key for f in KF.FINDINGS}
+    for f in KF.FINDINGS:
+        lead = f"In {KF.SCOPE[f.key]}, "
+        assert f.claim.startswith(lead) and f.contrary.startswith(lead), f.key
+    assert set(KF.SCOPE.values()) == {"this boot", "this run's VM"}
+    D = _committed(book_data)
+    # what "this run's VM" rests on: every dataset created its one vCPU once
+    ops = D["kvm_ops"]
+    created = ops[ops["kind"] == "create_vcpu"].groupby(["host_id", "run_id"]).size()
+    assert len(created) and (created == 1).all(), created
+    run = Run(D, D.quoted)
+    assert "in one VM" in KF.roundtrip(run).estimate.basis
+    assert "of one vCPU" in KF.honoured(run).estimate.basis
+    assert "in one boot" in KF.freq(run).estimate.basis
+
+
 # ------------------------------------------------------------------ live --
 def _need_kvm():
     need_root("the KVM + ftrace test")

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
 import subprocess
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +22,13 @@ import pytest
 
 from conftest import ROOT, need_root
 from conftest import scratch_owner as _owner
+from perfbook.analysis import decide
 from perfbook.analysis import stats as tools_stats
 from perfbook.analysis.findings import FAILS, HOLDS, UNDECIDED, Run
 from perfbook.chapters.virtio_blk_latency import analysis as A
 from perfbook.chapters.virtio_blk_latency import chapter, prose
 from perfbook.chapters.virtio_blk_latency import collect as C
+from perfbook.chapters.virtio_blk_latency import key_findings as KF
 from perfbook.chapters.virtio_blk_latency import parse as P
 from perfbook.chapters.virtio_blk_latency.timeline import align as AL
 from perfbook.chapters.virtio_blk_latency.timeline import match as M
@@ -41,8 +45,20 @@ FIX = ROOT / "tests" / "fixtures" / "virtio_blk_latency"
 # ---------------------------------------------------------------- parameters
 def test_params_validate():
     d = chapter.parameters("default")
-    assert d["aio"] == list(P.AIO) and d["patterns"] == list(P.PATTERNS)
-    assert d["layer_runs"] == ["threads"] and d["variants"] == ["plain", "all"]
+    # the default boots only the cells the findings compare; aio is what they boot
+    assert d["aio"] == ["threads", "native"] and d["patterns"] == list(P.PATTERNS)
+    assert d["boots"] == ["threads/plain", "threads/qemu", "threads/all", "native/all"]
+    f = chapter.parameters("full")
+    assert f["aio"] == list(P.AIO) and len(f["boots"]) == len(P.AIO) * len(P.VARIANTS)
+    assert chapter.parameters("default", aio="threads")["boots"] == [
+        "threads/plain",
+        "threads/qemu",
+        "threads/all",
+    ]
+    assert chapter.parameters("full", boots="io_uring/all,threads/plain")["boots"] == [
+        "threads/plain",
+        "io_uring/all",
+    ]
     assert chapter.parameters("quick", aio="io_uring,threads")["aio"] == [
         "threads",
         "io_uring",
@@ -62,6 +78,9 @@ def test_params_validate():
         {"boot_timeout": 0},
         {"kvm_boot_timeout": "soon"},
         {"layer_runs": "threads,posix"},
+        {"boots": "threads/most"},
+        {"boots": "posix/plain"},
+        {"boots": "native/all", "aio": "threads"},
         {"colour": 1},
         {"requests": 10**6},
     ):
@@ -79,17 +98,16 @@ def test_bad_parameter_writes_no_dataset(scratch_data):
 
 
 def test_plan_round_interleaves_and_counts():
-    import random
-
-    p = chapter.parameters("default")
+    p = chapter.parameters("full")
     rng = random.Random(3)
     rounds = [C.plan_round(p, rng, k) for k in range(2)]
     for k, r in enumerate(rounds):
         kinds = [(j["kind"], j["aio"], j["variant"]) for j in r]
         assert kinds.count(("host", "", "host_bench")) == 1
-        assert {(a, v) for _k, a, v in kinds if _k == "guest"} == {
-            (a, v) for a in p["aio"] for v in p["variants"]
-        } | {("threads", v) for v in P.SINGLE}
+        assert sorted((a, v) for _k, a, v in kinds if _k == "guest") == sorted(
+            {(a, v) for a in p["aio"] for v in p["variants"]}
+            | {(a, v) for a in p["layer_runs"] for v in P.SINGLE}
+        )
         assert [j["position"] for j in r] == list(range(len(r))) and {j["round"] for j in r} == {k}
         assert all(sorted(j["patterns"]) == sorted(p["patterns"]) for j in r)
     # shuffled: the two rounds do not run in the same order
@@ -97,9 +115,14 @@ def test_plan_round_interleaves_and_counts():
         (j["aio"], j["variant"]) for j in rounds[1]
     ]
     assert (
-        C.rep_variant(p) == "plain"
-        and C.rep_variant(chapter.parameters("quick", variants="all")) == "all"
+        C.rep_variant(p, "native") == "plain"
+        and C.rep_variant(chapter.parameters("quick", variants="all"), "threads") == "all"
+        and C.rep_variant(chapter.parameters("default"), "native") == "all"
     )
+    # the repetition tracks untraced boots: the default's aio=native has none
+    assert C.rep_keys(chapter.parameters("default")) == ["threads"]
+    assert C.rep_keys(p) == list(P.AIO)
+    assert C.rep_keys(chapter.parameters("quick", variants="all")) == ["threads"]
 
 
 def test_rounds_fix_the_repetition():
@@ -938,6 +961,89 @@ def test_tracing_cost_and_submit_on_boots():
     assert o.verdict == HOLDS and o.estimate.value == pytest.approx(0.25, rel=0.05)
     assert re.search(r"io_submit 2\d\.\d µs, pread64 8\d\.\d µs", o.evidence), o.evidence
     assert _kf("submit").measure(_Run(_iv({th: _six(host_syscall=80e3)}))) is None  # no aio=native
+
+
+def _design_boots(p: dict, rounds: int) -> Counter:
+    """How many boots of each (kind, aio, variant) `rounds` rounds of profile p give."""
+    plan = [C.plan_round(p, random.Random(k), k) for k in range(rounds)]
+    return Counter((j["kind"], j["aio"], j["variant"]) for r in plan for j in r)
+
+
+def test_default_design_gives_every_finding_its_coverage():
+    """The default profile's rounds boot each pair of cells a finding compares (key_findings.NEEDS)
+    often enough for decide.ratio's interval to reach the finding's confidence, one round fewer
+    would not, and it boots nothing else. The rounds are fixed: an adaptive budget (the old
+    design: 4 to 8 rounds in 30 s) stopped after one round of 1 against 1 boots."""
+    p = chapter.parameters("default")
+    assert p["rep_min_runs"] == p["rep_max_runs"], "the budget must not decide the rounds"
+    assert p["rep_budget_s"] >= 2 * chapter.plan_s["default"], "a cap for boots twice as slow"
+    n = p["rep_min_runs"]
+    have, fewer = _design_boots(p, n), _design_boots(p, n - 1)
+    for f in chapter.key_findings:
+        a, b = KF.NEEDS[f.key]
+        cov = decide.ratio(np.arange(1.0, have[a] + 1), np.arange(1.5, have[b] + 1)).coverage
+        assert cov >= f.confidence, (f.key, have[a], have[b], cov)
+        cov1 = decide.ratio(np.arange(1.0, fewer[a] + 1), np.arange(1.5, fewer[b] + 1)).coverage
+        assert cov1 < f.confidence, (f.key, "more rounds than the findings need")
+    assert set(have) == {c for ab in KF.NEEDS.values() for c in ab}, "a boot no finding needs"
+
+
+# per cell of the default design: (column, value in ns) of a boot; boots vary by `spread`
+_TRUE = {
+    KF.HOST: {"host_benchmark": 30e3},
+    ("guest", "threads", "plain"): {"guest_benchmark": 200e3},
+    ("guest", "threads", "qemu"): {"guest_benchmark": 210e3, "qemu_aio": 60e3},
+    ("guest", "threads", "all"): {"guest_benchmark": 280e3, "host_syscall": 40e3},
+    ("guest", "native", "all"): {"guest_benchmark": 270e3, "host_syscall": 15e3},
+}
+# the same design where no finding holds
+_CONTRARY = {
+    KF.HOST: {"host_benchmark": 120e3},
+    ("guest", "threads", "plain"): {"guest_benchmark": 200e3},
+    ("guest", "threads", "qemu"): {"guest_benchmark": 210e3, "qemu_aio": 140e3},
+    ("guest", "threads", "all"): {"guest_benchmark": 204e3, "host_syscall": 40e3},
+    ("guest", "native", "all"): {"guest_benchmark": 200e3, "host_syscall": 60e3},
+}
+
+
+def _design_iv(p: dict, rounds: int, true: dict, spread: float = 0.03, seed: int = 5):
+    """Synthetic requests of `rounds` rounds of p's design: each boot's values are its cell's
+    times a boot-to-boot factor within `spread`."""
+    rng = np.random.default_rng(seed)
+    boots = {
+        c: [
+            {k: v * (1 + rng.uniform(-spread, spread)) for k, v in true[c].items()}
+            for _ in range(m)
+        ]
+        for c, m in _design_boots(p, rounds).items()
+    }
+    return _iv(boots)
+
+
+def test_findings_decide_on_the_default_design_and_not_on_one_round():
+    p = chapter.parameters("default")
+    n = p["rep_min_runs"]
+    for true, want in ((_TRUE, HOLDS), (_CONTRARY, FAILS)):
+        iv = _design_iv(p, n, true)
+        for f in chapter.key_findings:
+            o = _verdict(f.key, iv)
+            assert o.verdict == want, (f.key, o)
+            assert f"{n} against {n} boots" in o.estimate.basis, o.estimate.basis
+    # one round (the old default's budget): 1 against 1 boots, no coverage, whatever the values
+    iv1 = _design_iv(p, 1, _TRUE)
+    for f in chapter.key_findings:
+        o = _verdict(f.key, iv1)
+        assert o.verdict == UNDECIDED and o.estimate.coverage == 0, (f.key, o)
+
+
+def test_boots_text_names_a_rounds_configurations():
+    j = pd.DataFrame(
+        {
+            "aio": ["native", "threads", "threads", "threads", "native"],
+            "variant": ["all", "all", "qemu", "plain", "all"],
+        }
+    )
+    assert prose.boots_text(j) == "threads: plain, qemu, all; native: all"
 
 
 def test_key_findings_of_the_committed_data_count_boots(book_data):

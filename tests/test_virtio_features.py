@@ -515,6 +515,15 @@ def test_key_findings_hold_on_the_committed_data(monkeypatch):
         assert longer.estimate.value == 128 and "2013: 64 bits" in longer.evidence
         assert rules.verdict == HOLDS and rules.estimate.value == 0, rules.evidence
         assert "3 disks without CONFIG_WCE checked" in rules.evidence
+    # the basis names the boots those disks shared (the default boots several disks in one
+    # guest), not "each booted once" (#40)
+    gb = analysis.quoted(D, D.blocks, "guest")
+    gb = gb[gb["cache_type_consistent"].notna()]
+    assert gb["boot"].nunique() < len(gb), "the committed default shares its boots"
+    got = key_findings.cache_rule(Run(D, D.quoted))
+    assert f"{len(gb)} guest disks without CONFIG_WCE in {gb['boot'].nunique()} boot(s)" in (
+        got.estimate.basis
+    )
 
 
 def test_key_findings_decided_both_ways(scratch_data, tmp_path, monkeypatch):

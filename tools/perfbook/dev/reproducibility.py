@@ -15,8 +15,9 @@ It prints, and asserts nothing:
   * per run, the decided fraction: findings whose verdict is holds or does not hold;
   * every contradiction: a finding that holds in one run and does not hold in another;
   * per chapter, precision per second: the seconds a run took (and where they went, the
-    manifest's `phases`), the median relative half-width of its decisive intervals, and the
-    seconds the same design would need for a ±5 % half-width at 95 % (see `_projected`).
+    manifest's `phases`), each finding's reach (its interval's half-width over its distance from
+    the threshold: below 1 it decides), and the seconds the same design would need to bring the
+    widest to 1 (`reach`, `to_decide`).
 Runs the monitor marked disturbed, and runs of another profile, are shown and marked.
 """
 
@@ -40,8 +41,6 @@ from perfbook.core.phases import breakdown_text
 from perfbook.data.dataset import load_manifest
 from perfbook.data.hostinfo import host_facts
 from perfbook.hoststate.scratch import Scratch
-
-TARGET = 0.05  # the half-width the projection aims at: rep_target's 5 %
 
 
 def _chapters(names: str) -> list:
@@ -81,23 +80,31 @@ def gather(src: Path, dest: Path, host_id: str, profile: str, names) -> int:
     return n
 
 
-def _half_width(e) -> float | None:
-    """The interval's relative half-width: (high / low)^½ − 1 for a ratio, (high − low) / 2|v|
-    otherwise; None for an interval of no coverage, an exact value, or a value of 0."""
-    if e is None or not 0 < e.coverage < 1 or not all(map(math.isfinite, (e.low, e.high))):
+def reach(e, threshold: float) -> float | None:
+    """How far the interval is from deciding: its half-width at 95 % over the estimate's distance
+    from the threshold (on the log scale for a ratio). Below 1 the interval clears the threshold
+    (decided, if it is centred); 2 means it is twice too wide. The half-width at the interval's
+    own coverage is brought to 95 % with the normal quantile (hard bounds, coverage 1, read as
+    95 %: as decide.pool does); an approximation, since the distribution-free intervals'
+    coverage moves in steps. 0 for an exact value; None where the interval claims no coverage or
+    is not finite."""
+    if e is None or not math.isfinite(e.value):
         return None
-    if e.scale == "log":
-        return math.sqrt(e.high / e.low) - 1 if e.low > 0 else None
-    return (e.high - e.low) / 2 / abs(e.value) if e.value else None
-
-
-def _projected(half: float, coverage: float, seconds: float) -> float:
-    """Seconds for a ±TARGET half-width at 95 %: a half-width shrinks as 1/√n, so as 1/√seconds;
-    the half-width at the interval's own coverage is brought to 95 % with the normal quantile
-    (an approximation: the nonparametric intervals' coverage moves in steps)."""
+    if e.exact:
+        return 0.0
+    if not 0 < e.coverage <= 1 or not all(map(math.isfinite, (e.low, e.high))):
+        return None
+    f = math.log if e.scale == "log" and min(e.low, e.value, threshold) > 0 else (lambda x: x)
     z = statistics.NormalDist().inv_cdf
-    at95 = half * z(0.975) / z((1 + coverage) / 2)
-    return seconds * (at95 / TARGET) ** 2
+    half = (f(e.high) - f(e.low)) / 2 * z(0.975) / z((1 + min(e.coverage, 0.95)) / 2)
+    dist = abs(f(e.value) - f(threshold))
+    return half / dist if dist else math.inf
+
+
+def to_decide(r: float, seconds: float) -> float:
+    """Seconds the same design would need to bring `reach` r to 1: a half-width shrinks as
+    1/sqrt(n), so as 1/sqrt(seconds), while the distance stays (if the effect does)."""
+    return seconds * r * r
 
 
 def _seconds(m) -> float | None:
@@ -124,7 +131,8 @@ def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
             continue
         say(f"\n{ch.name}: {len(ms)} run(s)")
         got = [outcomes(D, m) for m in ms]
-        halves, secs = [], []
+        reaches: dict[str, list[float]] = {}
+        secs = []
         for i, m in enumerate(ms):
             s = _seconds(m)
             mark = " (disturbed)" if (m.get("disturbance") or {}).get("disturbed") else ""
@@ -134,11 +142,13 @@ def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
                 + (f"{s:.0f} s" if s is not None else "time not recorded")
                 + (f"; {phases}" if phases else "")
             )
-            for o in got[i].values():
-                h = _half_width(o.estimate if o else None)
-                if h is not None and s:
-                    halves.append((h, o.estimate.coverage))
-                    secs.append(s)
+            if s:
+                secs.append(s)
+            for f in ch.key_findings:
+                o = got[i].get(f.key)
+                r = reach(o.estimate if o else None, f.threshold)
+                if r is not None:
+                    reaches.setdefault(f.key, []).append(r)
         for f in ch.key_findings:
             per_run = [g.get(f.key) for g in got]
             verdicts = [o.verdict if o else "not measured" for o in per_run]
@@ -158,12 +168,9 @@ def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
             )
             if HOLDS in verdicts and FAILS in verdicts:
                 contradictions.append((ch.name, f.key, verdicts))
-        if halves:
-            med = statistics.median(h for h, _ in halves)
-            proj = statistics.median(
-                _projected(h, c, s) for (h, c), s in zip(halves, secs, strict=True)
-            )
-            widths[ch.name] = (med, statistics.median(secs), proj)
+        if reaches and secs:
+            per = {k: statistics.median(v) for k, v in reaches.items()}
+            widths[ch.name] = (per, statistics.median(secs))
     say(
         "\ndecided fraction (holds or does not hold) per run, where run i is each chapter's i-th"
         " dataset:"
@@ -178,12 +185,22 @@ def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
         say(f"  {name}.{key}: {', '.join(verdicts)}")
     if not contradictions:
         say("  none")
-    say("\nprecision per second (median relative half-width of the decisive intervals):")
-    for name, (med, s, proj) in widths.items():
-        say(
-            f"  {name:22s} ±{100 * med:.1f} % in {s:.0f} s; "
-            f"±{100 * TARGET:.0f} % at 95 % would take ~{proj:,.0f} s"
+    say(
+        "\nprecision per second: each finding's reach (its interval's half-width at 95 % over its"
+        " distance from the threshold; below 1 it decides) and the seconds this design would need"
+        " to bring the widest to 1:"
+    )
+    for name, (per, s) in widths.items():
+        worst = max(per, key=per.get)
+        r = per[worst]
+        need = (
+            "every finding clears its threshold"
+            if r < 1
+            else "never: the estimate sits on the threshold"
+            if math.isinf(r)
+            else f"~{to_decide(r, s):,.0f} s for {worst} (reach {r:.2g})"
         )
+        say(f"  {name:22s} {s:.0f} s; median reach {statistics.median(per.values()):.2g}; {need}")
     return {
         "decided": decided,
         "pooled": tuple(pooled_decided),

@@ -8,6 +8,7 @@ the framework unwinds on every exit path.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -18,7 +19,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from perfbook.analysis.repetition import interleave, repetition
+from perfbook.analysis.repetition import (
+    Repetition,
+    interleave,
+    repetition,
+    repetition_settings,
+)
 from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import die_with_parent, kill_group
 from perfbook.hoststate.knobs import KnobSession
@@ -27,6 +33,7 @@ from perfbook.hoststate.tracefs import preflight as tracefs_preflight
 from perfbook.probes import cbuild
 
 from .analysis import derive
+from .key_findings import FINDING_TRIALS
 from .parse import (
     BASELINE,
     DEBUGFS,
@@ -287,7 +294,7 @@ def measure(ctx) -> None:
         + ("debugfs mounted, " if knobs.mounted_by_us else "")
         + ("ftrace instance" if session is not None else "no ftrace instance")
     )
-    _rounds(w, p, binary, variants, rng, knobs, session, perf_why is None, prog)
+    _rounds(w, p, binary, variants, rng, knobs, session, perf_why is None, prog, ctx.phase)
 
 
 def _calibrate(binary, p, timeout, prog) -> tuple[float | None, list[float]]:
@@ -309,71 +316,128 @@ def _calibrate(binary, p, timeout, prog) -> tuple[float | None, list[float]]:
     return rate, calib
 
 
-def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog) -> None:
+def split_trials(p: dict, variants) -> tuple[dict, dict]:
+    """({load: variants run in every round}, {load: variants run in the first context_rounds
+    rounds only}). Every round runs the trials a key finding reads (key_findings.FINDING_TRIALS:
+    unpinned, pinned and batch at the fixed rate); the others, which only the tables and figures
+    show, run in the first p["context_rounds"] rounds (None: every trial in every round). With
+    none of the findings' trials among the parameters every trial runs in every round."""
+    every = {ld: [v for v in variants] for ld in p["loads"]}
+    if p.get("context_rounds") is None or not any(
+        (ld, v) in FINDING_TRIALS for ld in p["loads"] for v in variants
+    ):
+        return every, {}
+    core = {ld: [v for v in vs if (ld, v) in FINDING_TRIALS] for ld, vs in every.items()}
+    rest = {ld: [v for v in vs if (ld, v) not in FINDING_TRIALS] for ld, vs in every.items()}
+    return {ld: v for ld, v in core.items() if v}, {ld: v for ld, v in rest.items() if v}
+
+
+CONTEXT = " (first rounds)"  # the suffix of a context experiment's name while it runs
+
+
+def _repetitions(p: dict, variants) -> dict:
+    """{name: Repetition}: one experiment per load over the variants it runs in every round,
+    and one per load over its context variants (split_trials), fixed at context_rounds rounds.
+    Both of a load are recorded under the load's name (the repetition table's experiment)."""
+    core, context = split_trials(p, variants)
+    reps = {ld: repetition(ld, vs, p, "rep_") for ld, vs in core.items()}
+    if context:
+        n = p["context_rounds"]
+        kw = {**repetition_settings(p, "rep_"), "min_runs": n, "max_runs": n}
+        reps.update(
+            {ld + CONTEXT: Repetition(ld + CONTEXT, vs, **kw) for ld, vs in context.items()}
+        )
+    return reps
+
+
+def _rounds(w, p, binary, variants, rng, knobs, session, use_perf, prog, phase=None) -> None:
+    phase = phase or (lambda kind: contextlib.nullcontext())
     timeout = 60 + 3 * (p["warmup_ms"] + p["duration_ms"]) / 1000
     marker = session.file("trace_marker") if session is not None else None
     out = {"trials": [], "tasks": [], "cores": [], "latency_hist": [], "migrations": []}
     prog.total = max(p["calib_runs"] * ("rate" in p["loads"]) + len(variants) * len(p["loads"]), 1)
-    rate, calib = _calibrate(binary, p, timeout, prog)
+    with phase("setup"):
+        rate, calib = _calibrate(binary, p, timeout, prog)
     w.extra["calibration"] = {
         "saturation_req_s": calib,
         "rate_req_s": rate,
         "rate_fraction": p["rate_fraction"],
     }
-    reps = {ld: repetition(ld, variants, p, "rep_") for ld in p["loads"]}
+    reps = _repetitions(p, variants)
+    core, context = split_trials(p, variants)
+    w.extra["trials_per_round"] = {
+        "every_round": [f"{v}/{ld}" for ld, vs in core.items() for v in vs],
+        "first_rounds_only": [f"{v}/{ld}" for ld, vs in context.items() for v in vs],
+        "context_rounds": p.get("context_rounds"),
+    }
     warm = []
     for rounds in interleave(reps.values()):
-        # every load still running gets the same round number; warm-up rounds are negative
+        # every experiment still running gets the same round number; warm-up rounds are negative
         rd = next(iter(rounds.values()))
         rnd = rd.index - p["rep_warmup"]
         if rd.index:
-            prog.note("; ".join(f"{ld}: {reps[ld].status()}" for ld in rounds))
-        order = [(v, ld) for v in variants for ld in p["loads"] if ld in rounds]
+            prog.note("; ".join(f"{e}: {reps[e].status()}" for e in rounds))
+        order = [(v, e) for e in rounds for v in reps[e].keys]
         rng.shuffle(order)
         prog.expect(len(order))
-        for pos, (variant, load) in enumerate(order):
-            if session is not None:
-                session.clear()
-            for name, value in VARIANTS[variant].get("debugfs", {}).items():
-                knobs.set(name, value)
-            try:
-                r = _trial(
-                    binary, p, variant, load, rate, p["seed"] + rd.index, marker, use_perf, timeout
+        with phase("warmup" if rd.warmup else "measured"):
+            for pos, (variant, exp) in enumerate(order):
+                load = exp.removesuffix(CONTEXT)
+                if session is not None:
+                    session.clear()
+                for name, value in VARIANTS[variant].get("debugfs", {}).items():
+                    knobs.set(name, value)
+                try:
+                    r = _trial(
+                        binary,
+                        p,
+                        variant,
+                        load,
+                        rate,
+                        p["seed"] + rd.index,
+                        marker,
+                        use_perf,
+                        timeout,
+                    )
+                finally:
+                    for name in VARIANTS[variant].get("debugfs", {}):
+                        knobs.restore(name)
+                key = {"round": rnd, "position": pos, "variant": variant, "load": load}
+                sc = r["scalars"]
+                td = thread_deltas(r["threads"])
+                reps[exp].add(
+                    variant,
+                    sum(t["exec_ns"] for t in td if t["role"] == "worker")
+                    / max(sc["completed"], 1)
+                    / 1e3,
                 )
-            finally:
-                for name in VARIANTS[variant].get("debugfs", {}):
-                    knobs.restore(name)
-            key = {"round": rnd, "position": pos, "variant": variant, "load": load}
-            sc = r["scalars"]
-            td = thread_deltas(r["threads"])
-            reps[load].add(
-                variant,
-                sum(t["exec_ns"] for t in td if t["role"] == "worker")
-                / max(sc["completed"], 1)
-                / 1e3,
-            )
-            if rounds[load].warmup:  # counted by the Repetition, kept apart from the data
-                warm.append(
-                    {**key, "completed": sc["completed"], "window_s": sc["window_ns"] / 1e9}
+                if rounds[exp].warmup:  # counted by the Repetition, kept apart from the data
+                    warm.append(
+                        {**key, "completed": sc["completed"], "window_s": sc["window_ns"] / 1e9}
+                    )
+                    prog.step(f"warm-up round {variant} {load}")
+                    continue
+                _record(out, key, r, td, variant, load, rate, session)
+                prog.step(
+                    f"round {rnd + 1} {variant} {load}: "
+                    f"{sc['completed'] / (sc['window_ns'] / 1e9):.0f} req/s, "
+                    f"p99 {sc['lat_p99_ns'] / 1e3:.0f} us"
                 )
-                prog.step(f"warm-up round {variant} {load}")
-                continue
-            _record(out, key, r, td, variant, load, rate, session)
-            prog.step(
-                f"round {rnd + 1} {variant} {load}: "
-                f"{sc['completed'] / (sc['window_ns'] / 1e9):.0f} req/s, "
-                f"p99 {sc['lat_p99_ns'] / 1e3:.0f} us"
-            )
     prog.note(
         "repetition stopped: "
-        + "; ".join(f"{ld} by {r.stopped_by} ({r.status()})" for ld, r in reps.items())
+        + "; ".join(f"{e} by {r.stopped_by} ({r.status()})" for e, r in reps.items())
     )
     tdf = pd.DataFrame(out["trials"])
     w.add_table("trials", tdf)
     reason = too_disturbed(tdf)
     if reason:
         w.reject(reason)
-    w.add_table("repetition", pd.DataFrame([r for rp in reps.values() for r in rp.records()]))
+    recs = [
+        {**r, "experiment": r["experiment"].removesuffix(CONTEXT)}
+        for rp in reps.values()
+        for r in rp.records()
+    ]
+    w.add_table("repetition", pd.DataFrame(recs))
     if warm:
         w.add_table("warmup_trials", pd.DataFrame(warm))
     for name in ("tasks", "cores", "latency_hist"):

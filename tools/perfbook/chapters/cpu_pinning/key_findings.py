@@ -27,6 +27,10 @@ from perfbook.analysis.findings import Finding, Measured
 from .analysis import round_ratio, round_values
 
 LOAD = "rate"  # the fixed-rate load: the same requests per second for every variant
+# The (load, variant) trials the findings below read: collect.split_trials runs them in every
+# round, and the chapter's other trials only in the first `context_rounds` rounds of the default
+# (tests/test_cpu_pinning.py checks that every finding reads only these).
+FINDING_TRIALS = ((LOAD, "unpinned"), (LOAD, "pinned"), (LOAD, "batch"))
 
 
 def _rounds(run, metric: str, *variants):

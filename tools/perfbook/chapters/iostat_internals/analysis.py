@@ -413,6 +413,55 @@ def per_round_columns(ours, phase: str):
     return out.reset_index()
 
 
+def steady_columns(windows, phase: str):
+    """Per measured round of `phase`: the device's IOPS, aqu-sz and %util over the phase's
+    steady part, from our own two snapshots that bound it (edges 'start', one second into the
+    phase after its warm-up, and 'phase_end', a quarter second before its end: the window the
+    repetition tracks). Unlike iostat's 1-s intervals, which fall where sysstat's clock puts
+    them and take in fio's start-up and exit, every round's value covers the same part of its
+    phase. Columns round, secs, intervals (1), iops, aqu, util, as per_round_columns; empty
+    when the dataset has no such snapshots (before 'phase_end' was recorded)."""
+    cols = ["round", "secs", "intervals", "iops", "aqu", "util"]
+    if windows is None or not len(windows) or "edge" not in windows:
+        return pd.DataFrame(columns=cols)
+    w = windows[(windows["phase"] == phase) & (windows["round"] >= 0)]
+    keys = ["run_id", "window"] if "run_id" in w else ["window"]
+    edges: dict = {}
+    for r in w.to_dict("records"):
+        edges.setdefault(tuple(r[k] for k in keys), {}).setdefault(r["edge"], r)
+    rows = []
+    for key in sorted(edges):
+        e = edges[key]
+        if "start" not in e or "phase_end" not in e:
+            continue
+        a, c = e["start"], e["phase_end"]
+        T = (c["t_ns"] - a["t_ns"]) / 1e9
+        if T <= 0:
+            continue
+        col = ds.compute_columns(a, c, T)
+        rows.append(
+            {
+                "round": a["round"],
+                "secs": T,
+                "intervals": 1,
+                "iops": col["r/s"] + col["w/s"] + col["d/s"],
+                "aqu": col["aqu-sz"],
+                "util": col["%util"],
+            }
+        )
+    return pd.DataFrame(rows, columns=cols)
+
+
+def round_columns(A: dict, phase: str):
+    """The per-round values the findings read: steady_columns of the dataset's snapshots, or,
+    for a dataset without 'phase_end' snapshots, per_round_columns of its iostat intervals."""
+    sc = steady_columns(A.get("windows"), phase)
+    if len(sc):
+        return sc
+    ours = A.get("ours")
+    return per_round_columns(ours, phase) if ours is not None else sc
+
+
 def jiffy_check(ours, hz: int | None) -> dict:
     """Are io_ticks deltas whole jiffies? (io_ticks is kept in jiffies, printed in ms)."""
     if not hz:
@@ -513,6 +562,7 @@ def analyse(D: dict) -> dict:
         out["phase_summary"] = phase_summary(out["ours"])
     out["phases"] = only_run(D["phases"], hid, rid)
     w = only_run(D["windows"], hid, rid)
+    out["windows"] = w
     tw = only_run(D["trace_windows"], hid, rid)
     out["trace_windows_raw"] = tw
     if len(w) and len(tw):

@@ -39,6 +39,7 @@ import tempfile
 import termios
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -362,8 +363,9 @@ def _optional() -> dict[str, str]:
 
 
 def _round_order(p: dict, r: int) -> list[str]:
-    """The phases of round r: every round starts one phase later (rotation), so order effects spread."""
-    ph = p["phases"]
+    """The repeated phases of round r: every round starts one phase later (rotation), so order
+    effects spread."""
+    ph = p["repeat"]
     k = r % len(ph)
     return ph[k:] + ph[:k]
 
@@ -531,9 +533,12 @@ def measure(ctx) -> None:
     w.extra["filesystem"] = fs_facts(mount, dev)
     w.extra["_tool_cmds"] = {"fio": ["fio", "--version"], "iostat": ["iostat", "-V"]}
     w.extra["clock"] = {"CONFIG_HZ": _config_hz(), "USER_HZ": os.sysconf("SC_CLK_TCK")}
-    rep = repetition("phases", p["phases"], p, "rep_")
-    prog = ctx.progress(1 + len(p["phases"]))
+    rep = repetition("phases", p["repeat"], p, "rep_")
+    once = [x for x in p["phases"] if x not in p["repeat"]]
+    prog = ctx.progress(1 + len(once) + len(p["repeat"]))
     prog.note(f"device {dev} ({major}:{minor}); scratch file of {p['file_mb']} MiB under {parent}")
+    setup = ctx.undo.enter_context(ExitStack())  # the scratch file, iostat's start, tracefs
+    setup.enter_context(ctx.phase("setup"))
     _layout(scratch, p)
     prog.step("scratch file laid out")
     state = {"round": -1, "phase": "idle"}
@@ -575,87 +580,96 @@ def measure(ctx) -> None:
     if "tracepoints" not in optional:
         session = ctx.undo.enter_context(TraceSession(tag="iostat", log=prog.note))
         _arm(session, major, minor)
+    setup.close()
     running: list = []  # the phase's workload while it runs
     ctx.undo.callback(lambda: running and running[0].stop())
     phase_rows, win_rows, raw_traces = [], [], []
-    i = 0
+    seq = [0]
+
+    def run_phase(name: str, rnd: int, warmup: bool, seconds: float, label: str) -> float:
+        """One phase: its workload, the trace window and the snapshots a (window start), b
+        (window end) and c (end of the steady part); returns its steady IOPS (a to c)."""
+        state["round"], state["phase"] = rnd, name
+        # the phase's numbers (its steady IOPS, its trace window) assume the run went on
+        # throughout: a gap in it (perfbook.hoststate.monitor) rejects the run
+        with (
+            ctx.phase("warmup" if warmup else "measured"),
+            ctx.window(f"{name} {label}", gap_rejects=True),
+        ):
+            t0 = time.monotonic_ns()
+            with ctx.phase("warmup"):  # the phase's first second: fio's start and warm-up
+                running[:] = [_Workload(name, p, scratch, seconds, p["seed"] + seq[0])]
+                seq[0] += 1
+                running[0].start()
+                time.sleep(1.0)  # warm-up before the window
+            wid = len(phase_rows)  # one trace window per phase run
+            if session is not None:
+                session.clear()
+                session.set_option("tracing_on", "1")
+            prog.note(
+                f"{name}: workload running, iostat sampling" + (", tracing on" if session else "")
+            )
+            if session is not None:
+                time.sleep(TRACE_PREROLL_S)  # requests completing in the window started after this
+            with _realtime():
+                a = snapshot(dev)
+            time.sleep(p["trace_window_s"])
+            with _realtime():
+                b = snapshot(dev)
+            if session is not None:
+                time.sleep(TRACE_POSTROLL_S)
+                session.set_option("tracing_on", "0")
+            # the steady part of the phase ends just before the workload does
+            time.sleep(
+                max(0.0, (t0 + int((seconds - PHASE_TAIL_S) * 1e9) - time.monotonic_ns()) / 1e9)
+            )
+            with _realtime():
+                c = snapshot(dev)
+        steady = steady_iops(a, c)
+        for edge, snap in (("start", a), ("end", b), ("phase_end", c)):
+            win_rows.append({"window": wid, "round": rnd, "phase": name, "edge": edge, **snap})
+        if session is not None:
+            # parsed after the run: parsing here would hold the GIL and delay the follower
+            raw_traces.append(
+                (
+                    wid,
+                    rnd,
+                    name,
+                    a["t_ns"] + a["read_ns"] // 2,
+                    b["t_ns"] + b["read_ns"] // 2,
+                    session.buffer_stats().get("overrun", 0),
+                    session.file("trace").read_bytes(),
+                )
+            )
+        with ctx.phase("warmup" if warmup else "measured"):  # the workload's last quarter second
+            res = running[0].wait(timeout=seconds + 60)
+        running.clear()
+        phase_rows.append(
+            {
+                "round": rnd,
+                "phase": name,
+                "what": PHASES[name]["what"],
+                "warmup": warmup,
+                "t_start_ns": t0,
+                "t_end_ns": time.monotonic_ns(),
+                "steady_s": (c["t_ns"] - a["t_ns"]) / 1e9,
+                "steady_iops": steady,
+                **res,
+            }
+        )
+        return steady
+
+    # the phases that run once, before the rounds: their one measured run is round 0
+    for name in once:
+        run_phase(name, 0, False, p["phase_seconds"], "(once)")
+        prog.step(f"{name} (once)")
     for rd in rep.rounds():
         rnd = rd.index - rep.warmup  # measured rounds from 0; warm-up rounds are negative
         if rd.index:
             prog.note(f"after round {rd.index}: {rep.status()}")
-        prog.expect(len(p["phases"]))
+        prog.expect(len(p["repeat"]))
         for name in _round_order(p, rd.index):
-            state["round"], state["phase"] = rnd, name
-            # the phase's numbers (its steady IOPS, its trace window) assume the run went on
-            # throughout: a gap in it (perfbook.hoststate.monitor) rejects the run
-            with ctx.window(f"{name} round {rd.index}", gap_rejects=True):
-                t0 = time.monotonic_ns()
-                running[:] = [_Workload(name, p, scratch, p["phase_seconds"], p["seed"] + i)]
-                i += 1
-                running[0].start()
-                time.sleep(1.0)  # warm-up before the window
-                wid = len(phase_rows)  # one trace window per phase run
-                if session is not None:
-                    session.clear()
-                    session.set_option("tracing_on", "1")
-                prog.note(
-                    f"{name}: workload running, iostat sampling"
-                    + (", tracing on" if session else "")
-                )
-                if session is not None:
-                    time.sleep(
-                        TRACE_PREROLL_S
-                    )  # requests completing in the window started after this
-                with _realtime():
-                    a = snapshot(dev)
-                time.sleep(p["trace_window_s"])
-                with _realtime():
-                    b = snapshot(dev)
-                if session is not None:
-                    time.sleep(TRACE_POSTROLL_S)
-                    session.set_option("tracing_on", "0")
-                # the steady part of the phase ends just before the workload does
-                time.sleep(
-                    max(
-                        0.0,
-                        (t0 + int((p["phase_seconds"] - PHASE_TAIL_S) * 1e9) - time.monotonic_ns())
-                        / 1e9,
-                    )
-                )
-                with _realtime():
-                    c = snapshot(dev)
-            steady = steady_iops(a, c)
-            rep.add(name, steady)
-            for edge, s in (("start", a), ("end", b), ("phase_end", c)):
-                win_rows.append({"window": wid, "round": rnd, "phase": name, "edge": edge, **s})
-            if session is not None:
-                # parsed after the run: parsing here would hold the GIL and delay the follower
-                raw_traces.append(
-                    (
-                        wid,
-                        rnd,
-                        name,
-                        a["t_ns"] + a["read_ns"] // 2,
-                        b["t_ns"] + b["read_ns"] // 2,
-                        session.buffer_stats().get("overrun", 0),
-                        session.file("trace").read_bytes(),
-                    )
-                )
-            res = running[0].wait(timeout=p["phase_seconds"] + 60)
-            running.clear()
-            phase_rows.append(
-                {
-                    "round": rnd,
-                    "phase": name,
-                    "what": PHASES[name]["what"],
-                    "warmup": rd.warmup,
-                    "t_start_ns": t0,
-                    "t_end_ns": time.monotonic_ns(),
-                    "steady_s": (c["t_ns"] - a["t_ns"]) / 1e9,
-                    "steady_iops": steady,
-                    **res,
-                }
-            )
+            rep.add(name, run_phase(name, rnd, rd.warmup, p["repeat_seconds"], f"round {rd.index}"))
             prog.step(f"round {rd.index + 1}{' (warm-up)' if rd.warmup else ''} {name}")
     prog.note(f"repetition stopped ({rep.stopped_by}): {rep.status()}")
     state["phase"] = "idle"

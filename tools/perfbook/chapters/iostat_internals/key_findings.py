@@ -1,11 +1,12 @@
 """Key findings of the iostat -x chapter, each a claim about one number of one dataset,
-computed by the chapter's analysis (analysis.per_round_columns, flush_origin) on the dataset's
+computed by the chapter's analysis (analysis.round_columns, flush_origin) on the dataset's
 own frames (run.data.analysis()).
 
-The chapter's unit of repetition is the round (every phase once): the IOPS and aqu-sz
-findings rest on one value per measured round, so a dataset of two rounds gives intervals
-of real coverage well below 95 % and stays undecided on its own; a host's runs pool
-(perfbook.analysis.findings). Our columns against sysstat's iostat and await against the
+The chapter's unit of repetition is the round (every repeated phase once, in rotating order):
+the IOPS and aqu-sz findings rest on one value per measured round, each over the phase's steady
+part between two of our own diskstats snapshots (analysis.steady_columns), so a dataset of two
+rounds gives intervals of real coverage well below 95 % and stays undecided on its own (util
+needs 4 against 4 rounds, aqu 6); a host's runs pool (perfbook.analysis.findings). Our columns against sysstat's iostat and await against the
 block tracepoints' mean latency are the chapter's checks of its own arithmetic (both read the
 same accounting), not findings: the chapter shows them in its tables and text."""
 
@@ -15,7 +16,7 @@ from perfbook.analysis import decide
 from perfbook.analysis.decide import fmt
 from perfbook.analysis.findings import Finding, Measured
 
-from .analysis import flush_origin, per_round_columns, per_round_rates
+from .analysis import flush_origin, per_round_rates, round_columns
 
 QD1, QD16, FSYNC = "randread_4k_qd1", "randread_4k_qd16", "fsync_4k"
 FIO_IODEPTH = 16  # the iodepth of the depth-16 phase (parse.PHASES)
@@ -23,11 +24,14 @@ EXTRA_FLUSH_PCT = 2  # the prose's "none from a journal commit": under 2 % of fl
 
 
 def _rounds(run, phase):
-    """per_round_columns of `phase` for the dataset, or None where it did not run the phase
-    (its parameters' phases) or has no intervals table."""
-    if "intervals" not in run or phase not in run.manifest["parameters"].get("phases", ()):
+    """round_columns of `phase` for the dataset (its steady parts from our own snapshots, else
+    its iostat intervals), or None where it did not run the phase (its parameters' phases) or
+    has neither table."""
+    if phase not in run.manifest["parameters"].get("phases", ()):
         return None
-    return per_round_columns(run.data.analysis()["ours"], phase)
+    if "windows" not in run and "intervals" not in run:
+        return None
+    return round_columns(run.data.analysis(), phase)
 
 
 def util(run):

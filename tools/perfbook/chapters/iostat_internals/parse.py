@@ -17,17 +17,19 @@ PHASES: dict[str, dict] = {
         "fio": ["--rw=read", "--bs=1M", "--direct=1", "--ioengine=psync"],
         "what": "sequential 1 MiB O_DIRECT reads, one at a time",
     },
+    # depth 1 through libaio, like depth 16: the two differ in iodepth alone (key_findings.util
+    # compares them; psync at depth 1 against libaio at 16 also compared the engines)
     "randread_4k_qd1": {
-        "fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=psync"],
-        "what": "random 4 KiB O_DIRECT reads, queue depth 1",
+        "fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=1"],
+        "what": "random 4 KiB O_DIRECT reads, queue depth 1 (libaio)",
     },
     "randread_4k_qd16": {
         "fio": ["--rw=randread", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=16"],
         "what": "random 4 KiB O_DIRECT reads, queue depth 16 (libaio)",
     },
     "randwrite_4k_qd1": {
-        "fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=psync"],
-        "what": "random 4 KiB O_DIRECT writes, queue depth 1",
+        "fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=1"],
+        "what": "random 4 KiB O_DIRECT writes, queue depth 1 (libaio)",
     },
     "randwrite_4k_qd16": {
         "fio": ["--rw=randwrite", "--bs=4k", "--direct=1", "--ioengine=libaio", "--iodepth=16"],
@@ -72,6 +74,12 @@ PHASES: dict[str, dict] = {
 
 
 QUICK_PHASES = ["randread_4k_qd1", "randwrite_4k_qd16", "fsync_4k"]
+
+
+# The default profile's phases: the two the repeated findings compare (util, aqu), every round,
+# and the ones the fsync finding and the prose's merges and splits read, once.
+DEFAULT_REPEAT = ["randread_4k_qd1", "randread_4k_qd16"]
+DEFAULT_PHASES = [*DEFAULT_REPEAT, "fsync_4k", "seqread_1m_qd1", "seqwrite_4k_qd16"]
 
 
 # Stated tolerance for "our column agrees with sysstat's" (see the chapter):

@@ -162,6 +162,9 @@ PROSE_KEYS = (
     "n_divisor",
     "n_intervals",
     "n_phases",
+    "n_repeat",
+    "once_phases",
+    "repeat_seconds",
     "n_traced",
     "n_unexplained",
     "n_windows",
@@ -406,6 +409,12 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
     f["phase_seconds"] = str(p["phase_seconds"])
     f["rounds"] = measured_rounds(A)
     f["n_phases"] = str(len(p["phases"]))
+    # a dataset from before `repeat` repeated every phase at phase_seconds
+    rep = p.get("repeat") or p["phases"]
+    f["n_repeat"] = str(len(rep))
+    f["repeat_seconds"] = _fmt(p.get("repeat_seconds") or p["phase_seconds"], 1)
+    once = [x for x in p["phases"] if x not in rep]
+    f["once_phases"] = ", ".join(f"`{x}`" for x in once) if once else "none"
     f["window_ms"] = _fmt(p["trace_window_s"] * 1000, 0)
     hz = man["facts"].get("clock", {}).get("CONFIG_HZ")
     f["window_jiffies"] = _fmt(p["trace_window_s"] * hz, 0) if hz else "n/a"

@@ -45,11 +45,15 @@ from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repet
 
 from .parse import PATHS, PINS, PROTOS
 
-# Cells repeat in rounds, adaptively (perfbook.analysis.repetition.Repetition), one experiment per path:
-# a round runs every protocol x pinning cell of the path with both tools, in a shuffled
-# order, and rounds are added until every cell's per-run P50 has a 95 % CI narrower
-# than rep_target (relative), or rep_budget_s (per path) runs out, or rep_max_runs.
-# `reps` instead fixes the number of rounds (rep_min_runs = rep_max_runs = reps).
+# Cells repeat in rounds (perfbook.analysis.repetition.Repetition), one experiment for both
+# paths: a round runs its cells with both tools, the cells of both paths in one shuffled order,
+# so a comparison of the paths is not one of two stretches of time. The cells the key findings
+# read (key_findings.FINDING_CELLS: loopback UDP unpinned and pinned to one CPU, veth UDP
+# unpinned) run in every round; with `context_rounds` set, the other cells, which only the
+# tables and figures show, run in the first context_rounds rounds alone (None: every cell every
+# round). Rounds are added until every tracked cell's per-run P50 has a 95 % CI narrower than
+# rep_target (relative), or rep_budget_s runs out, or rep_max_runs; `reps` instead fixes the
+# number of rounds (rep_min_runs = rep_max_runs = reps).
 _COMMON = {
     "paths": ["loopback", "veth"],
     "protos": ["udp", "tcp"],
@@ -58,6 +62,8 @@ _COMMON = {
     "response_size": 1,
     "seed": 7,
     "reps": None,
+    "context_rounds": None,
+    "netperf_match": False,
 }
 _KEY = dict(rep="int", order="int", path="str", proto="str", pin="str")
 _US = (
@@ -82,21 +88,27 @@ _NR = (
 class NetperfLatency(Chapter):
     name = "netperf_latency"
     title = "Network round-trip latency with netperf"
-    # A round of one path runs its 6 cells (default) with both tools: netperf's whole seconds
-    # (-l 1 is the shortest) dominate, so a round is ~9 s on 2 CPUs (committed default: 10.7 s
-    # with 0.5 s rrbench runs, 5 rounds per path in 45 s each). The default's 22 s per path
-    # holds 2 rounds (a third would overrun it); two, not one, because the cross-validation's
-    # tolerance widens to the range a percentile spans over the repetitions, which one round
-    # does not have (on the committed data, round 0 alone fails 4 of 36 percentiles). Each run
-    # still has ~15000 transactions at loopback latencies in its 0.3 s. With the 4 unrecorded
-    # netperf warm-ups (2000 transactions each, collect.WARMUP_TRANSACTIONS), ping and the
-    # scheduler-tracepoint runs (~3 s), about 39 s (plan_s; 37 s here with the warm-ups cut
-    # from 1 s runs, 42 s before); `full` repeats up to 50 rounds. quick: its netperf runs count
-    # 15000 transactions (-l -15000: ~0.3 s here, about as many as its 0.25 s rrbench runs
-    # record) instead of lasting a whole second, 8 s (13 s with -l 1).
+    # The default runs 15 fixed rounds: the findings' medians of the rounds (faster, tail, and
+    # pin_same and veth, which compare two cells round by round: key_findings.compare) have a
+    # 96.5 % order-statistic interval from the 4th to the 12th value at 15, so that three
+    # disturbed rounds on either side leave it decided (at 6, the 96.9 % one is [min, max], which
+    # one round moves; here the unpinned pair lands on two CPUs in one round of four and its
+    # median goes from ~8 to ~80 µs). After the first 2 rounds (context_rounds, every cell with
+    # both instruments, ~10 s each, which the cross-validation's range over the rounds needs) a
+    # round runs only the 3 cells the findings read, each with the instruments they read
+    # (key_findings.FINDING_CELLS: rrbench in all three, netperf in loopback UDP unpinned):
+    # ~1.7 s. In each cell rrbench runs first (0.3 s recorded after 0.1 s unrecorded) and netperf
+    # then counts the transactions it recorded (netperf_match): both instruments see a window of
+    # one size, where netperf's shortest timed run (-l 1) saw three times rrbench's transactions
+    # and took most of the old default's 38 s for 2 rounds; a fixed count (-l -25000) took 5-7 s
+    # in a split cell here (~250 µs a transaction). With the 4 unrecorded netperf warm-ups
+    # (collect.WARMUP_TRANSACTIONS), ping and the scheduler-tracepoint runs (~4 s): 45-48 s
+    # here (plan_s 46). `full` runs every cell with both instruments in every round, up to 50 rounds.
+    # quick: one round of every cell, its netperf runs 15,000 transactions (~0.3 s here, about
+    # as many as its 0.25 s rrbench runs record), 8 s.
     plan_s = {
         "quick": 8,
-        "default": 39,
+        "default": 46,
     }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
         "quick": {
@@ -116,13 +128,15 @@ class NetperfLatency(Chapter):
         "default": {
             **_COMMON,
             "pins": list(PINS),
-            "rep_min_runs": 5,
-            "rep_max_runs": 20,
-            "rep_budget_s": 22.0,
+            "rep_min_runs": 15,
+            "rep_max_runs": 15,
+            "rep_budget_s": 120.0,  # a cap for a machine far slower than planned, not a plan
             "rep_warmup": 0,
+            "context_rounds": 2,
             "seconds": 0.3,
             "warmup": 0.1,
             "netperf_seconds": 1,
+            "netperf_match": True,
             "ping_count": 5000,
             "sched_seconds": 0.2,
         },
@@ -131,7 +145,7 @@ class NetperfLatency(Chapter):
             "pins": list(PINS),
             "rep_min_runs": 6,
             "rep_max_runs": 50,
-            "rep_budget_s": 400.0,
+            "rep_budget_s": 800.0,
             "rep_warmup": 1,
             "seconds": 2.0,
             "warmup": 0.5,
@@ -152,6 +166,14 @@ class NetperfLatency(Chapter):
             nullable=True,
             help="a fixed number of rounds per path (sets rep_min_runs and rep_max_runs)",
         ),
+        "context_rounds": Param(
+            int,
+            min=1,
+            max=100,
+            nullable=True,
+            help="rounds that run the cells no key finding reads (the first ones); None: every "
+            "cell in every round",
+        ),
         "seconds": Param(float, min=0.05, max=120.0, help="recorded seconds per rrbench run"),
         "warmup": Param(
             float, min=0.0, max=30.0, help="unrecorded seconds before each rrbench run"
@@ -164,6 +186,11 @@ class NetperfLatency(Chapter):
             nullable=True,
             help="netperf -l -N: each measured run N transactions, not "
             "netperf_seconds (None: whole seconds)",
+        ),
+        "netperf_match": Param(
+            bool,
+            help="rrbench runs first in each cell and netperf then counts the transactions it "
+            "recorded (-l -N): both instruments see a window of one size",
         ),
         "request_size": Param(int, min=1, max=65000, help="request bytes"),
         "response_size": Param(int, min=1, max=65000, help="response bytes"),

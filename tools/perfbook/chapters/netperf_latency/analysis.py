@@ -68,12 +68,22 @@ def medians(g, cols):
     return g[cols].median().where(g[cols].count().eq(g.size(), axis=0))
 
 
+def both_tools(runs):
+    """The runs of the rounds in which a cell ran with both instruments: the default runs a
+    findings' cell with rrbench alone after its first rounds (collect.cell_tools), and the two
+    instruments are compared on the same rounds, not rrbench's many against netperf's few."""
+    keys = [c for c in (*CELL, "run_id", "rep") if c in runs]
+    n = runs.groupby(keys)["tool"].transform("nunique")
+    return runs[n.to_numpy() >= 2]
+
+
 def crossval(runs):
-    """Our distribution's P50/P90/P99 against netperf's, per cell, with the tolerance: each
-    tool's median over its runs (NaN if a run has none, as np.median gives), and the widest
+    """Our distribution's P50/P90/P99 against netperf's, per cell, on the rounds that ran both
+    (both_tools), with the tolerance: each tool's median over its runs (NaN if a run has none, as np.median gives), and the widest
     range of that percentile over either tool's runs."""
     pcs = ["p50", "p90", "p99"]
     cols = [f"{pc}_us" for pc in pcs]
+    runs = both_tools(runs)
     med, rng = {}, {}
     for tool in ("rrbench", "netperf"):
         g = runs[runs["tool"] == tool].groupby(CELL)

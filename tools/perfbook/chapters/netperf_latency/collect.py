@@ -36,6 +36,7 @@ from perfbook.hoststate.tracefs import TraceError, TraceSession
 from perfbook.probes import cbuild
 
 from .analysis import quantization
+from .key_findings import FINDING_CELLS
 from .parse import (
     CLI_ADDR,
     HIST_LO_US,
@@ -62,6 +63,9 @@ from .parse import (
 # (~0.1 s at loopback latencies): the netserver's first connection, the route and the caches.
 # A 1 s run did the same and cost 4 s of every profile.
 WARMUP_TRANSACTIONS = 2000
+# netperf_match: a cell's netperf run counts the transactions its rrbench run just recorded, but
+# never fewer than this (netperf's percentiles of a handful of transactions say little)
+MIN_MATCHED_TRANSACTIONS = 1000
 _NQ_NR_NAN = {f"{k}_{pc}_us": math.nan for k in ("nq", "nr") for pc in ("p50", "p90", "p99")}
 
 
@@ -72,10 +76,9 @@ def measure(ctx) -> None:
     have_ping = bool(shutil.which("ping")) and p["ping_count"] > 0
     ncpu = len(os.sched_getaffinity(0))
     pins = [x for x in p["pins"] if x == "none" or ncpu >= 2]
-    cells = [(proto, pin) for proto in p["protos"] for pin in pins]
+    core, context = split_cells(p, pins)
     tools = ["rrbench", "netperf"] if have_netperf else ["rrbench"]
-    runs_per_round = len(cells) * len(tools)
-    total = (p["rep_warmup"] + p["rep_min_runs"]) * runs_per_round * len(p["paths"])
+    total = planned_runs(p, (core, context), tools)
     total += len(p["paths"]) * (1 + have_ping)
     total += len([x for x in SCHED_PINS if x in pins]) if p["sched_seconds"] > 0 else 0
     prog = ctx.progress(total)
@@ -95,6 +98,11 @@ def measure(ctx) -> None:
     }
     w.extra["pins"] = {k: PIN_HELP[k] for k in pins}
     w.extra["cpus_usable"] = ncpu
+    w.extra["cells"] = {
+        "every_round": ["/".join(c) for c in core],
+        "first_rounds_only": ["/".join(c) for c in context],
+        "context_rounds": p["context_rounds"],
+    }
     if ncpu < 2 and len(pins) < len(p["pins"]):
         w.skip(
             "pinning split/same", f"only {ncpu} usable CPU: client and server can't be placed apart"
@@ -112,34 +120,40 @@ def measure(ctx) -> None:
             if p["ping_count"]
             else "ping_count=0",
         )
-    for path in p["paths"]:  # the namespaces no other user can reach (#43)
-        lab.open(path)
-        prog.note(
-            f"namespace {lab.ns_lo} for the loopback path"
-            if path == "loopback"
-            else f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair"
-        )
     servers = {}
-    for path in p["paths"]:
-        if have_netperf:
-            servers[path] = Netserver(lab, path, tmp).start()
-            for proto in p["protos"]:  # warm-up run per path/protocol, not recorded
-                run_netperf(lab, servers[path], path, proto, "none", p, WARMUP_TRANSACTIONS)
-            prog.step(f"netserver up and warmed on {path}")
-        else:
-            prog.step(f"{path}: netperf missing")
-    ping_rows = []
-    if have_ping:
-        for path in p["paths"]:
-            ping_rows.append(
-                {"path": path, "count": p["ping_count"], **run_ping(lab, path, p["ping_count"])}
+    with ctx.phase("setup"):
+        for path in p["paths"]:  # the namespaces no other user can reach (#43)
+            lab.open(path)
+            prog.note(
+                f"namespace {lab.ns_lo} for the loopback path"
+                if path == "loopback"
+                else f"namespaces {lab.ns_cli} and {lab.ns_srv} joined by a veth pair"
             )
-            prog.step(f"ping -f on {path}")
-
-    rows, hist_rows, kv_rows, reps = _rounds(lab, binary, servers, p, cells, tools, tmp, prog)
-    for s in servers.values():
-        s.stop()
-    sched_rows = sched_stage(lab, binary, p, pins, tmp, w, prog) if p["sched_seconds"] > 0 else []
+        for path in p["paths"]:
+            if not have_netperf:
+                prog.step(f"{path}: netperf missing")
+                continue
+            servers[path] = Netserver(lab, path, tmp).start()
+            with ctx.phase("warmup"):
+                for proto in p["protos"]:  # warm-up run per path/protocol, not recorded
+                    run_netperf(lab, servers[path], path, proto, "none", p, WARMUP_TRANSACTIONS)
+            prog.step(f"netserver up and warmed on {path}")
+    ping_rows = []
+    with ctx.phase("measured"):
+        if have_ping:
+            for path in p["paths"]:
+                ping_rows.append(
+                    {"path": path, "count": p["ping_count"], **run_ping(lab, path, p["ping_count"])}
+                )
+                prog.step(f"ping -f on {path}")
+        rows, hist_rows, kv_rows, reps = _rounds(
+            lab, binary, servers, p, (core, context), tools, tmp, prog, ctx.phase
+        )
+        for s in servers.values():
+            s.stop()
+        sched_rows = (
+            sched_stage(lab, binary, p, pins, tmp, w, prog) if p["sched_seconds"] > 0 else []
+        )
     w.add_table("runs", pd.DataFrame(rows))
     if rows:
         qc = quantization(pd.DataFrame(rows).assign(host_id=""))  # load() adds host_id
@@ -152,6 +166,7 @@ def measure(ctx) -> None:
     w.extra["warmup_runs"] = {
         "netperf_per_path_and_protocol": 1 if have_netperf else 0,
         "netperf_warmup_transactions": WARMUP_TRANSACTIONS,
+        "netperf_matches_rrbench_transactions": bool(p["netperf_match"]),
         "rrbench_unrecorded_seconds_per_run": p["warmup"],
         "warmup_rounds_per_path": p["rep_warmup"],
     }
@@ -171,39 +186,102 @@ def measure(ctx) -> None:
         w.notes.append("netperf: " + " ".join(netperf_cmd("<addr>", 0, "udp", "split", p)))
 
 
-def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
-    """Every path in adaptive rounds (perfbook.analysis.repetition.Repetition, one experiment per path): a
-    round runs each protocol x pinning cell with both tools, in a shuffled order, and the
-    tools alternate which goes first. Returns (runs rows, hist rows, netperf -k rows, reps)."""
-    rows, hist_rows, kv_rows, reps = [], [], [], []
-    runs_per_round = len(cells) * len(tools)
+def split_cells(p: dict, pins) -> tuple[list[tuple], list[tuple]]:
+    """(cells run in every round, cells run only in the first context_rounds rounds), each a
+    (path, proto, pin) in declaration order. Every round runs the cells a key finding reads
+    (key_findings.FINDING_CELLS); the others, which only the tables and figures show, run in
+    the first p["context_rounds"] rounds (None: every cell in every round). With none of the
+    findings' cells among the parameters every cell runs in every round."""
+    cells = [(path, proto, pin) for path in p["paths"] for proto in p["protos"] for pin in pins]
+    if p.get("context_rounds") is None:
+        return cells, []
+    core = [c for c in cells if c in FINDING_CELLS]
+    if not core:
+        return cells, []
+    return core, [c for c in cells if c not in core]
+
+
+def planned_runs(p: dict, cells, tools) -> int:
+    """The runs the rounds will make as planned (rep_warmup + rep_min_runs rounds): every cell
+    with every tool in the first context_rounds measured rounds, and in the others (warm-up
+    rounds too) the findings' cells with the instruments their findings read (cell_tools)."""
+    core, context = cells
+    n_ctx = context_rounds(p)
+    every = (len(core) + len(context)) * len(tools)
+    later = sum(len(cell_tools(p, c, tools, False)) for c in core)
+    return (p["rep_warmup"] + p["rep_min_runs"] - n_ctx) * later + n_ctx * every
+
+
+def cell_tools(p: dict, cell: tuple, tools, context_round: bool) -> list[str]:
+    """The instruments a cell runs with in a round: all of them in a context round (the first
+    context_rounds, or every round when context_rounds is None), else the ones its findings read
+    (key_findings.FINDING_CELLS)."""
+    if context_round or p.get("context_rounds") is None or cell not in FINDING_CELLS:
+        return list(tools)
+    return [t for t in tools if t in FINDING_CELLS[cell]]
+
+
+def context_rounds(p: dict) -> int:
+    """How many measured rounds run the context cells (split_cells): p["context_rounds"], at
+    most the rounds planned, or every planned round when it is None."""
+    n = p.get("context_rounds")
+    return p["rep_min_runs"] if n is None else min(n, p["rep_min_runs"])
+
+
+def _rounds(lab, binary, servers, p, cells, tools, tmp, prog, phase=None):
+    """Rounds over every path at once (perfbook.analysis.repetition.Repetition, one experiment):
+    a round runs each of its cells with both tools, the cells of both paths in one shuffled
+    order, and the tools alternate which goes first; with p["netperf_match"] rrbench goes first
+    and the cell's netperf run then counts as many transactions as rrbench recorded, so that
+    both instruments see a window of one size. `cells` is (core, context)
+    (split_cells): the core cells run in every round and are what the repetition tracks, the
+    context cells only in the first p["context_rounds"] measured rounds. phase(kind) is
+    ctx.phase (a warm-up round is "warmup"). Returns (runs rows, hist rows, netperf -k rows,
+    [the Repetition])."""
+    core, context = cells
+    phase = phase or (lambda kind: contextlib.nullcontext())
+    rows, hist_rows, kv_rows = [], [], []
     rng = random.Random(p["seed"])
-    order = 0
+    order = steps = extra = 0
     t0 = time.monotonic()
-    for path in p["paths"]:
-        rep = repetition(
-            path, [f"{proto}/{pin}/{tool}" for proto, pin in cells for tool in tools], p, "rep_"
+    rep = repetition(
+        "rounds",
+        [
+            f"{path}/{proto}/{pin}/{tool}"
+            for path, proto, pin in core
+            for tool in cell_tools(p, (path, proto, pin), tools, False)
+        ],
+        p,
+        "rep_",
+    )
+
+    n_context = p.get("context_rounds")
+    for rd in rep.rounds():
+        if rd.index:
+            prog.note(f"after {rd.index} round(s): {rep.status()}")
+        rnd = rd.index - rep.warmup  # measured rounds are numbered from 0
+        in_context = n_context is None or (not rd.warmup and rnd < n_context)
+        seq = core[:] + (context if in_context else [])
+        if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
+            more = sum(len(cell_tools(p, c, tools, in_context)) for c in seq)
+            prog.total += more
+            extra += more
+        label = (
+            f"warm-up round {rd.index + 1}"
+            if rd.warmup
+            else f"round {rnd + 1} (at most {rep.max_runs})"
         )
-        reps.append(rep)
-        for rd in rep.rounds():
-            if rd.index:
-                prog.note(f"{path} after {rd.index} round(s): {rep.status()}")
-            if rd.index >= rep.warmup + rep.min_runs:  # a round beyond the planned ones
-                prog.total += runs_per_round
-            rnd = rd.index - rep.warmup  # measured rounds are numbered from 0 per path
-            label = (
-                f"{path} warm-up round {rd.index + 1}"
-                if rd.warmup
-                else f"{path} round {rnd + 1} (at most {rep.max_runs})"
-            )
-            seq = cells[:]
-            rng.shuffle(seq)
-            for proto, pin in seq:
-                pair = tools[:]
-                if (rd.index + order) % 2:
+        rng.shuffle(seq)
+        with phase("warmup" if rd.warmup else "measured"):
+            for path, proto, pin in seq:
+                pair = cell_tools(p, (path, proto, pin), tools, in_context)
+                if (rd.index + order) % 2 and not p["netperf_match"]:
                     pair.reverse()
+                count = None  # netperf_match: the transactions the cell's rrbench run recorded
                 for tool in pair:
                     order += 1
+                    cell_key = f"{path}/{proto}/{pin}/{tool}"
+                    tracked = cell_key in rep.values
                     key = dict(
                         rep=rnd,
                         order=order,
@@ -217,12 +295,14 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
                     )
                     if tool == "rrbench":
                         f = tmp / f"rr-{order}.bin"
-                        summ, lat, phase = run_rrbench(lab, binary, path, proto, pin, p, f)
+                        summ, lat, rphase = run_rrbench(lab, binary, path, proto, pin, p, f)
                         f.unlink()
                         st = sample_stats(lat)
-                        rep.add(f"{proto}/{pin}/{tool}", st["p50_us"])
+                        count = max(int(summ["n"]), MIN_MATCHED_TRANSACTIONS)
+                        if tracked:
+                            rep.add(cell_key, st["p50_us"])
                         if not rd.warmup:
-                            rows.append(_rrbench_row(key, summ, st, lat, phase))
+                            rows.append(_rrbench_row(key, summ, st, lat, rphase))
                             bins, counts = log_histogram(lat)
                             hist_rows += [
                                 {
@@ -237,8 +317,17 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
                                 for b, c in zip(bins.tolist(), counts.tolist())
                             ]
                     else:
-                        kv = run_netperf(lab, servers[path], path, proto, pin, p)
-                        rep.add(f"{proto}/{pin}/{tool}", num(kv.get("P50_LATENCY")))
+                        kv = run_netperf(
+                            lab,
+                            servers[path],
+                            path,
+                            proto,
+                            pin,
+                            p,
+                            count if p["netperf_match"] else None,
+                        )
+                        if tracked:
+                            rep.add(cell_key, num(kv.get("P50_LATENCY")))
                         if not rd.warmup:
                             rows.append(_netperf_row(key, kv))
                             kv_rows += [
@@ -254,10 +343,11 @@ def _rounds(lab, binary, servers, p, cells, tools, tmp, prog):
                                 for k, v in kv.items()
                                 if k not in ("UUID", "COMMAND_LINE")
                             ]
-                    prog.step(f"{label} {proto}/{pin} {tool}")
-        prog.total -= max(0, rep.warmup + rep.min_runs - rep.rounds_done) * runs_per_round
-        prog.note(f"{path} stopped by {rep.stopped_by}: {rep.status()}")
-    return rows, hist_rows, kv_rows, reps
+                    steps += 1
+                    prog.step(f"{label} {path}/{proto}/{pin} {tool}")
+    prog.total -= planned_runs(p, cells, tools) + extra - steps  # planned runs that did not run
+    prog.note(f"stopped by {rep.stopped_by}: {rep.status()}")
+    return rows, hist_rows, kv_rows, [rep]
 
 
 def _rrbench_row(key, summ, st, lat, phase) -> dict:

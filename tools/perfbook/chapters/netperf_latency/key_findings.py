@@ -1,9 +1,12 @@
 """Key findings of the netperf latency chapter, computed per dataset (perfbook.analysis.findings).
 
-The unit of repetition is the round: each round runs every cell of a path once with each tool,
-in one fresh process per run, so a run's percentiles and mean (one row of the runs table) are
-one replicate of its cell. Comparisons of two cells are Hodges-Lehmann shifts or ratios of those
-per-round values (decide.shift, decide.ratio); a comparison with the 2013 article scales our
+The unit of repetition is the round: each round runs its cells once with each tool, in one fresh
+process per run, so a run's percentiles and mean (one row of the runs table) are one replicate of
+its cell. Two cells that ran in the same rounds are compared round by round (each round's ratio
+or difference, their median with its order-statistic interval: decide.location), so that what a
+round met, a slow phase of the host, is divided out; cells of two paths in datasets that ran one
+path's rounds after the other's are compared as two samples (the Hodges-Lehmann shift,
+decide.shift). A comparison with the 2013 article scales our
 estimate by its exact published figure (decide.scaled). The pooled ladder the prose quotes is
 context only: pooled over rounds, one disturbed round moves its P99 (the tail finding decides on
 each round's own P99 / P50). netperf's percentiles agreeing with our histogram is a check of the
@@ -20,6 +23,15 @@ from perfbook.analysis.findings import Finding, Measured
 from . import analysis as A
 
 ROUNDS = "rounds"
+# The cells (path, proto, pin) the findings below read, each with the instruments they read in
+# it: collect.split_cells runs these in every round, with these instruments, and the chapter's
+# other cells (and instruments) only in the first `context_rounds` rounds of the default
+# (tests/test_netperf_latency.py checks that every finding reads only these).
+FINDING_CELLS = {
+    ("loopback", "udp", "none"): ("rrbench", "netperf"),  # faster (netperf), tail, the baseline
+    ("loopback", "udp", "same"): ("rrbench",),  # pin_same, veth
+    ("veth", "udp", "same"): ("rrbench",),  # veth
+}
 
 
 def per_round(run, path: str, proto: str, pin: str, col: str, tool: str = "rrbench"):
@@ -63,31 +75,113 @@ def faster(run):
     )
 
 
-def pin_same(run):
-    """Loopback UDP: the rounds' P50 with client and server pinned to one CPU over the unpinned
-    rounds' P50 (rrbench)."""
-    same = per_round(run, "loopback", "udp", "same", "p50_us")
-    none = per_round(run, "loopback", "udp", "none", "p50_us")
-    if same is None or none is None:
+def paired(run, a: tuple, b: tuple, col: str, tool: str = "rrbench"):
+    """(a's values, b's values) of the rounds that ran both cells (path, proto, pin), in round
+    order, one pair per round; None where the dataset lacks either cell or ran them in separate
+    rounds. Cells of one path always shared their rounds; cells of two paths did since both
+    paths run in each round (shared_rounds)."""
+    if "runs" not in run:
         return None
+    r = run["runs"]
+    r = r[r["tool"] == tool]
+
+    def of(cell):
+        path, proto, pin = cell
+        at = (r["path"] == path) & (r["proto"] == proto) & (r["pin"] == pin)
+        return r.loc[at].set_index("rep")[col].astype(float)
+
+    va, vb = of(a), of(b)
+    if va.empty or vb.empty or (a[0] != b[0] and not shared_rounds(r)):
+        return None
+    both = va.index.intersection(vb.index).sort_values()
+    return va.loc[both].to_numpy(), vb.loc[both].to_numpy()
+
+
+def shared_rounds(runs) -> bool:
+    """Whether the dataset ran its paths in the same rounds: each round's runs, of every path,
+    come after all runs of the round before (the run order). Datasets from before this design
+    ran one path's rounds after the other's, so a round of veth and the round of loopback with
+    the same number were minutes apart and no pair."""
+    if "order" not in runs or runs.empty:
+        return False
+    g = runs.groupby("rep")["order"]
+    lo, hi = g.min().sort_index(), g.max().sort_index()
+    return bool((lo.to_numpy()[1:] > hi.to_numpy()[:-1]).all())
+
+
+def _min_paired() -> int:
+    """The fewest rounds whose median has an order-statistic interval of 95 % (decide.location):
+    below it a comparison round by round cannot decide, and two samples of rounds can (4
+    against 4: 97.1 %)."""
+    return next(n for n in range(2, 100) if decide.location(np.arange(float(n))).coverage >= 0.95)
+
+
+MIN_PAIRED = _min_paired()
+
+
+def compare(run, a: tuple, b: tuple, paired_of, unpaired_of, what: str):
+    """a against b, P50 of rrbench: round by round where the rounds pair (paired; at least
+    MIN_PAIRED of them), the median of paired_of(a_i, b_i) over the rounds with its
+    order-statistic interval; else the two samples of rounds, unpaired_of(a, b) (decide.ratio or
+    decide.shift). (estimate, a's values, b's values), or None when a cell is missing. Which
+    one applies follows from the design (how many rounds, shared or not), not from the values."""
+    pair = paired(run, a, b, "p50_us")
+    if pair is not None and len(pair[0]) >= MIN_PAIRED:
+        va, vb = pair
+        return decide.location(paired_of(va, vb), what=what), va, vb
+    va, vb = per_round(run, *a, "p50_us"), per_round(run, *b, "p50_us")
+    if va is None or vb is None:
+        return None
+    return unpaired_of(va, vb, what=ROUNDS), va, vb
+
+
+def pin_same(run):
+    """Loopback UDP: each round's P50 with client and server pinned to one CPU over the same
+    round's unpinned P50 (rrbench), the median of these ratios with its order-statistic interval
+    over the rounds. The two cells ran in one round seconds apart, so the state of the machine a
+    round met (a slow phase, a busy neighbour) divides out. With fewer than MIN_PAIRED rounds
+    (older datasets), the Hodges-Lehmann ratio of the two sets of rounds."""
+    c = compare(
+        run,
+        ("loopback", "udp", "same"),
+        ("loopback", "udp", "none"),
+        lambda a, b: a / b,
+        decide.ratio,
+        "rounds' P50 pinned / unpinned",
+    )
+    if c is None:
+        return None
+    est, same, none = c
     return Measured(
-        decide.ratio(same, none, what=ROUNDS),
+        est,
         f"loopback UDP P50 pinned to one CPU {_us(_med(same))}, unpinned {_us(_med(none))} "
         "(medians of the rounds)",
     )
 
 
 def veth(run):
-    """UDP, unpinned: the rounds' P50 over the veth pair minus over loopback (rrbench). The two
-    paths are separate experiments with rounds of their own, so the shift is unpaired."""
-    ve = per_round(run, "veth", "udp", "none", "p50_us")
-    lo = per_round(run, "loopback", "udp", "none", "p50_us")
-    if ve is None or lo is None:
+    """UDP, client and server on one CPU: the rounds' P50 over the veth pair minus over loopback
+    (rrbench). Both on one CPU, so that where the scheduler puts them, which moves an unpinned
+    median from ~6 to ~80 µs here between runs, is the same on both paths and only the path
+    differs. Where both paths ran in the same rounds (shared_rounds), each round's difference,
+    their median with its order-statistic interval over the rounds; in older datasets, which ran
+    one path's rounds after the other's (or with fewer than MIN_PAIRED rounds), the unpaired
+    Hodges-Lehmann shift of the two sets of rounds."""
+    c = compare(
+        run,
+        ("veth", "udp", "same"),
+        ("loopback", "udp", "same"),
+        lambda a, b: a - b,
+        decide.shift,
+        "rounds' veth − loopback P50",
+    )
+    if c is None:
         return None
+    est, ve, lo = c
     return Measured(
-        decide.shift(ve, lo, what=ROUNDS),
-        f"UDP P50 unpinned over veth {_us(_med(ve))}, over loopback {_us(_med(lo))} "
-        "(medians of the rounds)",
+        est,
+        f"UDP P50 with both ends on one CPU over veth {_us(_med(ve))}, over loopback "
+        f"{_us(_med(lo))} (medians of the rounds)",
     )
 
 
@@ -131,13 +225,15 @@ FINDINGS = (
     ),
     Finding(
         "veth",
-        "A veth pair between namespaces adds less than 2 µs to the UDP median",
+        "A veth pair between namespaces adds less than 2 µs to the UDP median (client and server "
+        "on one CPU)",
         veth,
         quantity="veth − loopback UDP P50",
         side="<",
         threshold=2.0,
         unit="µs",
-        contrary="A veth pair between namespaces adds 2 µs or more to the UDP median",
+        contrary="A veth pair between namespaces adds 2 µs or more to the UDP median (client and "
+        "server on one CPU)",
     ),
     Finding(
         "tail",

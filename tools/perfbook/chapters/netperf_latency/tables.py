@@ -11,9 +11,25 @@ from . import analysis as A
 
 
 def netperf_length(p: dict) -> str:
-    """How long each measured netperf run was: '1 s', or '15,000 transactions' (quick)."""
+    """How long each measured netperf run was: '1 s', '15,000 transactions' (quick), or as many
+    transactions as the cell's rrbench run had just recorded (netperf_match, the default)."""
+    if p.get("netperf_match"):
+        return "as many transactions as the cell's rrbench run before it recorded"
     n = p.get("netperf_transactions")
     return f"{n:,} transactions" if n else f"{int(p['netperf_seconds'])} s"
+
+
+def rounds_text(r) -> str:
+    """The measured rounds of one dataset's runs: per path ('9 (loopback) and 9 (veth)') where
+    every cell of a path ran as often, else the rounds of the cells that ran most and least
+    ('9 (the cells the key findings read) and 2 (the others)': context_rounds)."""
+    if r.empty:
+        return "?"
+    per_cell = r.groupby(["path", "proto", "pin"])["rep"].nunique()
+    if per_cell.groupby(level="path").nunique().eq(1).all():
+        per_path = r.groupby("path")["rep"].nunique()
+        return " and ".join(f"{v} ({k})" for k, v in per_path.items())
+    return f"{per_cell.max()} (the cells the key findings read) and {per_cell.min()} (the others)"
 
 
 def run_columns(m, data) -> dict:
@@ -21,10 +37,10 @@ def run_columns(m, data) -> dict:
     repetition, rounds per path, run lengths."""
     p, runs = m.parameters, data["runs"]
     r = runs[(runs["host_id"] == m.host_id) & (runs["run_id"] == m["run_id"])]
-    per_path = r.groupby("path")["rep"].nunique()
+    fixed = p.get("rep_min_runs") is not None and p.get("rep_min_runs") == p.get("rep_max_runs")
     return {
-        "repetition": "adaptive" if "rep_target" in p else "fixed",
-        "rounds": ", ".join(f"{k}: {v}" for k, v in per_path.items()) or "?",
+        "repetition": "adaptive" if "rep_target" in p and not fixed else "fixed",
+        "rounds": rounds_text(r),
         "rrbench s/run": p["seconds"],
         "netperf/run": netperf_length(p),
         "pins": ",".join(p["pins"]),

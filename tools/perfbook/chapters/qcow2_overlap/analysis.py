@@ -6,9 +6,10 @@ host (D.of_shown, tables.py); the prose quotes D.quoted (prose.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from perfbook.analysis import decide
 from perfbook.analysis.findings import counted_runs
@@ -183,25 +184,18 @@ def prealloc_bars_text(ov_cpu) -> str:
     )
 
 
-def fit_quadratic(ov, mode: str = "cached"):
-    """Least-squares extra CPU = a * size^2 (cluster size 512), the exponent fixed at 2: shown
-    only beside fit_power_law() for comparison, since the data need not support it."""
-    g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
-    x = g.image_size.to_numpy(float)
-    y = g.extra.to_numpy(float)
-    if len(x) == 0:
-        return float("nan")
-    return float(np.sum(x**2 * y) / np.sum(x**4))
-
-
 def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
-    """Fit extra CPU = c * size^k by least squares in log-log space over the 512-byte-cluster
-    sizes whose shift over none is positive (a log needs it).
+    """The power law extra CPU = c * size^k through one dataset's 512-byte-cluster sizes, by least
+    squares in log-log space over the sizes whose shift over none is positive (a log needs it):
+    a description of the points, without an interval. Through 2 or 3 sizes a line's residual
+    scatter says nothing a reader can trust (R² is 1 through two points and near it through
+    three), so this reports neither an interval nor R²; the exponent's interval comes from the
+    rounds (round_exponents(), exponent()).
 
-    Returns n (points fitted), dropped (sizes with a shift <= 0), k and c, r2 (in log space),
-    k_lo/k_hi (95 % t interval of the slope, n >= 3) and, for a size `at` in bytes, pred (the
-    fitted extra there) with pred_lo/pred_hi (95 % interval of the fitted line at `at`, which
-    lies outside the sizes measured when it is an extrapolation). NaN where it can't be said."""
+    Returns n (points fitted), dropped (sizes with a shift <= 0), k and c, lo and hi (the sizes
+    fitted, bytes) and, for a size `at` in bytes inside [lo, hi], pred (the fitted extra there).
+    A size outside the fitted range raises ValueError (predict()): the fit is not carried beyond
+    the sizes it rests on. NaN where it can't be said."""
     g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512)]
     x, y = g.image_size.to_numpy(float), g.extra.to_numpy(float)
     ok = y > 0
@@ -211,53 +205,95 @@ def fit_power_law(ov, mode: str = "cached", at: float | None = None) -> dict:
         "dropped": int((~ok).sum()),
         "k": nan,
         "c": nan,
-        "r2": nan,
-        "k_lo": nan,
-        "k_hi": nan,
+        "lo": float(x[ok].min()) if ok.any() else nan,
+        "hi": float(x[ok].max()) if ok.any() else nan,
         "pred": nan,
-        "pred_lo": nan,
-        "pred_hi": nan,
     }
     if ok.sum() < 2 or len(set(x[ok])) < 2:
         return out
-    lx, ly = np.log(x[ok]), np.log(y[ok])
-    n = len(lx)
-    k, b = np.polyfit(lx, ly, 1)
+    k, b = np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)
     out.update(k=float(k), c=float(np.exp(b)))
     if at is not None:
-        out["pred"] = float(np.exp(b + k * np.log(at)))
-    if n >= 3:
-        resid = ly - (b + k * lx)
-        sxx = float(np.sum((lx - lx.mean()) ** 2))
-        s = float(np.sqrt(np.sum(resid**2) / (n - 2)))
-        t = float(scipy_stats.t.ppf(0.975, n - 2))
-        ss_tot = float(np.sum((ly - ly.mean()) ** 2))
-        out["r2"] = 1 - float(np.sum(resid**2)) / ss_tot if ss_tot > 0 else nan
-        out["k_lo"], out["k_hi"] = float(k - t * s / np.sqrt(sxx)), float(k + t * s / np.sqrt(sxx))
-        if at is not None:
-            half = t * s * np.sqrt(1 / n + (np.log(at) - lx.mean()) ** 2 / sxx)
-            out["pred_lo"] = float(np.exp(b + k * np.log(at) - half))
-            out["pred_hi"] = float(np.exp(b + k * np.log(at) + half))
+        out["pred"] = predict(out, at)
     return out
 
 
-def exponent(ov, mode: str = "cached") -> decide.Estimate:
-    """fit_power_law()'s exponent as an Estimate: the least-squares slope in log-log space with
-    its 95 % t interval (n - 2 degrees of freedom), which rests on the scatter of the sizes'
-    shifts about the line (each shift from its size's rounds). Through two sizes the line has
-    no interval (coverage 0: undecided); with fewer than two positive shifts there is no
-    exponent (NaN)."""
-    f = fit_power_law(ov, mode)
-    n = f["n"]
-    if n >= 3:
-        return decide.Estimate(
-            f["k"],
-            f["k_lo"],
-            f["k_hi"],
-            0.95,
-            f"least-squares slope over {n} sizes' Hodges-Lehmann shifts, t interval ({n - 2} df)",
+def predict(fit: dict, at: float) -> float:
+    """fit_power_law()'s fitted extra CPU at `at` bytes, only inside the sizes it was fitted
+    over: outside them (an extrapolation, which the fit's points cannot support) a ValueError."""
+    if not (fit["lo"] <= at <= fit["hi"]):
+        raise ValueError(
+            f"no extrapolation: {at / MiB:g} MiB lies outside the fitted sizes "
+            f"{fit['lo'] / MiB:g}-{fit['hi'] / MiB:g} MiB"
         )
-    return decide.Estimate(f["k"], np.nan, np.nan, 0.0, f"a line through {n} sizes' shifts")
+    return float(fit["c"] * at ** fit["k"])
+
+
+def exponent_sizes(ov, mode: str = "cached") -> list[int]:
+    """The 512-byte-cluster sizes whose shift of `mode` over none (overhead(), from the rounds)
+    has its whole interval above zero: where the extra CPU stands clear of the noise, so that
+    each round's extra there is positive and has a log."""
+    if ov.empty:
+        return []
+    g = ov[(ov["mode"] == mode) & (ov.cluster_size == 512) & (ov.extra_ci_low > 0)]
+    return sorted(int(z) for z in g.image_size.unique())
+
+
+def round_exponents(rows, sizes, mode: str = "cached") -> pd.DataFrame:
+    """One exponent per round: the least-squares slope of log(extra) on log(size) over `sizes`,
+    a round's extra at a size being its run of `mode` minus its run of none (the two ran in the
+    same shuffled round). Each size is its own experiment, so round r of one size is paired
+    with round r of the others by index: every run enters one exponent, and the rounds'
+    exponents are independent of each other. A round with an extra of zero or below at some
+    size has no exponent (NaN, kept and counted); rounds missing at some size are left out.
+    Columns: repeat, exponent, n_sizes."""
+    cols = ["repeat", "exponent", "n_sizes"]
+    rs = rows[(rows.cluster_size == 512) & rows.image_size.isin(sizes)]
+    rs = rs[rs["mode"].isin([mode, "none"])]
+    if len(sizes) < 2 or rs.empty:
+        return pd.DataFrame(columns=cols)
+    t = rs.pivot_table(index=["repeat", "image_size"], columns="mode", values="cpu_s")
+    if mode not in t.columns or "none" not in t.columns:
+        return pd.DataFrame(columns=cols)
+    d = (t[mode] - t["none"]).unstack("image_size").reindex(columns=sizes).dropna()
+    lx = np.log(np.asarray(sizes, float))
+    out = []
+    for r, v in d.iterrows():
+        y = v.to_numpy(float)
+        k = float(np.polyfit(lx, np.log(y), 1)[0]) if (y > 0).all() else float("nan")
+        out.append({"repeat": int(r), "exponent": k, "n_sizes": len(sizes)})
+    return pd.DataFrame(out, columns=cols)
+
+
+def exponent(rows, ov, mode: str = "cached") -> decide.Estimate:
+    """The power law's exponent of `mode`'s extra CPU with its interval from the rounds: the
+    median of round_exponents() over exponent_sizes(), with its distribution-free order-statistic
+    interval (6 rounds: 96.9 %; 5 or fewer cannot reach 95 %). Rounds without an exponent (an
+    extra of zero or below at some size) are left out and named in the basis. Where fewer than
+    two sizes stand clear of zero, the line through the sizes' positive shifts (or, with one run
+    per mode, their differences of medians) gives the value without an interval; NaN where
+    fewer than two sizes have a positive extra (no power law)."""
+    sizes = exponent_sizes(ov, mode)
+    re = round_exponents(rows, sizes, mode)
+    k = re.exponent.to_numpy(float) if len(re) else np.array([])
+    ok = k[np.isfinite(k)]
+    if len(ok):
+        left = len(k) - len(ok)
+        e = decide.location(ok, what="rounds' exponents")
+        mib = [z // MiB for z in sizes]
+        return replace(
+            e,
+            basis=f"median of {len(ok)} rounds' exponents (each round's log-log slope of {mode} − "
+            f"none over {len(sizes)} sizes, {mib[0]}–{mib[-1]} MiB)"
+            + (f"; {left} round(s) with an extra ≤ 0 left out" if left else ""),
+        )
+    f = fit_power_law(ov if len(ov) else median_differences(rows, mode), mode)
+    why = (
+        f"fewer than two sizes with {mode}'s shift clear of zero" if len(ov) else "one run per mode"
+    )
+    return decide.Estimate(
+        f["k"], np.nan, np.nan, 0.0, f"a line through {f['n']} sizes' extras, {why}"
+    )
 
 
 def median_differences(rows, mode: str = "cached"):
@@ -286,25 +322,34 @@ def largest_compared(rows, mode: str):
     return None
 
 
-def prealloc_fits(D, at: float | None = None):
-    """fit_power_law() of `cached` for every dataset (not only those shown), one row per run:
-    the run-to-run spread of the exponent, with each fit's quality."""
+def prealloc_fits(D):
+    """The power law of `cached` for every dataset (not only those shown), one row per run:
+    fit_power_law()'s exponent through the sizes' shifts (a description, no interval) and
+    exponent()'s median over the rounds with its interval and real coverage."""
     rows = []
     for h in D.hosts:
         for m in counted_runs([m for m in D.manifests if m.host_id == h]):
             ov = dataset_overhead(D, "prealloc", m.key)
             if ov.empty:
                 continue
-            f = fit_power_law(ov, at=at)
+            f = fit_power_law(ov)
             mine = dataset_rows(D, "prealloc", m.key)
-            sizes = mine[mine.cluster_size == 512].image_size
+            mine = mine[mine.cluster_size == 512]
+            e = exponent(mine, ov)
+            if not e.basis.startswith("median of"):  # no round's exponent: nothing to quote
+                e = decide.Estimate(np.nan, np.nan, np.nan, 0.0, e.basis)
             rows.append(
                 {
                     "host_id": h,
                     "run_id": m["run_id"],
                     "profile": m.profile or "not recorded",
-                    "sizes_mib": f"{sizes.min() // MiB}-{sizes.max() // MiB}",
+                    "sizes_mib": f"{mine.image_size.min() // MiB}-{mine.image_size.max() // MiB}",
                     **f,
+                    "k_rounds": e.value,
+                    "k_lo": e.low,
+                    "k_hi": e.high,
+                    "coverage": e.coverage,
+                    "basis": e.basis,
                 }
             )
     return pd.DataFrame(rows)

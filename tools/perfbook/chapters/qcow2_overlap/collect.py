@@ -25,7 +25,7 @@ from perfbook.core.proc import die_with_parent, kill_group
 from perfbook.probes.blockdev import fstype
 from perfbook.probes.qcow2 import Qcow2Image
 
-from .parse import MODES, OVERLAP_SYMBOLS, PERF_WORKLOADS, parse_perf_report
+from .parse import MODES, OVERLAP_SYMBOLS, PERF_QUOTED, PERF_WORKLOADS, parse_perf_report
 
 
 # ---------------------------------------------------------------- the qemu-img command lines
@@ -154,7 +154,7 @@ def measure(ctx) -> None:
     modes = p["modes"]
     RW = p["rep_min_runs"] + p["rep_warmup"]  # rounds at least; adaptive repetition may add more
     n_prealloc = (
-        (len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(modes) + 1
+        (len(p["prealloc_sizes_512"]) + len(p["prealloc_sizes_64k"])) * len(p["prealloc_modes"]) + 1
     ) * RW
     n_bench = 2 * len(modes) * RW
     snap_modes = [m for m in modes if m in ("none", "cached", "all")]
@@ -163,7 +163,7 @@ def measure(ctx) -> None:
         len(p[k]) for k in ("formula_sizes_512", "formula_sizes_4k", "formula_sizes_64k")
     )
     perf_modes = [m for m in modes if m in ("cached", "all")]
-    n_perf = len(PERF_WORKLOADS) * len(perf_modes) * p["perf_repeats"]
+    n_perf = len(perf_cells(p, perf_modes)) * p["perf_repeats"]
 
     s = Runner(ctx.scratch())
     ctx.undo.callback(s.close)  # registered before the first child starts
@@ -189,15 +189,19 @@ def measure(ctx) -> None:
             w.skip(f"mode_{m}", "left out by the modes parameter")
 
     reps: list = []
-    prealloc, meta = _prealloc(s, p, rng, prog, reps)
-    writes = _writes(s, p, rng, prog, reps)
-    snaps, snap_meta = _snapshots(s, p, rng, prog, snap_modes, reps)
-    formula = _formula(s, p, prog)
+    # where the seconds go (the manifest's `phases`): the timed rounds are "measured", the images
+    # they start from "setup" (inside them), the formula images and perf recordings "measured"
+    prealloc, meta = _prealloc(ctx, s, p, rng, prog, reps)
+    writes = _writes(ctx, s, p, rng, prog, reps)
+    snaps, snap_meta = _snapshots(ctx, s, p, rng, prog, snap_modes, reps)
+    with ctx.phase("measured"):
+        formula = _formula(s, p, prog)
     cycles = []
     if p["perf_repeats"] and not shutil.which("perf"):
         w.skip("cycles_share", "perf is not installed (apt-get install linux-perf)")
     elif p["perf_repeats"] and w.extra["perf_symbols"]["resolvable"] and perf_modes:
-        cycles = perf_shares(s, p, rng, prog, perf_modes)
+        with ctx.phase("measured"):
+            cycles = perf_shares(s, p, rng, prog, perf_modes)
     if cycles:
         w.add_table("cycles", pd.DataFrame(cycles))
     w.add_table("prealloc", pd.DataFrame(prealloc))
@@ -232,20 +236,27 @@ def _round_label(r: int, warm: bool) -> str:
     return " (warm-up)" if warm else f" round {r + 1}"
 
 
-def _prealloc(s: Runner, p: dict, rng, prog, reps: list) -> tuple[list[dict], list[dict]]:
+def _prealloc(ctx, s: Runner, p: dict, rng, prog, reps: list) -> tuple[list[dict], list[dict]]:
+    with ctx.phase("measured"):
+        return _prealloc_rounds(ctx, s, p, rng, prog, reps)
+
+
+def _prealloc_rounds(ctx, s: Runner, p, rng, prog, reps: list) -> tuple[list[dict], list[dict]]:
     rows, meta = [], []
+    modes = p["prealloc_modes"]
     cases = [(512, z) for z in p["prealloc_sizes_512"]] + [
         (65536, z) for z in p["prealloc_sizes_64k"]
     ]
     img = s.path("prealloc.qcow2")
     for cs, size in cases:
-        rep = repetition(f"prealloc cs={cs} size={size >> 20} MiB", p["modes"], p, "rep_")
+        rep = repetition(f"prealloc cs={cs} size={size >> 20} MiB", modes, p, "rep_")
         reps.append(rep)
-        for r, warm in _rounds(rep, prog, len(p["modes"])):
-            for pos, mode in enumerate(rotation(p["modes"], rng)):
+        for r, warm in _rounds(rep, prog, len(modes)):
+            for pos, mode in enumerate(rotation(modes, rng)):
                 if img.exists():
                     img.unlink()
-                s.run(create_cmd(img, cs), "qemu-img create")
+                with ctx.phase("setup"):
+                    s.run(create_cmd(img, cs), "qemu-img create")
                 t = s.run(prealloc_cmd(img, size, mode), "qemu-img resize --preallocation=metadata")
                 rep.add(mode, t["cpu_s"])
                 if not warm:
@@ -316,12 +327,18 @@ def _write_row(
     }
 
 
-def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
+def _writes(ctx, s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
+    with ctx.phase("measured"):
+        return _write_rounds(ctx, s, p, rng, prog, reps)
+
+
+def _write_rounds(ctx, s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
     rows = []
     # scattered 512-byte overwrites of a metadata-preallocated 512-byte-cluster image
     over = s.path("overwrite.qcow2")
-    s.run(create_cmd(over, 512), "qemu-img create")
-    s.run(prealloc_cmd(over, p["bench_size"], "none"), "qemu-img resize")
+    with ctx.phase("setup"):
+        s.run(create_cmd(over, 512), "qemu-img create")
+        s.run(prealloc_cmd(over, p["bench_size"], "none"), "qemu-img resize")
     step = 512 * p["bench_step_clusters"]
     rep = repetition("overwrite_scattered_512", p["modes"], p, "rep_")
     reps.append(rep)
@@ -354,7 +371,8 @@ def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
         for pos, mode in enumerate(rotation(p["modes"], rng)):
             if alloc.exists():
                 alloc.unlink()
-            s.run(create_cmd(alloc, 512, p["alloc_size"]), "qemu-img create")
+            with ctx.phase("setup"):
+                s.run(create_cmd(alloc, 512, p["alloc_size"]), "qemu-img create")
             t = s.run(bench_cmd(alloc, mode, n, 65536, 65536), "qemu-img bench")
             rep.add(mode, t["cpu_s"])
             if not warm:
@@ -368,22 +386,31 @@ def _writes(s: Runner, p: dict, rng, prog, reps: list) -> list[dict]:
     return rows
 
 
-def _snapshots(s: Runner, p: dict, rng, prog, modes, reps: list) -> tuple[list[dict], list[dict]]:
+def _snapshots(
+    ctx, s: Runner, p: dict, rng, prog, modes, reps: list
+) -> tuple[list[dict], list[dict]]:
     """Overwrites after internal snapshots: every first write to a cluster copies it."""
+    with ctx.phase("measured"):
+        return _snapshot_rounds(ctx, s, p, rng, prog, modes, reps)
+
+
+def _snapshot_rounds(ctx, s: Runner, p, rng, prog, modes, reps: list):
     rows = []
     tmpl = s.path("snap-template.qcow2")
-    s.run(create_cmd(tmpl, 512), "qemu-img create")
-    s.run(prealloc_cmd(tmpl, p["snap_size"], "none"), "qemu-img resize")
-    for i in range(p["snapshots"]):
-        s.run(snapshot_cmd(tmpl, f"s{i}"), "qemu-img snapshot -c")
-    meta = [_meta_row(tmpl, "snapshots", mode="")]
+    with ctx.phase("setup"):
+        s.run(create_cmd(tmpl, 512), "qemu-img create")
+        s.run(prealloc_cmd(tmpl, p["snap_size"], "none"), "qemu-img resize")
+        for i in range(p["snapshots"]):
+            s.run(snapshot_cmd(tmpl, f"s{i}"), "qemu-img snapshot -c")
+        meta = [_meta_row(tmpl, "snapshots", mode="")]
     img = s.path("snap.qcow2")
     step = 512 * p["bench_step_clusters"]
     rep = repetition("overwrite_after_snapshots_512", modes, p, "rep_")
     reps.append(rep)
     for r, warm in _rounds(rep, prog, len(modes)):
         for pos, mode in enumerate(rotation(modes, rng)):
-            shutil.copyfile(tmpl, img)  # every run starts from the same snapshotted state
+            with ctx.phase("setup"):
+                shutil.copyfile(tmpl, img)  # every run starts from the same snapshotted state
             t = s.run(bench_cmd(img, mode, p["snap_count"], 512, step), "qemu-img bench")
             rep.add(mode, t["cpu_s"])
             if not warm:
@@ -429,6 +456,17 @@ def _formula(s: Runner, p: dict, prog) -> list[dict]:
 # it can on this host.
 
 
+def perf_cells(p: dict, modes) -> list[tuple[str, str]]:
+    """The (workload, mode) pairs perf records: every workload in every mode of `modes`, or with
+    perf_quoted_only only the pairs the prose quotes (parse.PERF_QUOTED) among them."""
+    return [
+        (wl, m)
+        for wl in PERF_WORKLOADS
+        for m in modes
+        if not p.get("perf_quoted_only") or PERF_QUOTED[wl] == m
+    ]
+
+
 def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
     """Share of sampled cycles in the overlap-check functions (perf record, no call graph);
     `s` is the Runner."""
@@ -437,7 +475,7 @@ def perf_shares(s, p: dict, rng, prog, modes) -> list[dict]:
     step = 512 * p["bench_step_clusters"]
     for rep in range(p["perf_repeats"]):
         for wl in PERF_WORKLOADS:
-            for mode in rotation(modes, rng):
+            for mode in rotation([m for w, m in perf_cells(p, modes) if w == wl], rng):
                 for f in (img, tmpl):
                     if f.exists():
                         f.unlink()

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from perfbook.analysis import fleetview as fv
+from perfbook.analysis.decide import interval_text
 from perfbook.analysis.stats import caption, ci_label
 
 from . import analysis as A
@@ -18,14 +19,14 @@ from .parse import MODES, MiB
 
 def prealloc(D):
     """Extra CPU of cached over none when preallocating, against the image size, each run with its
-    fitted power law: every counted run of this host and of the reference host, each other
-    host's shown dataset in grey; the quoted run extrapolated to the seed's size."""
+    fitted power law over the sizes it measured (never beyond them): every counted run of this
+    host and of the reference host, each other host's shown dataset in grey. The caption gives
+    the highlighted runs' exponents as the median of their rounds' exponents with its interval."""
     measured = sorted(A.measured_datasets(D, "prealloc"))
     F = fv.fleet(D, {h for h, _ in measured})
     keep = fv.runs(D, F)
     rs = A.datasets_rows(D, "prealloc", keep)
     ref = D.reference("qcow2_overlap")
-    seed_size = A.seed_size(ref)
     runs = []
     for h, r in (k for k in measured if k in keep):
         ov = A.dataset_overhead(D, "prealloc", (h, r))
@@ -36,7 +37,10 @@ def prealloc(D):
                     "run_id": r,
                     "role": F.role(h),
                     "ov": ov,
-                    "fit": A.fit_power_law(ov, at=seed_size),
+                    "fit": A.fit_power_law(ov),
+                    "exp": A.exponent(
+                        A.dataset_rows(D, "prealloc", (h, r)).query("cluster_size == 512"), ov
+                    ),
                     "quoted": (h, r) == D.quoted.key,
                 }
             )
@@ -48,40 +52,30 @@ def prealloc(D):
     )
     cached = cached[(cached.cluster_size == 512) & (cached["mode"] == "cached")]
     n_neg = int((cached.extra <= 0).sum())
-    q = next((r for r in runs if r["quoted"]), None)
     fits = [
-        f"{r['run_id']}: exponent {r['fit']['k']:.2f} [{r['fit']['k_lo']:.1f}, {r['fit']['k_hi']:.1f}], "
-        f"R² {r['fit']['r2']:.2f}"
-        if r["fit"]["n"] >= 3
-        else f"{r['run_id']}: {r['fit']['n']} sizes, no fit"
+        f"{r['run_id']}{' (quoted)' if r['quoted'] else ''}: {interval_text(r['exp'])}"
         for r in runs
-        if r["role"] != fv.OTHER and not r["quoted"]
+        if r["role"] != fv.OTHER
     ]
     ks = [
         r["fit"]["k"]
         for r in runs
-        if r["role"] == fv.OTHER and r["fit"]["n"] >= 3 and r["fit"]["k"] == r["fit"]["k"]
+        if r["role"] == fv.OTHER and r["fit"]["n"] >= 2 and r["fit"]["k"] == r["fit"]["k"]
     ]
     fit_text = (
-        "lines: each run's power law, fitted by least squares in log-log space over the sizes it measured"
-        + (f" (the other highlighted runs: {'; '.join(fits)})" if fits else "")
+        "lines: each run's power law through its sizes' shifts (least squares in log-log space), "
+        "drawn over the sizes it measured only; each highlighted run's exponent, the median of "
+        "its rounds' exponents with its interval where it has one"
+        + (f": {'; '.join(fits)}" if fits else "")
         + (
-            f"; the other hosts' exponents: median {np.median(ks):.2f}, {min(ks):.2f} to {max(ks):.2f} over "
-            f"{len(ks)} fits"
+            f"; the other hosts' lines' exponents: median {np.median(ks):.2f}, {min(ks):.2f} to "
+            f"{max(ks):.2f} over {len(ks)} runs"
             if len(ks) > 1
-            else f"; the other host's exponent {ks[0]:.2f}"
+            else f"; the other host's line's exponent {ks[0]:.2f}"
             if ks
             else ""
         )
     )
-    if q is not None and q["fit"]["n"] >= 3:
-        f = q["fit"]
-        fit_text += (
-            f"; the quoted run ({D.quoted.run_id}): exponent {f['k']:.2f}, 95 % interval "
-            f"{f['k_lo']:.1f} to {f['k_hi']:.1f}, R² {f['r2']:.2f}, dotted its extrapolation to the "
-            f"seed's {seed_size // MiB} MiB; grey dashed, a quadratic (exponent fixed at 2) through "
-            "the quoted run's points, for comparison only"
-        )
     extra = "; ".join(
         x
         for x in (
@@ -165,11 +159,10 @@ def formula(D):
 
 def plot_prealloc(runs, ref, F):
     """`runs`: [{host_id, run_id, role (perfbook.analysis.fleetview), ov (overhead() of one dataset), fit
-    (fit_power_law at the seed's size), quoted}]. Points: cached's Hodges-Lehmann shift over none
-    with its interval, each run with its fitted power law over the sizes it measured, in its
-    host's role style (other hosts grey, without intervals once there are many); the quoted run's
-    fit extrapolated to the seed's size (dotted) beside a quadratic through the same points
-    (dashed, comparison). Returns (figure, what was drawn)."""
+    (fit_power_law), quoted}]. Points: cached's Hodges-Lehmann shift over none with its
+    interval, each run with its fitted power law over the sizes it measured and nowhere else, in
+    its host's role style (other hosts grey, without intervals once there are many). Returns
+    (figure, what was drawn)."""
     fig, ax = plt.subplots(figsize=(8, 6.2), layout="constrained")
     r = ref[ref.experiment == "create_prealloc_metadata_512"]
     seed_mib = float(r.image_size_mib.iloc[0]) if len(r) else None
@@ -208,7 +201,7 @@ def plot_prealloc(runs, ref, F):
         drawn["roles"].add(role)
         drawn["bars"] = drawn["bars"] or bars
         drawn["other_bars"] = drawn["other_bars"] or (bars and role == fv.OTHER)
-        if f["n"] >= 3 and f["k"] == f["k"]:  # two points: no fit worth a line
+        if f["n"] >= 2 and f["k"] == f["k"]:  # over the sizes measured, never beyond
             xs = np.geomspace(d.image_size.min(), d.image_size.max(), 30)
             ax.plot(
                 xs / MiB,
@@ -218,25 +211,6 @@ def plot_prealloc(runs, ref, F):
                 alpha=1.0 if role != fv.OTHER else 0.45,
                 zorder=style["zorder"] - 1,
             )
-            if run["quoted"] and seed_mib:
-                xe = np.geomspace(d.image_size.max(), seed_mib * MiB, 30)
-                ax.plot(xe / MiB, f["c"] * xe ** f["k"], color=style["color"], lw=1.2, ls=":")
-                extra.append(
-                    (
-                        Line2D([], [], color=style["color"], lw=1.2, ls=":"),
-                        "quoted run's power law, extrapolated",
-                    )
-                )
-                a = A.fit_quadratic(ov)
-                if a == a and a > 0:
-                    xq = np.geomspace(d.image_size.min(), seed_mib * MiB, 50)
-                    ax.plot(xq / MiB, a * xq**2, ls="--", color="grey", lw=1)
-                    extra.append(
-                        (
-                            Line2D([], [], color="grey", lw=1, ls="--"),
-                            "for comparison: quadratic (exponent fixed at 2) through the quoted run",
-                        )
-                    )
     extra.insert(
         0, (Line2D([], [], color="0.3", lw=1.2), "a run's power law over the sizes it measured")
     )

@@ -4,13 +4,12 @@ Every timed experiment (one preallocation size, one write workload) runs each mo
 round, in a shuffled order: a row of the prealloc or writes table is one mode's run in one
 round, and the round is the unit of repetition. So a mode's cost is set against `none` on those
 per-run CPU times (a ratio or a Hodges-Lehmann shift with its distribution-free interval), and
-two rounds against two give a 66.67 % interval: undecided, whatever the Mann-Whitney p.
+two rounds against two give a 66.67 % interval: undecided, whatever the Mann-Whitney p. The
+exponent of the extra CPU's growth is one number per round, its interval the median's over the
+rounds (6 rounds: 96.9 %), not the scatter of a few sizes about a line.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import replace
 
 from perfbook.analysis import decide
 from perfbook.analysis.decide import fmt
@@ -21,7 +20,6 @@ from .analysis import (
     exponent,
     formula_table,
     largest_compared,
-    median_differences,
     overhead,
     seed_size,
 )
@@ -64,9 +62,10 @@ def prealloc_share(run):
 
 
 def superlinear(run):
-    """The exponent of the power law fitted to cached's extra CPU over the 512-byte-cluster
-    sizes, each size's Hodges-Lehmann shift over none. Where fewer than two sizes have two runs
-    per mode, the sizes' differences of medians give the exponent without an interval
+    """The exponent of the power law in cached's extra CPU over the 512-byte-cluster sizes, with
+    its interval from the rounds (analysis.exponent(): the median of the rounds' exponents, each
+    round's log-log slope over the sizes whose shift stands clear of zero). Where that leaves
+    no round, the line through the sizes' extras gives the exponent without an interval
     (undecided). None where the dataset measured fewer than two sizes (no growth to fit) or
     fewer than two sizes have a positive extra CPU (a power law's exponent does not exist)."""
     if "prealloc" not in run:
@@ -75,23 +74,20 @@ def superlinear(run):
     if rs.image_size.nunique() < 2 or not (rs["mode"] == "cached").any():
         return None
     ov = overhead(rs, PRE_KEYS, modes=("cached",))
-    compared = len(ov) >= 2
-    est = exponent(ov if compared else median_differences(rs))
-    if est.value != est.value:  # fewer than two positive shifts: no line to fit
+    est = exponent(rs, ov)
+    if est.value != est.value:  # fewer than two positive extras: no line to fit
         return None
-    if not compared:
-        est = replace(
-            est,
-            low=math.nan,
-            high=math.nan,
-            coverage=0.0,
-            basis="a line through single runs' differences",
-        )
     sizes = sorted(rs.image_size.unique() // MiB)
+    n = rs[rs["mode"] == "cached"].groupby("image_size").size()
     return Measured(
         est,
-        f"{len(ov) if compared else len(sizes)} sizes "
-        f"{'compared' if compared else 'with one run per mode'}, {sizes[0]}–{sizes[-1]} MiB",
+        f"{len(sizes)} sizes measured, {sizes[0]}–{sizes[-1]} MiB, "
+        + (
+            f"{int(n.min())} rounds each"
+            if n.min() == n.max()
+            else f"{int(n.min())}–{int(n.max())} rounds"
+        )
+        + (" (one run per mode)" if n.max() < 2 else ""),
     )
 
 

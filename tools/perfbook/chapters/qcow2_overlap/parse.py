@@ -17,6 +17,13 @@ PERF_WORKLOADS = (
     "overwrite_scattered_512",
     "overwrite_after_snapshots_512",
 )
+# The (workload, mode) recordings the prose quotes: what perf_quoted_only records
+PERF_QUOTED = {
+    "prealloc_512": "cached",
+    "allocate_sequential_64k": "cached",
+    "overwrite_scattered_512": "cached",
+    "overwrite_after_snapshots_512": "all",
+}
 OVERLAP_SYMBOLS = ("qcow2_check_metadata_overlap", "qcow2_pre_write_overlap_check")
 
 _HEADER = re.compile(r"#\s*Samples:\s*([\d.]+)([KM]?)\s+of event '([^']+)'")

@@ -11,12 +11,15 @@ import math
 
 import numpy as np
 
+from perfbook.analysis import decide
+
 from .analysis import (
     cluster_text,
     dataset_overhead,
     dataset_rows,
+    exponent,
+    exponent_sizes,
     fit_power_law,
-    fit_quadratic,
     formula_table,
     host_cases,
     host_comparison,
@@ -37,9 +40,6 @@ FORMATS = {
     "pre_big_extra_hi": ".2f",
     "pre_big_share": ".0f",
     "pre_k": ".2f",
-    "pre_extrap_2g": ".1f",
-    "pre_extrap_factor": ".0f",
-    "pre_extrap_2g_quad": ".1f",
     "seed_user_saved": ".1f",
     "seed_create_before": ".1f",
     "seed_create_after": ".1f",
@@ -105,12 +105,9 @@ AS_IS = (
     "pre_big_sig",
     "pre_fit_n",
     "pre_fit_dropped",
-    "pre_k_lo",
-    "pre_k_hi",
-    "pre_r2",
     "pre_fit_sentence",
-    "pre_extrap_2g_lo",
-    "pre_extrap_2g_hi",
+    "pre_seed_sentence",
+    "pre_seed_verdict",
     "pre_constant_sentence",
     "k64_sentence",
     "ow_cached_sig",
@@ -134,12 +131,6 @@ def sig2(x: float) -> str:
         return "0"
     digits = max(0, 1 - int(math.floor(math.log10(abs(x)))))
     return f"{round(x, digits):,.{digits}f}"
-
-
-def _or_na(x: float, spec: str) -> str:
-    """x formatted, or 'n/a' where it is not defined (a fit through fewer than 3 sizes has no
-    interval and no R²)."""
-    return format(x, spec) if x == x else "n/a"
 
 
 def significance(row) -> str:
@@ -198,25 +189,6 @@ def sentences(f: dict) -> dict:
     else:
         out["pre_sig_sentence"] = (
             f"No mode of this dataset was compared with `none` at any size ({ONE_RUN})."
-        )
-    if "pre_extrap_2g" in f:
-        out["pre_extrap_sentence"] = (
-            f"{f['pre_extrap_factor']} times the largest size measured, the quoted dataset's power law gives "
-            f"{f['pre_extrap_2g']} s of extra CPU for `cached` (95 % interval of the fitted line there: "
-            f"{f['pre_extrap_2g_lo']} to {f['pre_extrap_2g_hi']} s); a quadratic through the same points, "
-            f"drawn only for comparison, gives {f['pre_extrap_2g_quad']} s"
-        )
-        out["pre_extrap_verdict"] = (
-            f"{f['pre_extrap_2g']} s of extra CPU (interval {f['pre_extrap_2g_lo']} "
-            f"to {f['pre_extrap_2g_hi']} s)"
-        )
-    else:
-        out["pre_extrap_sentence"] = (
-            "the quoted dataset has no power law to carry: fewer than two of its "
-            "sizes have a positive shift"
-        )
-        out["pre_extrap_verdict"] = (
-            "not here, as the quoted dataset has no power law to carry there"
         )
     not_compared = f"was not compared with `none` ({ONE_RUN})"
     ow, al = _cost(f, "ow", "cached"), _cost(f, "al", "cached")
@@ -318,16 +290,16 @@ def _headline(D) -> dict:
 
 
 def _prealloc(ov, rs, ref) -> dict:
-    """The largest 512-byte-cluster preallocation `cached` was compared at, and the power law
-    fitted to its shifts: from `cached`'s rows of `ov` (overhead() of one dataset's timed
-    preallocations, rs) alone."""
+    """The largest 512-byte-cluster preallocation `cached` was compared at, and how its extra CPU
+    grows with the size: from `cached`'s rows of `ov` (overhead() of one dataset's timed
+    preallocations, rs) and their rounds. Nothing is carried beyond the sizes measured."""
     out: dict = {}
     # the largest 512-byte-cluster size overhead() kept: a size whose group stopped on its
     # time budget with one run has no comparison (pre_max_mib says what was measured)
     kept = ov[(ov.cluster_size == 512) & (ov["mode"] == "cached")]
     measured = rs[rs.cluster_size == 512].image_size
     out["pre_max_mib"] = int(measured.max()) // MiB if len(measured) else 0
-    at = seed_size(ref)
+    out.update(_seed_size(kept, out["pre_max_mib"], ref))
     if kept.empty:  # one run per mode at every size: nothing compared, nothing to fit
         out["pre_big_mib"] = out["pre_max_mib"]
         out["pre_big_note"] = f"no 512-byte-cluster size was compared ({ONE_RUN})"
@@ -351,28 +323,49 @@ def _prealloc(ov, rs, ref) -> dict:
     out["pre_big_share"] = row.share_pct
     out["pre_n"] = int(row.n)
     out["pre_big_sig"] = significance(row)
-    fit = fit_power_law(ov, at=at)
-    out["pre_k"], out["pre_fit_n"], out["pre_fit_dropped"] = fit["k"], fit["n"], fit["dropped"]
-    out["pre_k_lo"], out["pre_k_hi"] = _or_na(fit["k_lo"], ".1f"), _or_na(fit["k_hi"], ".1f")
-    out["pre_r2"] = _or_na(fit["r2"], ".2f")
-    out["pre_extrap_2g"] = fit["pred"]
-    out["pre_extrap_2g_lo"], out["pre_extrap_2g_hi"] = sig2(fit["pred_lo"]), sig2(fit["pred_hi"])
-    out["pre_extrap_2g_quad"] = fit_quadratic(ov) * at**2
-    out["pre_extrap_factor"] = at / big
-    dropped = (
-        f"; {fit['dropped']} size(s) with a shift of zero or less left out, as a log needs a "
-        "positive value"
-        if fit["dropped"]
+    fit = fit_power_law(ov)
+    out["pre_fit_n"], out["pre_fit_dropped"] = fit["n"], fit["dropped"]
+    e = exponent(rs[rs.cluster_size == 512], ov)
+    out["pre_k"] = e.value
+    sizes = [z // MiB for z in exponent_sizes(ov)]
+    rounds = e.basis.startswith("median of")
+    out["pre_fit_sentence"] = (
+        "each round gives an exponent, the log-log slope of its extra CPU (its `cached` run "
+        f"minus its `none` run) over the sizes whose shift stands clear of zero "
+        f"({', '.join(map(str, sizes))} MiB), and the {e.basis}, is "
+        f"{decide.interval_text(e)}"
+        if rounds
+        else f"no round gives an exponent ({e.basis.split(', ', 1)[-1]})"
+    ) + (
+        f"; the line through the {fit['n']} sizes' Hodges–Lehmann shifts has an exponent "
+        f"of {fit['k']:.2f}, a description of those points with no interval of its own"
+        if fit["k"] == fit["k"]
         else ""
     )
-    out["pre_fit_sentence"] = (
-        f"a power law fitted by least squares in log-log space to the {fit['n']} sizes gives an "
-        f"exponent of {fit['k']:.2f} (95 % interval {fit['k_lo']:.1f} to {fit['k_hi']:.1f}, "
-        f"R² = {fit['r2']:.2f} in log space{dropped})"
-        if fit["n"] >= 3
-        else f"only {fit['n']} size(s) have a positive shift, too few for a fit with an interval"
-    )
     return out
+
+
+def _seed_size(kept, max_mib: int, ref) -> dict:
+    """What the quoted dataset says at the seed's image size: the measured shift where it
+    measured that size, else that it did not and that nothing is extrapolated there."""
+    seed_mib = seed_size(ref) // MiB
+    at = kept[kept.image_size // MiB == seed_mib]
+    if len(at):
+        r = at.iloc[0]
+        said = (
+            f"`cached` took {r.extra:.2f} s more CPU than `none` there (Hodges–Lehmann shift, "
+            f"interval {r.extra_ci_low:.2f} to {r.extra_ci_high:.2f} s)"
+        )
+        return {"pre_seed_sentence": f"this dataset measured it: {said}", "pre_seed_verdict": said}
+    beyond = (
+        f"the largest size this dataset measured is {max_mib} MiB, and the chapter carries no "
+        f"fit beyond the sizes measured"
+    )
+    return {
+        "pre_seed_sentence": f"{beyond}: a power law through a few smaller sizes would claim "
+        "more than its points support, so no value is quoted there",
+        "pre_seed_verdict": f"not measured here ({beyond}; the `full` profile measures it)",
+    }
 
 
 def _prealloc_modes(ov, rs) -> dict:
@@ -388,7 +381,7 @@ def _prealloc_modes(ov, rs) -> dict:
         if len(con)
         else f"`constant` was not compared with `none` at any size ({ONE_RUN})"
         if (rs["mode"] == "constant").any()
-        else "`constant` was not measured"
+        else "`constant` was not measured (the default profile leaves it out, as no finding needs it)"
     )
     # the quoted host's modes against none, at every size (the table's `significant` column)
     mine = ov[ov["mode"] != "none"]

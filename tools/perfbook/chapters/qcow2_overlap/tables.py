@@ -83,21 +83,38 @@ def prealloc_table(D):
     )
 
 
-def fits_table(D, at: float | None = None):
-    """prealloc_fits() for display: exponent with its 95 % interval, R², points."""
-    f = prealloc_fits(D, at)
+def fits_table(D):
+    """prealloc_fits() for display: the exponent through the sizes' shifts (no interval: a line
+    through its points), and the median of the rounds' exponents with its interval and the
+    interval's real coverage (below 95 % the finding stays undecided)."""
+    f = prealloc_fits(D)
     if f.empty:
         return "no 512-byte-cluster preallocation with two runs per mode"
-    t = f[["host_id", "run_id", "profile", "sizes_mib", "n", "dropped", "k", "k_lo", "k_hi", "r2"]]
+    t = f[
+        [
+            "host_id",
+            "run_id",
+            "profile",
+            "sizes_mib",
+            "n",
+            "dropped",
+            "k",
+            "k_rounds",
+            "k_lo",
+            "k_hi",
+            "coverage",
+        ]
+    ].assign(coverage=lambda x: (100 * x.coverage).round(1))
     return (
         t.rename(
             columns={
-                "n": "points",
+                "n": "sizes fitted",
                 "dropped": "shift <= 0",
-                "k": "exponent",
-                "k_lo": "exponent_ci_low",
-                "k_hi": "exponent_ci_high",
-                "r2": "R2_loglog",
+                "k": "exponent_through_shifts",
+                "k_rounds": "exponent_median_of_rounds",
+                "k_lo": "ci_low",
+                "k_hi": "ci_high",
+                "coverage": "coverage_pct",
             }
         )
         .round(2)

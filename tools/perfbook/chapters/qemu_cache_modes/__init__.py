@@ -61,19 +61,25 @@ class QemuCacheModes(Chapter):
     name = "qemu_cache_modes"
     title = "QEMU cache modes: what each mode does on the host, and what it costs"
     # The bench and dd on the host repeat adaptively (perfbook.analysis.repetition.Repetition, bench_* and
-    # host_dd_*); the guest's dd runs a fixed script (dd_repeats after dd_warmup).
-    # Where the default's ~49 s go on 2 CPUs (plan_s; the committed default run
-    # took 120 s): the traced semantics ~5 s; the bench's 60 configurations at ~35 ms of
-    # qemu-img start-up plus bench_min_ms each, ~5.4 s a round: the warm-up (sizing) round and
-    # a fixed 2 measured rounds (n = 2, the least a mode comparison needs; a budget alone would
-    # give 1 or 3 rounds as the round time varies), ~15 s, with 30 s as the cap elsewhere;
-    # the host dd ~1.5 s (max_runs); the guest 5 boots of ~4.5 s (each ~3.5 s of boot and
-    # teardown under TCG, plus dd_warmup + dd_repeats rounds of 16 MiB dd); and where /dev/kvm
-    # exists but a KVM guest never reaches init (this host), kvm_boot_timeout before the TCG
-    # fallback. A KVM guest reaches init within about a second, so 4 s (quick: 3 s) is margin.
+    # host_dd_*); the guest's dd runs a fixed script (dd_repeats after dd_warmup) in guest_boots
+    # boots per mode.
+    # Where the default's ~52 s go on 2 CPUs (plan_s; two measured default runs took 47 s and,
+    # on a machine busy with other measurements, 58 s): the traced semantics ~5 s; the bench's
+    # 60 configurations at ~35 ms of qemu-img start-up plus bench_min_ms each, ~5.4 s a round:
+    # the warm-up (sizing) round and a fixed 2 measured rounds of every experiment (n = 2, for
+    # the tables), ~15 s, plus 4 more rounds of the 5 configurations the findings read (raw
+    # writes at depth 1 without flushes: bench_main_runs = 6, since 4 against 4 is the least n
+    # a Hodges-Lehmann ratio covers 95 % with), ~2.5 s, with 30 s as the cap elsewhere; the host
+    # dd ~0.5 s (6 rounds: no finding reads it, 20 rounds bought nothing); the guest 5 boots of
+    # ~5 s (each ~3.5 s of boot and teardown under TCG, plus dd_warmup + dd_repeats rounds of
+    # 16 MiB dd). One boot per mode: the dd rounds inside a boot are no independent repetitions,
+    # so direct_penalty stays undecided in the default (four boots per mode more would cost
+    # ~40 s); `full` boots each mode guest_boots = 4 times. Where /dev/kvm exists but a KVM
+    # guest never reaches init, kvm_boot_timeout before the TCG fallback. A KVM guest reaches
+    # init within about a second, so 4 s (quick: 3 s) is margin.
     plan_s = {
         "quick": 8,
-        "default": 49,
+        "default": 52,
     }  # seconds a collect should take here (perfbook.book.summary)
     profiles = {
         "quick": {
@@ -90,6 +96,7 @@ class QemuCacheModes(Chapter):
             "bench_target": 0.05,
             "bench_min_runs": 1,
             "bench_max_runs": 1,
+            "bench_main_runs": 1,
             "bench_budget_s": 30.0,
             "host_dd_target": 0.05,
             "host_dd_min_runs": 1,
@@ -100,6 +107,7 @@ class QemuCacheModes(Chapter):
             "dd_mib": 4,
             "dd_repeats": 1,
             "dd_warmup": 0,
+            "guest_boots": 1,
             "kvm_boot_timeout": 3.0,
             **_COMMON,
         },
@@ -117,16 +125,18 @@ class QemuCacheModes(Chapter):
             "bench_target": 0.05,
             "bench_min_runs": 2,
             "bench_max_runs": 2,
+            "bench_main_runs": 6,
             "bench_budget_s": 30.0,
             "host_dd_target": 0.05,
             "host_dd_min_runs": 6,
-            "host_dd_max_runs": 20,
+            "host_dd_max_runs": 6,
             "host_dd_budget_s": 4.0,
             "host_dd_warmup": 1,
             "guest_modes": None,
             "dd_mib": 16,
             "dd_repeats": 4,
             "dd_warmup": 1,
+            "guest_boots": 1,
             "kvm_boot_timeout": 4.0,
             **_COMMON,
         },
@@ -144,6 +154,7 @@ class QemuCacheModes(Chapter):
             "bench_target": 0.05,
             "bench_min_runs": 10,
             "bench_max_runs": 100,
+            "bench_main_runs": 10,
             "bench_budget_s": 300.0,
             "host_dd_target": 0.05,
             "host_dd_min_runs": 10,
@@ -154,6 +165,7 @@ class QemuCacheModes(Chapter):
             "dd_mib": 64,
             "dd_repeats": 15,
             "dd_warmup": 1,
+            "guest_boots": 4,
             "kvm_boot_timeout": 20.0,
             **_COMMON,
         },
@@ -191,6 +203,13 @@ class QemuCacheModes(Chapter):
         "bench_aio": Param(str, choices=AIO, help="QEMU aio backend of the bench"),
         "bench_image_mib": Param(int, min=4, max=4096, help="size of the bench's images"),
         **repetition_params("bench_"),
+        "bench_main_runs": Param(
+            int,
+            min=1,
+            max=1000,
+            help="measured rounds at least of the raw writes at the smallest depth without "
+            "flushes (the experiment the findings read; the others stop by bench_*)",
+        ),
         "bench_warmup": Param(
             int, min=1, help="warm-up rounds of the bench (the first sizes the runs)"
         ),
@@ -205,6 +224,12 @@ class QemuCacheModes(Chapter):
             int, min=1, max=1024, help="MiB per dd in the guest (the guest disk is that big)"
         ),
         "dd_repeats": Param(int, min=1, help="timed rounds of dd in each guest"),
+        "guest_boots": Param(
+            int,
+            min=1,
+            max=50,
+            help="boots per guest mode (the unit of repetition of the guest's dd rates)",
+        ),
         "dd_warmup": Param(int, min=0, help="warm-up rounds of dd in each guest"),
         "accel": Param(
             str,

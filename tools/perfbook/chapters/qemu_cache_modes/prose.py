@@ -49,6 +49,9 @@ def method(D) -> dict:
         "p_bench_target_pct": f"{100 * p.get('bench_target', default['bench_target']):g}",
         "p_bench_budget_default": f"{default['bench_budget_s']:.0f}",
         "p_bench_min_default": default["bench_min_runs"],
+        "p_bench_main_default": max(default["bench_min_runs"], default["bench_main_runs"]),
+        "p_guest_boots": p.get("guest_boots") or 1,  # one boot per mode before the parameter
+        "p_guest_boots_full": D.chapter.profiles["full"]["guest_boots"],
         "p_host_dd_budget_default": f"{default['host_dd_budget_s']:.0f}",
         "p_dd_mib": p["dd_mib"],
         "p_dd_kib": DD_BS // 1024,

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pandas as pd
 from scipy import stats as st
 
+from perfbook.analysis import decide
 from perfbook.analysis.stats import compare_frame, summarize_frame
 from perfbook.data.dataset import Data
 
@@ -65,15 +67,131 @@ def callers(stacks):
     )
 
 
+# -- windows: which tracers counted the same switches (#40) --------------------------------------
+
+WINDOW_TOL_S = 1e-6  # the windows are stored as CLOCK_MONOTONIC seconds, to the microsecond
+WINDOW_FIELDS = ["window_start", "window_end", "armed_start", "armed_end"]
+WHY_NO_WINDOWS = "no windows recorded: each tracer counted a session of its own"
+
+
+def _scope(f) -> str | None:
+    """What a session's filter counts, if it scopes every tracer alike: the workload's cgroup
+    ('cgroup:<path>' for bpftrace and perf, 'pids:<path>' for ftrace's pid filter, which
+    follows the same processes), or 'idle' (the idle tasks, cut to one window); None for no
+    filter, or one that counts other tasks too ('pids+next:', 'idle uncut')."""
+    if not isinstance(f, str) or not f or f == "none":
+        return None
+    kind, _, where = f.partition(":")
+    if kind in ("cgroup", "pids") and where:
+        return where
+    return "idle" if f == "idle" else None
+
+
+def windows(sessions):
+    """Per dataset, caller session (one number shared by the tracers armed together) and
+    workload: the tracers compared, and whether they counted the same switches (`same`), with
+    why not. A tracer whose filter counts other tasks too (the hist trigger's pid filter, which
+    lets through switches into the workload) is left out where two others remain, and named.
+    The same means: the same scope (_scope), counted windows equal to the microsecond, each
+    inside its tracer's armed window, and for a workload scope the window is the workload's
+    run. A dataset without the window columns (before #40) has no such session."""
+    cols = ["dataset", "session", "workload", "tracers", "n", "same", "why"]
+    if sessions is None or not len(sessions):
+        return pd.DataFrame(columns=cols)
+    ses = sessions[sessions.tracer != "none"]
+    if "session" not in ses.columns or ses["session"].isna().all():
+        rows = [
+            [ds, None, wl, ", ".join(sorted(set(g.tracer))), g.tracer.nunique(), False]
+            + [WHY_NO_WINDOWS]
+            for (ds, wl), g in ses.groupby(["dataset", "workload"], sort=True)
+        ]
+        return pd.DataFrame(rows, columns=cols)
+    rows = []
+    for (ds, sid, wl), g in ses.groupby(["dataset", "session", "workload"], sort=True):
+        why, out = "", ""
+        scoped = g[[_scope(f) is not None for f in g["filter"]]]
+        if len(g) >= 2 and len(scoped) >= 2 and len(scoped) < len(g):
+            # a tracer whose filter counts other tasks too is left out, the others compared
+            out = "left out (filter does not scope to the workload alike): " + ", ".join(
+                f"{t} {f}" for t, f in zip(g.tracer, g["filter"]) if t not in set(scoped.tracer)
+            )
+            g = scoped
+        scopes = {_scope(f) for f in g["filter"]}
+        w = g[WINDOW_FIELDS + ["workload_start", "workload_end"]].astype(float)
+        if len(g) < 2:
+            why = "one tracer"
+        elif None in scopes or len(scopes) > 1:
+            why = "filters differ or do not scope to the workload: " + ", ".join(
+                f"{t} {f}" for t, f in zip(g.tracer, g["filter"])
+            )
+        elif w[WINDOW_FIELDS].isna().any().any():
+            why = "a window was not recorded"
+        elif np.ptp(w.window_start) > WINDOW_TOL_S or np.ptp(w.window_end) > WINDOW_TOL_S:
+            why = (
+                f"windows differ by up to {max(np.ptp(w.window_start), np.ptp(w.window_end)):.3g} s"
+            )
+        elif (w.window_start < w.armed_start - WINDOW_TOL_S).any() or (
+            w.window_end > w.armed_end + WINDOW_TOL_S
+        ).any():
+            why = "a tracer was not armed over the whole window"
+        elif scopes != {"idle"} and (
+            (w.window_start - w.workload_start).abs().max() > WINDOW_TOL_S
+            or (w.window_end - w.workload_end).abs().max() > WINDOW_TOL_S
+        ):
+            why = "the window is not the workload's run"
+        tr = ", ".join(t for t in STACK_TRACERS if t in set(g.tracer))
+        rows.append([ds, sid, wl, tr, len(g), not why, "; ".join(x for x in (why, out) if x)])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def comparable(stacks, sessions):
+    """The stacks of the sessions whose tracers counted the same switches (windows().same):
+    the only ones whose shares may be compared between tracers."""
+    if stacks is None or not len(stacks) or "session" not in stacks.columns:
+        return stacks.iloc[0:0] if stacks is not None else stacks
+    w = windows(sessions)
+    ok = w[w.same][["dataset", "session", "workload", "tracers"]]
+    if ok.empty:
+        return stacks.iloc[0:0]
+    ok = ok.assign(tracer=ok.tracers.str.split(", ")).explode("tracer").drop(columns="tracers")
+    st = stacks.dropna(subset=["session"])
+    key = ["dataset", "session", "workload", "tracer"]
+    ok = ok.astype({"session": "int64"})
+    st = st.astype({"session": "int64"})
+    return st.merge(ok, on=key, how="inner")[stacks.columns]
+
+
+def shown_stacks(D):
+    """The stacks the caller tables show: per dataset, those of its shared windows
+    (comparable()) where it has any, else all of them (a dataset before #40, whose tracers
+    each counted a session of its own: the agreement table then says nothing about it)."""
+    stacks = D["stacks"]
+    if stacks is None or not len(stacks):
+        return stacks
+    same = comparable(stacks, D["sessions"])
+    older = stacks[~stacks.dataset.isin(set(same.dataset))]
+    return pd.concat([same, older], ignore_index=True)
+
+
 def callers_of(D):
-    """callers(D["stacks"]), computed once per Data: a notebook asks for it a dozen times, and
-    at a hundred hosts each pass over every dataset's stacks took about 1.7 s. Callers of it
-    filter the frame and never change it."""
+    """callers(shown_stacks(D)), computed once per Data: a notebook asks for it a dozen times,
+    and at a hundred hosts each pass over every dataset's stacks took about 1.7 s. Callers of
+    it filter the frame and never change it."""
     stacks = D["stacks"]
     held = getattr(D, "_callers", None)
     if held is None or held[0] is not stacks:
-        held = (stacks, callers(stacks))
+        held = (stacks, callers(shown_stacks(D)))
         D._callers = held
+    return held[1]
+
+
+def comparable_callers_of(D):
+    """callers() of the comparable stacks only (comparable()), once per Data."""
+    stacks = D["stacks"]
+    held = getattr(D, "_same_callers", None)
+    if held is None or held[0] is not stacks:
+        held = (stacks, callers(comparable(stacks, D["sessions"])))
+        D._same_callers = held
     return held[1]
 
 
@@ -110,8 +228,9 @@ def _largest(shares, n: int):
 def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None = None):
     """Per workload (or the one given) and pair of tracers: Spearman's rho and Kendall's tau
     between their caller shares, over the union of each one's n top callers (a caller one
-    tracer never saw: 0)."""
-    c = callers_of(D)
+    tracer never saw: 0). Only over sessions whose tracers counted the same switches
+    (comparable()): tracers on different windows are not compared (no row)."""
+    c = comparable_callers_of(D)
     ds = dataset or dataset_key(D.quoted)
     c = c[(c.dataset == ds) & ((c.workload == workload) if workload else True)].assign(
         caller_of=lambda d: [label(e, k) for e, k in zip(d.entry, d.caller)]
@@ -124,7 +243,10 @@ def agreement(D, dataset: str | None = None, n: int = 10, workload: str | None =
         for a, b in itertools.combinations([t for t in STACK_TRACERS if t in shares.columns], 2):
             keys = {*_largest(shares[a], n), *_largest(shares[b], n)}
             x, y = shares.loc[sorted(keys), a], shares.loc[sorted(keys), b]
-            rho, tau = st.spearmanr(x, y).statistic, st.kendalltau(x, y).statistic
+            if len(keys) < 2:  # one caller: no ranks to correlate
+                rho = tau = np.nan
+            else:
+                rho, tau = st.spearmanr(x, y).statistic, st.kendalltau(x, y).statistic
             rows.append(
                 {
                     "workload": wl,
@@ -222,26 +344,34 @@ def round_seconds(runs):
     return runs.groupby(["round", "tracer"])["seconds"].median().unstack("tracer")
 
 
+def _window_key(df):
+    """The window each stack row was counted in: its session where recorded (the tracers of a
+    caller session share one), else its tracer and round (before #40 each tracer was armed for
+    a session of its own)."""
+    if "session" in df.columns and df["session"].notna().all():
+        return df["session"].astype("int64").astype(str)
+    return df["tracer"].astype(str) + "/" + df["round"].astype(str)
+
+
 def session_callers(stacks, workload: str):
-    """The callers of schedule() per session: one row per tracer, round and caller, with the
-    switches that session counted. Each tracer is armed for its own session, so each counts a
-    different stretch of time (the chapter's "Different windows")."""
+    """The callers of schedule() per session: one row per tracer, window (_window_key), round
+    and caller, with the switches that session counted."""
     s = stacks[stacks.workload == workload]
-    cols = ["tracer", "round", "caller", "count"]
+    cols = ["tracer", "window", "round", "caller", "count"]
     if s.empty:
         return pd.DataFrame(columns=cols)
     ec = [classify(x) for x in s["stack"].fillna("")]
-    s = s.assign(entry=[e for e, _ in ec], caller=[c for _, c in ec])
+    s = s.assign(entry=[e for e, _ in ec], caller=[c for _, c in ec], window=_window_key(s))
     s = s[s.entry == "schedule"]
-    return s.groupby(cols[:3], as_index=False)["count"].sum()[cols]
+    return s.groupby(cols[:4], as_index=False)["count"].sum()[cols]
 
 
 def top_margins(stacks, workload: str, caller: str):
-    """Per session (tracer and round): `caller`'s calls of schedule() over those of the next
+    """Per session (tracer and window): `caller`'s calls of schedule() over those of the next
     largest caller (> 1: `caller` is that session's top caller), with the runner-up named."""
     c = session_callers(stacks, workload)
     rows = []
-    for (tracer, rnd), g in c.groupby(["tracer", "round"]):
+    for (tracer, win, rnd), g in c.groupby(["tracer", "window", "round"]):
         mine = int(g.loc[g.caller == caller, "count"].sum())
         others = g[g.caller != caller].sort_values(
             ["count", "caller"], ascending=[False, True], kind="stable"
@@ -250,6 +380,7 @@ def top_margins(stacks, workload: str, caller: str):
         rows.append(
             {
                 "tracer": tracer,
+                "window": win,
                 "round": rnd,
                 "count": mine,
                 "runner_up": others.caller.iloc[0] if len(others) else "",
@@ -262,6 +393,7 @@ def top_margins(stacks, workload: str, caller: str):
         rows,
         columns=[
             "tracer",
+            "window",
             "round",
             "count",
             "runner_up",
@@ -270,3 +402,49 @@ def top_margins(stacks, workload: str, caller: str):
             "share",
         ],
     )
+
+
+# -- the cost per traced event (#40) --------------------------------------------------------------
+
+
+def probe_events(sessions, runs):
+    """Per dataset and tracer: the median switches one hackbench run gave it in the sessions
+    where it was armed alone (events over the session's runs)."""
+    cols = ["dataset", "tracer", "events_per_run"]
+    if sessions is None or not len(sessions) or runs is None or not len(runs):
+        return pd.DataFrame(columns=cols)
+    ses = sessions[(sessions.workload == "hackbench") & (sessions.tracer != "none")]
+    if "session" in ses.columns and ses["session"].notna().all():
+        alone = ses.groupby(["dataset", "session"])["tracer"].transform("size") == 1
+        ses = ses[alone]
+    n = runs.groupby(["dataset", "round", "tracer"]).size().rename("n_runs").reset_index()
+    ses = ses.merge(n, on=["dataset", "round", "tracer"], how="inner")
+    ses = ses.assign(events_per_run=ses.events / ses.n_runs)
+    return ses.groupby(["dataset", "tracer"], as_index=False)["events_per_run"].median()[cols]
+
+
+def cost_per_event(runs, sessions, confidence: float = 0.95):
+    """Per dataset and tracer: the extra seconds per hackbench run (the Hodges-Lehmann shift
+    of its per-round medians against the untraced ones, with Moses' interval:
+    perfbook.analysis.decide.shift) over the switches it counted per run (probe_events): the
+    extra time per traced event, in ns, with that interval scaled alike."""
+    cols = ["dataset", "tracer", "events_per_run", "extra_ms", "extra_lo_ms", "extra_hi_ms"]
+    cols += ["ns_per_event", "ns_lo", "ns_hi", "coverage"]
+    ev = probe_events(sessions, runs)
+    rows = []
+    for ds, r in runs.groupby("dataset") if runs is not None and len(runs) else []:
+        med = round_seconds(r)
+        if "none" not in med.columns:
+            continue
+        for t in [c for c in med.columns if c != "none"]:
+            e = ev[(ev.dataset == ds) & (ev.tracer == t)].events_per_run
+            a, b = med[t].dropna(), med["none"].dropna()
+            if e.empty or len(a) < 2 or len(b) < 2:
+                continue
+            est = decide.shift(a, b, confidence, "per-round medians")
+            k = 1e9 / float(e.iloc[0]) if float(e.iloc[0]) > 0 else np.nan
+            rows.append(
+                [ds, t, float(e.iloc[0]), 1e3 * est.value, 1e3 * est.low, 1e3 * est.high]
+                + [k * est.value, k * est.low, k * est.high, est.coverage]
+            )
+    return pd.DataFrame(rows, columns=cols)

@@ -1,10 +1,10 @@
 """Key findings of the sched_callers chapter, computed per dataset (perfbook.analysis.findings).
 
-A round arms every tracer once (one session each) and runs hackbench several times under it;
-those runs share the session, so the unit of repetition is the round: hackbench's time is
-compared on per-round medians (analysis.round_seconds), and the callers on per-session counts
-(analysis.top_margins). Each tracer counts its own window of time (the chapter's "Different
-windows"): sessions of different tracers are not the same switches counted twice.
+A round arms each tracer alone once (one probe session each) and runs hackbench several times
+under it; those runs share the session, so the unit of repetition is the round: hackbench's time
+is compared on per-round medians (analysis.round_seconds). The callers are compared per window
+(analysis.top_margins): the tracers of one caller session count the same switches (one window),
+each probe session is a window of its own.
 
 The tracers' agreement with each other (Kendall's τ, the same top caller) is a check of the
 instruments, not a finding about the kernel: the chapter shows it in its agreement table."""
@@ -59,9 +59,11 @@ def idle_not_schedule(run):
 
 
 def seed_top_hackbench(run):
-    """The 2012 top caller's calls of schedule() over the next caller's, per session (tracer
-    and round) under hackbench: the median session's margin with its order-statistic interval
-    (> 1: it is the top caller)."""
+    """The 2012 top caller's calls of schedule() over the next caller's, per window under
+    hackbench: the median window's margin with its order-statistic interval (> 1: it is the
+    top caller). A window is one session's switches: the tracers armed together on one caller
+    session count the same switches, so their margins make one value (their median); each
+    probe session, one tracer alone, is a window of its own."""
     if "stacks" not in run or not _tracers(run, stacks=True):
         return None
     ref = run.reference("sched_callers")
@@ -76,8 +78,9 @@ def seed_top_hackbench(run):
         raise ValueError("no hackbench session counted a call of schedule()")
     share = m.groupby("tracer", sort=False)["share"].median()
     runner = m.runner_up.mode().iloc[0]
+    per_window = m.groupby("window", sort=True)["margin"].median()
     return Measured(
-        decide.location(m.margin, CONFIDENCE, what="sessions (tracer × round)"),
+        decide.location(per_window, CONFIDENCE, what="windows (sessions)"),
         f"2012: {seed}; its share of schedule() calls "
         + ", ".join(f"{t} {fmt(100 * s)} %" for t, s in share.items())
         + f"; runner-up mostly {runner}",

@@ -40,8 +40,8 @@ from collections import Counter
 from perfbook.probes import ftrace
 
 # tracer -> what it is. Each one counts the kernel stacks at a context switch (or at a call of
-# schedule()), system-wide, while one workload runs; "none" is the untraced baseline of the
-# probe effect.
+# schedule()) of the workload's own processes (its cgroup; the idle tasks for sleep), while it
+# runs; "none" is the untraced baseline of the probe effect.
 TRACERS: dict[str, str] = {
     "none": "nothing armed (the baseline of the probe effect)",
     "ftrace_function": "function tracer in a private instance, set_ftrace_filter=schedule, "
@@ -49,8 +49,10 @@ TRACERS: dict[str, str] = {
     "ftrace_hist": "hist trigger on sched:sched_switch keyed on the kernel stack (in-kernel counting)",
     "ftrace_trigger": "`stacktrace` trigger on sched:sched_switch: one stack per switch into a "
     "private instance's ring buffer",
-    "bpftrace": "bpftrace: tracepoint:sched:sched_switch { @[kstack(N)] = count(); }",
-    "perf": "perf record -a -g -e sched:sched_switch, then perf script",
+    "bpftrace": "bpftrace: tracepoint:sched:sched_switch /cgroup == cgroupid(...)/ "
+    "{ @[kstack(N)] = count(); }",
+    "perf": "perf record -a -g -e sched:sched_switch -G <cgroup>, switched on and off through "
+    "its control FIFO, then perf script",
     "dynevent": "fprobe or kprobe dynamic event on schedule with a stack trace",
 }
 DEFAULT_TRACERS = tuple(t for t in TRACERS if t != "none")
@@ -124,25 +126,60 @@ def cut(frames, depth: int, traced: str | None = None) -> tuple[str, ...]:
     return tuple(names[:depth])
 
 
-def ftrace_stacks(text: str, depth: int, stats: dict | None = None) -> Counter:
-    """The `<stack trace>` records of a private instance's trace (trigger or function tracer)."""
+def _kept(rec, pids, window) -> bool:
+    """A record of the scope: its task among `pids` (None: any), its time within `window`
+    ([start, end) in the trace clock's seconds; None: any)."""
+    if pids is not None and rec.pid not in pids:
+        return False
+    return window is None or window[0] <= float(rec.ts) < window[1]
+
+
+def fork_tree(text: str, parent: int, window=None) -> set[int]:
+    """The workload's pids: the tasks `parent` forked within `window` ([start, end) in the
+    trace clock's seconds; None: any time), and every task one of them forked, from the
+    sched_process_fork records of a trace ('comm=sh pid=1 child_comm=sh child_pid=2'), in the
+    order they were written. `parent` itself, and what it forked outside the window (a
+    tracer it started), are not among them."""
+    tree: set[int] = set()
+    for rec in ftrace.records(text):
+        if rec.event != "sched_process_fork":
+            continue
+        kv = ftrace.parse_kv(rec.body)
+        try:
+            dad, child = int(kv["pid"]), int(kv["child_pid"])
+        except (KeyError, ValueError):
+            continue
+        if dad in tree or dad == parent and _kept(rec, None, window):
+            tree.add(child)
+    return tree
+
+
+def ftrace_stacks(
+    text: str, depth: int, stats: dict | None = None, pids=None, window=None
+) -> Counter:
+    """The `<stack trace>` records of a private instance's trace (trigger or function tracer),
+    those of `pids` within `window` only (_kept)."""
     out: Counter = Counter()
-    for _, frames in ftrace.stack_traces(text, stats):
-        if frames:
+    for rec, frames in ftrace.stack_traces(text, stats):
+        if frames and _kept(rec, pids, window):
             out[cut(frames, depth)] += 1
     return out
 
 
-def function_stacks(text: str, depth: int, stats: dict | None = None) -> Counter:
+def function_stacks(
+    text: str, depth: int, stats: dict | None = None, pids=None, window=None
+) -> Counter:
     """The function tracer with func_stack_trace: each hit of schedule() gives a stack whose
     first frame is the return address into the tracer's trampoline (the instance's ftrace_ops
     calls the tracer from there), then schedule's caller. 6.13 on (and 6.12.y) print that frame
     as "[FTRACE TRAMPOLINE]" (FTRACE_TRAMPOLINE_MARKER, which frame_name() drops); earlier
     kernels as a bare address ("0xffffffffc03e10a4": kallsyms_lookup() has no name for a
     trampoline, which only /proc/kallsyms lists), dropped here as the first frame. The traced
-    function is put in front when it is missing."""
+    function is put in front when it is missing. `pids`, `window`: as ftrace_stacks."""
     out: Counter = Counter()
-    for _, frames in ftrace.stack_traces(text, stats):
+    for rec, frames in ftrace.stack_traces(text, stats):
+        if not _kept(rec, pids, window):
+            continue
         if frames and frame_name(frames[0]) == UNKNOWN:
             frames = frames[1:]
         names = cut(frames, depth, traced="schedule")
@@ -172,29 +209,37 @@ def hist_stacks(text: str, depth: int) -> Counter:
     return out
 
 
-def bpftrace_stacks(text: str, depth: int) -> Counter:
-    """bpftrace's map print: '@[', one frame per line, ']: N'."""
+def bpftrace_stacks(text: str, depth: int, window_ms=None) -> Counter:
+    """bpftrace's map print: '@[', one frame per line, ']: N'; with a second key (the
+    millisecond of CLOCK_MONOTONIC, nsecs / 1000000) the last line is ', 123456]: N', and
+    `window_ms` ([first, end) in milliseconds) keeps the entries within it."""
     out: Counter = Counter()
     frames, inside = [], False
     for line in text.splitlines():
         s = line.strip()
         if s == "@[":
             frames, inside = [], True
-        elif inside and (m := re.fullmatch(r"\]:\s*(\d+)", s)):
-            out[cut(frames, depth)] += int(m.group(1))
+        elif inside and (m := re.fullmatch(r"(?:,\s*(\d+))?\]:\s*(\d+)", s)):
+            ms = int(m.group(1)) if m.group(1) else None
+            if window_ms is None or ms is not None and window_ms[0] <= ms < window_ms[1]:
+                out[cut(frames, depth)] += int(m.group(2))
             inside = False
         elif inside and s:
             frames.append(s)
     return out
 
 
-def perf_stacks(text: str, depth: int) -> Counter:
+_PERF_TIME = re.compile(r"\s(\d+\.\d+):\s")
+
+
+def perf_stacks(text: str, depth: int, window=None) -> Counter:
     """`perf script -F comm,pid,event,ip,sym` (tools/perf/util/evsel_fprintf.c
     sample__fprintf_callchain): a header line per sample, then one '\\t%16lx SYM' line per
     frame (kernel frames, then user frames); only kernel frames are kept, SYM as printed (with
     ' (inlined)' for an inlined function's entry). With -F srcline each frame line is followed
     by '  file:line', and an inlined entry's ' (inlined)' comes after that line instead: it is
-    moved back onto its frame."""
+    moved back onto its frame. With -F time the header holds the sample's time ('1234.567890:'),
+    and `window` ([start, end) seconds) keeps the samples within it."""
     out: Counter = Counter()
     frames, inside, kernel = [], False, False
     for line in text.splitlines() + [""]:
@@ -202,6 +247,9 @@ def perf_stacks(text: str, depth: int) -> Counter:
             if inside:
                 out[cut(frames, depth)] += 1
             frames, inside = [], bool(line.strip()) and "sched_switch" in line
+            if inside and window is not None:
+                m = _PERF_TIME.search(line)
+                inside = bool(m) and window[0] <= float(m.group(1)) < window[1]
         elif inside and line.startswith("\t"):
             ip, _, sym = line.strip().partition(" ")
             kernel = ip.lower().startswith("ffff")

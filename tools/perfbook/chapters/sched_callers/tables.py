@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .analysis import STACK_TRACERS, agreement, callers_of, callers_wide, dataset_key, probe_effect
+from .analysis import (
+    STACK_TRACERS,
+    agreement,
+    callers_of,
+    callers_wide,
+    cost_per_event,
+    dataset_key,
+    probe_effect,
+)
 from .parse import ENTRIES
 
 
@@ -53,7 +61,13 @@ def entries_table(D, dataset: str | None = None):
 
 
 def probe_table(D):
+    """Per dataset and tracer: hackbench's time, the slowdown against the untraced runs, and
+    the extra time per traced switch (analysis.cost_per_event: ns per switch, its interval)."""
     t = probe_effect(D["runs"])
+    c = cost_per_event(D["runs"], D["sessions"])[
+        ["dataset", "tracer", "events_per_run", "ns_per_event", "ns_lo", "ns_hi"]
+    ]
+    t = t.merge(c, on=["dataset", "tracer"], how="left")
     t = t[
         [
             "dataset",
@@ -67,6 +81,10 @@ def probe_table(D):
             "rel_high",
             "cliffs_delta",
             "p_value",
+            "events_per_run",
+            "ns_per_event",
+            "ns_lo",
+            "ns_hi",
         ]
     ].copy()
     for c in ("rel_shift", "rel_low", "rel_high"):
@@ -81,6 +99,7 @@ def probe_table(D):
     )
     return t.round(
         {"median_s": 3, "ci_low": 3, "ci_high": 3, "cliffs_delta": 2, "p_value": 4}
+        | {"events_per_run": 0, "ns_per_event": 0, "ns_lo": 0, "ns_hi": 0}
     ).reset_index(drop=True)
 
 

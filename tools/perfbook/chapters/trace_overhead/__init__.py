@@ -40,6 +40,10 @@ class TraceOverhead(Chapter):
     # process and bpftrace start-up) 7 rounds in its 16 s budget, which decided 4 of 5 (the
     # fifth, BPF against ftrace at 1.03x, straddles 1): about 17 s in all (plan_s). No warm-up
     # round: every run already starts with `warmup` untimed batches; `full` keeps two.
+    # Rounds come in mirrored pairs (collect.round_order, #40): the same time, positions balanced.
+    # Measured 2026-11-29 here: 6 rounds in 15 s decided 5 of 5 (BPF 0.895x, 0.778-0.987); a run
+    # beside a busy neighbour (74 % of the CPU) got 4 rounds: the budget stops rounds before
+    # rep_min_runs (perfbook.analysis.repetition), and 4 rounds leave the median undecided.
     plan_s = {
         "quick": 5,
         "default": 17,
@@ -91,7 +95,10 @@ class TraceOverhead(Chapter):
             list, choices=tuple(MECHANISMS), nullable=True, help="a subset of the mechanisms"
         ),
         "pin_cpu": Param(object, nullable=True, help="'auto', -1 (no pinning) or a CPU number"),
-        "seed": Param(int, help="seed of the shuffled mechanism order"),
+        "seed": Param(
+            int,
+            help="seed of the shuffled mechanism orders (each pair of rounds: one and its reverse)",
+        ),
     }
     tables = {
         "samples": Table(

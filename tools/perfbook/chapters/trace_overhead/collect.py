@@ -4,8 +4,9 @@ The C harness tools/c/probench.c calls a target in timed batches; this module ar
 mechanism around it (a write to a private instance's trace_marker, a uprobe or uretprobe
 defined through uprobe_events, a uprobe counted by perf, a BPF program on a uprobe via
 bpftrace), checks that every call really hit the tracer, and disarms it again. Rounds
-interleave the mechanisms in a shuffled order so that drift does not favour one of them,
-and repeat adaptively (perfbook.analysis.repetition.Repetition) until every mechanism's median is tight
+interleave the mechanisms in pairs of mirrored orders (round_order: a shuffled order, then the
+same order reversed), so that neither drift nor a run's neighbours favour one of them, and
+repeat adaptively (perfbook.analysis.repetition.Repetition) until every mechanism's median is tight
 enough or the time budget is spent; the `repetition` table records which rule stopped them.
 """
 
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -61,9 +63,27 @@ def kernel_features() -> dict[str, bool]:
     return {k: (k in names) for k in KERNEL_FEATURES}
 
 
+def round_order(mechs: list[str], rng: random.Random, k: int, previous: list[str] | None):
+    """The order of the mechanisms in round k (measured rounds from 0; a warm-up round has
+    k < 0): an even round a fresh shuffle, an odd one the previous round reversed (#40).
+
+    Independent shuffles balance positions only on average: in 7 rounds one mechanism can run
+    before another in 6 of them, or near the end of most rounds, so that drift or a neighbour's
+    teardown (bpftrace detaching its uprobe) falls on it. In a mirrored pair every mechanism's
+    two positions add up to n - 1 and every two mechanisms run once in each order; the shuffle
+    of the next pair keeps neighbours from being the same in every round."""
+    if k < 0 or k % 2 == 0 or previous is None:
+        order = mechs[:]
+        rng.shuffle(order)
+        return order
+    return previous[::-1]
+
+
 class _Runner:
-    def __init__(self, p: dict, session: TraceSession, binary: Path, log):
+    def __init__(self, p: dict, session: TraceSession, binary: Path, log, phase=None):
         self.p, self.s, self.bin, self.log = p, session, binary, log
+        self.phase = phase or (lambda kind: nullcontext())
+        self.timed = "measured"  # the kind of a harness run: "warmup" in a warm-up round
         # read the ELF once, not before every run
         self.offsets = {
             sym: elfsym.file_offset(binary, sym) for sym in ("pb_ret", "pb_push", "pb_nop5")
@@ -99,18 +119,20 @@ class _Runner:
             return self._run_bpftrace(spec)
         marker = self.s.file(spec["file"]) if "file" in spec else None
         probe = None
-        if "probe" in spec:
-            probe = self.s.add_uprobe(
-                f"{mech}", self.bin, self.offsets[spec["probe"]], ret=spec.get("ret", False)
-            )
-            if spec.get("tool") != "perf":
-                self.s.enable(probe)
-        self.s.clear()
+        with self.phase("setup"):
+            if "probe" in spec:
+                probe = self.s.add_uprobe(
+                    f"{mech}", self.bin, self.offsets[spec["probe"]], ret=spec.get("ret", False)
+                )
+                if spec.get("tool") != "perf":
+                    self.s.enable(probe)
+            self.s.clear()
         try:
             cmd = self.harness_cmd(spec["target"], marker)
             if spec.get("tool") == "perf":
                 cmd = ["perf", "stat", "-x", ",", "-e", probe.replace("/", ":"), "--", *cmd]
-            r = run_group(cmd)
+            with self.phase(self.timed):
+                r = run_group(cmd)
             if r.returncode != 0:
                 raise PerfbookError(
                     f"probench ({mech}) failed: {r.stderr.strip().splitlines()[-1:]}"
@@ -131,18 +153,22 @@ class _Runner:
         return df, timer, hits
 
     def _run_bpftrace(self, spec):
-        bt = bpftrace.start(f"uprobe:{self.bin}:pb_ret {{ @hits = count(); }}", self.log)
+        with self.phase("setup"):  # bpftrace compiles and attaches its program: ~1.5 s
+            bt = bpftrace.start(f"uprobe:{self.bin}:pb_ret {{ @hits = count(); }}", self.log)
         try:
-            time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
+            with self.phase("setup"):
+                time.sleep(0.3)  # the probe is live once bpftrace printed "Attaching"; settle
             self.log("timing the harness under bpftrace")
-            r = run_group(self.harness_cmd(spec["target"]))
+            with self.phase(self.timed):
+                r = run_group(self.harness_cmd(spec["target"]))
             if r.returncode != 0:
                 raise PerfbookError(f"probench (bpf_uprobe) failed: {r.stderr.strip()}")
             df, timer = parse_harness(r.stdout)
         except BaseException:  # a failure or a signal: never an orphan attached to our harness
             kill_group(bt)
             raise
-        rest = bpftrace.stop(bt, self.log)  # its count of hits, as it exits
+        with self.phase("setup"):
+            rest = bpftrace.stop(bt, self.log)  # its count of hits, as it exits
         m = re.search(r"@hits:\s*(\d+)", rest)
         return df, timer, int(m.group(1)) if m else None
 
@@ -169,7 +195,8 @@ def foreign_attachments(binary: Path, root: Path | None = None) -> list[str]:
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (the framework publishes it)."""
     p, w = ctx.p, ctx.writer
-    binary = cbuild.binary("probench")
+    with ctx.phase("setup"):
+        binary = cbuild.binary("probench")
     missing = _optional_tools()
     mechs = [m for m in p["mechanisms"] if m not in missing]
     rng = random.Random(p["seed"])
@@ -190,16 +217,18 @@ def measure(ctx) -> None:
     samples, checks = [], []
     rep = repetition(EXPERIMENT, mechs, p, "rep_")
     prog = ctx.progress((rep.warmup + rep.min_runs) * len(mechs))
-    s = ctx.undo.enter_context(TraceSession("probench"))
-    other = foreign_attachments(binary.resolve(), s.root)
-    if other:
-        raise PerfbookError(
-            f"another tracer is attached to {binary}: {', '.join(other)}; "
-            "stop it (or run `make sweep`) and measure again"
-        )
-    s.set_option("buffer_size_kb", "1024")
-    runner = _Runner(p, s, binary, prog.note)
-    w.extra["perf_probe_check"] = _perf_probe_check(binary, s) if "perf_stat" in mechs else None
+    with ctx.phase("setup"):
+        s = ctx.undo.enter_context(TraceSession("probench"))
+        other = foreign_attachments(binary.resolve(), s.root)
+        if other:
+            raise PerfbookError(
+                f"another tracer is attached to {binary}: {', '.join(other)}; "
+                "stop it (or run `make sweep`) and measure again"
+            )
+        s.set_option("buffer_size_kb", "1024")
+        runner = _Runner(p, s, binary, prog.note, ctx.phase)
+        w.extra["perf_probe_check"] = _perf_probe_check(binary, s) if "perf_stat" in mechs else None
+    order = None
     for rd in rep.rounds():
         if rd.index:
             prog.note(f"after {rd.index} round(s): {rep.status()}")
@@ -211,8 +240,8 @@ def measure(ctx) -> None:
             if rd.warmup
             else f"round {rnd + 1} (at most {rep.max_runs})"
         )
-        order = mechs[:]
-        rng.shuffle(order)
+        order = round_order(mechs, rng, rnd, order)
+        runner.timed = "warmup" if rd.warmup else "measured"
         for pos, m in enumerate(order):
             df, timer, hits = runner.run(m)
             rep.add(m, (df["ns"] / df["iters"]).median())

@@ -21,6 +21,7 @@ import re
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack, nullcontext
 
 import pandas as pd
 
@@ -83,14 +84,17 @@ def run_helper(args: list[str], timeout: float = 600) -> str:
     return r.stdout
 
 
-def run_adaptive(args: list[str], rep, prog) -> dict:
+def run_adaptive(args: list[str], rep, prog, phase=None) -> dict:
     """`kvmtsc run --interactive 1`: after every round, hand each variant's median bracket
     width to `rep` (a perfbook.analysis.repetition.Repetition) and tell the helper to go on or to stop.
 
     Readings of warm-up rounds are kept but flagged (warmup = 1, warmup_round = True),
-    so every analysis that drops warm-up readings drops them too.
+    so every analysis that drops warm-up readings drops them too. `phase` (ctx.phase) charges
+    each round's seconds to "warmup" or "measured" (the VM's creation and the pristine block
+    go with the first round).
     """
-    with tempfile.TemporaryFile(mode="w+") as errf:
+    phase = phase or (lambda kind: nullcontext())
+    with tempfile.TemporaryFile(mode="w+") as errf, ExitStack() as clock:
         proc = subprocess.Popen(
             [_exe(), *args, "--interactive", "1"],
             stdin=subprocess.PIPE,
@@ -105,6 +109,7 @@ def run_adaptive(args: list[str], rep, prog) -> dict:
         try:
             rounds = rep.rounds()
             rd = next(rounds)
+            clock.enter_context(phase("warmup" if rd.warmup else "measured"))
             start = 0
             for line in proc.stdout:
                 lines.append(line)
@@ -121,6 +126,8 @@ def run_adaptive(args: list[str], rep, prog) -> dict:
                 prog.note(f"{'warm-up ' if rd.warmup else ''}round {r + 1}: {rep.status()}")
                 try:
                     rd = next(rounds)
+                    clock.close()
+                    clock.enter_context(phase("warmup" if rd.warmup else "measured"))
                     proc.stdin.write("next\n")
                 except StopIteration:
                     proc.stdin.write("stop\n")
@@ -144,16 +151,20 @@ def run_adaptive(args: list[str], rep, prog) -> dict:
 # -- the run -------------------------------------------------------------------------------
 def measure(ctx) -> None:
     p, w = ctx.p, ctx.writer
-    binary(HELPER)  # compile before touching anything
+    with ctx.phase("setup"):
+        binary(HELPER)  # compile before touching anything
     kvm_why = kvm_problem()
     trace_why = (trace_preflight(need_uprobes=False) or [None])[0]
     cpus = p["cpus"]
     prog = ctx.progress(2 + (0 if kvm_why else 2))
     t_start = time.monotonic()
     # 1. TSC facts and frequency
-    facts = parse_helper(
-        run_helper(["facts", "--freq-ms", str(p["freq_ms"]), "--freq-reps", str(p["freq_reps"])])
-    )
+    with ctx.phase("measured"):
+        facts = parse_helper(
+            run_helper(
+                ["facts", "--freq-ms", str(p["freq_ms"]), "--freq-reps", str(p["freq_reps"])]
+            )
+        )
     freq = facts["freq"]
     freq["khz"] = freq["cycles"] / freq["ns"] * 1e6
     w.add_table("tsc_freq", freq)
@@ -161,19 +172,20 @@ def measure(ctx) -> None:
 
     # 2. cross-CPU skew
     if len(cpus) >= 2:
-        pp = parse_helper(
-            run_helper(
-                [
-                    "skew",
-                    "--cpus",
-                    f"{cpus[0]},{cpus[1]}",
-                    "--rounds",
-                    str(p["skew_rounds"]),
-                    "--iters",
-                    str(p["skew_iters"]),
-                ]
-            )
-        )["pingpong"]
+        with ctx.phase("measured"):
+            pp = parse_helper(
+                run_helper(
+                    [
+                        "skew",
+                        "--cpus",
+                        f"{cpus[0]},{cpus[1]}",
+                        "--rounds",
+                        str(p["skew_rounds"]),
+                        "--iters",
+                        str(p["skew_iters"]),
+                    ]
+                )
+            )["pingpong"]
         pp.insert(0, "cpu_b", cpus[1])
         pp.insert(0, "cpu_a", cpus[0])
         w.add_table("skew_pingpong", pp)
@@ -204,7 +216,7 @@ def measure(ctx) -> None:
             ",".join(VARIANTS),
         ]
         if trace_why:
-            res = run_adaptive(run_args, rep, prog)
+            res = run_adaptive(run_args, rep, prog, ctx.phase)
             w.skip("tracepoint", trace_why)
             w.skip("timeline", trace_why)
             prog.step("KVM brackets (no tracing)")
@@ -262,7 +274,9 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
         "--variants",
         "attr",
     ]
-    with TraceSession(tag="tsc_align", log=prog.note) as ts:
+    with ExitStack() as setup:
+        setup.enter_context(ctx.phase("setup"))
+        ts = setup.enter_context(TraceSession(tag="tsc_align", log=prog.note))
         ts.set_option("trace_clock", "x86-tsc")  # stamps are raw TSC
         ts.set_option("buffer_size_kb", "4096")
         ts.enable("kvm/kvm_write_tsc_offset")
@@ -270,7 +284,7 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
         prog.note(
             "private ftrace instance ready (x86-tsc, kvm_write_tsc_offset); KVM brackets start"
         )
-        res = run_adaptive(run_args, rep, prog)
+        res = run_adaptive(run_args, rep, prog, ctx.phase)
         tr = parse_trace(ts.file("trace").read_text(), int(res["meta"]["pid"]))
         events = tsc_offset_events(tr)
         prog.step("KVM brackets + kvm_write_tsc_offset")
@@ -279,7 +293,8 @@ def _traced(ctx, run_args, rep, prog, meta) -> dict:
         for e in avail:
             if e != "kvm/kvm_write_tsc_offset":
                 ts.enable(e)
-        tl = parse_helper(run_helper(tl_args))
+        with ctx.phase("measured"):
+            tl = parse_helper(run_helper(tl_args))
         tl_trace = parse_trace(ts.file("trace").read_text(), int(tl["meta"]["pid"]))
         stats = ts.buffer_stats()
         prog.step("timeline (host events + guest stamps)")

@@ -4,6 +4,12 @@ What repeats differs by experiment: the KVM_RUN brackets repeat in rounds (a per
 width is one repetition), the TSC frequency in freq_reps timed windows, and the skew is a pair
 of hard bounds from the fastest ping-pong exchanges (no sampling interval applies). The offset
 test counts the readings of one process taken with the offset KVM chose at vCPU creation.
+
+None of these repeats what a claim about the host would need (#40): the skew and the frequency
+are set when the kernel boots (its TSC synchronisation and calibration), and a run measures
+them in one boot; the brackets' rounds and the offset's readings are windows of one kvmtsc
+process, one VM with one vCPU created once. So each claim names its scope (SCOPE): this boot,
+or this run's VM. A host's several runs still have to agree (perfbook.analysis.findings.judge).
 """
 
 from __future__ import annotations
@@ -21,6 +27,14 @@ from .prose import _kvm_modules, tcg_equal_reads
 SKEW_CYCLES = 1000
 FREQ_PPM = 10
 ROUNDTRIP_US = 20
+
+# finding -> what its repetitions are drawn from, the scope its claim is worded for
+SCOPE = {
+    "skew": "this boot",
+    "freq": "this boot",
+    "honoured": "this run's VM",
+    "roundtrip": "this run's VM",
+}
 
 
 def _kvm_khz(run) -> float | None:
@@ -65,7 +79,7 @@ def freq(run):
     if khz is None or "tsc_freq" not in run:
         return None
     measured = run["tsc_freq"]["khz"]
-    d = decide.location((measured - khz) / khz * 1e6, what="timed windows")
+    d = decide.location((measured - khz) / khz * 1e6, what="timed windows in one boot")
     return Measured(
         magnitude(d),
         f"KVM {fmt(khz, 7)} kHz, measured {fmt(measured.median(), 7)} kHz ({fmt(d.value)} ppm)",
@@ -87,7 +101,7 @@ def honoured(run):
         return None
     out = int((~c["inside"]).sum())
     return Measured(
-        decide.scaled(decide.share(out, len(c), what=" readings in one process"), 0.01),
+        decide.scaled(decide.share(out, len(c), what=" readings of one vCPU"), 0.01),
         f"KVM module {', '.join(_kvm_modules(run.manifest) or ['not recorded'])}",
     )
 
@@ -102,7 +116,7 @@ def roundtrip(run):
     if w.empty:
         return None
     return Measured(
-        decide.location(w / khz * 1e3, what="rounds' median widths"),
+        decide.location(w / khz * 1e3, what="rounds' median widths in one VM"),
         f"{fmt(w.median())} cycles at {fmt(khz / 1e3, 4)} MHz",
     )
 
@@ -110,45 +124,49 @@ def roundtrip(run):
 FINDINGS = (
     Finding(
         "skew",
-        "This machine's CPUs' TSCs agree within 1,000 cycles (the ping-pong bounds on their skew)",
+        "In this boot, the two CPUs measured have TSCs within 1,000 cycles of each other (the "
+        "ping-pong bounds on their skew)",
         skew,
         quantity="|skew| between two CPUs",
         side="<",
         threshold=SKEW_CYCLES,
         unit="cycles",
-        contrary="This machine's CPUs' TSCs differ by 1,000 cycles or more",
+        contrary="In this boot, the two CPUs measured have TSCs 1,000 cycles or more apart",
     ),
     Finding(
         "freq",
-        "KVM reports the TSC frequency within 10 ppm of the measured one",
+        "In this boot, KVM reports the TSC frequency within 10 ppm of the one measured against "
+        "CLOCK_MONOTONIC_RAW",
         freq,
         quantity="|measured − KVM's TSC frequency|",
         side="<",
         threshold=FREQ_PPM,
         unit="ppm",
-        contrary="KVM's TSC frequency is 10 ppm or more away from the measured one",
+        contrary="In this boot, KVM's TSC frequency is 10 ppm or more away from the one measured "
+        "against CLOCK_MONOTONIC_RAW",
     ),
     Finding(
         "honoured",
-        "The TSC offset set through the KVM API changes what the guest reads: with the offset "
-        "KVM sets at vCPU creation, most guest readings fall outside their host brackets",
+        "In this run's VM, the TSC offset set through the KVM API changes what the guest reads: "
+        "with the offset KVM set when it created the vCPU, most guest readings fall outside "
+        "their host brackets",
         honoured,
         quantity="readings outside their brackets",
         side=">",
         threshold=50,
         unit="%",
-        contrary="The TSC offset set through the KVM API does not change what the guest reads: "
-        "with the offset KVM sets at vCPU creation, most guest readings lie inside their host "
-        "brackets",
+        contrary="In this run's VM, the TSC offset set through the KVM API does not change what "
+        "the guest reads: with the offset KVM set when it created the vCPU, most guest readings "
+        "lie inside their host brackets",
     ),
     Finding(
         "roundtrip",
-        "A KVM_RUN round trip into the guest takes less than 20 µs",
+        "In this run's VM, a KVM_RUN round trip into the guest takes less than 20 µs",
         roundtrip,
         quantity="median KVM_RUN round trip",
         side="<",
         threshold=ROUNDTRIP_US,
         unit="µs",
-        contrary="A KVM_RUN round trip into the guest takes 20 µs or more",
+        contrary="In this run's VM, a KVM_RUN round trip into the guest takes 20 µs or more",
     ),
 )

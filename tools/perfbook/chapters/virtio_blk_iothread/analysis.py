@@ -6,6 +6,7 @@ that combine intervals are perfbook.analysis.decide's (lesser, greatest, fold)."
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -57,24 +58,88 @@ def fio_summary(fio):
     return in_job_order(s.merge(lat, on=["dataset", "job", "storm", "variant"]))
 
 
+def event_idx_of(cmdline) -> str:
+    """The fio disk's virtio-blk event_idx ("on" or "off") from QEMU's command line (its
+    -device virtio-blk-pci with serial=data, else the first virtio-blk-pci): the value given,
+    else "on", QEMU's default for the property; "unknown" without a command line or such a
+    device."""
+    if not isinstance(cmdline, str) or not cmdline.strip():
+        return "unknown"
+    devs = [d.split(",") for d in re.findall(r"virtio-blk-pci,(\S+)", cmdline)]
+    dev = next((d for d in devs if "serial=data" in d), devs[0] if devs else None)
+    if dev is None:
+        return "unknown"
+    given = [a.split("=", 1)[1] for a in dev if a.startswith("event_idx=")]
+    if not given:
+        return "on"
+    return {"true": "on", "yes": "on", "false": "off", "no": "off"}.get(given[-1], given[-1])
+
+
+def boots_table(D):
+    """table(D, "boots") with every boot's event_idx: as recorded, or (a dataset older than
+    the column) inferred from its qemu_cmdline (event_idx_of)."""
+
+    def make():
+        b = table(D, "boots")
+        if not len(b):
+            return b.assign(event_idx=pd.Series([], dtype=object))
+        have = b.event_idx if "event_idx" in b.columns else pd.Series(None, index=b.index)
+        known = have.where(have.notna() & (have.astype(str) != ""), None)
+        guess = b.qemu_cmdline.map(event_idx_of)
+        return b.assign(event_idx=known.fillna(guess).astype(str))
+
+    return D.once("boots_event_idx", make)
+
+
+def with_event_idx(rows, boots):
+    """rows (fio, threads, bonnie: one dataset's or more) with their boot's event_idx."""
+    key = ["dataset", "round", "boot", "variant"]
+    if not len(rows):
+        return rows.assign(event_idx=pd.Series([], dtype=object))
+    ev = boots[key + ["event_idx"]].drop_duplicates(key)
+    out = rows.merge(ev, on=key, how="left")
+    return out.assign(event_idx=out.event_idx.fillna("unknown"))
+
+
+def fio_table(D):
+    """table(D, "fio") with each run's boot's event_idx (boots_table)."""
+    return D.once("fio_event_idx", lambda: with_event_idx(table(D, "fio"), boots_table(D)))
+
+
+def per_boot(fio, value: str = "iops"):
+    """One row per boot, job and storm: the median of `value` over that boot's runs of the job
+    (the boot, not the run, is the unit of repetition)."""
+    keys = [
+        c
+        for c in ("dataset", "round", "boot", "variant", "job", "storm", "event_idx")
+        if c in fio.columns
+    ]
+    return fio.groupby(keys, as_index=False, dropna=False)[value].median()
+
+
 def effects(fio, value: str = "iops"):
-    """iothread on against off per dataset, job and storm: the Hodges-Lehmann shift relative to
-    off's median (on/off - 1) with its distribution-free CI, Mann-Whitney p, Cliff's delta."""
+    """iothread on against off per dataset, job and storm (and event_idx, where the rows have
+    it: variants are compared only at the same event_idx), over one value per boot
+    (per_boot): the Hodges-Lehmann shift relative to off's median (on/off - 1) with its
+    distribution-free CI, Mann-Whitney p, Cliff's delta. A dataset of one boot per variant
+    has no row."""
+    within = [c for c in ("dataset", "job", "storm", "event_idx") if c in fio.columns]
     c = stats.compare_frame(
-        fio, by="variant", value=value, baseline="off", within=["dataset", "job", "storm"]
+        per_boot(fio, value), by="variant", value=value, baseline="off", within=within
     )
     return in_job_order(c) if len(c) else c
 
 
 def every_effect(D):
     """effects() of every dataset of D, once (the effects table and the hosts figure show them)."""
-    return D.once("every_effect", lambda: effects(table(D, "fio")))
+    return D.once("every_effect", lambda: effects(fio_table(D)))
 
 
 def storm_effects(fio):
-    """Per variant: the storm's relative change of IOPS (storm against no storm, same job)."""
+    """Per variant: the storm's relative change of IOPS (storm against no storm, same job), over
+    one value per boot (per_boot)."""
     stormed = fio[fio.storm].job.unique() if len(fio) else []
-    f = fio[fio.job.isin(stormed)].assign(
+    f = per_boot(fio[fio.job.isin(stormed)]).assign(
         load=lambda d: d.storm.map({True: "storm", False: "quiet"})
     )
     c = stats.compare_frame(
@@ -148,8 +213,9 @@ def per_repetition(rows, by, value: str, run: str = "fio run") -> tuple[dict, st
 
     The chapter repeats rounds, each booting every variant once: where every group has two boots
     or more (or a boot has one `run` of each group), a repetition is a boot, its value the median
-    of its runs. A dataset of one round (the default profile) has only the runs inside that
-    boot; they are given back as they are, and `what` says so."""
+    of its runs. A dataset of one round with several runs per boot (the default profile before
+    #40) has only the runs inside that boot; they are given back as they are, and `what` says
+    so (key_findings.boots_only then claims no coverage)."""
     keys = [by] if isinstance(by, str) else list(by)
     runs = rows.groupby(keys + ["round", "boot"]).size()
     boots = runs.groupby(level=keys).size()
@@ -164,6 +230,16 @@ def per_repetition(rows, by, value: str, run: str = "fio run") -> tuple[dict, st
     for k, g in v.groupby(keys):
         out[k[0] if isinstance(k, tuple) and len(k) == 1 else k] = g[value].to_numpy(float)
     return out, what
+
+
+def storm_ratios(fio):
+    """One row per boot that ran a job both with and without the storm: its variant, round,
+    boot, job and `ratio`, the median IOPS of its storm runs over that of its quiet runs."""
+    g = fio.groupby(["variant", "round", "boot", "job", "storm"])["iops"].median().unstack("storm")
+    if True not in g.columns or False not in g.columns:
+        return pd.DataFrame(columns=["variant", "round", "boot", "job", "ratio"])
+    g = g.dropna(subset=[True, False])
+    return (g[True] / g[False]).rename("ratio").reset_index()
 
 
 def thread_runs(threads):

@@ -22,6 +22,7 @@ import shutil
 import statistics
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +34,7 @@ from perfbook.core.proc import run_group
 from perfbook.probes import blockdev
 from perfbook.qemu import guest, guest_image
 
+from .analysis import event_idx_of
 from .parse import bonnie_rows, fio_rows, split_output
 
 try:
@@ -132,7 +134,8 @@ def guest_script(p: dict, plan: list[dict], with_bonnie: bool) -> str:
         lines += [
             ": >/tmp/out.csv; mkdir -p /mnt",
             "mount -t ext4 /dev/vdb /mnt 2>/tmp/err; mrc=$?",
-            f"if [ $mrc = 0 ]; then bonnie++ -d /mnt -s {mib} -r {mib // 2} -n 0 -f -D -u root -q "
+            f"if [ $mrc = 0 ]; then bonnie++ -d /mnt -s {mib} -r {p['guest_memory_mib']} -n 0 -f -D "
+            "-u root -q "
             "-m guest -x 1 >/tmp/out.csv 2>/tmp/err; rc=$?; else rc=90; fi",
             "out bonnie $rc /tmp/out.csv",
             "umount /mnt 2>/dev/null",
@@ -180,16 +183,22 @@ class Storm(threading.Thread):
             )
 
 
+def _no_phase(kind: str):
+    return nullcontext()
+
+
 class Sampler:
     """GuestConfig.on_line: for each fio job, the storm started and QEMU's threads snapshot at
-    its I/O marker, the snapshot and the storm's end at its done marker."""
+    its I/O marker, the snapshot and the storm's end at its done marker. Between the two the
+    run's phase clock (ctx.phase) charges "warmup" (the unrecorded job) or "measured"."""
 
-    def __init__(self, p: dict, plan: list[dict]):
+    def __init__(self, p: dict, plan: list[dict], phase=_no_phase):
         self.p, self.jobs = p, {j["id"]: j for j in plan}
         self.open: dict = {}
         self.deltas: dict = {}
         self.storms: dict = {}
         self.storm: Storm | None = None
+        self.phase, self._in_phase = phase, None
 
     def on_line(self, line: str, live: guest.LiveGuest):
         if m := IO_RE.fullmatch(line):  # fio's I/O starts (ramp, then the measured time)
@@ -199,12 +208,21 @@ class Sampler:
                 if not self.storm.connected.wait(15) or self.storm.error:
                     self.stop_storm()
             self.open[m.group(1)] = (time.monotonic(), guest.thread_times(live.pid))
+            self.end_phase()
+            self._in_phase = self.phase("warmup" if m.group(1) == "warmup" else "measured")
+            self._in_phase.__enter__()
         elif m := IODONE_RE.fullmatch(line):
             after, t1 = guest.thread_times(live.pid), time.monotonic()
+            self.end_phase()
             t0, before = self.open.pop(m.group(1))
             self.deltas[m.group(1)] = (guest.thread_delta(before, after, live.pid), t1 - t0)
             if self.storm is not None:
                 self.stop_storm(m.group(1))
+
+    def end_phase(self):
+        ph, self._in_phase = self._in_phase, None
+        if ph is not None:
+            ph.__exit__(None, None, None)
 
     def stop_storm(self, jid: str | None = None):
         s, self.storm = self.storm, None
@@ -257,9 +275,10 @@ def _redact(cmd: list[str]) -> str:
     )
 
 
-def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot):
+def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot, phase=_no_phase):
     """One guest: run the plan, parse, append to the tables; returns {job key: IOPS values}.
-    `images` are the fio disk (vda) and bonnie++'s (vdb), both on io0 when iothread is on."""
+    `images` are the fio disk (vda) and bonnie++'s (vdb), both on io0 when iothread is on.
+    `phase` is ctx.phase: the guest's life is "boot" but for its fio jobs (Sampler)."""
     disks = [
         guest.DiskSpec(
             label=label,
@@ -273,7 +292,7 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
         )
         for label, img in zip(("data", "bonnie"), images)
     ]
-    s = Sampler(p, plan)
+    s = Sampler(p, plan, phase)
     cfg = guest.GuestConfig(
         disks=disks,
         iothreads=["io0"],
@@ -286,7 +305,11 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
         stall_seconds=p["stall_seconds"],
     )
     try:
-        res = r.run(guest_script(p, plan, with_bonnie), cfg)
+        with phase("boot"):
+            try:
+                res = r.run(guest_script(p, plan, with_bonnie), cfg)
+            finally:
+                s.end_phase()
     finally:
         s.stop_storm()
     if res.rc != 0:
@@ -307,6 +330,7 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
             "qemu_version": res.qemu_version,
             "guest_kernel": res.kernel,
             "qemu_cmdline": _redact(res.cmdline),
+            "event_idx": event_idx_of(" ".join(res.cmdline)),
         }
     )
     key = {"round": rnd, "boot": boot, "variant": variant}
@@ -364,7 +388,9 @@ def boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot
     return got
 
 
-def boot_until_done(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot, w, prog):
+def boot_until_done(
+    r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot, w, prog, phase=_no_phase
+):
     """boot_once, and the same boot again when its guest stalls: its script printed nothing for
     stall_seconds (guest.GuestStalled). A stalled boot leaves no rows; each is recorded in the
     manifest (stalled_boots, with where the guest stood), and one more than stall_reboots in a
@@ -372,7 +398,9 @@ def boot_until_done(r, p, variant, plan, with_bonnie, images, files, tables, rnd
     stalls = w.extra["stalled_boots"]
     while True:
         try:
-            return boot_once(r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot)
+            return boot_once(
+                r, p, variant, plan, with_bonnie, images, files, tables, rnd, boot, phase=phase
+            )
         except guest.GuestStalled as e:
             for rows in tables.values():
                 rows.clear()
@@ -416,10 +444,11 @@ def measure(ctx) -> None:
         w.skip("storm", "no storm jobs were asked for (storm=[])")
     if not p["bonnie_mib"] or not p["bonnie_rounds"]:
         w.skip("bonnie", "bonnie++ was not asked for (bonnie_mib or bonnie_rounds is 0)")
-    fill_image(images[0], p["disk_mib"])
-    if p["bonnie_mib"] and p["bonnie_rounds"]:
-        images.append(scratch.path("bonnie.img"))
-        bonnie_image(images[1], p["bonnie_mib"] + BONNIE_SPARE_MIB)
+    with ctx.phase("setup"):
+        fill_image(images[0], p["disk_mib"])
+        if p["bonnie_mib"] and p["bonnie_rounds"]:
+            images.append(scratch.path("bonnie.img"))
+            bonnie_image(images[1], p["bonnie_mib"] + BONNIE_SPARE_MIB)
     probe = job_plan(p, random.Random(0))
     keys = sorted({experiment(j) for j in probe if j["job"] != "warmup"})
     reps = {e: repetition(e, p["variants"], p, "rep_") for e in keys}
@@ -448,7 +477,9 @@ def measure(ctx) -> None:
                 ]
                 bon = 0 <= rnd < p["bonnie_rounds"] and p["bonnie_mib"] > 0
                 t = {k: [] for k in tables}
-                got = boot_until_done(r, p, v, plan, bon, images, files, t, rnd, boot, w, prog)
+                got = boot_until_done(
+                    r, p, v, plan, bon, images, files, t, rnd, boot, w, prog, phase=ctx.phase
+                )
                 for e, vals in got.items():  # one value per boot: rounds, not repeats, are n
                     reps[e].add(v, statistics.median(vals))
                 if rnd >= 0:

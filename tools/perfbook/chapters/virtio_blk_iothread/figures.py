@@ -14,8 +14,12 @@ from . import analysis as A
 COLORS = {"off": "tab:gray", "on": "tab:blue"}
 
 
-def _label(job: str, storm: bool) -> str:
-    return job.replace("_qd", " QD") + (" + storm" if storm else "")
+def _label(job: str, storm: bool, event_idx: str | None = None) -> str:
+    return (
+        job.replace("_qd", " QD")
+        + (" + storm" if storm else "")
+        + (f", event_idx {event_idx}" if event_idx else "")
+    )
 
 
 def _hosts(D):
@@ -25,10 +29,12 @@ def _hosts(D):
 
 def iops(D):
     """Left: median IOPS per job, iothread off and on, with the median's CI. Right: on against
-    off, the Hodges-Lehmann shift relative to off, with its CI."""
-    fio = D.of_quoted(A.table(D, "fio"))
+    off over one value per boot, the Hodges-Lehmann shift relative to off, with its CI (a job
+    whose boots had two event_idx values has no single effect: it is left out here)."""
+    fio = D.of_quoted(A.fio_table(D))
     s = A.fio_summary(fio)
     e = A.effects(fio)
+    e = e.drop_duplicates(["job", "storm"], keep=False) if len(e) else e
     cells = list(dict.fromkeys(zip(s.job, s.storm)))
     fig, (a1, a2) = plt.subplots(
         1,
@@ -73,16 +79,21 @@ def iops(D):
     a2.set_xlabel("iothread on against off (%)")
     fig.tight_layout()
     n = fio.groupby(["job", "storm", "variant"]).size().to_numpy()
+    boots = D.of_quoted(A.boots_table(D))
     pairs = [(int(r.n_a), int(r.n_b)) for r in e.itertuples()] if len(e) else []
     return fig, caption(
         f"fio inside the guest, per job: IOPS with iothread off and on (left), and on against off "
-        f"(right: Hodges–Lehmann shift relative to off, with its {hl_ci_label(pairs) if pairs else 'CI'}). Host {legend(D.quoted['host'])}, run {D.quoted['run_id']}; guests under "
-        f"{', '.join(sorted(set(D.of_quoted(A.table(D, 'boots')).accel)))}",
+        f"(right: Hodges–Lehmann shift relative to off over one value per boot, with its "
+        f"{hl_ci_label(pairs) if pairs else 'CI'}). Host {legend(D.quoted['host'])}, run "
+        f"{D.quoted['run_id']}; guests under {', '.join(sorted(set(boots.accel)))}, "
+        f"event_idx {', '.join(sorted(set(boots.event_idx)))}",
         n=n,
         unit="runs",
         warmup=0,
         hosts=_hosts(D),
-        extra="Each boot ran an unrecorded warm-up job first",
+        extra="Each boot ran an unrecorded warm-up job first"
+        if D.quoted["parameters"].get("fio_warmup_ms", 1)
+        else "",
     )
 
 
@@ -143,17 +154,26 @@ def cpu(D):
 
 
 def hosts(D):
-    """iothread on against off per job over the hosts (perfbook.analysis.fleetview): one point per other
-    host, every counted run of this host and of the reference host with its interval; one panel
-    per machine kind (a TCG guest's I/O path is paced by an emulated CPU)."""
+    """iothread on against off per job and event_idx over the hosts (perfbook.analysis.fleetview):
+    one point per other host, every counted run of this host and of the reference host with its
+    interval (over one value per boot); one panel per machine kind (a TCG guest's I/O path is
+    paced by an emulated CPU). event_idx is a factor: each row holds it equal, and a dataset
+    whose variants' boots differ in it has no effect to draw."""
     e = A.every_effect(D)
     if not len(e):
         fig, ax = plt.subplots(figsize=(6, 1.5))
         ax.axis("off")
-        ax.text(0.5, 0.5, "no dataset has two runs of a job per variant", ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "no dataset has two boots per variant at one event_idx",
+            ha="center",
+            va="center",
+        )
         return (
             fig,
-            "No host has a dataset with at least two runs of a job per variant, so no effect is drawn.",
+            "No host has a dataset with at least two boots per variant at one event_idx (the "
+            "unit of repetition is the boot), so no effect is drawn.",
         )
     e = e.assign(
         host_id=e.dataset.str.split("/").str[0],
@@ -165,8 +185,8 @@ def hosts(D):
     F = fv.fleet(D, set(e.host_id.unique()))
     keep = fv.runs(D, F)
     e = fv.of_runs(e, keep)
-    cells = list(dict.fromkeys(zip(e.job, e.storm)))
-    e = e.assign(pos=[cells.index(c) for c in zip(e.job, e.storm)])
+    cells = list(dict.fromkeys(zip(e.job, e.storm, e.event_idx)))
+    e = e.assign(pos=[cells.index(c) for c in zip(e.job, e.storm, e.event_idx)])
     panels = fv.facets(F, "kind")
     fig, axes = plt.subplots(
         1,
@@ -192,9 +212,10 @@ def hosts(D):
     mans = [m for m in D.manifests if (m.host_id, m["run_id"]) in keep]
     pairs = [(int(r.n_a), int(r.n_b)) for r in e.itertuples()]
     cap = caption(
-        "fio IOPS with iothread on against off, per job: the Hodges–Lehmann shift relative to off",
+        "fio IOPS with iothread on against off, per job and virtio-blk event_idx (held equal "
+        "within each row): the Hodges–Lehmann shift relative to off, over one value per boot",
         n=e.n_a.to_numpy(),
-        unit="runs",
+        unit="boots",
         warmup=0,
         hosts=[(m.host_id, m["host"].get("description")) for m in mans],
         ci=False,

@@ -10,10 +10,12 @@ from perfbook.analysis.findings import per_host_note
 
 from .analysis import (
     bonnie_beside_seed,
+    boots_table,
     cpu_rates,
     dataset_key,
     effects,
     fio_summary,
+    fio_table,
     storm_effects,
     table,
 )
@@ -43,7 +45,7 @@ PROSE_KEYS = (
 
 def _ci_label(e) -> str:
     pairs = [(int(r.n_a), int(r.n_b)) for r in e.itertuples()] if len(e) else []
-    return stats.hl_ci_label(pairs) if pairs else "no interval: fewer than 2 runs per variant"
+    return stats.hl_ci_label(pairs) if pairs else "no interval: fewer than 2 boots per variant"
 
 
 def _fmt_eff(r) -> str:
@@ -54,8 +56,8 @@ def _fmt_eff(r) -> str:
 
 
 def quoted_boots(D):
-    """The quoted dataset's boots."""
-    boots = table(D, "boots")
+    """The quoted dataset's boots, each with its event_idx (analysis.boots_table)."""
+    boots = boots_table(D)
     return boots[boots.dataset == dataset_key(D.quoted)]
 
 
@@ -95,6 +97,18 @@ def event_idx_text(m, accels: set) -> str:
     return f"{v}, as the run asked"
 
 
+def event_idx_boots_text(boots) -> str:
+    """What the quoted dataset's boots had as event_idx, per variant where they differ."""
+    if not len(boots):
+        return "not recorded"
+    levels = sorted(set(boots.event_idx))
+    if len(levels) == 1:
+        return f"{levels[0]} in all {len(boots)} boots"
+    return "; ".join(
+        f"iothread {v}: {', '.join(sorted(set(g.event_idx)))}" for v, g in boots.groupby("variant")
+    )
+
+
 def values(D) -> dict:
     """Every value the prose quotes, formatted as it shows."""
     q = D.quoted
@@ -123,7 +137,8 @@ def values(D) -> dict:
     }
     f["stall_text"] = stall_text(q)
     f["p_event_idx"] = event_idx_text(q, set(boots.accel.unique()))
-    fio = table(D, "fio")
+    f["event_idx_boots"] = event_idx_boots_text(boots)
+    fio = fio_table(D)
     fio = fio[fio.dataset == ds]
     eff = effects(fio)
     f["ci_label"] = _ci_label(eff)
@@ -132,6 +147,11 @@ def values(D) -> dict:
         k = f"{job}{'_storm' if st else ''}_{v}"
         f[f"iops_{k}"] = f"{r['median']:,.0f}"
         f[f"p99_{k}"] = f"{r.clat_p99_us:,.0f}"
+    none = "not estimated (fewer than 2 boots per variant at one event_idx)"
+    for job, st, v in sm.index:
+        f[f"eff_{job}{'_storm' if st else ''}"] = none
+        if st:
+            f[f"storm_{job}_{v}"] = none
     for r in eff.itertuples():
         f[f"eff_{r.job}{'_storm' if r.storm else ''}"] = _fmt_eff(r)
     for r in storm_effects(fio).itertuples():

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from .analysis import bonnie_beside_seed, cpu_rates, dataset_key, every_effect, in_job_order, table
+from .analysis import (
+    bonnie_beside_seed,
+    boots_table,
+    cpu_rates,
+    dataset_key,
+    every_effect,
+    in_job_order,
+    table,
+)
 
 CLASSES = (
     "main",
@@ -27,6 +35,8 @@ def cpu_table(D, dataset: str | None = None):
 
 
 def effects_table(D):
+    """Every dataset's on/off effects (analysis.effects: one value per boot, at one event_idx
+    per row), n_on and n_off in boots."""
     e = every_effect(D)
     if not len(e):
         return e
@@ -35,6 +45,7 @@ def effects_table(D):
             "dataset",
             "job",
             "storm",
+            "event_idx",
             "n_a",
             "n_b",
             "median_b",
@@ -71,11 +82,12 @@ def bonnie_table(D):
 
 def run_columns(m, data) -> dict:
     p = m["parameters"]
-    b = table(data, "boots")
+    b = boots_table(data)
     b = b[b.dataset == dataset_key(m)] if len(b) else b
     return {
         "boots": len(b),
         "accel": ", ".join(sorted(set(b.accel))) if len(b) else "n/a",
         "fio": f"{p['runtime_ms']} ms × {p['repeats']} per boot",
         "disk": f"{p['cache']}/{p['aio']}",
+        "event_idx": ", ".join(sorted(set(b.event_idx))) if len(b) else "n/a",
     }

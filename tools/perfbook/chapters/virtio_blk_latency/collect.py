@@ -1,18 +1,19 @@
 """virtio_blk_latency, collect: the only part of the chapter that touches the host (the image,
 QEMU guests, the host's ftrace instances, the benchmark on the host).
 
-A round runs one host benchmark and a guest boot per aio mode and variant, in shuffled order;
-rounds repeat adaptively (perfbook.analysis.repetition.Repetition) on the untraced boots' median
-latency. Every boot's requests are matched across the layers and put on one time axis
-(timeline/) before the next boot. The benchmark image is mapped to disk sectors with FIEMAP, so
-that the host's block requests map back to image offsets; HostTrace holds the host's two ftrace
-instances of a boot. The framework (perfbook.framework.sequence.collect) owns parameters,
+A round runs one host benchmark and a guest boot per cell of `boots` (aio/variant), in shuffled
+order; rounds repeat (perfbook.analysis.repetition.Repetition: a fixed number in the default
+profile, adaptively on each aio mode's untraced boots in the full one). Every boot's requests are
+matched across the layers and put on one time axis (timeline/) before the next boot. The
+benchmark image is mapped to disk sectors with FIEMAP, so that the host's block requests map back
+to image offsets; HostTrace holds the host's two ftrace instances of a boot. The framework (perfbook.framework.sequence.collect) owns parameters,
 preflight, lock, signals and the dataset writer; everything changed here is registered on
 ctx.undo.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import os
@@ -42,7 +43,6 @@ from .parse import (
     QEMU_CORE_EVENTS,
     QEMU_EVENTS,
     REGION_START,
-    SINGLE,
     VARIANTS,
     MiB,
     host_loss,
@@ -250,16 +250,19 @@ def host_layer_problem() -> str | None:
 
 
 def plan_round(p: dict, rng, rnd: int) -> list[dict]:
-    """One round's jobs, shuffled: one host benchmark, a guest boot per aio mode and variant, and
-    the single-layer boots of the layer_runs modes; each with its patterns in shuffled order."""
+    """One round's jobs, shuffled: one host benchmark and one guest boot per cell of p["boots"]
+    ('aio/variant'); each with its patterns in shuffled order.
+
+    Every boot measures one window of one cell: a traced and an untraced window can't share a
+    boot, because QEMU's trace events (-trace at start) and the host's ftrace instances (set up
+    around the boot) stay on for the whole boot, so an 'untraced' window inside a traced boot
+    would still pay two of the three layers' tracing and tracing_cost would be understated; the
+    windows would also differ in their place in the boot (the first one warms it up). The cells
+    differ by what they compare only: the same image, requests, patterns and guest."""
     jobs = [{"kind": "host", "aio": "", "variant": "host_bench"}]
-    for aio in p["aio"]:
-        for v in p["variants"]:
-            jobs.append({"kind": "guest", "aio": aio, "variant": v})
-    for aio in p["layer_runs"]:
-        for v in SINGLE:
-            if v not in p["variants"]:
-                jobs.append({"kind": "guest", "aio": aio, "variant": v})
+    for cell in p["boots"]:
+        aio, v = cell.split("/")
+        jobs.append({"kind": "guest", "aio": aio, "variant": v})
     rng.shuffle(jobs)
     for pos, j in enumerate(jobs):
         pats = list(p["patterns"])
@@ -275,9 +278,18 @@ def plan_round(p: dict, rng, rnd: int) -> list[dict]:
     return jobs
 
 
-def rep_variant(p: dict) -> str:
-    """The variant whose boots feed the adaptive repetition: untraced if there is one."""
-    return "plain" if "plain" in p["variants"] else p["variants"][0]
+def rep_variant(p: dict, aio: str) -> str:
+    """The variant of `aio` whose boots feed the adaptive repetition: its untraced boot if the
+    round has one, else its first cell's."""
+    vs = [c.split("/")[1] for c in p["boots"] if c.split("/")[0] == aio]
+    return "plain" if "plain" in vs else vs[0]
+
+
+def rep_keys(p: dict) -> list[str]:
+    """The aio modes the repetition tracks: those with an untraced boot (parse.EXPERIMENT), or
+    every mode where none has one."""
+    plain = [a for a in p["aio"] if f"{a}/plain" in p["boots"]]
+    return plain or list(p["aio"])
 
 
 def bench_args(p: dict, pattern: str, seed: int, n: int, out: str, target: str) -> list[str]:
@@ -371,8 +383,14 @@ def available_qemu_events() -> set[str]:
     return set(r.stdout.split()) | set(r.stderr.split())
 
 
-def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, qevents, say):
-    """One boot: returns (request rows, job row, calibration rows)."""
+def guest_job(
+    p, job, runner, exe, image, scratch, host_ok, blockdev, extents, qevents, say, phase=None
+):
+    """One boot: returns (request rows, job row, calibration rows). phase: ctx.phase, where the
+    seconds go: the calibrations are "setup"; QEMU's run is "boot" (the guest's boot and its
+    benchmark passes are one QEMU process, whose measured part the host can't tell apart);
+    parsing and matching the traces is left as "other"."""
+    phase = phase or (lambda kind: contextlib.nullcontext())
     layers = set(VARIANTS[job["variant"]])
     notes = []
     if "host" in layers and not host_ok:
@@ -388,7 +406,8 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
     extra = qemu_trace_args(qlog, qevents) if "qemu" in layers else []
     if "host" in layers:  # thread names (CPU 0/TCG, worker) tell the host trace who did what
         extra += ["-name", "perfbook,debug-threads=on"]
-    cal_before = calibrate(exe, p["calib_samples"])
+    with phase("setup"):
+        cal_before = calibrate(exe, p["calib_samples"])
     ht = HostTrace(p, blockdev, say) if "host" in layers else None
     disks = [
         guest.DiskSpec(label="bench", cache="none", aio=job["aio"], readonly=True, path=image),
@@ -401,14 +420,17 @@ def guest_job(p, job, runner, exe, image, scratch, host_ok, blockdev, extents, q
     htext = btext = ""
     hstats = {}
     if ht is not None:
-        with ht:
+        with phase("setup"), ht:
             cfg.on_start = ht.on_start
-            res = runner.run(guest_script(p, job, traced), cfg)
+            with phase("boot"):
+                res = runner.run(guest_script(p, job, traced), cfg)
             htext, btext, hstats = ht.read()
         notes += ht.notes
     else:
-        res = runner.run(guest_script(p, job, traced), cfg)
-    cal_after = calibrate(exe, p["calib_samples"])
+        with phase("boot"):
+            res = runner.run(guest_script(p, job, traced), cfg)
+    with phase("setup"):
+        cal_after = calibrate(exe, p["calib_samples"])
     if res.rc != 0:
         tail = " | ".join(res.output.strip().splitlines()[-3:])
         raise PerfbookError(
@@ -564,51 +586,54 @@ def host_job(p, job, exe, image):
 def measure(ctx) -> None:
     """Measure this host into ctx.writer (tables requests, jobs, repetition, calib)."""
     p, w = ctx.p, ctx.writer
-    exe = binary(BENCH)
-    rng = random.Random(p["seed"])
-    per_round = len(plan_round(p, random.Random(0), 0))
-    scratch = ctx.scratch().dir  # removed by the framework's undo stack
-    rep = repetition(EXPERIMENT, p["aio"], p, "rep_")
-    prog = ctx.progress((rep.warmup + rep.min_runs) * per_round + 1)
-    prog.note(f"scratch directory {scratch}")
-    say = prog.note
-    w.extra["_tool_cmds"] = {"qemu-system": [guest.QEMU, "--version"]}
-    image = scratch / "bench.img"
-    fill_image(image, p["image_mib"], p["seed"])
-    prog.step(f"benchmark image of {p['image_mib']} MiB written")
-    host_why = host_layer_problem()
-    blockdev = extents = None
-    if host_why is None:
-        try:
-            blockdev = block_device(image)
-            extents = fiemap(image)
-        except MissingPrerequisite as e:
-            w.skip("host_block", str(e))
-    else:
-        w.skip("host", host_why)
-    have = available_qemu_events()
-    qevents = [e for e in QEMU_EVENTS if e in have]
-    missing = [e for e in QEMU_EVENTS if e not in have]
-    if missing:
-        w.notes.append(f"QEMU {guest.qemu_version()} has no trace events {', '.join(missing)}")
-    w.extra["virtio_blk_latency"] = {
-        "qemu_events": qevents,
-        "qemu_trace_backend": "log (-trace, -D, -msg timestamp=on)",
-        "host_block_device": {k: v for k, v in (blockdev or {}).items()},
-        "image_extents": len(extents or []),
-        "region": [REGION_START, p["image_mib"] * MiB - REGION_START],
-        "block": BLOCK,
-    }
-    # QEMU and the guest runner's scratch directory: stopped and removed when the undo unwinds
-    runner = ctx.undo.enter_context(
-        guest.Runner(
-            accel=p["accel"],
-            kvm_boot_timeout=p["kvm_boot_timeout"],
-            timeout=p["boot_timeout"],
-            progress=say,
+    with ctx.phase("setup"):  # the image, its extents, the guest runner
+        exe = binary(BENCH)
+        rng = random.Random(p["seed"])
+        per_round = len(plan_round(p, random.Random(0), 0))
+        scratch = ctx.scratch().dir  # removed by the framework's undo stack
+        rep = repetition(EXPERIMENT, rep_keys(p), p, "rep_")
+        prog = ctx.progress((rep.warmup + rep.min_runs) * per_round + 1)
+        prog.note(f"scratch directory {scratch}")
+        say = prog.note
+        w.extra["_tool_cmds"] = {"qemu-system": [guest.QEMU, "--version"]}
+        image = scratch / "bench.img"
+        fill_image(image, p["image_mib"], p["seed"])
+        prog.step(f"benchmark image of {p['image_mib']} MiB written")
+        host_why = host_layer_problem()
+        blockdev = extents = None
+        if host_why is None:
+            try:
+                blockdev = block_device(image)
+                extents = fiemap(image)
+            except MissingPrerequisite as e:
+                w.skip("host_block", str(e))
+        else:
+            w.skip("host", host_why)
+        have = available_qemu_events()
+        qevents = [e for e in QEMU_EVENTS if e in have]
+        missing = [e for e in QEMU_EVENTS if e not in have]
+        if missing:
+            w.notes.append(f"QEMU {guest.qemu_version()} has no trace events {', '.join(missing)}")
+        w.extra["virtio_blk_latency"] = {
+            "qemu_events": qevents,
+            "qemu_trace_backend": "log (-trace, -D, -msg timestamp=on)",
+            "host_block_device": {k: v for k, v in (blockdev or {}).items()},
+            "image_extents": len(extents or []),
+            "region": [REGION_START, p["image_mib"] * MiB - REGION_START],
+            "block": BLOCK,
+        }
+        # QEMU and the guest runner's scratch directory: stopped and removed when the undo unwinds
+        runner = ctx.undo.enter_context(
+            guest.Runner(
+                accel=p["accel"],
+                kvm_boot_timeout=p["kvm_boot_timeout"],
+                timeout=p["boot_timeout"],
+                progress=say,
+            )
         )
-    )
-    w.extra["guest_artefacts"] = {k: v for k, v in (runner.artefacts or {}).items() if k != "dir"}
+        w.extra["guest_artefacts"] = {
+            k: v for k, v in (runner.artefacts or {}).items() if k != "dir"
+        }
     reqs, jobs, cals = [], [], []
     accel_seen = set()
     jid = 0
@@ -618,7 +643,8 @@ def measure(ctx) -> None:
         rnd = rd.index - rep.warmup  # measured rounds are numbered from 0
         for job in plan_round(p, rng, rnd):
             if job["kind"] == "host":
-                r, j = host_job(p, job, exe, image)
+                with ctx.phase("measured"):
+                    r, j = host_job(p, job, exe, image)
                 cal = None
             else:
                 r, j, cal = guest_job(
@@ -633,9 +659,14 @@ def measure(ctx) -> None:
                     extents,
                     qevents,
                     say,
+                    ctx.phase,
                 )
                 accel_seen.add(j["accel"])
-            if job["kind"] == "guest" and job["variant"] == rep_variant(p):
+            if (
+                job["kind"] == "guest"
+                and job["aio"] in rep.keys
+                and job["variant"] == rep_variant(p, job["aio"])
+            ):
                 ok = r[r.warm == 0]
                 rep.add(job["aio"], float(ok.bench_cyc.median()) / j["tsc_hz"] * 1e6)
             if not rd.warmup:  # warm-up rounds are run and counted, not kept

@@ -12,6 +12,7 @@ import re
 import pandas as pd
 
 from perfbook.core.errors import PerfbookError
+from perfbook.framework.contract import choose_list
 from perfbook.probes import ftrace
 
 # ---- what the chapter measures (shared by collect and analysis) ------------------------------
@@ -68,12 +69,27 @@ HOST_SYSCALLS = SUBMIT_CALLS + ("io_getevents", "write")
 KVM_NOTIFY = ("kvm_fast_mmio", "kvm_mmio", "kvm_pio")
 KVM_IRQ = ("kvm_msi_set_irq", "kvm_set_irq")
 
-# Rounds repeat adaptively (perfbook.analysis.repetition.Repetition). A round boots every aio mode and variant
-# once, in shuffled order; the value each round adds per aio mode is the median latency of its
-# untraced ("plain") boot. Rounds go on until each aio mode's median over rounds has a 95 % CI
-# narrower than rep_target (relative), or rep_budget_s runs out, or rep_max_runs rounds are in.
-# The boot is the unit of repetition: requests inside one boot share its conditions.
+# Rounds repeat (perfbook.analysis.repetition.Repetition). A round boots every cell of `boots`
+# (aio/variant) once, in shuffled order; the value each round adds per aio mode is the median
+# latency of its untraced ("plain") boot, or of its first cell's where the round has none. Rounds
+# go on until each aio mode's median over rounds has a 95 % CI narrower than rep_target
+# (relative), or rep_budget_s runs out, or rep_max_runs rounds are in (the default profile fixes
+# the rounds: min = max). The boot is the unit of repetition: requests inside one boot share its
+# conditions.
 EXPERIMENT = "guest benchmark, untraced boot"
+
+
+def round_cells(p: dict) -> list[str]:
+    """A round's guest boots as 'aio/variant', in a fixed order: `boots` among the aio modes of
+    `aio`, or (boots None) every aio mode x variant and the single-layer boots of layer_runs."""
+    if p["boots"] is None:
+        cells = [f"{a}/{v}" for a in p["aio"] for v in p["variants"]]
+        cells += [f"{a}/{v}" for a in p["layer_runs"] for v in SINGLE if v not in p["variants"]]
+        return cells
+    every = [f"{a}/{v}" for a in AIO for v in VARIANTS]
+    want = choose_list(p["boots"], every, "boot (aio/variant)")
+    return [c for c in every if c in want and c.split("/")[0] in p["aio"]]
+
 
 # the stamps of a request, per layer (relative to the layer's anchor in the requests table)
 STAMPS_G = ("g_issue", "g_notify", "g_irq", "g_complete")

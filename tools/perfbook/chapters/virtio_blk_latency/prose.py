@@ -12,7 +12,7 @@ from perfbook.data.machine import kind, short_kind
 
 from . import analysis as A
 from . import tables as T
-from .parse import QEMU_CORE_EVENTS
+from .parse import AIO, QEMU_CORE_EVENTS, VARIANTS
 
 
 def seed(D) -> dict:
@@ -69,6 +69,7 @@ def method(D) -> dict:
         "rep_widest": widest_interval(rp),
         "p_image_mib": p["image_mib"],
         "p_aio": ", ".join(p["aio"]),
+        "p_boots": boots_text(guest_jobs),
         "n_boots": len(guest_jobs),
         "n_requests": int((D.req.warm == 0).sum()),
         "tsc_ghz": f"{float(guest_jobs.tsc_hz.median()) / 1e9:.3f}",
@@ -84,6 +85,17 @@ def method(D) -> dict:
             f"{ex.get('host_block_device', {}).get('name', 'not traced')}"
         ),
     }
+
+
+def boots_text(guest_jobs) -> str:
+    """A round's guest boots, per aio mode in the book's order: 'threads: plain, all;
+    native: all' (the variants in VARIANTS' order)."""
+    cells = set(zip(guest_jobs.aio, guest_jobs.variant))
+    return "; ".join(
+        f"{a}: " + ", ".join(v for v in VARIANTS if (a, v) in cells)
+        for a in AIO
+        if any(c[0] == a for c in cells)
+    )
 
 
 def widest_interval(rp) -> str:
@@ -219,7 +231,7 @@ def seed_tables(D) -> dict:
 def tracing_cost(D) -> dict:
     ctrl, ref = T.control(D), D.ref
     out = {
-        f"ctrl_{v}_us": f"{ctrl.get(v, math.nan):.1f}"
+        f"ctrl_{v}_us": f"{ctrl[v]:.1f}" if v in ctrl.index else "(not measured)"
         for v in ("plain", "guest", "qemu", "host", "boundary", "all")
     }
     out["trace_cost_pct"] = (
