@@ -84,40 +84,23 @@ def test_a_detached_grandchild_dies_when_the_run_is_sigkilled():
 
 def test_sweep_empties_and_removes_the_group_of_a_dead_run():
     """If the watchdog died too (a kill of everything), the next run's sweep does its work."""
+    _sweep_a_dead_runs_group(inner=None)
+
+
+def _sweep_a_dead_runs_group(inner: str | None) -> None:
+    """A group named for a dead run, a sleep in it (or in its cgroup `inner`): the next run's
+    sweep must kill the sleep and remove every group."""
     _need_cgroup()
     dead = subprocess.Popen(["true"])
     dead.wait()
     group = cgroup.mount() / f"{cgroup.PREFIX}{dead.pid}"
+    home = group / inner if inner else group
     os.mkdir(group)
+    if inner:
+        os.mkdir(home)
     child = subprocess.Popen(["sleep", "4344"])
     try:
-        (group / "cgroup.procs").write_text(str(child.pid))
-        from perfbook.hoststate.sweep import sweep_all
-
-        removed = sweep_all(log=lambda s: None)
-        assert any(r.startswith(f"cgroup {group.name}") for r in removed), removed
-        assert child.wait(timeout=10) == -signal.SIGKILL
-        assert not group.exists()
-    finally:
-        child.kill()
-        cgroup.kill_all(group) if group.exists() else None
-        cgroup.remove(group)
-
-
-def test_sweep_removes_a_dead_runs_group_with_a_cgroup_of_its_chapter_inside():
-    """sched_callers runs its workloads in a cgroup of its own inside the run's: after a
-    SIGKILL, the process in it must die and both groups go (the run's group could not be
-    removed while the chapter's was there, nor its process seen from the run's group)."""
-    _need_cgroup()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    group = cgroup.mount() / f"{cgroup.PREFIX}{dead.pid}"
-    inner = group / "sched_callers"
-    os.mkdir(group)
-    os.mkdir(inner)
-    child = subprocess.Popen(["sleep", "4345"])
-    try:
-        (inner / "cgroup.procs").write_text(str(child.pid))
+        (home / "cgroup.procs").write_text(str(child.pid))
         assert cgroup.procs(group) == [child.pid]
         from perfbook.hoststate.sweep import sweep_all
 
@@ -128,6 +111,13 @@ def test_sweep_removes_a_dead_runs_group_with_a_cgroup_of_its_chapter_inside():
     finally:
         child.kill()
         cgroup.remove(group)
+
+
+def test_sweep_removes_a_dead_runs_group_with_a_cgroup_of_its_chapter_inside():
+    """sched_callers runs its workloads in a cgroup of its own inside the run's: after a
+    SIGKILL, the process in it must die and both groups go (the run's group could not be
+    removed while the chapter's was there, nor its process seen from the run's group)."""
+    _sweep_a_dead_runs_group(inner="sched_callers")
 
 
 def test_the_group_of_a_live_run_is_left_alone():

@@ -162,34 +162,29 @@ def test_a_round_the_last_one_says_would_overrun_the_budget_is_not_started():
     assert rep.n == 4 and rep.elapsed_s == 12 and rep.stopped_by == rep_mod.STOP_BUDGET
 
 
-def test_one_measured_round_always_runs_even_after_a_warmup_past_the_budget():
+@pytest.mark.parametrize("min_runs", [1, 3])
+def test_the_budget_stops_a_run_only_at_min_runs_and_one_measured_round_always_runs(min_runs):
+    """Warm-up past the budget: one measured round still runs; and min_runs is the n the
+    findings' intervals need (#40), so the rounds go on to it before the budget stops them."""
     clk = Clock()
     rep = _run(
         rep_mod.Repetition(
-            "w", ["a", "b"], target=0.05, min_runs=1, max_runs=9, budget_s=5, warmup=1, clock=clk
+            "w",
+            ["a", "b"],
+            target=0.05,
+            min_runs=min_runs,
+            max_runs=9,
+            budget_s=5,
+            warmup=1,
+            clock=clk,
         ),
         clk,
         [9, 9],
     )
-    assert rep.n == 1 and rep.warmup_values["a"] == 1 and rep.stopped_by == rep_mod.STOP_BUDGET
+    assert rep.n == min_runs and rep.warmup_values["a"] == 1
+    assert rep.stopped_by == rep_mod.STOP_BUDGET and rep.elapsed_s == 9 * (1 + min_runs)
     (rec, _) = rep.records()
-    assert (
-        rec["elapsed_s"] == 18 and rec["n"] == 1 and rec["rel_ci_width"] != rec["rel_ci_width"]
-    )  # NaN
-
-
-def test_the_budget_never_stops_a_run_short_of_min_runs():
-    """min_runs is the n the findings' intervals need (#40): a run the budget cut short of it
-    would decide nothing, so the rounds go on to min_runs, then the budget stops them."""
-    clk = Clock()
-    rep = _run(
-        rep_mod.Repetition(
-            "w", ["a", "b"], target=0.05, min_runs=3, max_runs=9, budget_s=5, warmup=1, clock=clk
-        ),
-        clk,
-        [9, 9],
-    )
-    assert rep.n == 3 and rep.elapsed_s == 36 and rep.stopped_by == rep_mod.STOP_BUDGET
+    assert rec["n"] == min_runs and (min_runs > 1 or rec["rel_ci_width"] != rec["rel_ci_width"])
 
 
 def test_stop_rule_tells_fixed_rounds_and_unrecorded_reasons_apart():

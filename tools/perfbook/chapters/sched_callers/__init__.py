@@ -19,18 +19,8 @@ from __future__ import annotations
 from perfbook.framework.contract import REPETITION, Chapter, Param, Table, repetition_params
 from perfbook.hoststate.tracefs import preflight as tracefs_preflight
 
-from .parse import DEFAULT_TRACERS, WORKLOADS
+from .parse import DEFAULT_TRACERS, WINDOW_COLUMNS, WORKLOADS
 
-WINDOW_COLUMNS = (
-    "session",
-    "filter",
-    "armed_start",
-    "armed_end",
-    "window_start",
-    "window_end",
-    "workload_start",
-    "workload_end",
-)
 _COMMON = {
     "tracers": None,
     "workloads": None,

@@ -58,14 +58,7 @@ SESSION_COLUMNS = [
     "distinct",
     "lost",
     "wall_s",
-    "session",
-    "filter",
-    "armed_start",
-    "armed_end",
-    "window_start",
-    "window_end",
-    "workload_start",
-    "workload_end",
+    *parse.WINDOW_COLUMNS,
 ]
 
 

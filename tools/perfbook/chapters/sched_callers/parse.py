@@ -65,6 +65,18 @@ WORKLOADS: dict[str, str] = {
     "senders and 20 receivers over sockets)",
 }
 EXPERIMENT = "hackbench seconds"
+# what the sessions table records of each session's window (CLOCK_MONOTONIC) and filter; optional:
+# datasets older than the one-window design lack them
+WINDOW_COLUMNS = (
+    "session",
+    "filter",
+    "armed_start",
+    "armed_end",
+    "window_start",
+    "window_end",
+    "workload_start",
+    "workload_end",
+)
 
 # frames a tracer's own machinery puts above the scheduler: dropped before counting
 TRACING_FRAMES = (
