@@ -1119,3 +1119,20 @@ def test_ci_columns_state_the_real_coverage():
     side = A.side_by_side_cumulative(cum, load_reference(chapter.name))
     want = f"median {tools_stats.ci_label(cum['n'])} (ns)"
     assert want in side.columns and "95 %" not in " ".join(side.columns)
+
+
+def test_the_io_uring_sentence_reads_for_a_dataset_without_io_uring_boots(monkeypatch):
+    """The default profile boots no io_uring guest (full does): the page still gets its
+    sentence (a glue name the markdown quotes and the dataset cannot give fails the book
+    build), and where io_uring was booted the sentence quotes its call and time."""
+    rows = [
+        {"aio": "threads", "syscall": "preadv", "median (µs)": 20.0},
+        {"aio": "native", "syscall": "io_submit", "median (µs)": 8.0},
+    ]
+    monkeypatch.setattr(prose.T, "syscalls", lambda D: pd.DataFrame(rows))
+    got = prose.syscalls(None)
+    assert got["sys_native_call"] == "io_submit" and "sys_io_uring_call" not in got
+    assert got["sys_io_uring_sentence"].startswith("This dataset booted no io_uring guest")
+    rows.append({"aio": "io_uring", "syscall": "io_uring_enter", "median (µs)": 22.8})
+    got = prose.syscalls(None)
+    assert got["sys_io_uring_sentence"] == "With io_uring it submits with io_uring_enter (22.8 µs)."
