@@ -1164,3 +1164,11 @@ def test_key_findings_on_the_book_data(book_data):
         rs = kf._resizes(run)
         size = analysis.largest_compared(rs, "cached")
         assert f"{size // MiB} MiB" in m.context and m.estimate.scale == "log"
+
+
+def test_a_dataset_without_perf_still_gives_every_perf_value_the_page_quotes():
+    """perf missing, its symbol unresolvable or no recording in the profile: the perf section's
+    glue names still exist (a missing one fails the book build), and say so."""
+    got = prose.formatted({})
+    assert {k: got[k] for k in prose.PERF_KEYS} == dict.fromkeys(prose.PERF_KEYS, "not measured")
+    assert prose.formatted({"perf_ow_cached": 12.34})["perf_ow_cached"] == "12.3"

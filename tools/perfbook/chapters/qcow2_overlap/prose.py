@@ -155,7 +155,23 @@ def formatted(h: dict) -> dict:
     out = {k: format(h[k], spec) for k, spec in FORMATS.items() if k in h and h[k] == h[k]}
     out.update({k: h[k] for k in AS_IS if k in h})
     out.update(sentences(out))
+    for k in PERF_KEYS:  # a dataset without perf (not installed, no symbol, or not recorded)
+        out.setdefault(k, "not measured")
     return out
+
+
+# what the perf section quotes: a dataset that recorded no perf still gives each one (a glue
+# name the page quotes and the dataset cannot give fails the book build)
+PERF_KEYS = (
+    "perf_event",
+    "perf_n",
+    "perf_pre_size_mib",
+    "perf_pre_cached",
+    "perf_ow_cached",
+    "perf_al_cached",
+    "perf_sn_all",
+    "perf_size_ratio",
+)
 
 
 # A comparison of a mode with `none` needs two runs of each (overhead()); a dataset whose time
