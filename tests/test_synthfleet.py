@@ -149,7 +149,7 @@ def test_every_chapter_that_repeats_adaptively_has_its_rounds_listed():
     for ch in CHAPTERS:
         tables = ch.load().tables
         for col, which, names in synthfleet.ROUNDS.get(ch.name, ()):
-            assert which in ("first", "last")
+            assert which in ("first", "last", "context")
             assert all(col in tables[t].columns for t in names), (ch.name, col, names)
         adaptive = False
         for run in list_runs(ch.name):

@@ -190,15 +190,19 @@ XZ_PRESET = 0
 # repeat a fixed number of times (dd_repeats, skew_rounds) are not listed: a slow machine runs
 # them all. tests/test_synthfleet.py checks that every chapter whose datasets repeat
 # adaptively is listed.
+# "first" where a chapter's first rounds are its context rounds (every cell: the default then
+# repeats only the cells its findings read), as a real run cut short after one round has them
 ROUNDS = {
-    "cpu_pinning": (("round", "last", ("trials", "tasks", "cores", "latency_hist", "migrations")),),
+    "cpu_pinning": (
+        ("round", "context", ("trials", "tasks", "cores", "latency_hist", "migrations")),
+    ),
     "iostat_internals": (
         ("round", "last", ("phases", "intervals", "windows", "trace_windows", "trace_sample")),
     ),
-    "netperf_latency": (("rep", "last", ("runs", "hist", "netperf_all")),),
+    "netperf_latency": (("rep", "context", ("runs", "hist", "netperf_all")),),
     "qcow2_overlap": (("repeat", "first", ("prealloc", "writes", "cycles")),),
-    "qemu_cache_modes": (("round", "last", ("bench",)), ("round", "last", ("host_dd",))),
-    "sched_callers": (("round", "last", ("runs", "stacks", "sessions")),),
+    "qemu_cache_modes": (("round", "context", ("bench",)), ("round", "last", ("host_dd",))),
+    "sched_callers": (("round", "context", ("runs", "stacks", "sessions")),),
     "trace_overhead": (("round", "last", ("samples", "checks")),),
     "tsc_alignment": (("round", "last", ("bracket",)),),
     "virtio_blk_latency": (("round", "last", ("jobs",)),),
@@ -220,8 +224,9 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
     """A dataset's tables ({name: frame}) with some of the measured rounds of each adaptive
     repetition (ROUNDS), renumbered from the first, and the warm-up rounds. `one`: a single round (what
     a default run writes where its time budget was spent after one round: n = 1, stopped by
-    the time budget, perfbook.analysis.repetition.STOP_BUDGET); otherwise every round but the first (a run
-    that had one round fewer). The repetition table's n follows."""
+    the time budget, perfbook.analysis.repetition.STOP_BUDGET); otherwise every round but the first
+    (the last, for a chapter whose first rounds are its context rounds: ROUNDS' "context"), a run
+    that had one round fewer. The repetition table's n follows."""
     out = dict(frames)
     kept_n = None
     for col, which, tables in ROUNDS.get(chapter, ()):
@@ -234,8 +239,8 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
             continue
         if one:
             kept = measured[-1:] if which == "last" else measured[:1]
-        else:
-            kept = measured[1:] or measured
+        else:  # one round fewer: a chapter's context rounds are the only ones with every cell
+            kept = (measured[:-1] if which == "context" else measured[1:]) or measured
         number = {r: measured[0] + i for i, r in enumerate(kept)}  # where measured rounds start
         for t in tables:
             df = out[t]

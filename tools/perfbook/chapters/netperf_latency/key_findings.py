@@ -93,7 +93,7 @@ def paired(run, a: tuple, b: tuple, col: str, tool: str = "rrbench"):
     va, vb = of(a), of(b)
     if va.empty or vb.empty or (a[0] != b[0] and not shared_rounds(r)):
         return None
-    both = va.index.intersection(vb.index).sort_values()
+    both = sorted(va.index.intersection(vb.index))  # round numbers: unique, no ties
     return va.loc[both].to_numpy(), vb.loc[both].to_numpy()
 
 
@@ -105,7 +105,7 @@ def shared_rounds(runs) -> bool:
     if "order" not in runs or runs.empty:
         return False
     g = runs.groupby("rep")["order"]
-    lo, hi = g.min().sort_index(), g.max().sort_index()
+    lo, hi = g.min().sort_index(kind="stable"), g.max().sort_index(kind="stable")
     return bool((lo.to_numpy()[1:] > hi.to_numpy()[:-1]).all())
 
 

@@ -75,6 +75,10 @@ def values(D) -> dict:
             f[f"slow_{t}"] = (
                 f"{100 * r.rel_shift:+.1f} % (CI {100 * r.rel_low:+.1f} to "
                 f"{100 * r.rel_high:+.1f} %)"
+                if r.rel_low == r.rel_low and r.rel_high == r.rel_high  # not NaN
+                else "not estimated (one probe-effect round: no shift to compare)"
+                if r.rel_shift != r.rel_shift
+                else f"{100 * r.rel_shift:+.1f} % (no interval: too few rounds)"
             )
     for part in (
         session_sizes,

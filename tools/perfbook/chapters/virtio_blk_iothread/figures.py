@@ -170,10 +170,17 @@ def hosts(D):
             ha="center",
             va="center",
         )
+        who = [f"{role} ({h})" for h, role in fv.fleet(D).highlighted]
         return (
             fig,
             "No host has a dataset with at least two boots per variant at one event_idx (the "
-            "unit of repetition is the boot), so no effect is drawn.",
+            "unit of repetition is the boot), so no effect is drawn"
+            + (
+                f"; {' and '.join(who)}: no mark, {'it has' if len(who) == 1 else 'they have'} "
+                "nothing to draw here."
+                if who
+                else "."
+            ),
         )
     e = e.assign(
         host_id=e.dataset.str.split("/").str[0],
@@ -182,7 +189,10 @@ def hosts(D):
         lo=100 * e.rel_low,
         hi=100 * e.rel_high,
     )
-    F = fv.fleet(D, set(e.host_id.unique()))
+    # the hosts with an effect, and this host and the reference host whatever they have: one
+    # without an effect to draw (one boot per variant, or variants at different event_idx) is
+    # named in the caption as having nothing to draw
+    F = fv.fleet(D, set(e.host_id.unique()) | {h for h, _ in fv.fleet(D).highlighted})
     keep = fv.runs(D, F)
     e = fv.of_runs(e, keep)
     cells = list(dict.fromkeys(zip(e.job, e.storm, e.event_idx)))

@@ -221,7 +221,7 @@ def boot_peaks(w):
     that job's name."""
     per_job = w.groupby(["round", "boot", "variant", "job"], as_index=False)["busier"].median()
     top = per_job.sort_values("busier", kind="stable").groupby(["round", "boot", "variant"]).tail(1)
-    return top.sort_values(["round", "boot"]).reset_index(drop=True)
+    return top.sort_values(["round", "boot"], kind="stable").reset_index(drop=True)
 
 
 def none_saturated(run):
@@ -242,7 +242,9 @@ def none_saturated(run):
     v, what = per_repetition(w, ["job", "variant"], "busier")
     if PSEUDO not in what:
         b = boot_peaks(w)
-        jobs = ", ".join(f"{j} {n}×" for j, n in b.job.value_counts().sort_index().items())
+        jobs = ", ".join(
+            f"{j} {n}×" for j, n in b.job.value_counts(sort=False).sort_index(kind="stable").items()
+        )
         return Measured(
             decide.location(b.busier, CONFIDENCE, "boots (iothread off and on; each its peak)"),
             f"each boot's busiest job: {jobs}; vCPU thread up to {fmt(w.vcpu.max())}, QEMU's "

@@ -324,8 +324,7 @@ def syscalls(D) -> dict:
         out[f"sys_{r['aio']}_call"] = r["syscall"]
         out[f"sys_{r['aio']}_us"] = f"{r['median (µs)']:.1f}"
     out["sys_io_uring_sentence"] = (
-        f"With io_uring it submits with {out['sys_io_uring_call']} "
-        f"({out['sys_io_uring_us']} µs)."
+        f"With io_uring it submits with {out['sys_io_uring_call']} ({out['sys_io_uring_us']} µs)."
         if "sys_io_uring_call" in out
         else "This dataset booted no io_uring guest (the default profile leaves io_uring to full)."
     )

@@ -106,7 +106,7 @@ def aio(D):
                 "aio": a,
                 "untraced boots": s_.n,
                 "guest benchmark, median of boot medians (µs)": s_.median,
-                "CI": f"{s_.ci_low:.1f}–{s_.ci_high:.1f}",
+                "CI": f"{s_.ci_low:.1f}–{s_.ci_high:.1f}" if s_.n else "—",  # no untraced boot
                 "boot-to-boot CV (%)": 100 * s_.cv,
             }
         )
