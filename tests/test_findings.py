@@ -470,3 +470,22 @@ def test_iostat_host_summaries_stored_or_computed_give_the_same_views(
     for a, b in zip(off, stored):
         pd.testing.assert_frame_equal(a, b, check_exact=True)
     forget()
+
+
+def test_runs_without_an_interval_pool_to_undecided_not_to_not_measured():
+    """Every run measured the quantity but none has an interval (a confound, or a line through
+    two points): the host is undecided, with why; 'not measured' is for runs that did not
+    measure it."""
+    import math
+
+    from perfbook.analysis.decide import Estimate
+    from perfbook.analysis.findings import Finding, Measured, judge
+
+    f = Finding("k", "a claim", lambda run: None, "x", ">", 1.0)
+    o = f.outcome(Measured(Estimate(2.0, math.nan, math.nan, 0.0, "a line through 2 sizes")))
+    runs = [
+        ({"run_id": r, "host": {"kernel_release": "6.1", "kernel_version": "#1"}}, o)
+        for r in ("20260101T000000Z", "20260102T000000Z")
+    ]
+    v = judge(f, "h", runs)
+    assert v.verdict == "undecided" and v.why == "no interval: a line through 2 sizes"

@@ -376,6 +376,8 @@ def judge(finding: Finding, host_id: str, runs: list) -> HostVerdict:
         est = dc.pool([o.estimate for _, o in got], finding.confidence)
         if len(got) == 1:
             verdict, why = got[0][1].verdict, got[0][1].why
+        elif est is None:  # no run has an interval to pool (decide.pool): measured, undecided
+            verdict, why = UNDECIDED, got[-1][1].why
         else:
             d = dc.decide(est, finding.side, finding.threshold, finding.confidence)
             verdict, why = d.verdict, d.why
