@@ -9,7 +9,6 @@ intervals are (repetition_cost, cost_text, cost_lines).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import pandas as pd
@@ -195,13 +194,8 @@ def cost_lines(chapter, run) -> list[str]:
 
     m = load_manifest(run)
     prof = m.get("profile") or "not recorded"
-    try:
-        took = (
-            dt.datetime.fromisoformat(m["finished"]) - dt.datetime.fromisoformat(m["started"])
-        ).total_seconds()
-        took_text = f"{took:.0f} s"
-    except (KeyError, TypeError, ValueError):
-        took, took_text = None, "time not recorded"
+    took = m.seconds
+    took_text = "time not recorded" if took is None else f"{took:.0f} s"
     plan = plan_seconds(chapter, prof)
     head = f"newest from this host: {m['run_id']}, profile {prof}, {took_text}" + (
         f" (today's plan for {prof}: {plan} s)" if plan is not None else ""

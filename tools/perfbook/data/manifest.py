@@ -86,6 +86,21 @@ class Manifest(dict):
         return self["host"]["host_id"]
 
     @property
+    def seconds(self) -> float | None:
+        """How long the collect took (started to finished), or None where the manifest does not
+        say (a field missing or not a time)."""
+        # lazy: datetime only for the few readers of a run's time
+        import datetime as dt
+
+        try:
+            t = dt.datetime.fromisoformat(self["finished"]) - dt.datetime.fromisoformat(
+                self["started"]
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return t.total_seconds()
+
+    @property
     def key(self) -> tuple[str, str]:
         return (self.host_id, self["run_id"])
 

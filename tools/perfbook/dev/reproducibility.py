@@ -23,7 +23,6 @@ Runs the monitor marked disturbed, and runs of another profile, are shown and ma
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import os
 import shutil
@@ -107,14 +106,6 @@ def to_decide(r: float, seconds: float) -> float:
     return seconds * r * r
 
 
-def _seconds(m) -> float | None:
-    try:
-        t = dt.datetime.fromisoformat(m["finished"]) - dt.datetime.fromisoformat(m["started"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return t.total_seconds()
-
-
 def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
     """Print the report on host_id's datasets under data/runs; return its figures."""
     decided: dict[int, list[int]] = {}  # run index -> [decided, told]
@@ -134,7 +125,7 @@ def report(data: Path, profile: str, chapters, host_id: str, say=print) -> dict:
         reaches: dict[str, list[float]] = {}
         secs = []
         for i, m in enumerate(ms):
-            s = _seconds(m)
+            s = m.seconds
             mark = " (disturbed)" if (m.get("disturbance") or {}).get("disturbed") else ""
             phases = breakdown_text(m.get("phases"))
             say(
