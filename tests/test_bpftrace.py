@@ -88,3 +88,25 @@ def test_no_attach_within_the_timeout_kills_it(fake, tmp_path):
     with pytest.raises(PerfbookError, match="did not attach within 1 s"):
         bpftrace.start("p", timeout=1)
     assert not pid_alive(int((tmp_path / "pid").read_text()))  # killed, and reaped
+
+
+MEMLOCK_THEN_FAILS = """#!/bin/sh
+echo "ERROR: Unknown error -1: couldn't set RLIMIT_MEMLOCK for bpftrace. If your program is not loading, you can try \\"ulimit -l 8192\\" to fix the problem"
+echo "ERROR: uprobe target file does not exist"
+exit 1
+"""
+
+
+@pytest.mark.parametrize("release,quoted", [("6.1.0-18-amd64", False), ("5.10.0", True)])
+def test_the_memlock_warning_is_quoted_only_where_memlock_still_limits_bpf(
+    fake, monkeypatch, release, quoted
+):
+    """bpftrace 0.17 in a container without CAP_SYS_RESOURCE prints an ERROR about
+    RLIMIT_MEMLOCK and goes on; since 5.11 it names no failure, so the real cause is the message."""
+    fake(MEMLOCK_THEN_FAILS)
+    monkeypatch.setattr(
+        os, "uname", lambda: os.uname_result(("Linux", "h", release, "#1", "x86_64"))
+    )
+    with pytest.raises(PerfbookError, match="does not exist") as e:
+        bpftrace.start("p")
+    assert ("RLIMIT_MEMLOCK" in str(e.value)) == quoted

@@ -14,6 +14,8 @@ perfbook.hoststate.cgroup).
 
 from __future__ import annotations
 
+import os
+import re
 import selectors
 import signal
 import subprocess
@@ -23,6 +25,19 @@ from perfbook.core.errors import PerfbookError
 from perfbook.core.proc import interruptible_child, kill_group
 
 ATTACH_TIMEOUT_S = 60.0
+# bpftrace 0.17 prints this as an ERROR when setrlimit(RLIMIT_MEMLOCK, infinity) fails (a
+# container without CAP_SYS_RESOURCE), then goes on: since Linux 5.11 BPF memory is charged to
+# the memory cgroup, not to RLIMIT_MEMLOCK. There it names no failure, and no error of ours
+# quotes it; on an older kernel it may be the cause, and stays in.
+HARMLESS = "couldn't set RLIMIT_MEMLOCK"
+
+
+def _memcg_charged(release: str) -> bool:
+    """Whether a kernel of this release charges BPF memory to its cgroup (5.11 and later)."""
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (5, 11)
+
+
 STOP_TRIES, STOP_WAIT_S = 12, 5.0  # now and then a SIGINT is lost: send it again
 
 
@@ -51,7 +66,8 @@ def start(prog: str, log=lambda s: None, timeout: float = ATTACH_TIMEOUT_S) -> s
             line = bt.stdout.readline()
             if not line:
                 raise PerfbookError("bpftrace exited before attaching: " + " ".join(out)[-300:])
-            out.append(line.strip())
+            if HARMLESS not in line or not _memcg_charged(os.uname().release):
+                out.append(line.strip())
             if line.startswith("Attaching"):
                 log(f"bpftrace {bt.pid} attached ({line.strip()})")
                 return bt
