@@ -489,3 +489,54 @@ def test_runs_without_an_interval_pool_to_undecided_not_to_not_measured():
     ]
     v = judge(f, "h", runs)
     assert v.verdict == "undecided" and v.why == "no interval: a line through 2 sizes"
+
+
+# -- findings at a glance (#41): a strip per claim, each run's evidence collapsed -------------
+
+
+def _block(monkeypatch, rows, most=5, highlight=None):
+    D = _Data(rows)
+    D.chapter.key_findings = (FINDING,)
+    per_host = [F.evaluate(D, FINDING, h) for h in D.hosts]
+    monkeypatch.setattr(F, "verdicts", lambda D: [per_host])
+    names = {h: f"machine {h[2:]}" for h in D.hosts}
+    return F.html_block(D, names, highlight, most), per_host
+
+
+def _visible(block: str) -> str:
+    """The block's text as a reader sees it before opening anything: no closed <details>, no
+    attribute (a tooltip is not on the page until hovered)."""
+    shown = re.sub(r"<details.*?</details>", "", block, flags=re.S)
+    return re.sub(r"<[^>]+>", "", shown)
+
+
+def test_each_claim_has_one_strip_entry_per_host_and_the_runs_in_a_closed_detail(monkeypatch):
+    block, per_host = _block(
+        monkeypatch, [("h-a", "r1", 2.0), ("h-a", "r2", 2.1), ("h-b", "s1", 0.5)]
+    )
+    strip = block.split('<ul class="kf-strip">')[1].split("</ul>")[0]
+    entries = re.findall(r'<li class="kf-host">(.*?)</li>', strip)
+    assert len(entries) == 2
+    assert "holds" in entries[0] and 'title="h-a">machine a<' in entries[0]
+    assert "does not hold" in entries[1] and ">0.500 (95 % interval 0.400–0.600)<" in entries[1]
+    assert '<strong>x is above 1</strong> <span class="kf-quantity">(x)</span>' in block
+    assert 'id="kf-over_one"' in block  # the anchor a takeaway links to
+    seen = _visible(block)
+    assert "r1" not in seen and "s1" not in seen and "pooled" not in seen, seen  # runs: collapsed
+    assert "h-a" not in seen and "h-b" not in seen  # a machine by its label, its id a tooltip
+    detail = block.split('<details class="kf-evidence">')[1]
+    assert "Evidence: 3 runs on 2 hosts" in detail and "run r1" in detail and "run s1" in detail
+
+
+def test_an_undecided_entry_says_why_on_its_verdict(monkeypatch):
+    block, (v,) = _block(monkeypatch, [("h-a", "r1", 1.0)])
+    assert v.verdict == F.UNDECIDED and v.why
+    assert f'kf-undecided" title="{v.why}">undecided</span>' in block
+
+
+def test_beyond_most_hosts_the_strip_shows_the_highlighted_ones_and_counts_all(monkeypatch):
+    rows = [(f"h-{c}", "r1", 2.0 if c in "abc" else 0.5) for c in "abcdefg"]
+    block, _ = _block(monkeypatch, rows, most=5, highlight={"h-b": "this host"})
+    strip = block.split('<ul class="kf-strip">')[1].split("</ul>")[0]
+    assert strip.count('<li class="kf-host">') == 1 and "(this host)" in strip
+    assert "7 hosts: 3 holds, 4 does not hold" in strip

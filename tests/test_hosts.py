@@ -255,15 +255,15 @@ def test_findings_tables_count_and_show_every_verdict(tmp_path, monkeypatch):
     assert [
         first[v] for v in ("holds", "does not hold", "undecided", "not measured", "no data")
     ] == ["1"] * 5
-    assert (
-        "h-000000000001" in first["does not hold on"] and "(KVM guest)" in first["does not hold on"]
-    )
+    name = {r["host_id"]: r["label"] for r in hosts.host_records(tmp_path)}["h-000000000001"]
+    assert first["does not hold on"] == name and "KVM guest" in name  # the machine, not its id
+    assert 'title="h-000000000001"' in block  # the id as the label's tooltip
     assert "<code>ret</code>" in block and "&lt;fast&gt;" in block  # markdown code, escaped text
     assert h2[-2:] == ["F1", "F2"] and len(per_host) == 5
     row = dict(zip(h2, per_host[1]))
     assert (row["holds"], row["does not hold"], row["F1"], row["F2"]) == ("0", "1", "✗", "?")
     f1 = cells[1][h2.index("F1")]
-    assert "pb-rank-0" in f1["class"] and f1["title"] == "F1 on h-000000000001: does not hold"
+    assert "pb-rank-0" in f1["class"] and f1["title"] == f"F1 on {name}: does not hold"
 
 
 def test_the_page_scales_to_a_hundred_hosts(tmp_path, monkeypatch):
@@ -284,3 +284,31 @@ def test_the_page_scales_to_a_hundred_hosts(tmp_path, monkeypatch):
     assert widths == {"hosts": [15], "coverage": [4], "findings": [9, 8], "env": [4]}, widths
     assert [len(rows) for _, rows, _ in _tables(blocks["findings"])] == [2, 100]
     assert len(_tables(blocks["hosts"])[0][1]) == 100
+
+
+def test_a_host_label_is_read_from_its_facts_and_unique_among_hosts():
+    from perfbook.data import machine
+
+    epyc = {
+        "cpu_model": "AMD EPYC 7B13 64-Core Processor",
+        "cpus_online": 2,
+        "virtualization": "kvm",
+        "kvm_modules": ["kvm", "kvm_pvm"],
+        "kernel_release": "6.18.44",
+    }
+    tcg = {"cpu_model": "QEMU TCG CPU version 2.5+", "cpus_online": 2, "virtualization": "qemu"}
+    metal = {
+        "cpu_model": "Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz",
+        "cpus_online": 40,
+        "virtualization": "none",
+        "kernel_release": "6.8.0",
+    }
+    assert machine.label(epyc) == "AMD EPYC 7B13 2-vCPU KVM guest with PVM, Linux 6.18.44"
+    assert machine.label(tcg) == "emulated 2-vCPU TCG guest"
+    assert machine.label(metal) == "Intel Xeon Gold 6248 40-CPU bare metal, Linux 6.8.0"
+    names = machine.labels({"h-2": epyc, "h-1": dict(epyc), "h-3": tcg})
+    assert names == {
+        "h-1": "AMD EPYC 7B13 2-vCPU KVM guest with PVM, Linux 6.18.44 #1",
+        "h-2": "AMD EPYC 7B13 2-vCPU KVM guest with PVM, Linux 6.18.44 #2",
+        "h-3": "emulated 2-vCPU TCG guest",
+    }

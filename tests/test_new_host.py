@@ -79,7 +79,7 @@ def test_prose_values_and_key_findings_hold_whichever_host_is_this_host(chapter_
     assert not wrong, f"{entry.name} [{bd}]: not text or an integer: {wrong}"
     bad = {k: debris(v) for k, v in values.items() if debris(v)}
     assert not bad, f"{entry.name} [{bd}]: prose values with debris: {bad}"
-    from perfbook.book.notebook import host_kinds
+    from perfbook.book.notebook import host_labels
 
     for per_host in F.verdicts(D):
         for v in per_host:
@@ -87,7 +87,7 @@ def test_prose_values_and_key_findings_hold_whichever_host_is_this_host(chapter_
             assert not debris(F.sentence(v)), (
                 f"{entry.name} [{bd}] {v.finding.key} on {v.host_id}: {F.sentence(v)}"
             )
-    block = F.html_block(D, host_kinds(D))
+    block = F.html_block(D, host_labels(D))
     assert not debris(block), f"{entry.name} [{bd}]: Key findings block: {debris(block)}"
 
 

@@ -96,6 +96,8 @@ ALLOWED_TAGS = {
     "ol",
     "li",
     "pre",
+    "details",  # the Key findings' per-run evidence and the banner's machine facts, collapsed
+    "summary",
 }
 ALLOWED_ATTRS = {
     "class",

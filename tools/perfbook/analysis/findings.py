@@ -116,6 +116,22 @@ class Finding:
         return f"{text}; {context}" if context else text
 
 
+@dataclass(frozen=True)
+class Takeaway:
+    """A chapter's one sentence on the book's landing page (perfbook.book.summary.takeaways):
+    the mechanism in words, then the number of one of its findings (`finding`, a key of
+    FINDINGS) with its interval and verdict on the dataset the prose quotes, the seed article's
+    figure, and whether the result should carry over to bare-metal KVM. No number is typed:
+    `seed(D)` computes the 2010-2015 figure from the chapter's reference tables and
+    `transfer(D, host_facts)` says, for the machine that measured the quoted dataset, what
+    carries over (a TCG guest, a PVM host and a bare-metal KVM host differ)."""
+
+    finding: str  # the key of the finding whose number the takeaway quotes
+    mechanism: str  # one sentence: what happens in the kernel or QEMU, without numbers
+    seed: Callable  # (D) -> str: the seed article's figure, for example "2013: 2.44×"
+    transfer: Callable  # (D, host facts of the quoted dataset) -> str
+
+
 class Run:
     """One dataset of a chapter: its manifest and its tables (the chapter's Data, cut to it)."""
 
@@ -648,25 +664,98 @@ def _code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
 
 
-def html_block(D, kinds: dict[str, str]) -> str:
-    """The Key findings block: each claim with every host's verdict and numbers."""
+def decisive(v: HostVerdict) -> Estimate | None:
+    """The number a host's verdict is read on: its pooled estimate (HostVerdict.estimate), else
+    its newest run's own (a host whose runs all are set aside still shows what it measured)."""
+    if v.estimate is not None:
+        return v.estimate
+    told = [o for _, o in v.runs if o is not None]
+    return told[-1].estimate if told else None
+
+
+def anchor(f: Finding) -> str:
+    """The id of a finding's entry in its chapter's Key findings block: a link target."""
+    return f"kf-{html.escape(f.key)}"
+
+
+def _chip(verdict: str, why: str = "") -> str:
+    tip = f' title="{html.escape(why)}"' if why else ""
+    return f'<span class="kf-verdict kf-{verdict.replace(" ", "-")}"{tip}>{html.escape(verdict)}</span>'
+
+
+def _machine(host_id: str, labels: dict[str, str]) -> str:
+    """A host as the page names it: its label, the id as its tooltip (no bare id in the text)."""
+    return (
+        f'<span class="kf-machine" title="{html.escape(host_id)}">'
+        f"{html.escape(labels.get(host_id, host_id))}</span>"
+    )
+
+
+def strip_entry(v: HostVerdict, labels: dict[str, str], role: str = "") -> str:
+    """One host in a finding's strip: verdict, decisive number and interval, machine."""
+    e = decisive(v)
+    number = (
+        f' <span class="kf-number">{_code(dc.interval_text(e, v.finding.unit))}</span>'
+        if e is not None and v.verdict != NOT_MEASURED
+        else ""
+    )
+    said = f' <span class="kf-role">({html.escape(role)})</span>' if role else ""
+    return (
+        f'<li class="kf-host">{_chip(v.verdict, v.why)}'
+        f"{number} on {_machine(v.host_id, labels)}{said}</li>"
+    )
+
+
+def verdict_counts(per_host) -> str:
+    """'12 hosts: 9 holds, 1 does not hold, 2 undecided' (verdicts in VERDICTS order)."""
+    n = {k: sum(v.verdict == k for v in per_host) for k in VERDICTS}
+    parts = [f"{n[k]} {k}" for k in VERDICTS if n[k]]
+    return f"{len(per_host)} hosts: " + ", ".join(parts)
+
+
+def html_block(
+    D, labels: dict[str, str], highlight: dict[str, str] | None = None, most: int = 5
+) -> str:
+    """The Key findings block, findings at a glance: each claim, then a strip with one entry per
+    host (its verdict, decisive number with interval and machine), and each run's evidence in
+    a collapsed detail. Beyond `most` hosts the strip shows the hosts in `highlight` (host_id ->
+    role: this host, the reference host) and counts the verdicts of all; the detail, the hosts
+    page and the chapter's figures show every one."""
     esc = _code
+    highlight = highlight or {}
     items = []
     for f, per_host in zip(D.chapter.key_findings, verdicts(D)):
-        hosts = "".join(
-            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.verdict)}</span> '
-            f"on <code>{esc(v.host_id)}</code> ({esc(kinds.get(v.host_id, '?'))})"
-            + (f": {esc(v.evidence)}" if v.verdict != NOT_MEASURED else "")
-            + "</li>"
-            for v in per_host
+        if len(per_host) > most:
+            shown = [v for v in per_host if v.host_id in highlight]
+            strip = "".join(strip_entry(v, labels, highlight[v.host_id]) for v in shown) + (
+                f'<li class="kf-host kf-count">{html.escape(verdict_counts(per_host))}</li>'
+            )
+        else:
+            strip = "".join(strip_entry(v, labels) for v in per_host)
+        told = [v for v in per_host if v.verdict != NOT_MEASURED]
+        runs = sum(1 for v in told for _, o in v.runs if o is not None)
+        detail = "".join(
+            f"<li>{_chip(v.verdict)} on {_machine(v.host_id, labels)}: {esc(v.evidence)}</li>"
+            for v in told
         )
-        items.append(f"<li><strong>{esc(f.claim)}</strong><ul>{hosts}</ul></li>")
+        evidence = (
+            f'<details class="kf-evidence"><summary>Evidence: {runs} run'
+            f"{'s' if runs != 1 else ''} on {len(told)} host{'s' if len(told) != 1 else ''}"
+            f"</summary><ul>{detail}</ul></details>"
+            if told
+            else ""
+        )
+        items.append(
+            f'<li id="{anchor(f)}"><p class="kf-claim"><strong>'
+            f'{esc(f.claim)}</strong> <span class="kf-quantity">({esc(f.quantity)})</span></p>'
+            f'<ul class="kf-strip">{strip}</ul>{evidence}</li>'
+        )
     if not items:
         return ""
     return (
         '<div class="key-findings admonition"><p class="admonition-title">Key findings</p>'
         f'<ol>{"".join(items)}</ol><p class="kf-note">Each finding is a claim about one '
         "number, decided for every host on that number's interval: it holds, does not hold, "
-        "or stays undecided (and says why). A host's verdict pools its undisturbed runs of one "
-        "kernel build, and each number names the run it comes from.</p></div>"
+        "or stays undecided (hover over the verdict for why). A host's verdict pools its "
+        "undisturbed runs of one kernel build; each run's numbers are under Evidence.</p></div>"
     )

@@ -21,7 +21,7 @@ import pandas as pd
 from perfbook.core.paths import resolve_data_dir
 from perfbook.data.dataset import list_runs, load_manifest, load_manifests, subdirs
 from perfbook.data.identity import conflicts
-from perfbook.data.machine import short_kind
+from perfbook.data.machine import labels, short_kind
 
 # (section, label) in display order; facts outside this list still diff, after them
 KEY_FACTS = (
@@ -161,8 +161,10 @@ def host_records(data_dir: Path | None = None, manifests: list[dict] | None = No
     run id, profile), first and last run, and whether its datasets look like one machine."""
     ms = all_manifests(data_dir) if manifests is None else manifests
     differ = conflicts(ms)
+    latest = latest_per_host(ms)
+    names = labels({hid: m.get("host", {}) for hid, m in latest.items()})
     out = []
-    for hid, m in latest_per_host(ms).items():
+    for hid, m in latest.items():
         mine = sorted(
             (x for x in ms if x.get("host", {}).get("host_id") == hid),
             key=lambda x: (str(x.get("chapter")), str(x.get("run_id"))),
@@ -172,6 +174,7 @@ def host_records(data_dir: Path | None = None, manifests: list[dict] | None = No
         out.append(
             {
                 "host_id": hid,
+                "label": names[hid],
                 "description": h.get("description"),
                 "label_opt_in": bool(h.get("label_opt_in")),
                 "note": h.get("note") or "",

@@ -1,4 +1,4 @@
-"""A chapter notebook's first step: in collect mode, measure this host; in explain mode, say so.
+"""A chapter notebook's first step: in collect mode, measure this host; in explain mode, nothing.
 
 A chapter's import cell calls this before it imports the book's display code and the chapter's
 figures (perfbook.book.notebook and what it imports: matplotlib, seaborn, scipy.stats, IPython's
@@ -47,9 +47,8 @@ def run_mode(chapter, mode: str, profile: str, data_dir: str, **overrides) -> Pa
         raise ParameterError(f"mode must be one of {MODES}, got {mode!r}")
     chapter.parameters(profile, **overrides)  # validates the profile and overrides in every mode
     data = resolve_data_dir(data_dir)
-    if mode == "explain":
-        print("explain mode: reading the committed datasets; nothing is measured.")
-        return None
+    if mode == "explain":  # silent: the page's banner says which datasets it reads (#41:
+        return None  # a chapter's first screen shows no console output)
     check_writable(data)  # DatasetError here, in the notebook, before anything starts
     term_with_parent()  # this kernel, too, gets SIGTERM the moment papermill dies (and
     # dies of it), so the helper's own PR_SET_PDEATHSIG fires at once: no run can finish

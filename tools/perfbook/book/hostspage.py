@@ -71,6 +71,11 @@ def _num(v, digits: int | None = None) -> str:
     return _e(f"{float(v):.{digits}f}" if digits is not None else v)
 
 
+def _machine(r: dict) -> str:
+    """A host by its machine's label (perfbook.data.machine.labels), its id as the tooltip."""
+    return f'<span class="kf-machine" title="{_e(r["host_id"])}">{_e(r["label"])}</span>'
+
+
 def _host_cell(r: dict) -> str:
     desc = _e(r["description"] or "")
     label = (
@@ -78,8 +83,9 @@ def _host_cell(r: dict) -> str:
     )
     note = f' title="{_e(r["note"])}"' if r["note"] else ""
     return (
-        f'<td><code>{_e(r["host_id"])}</code><br><span class="pb-sub"{note}>{desc}</span>'
-        f"{label}</td>"
+        f"<td>{_machine(r)}<br>"
+        f'<span class="pb-sub">host id <code>{_e(r["host_id"])}</code></span><br>'
+        f'<span class="pb-sub"{note}>{desc}</span>{label}</td>'
     )
 
 
@@ -183,6 +189,7 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
     mx = findings_matrix(data_dir)
     hids = [c for c in mx.columns if c not in ("chapter", "finding", "claim")]
     kinds = {h: recs[h]["kind"] if h in recs else "?" for h in hids}
+    who = {h: _machine(recs[h]) if h in recs else f"<code>{_e(h)}</code>" for h in hids}
     cols = [
         ("#", "pb-num"),
         ("chapter", "pb-facet"),
@@ -194,14 +201,12 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
     for i, f in enumerate(mx.to_dict("records"), 1):
         per = {h: str(f[h]) for h in hids}
         counts = {v: sum(1 for x in per.values() if x == v) for v in VERDICT_RANK}
-        against = [
-            f"<code>{_e(h)}</code> ({_e(kinds[h])})" for h in hids if per[h] == "does not hold"
-        ]
+        against = [who[h] for h in hids if per[h] == "does not hold"]
         rows.append(
             [
                 f"F{i}",
                 _e(f["chapter"]),
-                f'{_code(str(f["claim"]))}<br><span class="pb-sub">{_e(f["finding"])}</span>',
+                _code(str(f["claim"])),
                 *[str(counts[v]) for v in GLYPH],
                 _list(against) or "—",
             ]
@@ -223,7 +228,7 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
         labels = [str(x) for x in mx[h]]  # in finding order: F1, F2, ...
         verdicts = [str(x) for x in labels]
         cells = [
-            f"<td><code>{_e(h)}</code></td>",
+            f"<td>{who[h]}</td>",
             _e(kinds[h]),
             _e(r.get("cpu_vendor", "?")),
             _e(r.get("kernel_series", "?")),
@@ -233,7 +238,8 @@ def findings_tables(data_dir=None, records: list[dict] | None = None):
         for i, (label, v) in enumerate(zip(labels, verdicts), 1):
             cells.append(
                 f'<td class="pb-rank-{VERDICT_RANK.get(v, 5)} kf-{_e(v.replace(" ", "-"))}" '
-                f'title="F{i} on {_e(h)}: {_e(label)}">{GLYPH.get(v, "?")}</td>'
+                f'title="F{i} on {_e(recs[h]["label"] if h in recs else h)}: {_e(label)}">'
+                f"{GLYPH.get(v, '?')}</td>"
             )
         rows.append(cells)
     legend = (

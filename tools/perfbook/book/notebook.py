@@ -53,7 +53,7 @@ from perfbook.data.dataset import (
     skipped_table,
     table_path,
 )
-from perfbook.data.machine import NOT_RECORDED, facts, short_kind
+from perfbook.data.machine import NOT_RECORDED, facts, labels, short_kind
 from perfbook.framework.contract import Chapter
 from perfbook.hoststate.monitor import verdict_text
 
@@ -338,23 +338,34 @@ def host_kinds(D) -> dict[str, str]:
     return {h: short_kind(f) for h, f in _host_facts(D).items()}
 
 
+def host_labels(D) -> dict[str, str]:
+    """host_id -> the machine's label (perfbook.data.machine.labels): how every page names a host."""
+    return labels(_host_facts(D))
+
+
 BANNER_HOSTS = (
     5  # with more hosts, the banner details this and the reference host and counts the rest
 )
 
 
+def _highlighted(D) -> dict[str, str]:
+    """host_id -> role ("this host", "reference host") beyond BANNER_HOSTS hosts, else {}."""
+    return dict(fleet(D).highlighted) if len(D.hosts) > BANNER_HOSTS else {}
+
+
 def platform(D):
-    """The platform banner: what kind of machine measured each host's data (perfbook.data.machine),
-    with what differs between a host's runs (one host id can be several cloned machines).
-    Beyond BANNER_HOSTS hosts, this host and the reference host are detailed and the others
-    counted by machine kind: the hosts page lists every one."""
+    """The platform banner: each host that measured the data, by its machine's label (the id as
+    its tooltip), with the chapter's notes on it; its facts (perfbook.data.machine), with what
+    differs between a host's runs (one host id can be several cloned machines), in a collapsed
+    detail. Beyond BANNER_HOSTS hosts, this host and the reference host are named and the
+    others counted by machine kind: the hosts page lists every one."""
     esc = html.escape
     notes = D.chapter.platform_notes(D) if len(D) else {}
-    rows, detailed, rest, role = [], D.hosts, [], {}
-    if len(D.hosts) > BANNER_HOSTS:
-        role = dict(fleet(D).highlighted)
-        detailed = list(role)
-        rest = [h for h in D.hosts if h not in role]
+    names = host_labels(D)
+    role = _highlighted(D)
+    detailed = list(role) if role else D.hosts
+    rest = [h for h in D.hosts if h not in detailed]
+    rows, details = [], []
     for h in detailed:
         ms = counted_runs([m for m in D.manifests if m.host_id == h])
         per_run = [dict(facts(m["host"])) for m in ms]
@@ -370,11 +381,11 @@ def platform(D):
             if told and len(told) < len(per_run):
                 val += f" (recorded by {len(told)} of its {len(per_run)} runs)"
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
-        items += [esc(n) for n in notes.get(h, [])]
         said = f" ({esc(role[h])})" if h in role else ""
-        rows.append(
-            f"<li><code>{esc(h)}</code>{said}, {len(ms)} dataset(s): " + "; ".join(items) + "</li>"
-        )
+        name = f'<span class="kf-machine" title="{esc(h)}">{esc(names[h])}</span>'
+        told = "".join(f" {esc(n)}" for n in notes.get(h, []))
+        rows.append(f"<li>{name}{said}, {len(ms)} dataset{'s' if len(ms) != 1 else ''}.{told}</li>")
+        details.append(f"<li>{name} (host id <code>{esc(h)}</code>): " + "; ".join(items) + "</li>")
     if rest:
         kinds = host_kinds(D)
         rows.append(
@@ -388,7 +399,9 @@ def platform(D):
         )
     return _html(
         '<div class="platform-banner admonition note"><p class="admonition-title">Measured on</p>'
-        f"<ul>{''.join(rows)}</ul></div>"
+        f"<ul>{''.join(rows)}</ul>"
+        '<details class="pb-facts"><summary>Machine facts</summary>'
+        f"<ul>{''.join(details)}</ul></details></div>"
     )
 
 
@@ -399,7 +412,7 @@ def key_findings(D):
     if q is not None:
         for f in D.chapter.key_findings:
             glue(f"kf_{f.key}", sentence(evaluate(D, f, q.host_id)), display=False)
-    return _html(html_block(D, host_kinds(D)))
+    return _html(html_block(D, host_labels(D), _highlighted(D), BANNER_HOSTS))
 
 
 LISTED_DURATIONS = 5  # up to this many datasets of a profile, the rerun box lists each one's time

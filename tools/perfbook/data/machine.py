@@ -7,6 +7,8 @@ no hardware PMU, kernel lockdown, guests under TCG. Every chapter opens with thi
 
 from __future__ import annotations
 
+import re
+
 VIRT = {
     "none": "bare metal",
     "kvm": "KVM guest",
@@ -77,6 +79,43 @@ def _own_kvm(host: dict) -> str | None:
     if "kvm_pvm" in flavours:
         return "kvm_pvm (PVM: KVM without VMX/SVM, for nested guests; a guest needs a PVM-enabled kernel)"
     return ", ".join(flavours)
+
+
+def _cpu_name(host: dict) -> str:
+    """'AMD EPYC 7B13', 'Intel Xeon Gold 6248': the model string without its trade marks, clock
+    and core-count words (the count is in the label's own words)."""
+    model = str(host.get("cpu_model") or "")
+    model = re.sub(r"\((R|TM|tm|r)\)|\bCPU\b|\bProcessor\b|@.*$|\d+-Core", " ", model)
+    words = model.split()
+    return " ".join(words[:4]) if words else cpu_vendor(host)
+
+
+def label(host: dict) -> str:
+    """A host as a reader names it, from its facts: 'AMD EPYC 2-vCPU KVM guest with PVM, Linux
+    6.18.44-fc-v657', 'emulated 2-vCPU TCG guest, Linux 6.1.0-56-amd64'. Hosts of one kind can
+    share it: labels() tells them apart. The host id stays with the label as its tooltip."""
+    n = host.get("cpus_online")
+    virt = host.get("virtualization")
+    cpus = f"{n}-{'CPU' if virt == 'none' else 'vCPU'}" if n else ""
+    cpu = "emulated" if virt == "qemu" else _cpu_name(host)
+    what = short_kind(host)
+    if "kvm_pvm" in (host.get("kvm_modules") or ()):
+        what += " with PVM"
+    rel = host.get("kernel_release")
+    return " ".join(x for x in (cpu, cpus, what) if x) + (f", Linux {rel}" if rel else "")
+
+
+def labels(hosts: dict[str, dict]) -> dict[str, str]:
+    """host_id -> label(facts), made unique: hosts whose facts give one label are numbered in
+    host-id order ('…, Linux 6.18.44 #2')."""
+    first = {h: label(f) for h, f in hosts.items()}
+    seen: dict[str, list] = {}
+    for h in sorted(first):
+        seen.setdefault(first[h], []).append(h)
+    return {
+        h: first[h] if len(seen[first[h]]) == 1 else f"{first[h]} #{seen[first[h]].index(h) + 1}"
+        for h in hosts
+    }
 
 
 NOT_RECORDED = "not recorded"
