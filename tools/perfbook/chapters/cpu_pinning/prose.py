@@ -273,8 +273,9 @@ def knobs(D) -> dict:
         "base_slice_ms": dbg.get("sysctl_sched_base_slice", "not shown"),
         "scaling": dbg.get("sysctl_sched_tunable_scaling", "not shown"),
         "base_slice_why": skipped.get("base_slice_10ms", "it could be used here"),
-        "lockdown_sentence": "Kernel lockdown blocks debugfs files that can be written; read-only "
-        "files stay readable."
+        "lockdown_sentence": "Under kernel lockdown debugfs refuses to open any file whose mode "
+        "allows writing, even for reading (debugfs_locked_down() in fs/debugfs/file.c); files of "
+        "mode 0444, such as sched/debug, stay readable."
         if locked
         else "",
         "global_sentence": "So the global knob can't be changed on this host."

@@ -561,12 +561,25 @@ def dataset_values(A: dict, uptime: bool = True) -> dict[str, str]:
                 else "n/a"
             )
             extra = fo["flush_requests"] - fo["empty_preflush"]
-            f["fsync_origin_said"] = (
-                "every flush request came from an fsync's own empty preflush, none from a journal commit"
-                if extra <= 0.02 * fo["empty_preflush"]
-                else f"{extra:,} flush requests came from elsewhere than the empty preflushes, "
-                "such as journal commits"
-            )
+            # the file system is whatever holds the scratch directory (collect formats none):
+            # without a journal there is no journal commit that could add a flush
+            journal = (man["facts"].get("filesystem") or {}).get("journal")
+            if extra <= 0.02 * fo["empty_preflush"]:
+                f["fsync_origin_said"] = (
+                    "every flush request came from an fsync's own empty preflush"
+                    + (
+                        "; this ext4 has no journal, so no journal commit could have added one"
+                        if journal == "none"
+                        else ", none from a journal commit"
+                        if journal is not None
+                        else " (whether the file system had a journal is not recorded)"
+                    )
+                )
+            else:
+                f["fsync_origin_said"] = (
+                    f"{extra:,} flush requests came from elsewhere than the empty preflushes"
+                    + ("" if journal == "none" else ", such as journal commits")
+                )
         rel = ((tu["occupancy"] - tu["aqu-sz"]) / tu["aqu-sz"].where(tu["aqu-sz"] > 0)).abs()
         f["occ_max_rel_pct"] = _fmt(100 * rel.max(), 1)
         f["occ_med_rel_pct"] = _fmt(100 * rel.median(), 2)

@@ -205,7 +205,7 @@ def seed(D, values: dict):
         ),
         "ticks": (
             "changed unit and start point",
-            "ns sums from request allocation to completion, printed in ms",
+            "ns sums from blk_account_io_start() (the bio becomes a request) to completion, printed in ms",
             f"trace mean vs await: median gap {f.get('trace_med_rel_pct', 'n/a')} %",
         ),
         "time_in_queue": (
@@ -215,10 +215,10 @@ def seed(D, values: dict):
         ),
         "io_ticks": (
             "changed",
-            "jiffies between accounting events while requests are in flight (update_io_ticks)",
+            "jiffies between accounting events while requests are in flight (update_io_ticks; since 6.10 a start adds time only if requests were in flight)",
             f"{f.get('jiffy_share_pct', 'n/a')} % of deltas are whole {f.get('jiffy_ms', '?')} ms jiffies",
         ),
-        "svctm": ("gone", "not printed by sysstat 12.x", "-"),
+        "svctm": ("gone", "removed from sysstat in 12.1.2", "-"),
         "in_flight": (
             "changed mechanism",
             "per-CPU counts raised at request start and lowered at completion, summed when the file is read (bdev_count_inflight)",

@@ -103,6 +103,7 @@ ENTRIES = {
     "preempt_schedule": "preempt_enable() found need_resched set",
     "preempt_schedule_notrace": "preempt_enable_notrace() found need_resched set",
     "schedule_rtlock": "a sleeping spinlock (PREEMPT_RT)",
+    "do_task_dead": "do_task_dead(): an exiting task's last switch, straight into __schedule",
 }
 
 UNKNOWN = "[unknown]"

@@ -84,6 +84,7 @@ def values(D) -> dict:
     f["checks_ok"] = int((c.expected_hits == c.observed_hits).sum())
     f["checks_n"] = len(c)
     f.update(_host_spread(D, q))
+    f.update(_ratio_parts(D))
     f.update(_published_findings(D))
     f["virt_note"] = virt_note(q["host"])
     tp = S.drop(index=[k for k in ("none", "syscall") if k in S.index])["median"]
@@ -178,6 +179,54 @@ def _host_spread(D, q) -> dict:
         else "this host measured too few of these mechanisms to compare them with the single step"
     )
     return f
+
+
+def _ratio_parts(D) -> dict:
+    """The uprobe/marker ratio of each host's shown dataset, split into its parts: the marker,
+    the uprobe on `ret`, the single step in it (the `sstep` step, ret minus push) and the ratio
+    the uprobe would have without it (uprobe on `push %rbp` / marker). It says which part makes
+    one host's ratio differ from another's; it does not say why that part differs."""
+    med = run_medians(D)
+    st = run_steps(D)
+    by = {(h, r, m): v for h, r, m, v in zip(med.host_id, med.run_id, med.mechanism, med["median"])}
+    step = (
+        {(h, r): v for h, r, k, v in zip(st.host_id, st.run_id, st.key, st.ns) if k == "sstep"}
+        if len(st)
+        else {}
+    )
+    kinds = {m.host_id: kind(m["host"]) for m in D.manifests}
+    parts, ratios, bare = [], [], []
+    for h, r in sorted(D.shown.items()):
+        u, mk, p = (by.get((h, r, m)) for m in ("uprobe", "marker", "uprobe_push"))
+        if u is None or mk is None:
+            continue
+        ratios.append(u / mk)
+        text = f"{h} ({kinds.get(h, 'host')}, run {r}): {u / mk:.1f}× = uprobe {u:,.0f} ns / marker {mk:,.0f} ns"
+        if p is not None:
+            bare.append(p / mk)
+        if p is not None and (h, r) in step:
+            text += (
+                f"; the single step is {step[(h, r)]:,.0f} ns of the uprobe, and without it "
+                f"(uprobe on push / marker) the ratio would be {p / mk:.1f}×"
+            )
+        parts.append(text)
+    return {
+        "ratio_parts": "; ".join(parts)
+        if parts
+        else "no host measured both the uprobe and the marker",
+        "ratio_nosstep": (
+            f"{min(bare):.1f}× to {max(bare):.1f}×" if len(bare) > 1 else f"{bare[0]:.1f}×"
+        )
+        if bare
+        else "not measured",
+        "ratio_hosts": (
+            f"{min(ratios):.1f}× to {max(ratios):.1f}× over the {len(ratios)} hosts in the data"
+            if len(ratios) > 1
+            else f"{ratios[0]:.1f}× on the one host in the data"
+            if ratios
+            else "not measured"
+        ),
+    }
 
 
 def _published_findings(D) -> dict:

@@ -4,9 +4,11 @@
 **bit 0 first** (drivers/virtio/virtio.c, features_show). It holds the
 *negotiated* set: what the device offered AND what the driver accepted, plus
 the transport bits the ring code kept. Its length is the width of the
-kernel's feature word: 64 characters up to 6.16 (one u64), 128 since the
-extended-features work of 2025 (VIRTIO_FEATURES_BITS = 128; this host's 6.18
-prints 128). Older kernels printed 32 or 64. The decoder takes any length.
+kernel's feature word: 64 characters up to 6.16 (one u64), 128 since 6.17
+(commit e7d4c1c5a546, "virtio: introduce extended features"; the bound is
+VIRTIO_FEATURES_BITS = 2 * 64 in 6.18, VIRTIO_FEATURES_MAX when introduced;
+this host's 6.18 prints 128). Older kernels printed 32 or 64. The decoder
+takes any length.
 
 The bit tables below are the only place this book names virtio feature bits.
 Each entry says where the name comes from:
@@ -18,7 +20,9 @@ Each entry says where the name comes from:
 * ``upstream``: bits added after 6.1, read in the upstream uapi patches
   (virtio_config.h VIRTIO_F_NOTIFICATION_DATA/NOTIF_CONFIG_DATA/ADMIN_VQ,
   virtio_blk.h VIRTIO_BLK_F_ZONED, virtio_net.h DEVICE_STATS, VQ_NOTF_COAL,
-  USO, GUEST_HDRLEN and the 65-68 UDP-tunnel GSO bits of the 128-bit series).
+  USO, GUEST_HDRLEN and the 65-68 UDP-tunnel GSO bits of the 128-bit series,
+  virtio_mem.h VIRTIO_MEM_F_PERSISTENT_SUSPEND) and checked against the
+  6.18.35 uapi headers: every named bit has the number the 6.18 header gives.
 * ``spec-1.2``: the OASIS virtio 1.2 specification, section 6 (reserved
   feature bits) for the transport range.
 
@@ -29,11 +33,11 @@ from __future__ import annotations
 
 SOURCES = {
     "uapi-6.1": "Linux 6.1 uapi headers, Debian linux-libc-dev 6.1.187-1 (/usr/include/linux/virtio_*.h)",
-    "upstream": "upstream include/uapi/linux/virtio_{config,blk,net}.h additions after 6.1 (patch mails, 2022-2025)",
+    "upstream": "upstream include/uapi/linux/virtio_{config,blk,net,mem,ids}.h additions after 6.1 (patch mails, 2022-2025; checked against the 6.18.35 headers)",
     "spec-1.2": "OASIS Virtual I/O Device (VIRTIO) Version 1.2, 6 Reserved Feature Bits",
 }
 
-# VIRTIO_ID_* (include/uapi/linux/virtio_ids.h, uapi-6.1)
+# VIRTIO_ID_* (include/uapi/linux/virtio_ids.h, uapi-6.1; 45 from the 6.18 header)
 DEVICE_IDS: dict[int, str] = {
     1: "net",
     2: "block",
@@ -74,6 +78,7 @@ DEVICE_IDS: dict[int, str] = {
     39: "audio-policy",
     40: "bt",
     41: "gpio",
+    45: "spi",
 }
 
 # Transport / reserved bits, valid for every device type.
@@ -106,13 +111,19 @@ DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
         (5, "RO", "VIRTIO_BLK_F_RO", "", "uapi-6.1"),
         (6, "BLK_SIZE", "VIRTIO_BLK_F_BLK_SIZE", "", "uapi-6.1"),
         (7, "SCSI", "VIRTIO_BLK_F_SCSI", "legacy; SCSI passthrough", "uapi-6.1"),
-        (9, "FLUSH", "VIRTIO_BLK_F_FLUSH", "legacy; called WCE in 3.x headers", "uapi-6.1"),
+        (
+            9,
+            "FLUSH",
+            "VIRTIO_BLK_F_FLUSH",
+            "WCE in 3.x headers; not legacy in the spec (Linux's header files it under legacy)",
+            "uapi-6.1",
+        ),
         (10, "TOPOLOGY", "VIRTIO_BLK_F_TOPOLOGY", "", "uapi-6.1"),
         (
             11,
             "CONFIG_WCE",
             "VIRTIO_BLK_F_CONFIG_WCE",
-            "legacy; writeback mode in config",
+            "writeback mode in config; not legacy in the spec (Linux's header files it under legacy)",
             "uapi-6.1",
         ),
         (12, "MQ", "VIRTIO_BLK_F_MQ", "more than one virtqueue", "uapi-6.1"),
@@ -229,6 +240,7 @@ DEVICE_BITS: dict[str, list[tuple[int, str, str, str, str]]] = {
     "mem": [
         (0, "ACPI_PXM", "VIRTIO_MEM_F_ACPI_PXM", "", "uapi-6.1"),
         (1, "UNPLUGGED_INACCESSIBLE", "VIRTIO_MEM_F_UNPLUGGED_INACCESSIBLE", "", "uapi-6.1"),
+        (2, "PERSISTENT_SUSPEND", "VIRTIO_MEM_F_PERSISTENT_SUSPEND", "", "upstream"),
     ],
     "input": [],
     "pmem": [],
