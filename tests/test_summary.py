@@ -220,3 +220,49 @@ def test_summary_command_prints_each_datasets_stop_rule(capsys, monkeypatch, boo
     out = capsys.readouterr().out
     assert out.count("newest from this host: ") == len(mine)
     assert out.count("repetition stopped by: ") + out.count("repetition: ") == len(mine)
+
+
+# -- the landing page (#41) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_every_chapter_declares_a_takeaway_on_one_of_its_findings(entry):
+    from perfbook.analysis.findings import Takeaway
+
+    ch = entry.load()
+    t = ch.takeaway
+    assert isinstance(t, Takeaway), f"{entry.name}: key_findings.TAKEAWAY is missing"
+    assert t.finding in {f.key for f in ch.key_findings}, f"{entry.name}: {t.finding} undeclared"
+    assert t.mechanism.endswith(".") and not re.search(r"(?<!\w)\d[\d.,]*(?!\w)", t.mechanism), (
+        f"{entry.name}: the mechanism is one sentence without numbers: {t.mechanism!r}"
+    )
+
+
+def test_each_takeaway_gives_its_chapters_verdict_number_and_seed_figure(book_data):
+    """The landing page's lines on a reader's clone: the verdict is the chapter's own
+    (findings.evaluate on the quoted dataset's host), the number its decisive estimate, each
+    line links its chapter's finding, and no line names a host by its id."""
+    from perfbook.analysis import decide
+    from perfbook.analysis import findings as F
+
+    page = summary.takeaways(book_data.data_dir).data
+    items = re.findall(r'<li class="takeaway">(.*?)</li>', page, re.S)
+    shown = 0
+    for entry in CHAPTERS:
+        ch = entry.load()
+        D = ch.load(book_data.data_dir)
+        if not len(D) or D.quoted is None:
+            continue
+        f = next(f for f in ch.key_findings if f.key == ch.takeaway.finding)
+        v = F.evaluate(D, f, D.quoted.host_id)
+        mine = [i for i in items if f'href="{entry.notebook[:-6]}.html#kf-{f.key}"' in i]
+        assert len(mine) == 1, f"{entry.name}: {len(mine)} takeaways link its finding"
+        text = mine[0]
+        assert f'kf-{v.verdict.replace(" ", "-")}"' in text and f">{v.verdict}</span>" in text
+        e = F.decisive(v)
+        if e is not None and v.verdict != F.NOT_MEASURED:
+            assert F._code(decide.interval_text(e, f.unit)) in text, text[:400]
+        assert ch.takeaway.seed(D) and re.search(r"\b20(1[0-5])\b", ch.takeaway.seed(D))
+        assert not re.search(r">[^<]*\bh-[0-9a-f]{12}\b", text), "a bare host id in " + text[:300]
+        shown += 1
+    assert shown == len(items)

@@ -645,8 +645,9 @@ def matrix(D):
 
 
 def sentence(v: HostVerdict) -> str:
-    """What the prose says for one host: the claim, its contrary or the open question, and
-    the numbers."""
+    """What the prose says for one host: the claim, its contrary or the open question, with the
+    decisive number and its interval (and why it is open). Each run's numbers are the Key
+    findings block's evidence: the prose refers to the finding, it does not repeat it."""
     f = v.finding
     if v.verdict == NOT_MEASURED:
         return f"{f.claim}: not measured on {v.host_id}"
@@ -656,7 +657,11 @@ def sentence(v: HostVerdict) -> str:
         said = f.contrary or f"Not so: {f.claim[0].lower()}{f.claim[1:]}"
     else:
         said = f"Undecided whether {f.claim[0].lower()}{f.claim[1:]}"
-    return f"{said} ({v.evidence})"
+    e = decisive(v)
+    number = f"{f.quantity} {dc.interval_text(e, f.unit)}" if e is not None else ""
+    why = v.why if v.verdict == UNDECIDED and v.why else ""
+    inside = ": ".join(x for x in (number, why) if x)
+    return f"{said} ({inside})" if inside else said
 
 
 def _code(text: str) -> str:

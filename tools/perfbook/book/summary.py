@@ -9,13 +9,23 @@ intervals are (repetition_cost, cost_text, cost_lines).
 
 from __future__ import annotations
 
+import html
 import math
 
 import pandas as pd
 from IPython.display import HTML
 
 from perfbook.analysis import stats
-from perfbook.analysis.findings import UNDECIDED, evaluate, matrix, outcomes
+from perfbook.analysis.decide import NOT_MEASURED, interval_text
+from perfbook.analysis.findings import (
+    UNDECIDED,
+    anchor,
+    decisive,
+    evaluate,
+    matrix,
+    outcomes,
+    strip_entry,
+)
 from perfbook.analysis.findings import _code as esc
 from perfbook.analysis.repetition import (
     NOT_RECORDED,
@@ -26,11 +36,10 @@ from perfbook.analysis.repetition import (
     stop_rule,
 )
 from perfbook.analysis.stats import coverage_text
-from perfbook.book.notebook import host_kinds
+from perfbook.book.notebook import host_labels
 from perfbook.chapters import CHAPTERS, plan_seconds
 from perfbook.core.phases import breakdown_text
 from perfbook.data.dataset import load_manifest, read_csv, table_path
-from perfbook.data.machine import facts
 
 
 def _chapters(data_dir=None):
@@ -49,43 +58,66 @@ def findings_matrix(data_dir=None):
     return out[["chapter", "finding", "claim", *hosts]].fillna("no data")
 
 
+attr = html.escape  # an attribute's value: no markup
+
+
+def _link(entry) -> str:
+    return f"{entry.notebook[:-6]}.html"
+
+
+def takeaways(data_dir=None):
+    """The landing page's takeaways: one sentence per chapter that declares a Takeaway
+    (perfbook.analysis.findings): its mechanism, then its finding's verdict, number and interval
+    on the dataset the chapter's prose quotes, on which machine, the seed article's figure, and
+    what carries over to bare-metal KVM; each links to its chapter. Nothing here is typed: the
+    verdict is the chapter's own (findings.evaluate), as its Key findings block shows it."""
+    items = []
+    for entry, ch, D in _chapters(data_dir):
+        t = ch.takeaway
+        if t is None or not len(D) or D.quoted is None:
+            continue
+        f = next(f for f in ch.key_findings if f.key == t.finding)
+        host = D.quoted.host_id
+        v = evaluate(D, f, host)
+        e = decisive(v)
+        number = (
+            f"{esc(f.quantity)} {esc(interval_text(e, f.unit))}"
+            if e is not None and v.verdict != NOT_MEASURED
+            else "not measured"
+        )
+        name = host_labels(D)[host]
+        items.append(
+            f'<li class="takeaway"><p><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}" '
+            f'title="{attr(v.why)}">{esc(v.verdict)}</span> <strong>{esc(f.claim)}</strong>: '
+            f'{number} on <span class="kf-machine" title="{attr(host)}">{esc(name)}</span>; '
+            f"{esc(t.seed(D))}.<br>{esc(t.mechanism)} {esc(t.transfer(D, D.quoted['host']))}. "
+            f'<a class="takeaway-link" href="{attr(_link(entry))}#{anchor(f)}">{esc(ch.title)} →</a>'
+            "</p></li>"
+        )
+    return HTML(f'<ol class="takeaways">{"".join(items)}</ol>')
+
+
 def headlines(data_dir=None):
-    """Each chapter's first key finding (its headline, which sets our figure beside the
-    seed's), with every host's verdict and numbers and what kind of machine each host is."""
+    """Each chapter's takeaway finding (else its first), with every host's entry as the
+    chapter's findings strip shows it (perfbook.analysis.findings.strip_entry)."""
     rows = []
     for entry, ch, D in _chapters(data_dir):
         if not ch.key_findings or not len(D):
             continue
-        f = ch.key_findings[0]
-        kinds = host_kinds(D)
-        cells = "".join(
-            f'<li><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}">{esc(v.verdict)}</span> on '
-            f"<code>{esc(h)}</code> ({esc(kinds[h])})"
-            + (f": {esc(v.evidence)}" if v.evidence else "")
-            + "</li>"
-            for h in D.hosts
-            for v in [evaluate(D, f, h)]
-        )
+        t = ch.takeaway
+        f = next((f for f in ch.key_findings if t and f.key == t.finding), ch.key_findings[0])
+        names = host_labels(D)
+        cells = "".join(strip_entry(evaluate(D, f, h), names) for h in D.hosts)
         rows.append(
-            f'<tr><td><a href="{esc(entry.notebook[:-6])}.html">{esc(ch.title)}</a></td>'
-            f"<td>{esc(f.claim)}</td><td><ul>{cells}</ul></td></tr>"
+            f'<tr><td><a href="{esc(_link(entry))}">{esc(ch.title)}</a></td>'
+            f'<td>{esc(f.claim)}</td><td><ul class="kf-strip">{cells}</ul></td></tr>'
         )
     return HTML(
-        '<table class="headline-table"><thead><tr><th>chapter</th><th>headline finding</th>'
-        "<th>verdict per host, with the numbers (ours and the seed's)</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        '<details class="headline-numbers"><summary>Every host\'s verdict and number for each '
+        'takeaway</summary><table class="headline-table"><thead><tr><th>chapter</th>'
+        "<th>finding</th><th>verdict, number and interval per machine</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></details>"
     )
-
-
-def platforms(data_dir=None):
-    """Every host in data/ with what kind of machine it is (perfbook.data.machine)."""
-    seen = {}
-    for entry, ch, D in _chapters(data_dir):
-        for m in D.manifests:
-            if m.host_id not in seen or m["run_id"] > seen[m.host_id]["run_id"]:
-                seen[m.host_id] = m
-    rows = [{"host": h, **dict(facts(m["host"]))} for h, m in sorted(seen.items())]
-    return pd.DataFrame(rows)
 
 
 # -- what a profile costs: the measure plan, and how each dataset's repetition stopped ------------

@@ -331,6 +331,12 @@ class Chapter:
         opens with them and the hosts page shows them for every host."""
         return self.part("key_findings").FINDINGS
 
+    @property
+    def takeaway(self):
+        """The chapter's line on the book's landing page (perfbook.analysis.findings.Takeaway):
+        its key_findings module's TAKEAWAY, None where it declares none."""
+        return getattr(self.part("key_findings"), "TAKEAWAY", None)
+
     def platform_notes(self, D) -> dict[str, list[str]]:
         """host_id -> facts of this chapter's runs that the platform banner adds (for example
         the accelerator its guests ran under): its prose module's platform_notes(D), if any."""

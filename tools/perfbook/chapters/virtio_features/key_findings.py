@@ -11,7 +11,7 @@ n_writable / n_cwce) and the unit tests check them.
 from __future__ import annotations
 
 from perfbook.analysis import decide
-from perfbook.analysis.findings import Finding, Measured
+from perfbook.analysis.findings import Finding, Measured, Takeaway
 
 from .analysis import quoted
 from .prose import guest_rules
@@ -71,13 +71,13 @@ def cache_rule(run):
 FINDINGS = (
     Finding(
         "longer",
-        "This host's kernel prints features files longer than the 64 bits the 2013 article read",
+        "This host's kernel prints features files longer than 64 characters, one per feature bit",
         host_length,
         quantity="shortest features file on this host",
         side=">",
         threshold=SEED_BITS,
         unit="bits",
-        contrary="This host's kernel prints features files no longer than the 64 bits of 2013",
+        contrary="This host's kernel prints features files of at most 64 characters",
     ),
     Finding(
         "rules",
@@ -90,4 +90,26 @@ FINDINGS = (
         contrary="Some guest disk without CONFIG_WCE shows a cache_type the FLUSH rule does "
         "not give",
     ),
+)
+
+
+def _seed_text(D) -> str:
+    ref = D.reference("virtio_features", {"features": str})
+    n = sorted(set(ref["features"].str.len()))
+    return f"2013 (a local KVM guest and a VPS): features files of {' and '.join(map(str, n))} bits"
+
+
+def _transfer(D, host) -> str:
+    return (
+        "The file is the guest kernel's view of the features it negotiated: its length follows "
+        "the guest kernel's version, not the accelerator or the hardware"
+    )
+
+
+TAKEAWAY = Takeaway(
+    finding="longer",
+    mechanism="A guest's /sys/bus/virtio/devices/*/features prints the negotiated feature "
+    "bits, one character per bit.",
+    seed=_seed_text,
+    transfer=_transfer,
 )
