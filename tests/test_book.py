@@ -121,3 +121,33 @@ def test_the_page_scan_finds_debris_in_text_and_not_in_code():
 
     assert debris(page_text("<td>NaN</td><p>cached +-23.6 µs</p>"))
     assert not debris(page_text("<pre>x = float('nan')</pre><p>a <code>['a']</code></p>"))
+
+
+# The project's own words, as the pages use them: each must be a glossary entry (#41).
+PROJECT_TERMS = (
+    "Key finding",
+    "Interval",
+    "Round",
+    "Profile",
+    "Disturbed run",
+    "Seed article",
+    "This host",
+    "Reference host",
+    "Machine label",
+    "Host id",
+    "TCG",
+    "PVM",
+    "Hodges–Lehmann",
+)
+
+
+def glossary_terms() -> set[str]:
+    """The terms glossary.md defines: the unindented lines of its {glossary} block."""
+    text = (ROOT / "glossary.md").read_text()
+    block = text.split("```{glossary}", 1)[1].split("```", 1)[0]
+    return {line.strip() for line in block.splitlines() if line and not line[0].isspace()}
+
+
+def test_the_glossary_defines_every_project_term():
+    missing = [t for t in PROJECT_TERMS if t not in glossary_terms()]
+    assert not missing, f"glossary.md does not define: {missing}"

@@ -132,6 +132,18 @@ class Takeaway:
     transfer: Callable  # (D, host facts of the quoted dataset) -> str
 
 
+def guest_transfer(compute, under_tcg: str, under_kvm: str, key: str = "accel") -> Callable:
+    """A Takeaway.transfer for a chapter whose QEMU guests run under TCG or KVM: `under_tcg` or
+    `under_kvm`, on the accelerator the quoted dataset's guests ran under, read from the
+    chapter's own values (compute, the function its platform note reads: glued)."""
+
+    def transfer(D, host) -> str:
+        g = glued(Run(D, D.quoted), compute) or {}
+        return under_tcg if "tcg" in str(g.get(key, "")).lower() else under_kvm
+
+    return transfer
+
+
 class Run:
     """One dataset of a chapter: its manifest and its tables (the chapter's Data, cut to it)."""
 

@@ -189,9 +189,9 @@ class Fleet:
             who = (
                 "this host and the reference host"
                 if (role == THIS and h == self.reference)
-                else "this host, the host of the dataset the prose quotes"
+                else "this host (the one whose data the text quotes)"
                 if role == THIS
-                else "the reference host, the host the prose was written from"
+                else "the reference host (the one the book was first written from)"
             )
             if roles is not None and role not in roles:
                 absent.append(f"{who} ({h})")

@@ -383,8 +383,11 @@ def platform(D):
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
         said = f" ({esc(role[h])})" if h in role else ""
         name = f'<span class="kf-machine" title="{esc(h)}">{esc(names[h])}</span>'
-        told = "".join(f" {esc(n)}" for n in notes.get(h, []))
+        # a note's gist on the banner's line ("its QEMU guests ran under tcg"), its whole text
+        # (why) with the facts: the first screen holds the title, the banner and the findings
+        told = "".join(f" {esc(n.split(' (')[0].rstrip('.'))}." for n in notes.get(h, []))
         rows.append(f"<li>{name}{said}, {len(ms)} dataset{'s' if len(ms) != 1 else ''}.{told}</li>")
+        items += [esc(n) for n in notes.get(h, [])]
         details.append(f"<li>{name} (host id <code>{esc(h)}</code>): " + "; ".join(items) + "</li>")
     if rest:
         kinds = host_kinds(D)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from perfbook.analysis import decide
 from perfbook.analysis.decide import fmt
-from perfbook.analysis.findings import Finding, Measured, Takeaway
+from perfbook.analysis.findings import Finding, Measured, Takeaway, guest_transfer
 
 from . import analysis as A
+from .prose import key_values
 
 CACHING = ("writethrough", "writeback", "unsafe")  # the modes without O_DIRECT
 DIRECT = ("none", "directsync")
@@ -161,15 +162,15 @@ def _seed_text(D) -> str:
     )
 
 
-def _transfer(D, host) -> str:
-    notes = " ".join(D.chapter.platform_notes(D).get(D.quoted.host_id, []))
-    if "tcg" in notes.lower():
-        return (
-            "The guests here ran under TCG (an emulated CPU): each write spends far more guest "
-            "CPU time than under KVM, which dilutes the cost of the flush, so expect a bare-metal "
-            "KVM host to lose more to directsync than this ratio says"
-        )
-    return "The guests ran under KVM; the ratio depends on how fast the host's disk flushes"
+_TRANSFER = guest_transfer(
+    key_values,
+    under_tcg=(
+        "The guests here ran under TCG (an emulated CPU): each write spends far more guest "
+        "CPU time than under KVM, which dilutes the cost of the flush, so expect a bare-metal "
+        "KVM host to lose more to directsync than this ratio says"
+    ),
+    under_kvm="The guests ran under KVM; the ratio depends on how fast the host's disk flushes",
+)
 
 
 TAKEAWAY = Takeaway(
@@ -177,5 +178,5 @@ TAKEAWAY = Takeaway(
     mechanism="directsync adds a flush after every guest write to what none does (both bypass "
     "the host's page cache).",
     seed=_seed_text,
-    transfer=_transfer,
+    transfer=_TRANSFER,
 )

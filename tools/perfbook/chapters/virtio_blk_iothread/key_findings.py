@@ -25,9 +25,10 @@ import numpy as np
 
 from perfbook.analysis import decide
 from perfbook.analysis.decide import fmt
-from perfbook.analysis.findings import Finding, Measured, Takeaway
+from perfbook.analysis.findings import Finding, Measured, Takeaway, guest_transfer
 
 from .analysis import PSEUDO, boots_table, per_repetition, storm_ratios, table, thread_runs
+from .prose import accel
 
 CONFIDENCE = 0.95  # every finding's (Finding's default)
 HALF = 1 - (1 - CONFIDENCE) / 2  # each of two estimates a union bound combines
@@ -336,14 +337,14 @@ def _seed_text(D) -> str:
     )
 
 
-def _transfer(D, host) -> str:
-    notes = " ".join(D.chapter.platform_notes(D).get(D.quoted.host_id, []))
-    if "tcg" in notes.lower():
-        return (
-            "The guests here ran under TCG (an emulated CPU), so the vCPU thread, not the main "
-            "loop, sets the pace; where the work runs carries over to KVM, the throughput gain does not"
-        )
-    return "The guests ran under KVM: expect the same split of work on a bare-metal KVM host"
+_TRANSFER = guest_transfer(
+    accel,
+    under_tcg=(
+        "The guests here ran under TCG (an emulated CPU), so the vCPU thread, not the main "
+        "loop, sets the pace; where the work runs carries over to KVM, the throughput gain does not"
+    ),
+    under_kvm="The guests ran under KVM: expect the same split of work on a bare-metal KVM host",
+)
 
 
 TAKEAWAY = Takeaway(
@@ -351,5 +352,5 @@ TAKEAWAY = Takeaway(
     mechanism="With iothread= the virtqueue's requests are served by an AioContext of their own "
     "instead of QEMU's main loop.",
     seed=_seed_text,
-    transfer=_transfer,
+    transfer=_TRANSFER,
 )

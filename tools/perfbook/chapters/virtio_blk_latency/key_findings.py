@@ -13,9 +13,10 @@ import numpy as np
 
 from perfbook.analysis import decide
 from perfbook.analysis.decide import fmt
-from perfbook.analysis.findings import Finding, Measured, Takeaway
+from perfbook.analysis.findings import Finding, Measured, Takeaway, guest_transfer
 
 from . import analysis as A
+from .prose import NOTE
 
 # The two cells (kind, aio, variant) of boots each finding compares: every round boots each
 # once (collect.plan_round), so n rounds give n against n boots. The default profile's cells
@@ -205,14 +206,14 @@ def _seed_text(D) -> str:
     )
 
 
-def _transfer(D, host) -> str:
-    notes = " ".join(D.chapter.platform_notes(D).get(D.quoted.host_id, []))
-    if "tcg" in notes.lower():
-        return (
-            "The guest here ran under TCG (an emulated CPU), so its share of the time is far "
-            "larger than a KVM guest's; on a bare-metal KVM host expect a ratio nearer the 2010 one"
-        )
-    return "The guest ran under KVM: the ratio should carry over to a bare-metal KVM host"
+_TRANSFER = guest_transfer(
+    NOTE,
+    under_tcg=(
+        "The guest here ran under TCG (an emulated CPU), so its share of the time is far "
+        "larger than a KVM guest's; on a bare-metal KVM host expect a ratio nearer the 2010 one"
+    ),
+    under_kvm="The guest ran under KVM: the ratio should carry over to a bare-metal KVM host",
+)
 
 
 TAKEAWAY = Takeaway(
@@ -220,5 +221,5 @@ TAKEAWAY = Takeaway(
     mechanism="A guest's read passes its own block layer, a virtqueue kick that exits to QEMU, "
     "QEMU's virtio-blk and the host's I/O before it completes.",
     seed=_seed_text,
-    transfer=_transfer,
+    transfer=_TRANSFER,
 )
