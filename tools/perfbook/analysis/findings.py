@@ -695,12 +695,13 @@ def anchor(f: Finding) -> str:
     return f"kf-{html.escape(f.key)}"
 
 
-def _chip(verdict: str, why: str = "") -> str:
+def chip(verdict: str, why: str = "") -> str:
+    """A verdict as the pages show it, with why it is what it is as its tooltip."""
     tip = f' title="{html.escape(why)}"' if why else ""
     return f'<span class="kf-verdict kf-{verdict.replace(" ", "-")}"{tip}>{html.escape(verdict)}</span>'
 
 
-def _machine(host_id: str, labels: dict[str, str]) -> str:
+def machine(host_id: str, labels: dict[str, str]) -> str:
     """A host as the page names it: its label, the id as its tooltip (no bare id in the text)."""
     return (
         f'<span class="kf-machine" title="{html.escape(host_id)}">'
@@ -718,8 +719,8 @@ def strip_entry(v: HostVerdict, labels: dict[str, str], role: str = "") -> str:
     )
     said = f' <span class="kf-role">({html.escape(role)})</span>' if role else ""
     return (
-        f'<li class="kf-host">{_chip(v.verdict, v.why)}'
-        f"{number} on {_machine(v.host_id, labels)}{said}</li>"
+        f'<li class="kf-host">{chip(v.verdict, v.why)}'
+        f"{number} on {machine(v.host_id, labels)}{said}</li>"
     )
 
 
@@ -752,7 +753,7 @@ def html_block(
         told = [v for v in per_host if v.verdict != NOT_MEASURED]
         runs = sum(1 for v in told for _, o in v.runs if o is not None)
         detail = "".join(
-            f"<li>{_chip(v.verdict)} on {_machine(v.host_id, labels)}: {esc(v.evidence)}</li>"
+            f"<li>{chip(v.verdict)} on {machine(v.host_id, labels)}: {esc(v.evidence)}</li>"
             for v in told
         )
         evidence = (

@@ -26,7 +26,7 @@ import html
 from IPython.display import HTML
 
 from perfbook.analysis import hosts
-from perfbook.analysis.findings import _code
+from perfbook.analysis.findings import _code, machine
 from perfbook.book.sphinx_site import dataset_url
 from perfbook.book.summary import findings_matrix
 
@@ -72,8 +72,8 @@ def _num(v, digits: int | None = None) -> str:
 
 
 def _machine(r: dict) -> str:
-    """A host by its machine's label (perfbook.data.machine.labels), its id as the tooltip."""
-    return f'<span class="kf-machine" title="{_e(r["host_id"])}">{_e(r["label"])}</span>'
+    """A host record by its machine's label, its id as the tooltip (findings.machine)."""
+    return machine(r["host_id"], {r["host_id"]: r["label"]})
 
 
 def _host_cell(r: dict) -> str:

@@ -33,6 +33,7 @@ from perfbook.analysis.findings import (
     counted_runs,
     evaluate,
     html_block,
+    machine,
     plain,
     sentence,
     stored,
@@ -382,7 +383,7 @@ def platform(D):
                 val += f" (recorded by {len(told)} of its {len(per_run)} runs)"
             items.append(f"<b>{esc(what)}</b>: {esc(str(val))}")
         said = f" ({esc(role[h])})" if h in role else ""
-        name = f'<span class="kf-machine" title="{esc(h)}">{esc(names[h])}</span>'
+        name = machine(h, names)
         # a note's gist on the banner's line ("its QEMU guests ran under tcg"), its whole text
         # (why) with the facts: the first screen holds the title, the banner and the findings
         told = "".join(f" {esc(n.split(' (')[0].rstrip('.'))}." for n in notes.get(h, []))

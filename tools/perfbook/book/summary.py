@@ -20,8 +20,10 @@ from perfbook.analysis.decide import NOT_MEASURED, interval_text
 from perfbook.analysis.findings import (
     UNDECIDED,
     anchor,
+    chip,
     decisive,
     evaluate,
+    machine,
     matrix,
     outcomes,
     strip_entry,
@@ -85,12 +87,10 @@ def takeaways(data_dir=None):
             if e is not None and v.verdict != NOT_MEASURED
             else "not measured"
         )
-        name = host_labels(D)[host]
         items.append(
-            f'<li class="takeaway"><p><span class="kf-verdict kf-{v.verdict.replace(" ", "-")}" '
-            f'title="{attr(v.why)}">{esc(v.verdict)}</span> <strong>{esc(f.claim)}</strong>: '
-            f'{number} on <span class="kf-machine" title="{attr(host)}">{esc(name)}</span>; '
-            f"{esc(t.seed(D))}.<br>{esc(t.mechanism)} {esc(t.transfer(D, D.quoted['host']))}. "
+            f'<li class="takeaway"><p>{chip(v.verdict, v.why)} <strong>{esc(f.claim)}</strong>: '
+            f"{number} on {machine(host, host_labels(D))}; {esc(t.seed(D))}.<br>"
+            f"{esc(t.mechanism)} {esc(t.transfer(D, D.quoted['host']))}. "
             f'<a class="takeaway-link" href="{attr(_link(entry))}#{anchor(f)}">{esc(ch.title)} →</a>'
             "</p></li>"
         )

@@ -54,6 +54,7 @@ from perfbook.data.dataset import (
     MANIFEST,
     list_runs,
     load_manifest,
+    quoted,
     read_csv,
     shown_datasets,
     table_path,
@@ -378,13 +379,11 @@ def _factor(rng: random.Random) -> float:
 
 
 def _newest(chapter: str, data_dir: Path, host_id: str | None = None):
-    """The newest dataset of a chapter (of one host), by run id, among those the run monitor did
-    not mark disturbed where there are any (a reader's make all that the book then quotes is an
-    undisturbed one, and a disturbed source would be copied with its mark); None if none."""
+    """The dataset of a chapter (of one host) that its prose would quote (dataset.quoted: the
+    newest of a real profile that was not disturbed, a reader's make all being such a one; a
+    disturbed source would be copied with its mark); None if there is none."""
     mans = [load_manifest(r) for r in list_runs(chapter, data_dir)]
-    mans = [m for m in mans if host_id is None or m.host_id == host_id]
-    calm = [m for m in mans if not (m.get("disturbance") or {}).get("disturbed")] or mans
-    return max(calm, key=lambda m: m["run_id"], default=None)
+    return quoted([m for m in mans if host_id is None or m.host_id == host_id])
 
 
 def _derive(

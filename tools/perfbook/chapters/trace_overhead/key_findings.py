@@ -186,9 +186,9 @@ def _transfer(D, host) -> str:
     if host.get("virtualization") == "none":
         return "Measured on bare metal, as a bare-metal KVM host would run it"
     return (
-        "Measured in a virtual machine: most of the ratio is the uprobe's single step, whose "
-        "debug exception a hypervisor can intercept (KVM does, with VMX or SVM), so on bare "
-        "metal expect a smaller ratio, with the uprobe still the dearer"
+        "Measured in a virtual machine: a uprobe on `ret` is single-stepped, and a hypervisor "
+        "can intercept a single step's debug exception (KVM does, with VMX or SVM), so on bare "
+        "metal expect a smaller ratio"
     )
 
 

@@ -340,8 +340,8 @@ def _seed_text(D) -> str:
 _TRANSFER = guest_transfer(
     accel,
     under_tcg=(
-        "The guests here ran under TCG (an emulated CPU), so the vCPU thread, not the main "
-        "loop, sets the pace; where the work runs carries over to KVM, the throughput gain does not"
+        "The guests here ran under TCG (an emulated CPU): which thread does the disk's work "
+        "carries over to KVM; what an iothread gains in throughput may not"
     ),
     under_kvm="The guests ran under KVM: expect the same split of work on a bare-metal KVM host",
 )
