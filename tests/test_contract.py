@@ -647,6 +647,14 @@ def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_pat
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=90)
     assert len(half) == 1, "no half-written dataset while the run held its state"
+    # the sweep rightly leaves a dataset alone while its writer (.tmp-<pid>-) lives: that is
+    # the run's collect process, which gets SIGTERM when the run dies and restores first; on a
+    # busy machine that takes a while (a busy .ci/run swept while it was still alive)
+    from perfbook.core.proc import pid_alive
+
+    writer, deadline = int(half[0].name.split("-")[1]), time.monotonic() + 60
+    while pid_alive(writer) and time.monotonic() < deadline:
+        time.sleep(0.2)
     r = subprocess.run(
         [PY, "-m", "perfbook", "sweep"], capture_output=True, text=True, cwd=ROOT, timeout=300
     )
