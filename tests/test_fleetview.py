@@ -204,7 +204,8 @@ def _fleet(n, this="h-000000000000", ref="h-000000000001", kinds=("none", "kvm",
 def test_roles_read_naturally_with_one_and_two_hosts():
     one = _fleet(1, ref="h-000000000000")
     assert one.roles() == {"h-000000000000": fv.THIS} and one.others == []
-    assert one.label(fv.THIS).startswith("this host = reference host: h-000000000000 (bare metal)")
+    # a legend names a host by its machine's label, as the page does, never by its id
+    assert one.label(fv.THIS) == "this host = reference host: Intel Xeon bare metal, Linux 6.0.0"
     assert [lbl for _, lbl in fv.handles(one)] == [one.label(fv.THIS)]
     two = _fleet(2)
     assert [r for _, r in two.highlighted] == [fv.THIS, fv.REFERENCE] and two.others == []

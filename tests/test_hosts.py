@@ -312,3 +312,32 @@ def test_a_host_label_is_read_from_its_facts_and_unique_among_hosts():
         "h-2": "AMD EPYC 7B13 2-vCPU KVM guest with PVM, Linux 6.18.44 #2",
         "h-3": "emulated 2-vCPU TCG guest",
     }
+
+
+def test_every_output_names_a_host_by_its_label_and_keeps_the_id_as_a_tooltip(monkeypatch):
+    """perfbook.book.notebook's output filter (#41): in text, a known host id and its run id
+    become the machine's label; an id the book has no data of (the machine a TCG guest ran on)
+    becomes 'another host'; in HTML the id is the name's tooltip, tags and attributes are left
+    alone, and so is a host-id column."""
+    from perfbook.book import notebook as nb
+
+    monkeypatch.setattr(nb, "_NAMES", {"h-0123456789ab": "AMD EPYC 2-vCPU KVM guest"})
+    assert nb.named("On h-0123456789ab, run h-0123456789ab/20261129T062613Z.") == (
+        "On AMD EPYC 2-vCPU KVM guest, run AMD EPYC 2-vCPU KVM guest, run 20261129T062613Z."
+    )
+    assert nb.named("a TCG guest on host h-1db0cee60199; Host h-1db0cee60199") == (
+        "a TCG guest on another host; Another host"
+    )
+    assert nb.named("no id in h-0123456789abc or xh-0123456789ab") == (
+        "no id in h-0123456789abc or xh-0123456789ab"
+    )
+    out = nb.named_html(
+        '<td title="h-0123456789ab">h-0123456789ab</td>'
+        '<td><code class="pb-hostid">h-0123456789ab</code> h-0123456789ab</td>'
+    )
+    assert out == (
+        '<td title="h-0123456789ab"><span class="pb-host" title="h-0123456789ab">'
+        "AMD EPYC 2-vCPU KVM guest</span></td>"
+        '<td><code class="pb-hostid">h-0123456789ab</code> <span class="pb-host" '
+        'title="h-0123456789ab">AMD EPYC 2-vCPU KVM guest</span></td>'
+    )

@@ -76,6 +76,7 @@ class Fleet:
         self.hosts = sorted(self.facts)
         self.this = this if this in self.facts else None
         self.reference = reference if reference in self.facts else None
+        self.labels = machine.labels(self.facts)
 
     def role(self, host_id: str) -> str:
         if host_id == self.this:
@@ -102,11 +103,19 @@ class Fleet:
     def within(self, hosts) -> Fleet:
         """The same roles over a subset of the hosts (a facet, the hosts that have a table)."""
         keep = set(hosts)
-        return Fleet({h: f for h, f in self.facts.items() if h in keep}, self.this, self.reference)
+        sub = Fleet({h: f for h, f in self.facts.items() if h in keep}, self.this, self.reference)
+        sub.labels = {h: v for h, v in self.labels.items() if h in keep}  # the names stay
+        return sub
 
     def name(self, host_id: str) -> str:
-        """'h-5ab5c186a54f (KVM guest)' (perfbook.data.machine.legend)."""
-        return machine.legend(self.facts.get(host_id, {"host_id": host_id}))
+        """The machine's label ('AMD EPYC 2-vCPU KVM guest, Linux 6.18.44-fc-v769',
+        perfbook.data.machine.labels): a legend names a host as the page does."""
+        return self.labels.get(host_id) or machine.label({"host_id": host_id})
+
+    def title(self, role: str) -> str:
+        """A role in a panel's title ('this host', 'this host = reference host'): the legend
+        names its machine (label()), a title has no room for a machine's label."""
+        return self.label(role).split(":")[0]
 
     def label(self, role: str) -> str:
         """A role's legend entry: one per role, whatever the number of hosts."""

@@ -84,7 +84,7 @@ def _host_cell(r: dict) -> str:
     note = f' title="{_e(r["note"])}"' if r["note"] else ""
     return (
         f"<td>{_machine(r)}<br>"
-        f'<span class="pb-sub">host id <code>{_e(r["host_id"])}</code></span><br>'
+        f'<span class="pb-sub">host id <code class="pb-hostid">{_e(r["host_id"])}</code></span><br>'
         f'<span class="pb-sub"{note}>{desc}</span>{label}</td>'
     )
 
@@ -170,7 +170,7 @@ def coverage_table(data_dir=None, records: list[dict] | None = None, base: str =
     ]
     rows = []
     for r in recs:
-        cells = [f"<td><code>{_e(r['host_id'])}</code></td>", _e(r["kind"])]
+        cells = [f'<td><code class="pb-hostid">{_e(r["host_id"])}</code></td>', _e(r["kind"])]
         for c in chapters:
             runs = [(c, run, prof, r["host_id"]) for ch, run, prof in r["runs"] if ch == c]
             cells.append(

@@ -54,7 +54,14 @@ from perfbook.data.dataset import (
     skipped_table,
     table_path,
 )
-from perfbook.data.machine import NOT_RECORDED, facts, labels, short_kind
+from perfbook.data.machine import (
+    NOT_RECORDED,
+    facts,
+    labels,
+    name_ids,
+    name_ids_html,
+    short_kind,
+)
 from perfbook.framework.contract import Chapter
 from perfbook.hoststate.monitor import verdict_text
 
@@ -82,6 +89,58 @@ def init():
     pd.set_option("display.width", 120)
     pd.set_option("display.max_columns", 30)
     _tables_without_nan()
+    _hosts_by_name()
+
+
+# -- hosts by name (#41): every output names a host by its machine's label, never by its id --
+
+_NAMES: dict[str, str] = {}  # host_id -> its machine's label, for the pages built in this kernel
+
+
+def name_hosts(names: dict[str, str]) -> None:
+    """From here on, outputs show these hosts (host_id -> label) by their labels."""
+    _NAMES.update(names)
+
+
+def named(text: str) -> str:
+    """Plain text (a caption, a glued sentence, a table as text) with every host id named."""
+    return name_ids(text, _NAMES)
+
+
+def named_html(text: str) -> str:
+    """HTML with every host id in its text named, the id as the name's tooltip."""
+    return name_ids_html(text, _NAMES)
+
+
+_TEXT_KINDS = ("text/plain", "text/markdown", "text/latex")
+
+
+def _hosts_by_name() -> None:
+    """Every output of the kernel (a displayed object, a cell's result, a glued value: myst_nb's
+    glue formats with the same formatter) goes through named()/named_html(): one filter, so no
+    chapter's table, caption or sentence shows a bare host id (#41)."""
+    ip = get_ipython()
+    if ip is None:
+        return
+    fmt = ip.display_formatter
+    if getattr(fmt.format, "names_hosts", False):
+        return
+    inner = fmt.format
+
+    def format(obj, include=None, exclude=None):
+        data, md = inner(obj, include=include, exclude=exclude)
+        data = dict(data)
+        for kind, value in data.items():
+            if not isinstance(value, str):
+                continue
+            if kind == "text/html":
+                data[kind] = named_html(value)
+            elif kind in _TEXT_KINDS:
+                data[kind] = named(value)
+        return data, md
+
+    format.names_hosts = True
+    fmt.format = format
 
 
 def _tables_without_nan() -> None:
@@ -216,7 +275,9 @@ def start(chapter, data_dir: str = ""):
     """init(), then every dataset of the chapter (perfbook.data.dataset.Data). In collect mode the
     notebook has measured already (perfbook.book.collect_mode.run_mode, its first call)."""
     init()
-    return chapter.load(data_dir or None)
+    D = chapter.load(data_dir or None)
+    name_hosts(host_labels(D))
+    return D
 
 
 def glue_all(findings: dict) -> None:
@@ -340,8 +401,10 @@ def host_kinds(D) -> dict[str, str]:
 
 
 def host_labels(D) -> dict[str, str]:
-    """host_id -> the machine's label (perfbook.data.machine.labels): how every page names a host."""
-    return labels(_host_facts(D))
+    """host_id -> the machine's label (perfbook.data.machine.labels): how every page names a host.
+    Every host with a dataset of the chapter is named, a host whose runs are all set aside too."""
+    every = {m.host_id: m["host"] for m in D.manifests}
+    return labels({**every, **_host_facts(D)})
 
 
 BANNER_HOSTS = (

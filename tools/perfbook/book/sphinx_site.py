@@ -25,6 +25,7 @@ default colour mode for the theme, and no inline script twice on a page.
 from __future__ import annotations
 
 import hashlib
+import html
 import os
 import re
 import shutil
@@ -49,6 +50,7 @@ from perfbook.data.dataset import (
     subdirs,
     visible_files,
 )
+from perfbook.data.machine import labels, name_ids
 
 SITE_DIR = "datasets"
 ENV_URL = "PERFBOOK_REPOSITORY_URL"
@@ -145,6 +147,7 @@ class Run:
     description: str = ""
     profile: str = ""
     files: list[str] = field(default_factory=list)  # relative to path, sorted
+    facts: dict = field(default_factory=dict)  # the manifest's host block (its machine's label)
 
     @property
     def archive(self) -> str:
@@ -179,6 +182,10 @@ class ChapterData:
     @property
     def hosts(self) -> list[str]:
         return sorted({r.host for r in self.runs})
+
+    def labels(self) -> dict[str, str]:
+        """host -> its machine's label (perfbook.data.machine.labels), as the chapter names it."""
+        return labels({r.host: r.facts for r in self.runs})
 
     def archives(self) -> list[Archive]:
         """One archive per dataset, and one of the chapter's reference figures: no file is in
@@ -245,6 +252,7 @@ def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
                 description=str((man.get("host") or {}).get("description") or ""),
                 profile=str(man.get("profile") or ""),
                 files=_visible_files(path),
+                facts=dict(man.get("host") or {}),
             )
         )
     known = set(chapter_docnames().values()) | set(run_chapters(data_dir))
@@ -379,14 +387,16 @@ def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> no
     if not data.runs:
         return sec
     hosts = nodes.bullet_list()
+    names = data.labels()
     for host in data.hosts:
         runs = [r for r in data.runs if r.host == host]
         item = nodes.list_item()
         p = nodes.paragraph()
-        p += nodes.Text("Host ")
-        p += nodes.literal(host, host)
+        # the machine's label, its id as the tooltip (an HTML-only section: see doctree-resolved)
+        tip = f'<span class="pb-host" title="{html.escape(host)}">{html.escape(names[host])}</span>'
+        p += nodes.raw("", tip, format="html")
         if runs[-1].description:
-            p += nodes.Text(f" ({runs[-1].description})")
+            p += nodes.Text(f" ({name_ids(runs[-1].description, names)})")
         p += nodes.Text(": ")
         for i, r in enumerate(runs):
             if i:

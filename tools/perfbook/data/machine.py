@@ -7,6 +7,7 @@ no hardware PMU, kernel lockdown, guests under TCG. Every chapter opens with thi
 
 from __future__ import annotations
 
+import html
 import re
 
 VIRT = {
@@ -116,6 +117,48 @@ def labels(hosts: dict[str, dict]) -> dict[str, str]:
         h: first[h] if len(seen[first[h]]) == 1 else f"{first[h]} #{seen[first[h]].index(h) + 1}"
         for h in hosts
     }
+
+
+# -- hosts by name (#41): a page names a host by its label, never by its bare id ------------
+
+HOST_ID = re.compile(r"\b(?:([Hh])ost )?(h-[0-9a-f]{12})(?:/(\d{8}T\d{6}Z))?\b")
+# a host id, with the word "host" before it and its run id after it when they are there
+HOST_ID_CELL = '<code class="pb-hostid">'  # the one place an id stays: a host-id column
+
+
+def _naming(m: re.Match, names: dict[str, str]) -> tuple[str, str]:
+    """(the words a host id and its run id are shown as, the ids for a tooltip). A host that
+    has no data in the book (the machine a TCG guest ran on) is 'another host'."""
+    word, host, run = m.group(1), m.group(2), m.group(3)
+    ids = host + (f"/{run}" if run else "")
+    if host in names:
+        shown = (f"{word}ost " if word else "") + names[host]
+    else:
+        shown = f"{'A' if word == 'H' else 'a'}nother host"
+    return shown + (f", run {run}" if run else ""), ids
+
+
+def name_ids(text: str, names: dict[str, str]) -> str:
+    """Text with every host id (and run id) shown by the host's label (names: host_id -> label)."""
+    return HOST_ID.sub(lambda m: _naming(m, names)[0], text)
+
+
+def name_ids_html(text: str, names: dict[str, str]) -> str:
+    """HTML with every host id in its text shown by its label, the id as the label's tooltip.
+    Tags and their attributes are left alone, and so is a host-id column (HOST_ID_CELL)."""
+
+    def span(m):
+        shown, ids = _naming(m, names)
+        return f'<span class="pb-host" title="{html.escape(ids)}">{html.escape(shown)}</span>'
+
+    out, keep = [], False
+    for part in re.split(r"(<[^>]*>)", text):
+        if part.startswith("<"):
+            keep = part.startswith(HOST_ID_CELL) or (keep and not part.startswith("</code"))
+            out.append(part)
+        else:
+            out.append(part if keep else HOST_ID.sub(span, part))
+    return "".join(out)
 
 
 NOT_RECORDED = "not recorded"

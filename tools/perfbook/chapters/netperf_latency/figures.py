@@ -76,7 +76,7 @@ def exceedance(D):
     F, runs = _fleet(D)
     cc = A.ccdf(D.of_shown(D["hist"]))
     have = set(cc["host_id"].unique())
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in have]
+    rows = [(h, F.title(role)) for h, role in F.highlighted if h in have]
     paths = sorted(set(cc["path"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, paths, len(paths))
     for (h, name), axrow in zip(rows, haxes):
@@ -132,7 +132,7 @@ def ladder(D):
     ll = A.ladder_long(lad)
     ll = ll.assign(pos=ll.percentile.map({p: i for i, p in enumerate(PCT_ORDER)}))
     have = set(ll["host_id"].unique())
-    rows = [(h, F.label(role)) for h, role in F.highlighted if h in have]
+    rows = [(h, F.title(role)) for h, role in F.highlighted if h in have]
     protos = sorted(set(ll["proto"].unique()))
     fig, haxes, faxes = _cell_grid(F, rows, protos, len(protos))
     cells = [(p, q) for p in sorted(set(ll.path)) for q in PIN_STYLE if q in set(ll.pin)]

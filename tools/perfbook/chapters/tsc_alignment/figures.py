@@ -46,9 +46,9 @@ def _pct(q: float) -> str:
 
 
 def _rows(F, hosts) -> list[tuple[str, str]]:
-    """(host_id, 'this host: h-… (KVM guest)') of the highlighted hosts that have data here."""
+    """(host_id, 'this host') of the highlighted hosts that have data here."""
     have = set(hosts.unique())
-    return [(h, F.label(role)) for h, role in F.highlighted if h in have]
+    return [(h, F.title(role)) for h, role in F.highlighted if h in have]
 
 
 def pingpong(D, q=(0.01, 0.99)):
