@@ -43,3 +43,47 @@ def test_every_finding_of_the_host_is_placed_among_the_others(book_data):
 def test_a_host_without_data_is_one_clear_error():
     with pytest.raises(PerfbookError, match="has no dataset under data/runs"):
         compare.report("h-000000000000", say=lambda s: None)
+
+
+def test_the_page_sets_this_machine_beside_the_books_finding_by_finding(book_data):
+    """The site's page view (compare.page_html): for each chapter the host measured, one row
+    per finding that links to it in its chapter, this machine's verdict, number and interval,
+    what the interval rests on and how many runs decide it, beside the book's machine (its
+    reference host, or where this machine is that host, the host its chapter quotes); a machine
+    without data gets the command that gives it some, not an error."""
+    import re
+
+    from perfbook.analysis import fleetview
+    from perfbook.analysis.findings import evaluate
+
+    data = book_data.data_dir
+    ref = fleetview.reference_host(data)["host_id"]
+    host = book_data.host or ref
+    page = compare.page_html(host, data)
+    measured = {m["chapter"] for m in all_manifests(data) if m["host"]["host_id"] == host}
+    tables = page.split('<table class="table pb-compare">')[1:]
+    want = [e for e in CHAPTERS if e.load().key_findings and e.name in measured]
+    assert len(tables) == len(want)
+    for entry, table in zip(want, tables):
+        ch = entry.load()
+        D = ch.load(data)
+        head = table.split("</thead>")[0]
+        assert f'{compare.THIS_MACHINE}: <span class="kf-machine" title="{host}">' in head
+        others = re.findall(r'<th>[^<]*: <span class="kf-machine" title="(h-[0-9a-f]+)">', head)
+        assert others[0] == host and all(o != host for o in others[1:])
+        if others[1:]:
+            assert others[1] in (ref, D.quoted.host_id)
+        rows = table.split("<tbody>")[1].split("</tr>")[:-1]
+        assert len(rows) == len(ch.key_findings)
+        for f, row in zip(ch.key_findings, rows):
+            assert f'href="{entry.notebook[:-6]}.html#kf-{f.key}"' in row
+            cells = row.split("<td>")[2:]
+            for h, cell in zip(others, cells):
+                v = evaluate(D, f, h)
+                assert f">{v.verdict}</span>" in cell
+                assert re.search(r"\d+ runs?( decide|, none deciding|, none measured it)", cell), (
+                    cell
+                )
+    assert "pb-compare-none" not in page
+    none = compare.page_html("h-000000000000", data)
+    assert "pb-compare-none" in none and "sudo make all" in none

@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, fake_manifest
-from perfbook.book import freshness, notebook, validation
+from perfbook.analysis.repetition import repetition_overview
+from perfbook.book import freshness, validation
 from perfbook.book import sphinx_site as S
 from perfbook.core.errors import DatasetError
 from perfbook.data import dataset
@@ -160,7 +161,7 @@ def test_the_repetition_overview_reads_no_link(data, tmp_path):
     p.rename(tmp_path / "rep.csv.xz")
     p.symlink_to(tmp_path / "rep.csv.xz")
     with pytest.raises(DatasetError, match="a symlink"):
-        notebook.repetition_overview("trace_overhead", data)
+        repetition_overview("trace_overhead", data)
 
 
 def test_a_symlinked_reference_table_is_refused(tmp_path, secret):

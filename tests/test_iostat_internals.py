@@ -696,12 +696,10 @@ def _check_replay_exact(iv, n_pairs=5):
 
 
 def test_chapter_prose_keys_are_all_glued(book_data):
-    """Every {glue:text} name in the chapter is one the chapter's prose.values() (or the shared
-    repetition section) always provides, as text or an integer."""
+    """Every {glue:text} name in the chapter is one the chapter's prose.values() (or the book's
+    frame) always provides, as text or an integer."""
     import json
     import re
-
-    from perfbook.book.notebook import REPETITION_GLUE
 
     nb = json.loads((ROOT / "chapters" / "iostat_internals.ipynb").read_text())
     used = {
@@ -714,9 +712,7 @@ def test_chapter_prose_keys_are_all_glued(book_data):
     assert all(isinstance(v, (str, int)) for v in values.values())
     from perfbook.book.notebook import frame_glue
 
-    provided = (
-        set(values) | {"rep_" + name for _, name in REPETITION_GLUE} | frame_glue(I.chapter, nb)
-    )
+    provided = set(values) | frame_glue(I.chapter, nb)
     assert used and used <= provided, sorted(used - provided)
     # and with a dataset that has no trace tables, dataset_values() still fills them
     iv = _fixture("intervals")

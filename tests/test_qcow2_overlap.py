@@ -594,7 +594,7 @@ def test_headline_skips_a_size_that_stopped_with_one_run(book_data):
 
 
 def test_findings_are_what_the_prose_shows(book_data):
-    """Every {glue:text} name in the chapter is glued (findings, or nb.repetition's rep_*),
+    """Every {glue:text} name in the chapter is glued (its prose values, or the frame's),
     as text formatted the way the prose shows it, or as an int: never a float, whose
     repr would carry digits the page does not show."""
     import re
@@ -607,11 +607,9 @@ def test_findings_are_what_the_prose_shows(book_data):
         if c["cell_type"] == "markdown":
             refs |= set(re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"])))
     assert refs and all(re.fullmatch(r"\w+", r) for r in refs), "a format spec is left in the prose"
-    from perfbook.book.notebook import REPETITION_GLUE, frame_glue
+    from perfbook.book.notebook import frame_glue
 
-    missing = (
-        refs - set(f) - {"rep_" + name for _, name in REPETITION_GLUE} - frame_glue(qo.chapter, nb)
-    )
+    missing = refs - set(f) - frame_glue(qo.chapter, nb)
     assert not missing, missing
     assert not [k for k, v in f.items() if isinstance(v, float)]
     for k, fmt in prose.FORMATS.items():  # a value the dataset does not define is not glued
@@ -871,14 +869,9 @@ def test_one_run_per_mode_is_quoted_as_not_compared():
         if c["cell_type"] == "markdown"
         for r in re.findall(r"\{glue:text\}`([^`]+)`", "".join(c["source"]))
     }
-    from perfbook.book.notebook import REPETITION_GLUE, frame_glue
+    from perfbook.book.notebook import frame_glue
 
-    assert (
-        not refs
-        - set(f)
-        - {"rep_" + name for _, name in REPETITION_GLUE}
-        - frame_glue(qo.chapter, nb)
-    )
+    assert not refs - set(f) - frame_glue(qo.chapter, nb)
     assert not {k: debris(v) for k, v in f.items() if debris(v)}
     for key in (
         "pre_big_sentence",

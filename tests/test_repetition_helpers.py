@@ -1,5 +1,5 @@
 """The shared helpers chapters use for adaptive repetition and for showing several hosts:
-perfbook.analysis.repetition.repetition_settings / repetition / interleave and perfbook.book.notebook.repetition_overview /
+perfbook.analysis.repetition.repetition_settings / repetition / interleave and perfbook.analysis.repetition.repetition_overview /
 env_diff_view."""
 
 from __future__ import annotations
@@ -92,14 +92,14 @@ def test_repetition_overview_counts_adaptive_and_fixed_datasets(tmp_path):
         r.add("b", 1.0 + rnd.index)
     _dataset(tmp_path, "h-old", "20260101T000000Z")
     _dataset(tmp_path, "h-new", "20260102T000000Z", r.records())
-    table, counts = notebook.repetition_overview("demo", tmp_path)
+    table, counts = rep_mod.repetition_overview("demo", tmp_path)
     assert counts["datasets"] == 2 and counts["fixed"] == 1 and counts["experiments"] == 1
     # by hand: round 0 is warm-up; a = 10, 10, 10 (CI width 0: met); b = 2, 3 after round 2
     # ([2, 3] around 2.5: 40 % > 30 %), then 2, 3, 4 ([2, 4] around 3: 67 %): never met,
     # so repetition stops at max_runs = 3 with 1 of the 2 keys within the target
     assert r.stopped_by == rep_mod.STOP_MAX and counts[rep_mod.STOP_MAX] == 1
     old = table[table.host_id == "h-old"].iloc[0]
-    assert old.stopped_by == notebook.FIXED_REPETITION
+    assert old.stopped_by == rep_mod.FIXED_REPETITION
     new = table[table.host_id == "h-new"].iloc[0]
     assert new.experiment == "exp" and new["keys"] == 2 and new["warm-up"] == 1
     assert new["keys met"] == "1/2"

@@ -3,8 +3,9 @@
 The site is the session's one build of the book (conftest.built_book), served over HTTP on
 127.0.0.1. Every page in _toc.yml is opened: it loads, every image on it is complete and not
 broken, no glue reference is left unresolved, and every chapter page has figures, its Binder
-button, and a Datasets section whose links (one archive per dataset, one for the reference
-figures) download the committed data byte for byte, each file once. The hosts page filters its
+button, and a link to its part of the appendix, which lists its runs and whose Datasets links
+(one archive per dataset, one for the reference figures) download the committed data byte for
+byte, each file once. The hosts page filters its
 rows as one types in its search box, narrows by a facet, and sorts numeric columns as numbers;
 it links every dataset the site holds. The book is built in a scratch copy of the repository
 whose data/ also holds a synthetic fleet (conftest.built_book: 12 hosts in make test, 100 in make
@@ -153,15 +154,18 @@ def _source(page: str) -> Path:
     return next(p for p in (ROOT / f"{page}.ipynb", ROOT / f"{page}.md") if p.is_file())
 
 
+def _markdown(page: str) -> str:
+    """The prose of a page's source: its markdown cells (a notebook), or the file (a .md)."""
+    src = _source(page)
+    if src.suffix != ".ipynb":
+        return src.read_text()
+    nb = json.loads(src.read_text())
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
 def _glue_text_refs(page: str) -> int:
     """How many {glue:text} references the page's source holds (markdown cells only)."""
-    src = _source(page)
-    if src.suffix == ".ipynb":
-        nb = json.loads(src.read_text())
-        text = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    else:
-        text = src.read_text()
-    return len(re.findall(r"\{glue:text\}`", text))
+    return len(re.findall(r"\{glue:text\}`", _markdown(page)))
 
 
 def _glue_warnings(log: str, page: str) -> list[str]:
@@ -230,17 +234,30 @@ def _zip_members(url: str) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p in _chapters()])
 def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
-    from perfbook.book.sphinx_site import SITE_DIR, chapter_data
+    """A chapter page ends with a link to its part of the appendix ("How this was measured");
+    that part lists each of its runs and links each dataset's archive, and the archives hold
+    every file the chapter reads, each once."""
+    from perfbook.book.sphinx_site import SITE_DIR, chapter_data, measured_id
 
-    data = chapter_data(_chapters()[page], site.book.data)
+    chapter = _chapters()[page]
+    data = chapter_data(chapter, site.book.data)
     _open(browser, site, page)
+    pointer = [
+        a.get_attribute("href")
+        for a in browser.find_elements("css selector", "section#measured a.perfbook-measured-link")
+    ]
+    assert pointer, f"{page}: no link to its part of the appendix"
+    assert urlsplit(pointer[0]).path == "/appendix.html"
+    assert urlsplit(pointer[0]).fragment == measured_id(chapter)
 
+    _open(browser, site, "appendix")
+    part = f"section#{measured_id(chapter)}"
     # one link per dataset (and one to the reference figures), each to its own archive; together
     # they hold every file the chapter reads, each file once
     links = [
         a.get_attribute("href")
         for a in browser.find_elements(
-            "css selector", "section#datasets a.perfbook-dataset-archive"
+            "css selector", f"{part} section[id^='datasets'] a.perfbook-dataset-archive"
         )
     ]
     assert links, f"{page}: no dataset download link"
@@ -256,14 +273,20 @@ def test_chapter_offers_its_data_and_a_binder_button(browser, site, page):
         for name, blob in members.items():
             assert blob == want[name].read_bytes(), f"{href}: {name} differs from {want[name]}"
     assert sorted(got) == sorted(want), f"{page}: the archives do not hold exactly data/"
-    section = browser.find_element("css selector", "section#datasets").text
-    for run in data.runs:
-        assert run.host in section and run.run_id in section, (
-            f"{page}: {run.host}/{run.run_id} missing"
-        )
-    hosts_link = browser.find_elements("css selector", "section#datasets a.perfbook-hosts-link")
+    # the runs table: one row per run, its machine named (the id its tooltip), its archive linked
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' table.perfbook-runs tbody tr'))"
+        ".map(r => ({host: r.querySelector('.kf-machine').getAttribute('title'),"
+        " run: r.cells[1].innerText.trim()}));",
+        part,
+    )
+    assert sorted((r["host"], r["run"]) for r in rows) == sorted(
+        (r.host, r.run_id) for r in data.runs
+    ), f"{page}: the appendix's runs table does not list exactly its runs"
+    hosts_link = browser.find_elements("css selector", f"{part} a.perfbook-hosts-link")
     assert hosts_link and urlsplit(hosts_link[0].get_attribute("href")).path == "/hosts.html"
 
+    _open(browser, site, page)
     # the Binder button opens this notebook in the configured repository
     org_repo = "/".join(site.book.repository_url.rsplit("/", 2)[-2:])
     binder = [
@@ -449,8 +472,8 @@ def test_chapter_reads_like_a_book(browser, site, page):
     text = browser.execute_script("return document.querySelector('article.bd-article').innerText;")
     for raw in ("\\(", "\\[", "$$"):
         assert raw not in text, f"{page}: raw TeX {raw!r} in the visible text (math not rendered)"
-    src = _source(page).read_text()
-    if re.search(r"\$[^$\s][^$]*\$|\\\\\(", src):
+    # the prose's math (markdown cells), not a shell variable in an output's one-liner
+    if re.search(r"\$[^$\s][^$]*\$|\\\\\(", _markdown(page)):
         assert q("css selector", "article.bd-article mjx-container"), f"{page}: math not rendered"
 
     imgs = browser.execute_script(

@@ -356,3 +356,42 @@ def test_every_registered_chapter_gets_a_page_section():
     assert sorted(names.values()) == sorted(c.name for c in CHAPTERS)
     for doc in names:
         assert (ROOT / f"{doc}.ipynb").is_file()
+
+
+def test_the_appendix_lists_each_run_of_a_chapter_with_its_plan_rounds_and_archive(two_hosts):
+    """A chapter's part of the appendix ("How this was measured"): a link to the chapter, its
+    plan, one row per run (machine named, id as tooltip; archive linked; time taken against the
+    plan; rounds; the rule that stopped them; disturbed or not), then its Datasets section; and
+    the chapter page's pointer to that part."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.utils import new_document
+
+    rep = two_hosts / "runs" / "h-bbbbbbbbbbbb" / "demo" / "20260103T000000Z" / "repetition.csv"
+    rep.write_text(
+        "experiment,key,n,warmup,rel_ci_width,target,budget_s,elapsed_s,met_target,stopped_by\n"
+        "main,a,6,1,0.04,0.05,30,12.5,True,ci_target\n"
+        "main,b,8,1,0.06,0.05,30,12.5,False,ci_target\n"
+    )
+    chapter = SimpleNamespace(name="demo", title="A demo", plan_s={"quick": 5, "default": 60})
+    data = S.chapter_data("demo", two_hosts)
+    sec = S.measured_section(chapter, "chapters/demo", data, new_document("x"), True, two_hosts)
+    assert sec["ids"] == [S.measured_id("demo")] == ["measured-demo"]
+    targets = [n["perfbook_target"] for n in sec.findall(nodes.reference)]
+    assert targets[0] == "chapters/demo.html" and "hosts.html" in targets
+    assert "quick 5 s, default 60 s" in sec.astext()
+    table = next(iter(sec.findall(nodes.raw))).astext()
+    rows = table.split("<tbody>")[1].split("</tr>")[:-1]
+    assert len(rows) == 3
+    last = rows[-1]
+    assert 'title="h-bbbbbbbbbbbb"' in last and ">h-bbbbbbbbbbbb<" not in last
+    assert f'href="{S.SITE_DIR}/runs/h-bbbbbbbbbbbb/demo/20260103T000000Z.zip"' in last
+    assert "<td>quick</td>" in last and "<td>5 s</td>" in last  # the plan of its profile
+    assert "<td>6–8</td>" in last and "<td>CI target reached</td>" in last
+    assert "<td>—</td><td>fixed repetition" in rows[0]  # a dataset without a repetition table
+    sub = [s for s in sec.findall(nodes.section) if s is not sec]
+    assert [s["ids"] for s in sub] == [["datasets-demo"]]
+    pointer = S.pointer_section(chapter, new_document("y"))
+    ref = next(iter(pointer.findall(nodes.reference)))
+    assert ref["perfbook_target"] == "appendix.html#measured-demo"

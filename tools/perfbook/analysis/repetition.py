@@ -8,9 +8,12 @@ import time as _time
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from perfbook.analysis.stats import median_ci, summarize
 from perfbook.core.errors import ParameterError
+from perfbook.core.paths import resolve_data_dir
+from perfbook.data.dataset import list_runs, load_manifest, read_csv, table_path
 
 STOP_TARGET = "ci_target"
 STOP_BUDGET = "time_budget"
@@ -283,3 +286,60 @@ def interleave(reps):
 # the stop rule said of a dataset written before adaptive repetition existed (it has no
 # repetition table): the notebooks' repetition overview and the chapters that mention it
 FIXED_REPETITION = "fixed repetition, before adaptive repetition existed"
+
+
+def repetition_overview(chapter: str, data_dir=None):
+    """(table, counts) of how every dataset of `chapter` repeated its measurements.
+
+    One row per (host, run, experiment) of the datasets' `repetition` tables: keys, n
+    (a range over the keys), warm-up rounds, the widest relative CI reached, the target,
+    the budget and the stop rule. A dataset without that table (older than adaptive
+    repetition) gets one row whose stop rule says so. `counts` has repetition_summary's
+    numbers plus `datasets` and `fixed` (datasets with fixed repetition).
+    """
+    rows, tables = [], []
+    for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
+        man = load_manifest(run)
+        base = {"host_id": man["host"]["host_id"], "run_id": man["run_id"]}
+        p = table_path(run, "repetition")
+        if p is None:
+            rows.append({**base, "experiment": "(all)", "stopped_by": FIXED_REPETITION})
+            continue
+        t = read_csv(p)
+        tables.append(t.assign(**base))
+        for exp, g in t.groupby("experiment", sort=False):
+            n_lo, n_hi = int(g["n"].min()), int(g["n"].max())
+            rows.append(
+                {
+                    **base,
+                    "experiment": exp,
+                    "keys": len(g),
+                    "n": str(n_lo) if n_lo == n_hi else f"{n_lo}–{n_hi}",
+                    "warm-up": int(g["warmup"].max()),
+                    "widest CI %": round(100 * g["rel_ci_width"].max(), 2),
+                    "target %": round(100 * g["target"].max(), 2),
+                    "budget s": g["budget_s"].max(),
+                    "elapsed s": round(g["elapsed_s"].max(), 1),
+                    "keys met": f"{int(g['met_target'].sum())}/{len(g)}",
+                    "stopped_by": g["stopped_by"].iloc[0],
+                }
+            )
+    cols = [
+        "host_id",
+        "run_id",
+        "experiment",
+        "keys",
+        "n",
+        "warm-up",
+        "widest CI %",
+        "target %",
+        "budget s",
+        "elapsed s",
+        "keys met",
+        "stopped_by",
+    ]
+    table = pd.DataFrame(rows, columns=cols)
+    counts = repetition_summary(pd.concat(tables, ignore_index=True) if tables else None)
+    counts["datasets"] = int(table[["host_id", "run_id"]].drop_duplicates().shape[0])
+    counts["fixed"] = int((table["stopped_by"] == FIXED_REPETITION).sum())
+    return table, counts

@@ -6,19 +6,37 @@ For each chapter finding (perfbook.analysis.findings): this host's verdict with 
 hosts share that verdict. Then the hosts nearest to this one (the most identity and
 environment facts in common) and the facts in which they differ, since those are what a
 different verdict is most likely to come from. `make all` ends with it.
+
+The site's page view ("Your run against ours", compare.md) is page_html(): per finding, the
+machine that builds the site, labelled "this machine", beside the book's reference host, each
+with its verdict, number, interval, what the interval rests on and how many runs decide it. It
+is generated when the site is built (perfbook.book.sphinx_site), never stored in a notebook: a
+stored output must not depend on the machine that executes it.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import sys
 from collections import Counter
 
-from perfbook.analysis.findings import evaluate
+from perfbook.analysis import decide as dc
+from perfbook.analysis.findings import (
+    HostVerdict,
+    _code,
+    anchor,
+    chip,
+    decisive,
+    evaluate,
+    machine,
+)
 from perfbook.analysis.hosts import all_manifests, env_facts, latest_per_host
 from perfbook.book.summary import _chapters
 from perfbook.core.errors import PerfbookError, one_line
 from perfbook.data import hostinfo
+from perfbook.data.dataset import reference_host
+from perfbook.data.machine import labels
 
 
 def _nearest(me: dict, others: dict[str, dict], k: int = 2) -> list[tuple[str, int, list[str]]]:
@@ -72,6 +90,76 @@ def report(host: str | None = None, data_dir=None, say=print) -> int:
                 + (f"; and {len(diff) - 8} more" if len(diff) > 8 else "")
             )
     return 0
+
+
+THIS_MACHINE = "this machine"
+
+
+def _cell(v: HostVerdict) -> str:
+    """A host's entry for one finding: verdict (why as tooltip), the decisive number with its
+    interval, what the interval rests on (the sample counts), and how many runs decide it."""
+    e = decisive(v)
+    deciding = len(v.builds[-1].run_ids) if v.builds else 0
+    measured = sum(1 for _, o in v.runs if o is not None)
+    n = len(v.runs)
+    runs = (
+        f"{deciding} run{'s' * (deciding != 1)} decide"
+        if deciding
+        else f"{measured} run{'s' * (measured != 1)}, none deciding"
+        if measured
+        else f"{n} run{'s' * (n != 1)}, none measured it"
+    )
+    number = "" if e is None else f"<br>{html.escape(dc.interval_text(e, v.finding.unit))}"
+    basis = "" if e is None or not e.basis else f"<br><small>{html.escape(e.basis)}</small>"
+    return f"<td>{chip(v.verdict, v.why)}{number}{basis}<br><small>{runs}</small></td>"
+
+
+def page_html(host: str | None = None, data_dir=None) -> str:
+    """The page view: every finding with this machine (`host`, default the machine that runs
+    this) beside the book's reference host (where this machine is that host: beside the host
+    whose dataset the chapter quotes). A machine without a dataset gets the command that gives
+    it one. HTML for a page at the site's top."""
+    host = host or hostinfo.host_id()
+    latest = latest_per_host(all_manifests(data_dir))
+    names = labels({h: m.get("host", {}) for h, m in latest.items()})
+    ref = reference_host(data_dir)["host_id"]
+    if host not in latest:
+        return (
+            '<p class="pb-compare-none">The machine that built this site has no dataset in '
+            "<code>data/runs/</code>, so there is nothing of its own to set beside the book's "
+            "runs. <code>sudo make all</code> measures it (about ten minutes) and rebuilds the "
+            "site; this page then shows its run beside ours, labelled "
+            f"<em>{THIS_MACHINE}</em>.</p>"
+        )
+    parts = []
+    for entry, ch, D in _chapters(data_dir):
+        if not ch.key_findings or host not in D.hosts:
+            continue
+        # the book's machine: its reference host; where this machine is that host, the host
+        # whose dataset the chapter quotes
+        quoted = D.quoted.host_id if D.quoted is not None else None
+        ours = next((h for h in (ref, quoted) if h and h != host and h in D.hosts), None)
+        role = "the book's reference host" if ours == ref else "the host the chapter quotes"
+        head = f"<th>finding</th><th>{THIS_MACHINE}: {machine(host, names)}</th>" + (
+            f"<th>{role}: {machine(ours, names)}</th>" if ours else ""
+        )
+        rows = []
+        for f in ch.key_findings:
+            link = f"{entry.notebook[:-6]}.html#{anchor(f)}"
+            rows.append(
+                f'<tr><td><a href="{html.escape(link)}">{_code(f.claim)}</a> '
+                f"<small>({_code(f.quantity)})</small></td>{_cell(evaluate(D, f, host))}"
+                + (_cell(evaluate(D, f, ours)) if ours else "")
+                + "</tr>"
+            )
+        parts.append(
+            f'<p class="pb-compare-chapter"><strong>{html.escape(ch.title or ch.name)}</strong></p>'
+            f'<table class="table pb-compare"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>"
+        )
+    if not parts:
+        return f"<p>{THIS_MACHINE.capitalize()} has datasets, but of no chapter with findings.</p>"
+    return "".join(parts)
 
 
 def main(argv=None) -> int:

@@ -5,8 +5,8 @@
     D = nb.start(chapter, data_dir)      # the plot style, and the chapter's datasets
     nb.glue_all(prose.values(D))         # every number the prose quotes
     nb.figure("costs", figures.costs(D)) # a figure and its caption
-    nb.runs_table(D)                     # shared sections: runs, repetition, hosts,
-    nb.repetition(D); nb.hosts(D); nb.not_measured(D)   # what was not measured
+    nb.runs_table(D)                     # shared sections: the runs, hosts side by side
+    nb.hosts(D); nb.not_measured(D)      # and what was not measured (the plumbing: appendix.md)
 
 run_mode (perfbook.book.collect_mode) measures before this module is imported: its plotting
 stack is not needed to measure. start() returns the chapter's datasets (perfbook.data.dataset.Data).
@@ -40,19 +40,11 @@ from perfbook.analysis.findings import (
 )
 from perfbook.analysis.fleetview import count_text, fleet
 from perfbook.analysis.hosts import env_diff
-from perfbook.analysis.repetition import (
-    FIXED_REPETITION,  # noqa: E402  (a dataset older than adaptive repetition)
-    repetition_summary,
-)
 from perfbook.core.errors import install_notebook_handler
 from perfbook.core.paths import resolve_data_dir
 from perfbook.data.dataset import (
-    list_runs,
-    load_manifest,
     load_manifests,
-    read_csv,
     skipped_table,
-    table_path,
 )
 from perfbook.data.machine import (
     NOT_RECORDED,
@@ -171,63 +163,6 @@ def show_figure(fig, caption: str) -> None:
     display(Markdown(f"**Figure.** {text}"))  # "/proc/<pid>/sched" must not become a tag
 
 
-def repetition_overview(chapter: str, data_dir=None):
-    """(table, counts) of how every dataset of `chapter` repeated its measurements.
-
-    One row per (host, run, experiment) of the datasets' `repetition` tables: keys, n
-    (a range over the keys), warm-up rounds, the widest relative CI reached, the target,
-    the budget and the stop rule. A dataset without that table (older than adaptive
-    repetition) gets one row whose stop rule says so. `counts` has repetition_summary's
-    numbers plus `datasets` and `fixed` (datasets with fixed repetition).
-    """
-    rows, tables = [], []
-    for run in list_runs(chapter, resolve_data_dir(data_dir) if data_dir else None):
-        man = load_manifest(run)
-        base = {"host_id": man["host"]["host_id"], "run_id": man["run_id"]}
-        p = table_path(run, "repetition")
-        if p is None:
-            rows.append({**base, "experiment": "(all)", "stopped_by": FIXED_REPETITION})
-            continue
-        t = read_csv(p)
-        tables.append(t.assign(**base))
-        for exp, g in t.groupby("experiment", sort=False):
-            n_lo, n_hi = int(g["n"].min()), int(g["n"].max())
-            rows.append(
-                {
-                    **base,
-                    "experiment": exp,
-                    "keys": len(g),
-                    "n": str(n_lo) if n_lo == n_hi else f"{n_lo}–{n_hi}",
-                    "warm-up": int(g["warmup"].max()),
-                    "widest CI %": round(100 * g["rel_ci_width"].max(), 2),
-                    "target %": round(100 * g["target"].max(), 2),
-                    "budget s": g["budget_s"].max(),
-                    "elapsed s": round(g["elapsed_s"].max(), 1),
-                    "keys met": f"{int(g['met_target'].sum())}/{len(g)}",
-                    "stopped_by": g["stopped_by"].iloc[0],
-                }
-            )
-    cols = [
-        "host_id",
-        "run_id",
-        "experiment",
-        "keys",
-        "n",
-        "warm-up",
-        "widest CI %",
-        "target %",
-        "budget s",
-        "elapsed s",
-        "keys met",
-        "stopped_by",
-    ]
-    table = pd.DataFrame(rows, columns=cols)
-    counts = repetition_summary(pd.concat(tables, ignore_index=True) if tables else None)
-    counts["datasets"] = int(table[["host_id", "run_id"]].drop_duplicates().shape[0])
-    counts["fixed"] = int((table["stopped_by"] == FIXED_REPETITION).sum())
-    return table, counts
-
-
 def env_diff_view(chapter: str, data_dir=None):
     """What differs between the hosts of a chapter (hosts.chapter_env_diff), or a sentence
     saying that there is only one host, ready to display."""
@@ -244,28 +179,6 @@ def env_diff_view(chapter: str, data_dir=None):
         if len(d)
         else Markdown(f"The {len(hosts)} hosts' manifests record no differing facts.")
     )
-
-
-# repetition_overview() counts -> glue names (after a prefix, "rep_" by default)
-REPETITION_GLUE = (
-    ("experiments", "experiments"),
-    ("ci_target", "target_hit"),
-    ("time_budget", "budget_hit"),
-    ("max_runs", "max_hit"),
-    ("keys", "keys"),
-    ("keys_met", "keys_met"),
-    ("fixed", "fixed"),
-)
-
-
-def glue_repetition(chapter: str, data_dir=None, prefix: str = "rep_"):
-    """repetition_overview()'s table, with its counts glued for the prose as
-    <prefix>experiments, <prefix>target_hit, <prefix>budget_hit, <prefix>max_hit,
-    <prefix>keys, <prefix>keys_met and <prefix>fixed."""
-    table, counts = repetition_overview(chapter, data_dir)
-    for key, name in REPETITION_GLUE:
-        glue(prefix + name, counts[key], display=False)
-    return table
 
 
 # -- the thin-notebook API ---------------------------------------------------------------
@@ -363,11 +276,6 @@ def runs_table(D):
         for m in D.manifests
     ]
     return pd.DataFrame(rows)
-
-
-def repetition(D, prefix: str = "rep_"):
-    """How every dataset repeated its measurements (glue_repetition), for D's chapter."""
-    return glue_repetition(D.chapter.name, D.data_dir, prefix)
 
 
 def hosts(D):

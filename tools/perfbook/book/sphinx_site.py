@@ -1,6 +1,6 @@
 """The book's own Sphinx extension (loaded from _config.yml, sphinx: local_extensions).
 
-Two things the published site needs that no chapter notebook should have to carry:
+What the published site needs that no chapter notebook should have to carry:
 
 * **Each dataset once.** When the build finishes, every dataset in ``data/runs`` becomes one
   archive, ``datasets/runs/<host>/<chapter>/<run>.zip``, and each chapter's reference figures
@@ -8,10 +8,13 @@ Two things the published site needs that no chapter notebook should have to carr
   in two archives and no raw copy sits beside them. The archives are deterministic (sorted
   members, fixed timestamps) and their paths start with ``data/``, so that unzipping one at the
   top of a clone puts it where the notebooks read it.
-* **Datasets on every chapter page.** Each chapter registered in perfbook.chapters (CHAPTERS) gets a
-  "Datasets" section at its end that links its datasets' archives, host by host, and its
-  reference archive; the hosts page (tools/perfbook/book/hostspage.py) links every host's, through the same
-  names (``dataset_url``).
+* **Each chapter's part of the appendix.** The appendix, "How this was measured"
+  (``appendix.md``), gets one part per chapter registered in perfbook.chapters (CHAPTERS): each
+  run's machine, profile, time taken against the chapter's plan, rounds, stop rules and
+  disturbance mark, then a "Datasets" section that links its datasets' archives, host by host,
+  and its reference archive. Each chapter page ends with a link to its part; the hosts page
+  (tools/perfbook/book/hostspage.py) links every host's archives through the same names
+  (``dataset_url``). The plumbing is generated here, from data/, so no chapter carries it.
 * **The repository behind the launch buttons.** ``_config.yml`` asks for Binder buttons, and
   the repository they open is read from ``PERFBOOK_REPOSITORY_URL`` (e.g.
   ``https://github.com/OWNER/REPO``; the Pages workflow sets it) and
@@ -31,6 +34,7 @@ import re
 import shutil
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from docutils import nodes
@@ -38,6 +42,9 @@ from sphinx.errors import ConfigError
 from sphinx.util.display import status_iterator
 from sphinx.util.osutil import relative_uri
 
+from perfbook.analysis.findings import machine
+from perfbook.analysis.repetition import STOP_TEXT, repetition_overview
+from perfbook.book.compare import page_html
 from perfbook.chapters import CHAPTERS
 from perfbook.core.errors import DatasetError
 from perfbook.core.paths import reference_dir, runs_dir
@@ -51,12 +58,17 @@ from perfbook.data.dataset import (
     visible_files,
 )
 from perfbook.data.machine import labels, name_ids
+from perfbook.hoststate.monitor import verdict_text
 
 SITE_DIR = "datasets"
 ENV_URL = "PERFBOOK_REPOSITORY_URL"
 ENV_BRANCH = "PERFBOOK_REPOSITORY_BRANCH"
 SECTION_ID = "datasets"
 HOSTS_DOC = "hosts"
+APPENDIX_DOC = "appendix"  # "How this was measured": each chapter's runs and datasets
+APPENDIX_ANCHOR = "measured-chapters"  # the appendix's section that gets one part per chapter
+COMPARE_DOC = "compare"  # "Your run against ours": the building machine beside the book's
+COMPARE_ANCHOR = "compare-findings"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _URL_RE = re.compile(r"https://(?P<host>[A-Za-z0-9.-]+)/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _BRANCH_RE = re.compile(r"[A-Za-z0-9._/-]+")
@@ -340,10 +352,11 @@ def _run_facts(r: Run) -> str:
 
 
 def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> nodes.section:
-    """The chapter's Datasets section: a link to each of its datasets' archives and to its
-    reference figures' (hosts_page: also a link to the hosts page, which is in the book)."""
+    """A chapter's Datasets section, in its part of the appendix: a link to each of its
+    datasets' archives and to its reference figures' (hosts_page: also a link to the hosts
+    page, which is in the book)."""
     title = "Datasets"
-    sid = SECTION_ID if SECTION_ID not in document.ids else f"{SECTION_ID}-download"
+    sid = nodes.make_id(f"{SECTION_ID}-{data.chapter}")
     sec = nodes.section("", ids=[sid], names=[sid], classes=["perfbook-datasets"])
     document.ids[sid] = sec
     sec += nodes.title(title, title)
@@ -358,7 +371,7 @@ def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> no
     p += nodes.literal("data/", "data/")
     p += nodes.Text(", so unzipping it at the top of a clone of the repository puts the run where ")
     p += nodes.literal("make notebooks", "make notebooks")
-    p += nodes.Text(" reads it. The site holds each dataset once: this chapter links its own")
+    p += nodes.Text(" reads it. The site holds each dataset once: this list has the chapter's own")
     if hosts_page:
         p += nodes.Text(", and ")
         p += _link("the hosts page", "hosts.html", "perfbook-hosts-link", code=False)
@@ -409,19 +422,156 @@ def datasets_section(data: ChapterData, document, hosts_page: bool = True) -> no
     return sec
 
 
+def measured_id(chapter: str) -> str:
+    """The id of a chapter's part of the appendix (appendix.md#<id>)."""
+    return nodes.make_id(f"measured-{chapter}")
+
+
+def _seconds(m: dict) -> float | None:
+    try:
+        return (
+            datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])
+        ).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def runs_table(chapter, data: ChapterData, data_dir: Path | None = None) -> str:
+    """One row per dataset of a chapter: the machine (its label, the id as tooltip), the run,
+    its profile, the time it took against the chapter's plan for that profile, its rounds and
+    the rules that stopped them (perfbook.analysis.repetition), and whether the run monitor saw
+    the machine disturbed. HTML, for the appendix."""
+    reps, _ = repetition_overview(chapter.name, data_dir)
+    names = data.labels()
+    rows = []
+    for r in data.runs:
+        m = load_manifest(r.path)
+        mine = reps[(reps.host_id == r.host) & (reps.run_id == r.run_id)]
+        ns = sorted({n for x in mine["n"].dropna() for n in str(x).split("–")}, key=int)
+        rounds = "—" if not ns else ns[0] if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+        rules = sorted({STOP_TEXT.get(str(w), str(w)) for w in mine["stopped_by"].dropna()})
+        took, plan = _seconds(m), chapter.plan_s.get(r.profile)
+        cells = [
+            machine(r.host, names),
+            f'<a class="perfbook-dataset-archive" href="{html.escape(SITE_DIR + "/" + r.archive)}"'
+            f">{html.escape(r.run_id)}</a>",
+            html.escape(r.profile or "not recorded"),
+            "—" if took is None else f"{took:.0f} s",
+            "—" if plan is None else f"{plan} s",
+            rounds,
+            html.escape(", ".join(rules) or "—"),
+            html.escape(verdict_text(m.get("disturbance"))),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "machine",
+            "run",
+            "profile",
+            "took",
+            "planned",
+            "rounds",
+            "stopped by",
+            "disturbed",
+        )
+    )
+    return (
+        f'<table class="table perfbook-runs"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def measured_section(
+    chapter, docname: str, data: ChapterData, document, hosts_page: bool, data_dir=None
+):
+    """A chapter's part of the appendix: how each of its runs was measured, then its
+    datasets (datasets_section)."""
+    sid = measured_id(chapter.name)
+    sec = nodes.section("", ids=[sid], names=[sid], classes=["perfbook-datasets"])
+    document.ids[sid] = sec
+    title = chapter.title or chapter.name
+    sec += nodes.title(title, title)
+    p = nodes.paragraph()
+    p += nodes.Text("The chapter: ")
+    p += _link(title, f"{docname}.html", "perfbook-chapter-link", code=False)
+    plans = ", ".join(f"{k} {v} s" for k, v in chapter.plan_s.items())
+    p += nodes.Text(
+        f". Its plan on the book's 2-CPU host: {plans}. " if plans else ". It declares no plan. "
+    )
+    p += nodes.Text(
+        "Each run below: the machine, the profile, the time the run took and the time its "
+        "profile is planned to take, the rounds it measured (a range over its experiments) and "
+        "the rules that stopped them, and whether the run monitor saw the machine disturbed "
+        "(a disturbed run is never quoted)."
+    )
+    sec += p
+    if data.runs:
+        sec += nodes.raw("", runs_table(chapter, data, data_dir), format="html")
+    sec += datasets_section(data, document, hosts_page=hosts_page)
+    return sec
+
+
+def pointer_section(chapter, document) -> nodes.section:
+    """The end of a chapter page: where its plumbing is (its part of the appendix)."""
+    sid = "measured" if "measured" not in document.ids else "measured-here"
+    sec = nodes.section("", ids=[sid], names=[sid], classes=["perfbook-datasets"])
+    document.ids[sid] = sec
+    sec += nodes.title("How this was measured", "How this was measured")
+    p = nodes.paragraph()
+    p += nodes.Text(
+        "Each run of this chapter, with its machine, profile, time taken against its plan, "
+        "rounds and the rule that stopped them, whether the machine was disturbed, and each "
+        "dataset's archive, is in the appendix: "
+    )
+    p += _link(
+        f"How this was measured: {chapter.title or chapter.name}",
+        f"{APPENDIX_DOC}.html#{measured_id(chapter.name)}",
+        "perfbook-measured-link",
+        code=False,
+    )
+    p += nodes.Text(".")
+    sec += p
+    return sec
+
+
+def _section(doctree, anchor: str):
+    """The section of a page that carries `anchor` among its ids (a MyST label above its
+    heading), else the page's first section."""
+    sections = list(doctree.findall(nodes.section))
+    return next((s for s in sections if anchor in s["ids"]), sections[0] if sections else doctree)
+
+
 def _on_doctree_read(app, doctree) -> None:
     docname = app.env.docname
+    sigs = getattr(app.env, "perfbook_dataset_sigs", {})
+    top = next(iter(doctree.findall(nodes.section)), None)
+    if docname == COMPARE_DOC:
+        _section(doctree, COMPARE_ANCHOR).append(nodes.raw("", page_html(), format="html"))
+        return
+    if docname == APPENDIX_DOC:
+        where = _section(doctree, APPENDIX_ANCHOR)
+        docs = {c: d for d, c in chapter_docnames().items()}
+        whole = hashlib.sha256()
+        for c in CHAPTERS:
+            data = chapter_data(c.name)
+            whole.update(data.signature().encode())
+            chapter = c.load()
+            where.append(
+                measured_section(
+                    chapter, docs[c.name], data, doctree, HOSTS_DOC in app.env.found_docs
+                )
+            )
+        sigs[docname] = whole.hexdigest()
+        app.env.perfbook_dataset_sigs = sigs
+        return
     chapter = chapter_docnames().get(docname)
     if not chapter:
         return
-    data = chapter_data(chapter)
-    sigs = getattr(app.env, "perfbook_dataset_sigs", {})
-    sigs[docname] = data.signature()
+    sigs[docname] = chapter_data(chapter).signature()
     app.env.perfbook_dataset_sigs = sigs
-    top = next(iter(doctree.findall(nodes.section)), None)
-    (top if top is not None else doctree).append(
-        datasets_section(data, doctree, hosts_page=HOSTS_DOC in app.env.found_docs)
-    )
+    entry = next(c for c in CHAPTERS if c.name == chapter)
+    (top if top is not None else doctree).append(pointer_section(entry.load(), doctree))
 
 
 def _on_doctree_resolved(app, doctree, docname) -> None:
@@ -431,7 +581,8 @@ def _on_doctree_resolved(app, doctree, docname) -> None:
         if not target:
             continue
         if html:
-            ref["refuri"] = relative_uri(app.builder.get_target_uri(docname), target)
+            path, hash_, anchor = target.partition("#")  # relative_uri drops a fragment
+            ref["refuri"] = relative_uri(app.builder.get_target_uri(docname), path) + hash_ + anchor
     if not html:  # only the HTML output carries the files
         for sec in list(doctree.findall(nodes.section)):
             if "perfbook-datasets" in sec["classes"]:
@@ -440,7 +591,14 @@ def _on_doctree_resolved(app, doctree, docname) -> None:
 
 def _on_env_get_outdated(app, env, added, changed, removed) -> list[str]:
     sigs = getattr(env, "perfbook_dataset_sigs", {})
-    stale = []
+    # the compare page follows the data and the machine that builds: read it again every time
+    stale = [COMPARE_DOC] if COMPARE_DOC in env.found_docs else []
+    if APPENDIX_DOC in env.found_docs and APPENDIX_DOC in sigs:
+        whole = hashlib.sha256()
+        for c in CHAPTERS:
+            whole.update(chapter_data(c.name).signature().encode())
+        if sigs[APPENDIX_DOC] != whole.hexdigest():
+            stale.append(APPENDIX_DOC)
     for docname, chapter in chapter_docnames().items():
         if (
             docname in env.found_docs

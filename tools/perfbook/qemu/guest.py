@@ -480,7 +480,7 @@ class Runner:
             "-initrd",
             str(initrd),
             "-append",
-            "console=ttyS0 panic=-1 quiet loglevel=3 cryptomgr.notests rdinit=/init",  # methods.md
+            "console=ttyS0 panic=-1 quiet loglevel=3 cryptomgr.notests rdinit=/init",  # appendix.md
             "-serial",
             f"file:{rundir / 'console.log'}",
             "-serial",

@@ -95,7 +95,7 @@ def seed_semantics(D):
 def bench_table(D):
     """The bench's summary, one row per configuration (format, operation, depth, flush interval)
     and one column per mode: median MB/s [95 % CI]. The per-run rows (cv, latency) stay in
-    bench.csv, which the Datasets section links."""
+    bench.csv, in each dataset's archive (the chapter's part of the appendix)."""
     tab = D.bs.assign(
         cell=[
             f"{m:.0f} [{lo:.0f}, {hi:.0f}]"
