@@ -134,6 +134,8 @@ PROJECT_TERMS = (
     "This host",
     "Reference host",
     "Machine label",
+    "This machine",
+    "One-liner",
     "Host id",
     "TCG",
     "PVM",

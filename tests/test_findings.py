@@ -21,7 +21,7 @@ from conftest import ROOT
 from perfbook.analysis import decide
 from perfbook.analysis import findings as F
 from perfbook.analysis.decide import Estimate
-from perfbook.chapters import CHAPTERS, by_name
+from perfbook.chapters import CHAPTERS, EXAMPLE, by_name
 from perfbook.data.buildfiles import store_dir
 from perfbook.data.dataset import Data, Manifest
 from perfbook.hoststate.statedir import UnsafePath
@@ -540,3 +540,22 @@ def test_beyond_most_hosts_the_strip_shows_the_highlighted_ones_and_counts_all(m
     strip = block.split('<ul class="kf-strip">')[1].split("</ul>")[0]
     assert strip.count('<li class="kf-host">') == 1 and "(this host)" in strip
     assert "7 hosts: 3 holds, 4 does not hold" in strip
+
+
+@pytest.mark.parametrize("entry", CHAPTERS + [EXAMPLE], ids=lambda e: e.name)
+def test_every_finding_has_a_one_liner_a_reader_can_run(entry):
+    """Finding.reproduce (#41): one line of shell, run as root (no sudo in it), that shows the
+    finding's core observation; a harness it names is one `make setup` builds (tools/c/<name>.c),
+    and a chapter's one-liners differ from each other."""
+    ch = entry.load()
+    seen = set()
+    for f in ch.key_findings:
+        line = f.reproduce
+        assert line.strip(), f"{entry.name}: finding {f.key!r} has no one-liner (reproduce=)"
+        assert "\n" not in line and "sudo" not in line.split(), f"{entry.name}/{f.key}: {line!r}"
+        for harness in re.findall(r"build/bin/(\w+)", line):
+            assert (ROOT / "tools" / "c" / f"{harness}.c").is_file(), (
+                f"{entry.name}/{f.key}: build/bin/{harness} is not a harness setup builds"
+            )
+        assert line not in seen, f"{entry.name}/{f.key}: the same one-liner as another finding"
+        seen.add(line)

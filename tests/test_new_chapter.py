@@ -125,6 +125,7 @@ EXTRA_FINDINGS = """    Finding(
         side=">",
         threshold=10,
         unit="ns",
+        reproduce="python3 -m timeit -s 'import os' 'os.getppid()'",
     ),
     Finding(
         "rounds_agree",
@@ -134,6 +135,7 @@ EXTRA_FINDINGS = """    Finding(
         side=">",
         threshold=0.5,
         contrary="The rounds disagree: most of them cost more than 20 % away from the median",
+        reproduce="python3 -m timeit -v -r 10 -s 'import os' 'os.getppid()'",
     ),
 """
 
@@ -261,6 +263,7 @@ CHECKS = [
         )
         for state in ("committed", "new_host")
     ),
+    f"tests/test_findings.py::test_every_finding_has_a_one_liner_a_reader_can_run[{NAME}]",
     "tests/test_fleetview.py::test_every_notebook_figure_is_covered",
     *(
         f"tests/test_freshness.py::test_stored_notebook_follows_the_data[{p}]"

@@ -95,6 +95,10 @@ class Finding:
     unit: str = ""  # "×", "%", "ns", "µs", ...
     contrary: str = ""  # what the prose says where it does not hold (default: "Not so: claim")
     confidence: float = 0.95
+    # the shortest command that shows the finding's core observation on the reader's machine,
+    # in the style of a bpftrace or perf one-liner (#41): no interval, no verdict, a first look;
+    # the chapter's `perfbook measure` decides the finding. One line of shell, run as root.
+    reproduce: str = ""
 
     def __post_init__(self):
         if self.side not in (">", "<"):
@@ -731,6 +735,20 @@ def verdict_counts(per_host) -> str:
     return f"{len(per_host)} hosts: " + ", ".join(parts)
 
 
+def reproduce_block(chapter, f: Finding) -> str:
+    """A finding's two commands, collapsed: its one-liner (Finding.reproduce), a first look on
+    the reader's machine, and the chapter's measure run, which decides it with its interval."""
+    if not f.reproduce:
+        return ""
+    full = f".venv/bin/python -m perfbook measure --chapters {chapter.name}"
+    return (
+        '<details class="kf-try"><summary>Try it on your machine</summary><p>In one line, the '
+        f"core observation (no interval, no verdict):</p><pre>{html.escape(f.reproduce)}</pre>"
+        "<p>The whole finding, decided with its interval (after <code>sudo make setup</code>):"
+        f"</p><pre>{'sudo ' if chapter.needs_root else ''}{html.escape(full)}</pre></details>"
+    )
+
+
 def html_block(
     D, labels: dict[str, str], highlight: dict[str, str] | None = None, most: int = 5
 ) -> str:
@@ -766,7 +784,7 @@ def html_block(
         items.append(
             f'<li id="{anchor(f)}"><p class="kf-claim"><strong>'
             f'{esc(f.claim)}</strong> <span class="kf-quantity">({esc(f.quantity)})</span></p>'
-            f'<ul class="kf-strip">{strip}</ul>{evidence}</li>'
+            f'<ul class="kf-strip">{strip}</ul>{evidence}{reproduce_block(D.chapter, f)}</li>'
         )
     if not items:
         return ""

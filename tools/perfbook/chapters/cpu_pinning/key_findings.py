@@ -102,6 +102,12 @@ FINDINGS = (
         threshold=1.0,
         unit="×",
         contrary="With more workers than CPUs, pinning the workers did not lower CPU time per request",
+        reproduce=(
+            'f(){ build/bin/prefork --workers $((2*$(nproc))) --mode "$@";};r=$(f sat|awk -F= '
+            "'/^comp/{print $2*.6}');for p in 0 1 0 1;do echo pin=$p $(f rate --rate $r --pin $p|"
+            "awk -F'[,=]' '/,worker,/{s+=$2<\"n\"?$6:-$6}/^comp/{n=$2}END{print s/n/1e3}') "
+            "us/req;done"
+        ),
     ),
     Finding(
         "pin_cpu",
@@ -113,6 +119,12 @@ FINDINGS = (
         threshold=1.0,
         unit="×",
         contrary="With one worker per CPU, pinning the workers did not lower CPU time per request",
+        reproduce=(
+            'f(){ build/bin/prefork --workers $(nproc) --mode "$@";};r=$(f sat|awk -F= '
+            "'/^comp/{print $2*.6}');for p in 0 1 0 1;do echo pin=$p $(f rate --rate $r --pin $p|"
+            "awk -F'[,=]' '/,worker,/{s+=$2<\"n\"?$6:-$6}/^comp/{n=$2}END{print s/n/1e3}') "
+            "us/req;done"
+        ),
     ),
     Finding(
         "batch",
@@ -123,6 +135,11 @@ FINDINGS = (
         threshold=0.5,
         unit="×",
         contrary="SCHED_BATCH does not cut involuntary context switches to less than half",
+        reproduce=(
+            "for p in normal batch normal batch;do echo $p $(build/bin/prefork --mode sat "
+            "--workers $((2*$(nproc))) --all-tasks 1 --policy $p|awk -F'[,=]' "
+            "'/,worker,/{s+=$2<\"n\"?$9:-$9}/^comp/{n=$2}END{print s/n}') invol/req;done"
+        ),
     ),
 )
 

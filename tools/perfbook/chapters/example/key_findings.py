@@ -29,5 +29,6 @@ FINDINGS = (
         threshold=LIMIT_NS,
         unit="ns",
         contrary="One getppid() call from Python costs a microsecond or more",
+        reproduce=".venv/bin/python -m timeit -s 'import os' 'os.getppid()'",
     ),
 )

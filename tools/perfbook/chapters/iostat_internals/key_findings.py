@@ -114,6 +114,11 @@ FINDINGS = (
         unit="×",
         contrary="Depth 16 did not give twice the IOPS of depth 1: the %util at depth 1 may "
         "have been close to saturation",
+        reproduce=(
+            "for d in 1 16;do fio --name=qd$d --directory=/tmp --size=128M --rw=randread "
+            "--direct=1 --ioengine=libaio --iodepth=$d --runtime=5 --time_based --unlink=1|"
+            "grep -E 'IOPS=|util=';done"
+        ),
     ),
     Finding(
         "aqu",
@@ -123,6 +128,11 @@ FINDINGS = (
         side="<",
         threshold=FIO_IODEPTH / 2,
         contrary="aqu-sz reaches half of fio's iodepth of 16 or more",
+        reproduce=(
+            "fio --name=qd16 --directory=/tmp --size=128M --rw=randread --direct=1 "
+            "--ioengine=libaio --iodepth=16 --runtime=6 --time_based --unlink=1 >/dev/null&sleep "
+            "2;iostat -dxyz 1 3|awk '/^[a-z]/{print $1,\"aqu-sz\",$(NF-1)}';wait"
+        ),
     ),
     Finding(
         "fsync",
@@ -135,6 +145,13 @@ FINDINGS = (
         unit="%",
         contrary="2 % or more of the fsync phase's flush requests came from something other "
         "than the fsyncs' empty preflush writes (journal commits or other writers)",
+        reproduce=(
+            "bpftrace -e 't:block:block_bio_queue "
+            '/args->rwbs=="FWS"/{@empty_preflush_FWS=count()} t:block:block_rq_issue '
+            "/args->rwbs==\"FF\"/{@flush_requests_FF=count()}' -c '/usr/bin/fio --name=fsync "
+            "--directory=/tmp --size=64M --rw=randwrite --fsync=1 --runtime=5 --time_based "
+            "--unlink=1 --output=/dev/null'"
+        ),
     ),
 )
 

@@ -147,6 +147,12 @@ FINDINGS = (
         unit="×",
         contrary="With 512-byte clusters, the cached overlap check adds at most 10 % to the CPU "
         "time of preallocating the largest image compared",
+        reproduce=(
+            "f=/tmp/ovl.qcow2;for m in none cached;do qemu-img create -qf qcow2 "
+            '-ocluster_size=512 $f 0;TIMEFORMAT="$m %U+%S s CPU";time qemu-img resize -q '
+            "--preallocation=metadata --image-opts "
+            "driver=qcow2,overlap-check=$m,cache.no-flush=on,file.filename=$f 128M;done;rm $f"
+        ),
     ),
     Finding(
         "superlinear",
@@ -158,6 +164,11 @@ FINDINGS = (
         threshold=1.0,
         contrary="The cached check's extra CPU while preallocating 512-byte-cluster images grows "
         "no faster than the image size: the fitted power law's exponent is 1 or below",
+        reproduce=(
+            "f=/tmp/ovl.qcow2;for s in 64M 128M;do qemu-img create -qf qcow2 -ocluster_size=512 "
+            "$f 0;echo $s $(perf record -qo- qemu-img resize -q --preallocation=metadata $f $s|"
+            "perf report -qi- -n --sort sym|grep check_metadata);done;rm $f"
+        ),
     ),
     Finding(
         "formula",
@@ -168,6 +179,13 @@ FINDINGS = (
         threshold=FORMULA_PCT,
         unit="%",
         contrary="The seed's metadata formula misses some image's metadata clusters by 1 % or more",
+        reproduce=(
+            "f=/tmp/meta.qcow2;qemu-img create -qf qcow2 "
+            '-ocluster_size=512,preallocation=metadata $f 64M;.venv/bin/python -c "from '
+            "perfbook.probes.qcow2 import "
+            "*;print('counted',Qcow2Image('$f').metadata_summary()['n_formula_scope'],"
+            "'predicted',10*2**26/512**2)\";rm $f"
+        ),
     ),
     Finding(
         "all_snapshots",
@@ -179,6 +197,13 @@ FINDINGS = (
         unit="µs",
         contrary="With internal snapshots, mode all adds at most ten times what cached adds per "
         "write",
+        reproduce=(
+            "f=/tmp/snap.qcow2;qemu-img create -qf qcow2 "
+            "-ocluster_size=512,preallocation=metadata $f 64M;for i in 1 2 3 4;"
+            "do qemu-img snapshot -c$i $f;done;for m in none cached all;do cp $f $f.$m;"
+            'TIMEFORMAT="$m %U+%S s CPU";time qemu-img bench -wc1000 -s512 -S4054528 '
+            "--image-opts driver=qcow2,overlap-check=$m,file.filename=$f.$m>/dev/null;done;rm $f*"
+        ),
     ),
 )
 

@@ -117,6 +117,12 @@ FINDINGS = (
         threshold=0.5,
         unit="×",
         contrary="With oflag=direct in the guest, directsync keeps at most half of none's write rate",
+        reproduce=(
+            '.venv/bin/python -c "from perfbook.qemu.guest import *;'
+            "[print(m,run_script('time dd if=/dev/zero of=/dev/vda bs=64k oflag=direct 2>&1|"
+            "grep real',GuestConfig([DiskSpec(cache=m)])).output,end='') for m "
+            "in('none','directsync')]\""
+        ),
     ),
     Finding(
         "wb_over_wt",
@@ -129,6 +135,11 @@ FINDINGS = (
         unit="×",
         contrary="writeback writes at most three times as fast as writethrough (qemu-img bench, "
         "raw image, smallest queue depth, no flushes)",
+        reproduce=(
+            "f=/tmp/wb.img;qemu-img create -qf raw -opreallocation=full $f 64M;sync $f;"
+            "for m in writeback writethrough;do echo $m $(qemu-img bench -fraw -wt$m -d1 -s64k "
+            "-c4096 $f|tail -1);done;rm $f"
+        ),
     ),
     Finding(
         "semantics",
@@ -138,6 +149,11 @@ FINDINGS = (
         side="<",
         threshold=1,
         contrary="Some cache mode does not open or flush the image as QEMU documents it",
+        reproduce=(
+            "f=/tmp/sem.img;truncate -s1M $f;for m in writeback none writethrough directsync "
+            "unsafe;do echo $m: $(strace -fe openat,fdatasync qemu-io -fraw -t$m -c'write 0 4k' "
+            "-c'write 0 4k' -cflush $f 2>&1|grep -Eo 'O_DIRECT\\b|fdatasync');done;rm $f"
+        ),
     ),
     Finding(
         "pagecache",
@@ -150,6 +166,11 @@ FINDINGS = (
         unit="%",
         contrary="A caching mode (writethrough, writeback or unsafe) left half of the guest's "
         "disk or less in the host page cache",
+        reproduce=(
+            "f=/tmp/pc.img;for m in writethrough writeback unsafe none;do truncate -s64M $f;"
+            "qemu-img bench -fraw -wt$m -s64k -c1024 $f>/dev/null;echo $m $(fincore -no RES $f);"
+            "done;rm $f"
+        ),
     ),
 )
 

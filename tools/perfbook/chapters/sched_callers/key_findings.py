@@ -136,6 +136,10 @@ FINDINGS = (
         side="<",
         threshold=1,
         contrary="The idle loop still reaches the scheduler through schedule()",
+        reproduce=(
+            "bpftrace -qe 't:sched:sched_switch /args->prev_pid==0/ {@[kstack(3)]=count()} "
+            "i:s:1{exit()}'"
+        ),
     ),
     Finding(
         "seed_top_hackbench",
@@ -146,6 +150,10 @@ FINDINGS = (
         threshold=1.0,
         unit="×",
         contrary="schedule_timeout is not hackbench's top caller of schedule()",
+        reproduce=(
+            'bpftrace -qe \'t:sched:sched_switch /comm=="hackbench"/ {@[kstack(3)]=count()} '
+            "END{print(@,3);clear(@)}' -c /usr/bin/hackbench"
+        ),
     ),
     Finding(
         "every_tracer_slows",
@@ -156,6 +164,11 @@ FINDINGS = (
         threshold=1.0,
         unit="×",
         contrary="Not every tracer slows hackbench",
+        reproduce=(
+            "H=/usr/bin/hackbench;($H;bpftrace -qe 't:sched:sched_switch{@[kstack(12)]=count()} "
+            'END{clear(@)}\' -c "$H";perf record -qago /tmp/p.d -e sched:sched_switch $H;'
+            'rm /tmp/p.d)|awk \'/Time/{split("untraced bpftrace perf",t);print t[++n],$2" s"}\''
+        ),
     ),
     Finding(
         "bpf_cheaper_than_perf",
@@ -167,6 +180,11 @@ FINDINGS = (
         unit="×",
         contrary="Counting stacks in a BPF map costs hackbench no less time than perf recording "
         "every switch",
+        reproduce=(
+            "H=/usr/bin/hackbench;(bpftrace -qe 't:sched:sched_switch{@[kstack(12)]=count()} "
+            'END{clear(@)}\' -c "$H";perf record -qago /tmp/p.d -e sched:sched_switch $H;'
+            'rm /tmp/p.d)|awk \'/Time/{print n++?"perf":"bpftrace",$2" s"}\''
+        ),
     ),
 )
 

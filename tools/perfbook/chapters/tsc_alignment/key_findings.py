@@ -132,6 +132,11 @@ FINDINGS = (
         threshold=SKEW_CYCLES,
         unit="cycles",
         contrary="In this boot, the two CPUs measured have TSCs 1,000 cycles or more apart",
+        reproduce=(
+            "build/bin/kvmtsc skew --cpus 0,1 --rounds 2 --iters 20000|awk -F, 'BEGIN{l=-1e18;"
+            'h=1e18}{a=$2?-$5:-$6;b=$2?$6:$5;l=a>l?a:l;h=b<h?b:h}END{print "TSC(cpu1)-TSC(cpu0) '
+            'between",l,"and",h,"cycles"}\''
+        ),
     ),
     Finding(
         "freq",
@@ -144,6 +149,11 @@ FINDINGS = (
         unit="ppm",
         contrary="In this boot, KVM's TSC frequency is 10 ppm or more away from the one measured "
         "against CLOCK_MONOTONIC_RAW",
+        reproduce=(
+            "(build/bin/kvmtsc run;build/bin/kvmtsc facts)|awk -F, "
+            "'/kvm_get_tsc_khz/{k=$3}/^freq/{m=$4/$3*1e6;printf \"KVM %d kHz, measured %.1f kHz: "
+            "%+.2f ppm\\n\",k,m,(m-k)/k*1e6}'"
+        ),
     ),
     Finding(
         "honoured",
@@ -158,6 +168,11 @@ FINDINGS = (
         contrary="In this run's VM, the TSC offset set through the KVM API does not change what "
         "the guest reads: with the offset KVM set when it created the vCPU, most guest readings "
         "lie inside their host brackets",
+        reproduce=(
+            "build/bin/kvmtsc run --pristine 500 --variants attr|awk -F, '/^s,/&&!$6{n[$2]++;"
+            'o[$2]+=$8<$7||$8>$9}END{for(v in n)print v" offset: "o[v]" of "n[v]" guest '
+            "readings outside their host brackets\"}'"
+        ),
     ),
     Finding(
         "roundtrip",
@@ -168,6 +183,11 @@ FINDINGS = (
         threshold=ROUNDTRIP_US,
         unit="µs",
         contrary="In this run's VM, a KVM_RUN round trip into the guest takes 20 µs or more",
+        reproduce=(
+            "build/bin/kvmtsc run|awk -F, '/kvm_get_tsc_khz/{k=$3}/^s,/&&!$6{print "
+            "($9-$7)/k*1e3}'|sort -n|awk '{a[NR]=$1}END{print \"median KVM_RUN round "
+            'trip:",a[int((NR+1)/2)],"us"}\''
+        ),
     ),
 )
 

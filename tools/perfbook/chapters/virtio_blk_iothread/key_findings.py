@@ -275,6 +275,13 @@ FINDINGS = (
         unit="s/s",
         contrary="With iothread=on the main loop's CPU time does not fall, or the I/O thread "
         "does no more of the disk's work than the main loop",
+        reproduce=(
+            ".venv/bin/python -c \"from perfbook.qemu.guest import*;[run_script('echo;timeout 2 dd "
+            "if=/dev/vda of=/dev/null bs=4k iflag=direct',GuestConfig([DiskSpec(size_mib=4096,"
+            "cache='none',aio='native',iothread=i)],iothreads=['io0'],thread_names=1,"
+            "on_line=lambda l,g:l or os.system(f'perf stat --per-thread -e task-clock -p{g.pid} "
+            "sleep 1'))) for i in (None,'io0')]\""
+        ),
     ),
     Finding(
         "qd1_randread",
@@ -285,6 +292,13 @@ FINDINGS = (
         threshold=1.05,
         unit="×",
         contrary="An iothread changes QD1 4 KiB random-read IOPS by 5 % or less",
+        reproduce=(
+            'head -c64M /dev/zero>/tmp/vbl.img;sync;.venv/bin/python -c "from perfbook.qemu.guest '
+            "import*;[print(i,run_script('time -f%e seqread read -f /dev/vda -n 8000 -m rand -o "
+            "/dev/null',GuestConfig([DiskSpec(path='/tmp/vbl.img',cache='none',aio='native',"
+            "iothread=i)],iothreads=['io0'],files={'bin/seqread':'build/bin/seqread'})).output) "
+            "for i in (None,'io0')]\";rm /tmp/vbl.img"
+        ),
     ),
     Finding(
         "storm_hurts_off_more",
@@ -297,6 +311,14 @@ FINDINGS = (
         unit="×",
         contrary="A QMP storm on QEMU's main loop does not take a larger share of QD1 "
         "random-read IOPS from the guest without an iothread than from the guest with one",
+        reproduce=(
+            '.venv/bin/python -c "from perfbook.qemu.guest import*;from perfbook.chapters.'
+            "virtio_blk_iothread.collect import Storm;[print(i,s,run_script('echo;time -f%e "
+            "seqread read -f /dev/vda -n 4000 -m rand -o /dev/null',GuestConfig([DiskSpec("
+            "size_mib=64,cache='none',aio='native',iothread=i)],iothreads=['io0'],qmp=1,files="
+            "{'bin/seqread':'build/bin/seqread'},on_line=lambda l,g:l or s and Storm(g.qmp,"
+            "'query-block').start())).output.split()[-1]) for s in(0,1) for i in(None,'io0')]\""
+        ),
     ),
     Finding(
         "bonnie_close",
@@ -309,6 +331,13 @@ FINDINGS = (
         unit="×",
         contrary="bonnie++'s block write or block read rate changes by a factor of 1.25 or more "
         "between iothread off and on",
+        reproduce=(
+            ".venv/bin/python -c \"from perfbook.qemu.guest import*;[print(i,run_script('time -f%e "
+            "dd if=/dev/zero of=/dev/vda bs=8k count=8k oflag=direct status=none;time -f%e dd "
+            "if=/dev/vda of=/dev/null bs=8k iflag=direct status=none',"
+            "GuestConfig([DiskSpec(size_mib=64,cache='none',aio='native',iothread=i)],"
+            "iothreads=['io0'])).output) for i in (None,'io0')]\""
+        ),
     ),
     Finding(
         "none_saturated",
@@ -322,6 +351,13 @@ FINDINGS = (
         unit="s/s",
         contrary="In half the boots or more, some fio job keeps the vCPU thread, or QEMU's I/O "
         "threads together, on a CPU for half of the job's time or more",
+        reproduce=(
+            ".venv/bin/python -c \"from perfbook.qemu.guest import*;[run_script('echo;for j in "
+            "\\$(seq 32);do timeout 2 dd if=/dev/vda of=/dev/null bs=4k iflag=direct& done;wait',"
+            "GuestConfig([DiskSpec(size_mib=4096,cache='none',aio='native',iothread=i)],"
+            "iothreads=['io0'],thread_names=1,on_line=lambda l,g:l or os.system(f'perf stat "
+            "--per-thread -e task-clock -p{g.pid} sleep 1'))) for i in (None,'io0')]\""
+        ),
     ),
 )
 

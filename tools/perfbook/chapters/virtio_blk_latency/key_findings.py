@@ -160,6 +160,12 @@ FINDINGS = (
         threshold=2.0,
         unit="×",
         contrary="A 4 KiB O_DIRECT read takes the guest at most twice as long as the host",
+        reproduce=(
+            "head -c64M /dev/zero>/tmp/vbl.img;sync;dd if=/tmp/vbl.img of=/dev/null bs=4k "
+            'iflag=direct;.venv/bin/python -c "from perfbook.qemu.guest import*;'
+            "print(run_script('time dd if=/dev/vda of=/dev/null bs=4k iflag=direct',"
+            "GuestConfig([DiskSpec(path='/tmp/vbl.img',cache='none')])).output)\";rm /tmp/vbl.img"
+        ),
     ),
     Finding(
         "hostio",
@@ -172,6 +178,14 @@ FINDINGS = (
         unit="%",
         contrary="The host I/O layer (QEMU's aio round trip, the seed's bottom row) takes half of "
         "a guest read's time or more",
+        reproduce=(
+            'head -c64M /dev/zero>/tmp/vbl.img;sync;.venv/bin/python -c "from perfbook.qemu.guest '
+            "import*;run_script('dd if=/dev/vda of=/dev/null bs=4k iflag=direct',"
+            "GuestConfig([DiskSpec(path='/tmp/vbl.img',cache='none')],extra_args='-trace "
+            "virtio_blk_* -D /tmp/vbl.log -msg timestamp=on'.split()))\";awk -F'[@:]' "
+            '\'/_read/{if($2-t<.1)c+=$2-t;t=$2}/rw_c/{s+=$2-t}END{print "host I/O",s,"of",c,"s"}\' '
+            "/tmp/vbl.log;rm /tmp/vbl.*"
+        ),
     ),
     Finding(
         "tracing_cost",
@@ -182,6 +196,13 @@ FINDINGS = (
         threshold=1.10,
         unit="×",
         contrary="Tracing every layer makes a request at most 10 % slower",
+        reproduce=(
+            'head -c64M /dev/zero>/tmp/vbl.img;sync;.venv/bin/python -c "from perfbook.qemu.guest '
+            "import*;[print(a,run_script('time -f%e dd if=/dev/vda of=/dev/null bs=4k iflag=direct "
+            "status=none',GuestConfig([DiskSpec(path='/tmp/vbl.img',cache='none')],"
+            "extra_args=a.split())).output) for a in ('','-trace virt* -trace thread_pool* -D "
+            "/tmp/vbl.log -msg timestamp=on')]\";rm /tmp/vbl.*"
+        ),
     ),
     Finding(
         "submit",
@@ -193,6 +214,10 @@ FINDINGS = (
         unit="×",
         contrary="aio=native does not submit a request faster (io_submit) than aio=threads "
         "reads it (pread64)",
+        reproduce=(
+            "for e in libaio psync;do fio --name=$e --ioengine=$e --filename=/tmp/vbl.img "
+            '--size=64M --direct=1 --unlink=1|grep -E "^$e|[sc]lat \\(";done'
+        ),
     ),
 )
 

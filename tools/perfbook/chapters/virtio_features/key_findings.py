@@ -78,6 +78,7 @@ FINDINGS = (
         threshold=SEED_BITS,
         unit="bits",
         contrary="This host's kernel prints features files of at most 64 characters",
+        reproduce="uname -r;awk '{print FILENAME, length}' /sys/bus/virtio/devices/*/features",
     ),
     Finding(
         "rules",
@@ -89,6 +90,12 @@ FINDINGS = (
         threshold=1,
         contrary="Some guest disk without CONFIG_WCE shows a cache_type the FLUSH rule does "
         "not give",
+        reproduce=(
+            ".venv/bin/python -c 'from perfbook.qemu.guest import*;print(run_script(\"for d in "
+            "/sys/block/vd*;do echo $d FLUSH=$(cut -c10 $d/device/features) $(cat $d/cache_type);"
+            'done",GuestConfig([DiskSpec("a",config_wce=0),DiskSpec("b",write_cache=0,config_wce=0)'
+            "])).output)'"
+        ),
     ),
 )
 
