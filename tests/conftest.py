@@ -250,6 +250,36 @@ def book_datasets(tmp_path_factory):
             shutil.rmtree(store_dir("verdicts", bd.data_dir), ignore_errors=True)
 
 
+def readers_runs() -> set[Path]:
+    """The run directories under data/runs that git does not track: a reader's own make all
+    (or a contribution not yet committed). Empty outside a git checkout."""
+    r = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "--others", "--exclude-standard", "data/runs"],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        return set()
+    return {(ROOT / p).parent for p in r.stdout.splitlines() if p.endswith("/manifest.json")}
+
+
+@pytest.fixture(scope="session")
+def committed_data(tmp_path_factory) -> Path | None:
+    """data/ as committed, for a test about the committed datasets' own numbers: None (data/
+    itself) when git tracks every run in it, else a copy without the runs a reader's make all
+    added (on a clone of a committed host, those pool with its committed runs)."""
+    extra = readers_runs()
+    if not extra:
+        return None
+    dst = tmp_path_factory.mktemp("committed") / "data"
+
+    def ignore(d, names):
+        return [n for n in names if n.startswith(".") or Path(d, n) in extra]
+
+    shutil.copytree(ROOT / "data", dst, ignore=ignore)
+    return dst
+
+
 @pytest.fixture(params=BOOK_DATA)
 def book_data(request, book_datasets) -> BookData:
     """The book's data in each state a reader's clone holds it (BOOK_DATA)."""

@@ -373,7 +373,9 @@ def test_seed_histogram_buckets_in_numeric_order_and_hosts_pooled(book_data):
     others = [h for h in D.hosts if h not in (F.this, F.reference)]
     if others:  # the other hosts are one entry, not one each
         assert f"other hosts (n = {len(others)})" in legend
-    named = {m.host_id for m in D.manifests if any(m.host_id in t for t in legend)}
+    # a legend names a machine by its label (Fleet.name), never by its id
+    assert not any(h in t for h in D.hosts for t in legend), legend
+    named = {h for h in D.hosts if any(t.endswith(": " + F.name(h)) for t in legend)}
     assert named == {F.this, F.reference} & set(D.hosts), (named, legend)
     plt.close(fig)
 
@@ -908,12 +910,12 @@ def test_tail_is_decided_on_each_rounds_ratio_not_the_pooled_one():
     assert o.verdict == UNDECIDED and "n too small" in o.why, o.why
 
 
-def test_key_findings_on_the_committed_data(monkeypatch):
+def test_key_findings_on_the_committed_data(monkeypatch, committed_data):
     """The committed datasets decide on their rounds: the TCG guest's pinned median is
     resolvably higher; the KVM guest with a disturbed loopback round stays open, with the
     pooled P99 / P50 its disturbed round inflates only in the context."""
     monkeypatch.setenv("PERFBOOK_VERDICT_STORE", "off")
-    D = CH.load(None)
+    D = CH.load(committed_data)
     v = {(f.key, h): evaluate(D, f, h) for f in CH.key_findings for h in D.hosts}
     assert v["pin_same", "h-83526585f90e"].verdict == FAILS
     # veth with both ends on one CPU: the KVM guests' paths differ by < 1 µs (h-5ab5c186a54f's

@@ -168,14 +168,15 @@ def test_cost_lines_name_the_profile_the_time_and_the_plan(tmp_path, monkeypatch
     assert cost.startswith("repetition stopped by: fixed rounds (2); n = 2")
 
 
-def test_a_datasets_decided_findings_are_counted_with_why_the_others_are_open(book_data):
+def test_a_datasets_decided_findings_are_counted_with_why_the_others_are_open(committed_data):
     """#40's precision per second, per dataset: how many key findings its own number decides,
     in how many seconds, and why each other one is still open (on a committed dataset)."""
     from perfbook.chapters import by_name
 
     ch = by_name("trace_overhead").load()
     run = max(
-        (ROOT / "data" / "runs").glob("h-5ab5c186a54f/trace_overhead/*"), key=lambda r: r.name
+        (committed_data or ROOT / "data").glob("runs/h-5ab5c186a54f/trace_overhead/*"),
+        key=lambda r: r.name,
     )
     text = summary.decided_text(ch, run, 14.6)
     assert text.startswith("key findings decided by this dataset alone: 0 of 5 in 15 s")

@@ -242,10 +242,15 @@ def keep_rounds(chapter: str, frames: dict, one: bool = True) -> dict:
             kept = measured[-1:] if which == "last" else measured[:1]
         else:  # one round fewer: a chapter's context rounds are the only ones with every cell
             kept = (measured[:-1] if which == "context" else measured[1:]) or measured
-        number = {r: measured[0] + i for i, r in enumerate(kept)}  # where measured rounds start
         for t in tables:
             df = out[t]
-            df = df[df[col].isin(kept) | _warm(df, col)].copy()
+            # a table recorded in fewer rounds than the first (qcow2's perf recording: its
+            # first round only) keeps as many of its own rounds as it has, up to len(kept): a
+            # run with one round fewer still records it in its first round
+            own = sorted(int(r) for r in df[col][~_warm(df, col)].unique())
+            mine = kept if set(own) & set(kept) else own[: len(kept)]
+            number = {r: measured[0] + i for i, r in enumerate(mine)}  # measured rounds start
+            df = df[df[col].isin(mine) | _warm(df, col)].copy()
             df.loc[~_warm(df, col), col] = df.loc[~_warm(df, col), col].map(number)
             out[t] = df.reset_index(drop=True)
         kept_n = len(kept) if one else None
