@@ -48,9 +48,11 @@ def test_a_host_without_data_is_one_clear_error():
 def test_the_page_sets_this_machine_beside_the_books_finding_by_finding(book_data):
     """The site's page view (compare.page_html): for each chapter the host measured, one row
     per finding that links to it in its chapter, this machine's verdict, number and interval,
-    what the interval rests on and how many runs decide it, beside the book's machine (its
-    reference host, or where this machine is that host, the host its chapter quotes); a machine
-    without data gets the command that gives it some, not an error."""
+    what the interval rests on and how many runs decide it, beside the book's machine: its
+    reference host, or where this machine is that host, the host its chapter quotes, or where
+    it is that one too (a clone of the reference machine on a newer kernel: spanning_builds),
+    its newest build beside the book's runs on its other builds. A machine without data gets
+    the command that gives it some, not an error."""
     import re
 
     from perfbook.analysis import fleetview
@@ -64,6 +66,8 @@ def test_the_page_sets_this_machine_beside_the_books_finding_by_finding(book_dat
     tables = page.split('<table class="table pb-compare">')[1:]
     want = [e for e in CHAPTERS if e.load().key_findings and e.name in measured]
     assert len(tables) == len(want)
+    decide = r"\d+ runs?( decides?|, none deciding|, none measured it)"
+    splits = 0
     for entry, table in zip(want, tables):
         ch = entry.load()
         D = ch.load(data)
@@ -71,19 +75,33 @@ def test_the_page_sets_this_machine_beside_the_books_finding_by_finding(book_dat
         assert f'{compare.THIS_MACHINE}: <span class="kf-machine" title="{host}">' in head
         others = re.findall(r'<th>[^<]*: <span class="kf-machine" title="(h-[0-9a-f]+)">', head)
         assert others[0] == host and all(o != host for o in others[1:])
+        split = compare.SPLIT_OURS in head
         if others[1:]:
-            assert others[1] in (ref, D.quoted.host_id)
+            assert others[1] in (ref, D.quoted.host_id) and not split
+        else:  # this machine is the reference host and the quoted one
+            assert host == ref == D.quoted.host_id
+        splits += split
         rows = table.split("<tbody>")[1].split("</tr>")[:-1]
         assert len(rows) == len(ch.key_findings)
         for f, row in zip(ch.key_findings, rows):
             assert f'href="{entry.notebook[:-6]}.html#kf-{f.key}"' in row
-            cells = row.split("<td>")[2:]
-            for h, cell in zip(others, cells):
-                v = evaluate(D, f, h)
-                assert f">{v.verdict}</span>" in cell
-                assert re.search(r"\d+ runs?( decide|, none deciding|, none measured it)", cell), (
-                    cell
+            cells = row.split("<td")[2:]
+            v = evaluate(D, f, host)
+            if split and v.builds:
+                builds = sorted(v.builds, key=lambda b: max(b.run_ids))
+                assert (
+                    f">{builds[-1].verdict}</span> <small>on {builds[-1].build.split()[0]}<"
+                    in (cells[0])
                 )
+                for b in builds[:-1]:
+                    assert f">{b.verdict}</span> <small>on {b.build.split()[0]}<" in cells[1]
+                assert len(cells) == 2
+                continue
+            for h, cell in zip(others, cells):
+                assert f">{evaluate(D, f, h).verdict}</span>" in cell
+                assert re.search(decide, cell), cell
+    # a reader's clone of the reference machine on a newer kernel sees its two builds apart
+    assert splits == (len(want) if book_data.scenario == "spanning_builds" else 0)
     assert "pb-compare-none" not in page
     none = compare.page_html("h-000000000000", data)
     assert "pb-compare-none" in none and "sudo make all" in none

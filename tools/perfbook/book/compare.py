@@ -93,6 +93,8 @@ def report(host: str | None = None, data_dir=None, say=print) -> int:
 
 
 THIS_MACHINE = "this machine"
+SPLIT_MINE = "its newest kernel build"
+SPLIT_OURS = "the book's runs under the same host id, on its other kernel builds"
 
 
 def _cell(v: HostVerdict) -> str:
@@ -103,7 +105,7 @@ def _cell(v: HostVerdict) -> str:
     measured = sum(1 for _, o in v.runs if o is not None)
     n = len(v.runs)
     runs = (
-        f"{deciding} run{'s' * (deciding != 1)} decide"
+        f"{deciding} run{'s' * (deciding != 1)} decide{'s' * (deciding == 1)}"
         if deciding
         else f"{measured} run{'s' * (measured != 1)}, none deciding"
         if measured
@@ -114,11 +116,30 @@ def _cell(v: HostVerdict) -> str:
     return f"<td>{chip(v.verdict, v.why)}{number}{basis}<br><small>{runs}</small></td>"
 
 
+def _builds_cell(builds, unit: str) -> str:
+    """The entries of some kernel builds of one host for one finding (findings.BuildVerdict:
+    a build's runs pooled and decided), each with its build, number, interval and runs."""
+    if not builds:
+        return '<td class="pb-none">no run of another build decides it</td>'
+    out = []
+    for b in builds:
+        n, e = len(b.run_ids), b.estimate
+        number = "" if e is None else f"<br>{html.escape(dc.interval_text(e, unit))}"
+        basis = "" if e is None or not e.basis else f"<br><small>{html.escape(e.basis)}</small>"
+        out.append(
+            f"{chip(b.verdict, b.why)} <small>on {html.escape(b.build.split()[0])}</small>"
+            f"{number}{basis}<br><small>{n} run{'s' * (n != 1)} decide{'s' * (n == 1)}</small>"
+        )
+    return "<td>" + "<br><br>".join(out) + "</td>"
+
+
 def page_html(host: str | None = None, data_dir=None) -> str:
     """The page view: every finding with this machine (`host`, default the machine that runs
-    this) beside the book's reference host (where this machine is that host: beside the host
-    whose dataset the chapter quotes). A machine without a dataset gets the command that gives
-    it one. HTML for a page at the site's top."""
+    this) beside the book's reference host; where this machine is that host, beside the host
+    whose dataset the chapter quotes, or where this machine is that one too (a reader's clone
+    of the reference machine, whose id it shares), its newest kernel build beside the book's
+    runs on its other builds. A machine without a dataset gets the command that gives it one.
+    HTML for a page at the site's top."""
     host = host or hostinfo.host_id()
     latest = latest_per_host(all_manifests(data_dir))
     names = labels({h: m.get("host", {}) for h, m in latest.items()})
@@ -140,17 +161,33 @@ def page_html(host: str | None = None, data_dir=None) -> str:
         quoted = D.quoted.host_id if D.quoted is not None else None
         ours = next((h for h in (ref, quoted) if h and h != host and h in D.hosts), None)
         role = "the book's reference host" if ours == ref else "the host the chapter quotes"
-        head = f"<th>finding</th><th>{THIS_MACHINE}: {machine(host, names)}</th>" + (
-            f"<th>{role}: {machine(ours, names)}</th>" if ours else ""
+        mine = {f.key: evaluate(D, f, host) for f in ch.key_findings}
+        split = ours is None and any(len(v.builds) > 1 for v in mine.values())
+        head = f"<th>finding</th><th>{THIS_MACHINE}: {machine(host, names)}" + (
+            f"</th><th>{role}: {machine(ours, names)}</th>"
+            if ours
+            else f", {SPLIT_MINE}</th><th>{SPLIT_OURS}</th>"
+            if split
+            else "</th>"
         )
         rows = []
         for f in ch.key_findings:
             link = f"{entry.notebook[:-6]}.html#{anchor(f)}"
+            v = mine[f.key]
+            if split and v.builds:
+                bs = sorted(v.builds, key=lambda b: max(b.run_ids))  # the newest build last
+                cells = _builds_cell(bs[-1:], f.unit) + _builds_cell(bs[:-1], f.unit)
+            else:
+                cells = _cell(v) + (
+                    _cell(evaluate(D, f, ours))
+                    if ours
+                    else _builds_cell((), f.unit)
+                    if split
+                    else ""
+                )
             rows.append(
                 f'<tr><td><a href="{html.escape(link)}">{_code(f.claim)}</a> '
-                f"<small>({_code(f.quantity)})</small></td>{_cell(evaluate(D, f, host))}"
-                + (_cell(evaluate(D, f, ours)) if ours else "")
-                + "</tr>"
+                f"<small>({_code(f.quantity)})</small></td>{cells}</tr>"
             )
         parts.append(
             f'<p class="pb-compare-chapter"><strong>{html.escape(ch.title or ch.name)}</strong></p>'
