@@ -644,15 +644,18 @@ def test_a_killed_runs_half_written_dataset_in_its_own_data_dir_is_swept(tmp_pat
         entry("measure", "example", data, tmp_path, {"hold_s": 60}), "example", r"state changed"
     )
     half = list((data / "runs").glob("*/example/.tmp-*"))
+    assert len(half) == 1, "no half-written dataset while the run held its state"
+    # SIGKILL for the dataset's writer (.tmp-<pid>-: the run's collect process) first, then for
+    # the run: killed the other way round, the writer gets SIGTERM from the run's death and may
+    # remove its own half-written dataset before the sweep (a busy .ci/run: 'nothing to sweep')
+    writer = int(half[0].name.split("-")[1])
+    os.kill(writer, signal.SIGKILL)
     os.kill(p.pid, signal.SIGKILL)
     p.communicate(timeout=90)
-    assert len(half) == 1, "no half-written dataset while the run held its state"
-    # the sweep rightly leaves a dataset alone while its writer (.tmp-<pid>-) lives: that is
-    # the run's collect process, which gets SIGTERM when the run dies and restores first; on a
-    # busy machine that takes a while (a busy .ci/run swept while it was still alive)
+    # the sweep rightly leaves a dataset alone while its writer lives: wait for it to be gone
     from perfbook.core.proc import pid_alive
 
-    writer, deadline = int(half[0].name.split("-")[1]), time.monotonic() + 60
+    deadline = time.monotonic() + 60
     while pid_alive(writer) and time.monotonic() < deadline:
         time.sleep(0.2)
     r = subprocess.run(
