@@ -215,13 +215,17 @@ def test_the_rerun_box_lists_a_few_datasets_times_and_sums_up_a_fleets():
     median and range per machine kind, so the box does not grow with the hosts."""
     from types import SimpleNamespace
 
-    def man(i, seconds, profile="default"):
-        return fake_manifest(
-            f"h-{i:03d}",
-            "20260101T000000Z",
-            profile=profile,
-            started="2026-01-01T00:00:00+00:00",
-            finished=f"2026-01-01T00:{seconds // 60:02d}:{seconds % 60:02d}+00:00",
+    from perfbook.data.manifest import Manifest
+
+    def man(i, seconds, profile="default"):  # as a chapter's Data holds them
+        return Manifest(
+            fake_manifest(
+                f"h-{i:03d}",
+                "20260101T000000Z",
+                profile=profile,
+                started="2026-01-01T00:00:00+00:00",
+                finished=f"2026-01-01T00:{seconds // 60:02d}:{seconds % 60:02d}+00:00",
+            )
         )
 
     few = SimpleNamespace(manifests=[man(0, 45), man(1, 40), man(2, 12, "quick")])

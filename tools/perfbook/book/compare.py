@@ -97,6 +97,14 @@ SPLIT_MINE = "its newest kernel build"
 SPLIT_OURS = "the book's runs under the same host id, on its other kernel builds"
 
 
+def _number(e, unit: str) -> str:
+    """The decisive number with its interval, and what the interval rests on (the counts)."""
+    if e is None:
+        return ""
+    basis = f"<br><small>{html.escape(e.basis)}</small>" if e.basis else ""
+    return f"<br>{html.escape(dc.interval_text(e, unit))}{basis}"
+
+
 def _cell(v: HostVerdict) -> str:
     """A host's entry for one finding: verdict (why as tooltip), the decisive number with its
     interval, what the interval rests on (the sample counts), and how many runs decide it."""
@@ -111,9 +119,7 @@ def _cell(v: HostVerdict) -> str:
         if measured
         else f"{n} run{'s' * (n != 1)}, none measured it"
     )
-    number = "" if e is None else f"<br>{html.escape(dc.interval_text(e, v.finding.unit))}"
-    basis = "" if e is None or not e.basis else f"<br><small>{html.escape(e.basis)}</small>"
-    return f"<td>{chip(v.verdict, v.why)}{number}{basis}<br><small>{runs}</small></td>"
+    return f"<td>{chip(v.verdict, v.why)}{_number(e, v.finding.unit)}<br><small>{runs}</small></td>"
 
 
 def _builds_cell(builds, unit: str) -> str:
@@ -123,12 +129,11 @@ def _builds_cell(builds, unit: str) -> str:
         return '<td class="pb-none">no run of another build decides it</td>'
     out = []
     for b in builds:
-        n, e = len(b.run_ids), b.estimate
-        number = "" if e is None else f"<br>{html.escape(dc.interval_text(e, unit))}"
-        basis = "" if e is None or not e.basis else f"<br><small>{html.escape(e.basis)}</small>"
+        n = len(b.run_ids)
         out.append(
             f"{chip(b.verdict, b.why)} <small>on {html.escape(b.build.split()[0])}</small>"
-            f"{number}{basis}<br><small>{n} run{'s' * (n != 1)} decide{'s' * (n == 1)}</small>"
+            f"{_number(b.estimate, unit)}<br><small>{n} run{'s' * (n != 1)} "
+            f"decide{'s' * (n == 1)}</small>"
         )
     return "<td>" + "<br><br>".join(out) + "</td>"
 

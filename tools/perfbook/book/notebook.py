@@ -18,7 +18,6 @@ import html
 import inspect
 import re
 import statistics
-from datetime import datetime
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -402,9 +401,9 @@ def _durations(D) -> dict[str, str]:
         prof = m.get("profile")
         if prof is None:
             continue
-        s = (
-            datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])
-        ).total_seconds()
+        s = m.seconds
+        if s is None:
+            continue
         out.setdefault(prof, []).append((s, short_kind(m["host"])))
     told = {}
     for p, v in out.items():

@@ -34,7 +34,6 @@ import re
 import shutil
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from docutils import nodes
@@ -159,7 +158,7 @@ class Run:
     description: str = ""
     profile: str = ""
     files: list[str] = field(default_factory=list)  # relative to path, sorted
-    facts: dict = field(default_factory=dict)  # the manifest's host block (its machine's label)
+    manifest: dict = field(default_factory=dict)  # its manifest (perfbook.data.manifest.Manifest)
 
     @property
     def archive(self) -> str:
@@ -197,7 +196,7 @@ class ChapterData:
 
     def labels(self) -> dict[str, str]:
         """host -> its machine's label (perfbook.data.machine.labels), as the chapter names it."""
-        return labels({r.host: r.facts for r in self.runs})
+        return labels({r.host: r.manifest.get("host") or {} for r in self.runs})
 
     def archives(self) -> list[Archive]:
         """One archive per dataset, and one of the chapter's reference figures: no file is in
@@ -264,7 +263,7 @@ def chapter_data(chapter: str, data_dir: Path | None = None) -> ChapterData:
                 description=str((man.get("host") or {}).get("description") or ""),
                 profile=str(man.get("profile") or ""),
                 files=_visible_files(path),
-                facts=dict(man.get("host") or {}),
+                manifest=man,
             )
         )
     known = set(chapter_docnames().values()) | set(run_chapters(data_dir))
@@ -427,15 +426,6 @@ def measured_id(chapter: str) -> str:
     return nodes.make_id(f"measured-{chapter}")
 
 
-def _seconds(m: dict) -> float | None:
-    try:
-        return (
-            datetime.fromisoformat(m["finished"]) - datetime.fromisoformat(m["started"])
-        ).total_seconds()
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
 def runs_table(chapter, data: ChapterData, data_dir: Path | None = None) -> str:
     """One row per dataset of a chapter: the machine (its label, the id as tooltip), the run,
     its profile, the time it took against the chapter's plan for that profile, its rounds and
@@ -445,12 +435,12 @@ def runs_table(chapter, data: ChapterData, data_dir: Path | None = None) -> str:
     names = data.labels()
     rows = []
     for r in data.runs:
-        m = load_manifest(r.path)
+        m = r.manifest
         mine = reps[(reps.host_id == r.host) & (reps.run_id == r.run_id)]
         ns = sorted({n for x in mine["n"].dropna() for n in str(x).split("–")}, key=int)
         rounds = "—" if not ns else ns[0] if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
         rules = sorted({STOP_TEXT.get(str(w), str(w)) for w in mine["stopped_by"].dropna()})
-        took, plan = _seconds(m), chapter.plan_s.get(r.profile)
+        took, plan = m.seconds, chapter.plan_s.get(r.profile)
         cells = [
             machine(r.host, names),
             f'<a class="perfbook-dataset-archive" href="{html.escape(SITE_DIR + "/" + r.archive)}"'
